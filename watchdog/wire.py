@@ -1,0 +1,433 @@
+"""The slot file: the one contract between a training rank's hook and the host agent.
+
+A slot file is a small fixed-size file, one per rank process, that the hook maps
+into memory and updates with plain memory stores (no syscall, cannot block), and
+that the agent reads with ``pread`` (a truncated file can never SIGBUS a reader).
+Because it is a file, a SIGKILLed or SIGSTOPped rank's last state and last events
+stay readable: exactly what a post-mortem needs.
+
+Layout (version 1, little-endian, every number an int64 "word")::
+
+    bytes 0 .. 511      header words (H_* indices below)
+    bytes 512 .. 1023   identity strings (job, host, run id), NUL padded
+    bytes 1024 ..       ring of ``ring_capacity`` records of RECORD_WORDS words
+
+Consistency. Header words H_STEP .. H_LAST_DYNAMIC are written under a seqlock:
+the writer makes H_SEQ odd, stores, makes it even. A reader copies the header and
+accepts it only if H_SEQ was even and unchanged around the copy. A few words have
+a single writer and are read on their own, outside the seqlock: the heartbeat
+(written by the hook's heartbeat thread) and the control block (written by the
+agent, acknowledged by the hook). Ring records carry their own index, so a reader
+can tell a record that was overwritten while it read.
+
+Times are ``time.monotonic_ns()`` values: CLOCK_MONOTONIC is system-wide on Linux,
+so the agent on the same host can subtract them from its own clock. The wall clock
+at creation is stored too, to align hosts in a post-mortem.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterable
+
+MAGIC = int.from_bytes(b"RWDSLOT\x00", "little")
+VERSION = 1
+WORD = 8
+HEADER_WORDS = 64  # 512 bytes
+IDENTITY_OFFSET = 512
+IDENTITY_FIELD_BYTES = 128
+IDENTITY_FIELDS = ("job", "host", "run_id", "reserved")
+RING_OFFSET = 1024
+RECORD_WORDS = 16
+DEFAULT_RING_CAPACITY = 256
+MAX_RING_CAPACITY = 1 << 16
+SLOT_SUFFIX = ".slot"
+
+# -- header word indices -------------------------------------------------------
+# Written once at creation.
+H_MAGIC = 0
+H_VERSION = 1
+H_RING_OFFSET = 2
+H_RING_CAPACITY = 3
+H_RECORD_WORDS = 4
+H_SEQ = 5  # seqlock counter: odd while the hook writes words H_STEP..H_LAST_DYNAMIC
+H_PID = 6
+H_PROC_START_US = 7  # psutil.Process().create_time() in microseconds (pid-reuse guard)
+H_RANK = 8
+H_LOCAL_RANK = 9
+H_WORLD_SIZE = 10
+H_CREATED_WALL_NS = 11
+H_CREATED_MONO_NS = 12
+H_STATUS = 13  # Status; also written at exit
+# Dynamic, under the seqlock.
+H_STEP = 16  # steps completed
+H_STEP_START_NS = 17  # monotonic start of the step in progress
+H_LAST_STEP_NS = 18  # duration of the last completed step
+H_LAST_DATA_NS = 19  # of which waiting on the data iterator
+H_LAST_COLL_NS = 20  # of which inside collectives (union of overlapping ones)
+H_TOTAL_STEP_NS = 21  # running sums: rates and windows come from differences
+H_TOTAL_DATA_NS = 22
+H_TOTAL_COLL_NS = 23
+H_PHASE = 24  # Phase
+H_PHASE_SINCE_NS = 25
+H_DATA_ENTER_NS = 26  # waiting on data now iff DATA_ENTER > DATA_EXIT
+H_DATA_EXIT_NS = 27
+H_COLL_GROUP = 28  # group_key() of the last collective entered
+H_COLL_SEQ = 29  # per-group sequence number of the last collective entered (1-based)
+H_COLL_OP = 30  # CollOp
+H_COLL_BYTES = 31
+H_COLL_ENTER_NS = 32
+H_COLL_EXIT_NS = 33  # when the last collective completed
+H_COLL_OUTSTANDING = 34  # collectives entered and not yet completed
+H_COLL_DONE_SEQ = 35  # seq of the last completed collective on H_COLL_GROUP
+H_PG_STATE = 36  # PgState
+H_PG_CHANGE_NS = 37
+H_HOOK_ERRORS = 38  # errors the hook caught (never raised into training)
+H_RING_HEAD = 39  # records ever written; the next goes to head % capacity
+H_LAST_DYNAMIC = 39
+# Single-writer words, read outside the seqlock.
+H_HEARTBEAT_NS = 48  # hook heartbeat thread
+H_HEARTBEAT_COUNT = 49
+H_CTRL_SEQ = 56  # agent: bump last, after CTRL_CMD/CTRL_ARG
+H_CTRL_CMD = 57  # Command
+H_CTRL_ARG = 58
+H_CTRL_ACK_SEQ = 60  # hook: the CTRL_SEQ it acted on, written last
+H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
+H_CTRL_ACK_STEP = 62
+H_CTRL_ACK_NS = 63
+
+# -- ring record word indices --------------------------------------------------
+R_INDEX = 0  # record number (== head at write time); validates against overwrite
+R_KIND = 1  # RecordKind
+R_T_NS = 2  # monotonic time of the event
+R_STEP = 3
+R_A, R_B, R_C, R_D, R_E, R_F, R_G = 4, 5, 6, 7, 8, 9, 10
+# STEP_END payload: A step_ns, B data_ns, C coll_ns, D collectives in the step,
+#                   E last coll seq, F phase, G data waits in the step
+# PHASE payload:    A phase entered, B phase left
+# PG payload:       A PgState
+# CONTROL payload:  A ctrl seq, B command, C result
+# ERROR payload:    A total hook errors
+
+
+class Status(enum.IntEnum):
+    STARTING = 0
+    RUNNING = 1
+    EXITED = 2  # interpreter exit seen by the hook (atexit)
+    DISABLED = 3  # hook gave up after repeated errors; slot is frozen
+
+
+class Phase(enum.IntEnum):
+    TRAIN = 0
+    INIT = 1
+    CHECKPOINT = 2
+    EVAL = 3
+    SHUTDOWN = 4
+    OTHER = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class CollOp(enum.IntEnum):
+    OTHER = 0
+    ALL_REDUCE = 1
+    BROADCAST = 2
+    ALL_GATHER = 3
+    REDUCE_SCATTER = 4
+    BARRIER = 5
+    ALL_TO_ALL = 6
+    REDUCE = 7
+    GATHER = 8
+    SCATTER = 9
+    SEND = 10
+    RECV = 11
+    DDP_ALL_REDUCE = 12  # gradient bucket all-reduce issued by DDP's reducer
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class PgState(enum.IntEnum):
+    NONE = 0  # init_process_group not called yet
+    INITIALIZING = 1  # inside init_process_group (rendezvous)
+    JOINED = 2
+    DESTROYED = 3
+
+
+class RecordKind(enum.IntEnum):
+    STEP_END = 1
+    PHASE = 2
+    PG = 3
+    CONTROL = 4
+    ERROR = 5
+
+
+class Command(enum.IntEnum):
+    NONE = 0
+    CHECKPOINT_AT_STEP = 1  # arg: step S; hook calls the registered save fn after S
+
+
+def group_key(name: str) -> int:
+    """A stable int64 for a process-group name, equal on every rank. '' and '0'
+    (torch's name for the default group) map to 0."""
+    if name in ("", "0"):
+        return 0
+    return zlib.crc32(name.encode("utf-8", "replace")) or 1
+
+
+def slot_size(ring_capacity: int) -> int:
+    return RING_OFFSET + ring_capacity * RECORD_WORDS * WORD
+
+
+def slot_filename(job: str, rank: int, pid: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:64] or "job"
+    return f"{safe}.rank{rank}.pid{pid}{SLOT_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    job: str
+    host: str
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    proc_start_us: int
+    run_id: str = ""
+
+
+def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> None:
+    """Format ``buf`` (a writable buffer of slot_size(ring_capacity) bytes) as a
+    fresh version-1 slot. Used by the hook at install and by tests."""
+    if not 1 <= ring_capacity <= MAX_RING_CAPACITY:
+        raise ValueError(f"ring capacity must be in 1..{MAX_RING_CAPACITY}, got {ring_capacity}")
+    size = slot_size(ring_capacity)
+    if len(buf) < size:
+        raise ValueError(f"slot buffer is {len(buf)} bytes, needs {size}")
+    mv = memoryview(buf)
+    mv[:size] = bytes(size)
+    words = mv[: HEADER_WORDS * WORD].cast("q")
+    for i, text in enumerate((identity.job, identity.host, identity.run_id, "")):
+        raw = text.encode("utf-8", "replace")[: IDENTITY_FIELD_BYTES - 1]
+        off = IDENTITY_OFFSET + i * IDENTITY_FIELD_BYTES
+        mv[off : off + len(raw)] = raw
+    words[H_VERSION] = VERSION
+    words[H_RING_OFFSET] = RING_OFFSET
+    words[H_RING_CAPACITY] = ring_capacity
+    words[H_RECORD_WORDS] = RECORD_WORDS
+    words[H_PID] = identity.pid
+    words[H_PROC_START_US] = identity.proc_start_us
+    words[H_RANK] = identity.rank
+    words[H_LOCAL_RANK] = identity.local_rank
+    words[H_WORLD_SIZE] = identity.world_size
+    words[H_CREATED_WALL_NS] = wall_ns
+    words[H_CREATED_MONO_NS] = mono_ns
+    words[H_STEP_START_NS] = mono_ns
+    words[H_PHASE_SINCE_NS] = mono_ns
+    words[H_HEARTBEAT_NS] = mono_ns
+    words[H_STATUS] = Status.STARTING
+    # Magic last: a reader never accepts a half-formatted slot.
+    words[H_MAGIC] = MAGIC
+    words.release()
+    mv.release()
+
+
+# -- reading -------------------------------------------------------------------
+
+
+class SlotError(Exception):
+    """A slot file that cannot be read; ``reason`` is a short counter label."""
+
+    reason = "corrupt"
+
+
+class CorruptSlot(SlotError):
+    reason = "corrupt"
+
+
+class UnsupportedVersion(SlotError):
+    reason = "version"
+
+
+class TornRead(SlotError):
+    """The writer was mid-update on every attempt (or died mid-update)."""
+
+    reason = "torn"
+
+
+@dataclass(frozen=True)
+class Record:
+    index: int
+    kind: int
+    t_ns: int
+    step: int
+    payload: tuple[int, ...]  # words R_A .. end
+
+    def to_words(self) -> list[int]:
+        words = [self.index, self.kind, self.t_ns, self.step, *self.payload]
+        return words + [0] * (RECORD_WORDS - len(words))
+
+
+@dataclass(frozen=True)
+class SlotHeader:
+    version: int
+    ring_capacity: int
+    identity: Identity
+    created_wall_ns: int
+    created_mono_ns: int
+    status: int
+    words: tuple[int, ...] = field(repr=False)  # every header word, for the fields below
+
+    def __getitem__(self, index: int) -> int:
+        return self.words[index]
+
+    @property
+    def heartbeat_ns(self) -> int:
+        return self.words[H_HEARTBEAT_NS]
+
+    @property
+    def in_collective(self) -> bool:
+        return self.words[H_COLL_OUTSTANDING] > 0
+
+    @property
+    def in_data_wait(self) -> bool:
+        return self.words[H_DATA_ENTER_NS] > self.words[H_DATA_EXIT_NS]
+
+
+def _decode_identity(raw: bytes) -> list[str]:
+    out = []
+    for i in range(len(IDENTITY_FIELDS)):
+        chunk = raw[i * IDENTITY_FIELD_BYTES : (i + 1) * IDENTITY_FIELD_BYTES]
+        out.append(chunk.split(b"\x00", 1)[0].decode("utf-8", "replace"))
+    return out
+
+
+def decode_header(raw: bytes) -> SlotHeader:
+    """Decode the first RING_OFFSET bytes of a slot. Raises SlotError subclasses."""
+    if len(raw) < RING_OFFSET:
+        raise CorruptSlot(f"slot is {len(raw)} bytes, shorter than its {RING_OFFSET}-byte header")
+    words = struct.unpack_from(f"<{HEADER_WORDS}q", raw, 0)
+    if words[H_MAGIC] != MAGIC:
+        raise CorruptSlot("bad magic (not a rank-watchdog slot, or not formatted yet)")
+    if words[H_VERSION] != VERSION:
+        raise UnsupportedVersion(f"slot version {words[H_VERSION]}, this reader knows {VERSION}")
+    cap = words[H_RING_CAPACITY]
+    if (
+        words[H_RING_OFFSET] != RING_OFFSET
+        or words[H_RECORD_WORDS] != RECORD_WORDS
+        or not 1 <= cap <= MAX_RING_CAPACITY
+    ):
+        raise CorruptSlot("ring geometry out of range")
+    job, host, run_id, _ = _decode_identity(raw[IDENTITY_OFFSET:RING_OFFSET])
+    ident = Identity(
+        job=job,
+        host=host,
+        rank=words[H_RANK],
+        local_rank=words[H_LOCAL_RANK],
+        world_size=words[H_WORLD_SIZE],
+        pid=words[H_PID],
+        proc_start_us=words[H_PROC_START_US],
+        run_id=run_id,
+    )
+    if ident.rank < 0 or ident.world_size <= 0 or ident.rank >= ident.world_size or ident.pid <= 0:
+        raise CorruptSlot(f"identity out of range (rank={ident.rank} world={ident.world_size} pid={ident.pid})")
+    return SlotHeader(
+        version=words[H_VERSION],
+        ring_capacity=cap,
+        identity=ident,
+        created_wall_ns=words[H_CREATED_WALL_NS],
+        created_mono_ns=words[H_CREATED_MONO_NS],
+        status=words[H_STATUS],
+        words=words,
+    )
+
+
+def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 0) -> list[Record]:
+    """Records with index in [max(since, head - capacity), head), oldest first.
+    ``raw_ring`` is the ring area as read. A slot whose record does not carry the
+    index expected at its position was overwritten during the read (or is
+    corrupt); such records are dropped, never misattributed."""
+    if head <= 0:
+        return []
+    first = max(since, head - ring_capacity, 0)
+    out: list[Record] = []
+    rec_bytes = RECORD_WORDS * WORD
+    for index in range(first, head):
+        off = (index % ring_capacity) * rec_bytes
+        if off + rec_bytes > len(raw_ring):
+            break
+        w = struct.unpack_from(f"<{RECORD_WORDS}q", raw_ring, off)
+        if w[R_INDEX] != index:
+            continue
+        out.append(Record(index=w[R_INDEX], kind=w[R_KIND], t_ns=w[R_T_NS], step=w[R_STEP], payload=tuple(w[R_A:])))
+    return out
+
+
+@dataclass(frozen=True)
+class SlotSnapshot:
+    path: str
+    header: SlotHeader
+    records: tuple[Record, ...]
+    torn: bool = False  # header words may be mid-update (writer stopped inside a write)
+
+
+def read_header_consistent(fd: int, attempts: int = 8) -> tuple[SlotHeader, bool]:
+    """pread the header until the seqlock says it is consistent. A writer that was
+    stopped (SIGSTOP) or killed between the two seq stores leaves H_SEQ odd forever:
+    after ``attempts`` we return what we read with torn=True rather than nothing,
+    since a stopped rank is precisely the one we must still report."""
+    raw = b""
+    for _ in range(attempts):
+        raw = os.pread(fd, RING_OFFSET, 0)
+        header = decode_header(raw)
+        seq = header[H_SEQ]
+        if seq % 2 == 0:
+            again = struct.unpack("<q", os.pread(fd, WORD, H_SEQ * WORD))[0]
+            if again == seq:
+                return header, False
+    return decode_header(raw), True
+
+
+def read_slot(path: str, since: int = 0) -> SlotSnapshot:
+    """Read one slot file without mapping it (a truncated mmap would SIGBUS us).
+    Records with index >= ``since`` only. Raises SlotError or OSError."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        header, torn = read_header_consistent(fd)
+        cap = header.ring_capacity
+        head = header[H_RING_HEAD]
+        records: list[Record] = []
+        if head > since:
+            n = min(head - since, cap)
+            raw_ring = os.pread(fd, cap * RECORD_WORDS * WORD, RING_OFFSET) if n else b""
+            records = decode_records(raw_ring, cap, head, since)
+        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn)
+    finally:
+        os.close(fd)
+
+
+def write_control(path: str, ctrl_seq: int, command: Command, arg: int) -> None:
+    """Agent side of the control block: command and argument first, the sequence
+    number last, so the hook never acts on a half-written command."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.pwrite(fd, struct.pack("<q", int(command)), H_CTRL_CMD * WORD)
+        os.pwrite(fd, struct.pack("<q", int(arg)), H_CTRL_ARG * WORD)
+        os.pwrite(fd, struct.pack("<q", int(ctrl_seq)), H_CTRL_SEQ * WORD)
+    finally:
+        os.close(fd)
+
+
+def list_slot_files(run_dir: str) -> Iterable[str]:
+    try:
+        names = os.listdir(run_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(run_dir, n) for n in names if n.endswith(SLOT_SUFFIX))
