@@ -1,0 +1,44 @@
+"""The ``watchdog`` command: a thin dispatcher to each subcommand's module.
+
+Subcommands are imported lazily so that ``watchdog agent`` never imports torch
+or the coordinator, and a broken optional piece cannot take the others down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Sequence
+
+# name -> (module with `main(argv) -> int`, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "agent": ("watchdog.agent.main", "per-host agent: reads rank slots, exports /metrics, reports to the coordinator"),
+    "coordinator": ("watchdog.coordinator.main", "per-job coordinator: cluster view, detectors, journal"),
+    "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
+    "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
+    "demo": ("watchdog.demo", "run a monitored multi-rank CPU job locally, end to end"),
+}
+
+
+def _usage() -> str:
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = ["usage: watchdog <command> [flags]   (watchdog <command> --help for its flags)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {helptext}" for name, (_, helptext) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(f"watchdog: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

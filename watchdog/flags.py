@@ -1,0 +1,118 @@
+"""Dotted command-line flags with ``WATCHDOG_`` environment fallbacks.
+
+Every daemon declares its flags once as a tuple of ``Flag``; ``parse`` applies
+the precedence CLI > environment > default and converts/validates each value,
+so a bad ``WATCHDOG_*`` variable fails with the same clear message as a bad flag.
+``--web.listen-address`` reads ``WATCHDOG_WEB_LISTEN_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+
+class FlagError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str  # dotted, without the leading dashes: "web.listen-address"
+    default: Any
+    help: str
+    convert: Callable[[str], Any] = str
+    secret: bool = False  # never logged
+
+    @property
+    def env(self) -> str:
+        return "WATCHDOG_" + self.name.upper().replace(".", "_").replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace(".", "_").replace("-", "_")
+
+
+def positive_float(text: str) -> float:
+    val = float(text)
+    if not val > 0:
+        raise ValueError("must be > 0")
+    return val
+
+
+def non_negative_float(text: str) -> float:
+    val = float(text)
+    if not val >= 0:
+        raise ValueError("must be >= 0")
+    return val
+
+
+def positive_int(text: str) -> int:
+    val = int(text)
+    if val <= 0:
+        raise ValueError("must be > 0")
+    return val
+
+
+def boolean(text: str) -> bool:
+    low = str(text).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be one of 1/0, true/false, yes/no, on/off")
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9400 (port 0 picks a free one)")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+def build_parser(prog: str, description: str, flags: Sequence[Flag]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for f in flags:
+        shown = "(secret)" if f.secret else repr(f.default)
+        parser.add_argument(
+            f"--{f.name}",
+            dest=f.dest,
+            default=None,
+            metavar=f.name.rsplit(".", 1)[-1].upper().replace("-", "_"),
+            help=f"{f.help} [env {f.env}; default {shown}]",
+        )
+    return parser
+
+
+def parse(
+    prog: str,
+    description: str,
+    flags: Sequence[Flag],
+    argv: Sequence[str] | None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Returns {dest: value}. argparse exits (status 2) on unknown flags; a value
+    that does not convert raises FlagError naming the flag and where it came from."""
+    environ = os.environ if environ is None else environ
+    ns = build_parser(prog, description, flags).parse_args(argv)
+    out: dict[str, Any] = {}
+    for f in flags:
+        raw, origin = getattr(ns, f.dest), f"--{f.name}"
+        if raw is None and f.env in environ:
+            raw, origin = environ[f.env], f.env
+        if raw is None:
+            out[f.dest] = f.default
+            continue
+        try:
+            out[f.dest] = f.convert(raw)
+        except (TypeError, ValueError) as exc:
+            shown = "<secret>" if f.secret else repr(raw)
+            raise FlagError(f"{origin}={shown}: {exc}") from None
+    return out
+
+
+def loggable(flags: Sequence[Flag], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The effective config for the start-up log line, secrets masked."""
+    return {f.name: ("<set>" if values.get(f.dest) else "<unset>") if f.secret else values.get(f.dest) for f in flags}
