@@ -1,0 +1,62 @@
+"""Our import name is shared with PyPI's filesystem library `watchdog`.
+
+Build our wheel, install it into fresh virtualenvs together with PyPI's
+`watchdog` in both orders, and import both public APIs. The venvs have no
+torch, which also proves the agent and coordinator import without it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.integration
+
+CHECK = r"""
+import sys
+from watchdog.observers import Observer          # PyPI watchdog
+from watchdog.events import FileSystemEventHandler
+import watchdog.wire, watchdog.report, watchdog.hook, watchdog.agent.main, watchdog.cli
+assert Observer is not None and FileSystemEventHandler is not None
+assert watchdog.wire.VERSION >= 1
+assert "torch" not in sys.modules, "agent/coordinator must not import torch"
+mon = watchdog.hook.install(enabled=False)  # the hook imports without torch too
+mon.step()
+print("both-ok")
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (whl,) = out.glob("rank_watchdog-*.whl")
+    return whl
+
+
+@pytest.mark.parametrize("order", ["ours-first", "theirs-first"])
+def test_both_packages_import_in_one_env(tmp_path, wheel, order):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = str(env_dir / "bin" / "python")
+    installs = [[str(wheel)], ["watchdog"]]
+    if order == "theirs-first":
+        installs.reverse()
+    for spec in installs:
+        subprocess.run([py, "-m", "pip", "install", "-q", *spec], check=True, timeout=300)
+    out = subprocess.run([py, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "both-ok" in out.stdout
+    # The console script must be ours (PyPI watchdog ships `watchmedo`, not `watchdog`).
+    helptext = subprocess.run([str(env_dir / "bin" / "watchdog"), "--help"], capture_output=True, text=True)
+    assert "agent" in helptext.stdout and "coordinator" in helptext.stdout
