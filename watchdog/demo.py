@@ -1,0 +1,196 @@
+"""``watchdog demo``: a real multi-rank CPU job, monitored end to end, on this machine.
+
+Starts a coordinator, an agent and ``torchrun --nproc_per_node=N
+examples/train_ddp.py`` (gloo), optionally with an injected fault, prints the
+coordinator's findings as they are journaled, and ends with a summary. Everything
+runs on 127.0.0.1 with a fresh token; nothing is left running afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from watchdog import localjob
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="watchdog demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=4, help="worker processes (default 4)")
+    p.add_argument("--fault", action="append", default=[],
+                   help="fault to inject, e.g. hang:2@30, kill:1@20, stop:3@25, slow:1:1.5, never-join:3, "
+                        "starve:0, starve:all (see examples/train_ddp.py)")
+    p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
+    p.add_argument("--compute-ms", type=float, default=50.0, help="simulated compute per step (default 50)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    p.add_argument("--work-dir", default=None, help="keep logs, slots and the journal here (default: a temp dir)")
+    p.add_argument("--linger-seconds", type=float, default=8.0,
+                   help="after the first finding, keep watching this long before stopping the job")
+    p.add_argument("--timeout-seconds", type=float, default=180.0, help="stop everything after this long")
+    p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")
+    p.add_argument("script_args", nargs="*", help="extra arguments for the training script (after --)")
+    args = p.parse_args(argv)
+    if args.ranks < 1:
+        p.error("--ranks must be >= 1")
+    if not Path(args.script).exists():
+        p.error(f"training script {args.script} not found (run from a checkout, or pass --script)")
+    return args
+
+
+class Printer:
+    def __init__(self, as_json: bool, t0_wall: float) -> None:
+        self.as_json, self.t0_wall = as_json, t0_wall
+
+    def info(self, text: str, **fields) -> None:
+        if self.as_json:
+            print(json.dumps({"event": "info", "message": text, **fields}), flush=True)
+        else:
+            print(f"demo: {text}", flush=True)
+
+    def finding(self, rec: dict) -> None:
+        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
+        if self.as_json:
+            out = {"event": "finding", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
+                   "reason": rec.get("reason", "")}
+            print(json.dumps(out), flush=True)
+        else:
+            print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}: {rec.get('reason', '')}", flush=True)
+
+    def resolved(self, rec: dict) -> None:
+        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
+        if self.as_json:
+            print(json.dumps({"event": "resolved", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
+                  flush=True)
+        else:
+            print(f"[t+{t:6.2f}s] resolved {rec.get('kind')} ranks {rec.get('ranks')}", flush=True)
+
+
+class JournalTail:
+    """Reads complete new lines from the journal as the coordinator appends them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.buf = path, 0, b""
+
+    def poll(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def _finding_fields(rec: dict) -> dict:
+    """Journal records may nest the finding; flatten what the printer needs."""
+    inner = rec.get("finding") if isinstance(rec.get("finding"), dict) else {}
+    merged = {**inner, **{k: v for k, v in rec.items() if k != "finding"}}
+    return merged
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="watchdog-demo-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    run_dir, journal = work / "run", work / "journal.jsonl"
+    run_dir.mkdir(exist_ok=True)
+    token_file = work / "token"
+    token_file.write_text(secrets.token_hex(16))
+    os.chmod(token_file, 0o600)
+    job = f"demo-{secrets.token_hex(3)}"
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token_file)}
+    t0_wall = time.time()
+    out = Printer(args.json, t0_wall)
+
+    coordinator = agent = None
+    torchrun = localjob.TorchrunJob(
+        nproc=args.ranks, run_dir=run_dir, job=job, work_dir=work, script=Path(args.script),
+        script_args=["--steps", str(args.steps), "--compute-ms", str(args.compute_ms),
+                     *[f"--fault={f}" for f in args.fault], *args.script_args],
+    )
+    findings: list[dict] = []
+    exit_code = None
+    try:
+        coordinator = localjob.start_coordinator(work, job, args.ranks, journal,
+                                                 extra=["--tick.interval-seconds", "0.25"], env=env)
+        agent = localjob.start_agent(work, run_dir, job, env=env, extra=[
+            "--coordinator.url", coordinator.url, "--report.interval-seconds", "0.25"])
+        out.info(f"coordinator {coordinator.url}, agent {agent.url}, work dir {work}")
+        t0_wall = out.t0_wall = time.time()
+        torchrun.start()
+        out.info(f"torchrun --nproc_per_node={args.ranks} {Path(args.script).name} "
+                 f"--steps {args.steps} {' '.join('--fault=' + f for f in args.fault)}".rstrip())
+        tail = JournalTail(journal)
+        first_finding_at = None
+        deadline = time.monotonic() + args.timeout_seconds
+        while time.monotonic() < deadline:
+            for rec in tail.poll():
+                event = rec.get("event")
+                if event == "finding":
+                    flat = _finding_fields(rec)
+                    findings.append(flat)
+                    out.finding(flat)
+                    first_finding_at = first_finding_at or time.monotonic()
+                elif event == "resolved":
+                    out.resolved(_finding_fields(rec))
+            exit_code = torchrun.proc.popen.poll() if torchrun.proc else None
+            if exit_code is not None:
+                time.sleep(1.0)  # let the last report and tick land in the journal
+                for rec in tail.poll():
+                    if rec.get("event") == "finding":
+                        findings.append(_finding_fields(rec))
+                        out.finding(findings[-1])
+                break
+            if first_finding_at and time.monotonic() - first_finding_at > args.linger_seconds:
+                out.info("stopping the job (detection only: no action policy in this demo run)")
+                break
+            time.sleep(0.1)
+        else:
+            out.info(f"timeout after {args.timeout_seconds} s")
+    finally:
+        torchrun.stop()
+        for proc in (agent, coordinator):
+            if proc is not None:
+                proc.stop()
+
+    summary = {
+        "event": "summary",
+        "ranks": args.ranks,
+        "faults": args.fault,
+        "job": job,
+        "job_exit_code": exit_code,
+        "findings": [{"kind": f.get("kind"), "ranks": f.get("ranks", [])} for f in findings],
+        "journal": str(journal),
+        "work_dir": str(work),
+        "elapsed_s": round(time.time() - t0_wall, 2),
+    }
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    else:
+        kinds = ", ".join(f"{f['kind']} {f['ranks']}" for f in summary["findings"]) or "none"
+        print(f"\nsummary: {len(findings)} finding(s): {kinds}")
+        print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
+        print(f"journal: {journal}")
+        print(f"logs:    {work}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
