@@ -81,6 +81,9 @@ class RankState:
     torn: bool = False
     created_wall: float = 0.0  # when the slot was created (epoch s)
     recent_steps: tuple[StepSample, ...] = ()  # steps completed since the last report
+    # The OS's view of the process: psutil status ("running", "sleeping", "stopped" for
+    # SIGSTOP, "zombie"), or "gone" / "reused" (pid now belongs to another process).
+    proc_status: str = ""
 
     @property
     def last_compute_s(self) -> float:

@@ -1,0 +1,63 @@
+"""Host-level families about the agent itself: slot files by state, read errors,
+polls, reports, its own CPU and memory, build info."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import psutil
+from prometheus_client.core import Metric
+
+from watchdog.agent import metrics as m
+from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
+
+
+def version() -> str:
+    try:
+        return metadata.version("rank-watchdog")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown"
+
+
+@dataclass
+class LoopStats:
+    """Written by the poll loop, read by scrapes (plain attribute stores)."""
+
+    last_poll_s: float = 0.0
+
+
+class AgentCollector:
+    name = "agent"
+
+    def __init__(self, tracker: SlotTracker, loop: LoopStats, sender: Any = None,
+                 self_proc: Any = None) -> None:
+        self._tracker, self._loop, self._sender = tracker, loop, sender
+        self._self = self_proc or psutil.Process()
+        self._version = version()
+
+    def collect(self) -> list[Metric]:
+        t = self._tracker
+        errors, slots = m.SLOT_READ_ERRORS.family(), m.SLOTS.family()
+        for reason in READ_ERROR_REASONS:
+            errors.add_metric([reason], t.read_errors.get(reason, 0))
+        for state, n in t.state_counts().items():
+            slots.add_metric([state], n)
+        polls, poll_s, proc_err = m.POLLS.family(), m.POLL_DURATION.family(), m.PROC_ERRORS.family()
+        polls.add_metric([], t.polls)
+        poll_s.add_metric([], self._loop.last_poll_s)
+        proc_err.add_metric([], t.procs.errors)
+        reports, commands = m.REPORTS.family(), m.COMMANDS.family()
+        s = self._sender
+        reports.add_metric(["ok"], s.ok if s else 0)
+        reports.add_metric(["error"], s.failed if s else 0)
+        commands.add_metric([], s.commands_received if s else 0)
+        cpu, rss, info = m.AGENT_CPU.family(), m.AGENT_RSS.family(), m.BUILD_INFO.family()
+        with self._self.oneshot():
+            ct = self._self.cpu_times()
+            cpu.add_metric([], ct.user + ct.system)
+            rss.add_metric([], self._self.memory_info().rss)
+        info.add_metric([self._version, platform.python_version()], 1.0)
+        return [errors, slots, polls, poll_s, proc_err, reports, commands, cpu, rss, info]

@@ -1,0 +1,129 @@
+"""``watchdog agent``: wires the pieces together and runs the poll loop, the only
+place that reads the clock. Threads: main = poll loop, watchdog-agent-http =
+/metrics, watchdog-agent-sender = reports (only with --coordinator.url).
+
+Import this module without torch: nothing here or below imports it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+import threading
+import time
+from typing import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from watchdog import logs
+from watchdog.agent import config
+from watchdog.agent.agentmetrics import AgentCollector, LoopStats
+from watchdog.agent.exporter import Exporter
+from watchdog.agent.nvml import AcceleratorCollector, Accelerators, Disabled
+from watchdog.agent.rankmetrics import RanksCollector
+from watchdog.agent.sender import Sender
+from watchdog.agent.server import Server
+from watchdog.agent.slots import SlotTracker
+from watchdog.flags import FlagError
+
+
+class Agent:
+    def __init__(self, cfg: config.AgentConfig, *, tracker: SlotTracker | None = None,
+                 accelerators: Accelerators | Disabled | None = None) -> None:
+        self.cfg = cfg
+        self.log = logs.get("watchdog.agent")
+        self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
+                                              resource_interval_s=min(1.0, cfg.report_interval_s))
+        self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
+        self.loop = LoopStats()
+        self.agent_id = secrets.token_hex(8)
+        self.sender = None
+        if cfg.coordinator_url:
+            self.sender = Sender(
+                url=cfg.coordinator_url, token=cfg.token, job=cfg.job, host=cfg.host, agent_id=self.agent_id,
+                interval_s=cfg.report_interval_s, timeout_s=cfg.report_timeout_s, views=self.tracker.views,
+                accelerators=lambda: [d.to_dict() for d in self.accelerators.sample(time.monotonic()).devices])
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(Exporter((
+            RanksCollector(self.tracker.views, cfg.host),
+            AgentCollector(self.tracker, self.loop, self.sender),
+            AcceleratorCollector(self.accelerators, cfg.host),
+        )))
+        self._last_poll_ns = 0
+        self._errors = logs.RateLimited(60.0)
+
+    def healthy(self) -> tuple[bool, str]:
+        """Unhealthy when the poll loop has not completed a poll for a while (stuck)."""
+        limit_ns = max(2.0, 20 * self.cfg.poll_interval_s) * 1e9
+        age_ns = time.monotonic_ns() - self._last_poll_ns
+        if self._last_poll_ns and age_ns <= limit_ns:
+            return True, "ok"
+        return False, f"no poll completed for {age_ns / 1e9:.1f}s"
+
+    def poll_once(self) -> None:
+        t0 = time.monotonic_ns()
+        try:
+            self.tracker.poll(t0, time.time_ns())
+        except Exception as exc:  # a bug must not stop monitoring: log (rate-limited) and poll again
+            ok, suppressed = self._errors.should_log("poll", time.monotonic())
+            if ok:
+                self.log.error("poll failed", error=repr(exc), suppressed=suppressed, exc_info=exc)
+        t1 = time.monotonic_ns()
+        self._last_poll_ns = t1
+        self.loop.last_poll_s = (t1 - t0) / 1e9
+
+    def run(self, stop: threading.Event) -> int:
+        try:
+            server = Server(self.cfg.listen, self.registry, self.healthy)
+        except OSError as exc:
+            self.log.error("cannot listen", address=f"{self.cfg.listen[0]}:{self.cfg.listen[1]}", error=str(exc))
+            return 1
+        self.poll_once()  # /metrics has ranks from the first scrape on
+        self.accelerators.sample(time.monotonic())  # "no accelerator" is said once, at start
+        server.start(self.cfg.address_file)
+        if self.sender:
+            self.sender.start()
+        interval_ns = int(self.cfg.poll_interval_s * 1e9)
+        deadline = time.monotonic_ns()
+        try:
+            while not stop.is_set():
+                now = time.monotonic_ns()
+                deadline += interval_ns
+                if deadline < now:  # fell behind (suspended, overloaded): skip, don't burst
+                    deadline = now + interval_ns
+                if stop.wait((deadline - now) / 1e9):
+                    break
+                self.poll_once()
+        finally:
+            self.log.info("stopping")
+            if self.sender:
+                self.sender.stop()
+            server.stop()
+            self.accelerators.close()
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = config.load(sys.argv[1:] if argv is None else list(argv))
+    except FlagError as exc:
+        print(f"watchdog agent: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(cfg.log_level)
+    log = logs.get("watchdog.agent")
+    log.info("config", **{**cfg.effective, "host.name": cfg.host,
+                          "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"})
+    if cfg.token_from_argv:
+        log.warning("job token given with --job.token is visible to every local user; "
+                    "use --job.token-file or WATCHDOG_JOB_TOKEN")
+    agent = Agent(cfg)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame) -> None:
+        log.info("signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return agent.run(stop)

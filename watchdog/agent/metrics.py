@@ -1,0 +1,130 @@
+"""Every metric the agent exports, defined once. Names are an API: they are
+golden-filed in tests/golden/agent_metrics.txt and linted with promtool.
+
+Per-rank series carry the labels job, rank, local_rank, host, and there are
+exactly 29 of them per rank (SERIES_PER_RANK, checked against a real exposition):
+
+    alive, process_stopped, exited, heartbeat_age_seconds           4
+    steps_total, step, step_age_seconds                            3
+    last_step_seconds, window_step_seconds                         2
+    last_step_part_seconds{part=data|collective|compute}           3
+    step_part_seconds_total{part=data|collective|compute}          3
+    phase{phase=train|init|checkpoint|eval|shutdown|other}         6  (one-hot)
+    in_data_wait, in_collective, collective_seq,
+    collective_age_seconds, pg_joined                              5
+    hook_errors_total, cpu_seconds_total, resident_memory_bytes    3
+                                                                  --
+                                                                  29
+
+The parts of a step add up to it: compute = step - data - collective (never
+negative). There is no separate total-step-time counter: it is the sum over
+``part`` of ``watchdog_rank_step_part_seconds_total``; a windowed mean per part is
+``rate(..._part_seconds_total[5m]) / rate(watchdog_rank_steps_total[5m])``.
+
+Prometheus renames a target's ``job`` label to ``exported_job`` unless the scrape
+config sets ``honor_labels: true``; the agent's ``job`` is the training job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from watchdog import wire
+
+RANK_LABELS = ("job", "rank", "local_rank", "host")
+PARTS = ("data", "collective", "compute")
+PHASES = tuple(p.label for p in wire.Phase)
+GPU_LABELS = ("host", "gpu")
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str  # full name; counters end in _total
+    kind: str  # "gauge" | "counter"
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def family(self) -> Metric:
+        cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        return cls(self.name, self.help, labels=list(self.labels))
+
+
+def _g(name: str, help: str, labels: tuple[str, ...] = ()) -> Spec:
+    return Spec("watchdog_" + name, "gauge", help, labels)
+
+
+def _c(name: str, help: str, labels: tuple[str, ...] = ()) -> Spec:
+    return Spec("watchdog_" + name, "counter", help, labels)
+
+
+R = RANK_LABELS
+# -- per rank ------------------------------------------------------------------
+RANK_ALIVE = _g("rank_alive", "1 if the rank's process (pid and start time) exists and is not a zombie.", R)
+RANK_STOPPED = _g("rank_process_stopped", "1 if the rank's process is stopped (SIGSTOP, tracer).", R)
+RANK_EXITED = _g("rank_exited", "1 if the rank's hook recorded a clean interpreter exit.", R)
+RANK_HEARTBEAT_AGE = _g("rank_heartbeat_age_seconds", "Seconds since the hook's heartbeat thread last wrote.", R)
+RANK_STEPS = _c("rank_steps_total", "Training steps completed by the rank.", R)
+RANK_STEP = _g("rank_step", "Steps completed so far (the counter as a gauge, to compare ranks).", R)
+RANK_STEP_AGE = _g("rank_step_age_seconds", "Seconds since the step in progress started.", R)
+RANK_LAST_STEP = _g("rank_last_step_seconds", "Duration of the last completed step.", R)
+RANK_WINDOW_STEP = _g("rank_window_step_seconds", "Mean step duration over the last 32 completed steps.", R)
+RANK_LAST_PART = _g("rank_last_step_part_seconds",
+                    "Last completed step split into data wait, collective wait and compute.", R + ("part",))
+RANK_PART_TOTAL = _c("rank_step_part_seconds_total",
+                     "Step time spent in data wait, collective wait and compute, summed over steps.", R + ("part",))
+RANK_PHASE = _g("rank_phase", "1 for the phase the rank is in, 0 for the others.", R + ("phase",))
+RANK_IN_DATA = _g("rank_in_data_wait", "1 while the rank waits on its data iterator.", R)
+RANK_IN_COLL = _g("rank_in_collective", "1 while the rank has a collective outstanding.", R)
+RANK_COLL_SEQ = _g("rank_collective_seq", "Sequence number of the last collective the rank entered.", R)
+RANK_COLL_AGE = _g("rank_collective_age_seconds",
+                   "Seconds inside the outstanding collective (0 when none is outstanding).", R)
+RANK_PG_JOINED = _g("rank_pg_joined", "1 once the rank finished init_process_group (and until destroyed).", R)
+RANK_HOOK_ERRORS = _c("rank_hook_errors_total", "Errors the rank's hook caught (never raised into training).", R)
+RANK_CPU = _c("rank_cpu_seconds_total", "User plus system CPU time of the rank's process.", R)
+RANK_RSS = _g("rank_resident_memory_bytes", "Resident memory of the rank's process.", R)
+
+RANK_SPECS = (RANK_ALIVE, RANK_STOPPED, RANK_EXITED, RANK_HEARTBEAT_AGE, RANK_STEPS, RANK_STEP, RANK_STEP_AGE,
+              RANK_LAST_STEP, RANK_WINDOW_STEP, RANK_LAST_PART, RANK_PART_TOTAL, RANK_PHASE, RANK_IN_DATA,
+              RANK_IN_COLL, RANK_COLL_SEQ, RANK_COLL_AGE, RANK_PG_JOINED, RANK_HOOK_ERRORS, RANK_CPU, RANK_RSS)
+_FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
+SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
+
+# -- per job on this host --------------------------------------------------------
+JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("job", "host"))
+
+# -- the agent -------------------------------------------------------------------
+SLOT_READ_ERRORS = _c("agent_slot_read_errors_total",
+                      "Slot files that entered an unreadable state, by reason (corrupt, version, torn, io).",
+                      ("reason",))
+SLOTS = _g("agent_slots", "Slot files in the run directory by state.", ("state",))
+POLLS = _c("agent_polls_total", "Polls of the run directory.")
+POLL_DURATION = _g("agent_poll_duration_seconds", "Duration of the last poll.")
+PROC_ERRORS = _c("agent_process_read_errors_total", "Rank processes that exist but could not be read.")
+REPORTS = _c("agent_reports_total", "Reports sent to the coordinator, by result (ok, error).", ("result",))
+COMMANDS = _c("agent_commands_received_total", "Commands received from the coordinator.")
+AGENT_CPU = _c("agent_cpu_seconds_total", "User plus system CPU time of the agent itself.")
+AGENT_RSS = _g("agent_resident_memory_bytes", "Resident memory of the agent itself.")
+BUILD_INFO = _g("agent_build_info", "Always 1; labels carry the agent's version.", ("version", "python_version"))
+COLLECTOR_SUCCESS = _g("collector_success", "1 if the collector's last run succeeded.", ("collector",))
+COLLECTOR_DURATION = _g("collector_duration_seconds", "Duration of the collector's last run.", ("collector",))
+
+# -- accelerators ----------------------------------------------------------------
+ACCEL_AVAILABLE = _g("accelerator_available", "1 if NVML is usable on this host.")
+ACCELERATORS = _g("accelerators", "Accelerators NVML reports on this host.")
+ACCEL_INFO = _g("accelerator_info", "Always 1; labels name the device.", GPU_LABELS + ("name", "uuid"))
+ACCEL_UTIL = _g("accelerator_utilization_ratio", "Share of the last sample period a kernel ran (0-1).", GPU_LABELS)
+ACCEL_MEM_UTIL = _g("accelerator_memory_utilization_ratio",
+                    "Share of the last sample period device memory was read or written (0-1).", GPU_LABELS)
+ACCEL_MEM_USED = _g("accelerator_memory_used_bytes", "Device memory in use.", GPU_LABELS)
+ACCEL_MEM_TOTAL = _g("accelerator_memory_total_bytes", "Device memory installed.", GPU_LABELS)
+ACCEL_TEMP = _g("accelerator_temperature_celsius", "GPU core temperature.", GPU_LABELS)
+ACCEL_POWER = _g("accelerator_power_watts", "Power draw.", GPU_LABELS)
+ACCEL_SM_CLOCK = _g("accelerator_sm_clock_hertz", "Current SM clock.", GPU_LABELS)
+ACCEL_THROTTLE = _g("accelerator_throttle_reasons",
+                    "NVML clock event (throttle) reasons bitmask; 0 or 1 (GPU idle) is unthrottled.", GPU_LABELS)
+ACCEL_XID = _c("accelerator_xid_errors_total", "Critical XID error events seen since the agent started.",
+               GPU_LABELS)
+ACCEL_SPECS = (ACCEL_INFO, ACCEL_UTIL, ACCEL_MEM_UTIL, ACCEL_MEM_USED, ACCEL_MEM_TOTAL, ACCEL_TEMP, ACCEL_POWER,
+               ACCEL_SM_CLOCK, ACCEL_THROTTLE, ACCEL_XID)

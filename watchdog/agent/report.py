@@ -1,0 +1,70 @@
+"""The per-host report for the coordinator: a pure function of the tracked ranks and
+an explicit ``now``. Ages are against the agent's monotonic clock at build time."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from watchdog import wire
+from watchdog.agent import track
+from watchdog.agent.slots import RankView
+from watchdog.report import MAX_STEPS_PER_RANK, CollectiveState, HostReport, RankState
+
+
+def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
+    """``since``: the first STEP_END record index not yet reported for this slot."""
+    h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
+    coll = CollectiveState(
+        group=h[wire.H_COLL_GROUP], seq=h[wire.H_COLL_SEQ], done_seq=h[wire.H_COLL_DONE_SEQ],
+        op=track.label(wire.CollOp, h[wire.H_COLL_OP], "other"), bytes=h[wire.H_COLL_BYTES],
+        outstanding=h[wire.H_COLL_OUTSTANDING],
+        since_s=age(wire.H_COLL_ENTER_NS),
+    )
+    fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:]
+    return RankState(
+        rank=ident.rank, local_rank=ident.local_rank, world_size=ident.world_size, pid=ident.pid,
+        proc_start_us=ident.proc_start_us,
+        alive=v.proc.alive,
+        status=track.label(wire.Status, h.status, "unknown") if v.state != track.EXITED else "exited",
+        step=h[wire.H_STEP],
+        step_age_s=age(wire.H_STEP_START_NS),
+        heartbeat_age_s=track.age_s(now_ns, v.heartbeat_ns),
+        phase=track.label(wire.Phase, h[wire.H_PHASE], "other"),
+        phase_age_s=age(wire.H_PHASE_SINCE_NS),
+        pg_state=track.label(wire.PgState, h[wire.H_PG_STATE], "none"),
+        pg_age_s=age(wire.H_PG_CHANGE_NS),
+        in_data_wait=h.in_data_wait,
+        data_wait_age_s=age(wire.H_DATA_ENTER_NS) if h.in_data_wait else 0.0,
+        coll=coll,
+        last_step_s=h[wire.H_LAST_STEP_NS] / 1e9,
+        last_data_s=h[wire.H_LAST_DATA_NS] / 1e9,
+        last_coll_s=h[wire.H_LAST_COLL_NS] / 1e9,
+        hook_errors=h[wire.H_HOOK_ERRORS],
+        cpu_percent=v.cpu_percent,
+        rss_bytes=v.proc.rss_bytes,
+        torn=v.torn,
+        created_wall=h.created_wall_ns / 1e9,
+        recent_steps=tuple(track.step_sample(r) for r in fresh),
+        proc_status=v.proc.status,
+    )
+
+
+def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[RankView],
+                 now_mono_ns: int, now_wall: float, interval_s: float, *,
+                 since: Mapping[str, int] | None = None, accelerators: Sequence[dict] = ()) -> HostReport:
+    """One job's report. ``since`` maps a slot path to the first step record index
+    not yet reported (see ``marks``); missing paths report every retained record."""
+    since = since or {}
+    ranks = tuple(rank_state(v, now_mono_ns, since.get(v.path, 0)) for v in tracked_ranks
+                  if v.identity.job == job)
+    return HostReport(job=job, host=host, agent_id=agent_id, seq=seq, sent_wall=now_wall,
+                      interval_s=interval_s, ranks=ranks, accelerators=tuple(accelerators))
+
+
+def marks(tracked_ranks: Iterable[RankView]) -> dict[str, int]:
+    """path -> the ``since`` for the next report once this one was delivered."""
+    return {v.path: v.step_records[-1].index + 1 for v in tracked_ranks if v.step_records}
+
+
+def jobs(tracked_ranks: Iterable[RankView]) -> list[str]:
+    return sorted({v.identity.job for v in tracked_ranks})

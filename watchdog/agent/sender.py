@@ -1,0 +1,128 @@
+"""Sends one report per job per interval to the coordinator, from its own daemon
+thread: a slow or dead coordinator must never stall the poll loop.
+
+POST {url}/api/v1/report, JSON ``HostReport.to_dict()``, ``Authorization: Bearer
+<job token>``. The reply is ``{"ok": true, "commands": [...]}``; commands go to the
+``handle_commands`` seam (executing them is a later piece of work). Step records
+are marked reported only once a report carrying them was accepted, so a failed
+send does not lose them (up to the report's cap).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from watchdog import logs
+from watchdog.agent import report
+from watchdog.agent.slots import RankView
+
+REPORT_PATH = "/api/v1/report"
+MAX_REPLY_BYTES = 1 << 20
+
+# Agents talk to an in-cluster coordinator; an http_proxy inherited from a login
+# environment would be wrong far more often than right, so proxies are ignored.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def post_json(url: str, payload: dict, token: str, timeout_s: float) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
+    try:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
+            body = resp.read(MAX_REPLY_BYTES)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(512).decode("utf-8", "replace").strip()
+        raise RuntimeError(f"HTTP {exc.code} from {url}: {detail or exc.reason}") from None
+    return json.loads(body)
+
+
+def log_commands(commands: list[dict]) -> None:
+    logs.get("watchdog.agent.sender").info("commands received", commands=commands)
+
+
+class Sender:
+    def __init__(self, *, url: str, token: str, job: str, host: str, agent_id: str, interval_s: float,
+                 timeout_s: float, views: Callable[[], Sequence[RankView]],
+                 accelerators: Callable[[], list[dict]] = list, post: Callable = post_json,
+                 handle_commands: Callable[[list[dict]], None] = log_commands, log=None,
+                 mono_ns: Callable[[], int] = time.monotonic_ns, wall: Callable[[], float] = time.time) -> None:
+        self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
+        self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
+        self._views, self._accelerators, self._post = views, accelerators, post
+        self._handle_commands = handle_commands
+        self._log = log or logs.get("watchdog.agent.sender")
+        self._mono_ns, self._wall = mono_ns, wall
+        self._limit = logs.RateLimited(60.0)
+        self._seq: dict[str, int] = {}
+        self._since: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        self.ok = self.failed = self.commands_received = 0
+        self.last_commands: list[dict] = []
+
+    def send_once(self) -> None:
+        views = tuple(self._views())
+        live_paths = {v.path for v in views}
+        self._since = {p: i for p, i in self._since.items() if p in live_paths}
+        acc = self._accelerators()
+        for job in [self._job] if self._job else report.jobs(views):
+            seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
+            mine = [v for v in views if v.identity.job == job]
+            rep = report.build_report(job, self._host, self._agent_id, seq, mine, self._mono_ns(), self._wall(),
+                                      self._interval_s, since=self._since, accelerators=acc)
+            try:
+                reply = self._post(self._url, rep.to_dict(), self._token, self._timeout_s)
+                if not isinstance(reply, dict) or reply.get("ok") is not True:
+                    raise RuntimeError(f"coordinator did not accept the report: {str(reply)[:200]}")
+            except Exception as exc:  # URLError, timeout, bad JSON, refusal: all one outcome
+                self._failed(job, exc)
+                continue
+            self.ok += 1
+            if self._failing:
+                self._failing = False
+                self._log.info("reports resumed", url=self._url)
+            self._since.update(report.marks(mine))
+            commands = reply.get("commands") or []
+            if isinstance(commands, list) and commands:
+                self.commands_received += len(commands)
+                self.last_commands = commands
+                self._handle_commands(commands)
+
+    def _failed(self, job: str, exc: BaseException) -> None:
+        self.failed += 1
+        self._failing = True
+        ok, suppressed = self._limit.should_log("report", time.monotonic())
+        if ok:
+            self._log.warning("report failed", url=self._url, job=job, error=f"{type(exc).__name__}: {exc}",
+                              suppressed=suppressed)
+
+    def _run(self) -> None:
+        interval_ns = int(self._interval_s * 1e9)
+        deadline = self._mono_ns()
+        while not self._stop.is_set():
+            try:
+                self.send_once()
+            except Exception as exc:  # a bug here must not kill reporting for good
+                self._log.error("report loop error", error=repr(exc), exc_info=exc)
+            now = self._mono_ns()
+            deadline += interval_ns
+            if deadline < now:  # a send took longer than the interval: do not burst to catch up
+                deadline = now + interval_ns
+            self._stop.wait((deadline - now) / 1e9)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="watchdog-agent-sender", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,0 +1,86 @@
+"""HTTP: /metrics (Prometheus text or OpenMetrics, by Accept) and /healthz, served
+from a daemon thread by the stdlib's ThreadingHTTPServer."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from watchdog import logs
+
+INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
+<h1>rank-watchdog agent</h1><p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a></p>
+</body></html>
+"""
+
+
+def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "rank-watchdog-agent"
+
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._send(200, content_type, encoder(registry))
+            elif path == "/healthz":
+                ok, text = healthy()
+                self._send(200 if ok else 503, "text/plain; charset=utf-8", text.encode() + b"\n")
+            elif path == "/":
+                self._send(200, "text/html; charset=utf-8", INDEX)
+            else:
+                self._send(404, "text/plain; charset=utf-8", b"not found\n")
+
+        def _send(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 - a request per scrape is a tick
+            pass
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class Server:
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
+                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")) -> None:
+        cls = _Server6 if ":" in address[0] else _Server
+        self._httpd = cls(address, make_handler(registry, healthy))
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="watchdog-agent-http", daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def start(self, address_file: str = "") -> str:
+        self._thread.start()
+        logs.get("watchdog.agent").info("listening", address=self.address)
+        if address_file:  # atomically: a reader never sees a half-written address
+            tmp = f"{address_file}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(self.address + "\n")
+            os.replace(tmp, address_file)
+        return self.address
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout_s)

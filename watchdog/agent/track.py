@@ -1,0 +1,106 @@
+"""Pure decisions about slots: stale at first sight, which slot speaks for a rank,
+a rank's state, windowed step statistics. Everything takes ``now`` explicitly."""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+
+from watchdog import wire
+from watchdog.agent.procs import ProcSample
+from watchdog.report import StepSample
+
+# Slot states: the first three are ranks we export; the others are files we do not.
+ALIVE, DEAD, EXITED = "alive", "dead", "exited"
+STALE = "stale"  # process gone and heartbeat old when first seen: an earlier job's leftover
+SUPERSEDED = "superseded"  # a newer slot claims the same (job, rank): history
+OTHER_JOB = "other_job"  # filtered out by --job.name
+INVALID = "invalid"  # never read successfully (garbage, unknown version, I/O error)
+SLOT_STATES = (ALIVE, DEAD, EXITED, STALE, SUPERSEDED, OTHER_JOB, INVALID)
+
+WINDOW_STEPS = 32
+# A heartbeat ahead of our clock by more than this is from before a reboot
+# (CLOCK_MONOTONIC restarts at boot), not clock jitter.
+FUTURE_SLACK_NS = 1_000_000_000
+
+
+def stale_reason(header: wire.SlotHeader, proc: ProcSample, now_mono_ns: int, now_wall_ns: int,
+                 stale_after_s: float) -> str | None:
+    """Why a slot seen for the first time is an earlier job's leftover, or None.
+
+    Only a slot whose process is gone can be stale. Its last heartbeat is judged on
+    both clocks: monotonic ages are meaningless across a reboot (the clock restarts,
+    so the heartbeat may even lie in the future), and the wall-clock estimate
+    ``created_wall + (heartbeat - created_mono)`` survives one."""
+    if proc.alive:
+        return None
+    limit_ns = stale_after_s * 1e9
+    hb = header.heartbeat_ns
+    if hb > now_mono_ns + FUTURE_SLACK_NS or header.created_mono_ns > now_mono_ns + FUTURE_SLACK_NS:
+        return "heartbeat is ahead of this host's monotonic clock (written before a reboot)"
+    if now_mono_ns - hb > limit_ns:
+        return f"process {proc.status}, last heartbeat {(now_mono_ns - hb) / 1e9:.0f}s ago"
+    hb_wall = header.created_wall_ns + (hb - header.created_mono_ns)
+    if now_wall_ns - hb_wall > limit_ns:
+        return f"process {proc.status}, last heartbeat {(now_wall_ns - hb_wall) / 1e9:.0f}s ago by the wall clock"
+    return None
+
+
+def rank_state(status: int, proc: ProcSample) -> str:
+    """A clean exit (the hook's atexit wrote EXITED) is not a death."""
+    if status == wire.Status.EXITED:
+        return EXITED
+    return ALIVE if proc.alive else DEAD
+
+
+T = TypeVar("T")
+
+
+def newest_per_rank(slots: Iterable[T], header_of: Callable[[T], wire.SlotHeader],
+                    path_of: Callable[[T], str]) -> dict[Hashable, T]:
+    """(job, rank) -> the slot that speaks for it: the newest by creation wall time
+    (a torchrun restart leaves the old worker's file behind). Ties break on the
+    monotonic creation time, then the path, so the choice is deterministic."""
+    best: dict[Hashable, tuple[tuple, T]] = {}
+    for s in slots:
+        h = header_of(s)
+        key = (h.identity.job, h.identity.rank)
+        order = (h.created_wall_ns, h.created_mono_ns, path_of(s))
+        cur = best.get(key)
+        if cur is None or order > cur[0]:
+            best[key] = (order, s)
+    return {k: v[1] for k, v in best.items()}
+
+
+def window_mean_s(step_records: Sequence[wire.Record], n: int = WINDOW_STEPS) -> float:
+    """Mean step duration (s) over the last ``n`` STEP_END records; 0 with none."""
+    recent = step_records[-n:]
+    if not recent:
+        return 0.0
+    return sum(r.payload[0] for r in recent) / len(recent) / 1e9
+
+
+def cpu_percent(prev: ProcSample | None, cur: ProcSample) -> float:
+    """CPU use between two samples, in percent of one core (psutil's convention)."""
+    if prev is None or not prev.sampled_ns or cur.sampled_ns <= prev.sampled_ns:
+        return 0.0
+    return max(0.0, 100.0 * (cur.cpu_seconds - prev.cpu_seconds) / ((cur.sampled_ns - prev.sampled_ns) / 1e9))
+
+
+def label(enum_cls: type[enum.IntEnum], code: int, unknown: str) -> str:
+    """Bounded label for a wire enum; a code this agent does not know maps to ``unknown``."""
+    try:
+        return enum_cls(code).name.lower()
+    except ValueError:
+        return unknown
+
+
+def step_sample(rec: wire.Record) -> StepSample:
+    p = rec.payload  # STEP_END: A step_ns, B data_ns, C coll_ns, ..., F phase
+    return StepSample(step=rec.step, step_s=p[0] / 1e9, data_s=p[1] / 1e9, coll_s=p[2] / 1e9,
+                      phase=label(wire.Phase, p[5], "other"))
+
+
+def age_s(now_ns: int, then_ns: int) -> float:
+    """Seconds since ``then_ns``; 0 for "never" (0) and for times ahead of now."""
+    return max(0.0, (now_ns - then_ns) / 1e9) if then_ns > 0 else 0.0
