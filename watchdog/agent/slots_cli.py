@@ -1,0 +1,104 @@
+"""``watchdog slots --run-dir DIR [--json]``: one line per slot file, read directly
+(no agent needed): what each rank was doing, and whether its process is alive.
+For the person paged at 03:00, and for post-mortems: dead ranks' files keep their
+last state."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Callable, Sequence
+
+from watchdog import flags, wire
+from watchdog.agent import report, track
+from watchdog.agent.procs import ProcessTable
+from watchdog.agent.slots import RankView
+from watchdog.flags import Flag, FlagError
+
+FLAGS = (
+    Flag("run-dir", "", "directory holding the ranks' slot files (required)"),
+    Flag("job.name", "", "only this job (empty = all)"),
+    Flag("stale.after-seconds", 30.0, "mark slots of gone processes with older heartbeats as stale",
+         flags.positive_float),
+    Flag("json", False, "print JSON instead of a table", flags.boolean),
+)
+
+
+def collect(run_dir: str, job: str, stale_after_s: float, now_mono_ns: int, now_wall_ns: int,
+            procs: ProcessTable, read: Callable = wire.read_slot) -> tuple[list[dict], list[dict]]:
+    """(rows, errors): a row is a report.RankState as a dict plus job, state and path."""
+    found, errors = [], []
+    for path in wire.list_slot_files(run_dir):
+        try:
+            snap = read(path)
+        except FileNotFoundError:
+            continue
+        except (wire.SlotError, OSError) as exc:
+            errors.append({"path": path, "reason": getattr(exc, "reason", "io"), "error": str(exc)})
+            continue
+        ident = snap.header.identity
+        if job and ident.job != job:
+            continue
+        proc = procs.check(ident.pid, ident.proc_start_us, now_mono_ns, resources=True)
+        stale = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, stale_after_s)
+        found.append((snap, proc, stale))
+    live = [f for f in found if not f[2]]
+    winners = {id(f) for f in track.newest_per_rank(live, lambda f: f[0].header, lambda f: f[0].path).values()}
+    rows = []
+    for f in found:
+        snap, proc, stale = f
+        state = track.STALE if stale else track.rank_state(snap.header.status, proc)
+        if not stale and id(f) not in winners:
+            state = track.SUPERSEDED
+        steps = tuple(r for r in snap.records if r.kind == wire.RecordKind.STEP_END)
+        view = RankView(snap.path, snap.header, snap.header.heartbeat_ns, snap.torn, proc, state, 0.0, steps)
+        rs = report.rank_state(view, now_mono_ns)
+        row = {"job": snap.header.identity.job, "state": state, "path": snap.path, **asdict(rs)}
+        row["recent_steps"] = row["recent_steps"][-5:]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["job"], r["rank"], r["created_wall"]))
+    return rows, errors
+
+
+COLUMNS = ("job", "rank", "pid", "state", "proc", "step", "phase", "hb_age", "last_step", "data", "coll",
+           "compute", "collective", "errors")
+
+
+def _cells(r: dict) -> tuple[str, ...]:
+    c = r["coll"]
+    if c["outstanding"] > 0:
+        coll = f"in #{c['seq']} {c['op']} {c['since_s']:.1f}s"
+    else:
+        coll = f"done #{c['done_seq']}" if c["seq"] else "-"
+    compute = max(0.0, r["last_step_s"] - r["last_data_s"] - r["last_coll_s"])
+    return (r["job"], str(r["rank"]), str(r["pid"]), r["state"], r["proc_status"], str(r["step"]), r["phase"],
+            f"{r['heartbeat_age_s']:.1f}s", f"{r['last_step_s']:.3f}", f"{r['last_data_s']:.3f}",
+            f"{r['last_coll_s']:.3f}", f"{compute:.3f}", coll, str(r["hook_errors"]))
+
+
+def table(rows: list[dict], errors: list[dict]) -> str:
+    cells = [COLUMNS] + [_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip() for c in cells]
+    if not rows:
+        lines.append("(no slot files)")
+    lines += [f"unreadable: {e['path']}: {e['reason']}: {e['error']}" for e in errors]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    args = ["--json=true" if a == "--json" else a for a in args]  # a bare switch; flags.py flags take values
+    try:
+        v = flags.parse("watchdog slots", "Print the rank slots in a run directory.", FLAGS, args)
+        if not v["run_dir"]:
+            raise FlagError("--run-dir (or WATCHDOG_RUN_DIR) is required")
+    except FlagError as exc:
+        print(f"watchdog slots: {exc}", file=sys.stderr)
+        return 2
+    rows, errors = collect(v["run_dir"], v["job_name"], v["stale_after_seconds"], time.monotonic_ns(),
+                           time.time_ns(), ProcessTable())
+    print(json.dumps({"ranks": rows, "errors": errors}, indent=1) if v["json"] else table(rows, errors))
+    return 0
