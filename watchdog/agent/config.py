@@ -87,7 +87,8 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
         from_argv = any(a == "--job.token" or a.startswith("--job.token=") for a in argv or ())
     return AgentConfig(
         run_dir=v["run_dir"],
-        listen=v["web_listen_address"],
+        # flags.parse hands defaults through unconverted: the default is the string form.
+        listen=flags.listen_address(lst) if isinstance(lst := v["web_listen_address"], str) else lst,
         address_file=v["web_address_file"],
         job=v["job_name"],
         host=v["host_name"] or socket.gethostname(),

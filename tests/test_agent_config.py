@@ -1,0 +1,73 @@
+"""Agent flags: CLI > WATCHDOG_ env > default, clear errors, secrets kept out of logs."""
+
+import pytest
+
+from watchdog.agent import config
+from watchdog.agent.main import main
+from watchdog.flags import FlagError
+
+
+def load(argv, env=None):
+    return config.load(["--run-dir", "/r", *argv], env or {})
+
+
+def test_defaults():
+    c = load([])
+    assert (c.run_dir, c.listen, c.job, c.poll_interval_s, c.report_interval_s, c.stale_after_s) == (
+        "/r", ("0.0.0.0", 9400), "", 0.1, 1.0, 30.0)
+    assert c.coordinator_url == "" and c.token == "" and c.accelerator and c.host
+
+
+def test_cli_beats_env_beats_default():
+    env = {"WATCHDOG_POLL_INTERVAL_SECONDS": "0.05", "WATCHDOG_JOB_NAME": "from-env",
+           "WATCHDOG_WEB_LISTEN_ADDRESS": "127.0.0.1:0"}
+    c = load(["--job.name", "from-cli"], env)
+    assert c.job == "from-cli" and c.poll_interval_s == 0.05 and c.listen == ("127.0.0.1", 0)
+    assert config.load([], {"WATCHDOG_RUN_DIR": "/env"}).run_dir == "/env"
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["--poll.interval-seconds", "0"], {}, "--poll.interval-seconds='0': must be > 0"),
+    ([], {"WATCHDOG_STALE_AFTER_SECONDS": "soon"}, "WATCHDOG_STALE_AFTER_SECONDS='soon'"),
+    (["--web.listen-address", "9400"], {}, "must be HOST:PORT"),
+    (["--coordinator.url", "coord:9500"], {}, "must start with http://"),
+    (["--log.level", "loud"], {}, "must be one of debug"),
+    (["--collector.accelerator", "maybe"], {}, "--collector.accelerator='maybe'"),
+    (["--job.token-file", "/nonexistent/token"], {}, "--job.token-file='/nonexistent/token'"),
+])
+def test_bad_values_are_clear_flag_errors(argv, env, message):
+    with pytest.raises(FlagError, match=message.replace("(", r"\(").replace("?", r"\?")):
+        load(argv, env)
+
+
+def test_run_dir_is_required():
+    with pytest.raises(FlagError, match="--run-dir"):
+        config.load([], {})
+
+
+def test_token_file_is_preferred_and_secret_never_logged(tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    c = load(["--job.token-file", str(tok), "--job.token", "argv-token"])
+    assert c.token == "s3cret" and not c.token_from_argv
+    assert "s3cret" not in repr(c) and "s3cret" not in str(c.effective)
+    assert c.effective["job.token"] == "<set>"
+    c = load([], {"WATCHDOG_JOB_TOKEN": "env-token"})
+    assert c.token == "env-token" and not c.token_from_argv
+    assert load(["--job.token", "t"]).token_from_argv
+    tok.write_text("")
+    with pytest.raises(FlagError, match="empty"):
+        load(["--job.token-file", str(tok)])
+
+
+def test_main_reports_flag_errors_with_status_2(capsys):
+    assert main(["--run-dir", "/r", "--poll.interval-seconds", "-1"]) == 2
+    assert "--poll.interval-seconds='-1': must be > 0" in capsys.readouterr().err
+
+
+def test_agent_main_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, watchdog.agent.main, watchdog.agent.slots_cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0

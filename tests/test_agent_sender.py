@@ -1,0 +1,131 @@
+"""Sender: one report per job per interval, failures counted and rate-limited,
+step records re-sent after a failure, commands handed to the seam; and one real
+POST to a loopback HTTP server."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from watchdog import report as wire_report
+from watchdog.agent import fakes, track
+from watchdog.agent.procs import ProcSample
+from watchdog.agent.sender import Sender, post_json
+from watchdog.agent.slots import RankView
+
+S = 1_000_000_000
+
+
+def view(job, rank, records=()):
+    ident = fakes.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
+    snap = fakes.snapshot(ident, path=f"/run/{job}.{rank}.slot")
+    return RankView(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0,
+                    tuple(records))
+
+
+class Log:
+    def __init__(self):
+        self.events = []
+
+    def __getattr__(self, level):
+        return lambda event, **kw: self.events.append((level, event, kw))
+
+
+def make(views, post, job="", handled=None, **kw):
+    def as_json(url, payload, token, timeout):  # what the coordinator would receive
+        return post(url, json.loads(json.dumps(payload)), token, timeout)
+
+    return Sender(url="http://coord:1", token="tok", job=job, host="h", agent_id="a1", interval_s=1.0,
+                  timeout_s=2.0, views=lambda: views, post=as_json, log=kw.pop("log", Log()),
+                  handle_commands=(handled.extend if handled is not None else lambda c: None),
+                  mono_ns=lambda: 10 * S, wall=lambda: 1.8e9, **kw)
+
+
+def test_one_report_per_job_with_token_and_commands():
+    sent, handled = [], []
+
+    def post(url, payload, token, timeout):
+        sent.append((url, payload, token, timeout))
+        return {"ok": True, "commands": [{"kind": "stacks"}] if payload["job"] == "b" else []}
+
+    s = make([view("a", 0), view("a", 1), view("b", 0)], post, handled=handled)
+    s.send_once()
+    assert [(p["job"], len(p["ranks"]), p["seq"]) for _, p, _, _ in sent] == [("a", 2, 1), ("b", 1, 1)]
+    assert {(u, t, to) for u, _, t, to in sent} == {("http://coord:1/api/v1/report", "tok", 2.0)}
+    assert handled == [{"kind": "stacks"}] and s.commands_received == 1 and s.last_commands == handled
+    assert (s.ok, s.failed) == (2, 0)
+    wire_report.HostReport.from_dict(sent[0][1])  # the coordinator's parser accepts it
+
+
+def test_job_filter_sends_even_with_no_ranks():
+    sent = []
+    s = make([], lambda u, p, t, to: sent.append(p) or {"ok": True}, job="j")
+    s.send_once()
+    assert [(p["job"], p["ranks"]) for p in sent] == [("j", [])]  # the coordinator still hears the host
+
+
+def test_failures_are_counted_logged_rate_limited_and_steps_kept():
+    recs = [fakes.step_record(i, i + 1, S // 10) for i in range(3)]
+    replies = [ConnectionRefusedError("refused"), {"ok": False, "error": "bad token"}, {"ok": True}, {"ok": True}]
+    sent = []
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        r = replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    log = Log()
+    s = make([view("j", 0, recs)], post, log=log)
+    for _ in range(4):
+        s.send_once()
+    assert (s.ok, s.failed) == (2, 2)
+    assert [len(p["ranks"][0]["recent_steps"]) for p in sent] == [3, 3, 3, 0]  # delivered once, then not again
+    assert [p["seq"] for p in sent] == [1, 2, 3, 4]
+    assert [e for _, e, _ in log.events] == ["report failed", "reports resumed"]  # 2nd failure rate-limited
+
+
+def test_a_real_post_to_a_loopback_server():
+    got = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.update(path=self.path, auth=self.headers["Authorization"], body=json.loads(body))
+            out = json.dumps({"ok": True, "commands": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        s = Sender(url=url, token="tok", job="", host="h", agent_id="a", interval_s=1.0, timeout_s=2.0,
+                   views=lambda: [view("j", 0)], post=post_json, log=Log())
+        s.send_once()
+        assert s.ok == 1 and got["path"] == "/api/v1/report" and got["auth"] == "Bearer tok"
+        assert got["body"]["ranks"][0]["rank"] == 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_http_errors_and_dead_coordinators_are_failures_not_crashes():
+    log = Log()
+    s = Sender(url="http://127.0.0.1:9", token="", job="", host="h", agent_id="a", interval_s=1.0,
+               timeout_s=0.5, views=lambda: [view("j", 0)], log=log)
+    s.send_once()
+    assert s.failed == 1 and log.events[0][1] == "report failed"
+
+
+def test_thread_is_named_daemon_and_stops():
+    s = make([], lambda *a: {"ok": True}, job="j")
+    s.start()
+    assert s._thread.name == "watchdog-agent-sender" and s._thread.daemon
+    s.stop(timeout_s=3)
+    assert not s._thread.is_alive()

@@ -1,0 +1,301 @@
+"""SlotTracker: slot tracking across polls with a fake run dir, fake processes and an
+explicit clock; survival of bad input with real files."""
+
+import dataclasses
+import errno
+import os
+
+import psutil
+import pytest
+
+from watchdog import wire
+from watchdog.agent import fakes, track
+from watchdog.agent.fakes import FakeProcess, FakeProcesses
+from watchdog.agent.procs import ProcessTable
+from watchdog.agent.slots import SlotTracker
+
+S = 1_000_000_000
+T0 = 5_000 * S  # monotonic
+W0 = 1_800_000_000 * S  # wall, same instant
+
+
+class Log:
+    def __init__(self):
+        self.events = []
+
+    def _rec(self, level):
+        return lambda event, **kw: self.events.append((level, event, kw))
+
+    def __getattr__(self, level):
+        return self._rec(level)
+
+    def named(self, event):
+        return [kw for _, e, kw in self.events if e == event]
+
+
+class World:
+    """A fake run dir: path -> SlotSnapshot or an exception to raise on read."""
+
+    def __init__(self):
+        self.files, self.inodes, self.reads = {}, {}, []
+        self._next_inode = 1
+
+    def put(self, path, value):
+        if path not in self.files:
+            self.inodes[path], self._next_inode = self._next_inode, self._next_inode + 1
+        self.files[path] = value
+
+    def remove(self, path):
+        del self.files[path], self.inodes[path]
+
+    def lister(self, run_dir):
+        return dict(self.inodes)
+
+    def read(self, path, since=0):
+        self.reads.append((path, since))
+        value = self.files[path]
+        if isinstance(value, BaseException):
+            raise value
+        return dataclasses.replace(value, records=tuple(r for r in value.records if r.index >= since))
+
+
+def slot(path, rank=0, pid=100, *, hb=T0, created_wall=None, job="j", status=wire.Status.RUNNING, words=None,
+         records=(), torn=False):
+    ident = fakes.identity(job, rank, 4, pid=pid, proc_start_us=int(1000.0 * 1e6))
+    created_mono = hb - S
+    w = {wire.H_HEARTBEAT_NS: hb, **(words or {})}
+    return fakes.snapshot(ident, w, path=path, mono_ns=created_mono,
+                          wall_ns=W0 - (T0 - created_mono) if created_wall is None else created_wall,
+                          records=records, torn=torn, status=status)
+
+
+def tracker(world, *procs, **kw):
+    log = Log()
+    t = SlotTracker("/run", procs=ProcessTable(FakeProcesses(*procs)), read=world.read, lister=world.lister,
+                    log=log, **kw)
+    return t, log
+
+
+def proc(pid=100, **kw):
+    return FakeProcess(pid, 1000.0, **kw)
+
+
+def test_live_rank_is_exported():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot"))
+    t, log = tracker(w, proc())
+    t.poll(T0, W0)
+    (v,) = t.views()
+    assert v.state == track.ALIVE and v.proc.alive and v.identity.rank == 0
+    assert log.named("rank appeared")[0]["state"] == "alive"
+    assert t.state_counts()[track.ALIVE] == 1
+
+
+def test_stale_at_first_sight_is_ignored_and_logged_once():
+    w = World()
+    w.put("/run/old.slot", slot("/run/old.slot", pid=555, hb=T0 - 60 * S))
+    t, log = tracker(w)  # pid 555 does not exist
+    for i in range(3):
+        t.poll(T0 + i * S // 10, W0 + i * S // 10)
+    assert t.views() == ()
+    assert t.state_counts()[track.STALE] == 1
+    assert len(log.named("slot stale")) == 1
+    assert len(w.reads) == 1  # not re-read every poll
+
+
+def test_dead_at_first_sight_with_fresh_heartbeat_is_a_post_mortem():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", pid=555, hb=T0 - 2 * S))
+    t, _ = tracker(w)
+    t.poll(T0, W0)
+    (v,) = t.views()
+    assert v.state == track.DEAD and not v.proc.alive
+
+
+def test_pid_reuse_is_not_alive():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100))
+    t, _ = tracker(w, FakeProcess(100, 1000.0 + 5.0))  # pid 100 now belongs to a later process
+    t.poll(T0, W0)
+    (v,) = t.views()
+    assert not v.proc.alive and v.proc.status == "reused" and v.state == track.DEAD
+
+
+def test_newest_wins_and_older_becomes_history():
+    w = World()
+    w.put("/run/old.slot", slot("/run/old.slot", pid=100, created_wall=W0 - 100 * S))
+    w.put("/run/new.slot", slot("/run/new.slot", pid=101, created_wall=W0 - 10 * S))
+    t, log = tracker(w, proc(100), proc(101))
+    t.poll(T0, W0)
+    (v,) = t.views()
+    assert v.path == "/run/new.slot"
+    assert t.state_counts()[track.SUPERSEDED] == 1
+    assert log.named("slot superseded")[0]["path"] == "/run/old.slot"
+    w.remove("/run/new.slot")  # its file goes: the older one speaks for the rank again
+    t.poll(T0 + S, W0 + S)
+    assert [v.path for v in t.views()] == ["/run/old.slot"]
+
+
+def test_dead_after_alive_stays_dead_until_a_newer_slot():
+    w = World()
+    p = proc(100)
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100, words={wire.H_STEP: 41}))
+    t, log = tracker(w, p, proc(200))
+    t.poll(T0, W0)
+    p.running = False  # SIGKILL
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100, words={wire.H_STEP: 42}))
+    for i in range(1, 5):
+        t.poll(T0 + i * S, W0 + i * S)  # long after --stale.after-seconds: still exported
+    (v,) = t.views()
+    assert v.state == track.DEAD and not v.proc.alive
+    assert v.header[wire.H_STEP] == 42  # the read after the death shows the final state
+    assert len(log.named("rank died")) == 1
+    assert len([r for r in w.reads if r[0] == "/run/a.slot"]) == 2  # frozen after the final read
+    w.put("/run/b.slot", slot("/run/b.slot", pid=200, hb=T0 + 5 * S, created_wall=W0 + 5 * S))
+    t.poll(T0 + 5 * S, W0 + 5 * S)
+    (v,) = t.views()
+    assert v.path == "/run/b.slot" and v.state == track.ALIVE
+
+
+def test_clean_exit_is_exited_not_dead():
+    w = World()
+    p = proc(100)
+    w.put("/run/a.slot", slot("/run/a.slot"))
+    t, log = tracker(w, p)
+    t.poll(T0, W0)
+    w.put("/run/a.slot", slot("/run/a.slot", status=wire.Status.EXITED))
+    p.running = False
+    t.poll(T0 + S, W0 + S)
+    (v,) = t.views()
+    assert v.state == track.EXITED and not v.proc.alive
+    assert log.named("rank exited") and not log.named("rank died")
+
+
+def test_step_records_accumulate_and_since_advances():
+    w = World()
+    recs = [fakes.step_record(i, i + 1, S // 10) for i in range(3)]
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_RING_HEAD: 3}, records=recs))
+    t, _ = tracker(w, proc())
+    t.poll(T0, W0)
+    recs += [fakes.step_record(i, i + 1, S // 5) for i in range(3, 5)]
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_RING_HEAD: 5}, records=recs))
+    t.poll(T0 + S // 10, W0)
+    assert w.reads == [("/run/a.slot", 0), ("/run/a.slot", 3)]
+    (v,) = t.views()
+    assert [r.index for r in v.step_records] == [0, 1, 2, 3, 4]
+
+
+def test_torn_read_keeps_last_good_header_but_takes_the_heartbeat():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_STEP: 7}))
+    t, _ = tracker(w, proc())
+    t.poll(T0, W0)
+    w.put("/run/a.slot", slot("/run/a.slot", hb=T0 + S, words={wire.H_STEP: 999}, torn=True))
+    t.poll(T0 + S, W0 + S)
+    t.poll(T0 + 2 * S, W0 + 2 * S)
+    (v,) = t.views()
+    assert v.torn and v.header[wire.H_STEP] == 7 and v.heartbeat_ns == T0 + S
+    assert t.read_errors["torn"] == 1  # one episode, however many torn reads
+
+
+def test_other_jobs_are_filtered_and_not_reread():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", job="mine"))
+    w.put("/run/b.slot", slot("/run/b.slot", job="theirs", pid=101))
+    t, _ = tracker(w, proc(100), proc(101), job="mine")
+    t.poll(T0, W0)
+    t.poll(T0 + S, W0)
+    assert [v.identity.job for v in t.views()] == ["mine"]
+    assert t.state_counts()[track.OTHER_JOB] == 1
+    assert [r for r in w.reads if r[0] == "/run/b.slot"] == [("/run/b.slot", 0)]
+
+
+def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
+    w = World()
+    w.put("/run/good.slot", slot("/run/good.slot"))
+    w.put("/run/garbage.slot", wire.CorruptSlot("bad magic"))
+    w.put("/run/future.slot", wire.UnsupportedVersion("slot version 9"))
+    w.put("/run/eio.slot", OSError(errno.EIO, "I/O error"))
+    w.put("/run/gone.slot", FileNotFoundError(errno.ENOENT, "deleted between listdir and open"))
+    t, log = tracker(w, proc())
+    for i in range(3):
+        t.poll(T0 + i * S // 10, W0)
+    assert [v.path for v in t.views()] == ["/run/good.slot"]
+    assert t.read_errors == {"corrupt": 1, "version": 1, "torn": 0, "io": 1}
+    assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
+    assert t.state_counts()[track.INVALID] == 3
+    w.put("/run/garbage.slot", slot("/run/garbage.slot", rank=1, pid=100))  # formatted later: recovers
+    t.poll(T0 + S, W0 + S)
+    assert [v.identity.rank for v in t.views()] == [0, 1]
+
+
+def test_a_tracked_slot_turning_bad_keeps_its_last_state():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_STEP: 3}))
+    t, _ = tracker(w, proc())
+    t.poll(T0, W0)
+    w.put("/run/a.slot", wire.CorruptSlot("bad magic"))
+    t.poll(T0 + S, W0)
+    t.poll(T0 + 2 * S, W0)
+    (v,) = t.views()
+    assert v.header[wire.H_STEP] == 3 and v.proc.alive
+    assert t.read_errors["corrupt"] == 1
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
+def test_process_vanishing_mid_read_keeps_the_loop_going(fail_at):
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100))
+    w.put("/run/b.slot", slot("/run/b.slot", rank=1, pid=101))
+    flaky = FakeProcess(100, 1000.0, fail_at=fail_at, exc=psutil.NoSuchProcess(100))
+    t, _ = tracker(w, flaky, proc(101))
+    for i in range(3):
+        t.poll(T0 + i * S, W0 + i * S)
+    a, b = t.views()
+    assert not a.proc.alive and a.state == track.DEAD
+    assert b.proc.alive and b.state == track.ALIVE
+
+
+def test_replaced_file_is_a_new_slot():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100))
+    t, log = tracker(w, proc(100), proc(101))
+    t.poll(T0, W0)
+    w.remove("/run/a.slot")
+    w.put("/run/a.slot", slot("/run/a.slot", pid=101))  # new inode
+    t.poll(T0 + S, W0 + S)
+    (v,) = t.views()
+    assert v.identity.pid == 101
+    assert log.named("slot removed")
+
+
+def test_missing_run_dir_is_logged_once_and_survived(tmp_path):
+    log = Log()
+    t = SlotTracker(str(tmp_path / "nope"), log=log)
+    t.poll(T0, W0)
+    t.poll(T0 + S, W0)
+    assert t.views() == () and len(log.named("run dir unreadable")) == 1
+
+
+# -- real files ---------------------------------------------------------------------
+
+
+def test_real_garbage_files_and_a_live_writer(tmp_path):
+    run = str(tmp_path)
+    (tmp_path / "random.slot").write_bytes(os.urandom(3000))
+    (tmp_path / "empty.slot").write_bytes(b"")
+    wr = fakes.SlotWriter(run, fakes.identity("j", 0, 2))
+    wr.step(S // 10, S // 100, S // 50)
+    good = open(wr.path, "rb").read()
+    (tmp_path / "trunc.slot").write_bytes(good[:300])
+    future = bytearray(good)
+    future[wire.H_VERSION * 8: wire.H_VERSION * 8 + 8] = (2).to_bytes(8, "little")
+    (tmp_path / "v2.slot").write_bytes(bytes(future))
+    (tmp_path / "not-a-slot.txt").write_bytes(b"ignored")
+    log = Log()
+    t = SlotTracker(run, log=log)
+    t.poll(wr.w[wire.H_HEARTBEAT_NS] + S, W0)
+    (v,) = t.views()
+    assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1
+    assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0}
+    wr.close()
