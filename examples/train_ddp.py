@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         print(f"[rank {rank}] resumed from step {start_step} ({path})", flush=True)
+    mon.set_step(start_step)  # watchdog: keep the job's own step numbering across restarts
 
     starving = faults.starve_all or rank in faults.starve
     delay_s = 0.0
