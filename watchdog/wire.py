@@ -216,6 +216,7 @@ def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono
     words = mv[: HEADER_WORDS * WORD].cast("q")
     for i, text in enumerate((identity.job, identity.host, identity.run_id, "")):
         raw = text.encode("utf-8", "replace")[: IDENTITY_FIELD_BYTES - 1]
+        raw = raw.decode("utf-8", "ignore").encode("utf-8")  # never cut a character in half
         off = IDENTITY_OFFSET + i * IDENTITY_FIELD_BYTES
         mv[off : off + len(raw)] = raw
     words[H_VERSION] = VERSION
@@ -405,8 +406,21 @@ def read_slot(path: str, since: int = 0) -> SlotSnapshot:
         head = header[H_RING_HEAD]
         records: list[Record] = []
         if head > since:
-            n = min(head - since, cap)
-            raw_ring = os.pread(fd, cap * RECORD_WORDS * WORD, RING_OFFSET) if n else b""
+            raw_ring = os.pread(fd, cap * RECORD_WORDS * WORD, RING_OFFSET)
+            # Did the writer write while we copied the ring? Record i shares its
+            # place with record i + cap: records up to head_now - 1 - cap were
+            # overwritten by finished writes, and while a bracket is open (odd seq,
+            # also a writer stopped mid-write) record head_now - cap may be half
+            # overwritten, its index word still reading as its own.
+            span = os.pread(fd, (H_RING_HEAD - H_SEQ + 1) * WORD, H_SEQ * WORD)
+            seq_now, head_now = header[H_SEQ], head
+            if len(span) == (H_RING_HEAD - H_SEQ + 1) * WORD:
+                seq_now = struct.unpack_from("<q", span, 0)[0]
+                head_now = struct.unpack_from("<q", span, (H_RING_HEAD - H_SEQ) * WORD)[0]
+            if seq_now % 2:
+                since = max(since, head_now - cap + 1)
+            elif seq_now != header[H_SEQ]:
+                since = max(since, head_now - cap)
             records = decode_records(raw_ring, cap, head, since)
         return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn)
     finally:

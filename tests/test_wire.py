@@ -1,0 +1,258 @@
+"""The slot file contract: what the hook writes is what the agent reads."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from watchdog import wire
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+# Identity text: no NUL (the field is NUL-terminated), at most 127 UTF-8 bytes.
+TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40).filter(
+    lambda s: len(s.encode("utf-8")) <= wire.IDENTITY_FIELD_BYTES - 1
+)
+
+
+def identity(**kw) -> wire.Identity:
+    base = dict(job="job", host="h", rank=0, local_rank=0, world_size=1, pid=1234, proc_start_us=99, run_id="r:0")
+    base.update(kw)
+    return wire.Identity(**base)
+
+
+def fresh(cap: int = 8, **kw) -> bytearray:
+    buf = bytearray(wire.slot_size(cap))
+    wire.init_slot(buf, identity(**kw), cap, wall_ns=111, mono_ns=222)
+    return buf
+
+
+def set_word(buf, index: int, value: int) -> None:
+    struct.pack_into("<q", buf, index * wire.WORD, value)
+
+
+def put_record(buf, cap: int, rec_index: int, kind: int = wire.RecordKind.STEP_END, payload=()) -> None:
+    off = wire.RING_OFFSET + (rec_index % cap) * wire.RECORD_WORDS * wire.WORD
+    words = [rec_index, kind, 1000 + rec_index, rec_index + 1, *payload]
+    words += [0] * (wire.RECORD_WORDS - len(words))
+    struct.pack_into(f"<{wire.RECORD_WORDS}q", buf, off, *words)
+
+
+def write_file(tmp_path, buf, name="s.slot") -> str:
+    path = str(tmp_path / name)
+    with open(path, "wb") as f:
+        f.write(buf)
+    return path
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    job=TEXT,
+    host=TEXT,
+    run_id=TEXT,
+    world=st.integers(1, 1 << 20),
+    rank_frac=st.floats(0, 1, exclude_max=True),
+    local_rank=st.integers(0, 1 << 16),
+    pid=st.integers(1, 2**31),
+    start_us=st.integers(0, 2**62),
+    cap=st.integers(1, 64),
+    wall=INT64,
+    mono=INT64,
+)
+def test_init_then_decode_round_trips_identity(job, host, run_id, world, rank_frac, local_rank, pid, start_us, cap, wall, mono):
+    rank = int(rank_frac * world)
+    ident = wire.Identity(job, host, rank, local_rank, world, pid, start_us, run_id)
+    buf = bytearray(wire.slot_size(cap))
+    wire.init_slot(buf, ident, cap, wall_ns=wall, mono_ns=mono)
+    h = wire.decode_header(bytes(buf[: wire.RING_OFFSET]))
+    assert h.identity == ident
+    assert (h.version, h.ring_capacity, h.created_wall_ns, h.created_mono_ns) == (wire.VERSION, cap, wall, mono)
+    assert h.status == wire.Status.STARTING
+    assert h[wire.H_SEQ] == 0 and h[wire.H_RING_HEAD] == 0
+    assert h[wire.H_STEP_START_NS] == mono and h.heartbeat_ns == mono
+
+
+def test_long_identity_is_cut_on_a_character_boundary():
+    job = "é" * 100  # 200 UTF-8 bytes; 127 would split the 64th character
+    buf = fresh(job=job)
+    h = wire.decode_header(bytes(buf[: wire.RING_OFFSET]))
+    assert h.identity.job == "é" * 63
+
+
+def test_init_slot_rejects_bad_capacity_and_short_buffer():
+    with pytest.raises(ValueError, match="ring capacity"):
+        wire.init_slot(bytearray(wire.slot_size(1)), identity(), 0, wall_ns=0, mono_ns=0)
+    with pytest.raises(ValueError, match="needs"):
+        wire.init_slot(bytearray(100), identity(), 4, wall_ns=0, mono_ns=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(INT64, min_size=24, max_size=24))
+def test_dynamic_header_words_round_trip(tmp_path_factory, values):
+    buf = fresh()
+    for i, v in zip(range(wire.H_STEP, wire.H_LAST_DYNAMIC + 1), values):
+        set_word(buf, i, v)
+    set_word(buf, wire.H_RING_HEAD, 0)  # keep the ring empty: only the header is under test
+    path = write_file(tmp_path_factory.mktemp("w"), buf)
+    snap = wire.read_slot(path)
+    assert not snap.torn
+    got = snap.header.words[wire.H_STEP : wire.H_LAST_DYNAMIC]
+    assert list(got) == values[: wire.H_LAST_DYNAMIC - wire.H_STEP]
+
+
+def test_records_round_trip_and_since(tmp_path):
+    cap = 8
+    buf = fresh(cap)
+    for i in range(5):
+        put_record(buf, cap, i, payload=(10 * i, 20 * i))
+    set_word(buf, wire.H_RING_HEAD, 5)
+    path = write_file(tmp_path, buf)
+    recs = wire.read_slot(path).records
+    assert [r.index for r in recs] == [0, 1, 2, 3, 4]
+    assert recs[3].payload[:2] == (30, 60) and recs[3].step == 4 and recs[3].t_ns == 1003
+    assert recs[3].to_words()[:6] == [3, wire.RecordKind.STEP_END, 1003, 4, 30, 60]
+    assert [r.index for r in wire.read_slot(path, since=3).records] == [3, 4]
+    assert wire.read_slot(path, since=5).records == ()
+
+
+def test_ring_wrap_keeps_only_the_newest_capacity_records(tmp_path):
+    cap = 4
+    buf = fresh(cap)
+    for i in range(11):
+        put_record(buf, cap, i)
+    set_word(buf, wire.H_RING_HEAD, 11)
+    recs = wire.read_slot(write_file(tmp_path, buf)).records
+    assert [r.index for r in recs] == [7, 8, 9, 10]
+
+
+def test_a_record_whose_index_does_not_match_its_place_is_dropped(tmp_path):
+    cap = 4
+    buf = fresh(cap)
+    for i in range(4):
+        put_record(buf, cap, i)
+    put_record(buf, cap, 6)  # lands on place 2, where index 2 was expected
+    set_word(buf, wire.H_RING_HEAD, 4)
+    recs = wire.read_slot(write_file(tmp_path, buf)).records
+    assert [r.index for r in recs] == [0, 1, 3]
+
+
+def test_records_the_writer_overtakes_during_the_read_are_dropped(tmp_path, monkeypatch):
+    """The writer appends two records between our header read and our ring read;
+    their places held the two oldest records we were about to report."""
+    cap = 4
+    buf = fresh(cap)
+    for i in range(6):
+        put_record(buf, cap, i)
+    set_word(buf, wire.H_RING_HEAD, 6)
+    path = write_file(tmp_path, buf)
+    real_pread = os.pread
+    ring_read = []
+
+    def pread(fd, n, off):
+        if off == wire.RING_OFFSET:
+            ring_read.append(True)
+        elif ring_read and off == wire.H_SEQ * wire.WORD:  # the check after the ring copy
+            raw = bytearray(real_pread(fd, n, off))
+            struct.pack_into("<q", raw, 0, 4)  # two brackets later
+            struct.pack_into("<q", raw, (wire.H_RING_HEAD - wire.H_SEQ) * wire.WORD, 8)
+            return bytes(raw)
+        return real_pread(fd, n, off)
+
+    monkeypatch.setattr(wire.os, "pread", pread)
+    recs = wire.read_slot(path).records
+    # 2..5 were in the ring; 2 and 3 share places with 6 and 7, being written now.
+    assert [r.index for r in recs] == [4, 5]
+
+
+def test_a_writer_stopped_mid_bracket_costs_the_oldest_record_only(tmp_path):
+    cap = 4
+    buf = fresh(cap)
+    for i in range(6):
+        put_record(buf, cap, i)
+    set_word(buf, wire.H_RING_HEAD, 6)
+    set_word(buf, wire.H_SEQ, 9)  # stopped inside a bracket: maybe writing record 6 over 2
+    snap = wire.read_slot(write_file(tmp_path, buf))
+    assert snap.torn and [r.index for r in snap.records] == [3, 4, 5]
+
+
+def test_odd_seq_is_reported_torn_not_dropped(tmp_path):
+    buf = fresh()
+    set_word(buf, wire.H_STEP, 42)
+    set_word(buf, wire.H_SEQ, 7)  # a writer stopped inside its bracket
+    snap = wire.read_slot(write_file(tmp_path, buf))
+    assert snap.torn is True
+    assert snap.header[wire.H_STEP] == 42
+
+
+def test_even_seq_is_consistent(tmp_path):
+    buf = fresh()
+    set_word(buf, wire.H_SEQ, 8)
+    assert wire.read_slot(write_file(tmp_path, buf)).torn is False
+
+
+@pytest.mark.parametrize(
+    "mutate, error",
+    [
+        (lambda b: set_word(b, wire.H_MAGIC, 0), wire.CorruptSlot),
+        (lambda b: set_word(b, wire.H_VERSION, wire.VERSION + 1), wire.UnsupportedVersion),
+        (lambda b: set_word(b, wire.H_RING_CAPACITY, 0), wire.CorruptSlot),
+        (lambda b: set_word(b, wire.H_RING_CAPACITY, wire.MAX_RING_CAPACITY + 1), wire.CorruptSlot),
+        (lambda b: set_word(b, wire.H_RECORD_WORDS, 8), wire.CorruptSlot),
+        (lambda b: set_word(b, wire.H_RANK, 5), wire.CorruptSlot),  # rank >= world size 1
+        (lambda b: set_word(b, wire.H_PID, 0), wire.CorruptSlot),
+    ],
+)
+def test_bad_headers_raise_the_right_slot_error(tmp_path, mutate, error):
+    buf = fresh()
+    mutate(buf)
+    with pytest.raises(error) as info:
+        wire.read_slot(write_file(tmp_path, buf))
+    assert isinstance(info.value, wire.SlotError)
+    assert info.value.reason == error.reason
+
+
+def test_short_file_is_corrupt(tmp_path):
+    buf = fresh()
+    with pytest.raises(wire.CorruptSlot, match="shorter"):
+        wire.read_slot(write_file(tmp_path, buf[:300]))
+
+
+def test_file_cut_inside_the_ring_returns_what_is_there(tmp_path):
+    cap = 8
+    buf = fresh(cap)
+    for i in range(8):
+        put_record(buf, cap, i)
+    set_word(buf, wire.H_RING_HEAD, 8)
+    cut = wire.RING_OFFSET + 3 * wire.RECORD_WORDS * wire.WORD
+    recs = wire.read_slot(write_file(tmp_path, buf[:cut])).records
+    assert [r.index for r in recs] == [0, 1, 2]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seq=INT64, arg=INT64, cmd=st.sampled_from(list(wire.Command)))
+def test_write_control_round_trip(tmp_path_factory, seq, arg, cmd):
+    path = write_file(tmp_path_factory.mktemp("c"), fresh())
+    wire.write_control(path, seq, cmd, arg)
+    h = wire.read_slot(path).header
+    assert (h[wire.H_CTRL_SEQ], h[wire.H_CTRL_CMD], h[wire.H_CTRL_ARG]) == (seq, cmd, arg)
+
+
+def test_group_key_default_group_is_zero_and_names_are_stable():
+    assert wire.group_key("") == wire.group_key("0") == 0
+    assert wire.group_key("1") == wire.group_key("1") != 0
+    assert wire.group_key("1") != wire.group_key("2")
+
+
+def test_slot_filename_is_safe():
+    name = wire.slot_filename("../etc/passwd job", 3, 42)
+    assert "/" not in name and name.endswith(".rank3.pid42.slot")
+
+
+def test_list_slot_files(tmp_path):
+    (tmp_path / "a.rank0.pid1.slot").write_bytes(b"")
+    (tmp_path / "other.txt").write_bytes(b"")
+    assert wire.list_slot_files(str(tmp_path)) == [str(tmp_path / "a.rank0.pid1.slot")]
+    assert list(wire.list_slot_files(str(tmp_path / "missing"))) == []
