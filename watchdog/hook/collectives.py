@@ -1,0 +1,199 @@
+"""Patching ``torch.distributed``'s collectives and process-group lifecycle.
+
+Each collective function is replaced, under both ``torch.distributed.X`` and
+``torch.distributed.distributed_c10d.X`` (the same object in torch 2.x), by a
+wrapper that marks enter, calls the original, and marks exit. For ``async_op``
+calls the original returns a Work: exit is marked when its future completes
+(``work.get_future().then``), on the backend's thread. Work that has no future
+(e.g. the placeholder returned inside a coalescing manager) is marked complete
+at once. Code that captured a function before install (``from torch.distributed
+import all_reduce``) keeps the original: documented, not chased.
+
+On CUDA (NCCL) a collective returns once enqueued and its future completes
+with the stream, so "exit" there is the enqueue time; timing GPU-side
+completion needs CUDA events, which this CPU-only version does not do.
+
+Imports torch only when called (the agent environment has no torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from typing import Any, Callable
+
+from watchdog.wire import CollOp, PgState
+
+log = logging.getLogger("watchdog.hook")
+
+# name -> (op, the argument whose size is this rank's payload, is it a list of tensors)
+SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
+    "all_reduce": (CollOp.ALL_REDUCE, "tensor", False),
+    "broadcast": (CollOp.BROADCAST, "tensor", False),
+    "all_gather": (CollOp.ALL_GATHER, "tensor", False),
+    "all_gather_into_tensor": (CollOp.ALL_GATHER, "input_tensor", False),
+    "reduce_scatter": (CollOp.REDUCE_SCATTER, "input_list", True),
+    "reduce_scatter_tensor": (CollOp.REDUCE_SCATTER, "input", False),
+    "barrier": (CollOp.BARRIER, None, False),
+    "all_to_all": (CollOp.ALL_TO_ALL, "input_tensor_list", True),
+    "all_to_all_single": (CollOp.ALL_TO_ALL, "input", False),
+    "reduce": (CollOp.REDUCE, "tensor", False),
+    "gather": (CollOp.GATHER, "tensor", False),
+    "scatter": (CollOp.SCATTER, "tensor", False),
+    "send": (CollOp.SEND, "tensor", False),
+    "recv": (CollOp.RECV, "tensor", False),
+}
+
+
+class Sink:
+    """Where wrappers find the monitor. Cleared at unpatch: a wrapper that someone
+    else captured (or wrapped again) then simply calls the original."""
+
+    monitor: Any = None
+
+
+def _positions(fn: Callable, *names: str | None) -> list[int]:
+    """Positional index of each named parameter of ``fn`` (a large number if absent)."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    return [params.index(n) if n in params else 1 << 30 for n in names]
+
+
+def _nbytes(tensors: Any) -> int:
+    return sum(getattr(t, "nbytes", 0) for t in tensors)
+
+
+def make_wrapper(orig: Callable, op: CollOp, size_arg: str | None, is_list: bool, sink: Sink, work_type: type | None):
+    """The wrapper for one collective. Public so the benchmark can wrap a no-op."""
+    op = int(op)
+    group_pos, size_pos = _positions(orig, "group", size_arg)
+    get_ident = threading.get_ident
+
+    def wrapper(*args, **kwargs):
+        m = sink.monitor
+        if m is None or (m._suppress_tid and m._suppress_tid == get_ident()):
+            return orig(*args, **kwargs)
+        if kwargs:
+            group = args[group_pos] if len(args) > group_pos else kwargs.get("group")
+            t = args[size_pos] if len(args) > size_pos else kwargs.get(size_arg)
+        else:
+            group = args[group_pos] if len(args) > group_pos else None
+            t = args[size_pos] if len(args) > size_pos else None
+        if t is None:
+            nbytes = 0
+        else:
+            try:
+                nbytes = _nbytes(t) if is_list else t.nbytes
+            except Exception:  # not a tensor: torch will tell the caller; size unknown
+                nbytes = 0
+        return m._collective(orig, args, kwargs, op, group, nbytes, work_type)
+
+    functools.update_wrapper(wrapper, orig)
+    wrapper._watchdog_wrapper = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _group_name_fn(c10d: Any) -> Callable[[Any], str]:
+    get_name = getattr(c10d, "_get_process_group_name", None)
+
+    def name(pg: Any) -> str:
+        n = get_name(pg) if get_name is not None else "None"
+        if n == "None":  # not registered with c10d: fall back to the object's own name
+            n = getattr(pg, "group_name", "") or ""
+        return str(n)
+
+    return name
+
+
+def patch(mon: Any) -> None:
+    """Install wrappers for ``mon``; registers their removal in ``mon._undo``."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        log.debug("watchdog.hook torch.distributed unavailable; collectives not patched")
+        return
+    c10d = dist.distributed_c10d
+    sink = Sink()
+    sink.monitor = mon
+    try:
+        from torch._C._distributed_c10d import Work as work_type
+    except ImportError:  # pragma: no cover - very old or stripped builds
+        work_type = getattr(dist, "Work", None)
+    mon._group_name = _group_name_fn(c10d)
+
+    replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, wrapper)
+
+    def install(name: str, wrapper: Callable, orig: Callable) -> None:
+        for module in (dist, c10d):
+            if getattr(module, name, None) is orig:
+                setattr(module, name, wrapper)
+                replaced.append((module, name, orig, wrapper))
+
+    for name, (op, size_arg, is_list) in SPECS.items():
+        orig = getattr(c10d, name, None) or getattr(dist, name, None)
+        if orig is None or getattr(orig, "_watchdog_wrapper", False):
+            continue
+        install(name, make_wrapper(orig, op, size_arg, is_list, sink, work_type), orig)
+
+    init = getattr(c10d, "init_process_group", None)
+    if init is not None and not getattr(init, "_watchdog_wrapper", False):
+        install("init_process_group", _wrap_init(init, sink), init)
+    destroy = getattr(c10d, "destroy_process_group", None)
+    if destroy is not None and not getattr(destroy, "_watchdog_wrapper", False):
+        install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
+
+    def unpatch() -> None:
+        sink.monitor = None
+        for module, name, orig, wrapper in reversed(replaced):
+            if getattr(module, name, None) is wrapper:  # someone re-wrapped us: leave theirs
+                setattr(module, name, orig)
+
+    mon._undo.append(unpatch)
+    if dist.is_initialized():
+        mon._set_pg(PgState.JOINED)
+
+
+def _wrap_init(orig: Callable, sink: Sink) -> Callable:
+    def init_process_group(*args, **kwargs):
+        m = sink.monitor
+        if m is None:
+            return orig(*args, **kwargs)
+        m._set_pg(PgState.INITIALIZING)
+        try:
+            ret = orig(*args, **kwargs)
+        except BaseException:
+            m._set_pg(PgState.NONE)
+            raise
+        m._reset_groups()  # a new default group: sequence numbers restart on every rank
+        m._set_pg(PgState.JOINED)
+        return ret
+
+    functools.update_wrapper(init_process_group, orig)
+    init_process_group._watchdog_wrapper = True  # type: ignore[attr-defined]
+    return init_process_group
+
+
+def _wrap_destroy(orig: Callable, sink: Sink, dist: Any) -> Callable:
+    def destroy_process_group(*args, **kwargs):
+        group = args[0] if args else kwargs.get("group")
+        ret = orig(*args, **kwargs)
+        m = sink.monitor
+        if m is not None:
+            try:
+                whole = group is None or group is getattr(dist.GroupMember, "WORLD", None) or not dist.is_initialized()
+            except Exception:
+                whole = group is None
+            if whole:
+                m._reset_groups()
+                m._set_pg(PgState.DESTROYED)
+            else:
+                m._reset_groups(group)
+        return ret
+
+    functools.update_wrapper(destroy_process_group, orig)
+    destroy_process_group._watchdog_wrapper = True  # type: ignore[attr-defined]
+    return destroy_process_group

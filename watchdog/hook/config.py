@@ -1,0 +1,210 @@
+"""The hook's configuration: read once at install, frozen, validated loudly.
+
+Precedence: keyword overrides to ``install()`` > environment > defaults. torchrun
+provides RANK / LOCAL_RANK / WORLD_SIZE / TORCHELASTIC_*; without them the process
+is a single rank (0 of 1). An empty environment variable counts as unset (shells
+and launchers export empty values more often than they mean them).
+
+Every bad value raises ValueError naming the variable (or the keyword), because
+this runs once, at install, where failing loudly is cheap and the alternative is
+a monitor that silently watches the wrong rank.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from watchdog import wire
+
+_TRUE = ("1", "true")
+_FALSE = ("0", "false")
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    enabled: bool = True
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    job: str = "default"
+    run_dir: str = ""
+    host: str = ""
+    run_id: str = ""  # TORCHELASTIC_RUN_ID ("" outside torchrun)
+    restart_count: int = 0  # TORCHELASTIC_RESTART_COUNT
+    ring_capacity: int = wire.DEFAULT_RING_CAPACITY
+    heartbeat_interval_s: float = 0.5
+    auto_step: bool = False
+    patch_collectives: bool = True
+    max_errors: int = 100  # caught hook errors before the monitor turns itself off
+
+    @property
+    def slot_run_id(self) -> str:
+        """What goes in the slot's run_id identity field: ``<run_id>:<restart_count>``.
+        Split it with ``rpartition(":")``; the attempt number tells the agent which
+        torchelastic restart a slot belongs to."""
+        return f"{self.run_id}:{self.restart_count}"
+
+
+# field -> environment variable (None: keyword only)
+ENV = {
+    "enabled": "WATCHDOG_ENABLED",
+    "rank": "RANK",
+    "local_rank": "LOCAL_RANK",
+    "world_size": "WORLD_SIZE",
+    "job": "WATCHDOG_JOB",
+    "run_dir": "WATCHDOG_RUN_DIR",
+    "host": "WATCHDOG_HOST",
+    "run_id": "TORCHELASTIC_RUN_ID",
+    "restart_count": "TORCHELASTIC_RESTART_COUNT",
+    "ring_capacity": "WATCHDOG_RING_CAPACITY",
+    "heartbeat_interval_s": "WATCHDOG_HEARTBEAT_INTERVAL_S",
+    "auto_step": "WATCHDOG_AUTO_STEP",
+    "patch_collectives": "WATCHDOG_PATCH_COLLECTIVES",
+    "max_errors": None,
+}
+FIELDS = tuple(f.name for f in fields(HookConfig))
+
+
+def default_run_dir(env: Mapping[str, str]) -> str:
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return os.path.join(xdg, "rank-watchdog")
+    return f"/tmp/rank-watchdog-{os.getuid()}"
+
+
+def _parse_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r}: expected 0, 1, true or false")
+
+
+def _parse_int(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: expected an integer")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected an integer") from None
+
+
+def _parse_float(value: Any, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: expected a number")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r}: expected a number") from None
+    return out
+
+
+def _parse_str(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r}: expected a string")
+    return value
+
+
+_PARSERS = {
+    bool: _parse_bool,
+    int: _parse_int,
+    float: _parse_float,
+    str: _parse_str,
+}
+_TYPES = {
+    "enabled": bool,
+    "rank": int,
+    "local_rank": int,
+    "world_size": int,
+    "job": str,
+    "run_dir": str,
+    "host": str,
+    "run_id": str,
+    "restart_count": int,
+    "ring_capacity": int,
+    "heartbeat_interval_s": float,
+    "auto_step": bool,
+    "patch_collectives": bool,
+    "max_errors": int,
+}
+
+
+def _raw_values(env: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """field -> (raw value, the name to blame in an error message)."""
+    unknown = sorted(set(overrides) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"install(): unknown setting(s) {', '.join(unknown)}; valid: {', '.join(FIELDS)}")
+    out: dict[str, tuple[Any, str]] = {}
+    for name in FIELDS:
+        if name in overrides and overrides[name] is not None:
+            out[name] = (overrides[name], f"install({name}=...)")
+            continue
+        var = ENV[name]
+        if var is not None and env.get(var, "").strip() != "":
+            out[name] = (env[var], var)
+    return out
+
+
+def _convert(raw: dict[str, tuple[Any, str]], name: str, default: Any) -> Any:
+    if name not in raw:
+        return default
+    value, blame = raw[name]
+    return _PARSERS[_TYPES[name]](value, blame)
+
+
+def is_enabled(env: Mapping[str, str], overrides: Mapping[str, Any]) -> bool:
+    """Only the switch, so a disabled hook never parses (or trips over) the rest."""
+    raw = _raw_values(env, overrides)
+    return _convert(raw, "enabled", True)
+
+
+def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> HookConfig:
+    env = os.environ if env is None else env
+    raw = _raw_values(env, overrides or {})
+    d = HookConfig()
+    v = {name: _convert(raw, name, getattr(d, name)) for name in FIELDS}
+
+    def blame(name: str) -> str:
+        return raw[name][1] if name in raw else name
+
+    if "job" not in raw and v["run_id"]:
+        v["job"] = v["run_id"]  # torchrun's run id names the job unless WATCHDOG_JOB does
+    if not v["run_dir"]:
+        v["run_dir"] = default_run_dir(env)
+    if not v["host"]:
+        v["host"] = socket.gethostname()
+
+    if v["world_size"] < 1:
+        raise ValueError(f"{blame('world_size')}={v['world_size']}: world size must be >= 1")
+    if not 0 <= v["rank"] < v["world_size"]:
+        raise ValueError(
+            f"{blame('rank')}={v['rank']}: rank must be in 0..{v['world_size'] - 1} "
+            f"(world size {v['world_size']} from {blame('world_size')})"
+        )
+    if v["local_rank"] < 0:
+        raise ValueError(f"{blame('local_rank')}={v['local_rank']}: local rank must be >= 0")
+    if v["restart_count"] < 0:
+        raise ValueError(f"{blame('restart_count')}={v['restart_count']}: restart count must be >= 0")
+    if not 1 <= v["ring_capacity"] <= wire.MAX_RING_CAPACITY:
+        raise ValueError(
+            f"{blame('ring_capacity')}={v['ring_capacity']}: ring capacity must be in 1..{wire.MAX_RING_CAPACITY}"
+        )
+    hb = v["heartbeat_interval_s"]
+    if not (math.isfinite(hb) and 0 < hb <= 3600):
+        raise ValueError(f"{blame('heartbeat_interval_s')}={hb}: heartbeat interval must be in (0, 3600] seconds")
+    if v["max_errors"] < 1:
+        raise ValueError(f"{blame('max_errors')}={v['max_errors']}: must be >= 1")
+    if not v["job"].strip():
+        raise ValueError(f"{blame('job')}={v['job']!r}: job name must not be empty")
+    return HookConfig(**v)

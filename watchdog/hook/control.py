@@ -1,0 +1,54 @@
+"""The agent -> hook control block: reading and validating a request.
+
+The agent writes H_CTRL_CMD and H_CTRL_ARG, then bumps H_CTRL_SEQ. Anyone can
+scribble on a slot file, so everything read here is validated; a request the
+hook does not understand is rejected (acknowledged with ACK_REJECTED), never
+acted on and never raised. A new sequence number supersedes a pending request:
+the block holds one command, so the previous one is gone anyway.
+
+Acknowledgement (hook side, written by the monitor): H_CTRL_ACK_RESULT, _STEP
+and _NS first, H_CTRL_ACK_SEQ last, with one of the ACK_* result codes below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from watchdog.wire import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
+
+ACK_OK = 0
+ACK_SAVE_FAILED = -1  # the registered checkpoint function raised
+ACK_REJECTED = -2  # unknown command or argument out of range
+ACK_NO_HANDLER = -3  # CHECKPOINT_AT_STEP but no function was registered
+
+MAX_STEP_ARG = 1 << 62
+
+
+@dataclass(frozen=True)
+class Request:
+    seq: int
+    command: int
+    arg: int
+
+
+def read_request(words, last_seen: int) -> Request | None:
+    """A new request, or None. ``words`` is the slot as int64 words."""
+    seq = words[H_CTRL_SEQ]
+    if seq == last_seen:
+        return None
+    command = words[H_CTRL_CMD]
+    arg = words[H_CTRL_ARG]
+    if words[H_CTRL_SEQ] != seq:
+        return None  # the agent is writing right now; take it on the next poll
+    return Request(seq, command, arg)
+
+
+def rejection(req: Request) -> str | None:
+    """Why ``req`` cannot be acted on, or None if it is valid."""
+    if req.command == Command.NONE:
+        return None  # cancels a pending request
+    if req.command == Command.CHECKPOINT_AT_STEP:
+        if 0 <= req.arg < MAX_STEP_ARG:
+            return None
+        return f"step argument {req.arg} out of range"
+    return f"unknown command {req.command}"

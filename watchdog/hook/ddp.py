@@ -1,0 +1,70 @@
+"""Timing DDP's gradient all-reduce through a comm hook.
+
+DDP's reducer calls its process group from C++, out of reach of the patched
+Python collectives. A comm hook is the supported way in: ours marks enter, runs
+the real hook (torch's ``allreduce_hook`` unless the user gives theirs), and
+marks exit in a ``then`` callback when the bucket's future completes (on the
+backend's thread; the monitor's lock covers that).
+
+torch's ``allreduce_hook`` itself calls ``dist.all_reduce``, which install() may
+have patched: while the inner hook runs, this thread is marked so the patched
+wrapper passes straight through and the bucket is counted once, as
+DDP_ALL_REDUCE. Each bucket is one collective with its own sequence number on
+DDP's process group.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from watchdog.wire import CollOp
+
+_OP = int(CollOp.DDP_ALL_REDUCE)
+
+
+def register(mon: Any, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
+    if not callable(getattr(model, "register_comm_hook", None)):
+        raise ValueError(
+            f"watch_ddp: expected a torch.nn.parallel.DistributedDataParallel model, got {type(model).__name__}"
+        )
+    if hook is None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as hook
+    elif not callable(hook):
+        raise ValueError(f"watch_ddp: hook {hook!r} is not callable")
+    group = getattr(model, "process_group", None)
+    if state is None:
+        state = group
+    inner = hook
+    get_ident = threading.get_ident
+
+    def watchdog_comm_hook(st: Any, bucket: Any):
+        try:
+            nbytes = bucket.buffer().nbytes
+        except Exception:
+            nbytes = 0
+        token = mon._coll_enter(_OP, group, nbytes)
+        if token is None:  # monitor quiet (closed/disabled) or its bookkeeping failed
+            return inner(st, bucket)
+        prev = mon._suppress_tid
+        mon._suppress_tid = get_ident()
+        try:
+            fut = inner(st, bucket)
+        except BaseException:
+            mon._coll_exit(token)
+            raise
+        finally:
+            mon._suppress_tid = prev
+
+        def done(f: Any):
+            mon._coll_exit(token)
+            return f.value()  # re-raises the bucket's error into DDP, as without us
+
+        try:
+            return fut.then(done)
+        except Exception as exc:
+            mon._coll_exit(token)
+            mon._fail("ddp", exc)
+            return fut
+
+    model.register_comm_hook(state, watchdog_comm_hook)

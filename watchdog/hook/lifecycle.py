@@ -1,0 +1,160 @@
+"""``install()``: configuration, slot file, monitor, patches, heartbeat, exit hooks.
+
+One live monitor per process (two would publish two slots for one rank); a
+second install() while one is open is a ValueError. Everything that can be
+wrong with the *user's* input fails here, loudly; everything that goes wrong
+in the environment afterwards (unwritable run dir, a torch API that moved) is
+counted and logged by the monitor and never stops training.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from watchdog import wire
+from watchdog.hook import config as _config
+from watchdog.hook import slotfile
+from watchdog.hook.monitor import Monitor
+from watchdog.hook.noop import NULL_MONITOR, NullMonitor
+from watchdog.wire import Status
+
+log = logging.getLogger("watchdog.hook")
+
+_lock = threading.Lock()
+_active: Monitor | None = None
+_process_hooks_registered = False
+
+
+def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Monitor | NullMonitor:
+    """Start monitoring this rank and return its monitor.
+
+    Settings come from keyword ``overrides`` (names of HookConfig fields), then
+    the environment (torchrun's RANK/LOCAL_RANK/WORLD_SIZE/TORCHELASTIC_* and
+    WATCHDOG_*), then defaults. Disabled (WATCHDOG_ENABLED=0 or enabled=False):
+    returns the shared no-op monitor and touches nothing. ``clock``: a monotonic
+    nanosecond clock to use instead of time.monotonic_ns (tests, benchmarks).
+    Raises ValueError for bad settings."""
+    global _active
+    if not _config.is_enabled(os.environ, overrides):
+        return NULL_MONITOR
+    cfg = _config.load_config(os.environ, overrides)
+    if clock is not None and not callable(clock):
+        raise ValueError(f"install(clock=...): {clock!r} is not callable")
+    if cfg.auto_step:
+        try:
+            import torch.optim.optimizer  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"auto_step (WATCHDOG_AUTO_STEP) needs torch: {exc}") from None
+    with _lock:
+        if _active is not None:
+            raise ValueError(
+                f"watchdog.hook is already installed in this process ({_active!r}); "
+                "close() it first, or get it with watchdog.hook.current()"
+            )
+        mon = _start(cfg, clock or time.monotonic_ns)
+        _active = mon
+        _register_process_hooks()
+    log.info(
+        "watchdog.hook installed rank=%d local_rank=%d world_size=%d job=%s host=%s run_id=%s slot=%s "
+        "ring_capacity=%d heartbeat_interval_s=%g auto_step=%d patch_collectives=%d",
+        cfg.rank, cfg.local_rank, cfg.world_size, cfg.job, cfg.host, cfg.slot_run_id, mon.slot_path,
+        cfg.ring_capacity, cfg.heartbeat_interval_s, cfg.auto_step, cfg.patch_collectives,
+    )  # fmt: skip
+    return mon
+
+
+def _proc_start_us(pid: int) -> tuple[int, Exception | None]:
+    try:
+        import psutil
+
+        return round(psutil.Process(pid).create_time() * 1e6), None
+    except Exception as exc:  # the agent then cannot guard against pid reuse; say so
+        return 0, exc
+
+
+def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
+    pid = os.getpid()
+    start_us, start_err = _proc_start_us(pid)
+    identity = wire.Identity(
+        job=cfg.job,
+        host=cfg.host,
+        rank=cfg.rank,
+        local_rank=cfg.local_rank,
+        world_size=cfg.world_size,
+        pid=pid,
+        proc_start_us=start_us,
+        run_id=cfg.slot_run_id,
+    )
+    mapping = slotfile.open_slot(cfg.run_dir, wire.slot_filename(cfg.job, cfg.rank, pid), wire.slot_size(cfg.ring_capacity))
+    start_ns = clock()
+    wire.init_slot(mapping.mm, identity, cfg.ring_capacity, wall_ns=time.time_ns(), mono_ns=start_ns)
+    mon = Monitor(cfg, mapping, identity, start_ns=start_ns, clock=clock)
+    if mapping.error is not None:
+        mon._fail("slot_file", mapping.error)  # warns once; the monitor runs on anonymous memory
+    if start_err is not None:
+        mon._fail("proc_start_time", start_err)
+    if cfg.patch_collectives:
+        try:
+            from watchdog.hook import collectives
+
+            collectives.patch(mon)
+        except ImportError:
+            log.debug("watchdog.hook torch not importable; collectives not patched")
+        except Exception as exc:
+            mon._fail("patch_collectives", exc)
+    if cfg.auto_step:
+        try:
+            from watchdog.hook import optim
+
+            optim.register(mon)
+        except Exception as exc:
+            mon._fail("auto_step", exc)
+    mon._heartbeat.start()
+    if not mon._disabled:
+        mon._set_status(Status.RUNNING)
+    return mon
+
+
+def current() -> Monitor | NullMonitor:
+    """The installed monitor, or the no-op one: libraries can mark phases without
+    being handed the monitor."""
+    return _active if _active is not None else NULL_MONITOR
+
+
+def forget(mon: Monitor) -> None:
+    """Called by Monitor.close()."""
+    global _active
+    with _lock:
+        if _active is mon:
+            _active = None
+
+
+def _at_exit() -> None:
+    mon = _active
+    if mon is not None:
+        try:
+            mon.close()
+        except Exception:
+            pass
+
+
+def _after_fork_in_child() -> None:
+    global _active
+    mon = _active
+    _active = None
+    if mon is not None:
+        mon._after_fork_in_child()
+
+
+def _register_process_hooks() -> None:
+    global _process_hooks_registered
+    if not _process_hooks_registered:
+        _process_hooks_registered = True
+        atexit.register(_at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,66 @@
+"""The monitor that does nothing, at no cost.
+
+Returned by ``install()`` when the hook is disabled, and what a live Monitor turns
+into after close(), after repeated internal errors, or in a forked child: the
+decision is made once, so the training loop never pays for an ``if enabled``.
+Same API as Monitor; context managers are shared singletons.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any, Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+
+NULL_CONTEXT = nullcontext()  # reusable and reentrant
+
+
+def nop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class NullMonitor:
+    enabled = False
+    slot_path: str | None = None
+    config = None
+
+    @property
+    def errors(self) -> int:
+        return 0
+
+    def step(self) -> None:
+        pass
+
+    def step_scope(self) -> nullcontext:
+        return NULL_CONTEXT
+
+    def wrap_loader(self, iterable: Iterable[T]) -> Iterable[T]:
+        return iterable
+
+    def phase(self, name: Any) -> nullcontext:
+        return NULL_CONTEXT
+
+    def collective(self, op: Any, group: Any = None, nbytes: int = 0) -> nullcontext:
+        return NULL_CONTEXT
+
+    def watch_ddp(self, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
+        pass
+
+    def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
+        pass
+
+    def set_step(self, step: int) -> None:
+        pass
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "NullMonitor()"
+
+
+NULL_MONITOR = NullMonitor()
