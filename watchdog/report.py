@@ -81,6 +81,10 @@ class RankState:
     torn: bool = False
     created_wall: float = 0.0  # when the slot was created (epoch s)
     recent_steps: tuple[StepSample, ...] = ()  # steps completed since the last report
+    # Seconds since the agent first saw the process gone (0 while alive or unknown).
+    # Orders deaths finer than a report interval: when torchrun tears a group down
+    # after the first death, the coordinator can still tell which came first.
+    gone_age_s: float = 0.0
     # The OS's view of the process: psutil status ("running", "sleeping", "stopped" for
     # SIGSTOP, "zombie"), or "gone" / "reused" (pid now belongs to another process).
     proc_status: str = ""
