@@ -1,0 +1,162 @@
+"""Coordinator flags and the frozen config the rest of the package reads.
+
+Every threshold is a flag (``--hang.floor-seconds``) with a ``WATCHDOG_`` env
+fallback; detectors receive the frozen ``DetectorConfig`` at construction and
+never read flags or the environment themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from watchdog.flags import (
+    Flag,
+    listen_address,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+
+
+def _non_negative_int(text: str) -> int:
+    val = int(text)
+    if val < 0:
+        raise ValueError("must be >= 0")
+    return val
+
+
+def _share(text: str) -> float:
+    val = float(text)
+    if not 0 < val < 1:
+        raise ValueError("must be between 0 and 1 (exclusive)")
+    return val
+
+
+def _factor(text: str) -> float:
+    val = float(text)
+    if not val >= 1:
+        raise ValueError("must be >= 1 (a slowdown factor)")
+    return val
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Thresholds. Defaults are tuned for 0.05-1 s steps, reports every ~1 s and a
+    0.5 s hook heartbeat; see each detector's module for the reasoning."""
+
+    # dead_rank: a host whose agent is silent this many of its report intervals is lost.
+    host_silence_intervals: float = 5.0
+    # frozen_rank: process alive, heartbeat (as the agent saw it) older than this.
+    frozen_heartbeat_s: float = 3.0
+    # collective_hang: deadline = max(floor, multiple x p99 step) + allowances.
+    hang_floor_s: float = 10.0
+    hang_step_multiple: float = 5.0
+    hang_phase_allowance_s: float = 120.0  # checkpoint / eval marked by the hook
+    hang_warmup_allowance_s: float = 60.0  # init phase and a rank's first steps
+    # straggler: compute (step - data - collective) vs the other ranks.
+    straggler_window_steps: int = 20
+    straggler_windows: int = 4
+    straggler_factor: float = 1.034  # the threshold on a quiet job
+    straggler_sigmas: float = 4.0  # raised on noisy jobs: this many x the job's own window-to-window noise
+    straggler_window_factor: float = 1.0  # every single window (sustained: slower in each)
+    # never_joined: after the first rank registered.
+    join_deadline_s: float = 60.0
+    # loader_starvation
+    starvation_share: float = 0.2
+    starvation_window_steps: int = 50
+    starvation_min_steps: int = 20
+    # view: a rank's first steps (compile, warm-up, loader start) are not evidence.
+    warmup_steps: int = 2
+    history_steps: int = 256
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: tuple[str, int] = ("127.0.0.1", 9401)
+    address_file: str = ""
+    job: str = ""  # empty: adopt the first report's job
+    world_size: int = 0  # 0: learn it from the reports
+    token: str = field(default="", repr=False)
+    journal: str = "watchdog-journal.jsonl"
+    tick_s: float = 1.0
+    resolve_grace_s: float = 2.0
+    max_body_bytes: int = 4 << 20
+    log_level: str = "info"
+    detectors: DetectorConfig = DetectorConfig()
+
+
+_D = DetectorConfig()
+
+# (flag, DetectorConfig field) — one table, so flags and config cannot drift.
+_DETECTOR_FLAGS: tuple[tuple[Flag, str], ...] = (
+    (Flag("dead.host-silence-intervals", _D.host_silence_intervals, "a host whose agent sent nothing for this many of its report intervals is lost", positive_float), "host_silence_intervals"),
+    (Flag("frozen.heartbeat-age-seconds", _D.frozen_heartbeat_s, "a live rank whose heartbeat is older than this is frozen", positive_float), "frozen_heartbeat_s"),
+    (Flag("hang.floor-seconds", _D.hang_floor_s, "collective hang deadline: at least this long without progress", positive_float), "hang_floor_s"),
+    (Flag("hang.step-multiple", _D.hang_step_multiple, "collective hang deadline: this many times the p99 recent step time", positive_float), "hang_step_multiple"),
+    (Flag("hang.phase-allowance-seconds", _D.hang_phase_allowance_s, "extra deadline while a rank is in a checkpoint or eval phase", non_negative_float), "hang_phase_allowance_s"),
+    (Flag("hang.warmup-allowance-seconds", _D.hang_warmup_allowance_s, "extra deadline during init and a rank's first steps", non_negative_float), "hang_warmup_allowance_s"),
+    (Flag("straggler.window-steps", _D.straggler_window_steps, "steps per straggler window", positive_int), "straggler_window_steps"),
+    (Flag("straggler.windows", _D.straggler_windows, "consecutive windows a straggler must be slow in", positive_int), "straggler_windows"),
+    (Flag("straggler.factor", _D.straggler_factor, "smallest compute slowdown vs the median of the other ranks ever reported", _factor), "straggler_factor"),
+    (Flag("straggler.sigmas", _D.straggler_sigmas, "slowdown must exceed the job's own noise by this many standard deviations", positive_float), "straggler_sigmas"),
+    (Flag("straggler.window-factor", _D.straggler_window_factor, "slowdown every single window must show", _factor), "straggler_window_factor"),
+    (Flag("join.deadline-seconds", _D.join_deadline_s, "ranks must register and finish process-group init this long after the first one registered", positive_float), "join_deadline_s"),
+    (Flag("starvation.data-share", _D.starvation_share, "share of step time waiting on data that counts as starving", _share), "starvation_share"),
+    (Flag("starvation.window-steps", _D.starvation_window_steps, "steps the data share is measured over", positive_int), "starvation_window_steps"),
+    (Flag("starvation.min-steps", _D.starvation_min_steps, "steps needed before starvation is judged", positive_int), "starvation_min_steps"),
+    (Flag("view.warmup-steps", _D.warmup_steps, "a rank's first steps after (re)start that are ignored as evidence", _non_negative_int), "warmup_steps"),
+)
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("web.listen-address", "127.0.0.1:9401", "HOST:PORT for reports, /metrics and the status API", listen_address),
+    Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)"),
+    Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int),
+    Flag("job.name", "", "job name reports must carry (empty: the first report's)"),
+    Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int),
+    Flag("job.token", "", "shared secret agents send as 'Authorization: Bearer'", secret=True),
+    Flag("job.token-file", "", "file holding the job token (wins over --job.token)"),
+    Flag("journal", "watchdog-journal.jsonl", "append-only JSONL journal of events and findings"),
+    Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float),
+    Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long", non_negative_float),
+    Flag("log.level", "info", "debug, info, warning or error"),
+    *(f for f, _ in _DETECTOR_FLAGS),
+)
+
+
+def read_token(values: Mapping[str, Any]) -> str:
+    path = values.get("job_token_file") or ""
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    return values.get("job_token") or ""
+
+
+def from_values(values: Mapping[str, Any]) -> Config:
+    """Build the config from ``flags.parse`` output (the token file is read here)."""
+    det = DetectorConfig(**{name: values[flag.dest] for flag, name in _DETECTOR_FLAGS})
+    if det.starvation_min_steps > det.starvation_window_steps:
+        raise ValueError("--starvation.min-steps must not exceed --starvation.window-steps")
+    return Config(
+        # flags.parse passes defaults through unconverted.
+        listen=listen_address(listen) if isinstance(listen := values["web_listen_address"], str) else listen,
+        address_file=values["web_address_file"],
+        job=values["job_name"],
+        world_size=values["job_world_size"],
+        token=read_token(values),
+        journal=values["journal"],
+        tick_s=values["tick_interval_seconds"],
+        resolve_grace_s=values["findings_resolve_grace_seconds"],
+        max_body_bytes=values["web_max_body_bytes"],
+        log_level=values["log_level"],
+        detectors=det,
+    )
+
+
+def loggable(cfg: Config) -> dict[str, Any]:
+    """The effective config, secrets masked: logged and journaled at start."""
+    out = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("token", "detectors")}
+    out["listen"] = f"{cfg.listen[0]}:{cfg.listen[1]}"
+    out["token"] = "<set>" if cfg.token else "<unset>"
+    out["detectors"] = {f.name: getattr(cfg.detectors, f.name) for f in fields(cfg.detectors)}
+    return out

@@ -1,0 +1,88 @@
+"""The running coordinator: HTTP server thread + tick thread around a
+``Coordinator``. The tick thread is the one place that reads the clock for
+detection: once per tick, monotonic and wall together.
+
+Used by ``main`` and by in-process tests (start on port 0, read ``address``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from prometheus_client import CollectorRegistry
+
+from .. import logs
+from .config import Config, loggable
+from .journal import Journal
+from .server import bound_address, make_server
+from .service import Coordinator
+
+
+def _clock() -> tuple[float, float]:
+    return time.time(), time.monotonic()
+
+
+def write_address_file(path: str, address: str) -> None:
+    """Atomically, so a launcher polling for it never reads half an address."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(address + "\n")
+    os.replace(tmp, path)
+
+
+class Daemon:
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None) -> None:
+        self.cfg = cfg
+        self.log = logs.get("watchdog.coordinator")
+        self.journal = Journal(cfg.journal, _clock)
+        self.coordinator = Coordinator(cfg, self.journal, registry)
+        self.server = make_server(cfg.listen[0], cfg.listen[1], self.coordinator, cfg.token, cfg.max_body_bytes)
+        self.address = bound_address(self.server)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> "Daemon":
+        self.journal.write("start", {"pid": os.getpid(), "address": self.address, "job": self.cfg.job,
+                                     "world_size": self.cfg.world_size})
+        self.journal.write("config", {"config": loggable(self.cfg)})
+        self._threads = [
+            threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                             name="watchdog-coordinator-http", daemon=True),
+            threading.Thread(target=self._tick_loop, name="watchdog-coordinator-tick", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+        if self.cfg.address_file:
+            write_address_file(self.cfg.address_file, self.address)
+        self.log.info("listening", address=self.address, journal=self.cfg.journal)
+        return self
+
+    def _tick_loop(self) -> None:
+        interval = self.cfg.tick_s
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            now, wall = time.monotonic(), time.time()
+            t0 = time.perf_counter()
+            try:
+                self.coordinator.tick(now, wall)
+            except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
+                self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
+            self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
+            # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
+            next_at = max(next_at + interval, time.monotonic())
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self, reason: str = "stopped") -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for t in self._threads:
+            t.join(timeout=5.0)
+        active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
+        self.journal.write("stop", {"reason": reason, "active_findings": active})
+        self.journal.close()
+        self.log.info("stopped", reason=reason)

@@ -1,0 +1,124 @@
+"""collective_hang: the job stopped making progress; name who holds it up.
+
+Hang age is the longer of: how long ranks have waited in the collective most of
+them are in, and how long no live rank completed a step or a collective. It must
+pass an adaptive deadline, max(floor, multiple x p99 recent step time), plus an
+allowance while any rank is in a phase the hook marked as slow on purpose
+(checkpoint, eval) or in init / its first steps.
+
+The culprits are the ranks that have not entered the collective the others wait
+in (see ``health.analyze``): a rank stuck in its own code, in the data loader,
+dead, frozen or exited early (uneven inputs). A dead or frozen culprit also gets
+its own dead_rank / frozen_rank finding; this one names the same rank and says
+how long the others have waited. When nobody is in a collective (all stuck in
+data loading, say), every live rank is named with where it is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .. import stats
+from ..config import DetectorConfig
+from ..describe import heartbeat, where, who
+from ..finding import Finding, group_name, ranks_phrase, seconds
+from ..health import Blame, analyze, classify_all, live, waiting
+from ..view import ClusterView
+
+SLOW_PHASES = ("checkpoint", "eval")
+_STATUS = {"dead": "process gone", "frozen": "frozen (heartbeat stale)", "lost": "its host is lost",
+           "exited": "exited already (uneven inputs?)"}
+
+
+@dataclass(frozen=True)
+class HangState:
+    age_s: float  # how long the job has been stuck (0 when it is not)
+    deadline_s: float
+    onset: float
+    blame: Blame | None
+    stuck: tuple[int, ...]  # live ranks, when nobody waits in a collective
+    health: dict[int, str]
+
+
+def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState | None:
+    """Pure; also used for the hang-seconds gauge. None when nothing is live."""
+    health = classify_all(view, now, cfg)
+    alive = live(view, health)
+    if not alive:
+        return None  # all exited, dead or lost: dead_rank's business, not a hang
+    blame = analyze(view, now, cfg, health)
+    progress = max(view.ranks[r].progress_at for r in alive)
+    age, onset = now - progress, progress
+    if blame is not None and now - blame.waiting_since > age:
+        age, onset = now - blame.waiting_since, blame.waiting_since
+    return HangState(age_s=max(0.0, age), deadline_s=deadline(view, alive, cfg), onset=onset, blame=blame,
+                     stuck=tuple(sorted(alive)) if blame is None else (), health=health)
+
+
+def deadline(view: ClusterView, alive: list[int], cfg: DetectorConfig) -> float:
+    p99s = [view.ranks[r].p99_step_s for r in alive if view.ranks[r].history]
+    base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
+    rvs = [view.ranks[r] for r in alive]
+    if any(rv.state.phase in SLOW_PHASES for rv in rvs):
+        base += cfg.hang_phase_allowance_s
+    if any(rv.state.phase == "init" or rv.steps_seen <= cfg.warmup_steps for rv in rvs):
+        base += cfg.hang_warmup_allowance_s
+    return base
+
+
+class CollectiveHang:
+    name = "collective_hang"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        st = hang_state(now, view, self.cfg)
+        if st is None or st.age_s <= st.deadline_s:
+            return []
+        b = st.blame
+        evidence = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
+        if b is None:
+            return [self._stalled(now, view, st, evidence)]
+        evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how)
+        waited = f"{ranks_phrase(b.waiters)} waiting {seconds(now - b.waiting_since)}" if b.waiters else "no rank waiting"
+        coll = f"{b.op} #{b.seq} on {group_name(b.group)}"
+        if not b.culprits:
+            reason = (f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
+                      "missing from it: a transport/NCCL problem or mismatched collectives; stacks requested")
+            return [Finding(kind=self.name, ranks=(), hosts=(), reason=reason, onset_mono=st.onset,
+                            detected_mono=now, evidence=evidence, wants_stacks=b.waiters)]
+        rvs = [view.ranks[r] for r in b.culprits]
+        verb = {"missing": "never entered", "behind": "has not caught up to", "failed_inside": "failed inside",
+                "other_group": "is waiting elsewhere instead of in"}[b.how]
+        if len(rvs) == 1:
+            rv = rvs[0]
+            status = _STATUS.get(st.health[rv.rank]) or heartbeat(rv, now, self.cfg.frozen_heartbeat_s)
+            reason = f"{who(rv)} {verb} {coll}; {waited}; rank {rv.rank} last seen {where(rv, now)}, {status}"
+        else:
+            places = Counter(where(rv, now).split(" at step")[0] for rv in rvs)
+            top = ", ".join(f"{n} {p}" for p, n in places.most_common(2))
+            reason = f"{ranks_phrase(b.culprits)} {verb} {coll}; {waited}; culprits last seen: {top}"
+        evidence["culprits"] = {str(rv.rank): self._culprit(rv, st, now) for rv in rvs[:16]}
+        return [Finding(kind=self.name, ranks=b.culprits, hosts=tuple(sorted({rv.host for rv in rvs})), reason=reason,
+                        onset_mono=st.onset, detected_mono=now, evidence=evidence, wants_stacks=b.culprits)]
+
+    def _stalled(self, now: float, view: ClusterView, st: HangState, evidence: dict) -> Finding:
+        rvs = [view.ranks[r] for r in st.stuck]
+        data = [rv.rank for rv in rvs if rv.state.in_data_wait and not waiting(rv)]
+        if len(data) == len(rvs):
+            tail = "all waiting on data: the input pipeline is stalled"
+        else:
+            places = Counter(where(rv, now).split(" at step")[0] for rv in rvs)
+            tail = "last seen " + ", ".join(f"{n} {p}" for p, n in places.most_common(2))
+        reason = f"no progress for {seconds(st.age_s)} and no rank is in a collective: {ranks_phrase(st.stuck)} {tail}"
+        evidence["culprits"] = {str(rv.rank): self._culprit(rv, st, now) for rv in rvs[:16]}
+        return Finding(kind=self.name, ranks=st.stuck, hosts=tuple(sorted({rv.host for rv in rvs})), reason=reason,
+                       onset_mono=st.onset, detected_mono=now, evidence=evidence, wants_stacks=st.stuck)
+
+    def _culprit(self, rv, st: HangState, now: float) -> dict:
+        s = rv.state
+        return {"host": rv.host, "pid": s.pid, "step": s.step, "phase": s.phase, "in_data_wait": s.in_data_wait,
+                "coll_group": s.coll.group, "coll_seq": s.coll.seq, "coll_outstanding": s.coll.outstanding,
+                "heartbeat_age_s": round(rv.heartbeat_age(now), 3), "health": st.health[rv.rank]}

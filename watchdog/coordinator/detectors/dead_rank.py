@@ -1,0 +1,120 @@
+"""dead_rank: a rank's process is gone, or its whole host went silent.
+
+The agent reports ``alive: false`` once the (pid, start time) process is gone;
+a clean exit (hook status "exited") is not a death. A host whose agent sent
+nothing for ``host_silence_intervals`` of its report intervals is lost, with all
+its ranks: one finding naming the host.
+
+Root cause, not victims. When one rank dies, torchrun tears the group down and
+gloo/NCCL peers fail within milliseconds to seconds, so several ranks die close
+together. Two rules keep the blame on the first:
+- a rank that died while waiting in a collective that some failed or stuck rank
+  never entered is a victim (``health.victims``);
+- deaths are ordered by when they happened (the agent's ``gone_age_s``, poll
+  resolution; else bounded by the last sign of life): those within ``TIE_S`` of
+  the earliest are named together (order unknown), later ones within
+  ``CASCADE_S`` are followers, mentioned in the evidence only.
+A death is reported once every other live host has reported since it happened
+(or after 1.5 report intervals), so a victim whose agent happened to report
+first is not blamed before the root cause's host is heard from.
+"""
+
+from __future__ import annotations
+
+from ..config import DetectorConfig
+from ..describe import where, who
+from ..finding import Finding, ranks_phrase, seconds
+from ..health import DEAD, LOST, analyze, classify_all, host_lost, host_silence_limit, victims
+from ..view import ClusterView
+
+TIE_S = 0.05  # deaths the agents timed this close cannot be ordered
+TIE_COARSE_S = 1.0  # without agent timing: one report interval
+CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its consequence
+
+
+class DeadRank:
+    name = "dead_rank"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        health = classify_all(view, now, self.cfg)
+        if not any(h in (DEAD, LOST) for h in health.values()):
+            return []
+        blame = analyze(view, now, self.cfg, health)
+        spared = victims(view, now, self.cfg, health, blame)
+        lost = self._lost_hosts(now, view, health)
+        # (time, ranks, precise): lost hosts take part in the ordering as one event each.
+        events = [(f.onset_mono, f.ranks, False) for f in lost]
+        for r, rv in view.ranks.items():
+            if health[r] == DEAD and r not in spared and rv.died_at is not None:
+                events.append((rv.died_at, (r,), rv.died_precise))
+        events.sort()
+        out = list(lost)
+        root_t = None
+        cluster: list[int] = []
+        followers: list[int] = []
+        precise = True
+        for t, ranks, exact in events:
+            if root_t is not None and t - root_t <= (TIE_S if precise and exact else TIE_COARSE_S):
+                cluster += ranks if len(ranks) == 1 and health[ranks[0]] == DEAD else []
+                continue
+            if root_t is not None and t - root_t <= CASCADE_S:
+                followers += ranks
+                continue
+            if cluster:
+                out += self._dead(now, view, cluster, followers, spared, blame)
+            root_t, precise, followers = t, exact, []
+            cluster = list(ranks) if len(ranks) == 1 and health[ranks[0]] == DEAD else []
+        if cluster:
+            out += self._dead(now, view, cluster, followers, spared, blame)
+        return out
+
+    def _dead(self, now, view, cluster, followers, spared, blame) -> list[Finding]:
+        rvs = [view.ranks[r] for r in sorted(cluster)]
+        first = min(rv.died_at for rv in rvs)
+        seen = min(rv.dead_seen_at for rv in rvs)
+        heard = all(hv.received_at >= first or host_lost(view, h, now, self.cfg) for h, hv in view.hosts.items())
+        patience = 1.5 * max(hv.interval_s for hv in view.hosts.values())
+        if not heard and now - seen < patience:
+            return []  # wait for the other hosts: one of them may hold an earlier death
+        after = sorted(set(followers) | {v for v in spared if v not in cluster})
+        then = f"; {ranks_phrase(after)} failed after it" if after else ""
+        waiting = ""
+        live_waiters = [w for w in blame.waiters if view.ranks[w].state.alive] if blame else []
+        if blame and set(cluster) & set(blame.culprits) and live_waiters:
+            waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
+        rv = rvs[0]
+        if len(rvs) == 1:
+            head = f"{who(rv)} died: process gone (hook status {rv.state.status}), last seen {where(rv, now)}"
+        else:
+            hosts = sorted({x.host for x in rvs})
+            span = max(x.died_at for x in rvs) - first
+            head = (f"{ranks_phrase(cluster)} (host {', '.join(hosts)}) died within {seconds(span)} of each other, "
+                    f"order unknown: processes gone, rank {rv.rank} last seen {where(rv, now)}")
+        return [Finding(
+            kind=self.name, ranks=tuple(sorted(cluster)), hosts=tuple(sorted({x.host for x in rvs})),
+            onset_mono=first, detected_mono=now, reason=head + waiting + then,
+            evidence={"pids": {str(x.rank): x.state.pid for x in rvs}, "status": rv.state.status, "step": rv.state.step,
+                      "phase": rv.state.phase, "last_heartbeat_age_s": round(rv.heartbeat_age(now), 3),
+                      "died_precise": all(x.died_precise for x in rvs), "followers": after},
+        )]
+
+    def _lost_hosts(self, now: float, view: ClusterView, health: dict[int, str]) -> list[Finding]:
+        out = []
+        for host, hv in sorted(view.hosts.items()):
+            ranks = sorted(r for r, rv in view.ranks.items() if rv.host == host and health[r] == LOST)
+            if not ranks:
+                continue
+            silent = now - hv.received_at
+            steps = sorted({view.ranks[r].state.step for r in ranks})
+            out.append(Finding(
+                kind=self.name, ranks=tuple(ranks), hosts=(host,), onset_mono=hv.received_at, detected_mono=now,
+                reason=(f"host {host} lost: no report from its agent for {seconds(silent)} (expected every "
+                        f"{seconds(hv.interval_s)}); {ranks_phrase(ranks)} presumed dead, last at step "
+                        f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"),
+                evidence={"silent_s": round(silent, 3), "limit_s": host_silence_limit(view, host, self.cfg),
+                          "agent_id": hv.agent_id, "last_seq": hv.seq},
+            ))
+        return out

@@ -1,0 +1,52 @@
+"""frozen_rank: the process exists but its heartbeat stopped.
+
+SIGSTOP, a debugger, swap death, or a C extension holding the GIL: the hook's
+heartbeat thread cannot run. Judged on the heartbeat age the agent read (a late
+report is a host problem, dead_rank's business), and only once the heartbeat
+was seen to beat in this incarnation (so a hook without a running heartbeat is
+never "frozen"). Ranks frozen while waiting in a collective that an earlier
+failed or stuck rank never entered are victims and get no finding. CPU use tells
+"stopped" (~0%) from "spinning in native code" (~100%).
+"""
+
+from __future__ import annotations
+
+from ..config import DetectorConfig
+from ..describe import where, who
+from ..finding import Finding, ranks_phrase, seconds
+from ..health import FROZEN, analyze, classify_all, victims
+from ..view import ClusterView
+
+
+class FrozenRank:
+    name = "frozen_rank"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        health = classify_all(view, now, self.cfg)
+        if FROZEN not in health.values():
+            return []
+        blame = analyze(view, now, self.cfg, health)
+        spared = victims(view, now, self.cfg, health, blame)
+        out = []
+        for r, rv in sorted(view.ranks.items()):
+            if health[r] != FROZEN or r in spared:
+                continue
+            s = rv.state
+            cpu = s.cpu_percent
+            kind = "stopped or blocked (CPU ~0%)" if cpu < 5 else f"busy in native code holding the GIL (CPU {cpu:.0f}%)"
+            waiting = ""
+            live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
+            if blame and r in blame.culprits and live_waiters:
+                waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
+            out.append(Finding(
+                kind=self.name, ranks=(r,), hosts=(rv.host,), onset_mono=rv.last_heartbeat(), detected_mono=now,
+                reason=f"{who(rv)} is frozen: process alive but heartbeat stale for {seconds(rv.heartbeat_age(now))}, "
+                       f"{kind}; last seen {where(rv, now)}{waiting}",
+                evidence={"heartbeat_age_s": round(rv.heartbeat_age(now), 3), "cpu_percent": cpu, "step": s.step,
+                          "phase": s.phase, "pid": s.pid, "victims": sorted(v for v in spared if v != r)},
+                wants_stacks=(r,),
+            ))
+        return out

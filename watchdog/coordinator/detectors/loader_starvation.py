@@ -1,0 +1,72 @@
+"""loader_starvation: ranks spending more than ``starvation_share`` of their step
+time waiting on the data iterator, over the last ``starvation_window_steps``.
+
+One rank (or a few) starving points at that rank's loader or host; (nearly) all
+ranks starving means the input pipeline itself is the bottleneck, and adding
+training workers will not help. The share leaves out the top 10% of steps by data
+wait, so one slow first batch of an epoch (workers starting) is not starvation,
+while a loader that stalls every few steps still is. A rank's first steps are not
+in its history at all (view warm-up).
+"""
+
+from __future__ import annotations
+
+from ..config import DetectorConfig
+from ..finding import Finding, ranks_phrase, seconds
+from ..health import OK, classify_all
+from ..stats import median
+from ..view import ClusterView
+
+ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one loader
+
+
+def data_share(samples) -> float:
+    if not samples:
+        return 0.0
+    kept = sorted(samples, key=lambda x: x.data_s)[: len(samples) - max(1, len(samples) // 10)] or list(samples)
+    step = sum(x.step_s for x in kept)
+    return sum(x.data_s for x in kept) / step if step > 0 else 0.0
+
+
+class LoaderStarvation:
+    name = "loader_starvation"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        cfg = self.cfg
+        health = classify_all(view, now, cfg)
+        shares: dict[int, float] = {}
+        windows: dict[int, list] = {}
+        for r, rv in view.ranks.items():
+            xs = [x for x in rv.history if x.phase == "train"][-cfg.starvation_window_steps :]
+            if health[r] == OK and len(xs) >= cfg.starvation_min_steps:
+                shares[r], windows[r] = data_share(xs), xs
+        starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
+        if not starving or any(h == OK and r not in shares for r, h in health.items()):
+            return []  # judge "one loader or all" only once every live rank has enough steps
+        rvs = [view.ranks[r] for r in starving]
+        hosts = tuple(sorted({rv.host for rv in rvs}))
+        share = median([shares[r] for r in starving])
+        rest = [s for r, s in shares.items() if r not in starving]
+        n = max(len(windows[r]) for r in starving)
+        onset = now - max(sum(x.step_s for x in windows[r]) for r in starving)
+        evidence = {"shares": {str(r): round(shares[r], 4) for r in starving}, "threshold": cfg.starvation_share,
+                    "window_steps": n, "others_median_share": round(median(rest), 4) if rest else None}
+        if len(shares) >= 2 and len(starving) >= ALL_RANKS_SHARE * len(shares):
+            reason = (f"{ranks_phrase(starving)} ({len(starving)} of {len(shares)}) wait on data {share:.0%} of step time "
+                      f"over the last {n} steps: the input pipeline is the bottleneck; more training workers will not "
+                      "help, fix the loader (decode cost, storage, worker count)")
+            evidence["scope"] = "all"
+        else:
+            rv = rvs[0]
+            step = rv.history[-1].step_s if rv.history else 0.0
+            others = f"others {median(rest):.0%}" if rest else "no other rank to compare"
+            verb = "waits" if len(starving) == 1 else "wait"
+            reason = (f"{ranks_phrase(starving)} on host {', '.join(hosts)} {verb} on data {share:.0%} of step time over "
+                      f"the last {n} steps ({others}; step {seconds(step)}): that loader or host is the bottleneck "
+                      "(check its CPU, disk and num_workers); the other ranks wait for it in the all-reduce")
+            evidence["scope"] = "ranks"
+        return [Finding(kind=self.name, ranks=tuple(starving), hosts=hosts, onset_mono=onset, detected_mono=now,
+                        reason=reason, evidence=evidence)]

@@ -1,0 +1,61 @@
+"""never_joined: expected ranks that did not register, or did not finish
+process-group init, by ``join_deadline_s`` after the first rank registered.
+
+Ranks that never reported, or reported but never called init_process_group
+(pg_state "none"), are the culprits: the others sit inside init_process_group
+waiting for them, so naming those would blame the victims. Only when nobody is
+missing or un-called and ranks are still inside init (a wrong MASTER_ADDR, an
+unreachable store) are those named. A rank's own deadline runs from when it
+registered, so a restarted rank gets a fresh one. Dead ranks are dead_rank's.
+"""
+
+from __future__ import annotations
+
+from ..config import DetectorConfig
+from ..finding import Finding, ranks_phrase, seconds
+from ..health import DEAD, EXITED, LOST, classify_all
+from ..view import ClusterView
+
+
+class NeverJoined:
+    name = "never_joined"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        first = view.first_registered_at()
+        if first is None or view.world_size <= 0:
+            return []
+        limit = self.cfg.join_deadline_s
+        health = classify_all(view, now, self.cfg)
+        overdue = [rv for r, rv in view.ranks.items()
+                   if health[r] not in (DEAD, LOST, EXITED) and now - rv.registered_at > limit]
+        missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
+        uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
+        inside = [rv for rv in overdue if rv.state.pg_state == "initializing"]
+        if missing or uncalled:
+            culprits = sorted(missing + [rv.rank for rv in uncalled])
+            parts = []
+            if missing:
+                parts.append(f"{ranks_phrase(missing)} never registered (no agent reported them; host unknown)")
+            if uncalled:
+                hosts = sorted({rv.host for rv in uncalled})
+                parts.append(f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} never called init_process_group")
+            waiting = [rv.rank for rv in inside]
+            tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
+            hosts = tuple(sorted({rv.host for rv in uncalled}))
+        elif inside:
+            culprits = sorted(rv.rank for rv in inside)
+            hosts = tuple(sorted({rv.host for rv in inside}))
+            parts = [f"{ranks_phrase(culprits)} stuck inside init_process_group (rendezvous) with every rank registered: "
+                     "check MASTER_ADDR/MASTER_PORT and the store"]
+            tail = ""
+        else:
+            return []
+        return [Finding(
+            kind=self.name, ranks=tuple(culprits), hosts=hosts, onset_mono=first + limit, detected_mono=now,
+            reason=f"{'; '.join(parts)} {seconds(now - first)} after the first rank registered (deadline {seconds(limit)}){tail}",
+            evidence={"world_size": view.world_size, "registered": len(view.ranks), "missing": missing,
+                      "not_initialized": [rv.rank for rv in uncalled], "in_rendezvous": [rv.rank for rv in inside]},
+        )]

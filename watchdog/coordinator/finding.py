@@ -1,0 +1,74 @@
+"""Findings: what a detector concluded, with a reason a person reads at 03:00.
+
+Kinds are an API (alerts, journals, dashboards key on them); see KINDS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+KINDS = (
+    "dead_rank",
+    "frozen_rank",
+    "collective_hang",
+    "straggler",
+    "never_joined",
+    "loader_starvation",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    ranks: tuple[int, ...]  # the culprits, sorted; () when no culprit could be named
+    hosts: tuple[str, ...]
+    reason: str  # one line, for a person
+    onset_mono: float  # coordinator monotonic estimate of when it began
+    detected_mono: float
+    evidence: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    wants_stacks: tuple[int, ...] = ()  # ranks whose Python stacks would confirm it
+    onset_wall: float = 0.0  # filled by the daemon from its one clock reading per tick
+    detected_wall: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, tuple[int, ...]]:
+        """Dedupe key: the same kind blaming the same ranks is the same finding."""
+        return (self.kind, self.ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ranks"] = list(self.ranks)
+        out["hosts"] = list(self.hosts)
+        out["wants_stacks"] = list(self.wants_stacks)
+        return out
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 4, 5, 6, 7] -> '0-2,4-7': readable for 1000 ranks too."""
+    out: list[str] = []
+    items = sorted(set(ranks))
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def ranks_phrase(ranks: Iterable[int]) -> str:
+    items = sorted(set(ranks))
+    return f"rank {items[0]}" if len(items) == 1 else f"ranks {rank_ranges(items)}"
+
+
+def group_name(group: int) -> str:
+    return "the default group" if group == 0 else f"group {group:#x}"
+
+
+def seconds(value: float) -> str:
+    """Durations as people read them: 85 ms, 12.4 s, 31.0 min."""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if value < 600 else f"{value / 60:.1f} min"

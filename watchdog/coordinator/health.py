@@ -1,0 +1,129 @@
+"""Per-rank health and the root-cause analysis every detector shares.
+
+The root cause of a fault is the earliest event: when one rank dies or freezes,
+the others block in the next collective, and may then time out, die, or freeze
+themselves (a wait that holds the GIL). ``analyze`` finds the collective most
+ranks are waiting in and the ranks that have not entered it, so every detector
+blames the same rank, and ``victims`` tells dead_rank/frozen_rank which of the
+failed ranks only failed because they were waiting for someone else.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .config import DetectorConfig
+from .view import ClusterView, RankView
+
+OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
+FAULTY = (DEAD, FROZEN, LOST)
+# Progress times are estimated from reports; this absorbs their jitter.
+STALL_SLACK_S = 0.5
+
+
+def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> float:
+    hv = view.hosts[host]
+    return cfg.host_silence_intervals * max(hv.interval_s, 0.1)
+
+
+def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
+    hv = view.hosts.get(host)
+    if hv is None or now - hv.received_at <= host_silence_limit(view, host, cfg):
+        return False
+    # An agent that goes quiet after all its ranks exited cleanly is the job ending.
+    return any(rv.host == host and rv.state.status != "exited" for rv in view.ranks.values())
+
+
+def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig) -> str:
+    s = rv.state
+    if s.status == "exited":
+        return EXITED  # a clean exit (the hook saw the interpreter exit) is not a death
+    if host_lost(view, rv.host, now, cfg):
+        return LOST
+    if not s.alive:
+        return DEAD
+    # The agent's own reading of the heartbeat, not one aged by a slow report:
+    # a late report is a host problem, not a frozen rank. A hook that gave up
+    # (disabled) stops beating without the process being frozen.
+    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > cfg.frozen_heartbeat_s:
+        return FROZEN
+    return OK
+
+
+def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
+    return {r: classify(rv, view, now, cfg) for r, rv in view.ranks.items()}
+
+
+def waiting(rv: RankView) -> bool:
+    """Inside a collective and no step completed since entering it: a rank whose
+    'outstanding' count leaked while it keeps stepping is not waiting."""
+    c = rv.state.coll
+    return c.outstanding > 0 and rv.step_start() <= rv.coll_enter() + STALL_SLACK_S
+
+
+@dataclass(frozen=True)
+class Blame:
+    group: int
+    seq: int  # the first collective on ``group`` the waiters have not completed
+    op: str
+    waiters: tuple[int, ...]  # waiting in it
+    culprits: tuple[int, ...]  # have not entered it (or failed inside it); () if unknown
+    elsewhere: tuple[int, ...]  # waiting in a collective on another group
+    waiting_since: float  # earliest enter among the waiters
+    latest_enter: float
+    how: str  # "missing", "behind", "failed_inside", "other_group" or "unknown"
+
+
+def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str] | None = None) -> Blame | None:
+    """The collective most ranks wait in, and who holds it up. None if no rank waits."""
+    health = classify_all(view, now, cfg) if health is None else health
+    wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] != EXITED}
+    if not wait:
+        return None
+    groups = Counter(rv.state.coll.group for rv in wait.values())
+    group = min(groups, key=lambda g: (-groups[g], g))
+    on = {r: rv for r, rv in wait.items() if rv.state.coll.group == group}
+    seq = min(rv.state.coll.done_seq for rv in on.values()) + 1
+    front = max(rv.state.coll.seq for rv in on.values())
+    ops = Counter(rv.state.coll.op for rv in on.values())
+    latest_enter = max(rv.coll_enter() for rv in on.values())
+    elsewhere = tuple(sorted(set(wait) - set(on)))
+
+    def stalled(rv: RankView) -> bool:
+        return rv.progress_at <= latest_enter + STALL_SLACK_S
+
+    # 1. Ranks not in any collective: failed, exited, or stuck in their own code
+    #    since before the others started waiting (a rank still making progress
+    #    elsewhere is not what they wait for).
+    missing = [r for r, rv in view.ranks.items() if r not in wait and (health[r] in FAULTY + (EXITED,) or stalled(rv))]
+    # 2. Waiting, but on an earlier collective than the others entered (a rank
+    #    killed half-way through its gradient buckets).
+    behind = [r for r, rv in on.items() if rv.state.coll.seq < front]
+    # 3. Failed while inside the collective itself.
+    inside = [r for r in wait if health[r] in FAULTY]
+    how, culprits = "unknown", []
+    for how, culprits in (("missing", missing), ("behind", behind), ("failed_inside", inside), ("other_group", list(elsewhere))):
+        if culprits:
+            break
+    else:
+        how = "unknown"
+    waiters = tuple(sorted(r for r in on if r not in culprits))
+    return Blame(
+        group=group, seq=seq, op=ops.most_common(1)[0][0], waiters=waiters, culprits=tuple(sorted(culprits)),
+        elsewhere=tuple(r for r in elsewhere if r not in culprits),
+        waiting_since=min(rv.coll_enter() for rv in on.values()), latest_enter=latest_enter, how=how,
+    )
+
+
+def victims(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str], blame: Blame | None) -> set[int]:
+    """Failed ranks that were waiting for someone else when they failed: they are
+    not the root cause and get no finding of their own."""
+    if blame is None or not blame.culprits or blame.how in ("failed_inside", "unknown"):
+        return set()
+    return {r for r in blame.waiters + blame.elsewhere if health[r] in FAULTY}
+
+
+def live(view: ClusterView, health: dict[int, str]) -> list[int]:
+    """Ranks expected to make progress: everything but the exited, dead and lost."""
+    return [r for r in view.ranks if health[r] in (OK, FROZEN)]

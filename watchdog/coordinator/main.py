@@ -1,0 +1,74 @@
+"""``watchdog coordinator``: parse flags, refuse unsafe set-ups, run the daemon
+until SIGTERM/SIGINT. Exit codes: 0 stopped by a signal, 1 could not start
+(port in use, journal not writable), 2 bad configuration."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from .. import flags, logs
+from .config import FLAGS, Config, from_values, loggable
+
+DESCRIPTION = "Per-job coordinator: folds agent reports into a cluster view, runs detectors, journals findings."
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that may resolve to anything: treat it as exposed
+
+
+def check_exposure(cfg: Config) -> str | None:
+    """The error to exit with, or None. Reports steer actions on the job, so
+    anyone who can reach the port must prove they hold the job token."""
+    if not cfg.token and not is_loopback(cfg.listen[0]):
+        return (f"refusing to listen on {cfg.listen[0]}:{cfg.listen[1]} without a job token: anyone who can reach it "
+                "could feed fake reports. Set --job.token-file (or WATCHDOG_JOB_TOKEN), or listen on 127.0.0.1.")
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        values = flags.parse("watchdog coordinator", DESCRIPTION, FLAGS, argv)
+        cfg = from_values(values)
+    except (flags.FlagError, ValueError, OSError) as exc:
+        print(f"watchdog coordinator: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(cfg.log_level)
+    log = logs.get("watchdog.coordinator")
+    err = check_exposure(cfg)
+    if err:
+        log.error("refused", error=err)
+        print(f"watchdog coordinator: {err}", file=sys.stderr)
+        return 2
+    if not cfg.token:
+        log.warning("no_token", detail="accepting unauthenticated reports on a loopback address")
+    log.info("config", **loggable(cfg))
+    from .daemon import Daemon  # after the checks: a refused start opens no journal
+
+    try:
+        daemon = Daemon(cfg).start()
+    except OSError as exc:
+        log.error("start_failed", error=str(exc))
+        print(f"watchdog coordinator: cannot start: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    reason = ["stopped"]
+
+    def on_signal(signum, _frame) -> None:
+        reason[0] = signal.Signals(signum).name
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
+    daemon.stop(reason[0])
+    return 0

@@ -1,0 +1,45 @@
+"""Every metric the coordinator exports, defined in one place (names are an API;
+tests/golden/coordinator_metrics.txt pins them). The registry is injected so
+tests can run several coordinators in one process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .finding import KINDS
+
+REJECT_REASONS = ("bad_json", "too_large", "no_length", "unauthorized", "version", "schema", "wrong_job", "timeout", "internal")
+TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class CoordinatorMetrics:
+    def __init__(self, registry: CollectorRegistry, detectors: tuple[str, ...] = KINDS) -> None:
+        r = registry
+        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["job"], registry=r)
+        self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
+        self.active = Gauge("watchdog_coordinator_findings_active", "Findings whose condition currently holds, by kind", ["kind"], registry=r)
+        self.resolved = Counter("watchdog_coordinator_findings_resolved_total", "Findings whose condition ended, by kind", ["kind"], registry=r)
+        self.ranks_expected = Gauge("watchdog_coordinator_ranks_expected", "Ranks the job should have (configured or reported world size)", registry=r)
+        self.ranks_registered = Gauge("watchdog_coordinator_ranks_registered", "Ranks some agent has reported", registry=r)
+        self.ranks_alive = Gauge("watchdog_coordinator_ranks_alive", "Reported ranks whose process exists, not exited, host not lost", registry=r)
+        self.hosts = Gauge("watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r)
+        self.straggler = Gauge("watchdog_coordinator_straggler_score", "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r)
+        self.hang = Gauge("watchdog_coordinator_hang_seconds", "Seconds since any live rank completed a step or a collective, or since ranks entered the collective they still wait in; a hang when above the deadline", registry=r)
+        self.hang_deadline = Gauge("watchdog_coordinator_hang_deadline_seconds", "Current adaptive collective-hang deadline", registry=r)
+        self.det_success = Gauge("watchdog_detector_success", "1 if the detector's last run succeeded", ["detector"], registry=r)
+        self.det_duration = Gauge("watchdog_detector_duration_seconds", "Duration of the detector's last run", ["detector"], registry=r)
+        self.det_errors = Counter("watchdog_detector_errors_total", "Detector runs that raised", ["detector"], registry=r)
+        self.received = Counter("watchdog_coordinator_reports_received_total", "Host reports accepted", registry=r)
+        self.rejected = Counter("watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r)
+        self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
+        self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
+        # Children exist from the start, so a zero is a zero and not a missing series.
+        for kind in KINDS:
+            self.findings.labels(kind)
+            self.active.labels(kind).set(0)
+            self.resolved.labels(kind)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason)
+        for name in detectors:
+            self.det_errors.labels(name)

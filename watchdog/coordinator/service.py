@@ -1,0 +1,169 @@
+"""The coordinator's state and its two entry points: ``accept`` (a report
+arrived) and ``tick`` (run the detectors). Both take the time as arguments; the
+daemon (``daemon.py``) is what reads the clock.
+
+The view is immutable and swapped under a lock, so ``tick`` runs the detectors
+on the view it read without blocking reports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from .. import logs
+from ..report import HostReport
+from . import health, status, tracker
+from .config import Config
+from .detectors import build
+from .detectors.collective_hang import hang_state
+from .detectors.straggler import scores
+from .finding import KINDS, Finding
+from .journal import Journal
+from .metrics import CoordinatorMetrics
+from .runner import Outcome, Runner
+from .view import ClusterView, empty, fold
+
+
+class WrongJob(Exception):
+    """A report for another job (409)."""
+
+
+@dataclass(frozen=True)
+class TickResult:
+    opened: tuple[Finding, ...]
+    resolved: tuple[tracker.Resolved, ...]
+    outcomes: tuple[Outcome, ...]
+
+
+class Coordinator:
+    def __init__(self, cfg: Config, journal: Journal, registry: CollectorRegistry | None = None) -> None:
+        self.cfg = cfg
+        self.journal = journal
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.detectors = build(cfg.detectors)
+        self.metrics = CoordinatorMetrics(self.registry, tuple(d.name for d in self.detectors))
+        self.runner = Runner(self.detectors)
+        self.log = logs.get("watchdog.coordinator")
+        self._lock = threading.Lock()
+        self._view: ClusterView = empty(cfg.job, cfg.world_size)
+        self._active: dict[tracker.Key, tracker.Active] = {}
+        self._lost: set[str] = set()
+        self._straggler_ranks: set[int] = set()
+        self._journal_failed = logs.RateLimited(every_s=60.0)
+        if cfg.job:
+            self.metrics.info.labels(cfg.job).set(1)
+        self.metrics.ranks_expected.set(cfg.world_size)
+
+    @property
+    def view(self) -> ClusterView:
+        return self._view
+
+    @property
+    def active(self) -> dict[tracker.Key, tracker.Active]:
+        return dict(self._active)
+
+    # -- reports ---------------------------------------------------------------
+
+    def accept(self, report: HostReport, now: float) -> dict[str, Any]:
+        with self._lock:
+            view = self._view
+            if not view.job:
+                view = replace(view, job=report.job)
+                self.metrics.info.labels(report.job).set(1)
+                self.log.info("job_adopted", job=report.job, host=report.host)
+            elif report.job != view.job:
+                raise WrongJob(f"this coordinator serves job {view.job!r}, report is for {report.job!r}")
+            self._view, events = fold(view, report, now, self.cfg.detectors)
+            for name, payload in events:
+                self.log.info(name, **payload)
+                self._record(name, payload)
+        self.metrics.received.inc()
+        return {"ok": True, "commands": []}
+
+    # -- tick ------------------------------------------------------------------
+
+    def tick(self, now: float, wall: float) -> TickResult:
+        view = self._view
+        self._hosts(view, now)
+        outcomes = self.runner.run(now, view)
+        findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
+                    for o in outcomes for f in o.findings]
+        ran = [o.name for o in outcomes if o.ok]
+        self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
+        for f in opened:
+            self.metrics.findings.labels(f.kind).inc()
+            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
+            self._record("finding", f.to_dict())
+        for r in resolved:
+            self.metrics.resolved.labels(r.finding.kind).inc()
+            self.log.info("resolved", kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
+            self._record("resolved", {"kind": r.finding.kind, "ranks": list(r.finding.ranks), "hosts": list(r.finding.hosts),
+                                      "duration_s": round(r.duration_s, 3), "reason": r.finding.reason,
+                                      "opened_wall": r.opened.detected_wall})
+        for o in outcomes:
+            self.metrics.det_success.labels(o.name).set(1 if o.ok else 0)
+            self.metrics.det_duration.labels(o.name).set(o.duration_s)
+            if not o.ok:
+                self.metrics.det_errors.labels(o.name).inc()
+        self._gauges(view, now)
+        return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
+
+    def _hosts(self, view: ClusterView, now: float) -> None:
+        """Journal host loss and return as state changes (the finding is dead_rank's)."""
+        for host, hv in view.hosts.items():
+            lost = health.host_lost(view, host, now, self.cfg.detectors)
+            if lost and host not in self._lost:
+                self._lost.add(host)
+                self.log.warning("host_lost", host=host, silent_s=round(now - hv.received_at, 3))
+                self._record("host_lost", {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)})
+            elif not lost and host in self._lost:
+                self._lost.discard(host)
+                self.log.info("host_back", host=host)
+                self._record("host_back", {"host": host, "agent_id": hv.agent_id})
+
+    def _gauges(self, view: ClusterView, now: float) -> None:
+        m, cfg = self.metrics, self.cfg.detectors
+        hl = health.classify_all(view, now, cfg)
+        m.ranks_expected.set(view.world_size)
+        m.ranks_registered.set(len(view.ranks))
+        m.ranks_alive.set(sum(1 for h in hl.values() if h in (health.OK, health.FROZEN)))
+        m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
+        m.hosts.labels("lost").set(len(self._lost))
+        counts = {k: 0 for k in KINDS}
+        for kind, _ in self._active:
+            counts[kind] = counts.get(kind, 0) + 1
+        for kind, n in counts.items():
+            m.active.labels(kind).set(n)
+        try:
+            st = hang_state(now, view, cfg)
+            m.hang.set(st.age_s if st else 0.0)
+            m.hang_deadline.set(st.deadline_s if st else 0.0)
+            sc = scores(view, now, cfg)
+        except Exception:  # noqa: BLE001 - a gauge must not take the tick down; the detector reports its own error
+            return
+        for r in self._straggler_ranks - set(sc):
+            m.straggler.remove(str(r))
+        for r, s in sc.items():
+            m.straggler.labels(str(r)).set(round(s["factor"], 4))
+        self._straggler_ranks = set(sc)
+
+    # -- status ----------------------------------------------------------------
+
+    def status(self, now: float, wall: float) -> dict[str, Any]:
+        return status.build(self._view, self._active, now, wall, self.cfg)
+
+    # -- journal ---------------------------------------------------------------
+
+    def _record(self, event: str, payload: dict[str, Any]) -> None:
+        try:
+            self.journal.write(event, payload)
+        except OSError as exc:  # a full disk must not stop detection; count it, log it rarely
+            self.metrics.journal_errors.inc()
+            first, suppressed = self._journal_failed.should_log("journal", time.monotonic())
+            if first:
+                self.log.error("journal_write_failed", path=self.journal.path, error=str(exc), suppressed=suppressed)

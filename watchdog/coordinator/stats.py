@@ -1,0 +1,75 @@
+"""Small robust statistics, pure and dependency-free (the coordinator must not
+need numpy)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    items = sorted(values)
+    pos = (len(items) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(items) - 1)
+    return items[lo] + (items[hi] - items[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return quantile(values, 0.5)
+
+
+def trimmed_mean(values: Sequence[float], trim: float = 0.1) -> float:
+    """Mean of the values with ``trim`` of them cut from each end: as efficient
+    as the mean on jitter, as robust as the median to a few GC-pause outliers."""
+    if not values:
+        return 0.0
+    items = sorted(values)
+    cut = int(len(items) * trim)
+    kept = items[cut : len(items) - cut] or items
+    return sum(kept) / len(kept)
+
+
+def clipped_mean(values: Sequence[float], k: float = 3.0) -> float:
+    """Mean after clamping values to median +- k robust standard deviations
+    (1.4826 x MAD). On ordinary jitter nothing is clamped, so it is as efficient
+    as the mean (the straggler detector needs every bit of that); a GC pause or a
+    one-off stall moves it by at most k sigma / n instead of its full length."""
+    if not values:
+        return 0.0
+    med = median(values)
+    mad = median([abs(v - med) for v in values]) * 1.4826
+    if mad <= 0:
+        return med
+    lo, hi = med - k * mad, med + k * mad
+    return sum(min(max(v, lo), hi) for v in values) / len(values)
+
+
+def clipped_stdev(values: Sequence[float], k: float = 3.0) -> float:
+    """Standard deviation after the same clamping as ``clipped_mean``."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    med = median(values)
+    mad = median([abs(v - med) for v in values]) * 1.4826
+    lo, hi = (med - k * mad, med + k * mad) if mad > 0 else (med, med)
+    xs = [min(max(v, lo), hi) for v in values]
+    mean = sum(xs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+
+
+def median_without(sorted_values: Sequence[float], index: int) -> float:
+    """Median of ``sorted_values`` with the element at ``index`` left out, in
+    O(1): comparing each of n ranks with the others costs O(n log n), not O(n^2)."""
+    n = len(sorted_values) - 1
+    if n <= 0:
+        return 0.0
+
+    def at(j: int) -> float:
+        return sorted_values[j if j < index else j + 1]
+
+    mid = n // 2
+    return at(mid) if n % 2 else (at(mid - 1) + at(mid)) / 2

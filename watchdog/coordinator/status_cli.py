@@ -1,0 +1,107 @@
+"""``watchdog status``: a live per-rank table from a coordinator's status API.
+
+    watchdog status --coordinator.url http://127.0.0.1:9401 [--watch] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Sequence, TextIO
+
+from .. import flags
+from .config import read_token
+from .server import STATUS_PATH
+
+FLAGS = (
+    flags.Flag("coordinator.url", "http://127.0.0.1:9401", "coordinator base URL (a bare HOST:PORT works too)"),
+    flags.Flag("job.token", "", "job token, when the coordinator has one", secret=True),
+    flags.Flag("job.token-file", "", "file holding the job token"),
+    flags.Flag("watch.interval-seconds", 1.0, "refresh period with --watch", flags.positive_float),
+    flags.Flag("timeout-seconds", 5.0, "HTTP timeout", flags.positive_float),
+)
+DESCRIPTION = "Print a per-rank table (step, phase, step time split, heartbeat, findings) from a coordinator."
+
+
+def fetch(url: str, token: str, timeout: float) -> dict[str, Any]:
+    if "://" not in url:
+        url = "http://" + url
+    req = urllib.request.Request(url.rstrip("/") + STATUS_PATH)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.load(resp)
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x * 1000:.0f}"
+
+
+def render(doc: dict[str, Any]) -> str:
+    lost = [h["host"] for h in doc.get("hosts", []) if h.get("lost")]
+    head = (f"job {doc.get('job') or '?'}: {doc.get('registered', 0)}/{doc.get('world_size', 0)} ranks registered, "
+            f"{len(doc.get('hosts', []))} hosts" + (f" ({len(lost)} lost: {', '.join(lost)})" if lost else ""))
+    cols = ("RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS", "HB_AGE", "FINDINGS")
+    rows = [cols]
+    for r in doc.get("ranks", []):
+        if r.get("health") == "missing":
+            rows.append((str(r["rank"]), "-", "missing", "-", "-", "-", "-", "-", "-", "-", ",".join(r.get("findings", []))))
+            continue
+        phase = r.get("phase", "")
+        if r.get("in_data_wait"):
+            phase += "/data"
+        elif r.get("coll", {}).get("outstanding"):
+            phase += f"/{r['coll']['op']}#{r['coll']['seq']}"
+        rows.append((str(r["rank"]), r.get("host", ""), r.get("health", ""), str(r.get("step", "")), phase,
+                     _ms(r.get("step_s")), _ms(r.get("data_s")), _ms(r.get("compute_s")), _ms(r.get("coll_s")),
+                     f"{r.get('heartbeat_age_s', 0):.1f}s", ",".join(r.get("findings", [])) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = [head, ""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    findings = doc.get("findings", [])
+    if findings:
+        lines += ["", f"active findings ({len(findings)}):"]
+        lines += [f"  [{f['kind']}] {f['reason']} (for {f.get('since_s', 0):.1f} s)" for f in findings]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    switches = argparse.ArgumentParser(add_help=False)
+    switches.add_argument("--watch", action="store_true")
+    switches.add_argument("--json", action="store_true")
+    known, rest = switches.parse_known_args(argv)
+    try:
+        values = flags.parse("watchdog status", DESCRIPTION + " Switches: --watch (refresh until Ctrl-C), --json (raw document).",
+                             FLAGS, rest)
+        token = read_token(values)
+    except (flags.FlagError, OSError) as exc:
+        print(f"watchdog status: {exc}", file=sys.stderr)
+        return 2
+    url, timeout = values["coordinator_url"], values["timeout_seconds"]
+    while True:
+        try:
+            doc = fetch(url, token, timeout)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+            print(f"watchdog status: {url}: HTTP {exc.code} {detail}", file=sys.stderr)
+            return 1
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            print(f"watchdog status: cannot reach {url}: {exc}", file=sys.stderr)
+            if not known.watch:
+                return 1
+            doc = None
+        if doc is not None:
+            text = json.dumps(doc, indent=2) if known.json else render(doc)
+            if known.watch and not known.json and out.isatty():
+                out.write("\x1b[H\x1b[2J")  # redraw in place
+            print(text, file=out, flush=True)
+        if not known.watch:
+            return 0
+        try:
+            time.sleep(values["watch_interval_seconds"])
+        except KeyboardInterrupt:
+            return 0

@@ -1,0 +1,234 @@
+"""The cluster view and the pure fold of one host report into it.
+
+The view is immutable: ``fold`` returns a new view (copying two small dicts), so
+the tick can run detectors on the view it read while reports keep arriving, with
+no lock held. Only the daemon reads the clock; ``fold`` gets ``now`` (coordinator
+monotonic seconds) as an argument.
+
+Ages. A report carries ages measured by the agent at send time (monotonic clocks
+are not comparable across hosts). An age at ``now`` is the age at send plus the
+time since the coordinator received it; network latency is ignored (ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from watchdog.report import HostReport, RankState, StepSample
+
+from . import stats
+from .config import DetectorConfig
+
+_EMPTY: Mapping = MappingProxyType({})
+P99_SAMPLES = 100
+
+
+@dataclass(frozen=True)
+class WindowStat:
+    """One straggler window: train steps with step // window_steps == index."""
+
+    index: int
+    n: int
+    compute_s: float  # clipped mean of the rank's compute time per step
+    step_s: float  # mean wall step time
+    spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
+
+
+@dataclass(frozen=True)
+class RankView:
+    state: RankState  # latest, as reported
+    host: str
+    received_at: float  # when the report carrying ``state`` arrived
+    registered_at: float  # first seen (this incarnation: pid + start time)
+    progress_at: float  # last evidence of progress: a step completed or a collective moved
+    last_alive_at: float  # latest report that said the process exists
+    heartbeat_moved: bool = False  # the hook's heartbeat was seen to beat at least once
+    steps_seen: int = 0  # step samples seen in this incarnation, warm-up included
+    history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
+    windows: tuple[WindowStat, ...] = ()
+    p99_step_s: float = 0.0
+    died_at: float | None = None  # estimate, set by the first report that said the process is gone
+    died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
+    dead_seen_at: float | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.state.rank
+
+    @property
+    def incarnation(self) -> tuple[int, int]:
+        return (self.state.pid, self.state.proc_start_us)
+
+    def age(self, age_at_send: float, now: float) -> float:
+        return age_at_send + max(0.0, now - self.received_at)
+
+    def heartbeat_age(self, now: float) -> float:
+        return self.age(self.state.heartbeat_age_s, now)
+
+    def last_heartbeat(self) -> float:
+        return self.received_at - self.state.heartbeat_age_s
+
+    def step_start(self) -> float:
+        """When the step in progress started (= the last step completed)."""
+        return self.received_at - self.state.step_age_s
+
+    def coll_enter(self) -> float:
+        """When the last collective was entered (meaningful while outstanding > 0)."""
+        return self.received_at - self.state.coll.since_s
+
+
+@dataclass(frozen=True)
+class HostView:
+    host: str
+    agent_id: str
+    seq: int
+    interval_s: float
+    received_at: float
+    first_seen: float
+    sent_wall: float
+    ranks: tuple[int, ...]  # ranks in its latest report
+    reports: int = 1
+    accelerators: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    job: str = ""
+    world_size: int = 0  # expected ranks; configured, or learned from reports when 0
+    world_size_fixed: bool = False
+    hosts: Mapping[str, HostView] = field(default_factory=lambda: _EMPTY)
+    ranks: Mapping[int, RankView] = field(default_factory=lambda: _EMPTY)
+
+    def first_registered_at(self) -> float | None:
+        return min((r.registered_at for r in self.ranks.values()), default=None)
+
+
+def empty(job: str = "", world_size: int = 0) -> ClusterView:
+    return ClusterView(job=job, world_size=world_size, world_size_fixed=world_size > 0)
+
+
+Event = tuple[str, dict[str, Any]]
+
+
+def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> tuple[ClusterView, list[Event]]:
+    """Fold one accepted report into the view. Returns the new view and the state
+    changes worth journaling (never one per report when nothing changed)."""
+    events: list[Event] = []
+    prev_host = view.hosts.get(report.host)
+    if prev_host is not None and prev_host.agent_id == report.agent_id and report.seq <= prev_host.seq:
+        return view, events  # a retried or reordered report: already folded
+    if prev_host is None or prev_host.agent_id != report.agent_id:
+        events.append(("host_seen", {
+            "host": report.host, "agent_id": report.agent_id,
+            "agent_restarted": prev_host is not None,
+            "previous_agent_id": prev_host.agent_id if prev_host else None,
+        }))
+    hosts = dict(view.hosts)
+    hosts[report.host] = HostView(
+        host=report.host, agent_id=report.agent_id, seq=report.seq, interval_s=report.interval_s,
+        received_at=now, first_seen=prev_host.first_seen if prev_host else now,
+        sent_wall=report.sent_wall, ranks=tuple(r.rank for r in report.ranks),
+        reports=(prev_host.reports + 1) if prev_host else 1, accelerators=report.accelerators,
+    )
+    ranks = dict(view.ranks)
+    world = view.world_size
+    for state in report.ranks:
+        rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events)
+        if rv is not None:
+            ranks[state.rank] = rv
+        if not view.world_size_fixed:
+            world = max(world, state.world_size)
+    return replace(view, hosts=MappingProxyType(hosts), ranks=MappingProxyType(ranks), world_size=world), events
+
+
+def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> RankView | None:
+    ident = {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
+    if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
+        if s.proc_start_us < prev.state.proc_start_us:
+            return None  # an older incarnation still reported somewhere: the newer one wins
+        events.append(("rank_restarted", {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step}))
+        prev = None  # a restarted rank starts over: no detector state carries across
+    elif prev is None:
+        events.append(("rank_joined", {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
+    step_start = now - s.step_age_s
+    if prev is None:
+        rv = RankView(
+            state=s, host=host, received_at=now, registered_at=now, progress_at=step_start,
+            last_alive_at=now if s.alive else now - s.heartbeat_age_s,
+            # At step 0 the step start is the slot's creation, when the heartbeat
+            # word was initialised: a younger heartbeat has beaten since.
+            heartbeat_moved=s.step > 0 or s.heartbeat_age_s + 0.05 < s.step_age_s,
+        )
+    else:
+        _state_changes(prev.state, s, ident, events)
+        progress = max(prev.progress_at, step_start)
+        c, pc = s.coll, prev.state.coll
+        if (c.group, c.seq, c.done_seq) != (pc.group, pc.seq, pc.done_seq):
+            # Moved some time after the previous report: its arrival is a lower bound.
+            progress = max(progress, prev.received_at)
+        moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
+        rv = replace(
+            prev, state=s, host=host, received_at=now, progress_at=progress,
+            last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
+        )
+    return _add_samples(_death(rv, s, now), s.recent_steps, cfg)
+
+
+def _death(rv: RankView, s: RankState, now: float) -> RankView:
+    if s.alive:
+        return replace(rv, died_at=None, died_precise=False, dead_seen_at=None) if rv.died_at is not None else rv
+    if rv.died_at is not None:
+        return rv  # estimated once: later reports only see it longer gone
+    if s.gone_age_s > 0:
+        return replace(rv, died_at=now - s.gone_age_s, died_precise=True, dead_seen_at=now)
+    # Between the last sign of life and this report; the lower bound orders a cascade best.
+    return replace(rv, died_at=min(now, max(rv.last_heartbeat(), rv.last_alive_at)), dead_seen_at=now)
+
+
+def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Event]) -> None:
+    changed = {
+        name: [getattr(old, name), getattr(new, name)]
+        for name in ("alive", "status", "pg_state")
+        if getattr(old, name) != getattr(new, name)
+    }
+    if changed:
+        events.append(("state", {**ident, "step": new.step, "changed": changed}))
+
+
+def _add_samples(rv: RankView, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> RankView:
+    last = rv.history[-1].step if rv.history else None
+    fresh = [x for x in samples if last is None or x.step > last]
+    if not fresh:
+        return rv
+    seen = rv.steps_seen
+    skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
+    history = (rv.history + tuple(fresh[skip:]))[-cfg.history_steps :]
+    rv = replace(rv, steps_seen=seen + len(fresh), history=history)
+    if not history:
+        return rv
+    p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
+    return replace(rv, p99_step_s=p99, windows=_close_windows(rv.windows, history, cfg))
+
+
+def _close_windows(windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig) -> tuple[WindowStat, ...]:
+    """Summarise every window that the newest sample has moved past."""
+    size = cfg.straggler_window_steps
+    newest = history[-1].step // size
+    done = windows[-1].index if windows else -1
+    by_window: dict[int, list[StepSample]] = {}
+    for x in history:
+        w = x.step // size
+        if done < w < newest and x.phase == "train":
+            by_window.setdefault(w, []).append(x)
+    out = list(windows)
+    for w in sorted(by_window):
+        xs = by_window[w]
+        if len(xs) >= max(2, size // 2):  # a window mostly outside training is no evidence
+            comp = [x.compute_s for x in xs]
+            mean = stats.clipped_mean(comp)
+            out.append(WindowStat(w, len(xs), mean, sum(x.step_s for x in xs) / len(xs),
+                                  stats.clipped_stdev(comp) / mean if mean > 0 else 0.0))
+    keep = max(16, 2 * cfg.straggler_windows)
+    return tuple(out[-keep:])
