@@ -38,7 +38,9 @@ def register(mon: Any, model: Any, *, hook: Callable | None = None, state: Any =
     inner = hook
     get_ident = threading.get_ident
 
-    def watchdog_comm_hook(st: Any, bucket: Any):
+    # No annotations: DDP inspects the hook's signature and accepts only an empty
+    # or a dist.GradBucket annotation on a parameter named "bucket".
+    def watchdog_comm_hook(st, bucket):
         try:
             nbytes = bucket.buffer().nbytes
         except Exception:
