@@ -22,8 +22,8 @@ class Prometheus:
         rules = "".join(f"\n  - {Path(r).resolve()}" for r in rule_files)
         config = f"""
 global:
-  scrape_interval: {scrape_interval_s}s
-  evaluation_interval: {scrape_interval_s}s
+  scrape_interval: {round(scrape_interval_s * 1000)}ms
+  evaluation_interval: {round(scrape_interval_s * 1000)}ms
 rule_files:{rules or " []"}
 scrape_configs:
   - job_name: watchdog-agent
