@@ -16,6 +16,7 @@ from .. import logs
 from ..report import REPORT_VERSION, HostReport, ReportError
 from .service import Coordinator, WrongJob
 
+MAX_WORLD_SIZE = 1 << 20  # every per-rank structure is sized by it
 Reply = tuple[int, dict[str, Any], str]  # (HTTP status, JSON body, counter reason or "" if accepted)
 
 
@@ -55,6 +56,8 @@ def validate(report: HostReport) -> None:
         raise ReportError("report: sent_wall must be finite")
     seen: set[int] = set()
     for i, r in enumerate(report.ranks):
+        if r.world_size > MAX_WORLD_SIZE:
+            raise ReportError(f"ranks[{i}]: world_size {r.world_size} is above the supported {MAX_WORLD_SIZE}")
         if r.rank in seen:
             raise ReportError(f"ranks[{i}]: rank {r.rank} appears twice in one report")
         seen.add(r.rank)
@@ -93,7 +96,8 @@ class ReportHandler:
             return self.reject(400, "bad_json", f"body is not valid JSON: {exc}"[:500], now, peer)
         if not isinstance(obj, dict):
             return self.reject(400, "schema", "report must be a JSON object", now, peer)
-        if obj.get("v") != REPORT_VERSION:
+        v = obj.get("v")
+        if type(v) is not int or v != REPORT_VERSION:  # 1.0 and true are not version 1
             return self.reject(400, "version", f"unsupported report version {obj.get('v')!r}; this coordinator speaks {REPORT_VERSION}", now, peer)
         try:
             report = HostReport.from_dict(obj)

@@ -46,8 +46,12 @@ def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig) -
     # The agent's own reading of the heartbeat, not one aged by a slow report:
     # a late report is a host problem, not a frozen rank. A hook that gave up
     # (disabled) stops beating without the process being frozen.
-    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > cfg.frozen_heartbeat_s:
-        return FROZEN
+    if s.status != "disabled" and rv.heartbeat_moved:
+        # The OS saying "stopped" (SIGSTOP) shortens the wait; a debugger's or
+        # py-spy's brief stop does not outlast a third of it.
+        limit = cfg.frozen_heartbeat_s / 3 if s.proc_status == "stopped" else cfg.frozen_heartbeat_s
+        if s.heartbeat_age_s > limit:
+            return FROZEN
     return OK
 
 

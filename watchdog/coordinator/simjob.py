@@ -171,6 +171,7 @@ class SimJob:
             last_step_s=(prev.end - prev.start) if prev else 0.0, last_data_s=prev.data[r] if prev else 0.0,
             last_coll_s=(prev.end - prev.enter[r]) if prev else 0.0,
             cpu_percent=0.0 if faulted and kind == "stop" else 95.0, recent_steps=samples, gone_age_s=gone_age,
+            proc_status="gone" if dead else ("stopped" if faulted and kind == "stop" else "running"),
         )
 
     def report(self, host: str, t: float) -> HostReport:

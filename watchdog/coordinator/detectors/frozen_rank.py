@@ -5,8 +5,9 @@ heartbeat thread cannot run. Judged on the heartbeat age the agent read (a late
 report is a host problem, dead_rank's business), and only once the heartbeat
 was seen to beat in this incarnation (so a hook without a running heartbeat is
 never "frozen"). Ranks frozen while waiting in a collective that an earlier
-failed or stuck rank never entered are victims and get no finding. CPU use tells
-"stopped" (~0%) from "spinning in native code" (~100%).
+failed or stuck rank never entered are victims and get no finding. The agent's
+OS process state tells "stopped" (SIGSTOP: then a third of the threshold is
+enough) and CPU use tells "blocked" (~0%) from "spinning in native code" (~100%).
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ class FrozenRank:
                 continue
             s = rv.state
             cpu = s.cpu_percent
-            kind = "stopped or blocked (CPU ~0%)" if cpu < 5 else f"busy in native code holding the GIL (CPU {cpu:.0f}%)"
+            if s.proc_status == "stopped":
+                kind = "stopped by a signal (SIGSTOP/SIGTSTP, or a debugger)"
+            elif cpu < 5:
+                kind = f"not running (CPU ~0%, OS state {s.proc_status or 'unknown'})"
+            else:
+                kind = f"busy in native code holding the GIL (CPU {cpu:.0f}%)"
             waiting = ""
             live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
             if blame and r in blame.culprits and live_waiters:
@@ -45,7 +51,7 @@ class FrozenRank:
                 kind=self.name, ranks=(r,), hosts=(rv.host,), onset_mono=rv.last_heartbeat(), detected_mono=now,
                 reason=f"{who(rv)} is frozen: process alive but heartbeat stale for {seconds(rv.heartbeat_age(now))}, "
                        f"{kind}; last seen {where(rv, now)}{waiting}",
-                evidence={"heartbeat_age_s": round(rv.heartbeat_age(now), 3), "cpu_percent": cpu, "step": s.step,
+                evidence={"heartbeat_age_s": round(rv.heartbeat_age(now), 3), "cpu_percent": cpu, "proc_status": s.proc_status, "step": s.step,
                           "phase": s.phase, "pid": s.pid, "victims": sorted(v for v in spared if v != r)},
                 wants_stacks=(r,),
             ))

@@ -17,6 +17,9 @@ from ..health import DEAD, EXITED, LOST, classify_all
 from ..view import ClusterView
 
 
+EVIDENCE_MAX = 64  # rank lists in evidence; the reason's ranges name them all
+
+
 class NeverJoined:
     name = "never_joined"
 
@@ -56,6 +59,7 @@ class NeverJoined:
         return [Finding(
             kind=self.name, ranks=tuple(culprits), hosts=hosts, onset_mono=first + limit, detected_mono=now,
             reason=f"{'; '.join(parts)} {seconds(now - first)} after the first rank registered (deadline {seconds(limit)}){tail}",
-            evidence={"world_size": view.world_size, "registered": len(view.ranks), "missing": missing,
+            evidence={"world_size": view.world_size, "registered": len(view.ranks), "missing": missing[:EVIDENCE_MAX],
+                      "missing_count": len(missing),
                       "not_initialized": [rv.rank for rv in uncalled], "in_rendezvous": [rv.rank for rv in inside]},
         )]

@@ -86,7 +86,7 @@ class Straggler:
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         out = []
         for r, sc in sorted(scores(view, now, self.cfg).items()):
-            if sc["factor"] < sc["threshold"] or min(sc["window_factors"]) < self.cfg.straggler_window_factor:
+            if sc["factor"] < sc["threshold"] or min(sc["window_factors"]) <= self.cfg.straggler_window_factor:
                 continue
             rv = view.ranks[r]
             cost = max(0.0, sc["compute_s"] - sc["baseline_s"]) / sc["step_s"] if sc["step_s"] > 0 else 0.0

@@ -1,0 +1,160 @@
+"""dead_rank and frozen_rank: fire on the root cause, never on its victims."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.dead_rank import DeadRank
+from watchdog.coordinator.detectors.frozen_rank import FrozenRank
+from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.view import fold
+
+CFG = DetectorConfig()
+WAIT = t.coll(seq=101, outstanding=1, since_s=2.0)  # inside all_reduce #101 for 2 s
+IDLE = t.coll(seq=100, done_seq=100)
+
+
+def dead(r: int, **kw):
+    return t.rank(r, alive=False, proc_status="gone", **kw)
+
+
+def keys(findings):
+    return sorted((f.kind, f.ranks) for f in findings)
+
+
+DEAD_CASES = [
+    ("sigkill", t.with_rank(t.healthy(), 3, alive=False), [("dead_rank", (3,))]),
+    ("clean exit is not a death", t.with_rank(t.healthy(), 3, alive=False, status="exited"), []),
+    ("healthy", t.healthy(), []),
+    ("disabled hook, process alive", t.with_rank(t.healthy(), 3, status="disabled", heartbeat_age_s=60.0), []),
+    ("victims died waiting in the collective the dead rank never entered",
+     [dead(r, collective=WAIT, step_age_s=2.5) if r != 3 else dead(3, collective=IDLE, step_age_s=2.5) for r in range(8)],
+     [("dead_rank", (3,))]),
+    ("died inside the collective: no one to blame but itself",
+     [dead(3, collective=WAIT, step_age_s=2.5)] + [t.rank(r, collective=WAIT, step_age_s=2.5) for r in range(8) if r != 3],
+     [("dead_rank", (3,))]),
+]
+
+
+@pytest.mark.parametrize("name,states,want", DEAD_CASES, ids=[c[0] for c in DEAD_CASES])
+def test_dead_rank_table(name, states, want):
+    v = t.view(states, now=100.0)
+    assert keys(DeadRank(CFG).check(100.5, v)) == want
+
+
+def test_dead_rank_reason_names_rank_host_pid_and_place():
+    v = t.view(t.with_rank(t.healthy(), 3, alive=False, in_data_wait=True, data_wait_age_s=1.0, step=811), now=100.0)
+    (f,) = DeadRank(CFG).check(100.5, v)
+    assert f.hosts == ("host0",) and f.evidence["pids"] == {"3": 1003}
+    assert f.reason.startswith("rank 3 (host host0, pid 1003) died: process gone")
+    assert "in the data loader" in f.reason and "step 811" in f.reason
+
+
+def test_ordered_deaths_blame_only_the_first():
+    """torchrun SIGTERMs the others ~0.1 s after the first death, mid-compute
+    (not in a collective): the agent's death times still order them."""
+    v = t.view(t.healthy(), now=100.0)
+    states = [dead(r, gone_age_s=0.5 if r == 3 else 0.38) for r in range(8)]
+    v = t.view(states, now=101.0, base=v, seq=2)
+    (f,) = DeadRank(CFG).check(101.2, v)
+    assert f.ranks == (3,) and f.evidence["followers"] == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_deaths_that_cannot_be_ordered_are_named_together():
+    v = t.view(t.healthy(), now=100.0)
+    v = t.view([dead(r) if r in (1, 2) else t.rank(r) for r in range(8)], now=101.0, base=v, seq=2)
+    (f,) = DeadRank(CFG).check(101.2, v)
+    assert f.ranks == (1, 2) and "order unknown" in f.reason
+
+
+def test_a_death_waits_for_the_other_hosts_to_be_heard():
+    """host1 reports rank 5 dead before host0 (holding an earlier death) reports."""
+    v = t.view(t.healthy(), now=100.0)
+    v, _ = fold(v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG)
+    assert DeadRank(CFG).check(100.7, v) == []  # host0 not heard from since rank 5 died
+    v, _ = fold(v, t.report("host0", [dead(r, gone_age_s=0.8) if r == 3 else t.rank(r) for r in range(4)], seq=2), 101.0, CFG)
+    (f,) = DeadRank(CFG).check(101.1, v)
+    assert f.ranks == (3,) and f.evidence["followers"] == [5]
+
+
+def test_patience_has_a_limit():
+    v = t.view(t.healthy(), now=100.0)
+    v, _ = fold(v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG)
+    assert [f.ranks for f in DeadRank(CFG).check(102.2, v)] == [(5,)]
+
+
+def test_host_lost_names_host_and_all_its_ranks():
+    v = t.view(t.healthy(), now=100.0, received={"host1": 95.0})
+    (f,) = DeadRank(CFG).check(100.5, v)
+    assert f.ranks == (4, 5, 6, 7) and f.hosts == ("host1",)
+    assert f.reason.startswith("host host1 lost: no report from its agent for 5.5 s")
+    assert DeadRank(CFG).check(99.0, v) == []  # silent 4 s < 5 intervals
+
+
+def test_silent_host_whose_ranks_all_exited_is_the_job_ending():
+    states = [t.rank(r, status="exited", alive=False) if r >= 4 else t.rank(r) for r in range(8)]
+    v = t.view(states, now=100.0, received={"host1": 80.0})
+    assert DeadRank(CFG).check(100.0, v) == []
+
+
+def test_restarted_rank_is_not_dead():
+    v = t.view(t.with_rank(t.healthy(), 3, alive=False), now=100.0)
+    assert DeadRank(CFG).check(100.0, v)
+    v = t.view([t.rank(3, pid=9999, proc_start_us=1_800_000_000_000_000, step=0)], now=101.0, base=v, seq=2)
+    assert DeadRank(CFG).check(101.0, v) == []
+
+
+def test_sim_kill_with_torchrun_teardown_blames_the_killed_rank():
+    sim = SimJob(jitter=0.1)
+    sim.kill(3, at_step=50, victims_die_after=0.1)
+    found = {}
+    for i in range(1, 41):
+        now = i * 0.5
+        for f in DeadRank(CFG).check(now, sim.run_until(now)):
+            found.setdefault(f.ranks, now)
+    assert list(found) == [(3,)]
+
+
+FROZEN_CASES = [
+    ("sigstop: stale heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=4.0, cpu_percent=0.0), [("frozen_rank", (2,))]),
+    ("os says stopped: a third of the threshold", t.with_rank(t.healthy(), 2, heartbeat_age_s=1.5, proc_status="stopped"), [("frozen_rank", (2,))]),
+    ("fresh heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0), []),
+    ("hook disabled itself", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, status="disabled"), []),
+    ("dead is not frozen", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, alive=False), []),
+    ("clean exit", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, status="exited"), []),
+    ("waiters froze (GIL-holding wait) after the culprit froze outside it",
+     [t.rank(r, heartbeat_age_s=4.0, collective=WAIT, step_age_s=5.0) if r != 2
+      else t.rank(2, heartbeat_age_s=5.0, collective=IDLE, step_age_s=5.0) for r in range(8)],
+     [("frozen_rank", (2,))]),
+]
+
+
+@pytest.mark.parametrize("name,states,want", FROZEN_CASES, ids=[c[0] for c in FROZEN_CASES])
+def test_frozen_rank_table(name, states, want):
+    assert keys(FrozenRank(CFG).check(100.0, t.view(states, now=100.0))) == want
+
+
+def test_frozen_judged_on_the_agents_reading_not_on_a_late_report():
+    v = t.view(t.healthy(), now=100.0)
+    assert FrozenRank(CFG).check(104.0, v) == []  # report 4 s old: the host's problem, not a frozen rank
+
+
+def test_frozen_reason_tells_spinning_from_stopped():
+    v = t.view(t.with_rank(t.healthy(), 2, heartbeat_age_s=4.0, cpu_percent=100.0), now=100.0)
+    (f,) = FrozenRank(CFG).check(100.0, v)
+    assert "holding the GIL" in f.reason and f.wants_stacks == (2,)
+
+
+def test_sim_sigstop_names_the_stopped_rank_only():
+    sim = SimJob(jitter=0.1)
+    sim.stop(5, at_step=40)
+    found = {}
+    for i in range(1, 61):
+        now = i * 0.5
+        for f in FrozenRank(CFG).check(now, sim.run_until(now)):
+            found.setdefault(f.ranks, now)
+    assert list(found) == [(5,)]
+    stop_t = sim.steps[40].start
+    assert found[(5,)] - stop_t < CFG.frozen_heartbeat_s + 1.5

@@ -1,0 +1,111 @@
+"""collective_hang: adaptive deadline, allowances, and the right culprit."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
+from watchdog.coordinator.simjob import SimJob
+
+CFG = DetectorConfig()
+HISTORY = t.steps(1, 50, step_s=0.1)  # 0.1 s steps: the floor (10 s) is the deadline
+
+
+def waiting(r, since=12.4, seq=812, **kw):
+    kw.setdefault("recent_steps", HISTORY)
+    return t.rank(r, step=811, step_age_s=since + 0.05, collective=t.coll(seq=seq, outstanding=1, since_s=since), **kw)
+
+
+def stuck(r, age=12.9, **kw):
+    kw.setdefault("recent_steps", HISTORY)
+    return t.rank(r, step=811, step_age_s=age, collective=t.coll(seq=811, done_seq=811), **kw)
+
+
+def job(culprit=3, waiter_kw=None, culprit_kw=None, world=8):
+    return [stuck(r, **(culprit_kw or {})) if r == culprit else waiting(r, **(waiter_kw or {})) for r in range(world)]
+
+
+def run(states, now=100.0):
+    return CollectiveHang(CFG).check(now, t.view(states, now=now))
+
+
+def test_realistic_hang_reason():
+    (f,) = run(job(culprit_kw={"in_data_wait": True, "data_wait_age_s": 12.9}))
+    assert f.kind == "collective_hang" and f.ranks == (3,) and f.hosts == ("host0",)
+    assert f.reason == (
+        "rank 3 (host host0, pid 1003) never entered all_reduce #812 on the default group; "
+        "ranks 0-2,4-7 waiting 12.4 s; rank 3 last seen in the data loader (waiting 12.9 s) at step 811, "
+        "heartbeat fresh (200 ms)")
+    assert f.wants_stacks == (3,)
+    assert f.evidence["culprits"]["3"]["in_data_wait"] is True and f.evidence["waiters"] == [0, 1, 2, 4, 5, 6, 7]
+    assert f.onset_mono == pytest.approx(100.0 - 12.45)  # the last progress: the waiters finished step 811
+
+
+CASES = [
+    ("under the floor", job(waiter_kw={"since": 8.0}, culprit_kw={"age": 8.5}), []),
+    ("healthy", [t.rank(r, recent_steps=HISTORY) for r in range(8)], []),
+    ("culprit in eval phase", job(culprit_kw={"phase": "eval"}), []),
+    ("everyone in checkpoint, rank 0 saving while the rest sit in a barrier",
+     [stuck(0, age=60.0, phase="checkpoint")] + [waiting(r, since=59.0, phase="checkpoint") for r in range(1, 8)], []),
+    ("first steps: no history yet", job(waiter_kw={"recent_steps": ()}, culprit_kw={"recent_steps": ()}), []),
+    ("init phase", job(culprit_kw={"phase": "init"}), []),
+    ("culprit exited early (uneven inputs)", job(culprit_kw={"status": "exited", "alive": False}), [(3,)]),
+    ("culprit frozen: named here too", job(culprit_kw={"heartbeat_age_s": 12.0}), [(3,)]),
+    ("two culprits", [stuck(r) if r in (2, 6) else waiting(r) for r in range(8)], [(2, 6)]),
+    ("a rank killed half-way through its buckets is behind",
+     [waiting(r, seq=815) if r != 5 else waiting(5, seq=813, alive=False) for r in range(8)], [(5,)]),
+    ("everyone inside, nobody missing: no culprit to name", [waiting(r) for r in range(8)], [()]),
+    ("nobody in a collective, nobody progressing", [stuck(r) for r in range(8)], [tuple(range(8))]),
+    ("all dead: dead_rank's business", [stuck(r, alive=False) for r in range(8)], []),
+]
+
+
+@pytest.mark.parametrize("name,states,want", CASES, ids=[c[0] for c in CASES])
+def test_hang_table(name, states, want):
+    assert [f.ranks for f in run(states)] == want
+
+
+def test_allowances_extend_not_cancel():
+    states = job(waiter_kw={"since": 140.0}, culprit_kw={"age": 141.0, "phase": "eval"})
+    assert [f.ranks for f in run(states)] == [(3,)]  # 10 + 120 s passed
+
+
+def test_deadline_adapts_to_step_time():
+    slow = t.steps(1, 50, step_s=4.0)  # p99 4 s x 5 = 20 s
+    states = job(waiter_kw={"since": 15.0, "recent_steps": slow}, culprit_kw={"age": 16.0, "recent_steps": slow})
+    assert run(states) == []
+    st = hang_state(100.0, t.view(states, now=100.0), CFG)
+    assert st.deadline_s == pytest.approx(20.0) and st.age_s == pytest.approx(15.05)
+
+
+def test_leaked_outstanding_while_stepping_is_not_a_wait():
+    # outstanding stuck at 1 since long ago, but steps keep completing.
+    states = [t.rank(r, step_age_s=0.05, collective=t.coll(seq=50, outstanding=1, since_s=30.0), recent_steps=HISTORY)
+              for r in range(8)]
+    assert run(states) == []
+
+
+def test_all_ranks_starved_of_data_is_a_stalled_pipeline():
+    states = [stuck(r, in_data_wait=True, data_wait_age_s=12.0) for r in range(8)]
+    (f,) = run(states)
+    assert "input pipeline is stalled" in f.reason
+
+
+@pytest.mark.parametrize("fault", ["hang", "stop", "kill", "exit_early"])
+def test_sim_faults_name_the_faulty_rank(fault):
+    sim = SimJob(jitter=0.1, seed=3)
+    getattr(sim, fault)(6, at_step=30)
+    culprits = set()
+    for i in range(1, 81):
+        now = i * 0.5
+        culprits |= {f.ranks for f in CollectiveHang(CFG).check(now, sim.run_until(now))}
+    assert culprits == {(6,)}
+
+
+def test_sim_checkpoint_pause_is_not_a_hang():
+    sim = SimJob(jitter=0.1, checkpoint_every=25, checkpoint_s=40.0)
+    for i in range(1, 301):
+        now = i * 0.5
+        assert CollectiveHang(CFG).check(now, sim.run_until(now)) == [], now

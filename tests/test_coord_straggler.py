@@ -1,0 +1,95 @@
+"""straggler: compute time vs the other ranks; never wall time."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.straggler import Straggler, scores
+from watchdog.coordinator.simjob import SimJob
+
+CFG = DetectorConfig()
+
+
+def first_finding(sim: SimJob, until: float, every: float = 0.5):
+    det = Straggler(CFG)
+    now = 0.0
+    while now < until:
+        now += every
+        view = sim.run_until(now)
+        found = det.check(now, view)
+        if found:
+            return found, view
+    return [], sim.view
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_5_percent_straggler_is_found_within_100_steps(seed):
+    sim = SimJob(jitter=0.1, seed=seed, compute_s=0.1)
+    slow = seed % 8
+    sim.slow(slow, 1.05)
+    found, view = first_finding(sim, until=2 + 100 * 0.12)
+    assert [f.ranks for f in found] == [(slow,)]
+    assert view.ranks[0].state.step <= 100
+    ev = found[0].evidence
+    assert 1.03 < ev["factor"] < 1.08 and 0.01 < ev["cost_share"] < 0.08
+
+
+@pytest.mark.parametrize("world,seed", [(8, 100), (8, 101), (4, 102), (2, 103)])
+def test_healthy_jittery_ranks_never_fire_over_10k_steps(world, seed):
+    sim = SimJob(world_size=world, ranks_per_host=min(4, world), jitter=0.1, seed=seed, compute_s=0.1)
+    det = Straggler(CFG)
+    now, steps = 0.0, 0
+    while steps < 10_000:
+        now += 5.0
+        view = sim.run_until(now)
+        assert det.check(now, view) == [], view.ranks[0].state.step
+        steps = view.ranks[0].state.step
+
+
+def test_wall_time_is_equal_so_only_compute_tells():
+    """A slow rank's wall step equals everyone's; its collective wait is shorter."""
+    def rank(r, compute):
+        return t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.2 - compute))
+    states = [rank(r, 0.15 if r == 6 else 0.10) for r in range(8)]
+    (f,) = Straggler(CFG).check(100.0, t.view(states, now=100.0))
+    assert f.ranks == (6,) and f.evidence["factor"] == pytest.approx(1.5)
+    assert f.evidence["cost_share"] == pytest.approx(0.25)  # (0.15 - 0.10) / 0.2
+    assert "1.50x slower" in f.reason and "costing 25% of step time" in f.reason
+
+
+def test_one_burst_window_is_not_sustained():
+    """Slow for one window only (a neighbour's backup job, a GC storm)."""
+    def samples(r):
+        out = []
+        for i, x in enumerate(t.steps(1, 120, step_s=0.2, coll_s=0.1)):
+            burst = r == 2 and 100 <= x.step < 120
+            out.append(x if not burst else type(x)(x.step, x.step_s, x.data_s, 0.0, x.phase))  # compute 0.2 vs 0.1
+        return out
+    states = [t.rank(r, recent_steps=samples(r)) for r in range(8)]
+    view = t.view(states, now=100.0)
+    assert scores(view, 100.0, CFG)[2]["factor"] > 1.2  # the aggregate alone would fire
+    assert Straggler(CFG).check(100.0, view) == []
+
+
+def test_noisy_jobs_raise_the_threshold():
+    sim = SimJob(jitter=0.3, seed=7, compute_s=0.1)
+    sim.run_until(40.0)
+    sc = scores(sim.view, 40.0, CFG)
+    assert min(s["threshold"] for s in sc.values()) > CFG.straggler_factor
+
+
+def test_restarted_rank_starts_over():
+    states = [t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.05 if r == 6 else 0.1)) for r in range(8)]
+    view = t.view(states, now=100.0)
+    assert [f.ranks for f in Straggler(CFG).check(100.0, view)] == [(6,)]
+    fresh = t.rank(6, pid=77, proc_start_us=1_800_000_000_000_000, step=0, recent_steps=())
+    view = t.view([fresh], now=101.0, base=view, seq=2)
+    assert Straggler(CFG).check(101.0, view) == []
+
+
+def test_eval_steps_are_not_compared():
+    states = [t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.0 if r == 6 else 0.1, phase="eval"))
+              for r in range(8)]
+    assert Straggler(CFG).check(100.0, t.view(states, now=100.0)) == []
