@@ -44,11 +44,12 @@ def test_pid_reused_later_is_caught_by_is_running():
     p = FakeProcess(7, START_S)
     t = table(p)
     assert t.check(7, START_US, 1, resources=False).alive
-    p.running = False  # psutil's is_running() re-reads the start time
-    s = t.check(7, START_US, 2, resources=False)
+    p.running = False  # pid reaped and reused: only is_running() (re-reads the start time) tells
+    assert t.check(7, START_US, 2, resources=False).alive  # the documented window: until the next sample
+    s = t.check(7, START_US, 3, resources=True)
     assert not s.alive and s.status == "gone"
     p.running = True
-    assert not t.check(7, START_US, 3, resources=False).alive  # an identity never comes back
+    assert not t.check(7, START_US, 4, resources=False).alive  # an identity never comes back
 
 
 def test_unknown_pid_is_gone():
@@ -96,3 +97,28 @@ def test_real_psutil_self_and_a_reaped_child():
     start_us = int(psutil.Process(child.pid).create_time() * 1e6)
     child.wait()
     assert not t.check(child.pid, start_us, 2, resources=True).alive
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd_open on this platform")
+def test_pidfd_sees_a_sigkill_at_once_and_a_sigstop_at_the_next_sample():
+    import signal
+    import time
+
+    t = ProcessTable()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start_us = int(psutil.Process(child.pid).create_time() * 1e6)
+        assert t.check(child.pid, start_us, 1, resources=True).alive
+        child.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        assert not t.check(child.pid, start_us, 2, resources=False).stopped  # /proc not read between samples
+        assert t.check(child.pid, start_us, 3, resources=True).stopped
+        child.kill()  # a zombie until we reap it: the pidfd fires on exit, not on reap
+        time.sleep(0.05)
+        t.refresh()
+        s = t.check(child.pid, start_us, 4, resources=False)
+        assert not s.alive and s.status == "gone"
+        assert t._fds == {}  # closed
+    finally:
+        child.kill()
+        child.wait()

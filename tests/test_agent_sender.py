@@ -129,3 +129,13 @@ def test_thread_is_named_daemon_and_stops():
     assert s._thread.name == "watchdog-agent-sender" and s._thread.daemon
     s.stop(timeout_s=3)
     assert not s._thread.is_alive()
+
+
+def test_plain_is_asdict_for_json():
+    from watchdog.agent.report import build_report
+    from watchdog.agent.sender import plain
+
+    recs = [fakes.step_record(i, i + 1, S // 10, S // 100, S // 50) for i in range(5)]
+    rep = build_report("j", "h", "a", 3, [view("j", 0, recs), view("j", 1)], 10 * S, 1.8e9, 1.0,
+                       accelerators=[{"index": 0, "pids": (1, 2)}])
+    assert json.dumps(plain(rep)) == json.dumps(rep.to_dict())

@@ -12,7 +12,7 @@ from watchdog import wire
 from watchdog.agent import fakes, track
 from watchdog.agent.fakes import FakeProcess, FakeProcesses
 from watchdog.agent.procs import ProcessTable
-from watchdog.agent.slots import SlotTracker
+from watchdog.agent.slots import CachedLister, SlotTracker
 
 S = 1_000_000_000
 T0 = 5_000 * S  # monotonic
@@ -48,7 +48,7 @@ class World:
     def remove(self, path):
         del self.files[path], self.inodes[path]
 
-    def lister(self, run_dir):
+    def lister(self, run_dir, now_ns):
         return dict(self.inodes)
 
     def read(self, path, since=0):
@@ -299,3 +299,32 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1
     assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0}
     wr.close()
+
+
+def test_cached_lister_scans_only_when_the_directory_changes(tmp_path):
+    scans = []
+
+    def scan(run_dir):
+        scans.append(run_dir)
+        return {"x": 1}
+
+    lister = CachedLister(rescan_s=1.0, scan=scan)
+    run = str(tmp_path)
+    for i in range(5):
+        assert lister(run, T0 + i * S // 10) == {"x": 1}
+    assert len(scans) == 1
+    (tmp_path / "new.slot").write_bytes(b"")  # bumps the directory's mtime
+    lister(run, T0 + S // 2)
+    assert len(scans) == 2
+    lister(run, T0 + 2 * S)  # and a full rescan every second regardless
+    assert len(scans) == 3
+
+
+def test_a_deleted_tracked_file_is_forgotten_even_if_the_listing_is_stale():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot"))
+    t, log = tracker(w, proc())
+    t.poll(T0, W0)
+    w.files["/run/a.slot"] = FileNotFoundError(errno.ENOENT, "gone")  # listing still shows it
+    t.poll(T0 + S // 10, W0)
+    assert t.views() == () and log.named("slot removed")

@@ -101,6 +101,7 @@ class Agent:
                 self.sender.stop()
             server.stop()
             self.accelerators.close()
+            self.tracker.procs.close()
         return 0
 
 

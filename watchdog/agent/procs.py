@@ -4,10 +4,21 @@ can be reused by an unrelated process after the rank dies.
 psutil errors become a few outcomes here, at the boundary: NoSuchProcess = gone,
 ZombieProcess = dead (killed, not yet reaped), AccessDenied = alive but unreadable.
 Any of them can happen at any call, since the process can die between two calls.
+
+Cost. Reading /proc/<pid>/stat costs 40-60 us of CPU per process when caches are
+cold (as they are at 10 Hz), which alone would spend the agent's budget. So on
+Linux each process is pinned with a pidfd once its start time matched: one
+``poll()`` per agent poll says which pinned processes exited, for all of them at
+once, and a pidfd cannot be fooled by pid reuse. /proc is then read only at the
+resource interval (status, CPU, RSS). Without pidfds (old kernel, a sandbox, an
+injected fake factory) the status is read at every check, and pid reuse is
+re-checked at the resource interval.
 """
 
 from __future__ import annotations
 
+import os
+import select
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,36 +46,59 @@ class ProcSample:
 
 
 GONE = ProcSample(alive=False, status="gone")
+Key = tuple[int, int]
 
 
 class ProcessTable:
-    """One psutil.Process per (pid, start) reused across polls (psutil caches what
-    it can on it); a process found dead stays dead: its identity cannot come back."""
+    """One psutil.Process per (pid, start) reused across polls; a process found dead
+    stays dead: its identity cannot come back."""
 
-    def __init__(self, factory: Callable[[int], Any] = psutil.Process, tolerance_us: int = START_TOLERANCE_US):
+    def __init__(self, factory: Callable[[int], Any] = psutil.Process, tolerance_us: int = START_TOLERANCE_US,
+                 pidfd: bool | None = None) -> None:
         self._factory = factory
         self._tolerance_us = tolerance_us
-        self._procs: dict[tuple[int, int], Any] = {}
-        self._last: dict[tuple[int, int], ProcSample] = {}
-        self._dead: dict[tuple[int, int], ProcSample] = {}
+        self._use_pidfd = (factory is psutil.Process and hasattr(os, "pidfd_open")) if pidfd is None else pidfd
+        self._procs: dict[Key, Any] = {}
+        self._last: dict[Key, ProcSample] = {}
+        self._dead: dict[Key, ProcSample] = {}
+        self._fds: dict[Key, int] = {}
+        self._fd_keys: dict[int, Key] = {}
+        self._exited: set[Key] = set()
+        self._poller = select.poll()
         self.errors = 0  # AccessDenied / OSError: the process exists but could not be read
 
+    def refresh(self) -> None:
+        """Once per agent poll: which pinned processes exited (one syscall for all)."""
+        if self._fds:
+            for fd, _ in self._poller.poll(0):
+                key = self._fd_keys.get(fd)
+                if key is not None:
+                    self._exited.add(key)
+
     def check(self, pid: int, start_us: int, now_ns: int, *, resources: bool) -> ProcSample:
-        """Aliveness every call; CPU seconds and RSS only when ``resources`` (they cost
-        two more /proc reads and change slowly)."""
+        """Aliveness on every call; status, CPU seconds and RSS read from /proc only
+        with ``resources`` (about once a second) for pinned processes, and the status
+        on every call for unpinned ones."""
         key = (pid, start_us)
+        prev = self._last.get(key)
+        pinned = key in self._fds
+        if pinned:  # the common case, first: a pinned process between resource samples
+            if key in self._exited:
+                return self._bury(key, prev, "gone")
+            if not resources and prev is not None:
+                return prev  # the same object: callers can tell nothing was read
         dead = self._dead.get(key)
         if dead is not None:
             return dead
-        prev = self._last.get(key)
         try:
             proc = self._procs.get(key)
             if proc is None:
+                self._pin(key)  # before the start-time check: then a match proves the pidfd is ours
                 proc = self._factory(pid)
                 if abs(proc.create_time() * 1e6 - start_us) > self._tolerance_us:
                     return self._bury(key, prev, "reused")
                 self._procs[key] = proc
-            elif not proc.is_running():  # re-reads the start time: catches pid reuse
+            elif resources and not pinned and not proc.is_running():  # re-reads the start time
                 return self._bury(key, prev, "gone")
             with proc.oneshot():
                 status = proc.status()
@@ -88,15 +122,43 @@ class ProcessTable:
         self._last[key] = sample
         return sample
 
-    def _bury(self, key: tuple[int, int], prev: ProcSample | None, status: str) -> ProcSample:
+    def _pin(self, key: Key) -> None:
+        if not self._use_pidfd or key in self._fds:
+            return
+        try:
+            fd = os.pidfd_open(key[0])
+        except ProcessLookupError:
+            raise psutil.NoSuchProcess(key[0]) from None
+        except OSError:  # ENOSYS, EPERM in a sandbox...: fall back to reading the status
+            self._use_pidfd = False
+            return
+        self._fds[key], self._fd_keys[fd] = fd, key
+        self._poller.register(fd, select.POLLIN)
+
+    def _unpin(self, key: Key) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            del self._fd_keys[fd]
+            self._poller.unregister(fd)
+            os.close(fd)
+        self._exited.discard(key)
+
+    def _bury(self, key: Key, prev: ProcSample | None, status: str) -> ProcSample:
         # Keep the last CPU/RSS figures: a post-mortem wants the RSS at death.
         sample = ProcSample(False, status, *(prev.cpu_seconds, prev.rss_bytes, prev.sampled_ns) if prev else ())
         self._dead[key] = sample
         self._procs.pop(key, None)
         self._last.pop(key, None)
+        self._unpin(key)
         return sample
 
     def forget(self, pid: int, start_us: int) -> None:
         """The slot file is gone: drop what we hold for it."""
+        key = (pid, start_us)
+        self._unpin(key)
         for table in (self._procs, self._last, self._dead):
-            table.pop((pid, start_us), None)
+            table.pop(key, None)
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self._unpin(key)

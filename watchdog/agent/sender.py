@@ -10,11 +10,12 @@ send does not lose them (up to the report's cap).
 
 from __future__ import annotations
 
+import dataclasses
+import http.client
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Any, Callable, Sequence
 
 from watchdog import logs
@@ -24,23 +25,46 @@ from watchdog.agent.slots import RankView
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
 
-# Agents talk to an in-cluster coordinator; an http_proxy inherited from a login
-# environment would be wrong far more often than right, so proxies are ignored.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def post_json(url: str, payload: dict, token: str, timeout_s: float) -> Any:
+    """POST ``payload`` as JSON and return the decoded JSON reply. http.client, not
+    urllib: it costs a fraction of the CPU per request, and it never picks up an
+    http_proxy from the environment (agents talk to an in-cluster coordinator)."""
+    u = urllib.parse.urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
     try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
-            body = resp.read(MAX_REPLY_BYTES)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(512).decode("utf-8", "replace").strip()
-        raise RuntimeError(f"HTTP {exc.code} from {url}: {detail or exc.reason}") from None
+        conn.request("POST", u.path or "/", body=json.dumps(payload).encode(), headers=headers)
+        resp = conn.getresponse()
+        body = resp.read(MAX_REPLY_BYTES)
+    finally:
+        conn.close()
+    if resp.status >= 300:
+        detail = body[:512].decode("utf-8", "replace").strip()
+        raise RuntimeError(f"HTTP {resp.status} from {url}: {detail or resp.reason}")
     return json.loads(body)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def plain(obj: Any) -> Any:
+    """``dataclasses.asdict`` for JSON, without its deep copies: the same document
+    (tuples become lists) at a fraction of the CPU, once a second per job."""
+    t = type(obj)
+    names = _FIELDS.get(t)
+    if names is None:
+        if dataclasses.is_dataclass(obj):
+            names = _FIELDS[t] = tuple(f.name for f in dataclasses.fields(obj))
+        elif t is tuple or t is list:
+            return [plain(x) for x in obj]
+        elif t is dict:
+            return {k: plain(v) for k, v in obj.items()}
+        else:
+            return obj
+    return {n: plain(getattr(obj, n)) for n in names}
 
 
 def log_commands(commands: list[dict]) -> None:
@@ -79,7 +103,7 @@ class Sender:
             rep = report.build_report(job, self._host, self._agent_id, seq, mine, self._mono_ns(), self._wall(),
                                       self._interval_s, since=self._since, accelerators=acc)
             try:
-                reply = self._post(self._url, rep.to_dict(), self._token, self._timeout_s)
+                reply = self._post(self._url, plain(rep), self._token, self._timeout_s)
                 if not isinstance(reply, dict) or reply.get("ok") is not True:
                     raise RuntimeError(f"coordinator did not accept the report: {str(reply)[:200]}")
             except Exception as exc:  # URLError, timeout, bad JSON, refusal: all one outcome

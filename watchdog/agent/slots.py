@@ -27,6 +27,7 @@ from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
 
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io")
+_STEP_END = int(wire.RecordKind.STEP_END)
 
 
 def list_slots(run_dir: str) -> dict[str, int]:
@@ -34,6 +35,27 @@ def list_slots(run_dir: str) -> dict[str, int]:
     Raises FileNotFoundError when the directory does not exist."""
     with os.scandir(run_dir) as it:
         return {e.path: e.inode() for e in it if e.name.endswith(wire.SLOT_SUFFIX)}
+
+
+class CachedLister:
+    """``list_slots`` only when the directory changed: creating, deleting or renaming
+    an entry bumps its mtime, and a stat is far cheaper than a scan. A full scan
+    every ``rescan_s`` anyway covers filesystems with coarse timestamps."""
+
+    def __init__(self, rescan_s: float = 1.0, scan: Callable[[str], dict[str, int]] = list_slots,
+                 stat: Callable = os.stat) -> None:
+        self._rescan_ns, self._scan, self._stat = int(rescan_s * 1e9), scan, stat
+        self._key: tuple | None = None
+        self._at = 0
+        self._entries: dict[str, int] = {}
+
+    def __call__(self, run_dir: str, now_ns: int) -> dict[str, int]:
+        st = self._stat(run_dir)
+        key = (run_dir, st.st_ino, st.st_mtime_ns)
+        if key != self._key or now_ns - self._at >= self._rescan_ns:
+            self._entries = self._scan(run_dir)
+            self._key, self._at = key, now_ns
+        return self._entries
 
 
 @dataclass(frozen=True)
@@ -80,30 +102,35 @@ class _Slot:
 class SlotTracker:
     def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
-                 lister: Callable[[str], dict[str, int]] = list_slots, resource_interval_s: float = 1.0,
+                 lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
                  log=None) -> None:
         self.run_dir, self.job, self.stale_after_s = run_dir, job, stale_after_s
         self.procs = procs or ProcessTable()
-        self._read, self._list = read, lister
+        self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
         self._log = log or logs.get("watchdog.agent.slots")
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
         self._skipped: dict[str, tuple[int, str]] = {}  # path -> (inode, STALE / OTHER_JOB / INVALID reason)
         self._dir_missing = False
+        self._entries_seen: dict[str, int] | None = None
+        self._membership_changed = False  # slots added or removed: who speaks for a rank may change
         self.read_errors = dict.fromkeys(READ_ERROR_REASONS, 0)
         self.polls = 0
 
     # -- the poll ------------------------------------------------------------
 
     def poll(self, now_mono_ns: int, now_wall_ns: int) -> None:
-        entries = self._entries()
+        entries = self._entries(now_mono_ns)
         with self._lock:
             self.polls += 1
-            for path in [p for p, s in self._slots.items() if entries.get(p) != s.inode]:
-                self._forget(path)
-            for path in [p for p, (ino, _) in self._skipped.items() if entries.get(p) != ino]:
-                del self._skipped[path]
+            self.procs.refresh()
+            if entries is not self._entries_seen:  # the lister hands back the same dict when nothing changed
+                self._entries_seen = entries
+                for path in [p for p, s in self._slots.items() if entries.get(p) != s.inode]:
+                    self._forget(path)
+                for path in [p for p, (ino, _) in self._skipped.items() if entries.get(p) != ino]:
+                    del self._skipped[path]
             for path, inode in entries.items():
                 slot = self._slots.get(path)
                 if slot is None:
@@ -111,11 +138,13 @@ class SlotTracker:
                         self._first_sight(path, inode, now_mono_ns, now_wall_ns)
                 elif not (slot.final or slot.superseded):
                     self._update(slot, now_mono_ns)
-            self._resolve()
+            if self._membership_changed:
+                self._membership_changed = False
+                self._resolve()
 
-    def _entries(self) -> dict[str, int]:
+    def _entries(self, now_ns: int) -> dict[str, int]:
         try:
-            entries = self._list(self.run_dir)
+            entries = self._list(self.run_dir, now_ns)
         except OSError as exc:
             if not self._dir_missing:
                 self._log.warning("run dir unreadable", run_dir=self.run_dir, error=str(exc))
@@ -165,25 +194,31 @@ class SlotTracker:
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
+        self._membership_changed = True
         self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
                        proc_status=proc.status, path=path)
 
     def _update(self, slot: _Slot, now_ns: int) -> None:
-        ident = slot.header.identity
-        resources = now_ns - slot.proc.sampled_ns >= self._resource_ns
+        # The hot path: every watched rank, every poll. Keep it lean.
+        ident, prev = slot.header.identity, slot.proc
+        resources = now_ns - prev.sampled_ns >= self._resource_ns
         proc = self.procs.check(ident.pid, ident.proc_start_us, now_ns, resources=resources)
         snap = self._read_or_count(slot.path, slot.since, slot.error)
+        if snap is None:  # deleted since the (possibly cached) listing
+            self._forget(slot.path)
+            return
         if isinstance(snap, str):
             slot.error = snap  # keep the last good state
-        elif snap is not None:
+        else:
             slot.error = ""
             self._absorb(slot, snap)
-        if resources and proc.alive:
-            slot.cpu_pct, slot.res_prev = track.cpu_percent(slot.res_prev, proc), proc
-        if proc.stopped != slot.proc.stopped:
-            self._log.info("rank stopped" if proc.stopped else "rank resumed", job=ident.job, rank=ident.rank,
-                           pid=ident.pid)
-        slot.proc = proc
+        if proc is not prev:  # the process table hands back the same sample when nothing was read
+            if resources and proc.alive:
+                slot.cpu_pct, slot.res_prev = track.cpu_percent(slot.res_prev, proc), proc
+            if proc.stopped != prev.stopped:
+                self._log.info("rank stopped" if proc.stopped else "rank resumed", job=ident.job,
+                               rank=ident.rank, pid=ident.pid)
+            slot.proc = proc
         state = track.rank_state(slot.status, proc)
         if state != slot.state:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
@@ -191,11 +226,11 @@ class SlotTracker:
                            step=slot.header[wire.H_STEP], path=slot.path)
             slot.state = state
         # Read after the process was seen gone: that read was its final state.
-        slot.final = not proc.alive and snap is not None and not isinstance(snap, str)
+        slot.final = not proc.alive and not isinstance(snap, str)
 
     def _absorb(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
         h = snap.header
-        slot.heartbeat_ns, slot.status = h.heartbeat_ns, h.status  # both outside the seqlock: valid even torn
+        slot.heartbeat_ns, slot.status = h.words[wire.H_HEARTBEAT_NS], h.status  # outside the seqlock: valid torn
         if snap.torn:  # the writer stopped or died inside a header update
             if not slot.torn:
                 self.read_errors["torn"] += 1
@@ -204,11 +239,13 @@ class SlotTracker:
             slot.torn = True  # a first read that is torn is kept: it is all we have
         else:
             slot.torn, slot.snap = False, snap
-        for rec in snap.records:
-            if rec.index >= slot.since and rec.kind == wire.RecordKind.STEP_END:
-                slot.steps.append(rec)
-        last = snap.records[-1].index + 1 if snap.records else slot.since
-        slot.since = max(slot.since, last if snap.torn else h[wire.H_RING_HEAD])
+        since = slot.since
+        if snap.records:
+            slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
+            last = snap.records[-1].index + 1
+        else:
+            last = since
+        slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
 
     def _resolve(self) -> None:
         winners = set(map(id, track.newest_per_rank(
@@ -222,6 +259,7 @@ class SlotTracker:
 
     def _forget(self, path: str) -> None:
         slot = self._slots.pop(path)
+        self._membership_changed = True
         ident = slot.header.identity
         self.procs.forget(ident.pid, ident.proc_start_us)
         self._log.info("slot removed", job=ident.job, rank=ident.rank, pid=ident.pid, path=path)
