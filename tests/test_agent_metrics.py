@@ -162,3 +162,14 @@ def test_specs_are_well_formed():
         assert spec.name.startswith("watchdog_")
         assert spec.name.endswith("_total") == (spec.kind == "counter"), spec.name
     assert len(wire.Phase) == len(m.PHASES)
+
+
+def test_report_accelerators_name_the_ranks_on_each_device(tmp_path):
+    wr = fakes.SlotWriter(str(tmp_path), fakes.identity("train", 3, 4))
+    gpu = dict(GPU, pids=[os.getpid(), 99999999])
+    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
+    agent = Agent(cfg, accelerators=Accelerators(fakes.FakeNvml([gpu])))
+    agent.poll_once()
+    (d,) = agent.accelerator_dicts()
+    assert d["ranks"] == [3] and d["name"] == "Fake H100"
+    wr.close()

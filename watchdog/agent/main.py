@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -22,7 +22,7 @@ from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.exporter import Exporter
 from watchdog.agent.nvml import AcceleratorCollector, Accelerators, Disabled
 from watchdog.agent.rankmetrics import RanksCollector
-from watchdog.agent.sender import Sender
+from watchdog.agent.sender import Sender, log_commands
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
 from watchdog.flags import FlagError
@@ -30,7 +30,8 @@ from watchdog.flags import FlagError
 
 class Agent:
     def __init__(self, cfg: config.AgentConfig, *, tracker: SlotTracker | None = None,
-                 accelerators: Accelerators | Disabled | None = None) -> None:
+                 accelerators: Accelerators | Disabled | None = None,
+                 handle_commands: Callable[[list[dict]], None] = log_commands) -> None:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
         self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
@@ -43,7 +44,7 @@ class Agent:
             self.sender = Sender(
                 url=cfg.coordinator_url, token=cfg.token, job=cfg.job, host=cfg.host, agent_id=self.agent_id,
                 interval_s=cfg.report_interval_s, timeout_s=cfg.report_timeout_s, views=self.tracker.views,
-                accelerators=lambda: [d.to_dict() for d in self.accelerators.sample(time.monotonic()).devices])
+                accelerators=self.accelerator_dicts, handle_commands=handle_commands)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(Exporter((
             RanksCollector(self.tracker.views, cfg.host),
@@ -52,6 +53,15 @@ class Agent:
         )))
         self._last_poll_ns = 0
         self._errors = logs.RateLimited(60.0)
+
+    def accelerator_dicts(self) -> list[dict]:
+        """Devices for the report, each with the ranks whose process runs on it (by
+        pid: only meaningful when the agent shares the ranks' pid namespace)."""
+        devices = self.accelerators.sample(time.monotonic()).devices
+        if not devices:
+            return []
+        rank_of = {v.identity.pid: v.identity.rank for v in self.tracker.views()}
+        return [{**d.to_dict(), "ranks": sorted(rank_of[p] for p in d.pids if p in rank_of)} for d in devices]
 
     def healthy(self) -> tuple[bool, str]:
         """Unhealthy when the poll loop has not completed a poll for a while (stuck)."""

@@ -28,6 +28,8 @@ from watchdog.report import MAX_STEPS_PER_RANK
 
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io")
 _STEP_END = int(wire.RecordKind.STEP_END)
+_PENDING = "pending"  # a brand-new file that does not parse yet
+NEW_FILE_GRACE_NS = 2_000_000_000
 
 
 def list_slots(run_dir: str) -> dict[str, int]:
@@ -103,8 +105,9 @@ class SlotTracker:
     def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
-                 log=None) -> None:
+                 stat: Callable = os.stat, log=None) -> None:
         self.run_dir, self.job, self.stale_after_s = run_dir, job, stale_after_s
+        self._stat = stat
         self.procs = procs or ProcessTable()
         self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
@@ -170,12 +173,17 @@ class SlotTracker:
 
     def _first_sight(self, path: str, inode: int, now_mono_ns: int, now_wall_ns: int) -> None:
         prev_error = self._skipped.get(path, (0, ""))[1]
+        if prev_error in ("", _PENDING) and self._being_formatted(path, now_wall_ns):
+            prev_error = "corrupt"  # a file still being formatted: neither an error nor a log line
+            pending = True
+        else:
+            pending = False
         snap = self._read_or_count(path, 0, prev_error)
         if snap is None:
             self._skipped.pop(path, None)
             return
         if isinstance(snap, str):
-            self._skipped[path] = (inode, snap)
+            self._skipped[path] = (inode, _PENDING if pending and snap == "corrupt" else snap)
             return
         self._skipped.pop(path, None)
         ident = snap.header.identity
@@ -197,6 +205,14 @@ class SlotTracker:
         self._membership_changed = True
         self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
                        proc_status=proc.status, path=path)
+
+    def _being_formatted(self, path: str, now_wall_ns: int) -> bool:
+        """The hook creates its file in place (create, allocate, format, magic last):
+        for a moment it is empty or zeros, which reads as corrupt."""
+        try:
+            return now_wall_ns - self._stat(path).st_mtime_ns < NEW_FILE_GRACE_NS
+        except OSError:
+            return False
 
     def _update(self, slot: _Slot, now_ns: int) -> None:
         # The hot path: every watched rank, every poll. Keep it lean.
@@ -279,5 +295,6 @@ class SlotTracker:
             for s in self._slots.values():
                 counts[track.SUPERSEDED if s.superseded else s.state] += 1
             for _, why in self._skipped.values():
-                counts[why if why in (track.STALE, track.OTHER_JOB) else track.INVALID] += 1
+                if why != _PENDING:
+                    counts[why if why in (track.STALE, track.OTHER_JOB) else track.INVALID] += 1
             return counts
