@@ -81,8 +81,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         run, work = Path(tmp) / "run", Path(tmp)
         run.mkdir()
-        writers = [subprocess.Popen([sys.executable, "-m", "watchdog.agent.fakes", "--run-dir", str(run), "--job",
-                                     "bench", "--rank", str(r), "--world-size", str(args.ranks)], env=ENV)
+        writer = [sys.executable, "-m", "watchdog.agent.fakes.slotwriter", "--run-dir", str(run), "--job", "bench"]
+        writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", str(args.ranks)], env=ENV)
                    for r in range(args.ranks)]
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Coordinator)
         threading.Thread(target=srv.serve_forever, daemon=True).start()

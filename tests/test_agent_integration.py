@@ -1,5 +1,5 @@
 """The real agent (``python -m watchdog.cli agent``) on loopback port 0, watching slot
-files written by real writer processes (watchdog.agent.fakes, a stand-in for the
+files written by real writer processes (watchdog.agent.fakes.slotwriter, a stand-in for the
 hook), reporting to a stub coordinator: SIGSTOP, SIGKILL, a stale leftover."""
 
 import json
@@ -79,9 +79,9 @@ class StubCoordinator:
 def job(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    writers = [subprocess.Popen([sys.executable, "-m", "watchdog.agent.fakes", "--run-dir", str(run), "--job",
-                                 "itest", "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"],
-                                env=env()) for r in range(3)]
+    writer = [sys.executable, "-m", "watchdog.agent.fakes.slotwriter", "--run-dir", str(run), "--job", "itest"]
+    writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"], env=env())
+               for r in range(3)]
     # An earlier job's leftover: its process is long gone, its last heartbeat 2 minutes old.
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     start_us = int(psutil.Process(child.pid).create_time() * 1e6)

@@ -5,7 +5,8 @@ import pynvml
 import pytest
 
 from watchdog.agent import fakes
-from watchdog.agent.nvml import Accelerators, accelerator_families
+from watchdog.agent.accelmetrics import accelerator_families
+from watchdog.agent.nvml import Accelerators
 
 
 class Log:

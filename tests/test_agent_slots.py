@@ -14,7 +14,8 @@ from watchdog import wire
 from watchdog.agent import fakes, track
 from watchdog.agent.fakes import FakeProcess, FakeProcesses
 from watchdog.agent.procs import ProcessTable
-from watchdog.agent.slots import CachedLister, SlotTracker
+from watchdog.agent.listing import CachedLister
+from watchdog.agent.slots import SlotTracker
 
 S = 1_000_000_000
 T0 = 5_000 * S  # monotonic

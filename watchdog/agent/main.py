@@ -20,7 +20,8 @@ from watchdog import logs
 from watchdog.agent import config
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.exporter import Exporter
-from watchdog.agent.nvml import AcceleratorCollector, Accelerators, Disabled
+from watchdog.agent.accelmetrics import AcceleratorCollector
+from watchdog.agent.nvml import Accelerators, Disabled
 from watchdog.agent.rankmetrics import RanksCollector
 from watchdog.agent.sender import Sender, log_commands
 from watchdog.agent.server import Server

@@ -11,14 +11,10 @@ blocking (timeout 0) at each sample.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from prometheus_client.core import Metric
-
 from watchdog import logs
-from watchdog.agent import metrics as m
 
 _XID_DRAIN_MAX = 256  # events per device per sample; the rest wait for the next
 
@@ -196,35 +192,6 @@ def _num(v: Any) -> float | None:
 
 def _str(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v or "")
-
-
-def accelerator_families(snap: AccelSnapshot, host: str) -> list[Metric]:
-    avail, count = m.ACCEL_AVAILABLE.family(), m.ACCELERATORS.family()
-    avail.add_metric([], float(snap.available))
-    count.add_metric([], len(snap.devices))
-    fams = {s: s.family() for s in m.ACCEL_SPECS}
-    fields = ((m.ACCEL_UTIL, "util_ratio"), (m.ACCEL_MEM_UTIL, "mem_util_ratio"),
-              (m.ACCEL_MEM_USED, "mem_used_bytes"), (m.ACCEL_MEM_TOTAL, "mem_total_bytes"),
-              (m.ACCEL_TEMP, "temperature_c"), (m.ACCEL_POWER, "power_w"), (m.ACCEL_SM_CLOCK, "sm_clock_hz"),
-              (m.ACCEL_THROTTLE, "throttle_reasons"), (m.ACCEL_XID, "xid_errors"))
-    for d in snap.devices:
-        lab = [host, str(d.index)]
-        fams[m.ACCEL_INFO].add_metric(lab + [d.name, d.uuid], 1.0)
-        for spec, attr in fields:
-            value = getattr(d, attr)
-            if value is not None:
-                fams[spec].add_metric(lab, float(value))
-    return [avail, count, *fams.values()]
-
-
-class AcceleratorCollector:
-    name = "accelerator"
-
-    def __init__(self, accelerators: Accelerators, host: str, clock: Callable[[], float] = time.monotonic):
-        self._acc, self._host, self._clock = accelerators, host, clock
-
-    def collect(self) -> list[Metric]:
-        return accelerator_families(self._acc.sample(self._clock()), self._host)
 
 
 class Disabled:

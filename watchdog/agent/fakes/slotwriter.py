@@ -1,21 +1,17 @@
-"""Test doubles for the agent, shipped for users' tests too: a slot writer that
-speaks wire.py (a stand-in for the hook), a psutil-like process with scripted
-failures, and a fake ``pynvml`` module.
+"""A slot writer that speaks wire.py the way the hook does (a stand-in for the
+hook in tests and benchmarks), plus helpers to build decoded snapshots in memory.
 
-``python -m watchdog.agent.fakes --run-dir D --job J --rank R --world-size W``
-runs a writer process that "trains" (steps, collectives, heartbeats) until killed.
+``python -m watchdog.agent.fakes.slotwriter --run-dir D --job J --rank R --world-size W``
+runs a fake rank that "trains" (steps, collectives, heartbeats) until killed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import mmap
 import os
 import signal
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -131,156 +127,6 @@ def step_record(index: int, step: int, step_ns: int, data_ns: int = 0, coll_ns: 
                 phase: wire.Phase = wire.Phase.TRAIN) -> wire.Record:
     return wire.Record(index=index, kind=int(wire.RecordKind.STEP_END), t_ns=t_ns, step=step,
                        payload=(step_ns, data_ns, coll_ns, 1, 0, int(phase), 1) + (0,) * 5)
-
-
-# -- psutil ------------------------------------------------------------------------
-
-
-@dataclass
-class FakeProcess:
-    """psutil.Process look-alike. ``fail_at``: raise ``exc`` from the n-th method
-    call (1-based, counted over every method), e.g. a process that vanishes mid-read."""
-
-    pid: int
-    create_time_s: float
-    status_: str = psutil.STATUS_SLEEPING
-    cpu: tuple[float, float] = (1.0, 0.5)
-    rss: int = 50 << 20
-    running: bool = True
-    fail_at: int | None = None
-    exc: Exception | None = None
-    calls: int = field(default=0, init=False)
-
-    def _tick(self) -> None:
-        self.calls += 1
-        if self.fail_at is not None and self.calls >= self.fail_at:
-            raise self.exc or psutil.NoSuchProcess(self.pid)
-
-    def create_time(self) -> float:
-        self._tick()
-        return self.create_time_s
-
-    def is_running(self) -> bool:
-        self._tick()
-        return self.running
-
-    @contextlib.contextmanager
-    def oneshot(self):
-        yield
-
-    def status(self) -> str:
-        self._tick()
-        return self.status_
-
-    def cpu_times(self):
-        self._tick()
-        return SimpleNamespace(user=self.cpu[0], system=self.cpu[1])
-
-    def memory_info(self):
-        self._tick()
-        return SimpleNamespace(rss=self.rss)
-
-
-class FakeProcesses:
-    """A ``factory(pid)`` for ProcessTable over a dict of FakeProcess; unknown pid = gone."""
-
-    def __init__(self, *procs: FakeProcess) -> None:
-        self.procs = {p.pid: p for p in procs}
-
-    def __call__(self, pid: int) -> FakeProcess:
-        if pid not in self.procs:
-            raise psutil.NoSuchProcess(pid)
-        return self.procs[pid]
-
-
-# -- pynvml ------------------------------------------------------------------------
-
-
-class FakeNvml:
-    """Enough of ``pynvml`` for the accelerator collector: ``gpus`` is a list of
-    dicts of device values; ``xid`` maps a device index to XID codes still to
-    deliver; ``unsupported`` names functions that raise NVMLError_NotSupported;
-    ``init_error`` makes nvmlInit raise that NVML error code."""
-
-    def __init__(self, gpus: list[dict], *, init_error: int | None = None, xid: dict[int, list[int]] | None = None,
-                 unsupported: set[str] = frozenset()) -> None:
-        import pynvml
-
-        self._p = pynvml
-        self.NVMLError = pynvml.NVMLError
-        for name in dir(pynvml):
-            if name.startswith(("NVML_", "nvmlEventType", "nvmlClocks")):
-                setattr(self, name, getattr(pynvml, name))
-        self.gpus, self.init_error = gpus, init_error
-        self.xid = {i: list(v) for i, v in (xid or {}).items()}
-        self.unsupported = set(unsupported)
-        self.calls: dict[str, int] = {}
-
-    def _call(self, name: str) -> None:
-        self.calls[name] = self.calls.get(name, 0) + 1
-        if name in self.unsupported:
-            raise self._p.NVMLError(self._p.NVML_ERROR_NOT_SUPPORTED)
-
-    def nvmlInit(self) -> None:
-        self._call("nvmlInit")
-        if self.init_error is not None:
-            raise self._p.NVMLError(self.init_error)
-
-    def nvmlShutdown(self) -> None:
-        self._call("nvmlShutdown")
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def _get(self, name: str, h: int, key: str) -> Any:
-        self._call(name)
-        return self.gpus[h][key]
-
-    def nvmlDeviceGetName(self, h): return self._get("nvmlDeviceGetName", h, "name")  # noqa: E704
-    def nvmlDeviceGetUUID(self, h): return self._get("nvmlDeviceGetUUID", h, "uuid")  # noqa: E704
-    def nvmlDeviceGetTemperature(self, h, sensor): return self._get("nvmlDeviceGetTemperature", h, "temp")  # noqa
-    def nvmlDeviceGetPowerUsage(self, h): return self._get("nvmlDeviceGetPowerUsage", h, "power_mw")  # noqa: E704
-    def nvmlDeviceGetClockInfo(self, h, clk): return self._get("nvmlDeviceGetClockInfo", h, "sm_mhz")  # noqa: E704
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return self._get("nvmlDeviceGetCurrentClocksEventReasons", h, "throttle")
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        self._call("nvmlDeviceGetUtilizationRates")
-        return SimpleNamespace(gpu=self.gpus[h]["util"], memory=self.gpus[h]["mem_util"])
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        self._call("nvmlDeviceGetMemoryInfo")
-        return SimpleNamespace(used=self.gpus[h]["mem_used"], total=self.gpus[h]["mem_total"], free=0)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, h):
-        self._call("nvmlDeviceGetComputeRunningProcesses")
-        return [SimpleNamespace(pid=p, usedGpuMemory=0) for p in self.gpus[h].get("pids", ())]
-
-    def nvmlEventSetCreate(self):
-        self._call("nvmlEventSetCreate")
-        return {"devices": []}
-
-    def nvmlDeviceRegisterEvents(self, h, types, es) -> None:
-        self._call("nvmlDeviceRegisterEvents")
-        es["devices"].append(h)
-
-    def nvmlEventSetWait_v2(self, es, timeout_ms):
-        self._call("nvmlEventSetWait_v2")
-        for h in es["devices"]:
-            if self.xid.get(h):
-                return SimpleNamespace(device=h, eventType=self._p.nvmlEventTypeXidCriticalError,
-                                       eventData=self.xid[h].pop(0))
-        raise self._p.NVMLError(self._p.NVML_ERROR_TIMEOUT)
-
-    def nvmlEventSetFree(self, es) -> None:
-        self._call("nvmlEventSetFree")
-
-
-# -- a writer process ----------------------------------------------------------------
 
 
 def _exit(*_: Any) -> None:
