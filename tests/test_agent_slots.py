@@ -350,3 +350,17 @@ def test_a_deleted_tracked_file_is_forgotten_even_if_the_listing_is_stale():
     w.files["/run/a.slot"] = FileNotFoundError(errno.ENOENT, "gone")  # listing still shows it
     t.poll(T0 + S // 10, W0)
     assert t.views() == () and log.named("slot removed")
+
+
+def test_an_unexpected_exception_on_one_slot_does_not_starve_the_others():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot", pid=100))
+    w.put("/run/b.slot", slot("/run/b.slot", rank=1, pid=101))
+    t, log = tracker(w, proc(100), proc(101))
+    t.poll(T0, W0)
+    w.put("/run/a.slot", ZeroDivisionError("a bug"))  # not a SlotError/OSError: a bug somewhere
+    w.put("/run/b.slot", slot("/run/b.slot", rank=1, pid=101, words={wire.H_STEP: 5}))
+    t.poll(T0 + S // 10, W0)
+    t.poll(T0 + S // 5, W0)
+    assert {v.identity.rank: v.header[wire.H_STEP] for v in t.views()} == {0: 0, 1: 5}
+    assert len(log.named("slot poll failed")) == 1

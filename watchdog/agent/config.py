@@ -39,7 +39,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
          flags.positive_float),
-    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9500 (empty = do not report)", _url),
+    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9401 (empty = do not report)", _url),
     Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float),
     Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float),
     Flag("job.token-file", "", "file holding the shared job token (preferred over --job.token)"),

@@ -1,8 +1,9 @@
 """Scan the run directory, read each slot with ``wire.read_slot`` (pread, never mmap),
 and track every slot across polls.
 
-Per poll and per watched slot: one process check, then one ``read_slot(path,
-since)``. Checking the process *before* reading means the read that follows a
+Per poll and per watched slot: one process check (nearly free: see procs.py),
+then one ``read_slot(path, since)``. Checking the process *before* reading means
+the read that follows a
 confirmed death shows the rank's final state; after it the slot is frozen and no
 longer read (a dead process cannot write), but stays exported until a newer slot
 for the same (job, rank) appears or the file is deleted. A torn read keeps the
@@ -91,6 +92,7 @@ class SlotTracker:
         self._dir_missing = False
         self._entries_seen: dict[str, int] | None = None
         self._membership_changed = False  # slots added or removed: who speaks for a rank may change
+        self._crashed: set[str] = set()  # paths whose processing raised (logged once each)
         self.read_errors = dict.fromkeys(READ_ERROR_REASONS, 0)
         self.polls = 0
 
@@ -108,12 +110,17 @@ class SlotTracker:
                 for path in [p for p, (ino, _) in self._skipped.items() if entries.get(p) != ino]:
                     del self._skipped[path]
             for path, inode in entries.items():
-                slot = self._slots.get(path)
-                if slot is None:
-                    if path not in self._skipped or self._skipped[path][1] not in (track.STALE, track.OTHER_JOB):
-                        self._first_sight(path, inode, now_mono_ns, now_wall_ns)
-                elif not (slot.final or slot.superseded):
-                    self._update(slot, now_mono_ns)
+                try:
+                    slot = self._slots.get(path)
+                    if slot is None:
+                        if path not in self._skipped or self._skipped[path][1] not in (track.STALE, track.OTHER_JOB):
+                            self._first_sight(path, inode, now_mono_ns, now_wall_ns)
+                    elif not (slot.final or slot.superseded):
+                        self._update(slot, now_mono_ns)
+                except Exception as exc:  # a bug on one slot must not starve the others of polls
+                    if path not in self._crashed:
+                        self._crashed.add(path)
+                        self._log.error("slot poll failed", path=path, error=repr(exc), exc_info=exc)
             if self._membership_changed:
                 self._membership_changed = False
                 self._resolve()

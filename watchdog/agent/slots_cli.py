@@ -22,7 +22,7 @@ FLAGS = (
     Flag("job.name", "", "only this job (empty = all)"),
     Flag("stale.after-seconds", 30.0, "mark slots of gone processes with older heartbeats as stale",
          flags.positive_float),
-    Flag("json", False, "print JSON instead of a table", flags.boolean),
+    Flag("json", False, "print JSON instead of a table (a bare --json works too)", flags.boolean),
 )
 
 
