@@ -1,0 +1,251 @@
+"""Live: a real 2-rank torchrun job (gloo, CPU) with rank 1 SIGSTOPping itself, a real
+agent, a real Prometheus evaluating the shipped rules, a real Alertmanager with the
+shipped routing, and a webhook in this test thread that receives the page.
+
+The shipped rules wait production times (30 s heartbeat, `for:` up to 15 min); this
+test loads a copy with short thresholds and `for: 0s` (templated below, each edit
+asserted so the test breaks when the rules change shape). Alertmanager's receivers
+are swapped for the webhook and its group timers shortened; routes and inhibitions
+are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from promserver import Prometheus
+from watchdog import localjob
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
+import promcheck  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+STOP_STEP = 30
+FROZEN_AFTER_S = 2  # production: 30
+HANG_FLOOR_S = 8  # production: 120; above the frozen threshold, as in production
+
+
+def fast_rules(dst: Path) -> Path:
+    text = promcheck.ALERT_RULES.read_text()
+    edits = [
+        ("watchdog_rank_heartbeat_age_seconds > 30 and", f"watchdog_rank_heartbeat_age_seconds > {FROZEN_AFTER_S} and"),
+        ("(watchdog_rank_window_step_seconds), 120)", f"(watchdog_rank_window_step_seconds), {HANG_FLOOR_S})"),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, f"the shipped rules changed shape: {old!r}"
+        text = text.replace(old, new)
+    text, n = re.subn(r"(?m)^(\s+)for: \S+$", r"\1for: 0s", text)
+    assert n >= 10, n
+    dst.write_text(text)
+    return dst
+
+
+def webhook_alertmanager_config(dst: Path, webhook_url: str) -> Path:
+    doc = yaml.safe_load((promcheck.REPO / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    doc.pop("templates", None)  # the webhook sends JSON; templates are for chat and pager text
+    doc["receivers"] = [{"name": r["name"], "webhook_configs": [{"url": webhook_url, "send_resolved": False}]}
+                        for r in doc["receivers"]]
+    routes = [doc["route"], *doc["route"].get("routes", [])]
+    for r in routes:
+        r.update(group_wait="0s", group_interval="1s")
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dst
+
+
+def prometheus_config(dst: Path, agent: str, rules: Path, alertmanager: str) -> None:
+    """The shipped static example with its targets, rules and Alertmanager pointed here."""
+    doc = yaml.safe_load((promcheck.REPO / "deploy" / "prometheus" / "scrape" / "static.yml").read_text())
+    doc["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    doc["rule_files"] = [str(rules)]
+    doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [alertmanager]
+    agent_job = next(sc for sc in doc["scrape_configs"] if sc["job_name"] == "rank-watchdog-agent")
+    agent_job["static_configs"][0]["targets"] = [agent]
+    doc["scrape_configs"] = [agent_job]
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+class Webhook:
+    """Records every notification Alertmanager posts, with its arrival time."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[float, dict]] = []
+        self.lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with hook.lock:
+                    hook.received.append((time.monotonic(), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
+        self.thread.start()
+
+    def all(self) -> list[tuple[float, dict]]:
+        with self.lock:
+            return [(at, alert) for at, note in self.received for alert in note["alerts"]]
+
+    def first(self, predicate) -> tuple[float, dict] | None:
+        return next(((at, a) for at, a in self.all() if predicate(at, a)), None)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class Alertmanager:
+    def __init__(self, work_dir: Path, config: Path) -> None:
+        self.port = localjob.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = work_dir / "alertmanager.log"
+        binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+        if binary is None:
+            pytest.fail("Debian's prometheus-alertmanager is not installed (run .ci/setup)")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.path={work_dir / 'am-data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_until(lambda: self._ready(), 30, what="alertmanager ready", log=self.log_path)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError("alertmanager exited:\n" + self.log_path.read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def alerts(self) -> list[dict]:
+        with urllib.request.urlopen(self.url + "/api/v2/alerts", timeout=5) as r:
+            return json.load(r)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2, log: Path | None = None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{tail}")
+
+
+def prometheus_alert(prom: Prometheus, name: str) -> dict | None:
+    with urllib.request.urlopen(prom.url + "/api/v1/alerts", timeout=5) as r:
+        alerts = json.load(r)["data"]["alerts"]
+    return next((a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"), None)
+
+
+def test_stopped_rank_pages_through_prometheus_and_alertmanager(tmp_path: Path):
+    if Prometheus.binary() is None:
+        pytest.fail("Debian's prometheus is not installed (run .ci/setup)")
+    job = "live-alert"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    started = time.monotonic()
+    stack: list = []
+    try:
+        webhook = Webhook()
+        stack.append(webhook.close)
+        am = Alertmanager(tmp_path, webhook_alertmanager_config(tmp_path / "am.yml", webhook.url))
+        stack.append(am.stop)
+        agent = localjob.start_agent(tmp_path, run_dir, job, extra=["--poll.interval-seconds", "0.1",
+                                                                    "--collector.accelerator", "false"])
+        stack.append(agent.stop)
+        prom = Prometheus(tmp_path, [agent.address])
+        prometheus_config(tmp_path / "prometheus.yml", agent.address, fast_rules(tmp_path / "rules.yml"),
+                          f"127.0.0.1:{am.port}")
+        prom.start()
+        stack.append(prom.stop)
+        torchrun = localjob.TorchrunJob(nproc=2, run_dir=run_dir, job=job, work_dir=tmp_path, script_args=[
+            "--steps", "100000", "--compute-ms", "40", "--fault", f"stop:1@{STOP_STEP}"]).start()
+        stack.append(torchrun.stop)
+        pids = torchrun.wait_for_ranks(90)
+
+        def cont_rank1():  # a stopped worker would survive the group's SIGTERM
+            try:
+                os.kill(pids[1], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        stack.append(cont_rank1)
+
+        # The rank stops itself at step STOP_STEP: that instant is the fault's onset.
+        def stopped() -> float | None:
+            try:
+                return time.monotonic() if psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED else None
+            except psutil.NoSuchProcess:
+                raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:])
+        stopped_at = wait_until(stopped, 90, what="rank 1 stopped", interval_s=0.05)
+
+        # Only what arrives after the stop counts: with a 2 s threshold, a rank whose
+        # heartbeat thread starves while torch starts up on 2 busy cores can blip.
+        got = wait_until(lambda: webhook.first(lambda at, a: at > stopped_at - 0.2 and a["status"] == "firing"
+                                               and a["labels"].get("alertname") == "WatchdogRankFrozen"),
+                         45, what="WatchdogRankFrozen at the webhook", log=tmp_path / "prometheus.log")
+        early = [(round(at - stopped_at, 1), a["labels"].get("alertname"), a["labels"].get("rank"), a["status"])
+                 for at, a in webhook.all() if at <= stopped_at - 0.2]
+        if early:
+            print(f"\nnotifications before the stop (shortened thresholds): {early}")
+        arrived_at, alert = got
+        latency = arrived_at - stopped_at
+        print(f"\nSIGSTOP -> WatchdogRankFrozen at the webhook after {latency:.1f} s "
+              f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
+        assert alert["labels"]["rank"] == "1", alert
+        assert alert["labels"]["job"] == job and alert["labels"]["severity"] == "critical", alert
+        assert alert["labels"]["host"] and alert["labels"]["host"] in alert["annotations"]["summary"], alert
+        assert alert["annotations"]["runbook_url"].endswith("/WatchdogRankFrozen.md"), alert
+        assert latency < 30, latency  # generous: 2 s threshold + 1 s scrape + 1 s eval on a busy 2-core box
+
+        # The hang it causes: Prometheus names rank 1 as the one behind, and the shipped
+        # inhibition keeps it off the pager while the frozen rank's alert fires.
+        hang = wait_until(lambda: prometheus_alert(prom, "WatchdogJobHang"), 30, what="WatchdogJobHang firing")
+        assert hang["labels"]["job"] == job
+        assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
+        suppressed = wait_until(
+            lambda: next((a for a in am.alerts() if a["labels"]["alertname"] == "WatchdogJobHang"
+                          and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
+            20, what="WatchdogJobHang inhibited in Alertmanager")
+        assert suppressed["labels"]["job"] == job
+        assert webhook.first(lambda at, a: at > stopped_at - 0.2 and a["labels"].get("alertname") == "WatchdogJobHang") is None
+        # Rank 0 is alive and waiting, not frozen: only rank 1 was paged.
+        assert webhook.first(lambda at, a: at > stopped_at - 0.2 and a["labels"].get("alertname") == "WatchdogRankFrozen"
+                             and a["labels"].get("rank") != "1") is None
+        print(f"live alert test total {time.monotonic() - started:.1f} s")
+    finally:
+        for close in reversed(stack):
+            close()
