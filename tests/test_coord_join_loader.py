@@ -42,7 +42,7 @@ def test_never_joined_reason_names_host():
     v = t.view(states, now=161.0, base=t.view(states, now=100.0, world_size=4), seq=2)
     (f,) = NeverJoined(CFG).check(161.0, v)
     assert f.hosts == ("host0",)
-    assert f.reason.startswith("rank 2 on host host0 never called init_process_group 61.0 s after the first rank registered")
+    assert f.reason.startswith("rank 2 on host host0 has not called init_process_group 61.0 s after the first rank registered")
     assert "ranks 0-1,3 waiting in rendezvous" in f.reason
 
 

@@ -28,18 +28,22 @@ def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> flo
 
 
 def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
-    hv = view.hosts.get(host)
-    if hv is None or now - hv.received_at <= host_silence_limit(view, host, cfg):
-        return False
+    return host in lost_hosts(view, now, cfg)
+
+
+def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
+    silent = {h for h, hv in view.hosts.items() if now - hv.received_at > host_silence_limit(view, h, cfg)}
+    if not silent:
+        return silent
     # An agent that goes quiet after all its ranks exited cleanly is the job ending.
-    return any(rv.host == host and rv.state.status != "exited" for rv in view.ranks.values())
+    return {rv.host for rv in view.ranks.values() if rv.host in silent and rv.state.status != "exited"}
 
 
-def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig) -> str:
+def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
     s = rv.state
     if s.status == "exited":
         return EXITED  # a clean exit (the hook saw the interpreter exit) is not a death
-    if host_lost(view, rv.host, now, cfg):
+    if rv.host in (lost_hosts(view, now, cfg) if lost is None else lost):
         return LOST
     if not s.alive:
         return DEAD
@@ -56,7 +60,8 @@ def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig) -
 
 
 def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
-    return {r: classify(rv, view, now, cfg) for r, rv in view.ranks.items()}
+    lost = lost_hosts(view, now, cfg)
+    return {r: classify(rv, view, now, cfg, lost) for r, rv in view.ranks.items()}
 
 
 def waiting(rv: RankView) -> bool:

@@ -115,8 +115,9 @@ class Coordinator:
 
     def _hosts(self, view: ClusterView, now: float) -> None:
         """Journal host loss and return as state changes (the finding is dead_rank's)."""
+        lost_now = health.lost_hosts(view, now, self.cfg.detectors)
         for host, hv in view.hosts.items():
-            lost = health.host_lost(view, host, now, self.cfg.detectors)
+            lost = host in lost_now
             if lost and host not in self._lost:
                 self._lost.add(host)
                 self.log.warning("host_lost", host=host, silent_s=round(now - hv.received_at, 3))

@@ -73,3 +73,14 @@ def median_without(sorted_values: Sequence[float], index: int) -> float:
 
     mid = n // 2
     return at(mid) if n % 2 else (at(mid - 1) + at(mid)) / 2
+
+
+def data_share(samples: Sequence) -> float:
+    """Share of step time spent waiting on data, leaving out the top 10% of steps
+    by data wait: one slow first batch of an epoch is not starvation, a loader
+    that stalls every few steps still is."""
+    if not samples:
+        return 0.0
+    kept = sorted(samples, key=lambda x: x.data_s)[: len(samples) - max(1, len(samples) // 10)] or list(samples)
+    step = sum(x.step_s for x in kept)
+    return sum(x.data_s for x in kept) / step if step > 0 else 0.0

@@ -42,8 +42,9 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
             "cpu_percent": s.cpu_percent, "rss_bytes": s.rss_bytes,
             "findings": by_rank.get(r, []),
         })
+    lost = health.lost_hosts(view, now, det)
     hosts = [{"host": h, "agent_id": hv.agent_id, "seq": hv.seq, "report_age_s": round(now - hv.received_at, 3),
-              "lost": health.host_lost(view, h, now, det), "ranks": list(hv.ranks)}
+              "lost": h in lost, "ranks": list(hv.ranks)}
              for h, hv in sorted(view.hosts.items())]
     return {
         "job": view.job, "world_size": view.world_size, "registered": len(view.ranks), "t_wall": wall,

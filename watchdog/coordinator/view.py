@@ -18,22 +18,10 @@ from typing import Any, Mapping
 
 from watchdog.report import HostReport, RankState, StepSample
 
-from . import stats
 from .config import DetectorConfig
+from .steps import WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
-P99_SAMPLES = 100
-
-
-@dataclass(frozen=True)
-class WindowStat:
-    """One straggler window: train steps with step // window_steps == index."""
-
-    index: int
-    n: int
-    compute_s: float  # clipped mean of the rank's compute time per step
-    step_s: float  # mean wall step time
-    spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
 
 
 @dataclass(frozen=True)
@@ -49,6 +37,8 @@ class RankView:
     history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
     windows: tuple[WindowStat, ...] = ()
     p99_step_s: float = 0.0
+    train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
+    data_share: float = 0.0  # share of their step time spent waiting on data (see loader_starvation)
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None
@@ -125,14 +115,14 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
             "agent_restarted": prev_host is not None,
             "previous_agent_id": prev_host.agent_id if prev_host else None,
         }))
-    hosts = dict(view.hosts)
+    hosts = view.hosts.copy()  # mappingproxy.copy() is the fast C dict copy; dict(proxy) is not
     hosts[report.host] = HostView(
         host=report.host, agent_id=report.agent_id, seq=report.seq, interval_s=report.interval_s,
         received_at=now, first_seen=prev_host.first_seen if prev_host else now,
         sent_wall=report.sent_wall, ranks=tuple(r.rank for r in report.ranks),
         reports=(prev_host.reports + 1) if prev_host else 1, accelerators=report.accelerators,
     )
-    ranks = dict(view.ranks)
+    ranks = view.ranks.copy()
     world = view.world_size
     for state in report.ranks:
         rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events)
@@ -173,7 +163,7 @@ def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: 
             prev, state=s, host=host, received_at=now, progress_at=progress,
             last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
         )
-    return _add_samples(_death(rv, s, now), s.recent_steps, cfg)
+    return add_samples(_death(rv, s, now), s.recent_steps, cfg)
 
 
 def _death(rv: RankView, s: RankState, now: float) -> RankView:
@@ -195,40 +185,3 @@ def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Eve
     }
     if changed:
         events.append(("state", {**ident, "step": new.step, "changed": changed}))
-
-
-def _add_samples(rv: RankView, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> RankView:
-    last = rv.history[-1].step if rv.history else None
-    fresh = [x for x in samples if last is None or x.step > last]
-    if not fresh:
-        return rv
-    seen = rv.steps_seen
-    skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
-    history = (rv.history + tuple(fresh[skip:]))[-cfg.history_steps :]
-    rv = replace(rv, steps_seen=seen + len(fresh), history=history)
-    if not history:
-        return rv
-    p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
-    return replace(rv, p99_step_s=p99, windows=_close_windows(rv.windows, history, cfg))
-
-
-def _close_windows(windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig) -> tuple[WindowStat, ...]:
-    """Summarise every window that the newest sample has moved past."""
-    size = cfg.straggler_window_steps
-    newest = history[-1].step // size
-    done = windows[-1].index if windows else -1
-    by_window: dict[int, list[StepSample]] = {}
-    for x in history:
-        w = x.step // size
-        if done < w < newest and x.phase == "train":
-            by_window.setdefault(w, []).append(x)
-    out = list(windows)
-    for w in sorted(by_window):
-        xs = by_window[w]
-        if len(xs) >= max(2, size // 2):  # a window mostly outside training is no evidence
-            comp = [x.compute_s for x in xs]
-            mean = stats.clipped_mean(comp)
-            out.append(WindowStat(w, len(xs), mean, sum(x.step_s for x in xs) / len(xs),
-                                  stats.clipped_stdev(comp) / mean if mean > 0 else 0.0))
-    keep = max(16, 2 * cfg.straggler_windows)
-    return tuple(out[-keep:])

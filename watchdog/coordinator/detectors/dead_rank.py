@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
-from ..health import DEAD, LOST, analyze, classify_all, host_lost, host_silence_limit, victims
+from ..health import DEAD, LOST, analyze, classify_all, host_silence_limit, lost_hosts, victims
 from ..view import ClusterView
 
 TIE_S = 0.05  # deaths the agents timed this close cannot be ordered
@@ -75,7 +75,8 @@ class DeadRank:
         rvs = [view.ranks[r] for r in sorted(cluster)]
         first = min(rv.died_at for rv in rvs)
         seen = min(rv.dead_seen_at for rv in rvs)
-        heard = all(hv.received_at >= first or host_lost(view, h, now, self.cfg) for h, hv in view.hosts.items())
+        lost = lost_hosts(view, now, self.cfg)
+        heard = all(hv.received_at >= first or h in lost for h, hv in view.hosts.items())
         patience = 1.5 * max(hv.interval_s for hv in view.hosts.values())
         if not heard and now - seen < patience:
             return []  # wait for the other hosts: one of them may hold an earlier death

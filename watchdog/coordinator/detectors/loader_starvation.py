@@ -20,14 +20,6 @@ from ..view import ClusterView
 ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one loader
 
 
-def data_share(samples) -> float:
-    if not samples:
-        return 0.0
-    kept = sorted(samples, key=lambda x: x.data_s)[: len(samples) - max(1, len(samples) // 10)] or list(samples)
-    step = sum(x.step_s for x in kept)
-    return sum(x.data_s for x in kept) / step if step > 0 else 0.0
-
-
 class LoaderStarvation:
     name = "loader_starvation"
 
@@ -37,12 +29,9 @@ class LoaderStarvation:
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
         health = classify_all(view, now, cfg)
-        shares: dict[int, float] = {}
-        windows: dict[int, list] = {}
-        for r, rv in view.ranks.items():
-            xs = [x for x in rv.history if x.phase == "train"][-cfg.starvation_window_steps :]
-            if health[r] == OK and len(xs) >= cfg.starvation_min_steps:
-                shares[r], windows[r] = data_share(xs), xs
+        # Shares are computed when reports are folded (view.py), not per tick.
+        shares = {r: rv.data_share for r, rv in view.ranks.items()
+                  if health[r] == OK and rv.train_steps >= cfg.starvation_min_steps}
         starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
         if not starving or any(h == OK and r not in shares for r, h in health.items()):
             return []  # judge "one loader or all" only once every live rank has enough steps
@@ -50,8 +39,8 @@ class LoaderStarvation:
         hosts = tuple(sorted({rv.host for rv in rvs}))
         share = median([shares[r] for r in starving])
         rest = [s for r, s in shares.items() if r not in starving]
-        n = max(len(windows[r]) for r in starving)
-        onset = now - max(sum(x.step_s for x in windows[r]) for r in starving)
+        n = max(view.ranks[r].train_steps for r in starving)
+        onset = now - max(sum(x.step_s for x in view.ranks[r].history[-n:]) for r in starving)
         evidence = {"shares": {str(r): round(shares[r], 4) for r in starving}, "threshold": cfg.starvation_share,
                     "window_steps": n, "others_median_share": round(median(rest), 4) if rest else None}
         if len(shares) >= 2 and len(starving) >= ALL_RANKS_SHARE * len(shares):

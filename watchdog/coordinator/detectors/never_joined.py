@@ -41,10 +41,12 @@ class NeverJoined:
             culprits = sorted(missing + [rv.rank for rv in uncalled])
             parts = []
             if missing:
-                parts.append(f"{ranks_phrase(missing)} never registered (no agent reported them; host unknown)")
+                has = "has" if len(missing) == 1 else "have"
+                parts.append(f"{ranks_phrase(missing)} {has} not registered (no agent reported them; host unknown)")
             if uncalled:
                 hosts = sorted({rv.host for rv in uncalled})
-                parts.append(f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} never called init_process_group")
+                has = "has" if len(uncalled) == 1 else "have"
+                parts.append(f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} {has} not called init_process_group")
             waiting = [rv.rank for rv in inside]
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
             hosts = tuple(sorted({rv.host for rv in uncalled}))
