@@ -109,3 +109,13 @@ def test_sim_checkpoint_pause_is_not_a_hang():
     for i in range(1, 301):
         now = i * 0.5
         assert CollectiveHang(CFG).check(now, sim.run_until(now)) == [], now
+
+
+def test_mismatched_collective_names_the_odd_rank():
+    """Same seq on the same group, but rank 4 broadcasts while the rest all-reduce."""
+    states = [waiting(r) for r in range(8)]
+    states[4] = t.rank(4, step=811, step_age_s=12.5, recent_steps=HISTORY,
+                       collective=t.coll(seq=812, outstanding=1, since_s=12.4, op="broadcast"))
+    (f,) = run(states)
+    assert f.ranks == (4,) and f.evidence["how"] == "mismatched"
+    assert "called a different collective" in f.reason

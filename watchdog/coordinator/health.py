@@ -81,7 +81,7 @@ class Blame:
     elsewhere: tuple[int, ...]  # waiting in a collective on another group
     waiting_since: float  # earliest enter among the waiters
     latest_enter: float
-    how: str  # "missing", "behind", "failed_inside", "other_group" or "unknown"
+    how: str  # "missing", "behind", "mismatched", "failed_inside", "other_group" or "unknown"
 
 
 def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str] | None = None) -> Blame | None:
@@ -109,10 +109,20 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
     # 2. Waiting, but on an earlier collective than the others entered (a rank
     #    killed half-way through its gradient buckets).
     behind = [r for r, rv in on.items() if rv.state.coll.seq < front]
-    # 3. Failed while inside the collective itself.
+    # 3. In the same collective by number but a different one in fact (another op
+    #    or size than most: a desync); the minority is the odd one out.
+    at_front = {r: rv for r, rv in on.items() if rv.state.coll.seq == front}
+    shapes = Counter((rv.state.coll.op, rv.state.coll.bytes) for rv in at_front.values())
+    mismatched = []
+    if len(shapes) > 1:
+        (top, n_top), (_, n_next) = shapes.most_common(2)
+        if n_top > n_next:
+            mismatched = [r for r, rv in at_front.items() if (rv.state.coll.op, rv.state.coll.bytes) != top]
+    # 4. Failed while inside the collective itself.
     inside = [r for r in wait if health[r] in FAULTY]
     how, culprits = "unknown", []
-    for how, culprits in (("missing", missing), ("behind", behind), ("failed_inside", inside), ("other_group", list(elsewhere))):
+    for how, culprits in (("missing", missing), ("behind", behind), ("mismatched", mismatched),
+                          ("failed_inside", inside), ("other_group", list(elsewhere))):
         if culprits:
             break
     else:

@@ -28,7 +28,7 @@ from ..view import ClusterView
 
 SLOW_PHASES = ("checkpoint", "eval")
 _STATUS = {"dead": "process gone", "frozen": "frozen (heartbeat stale)", "lost": "its host is lost",
-           "exited": "exited already (uneven inputs?)"}
+           "exited": "exited already (a crash, or uneven inputs)"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,7 @@ class CollectiveHang:
                             detected_mono=now, evidence=evidence, wants_stacks=b.waiters)]
         rvs = [view.ranks[r] for r in b.culprits]
         verb = {"missing": "never entered", "behind": "has not caught up to", "failed_inside": "failed inside",
+                "mismatched": "called a different collective (op or size) than",
                 "other_group": "is waiting elsewhere instead of in"}[b.how]
         if len(rvs) == 1:
             rv = rvs[0]
