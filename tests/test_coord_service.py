@@ -143,3 +143,21 @@ def test_finding_walls_come_from_the_tick_clock(make):
     c.accept(t.report("host0", [replace(t.rank(1), alive=False, heartbeat_age_s=0.4)]), 100.0)
     (f,) = c.tick(101.0, 5000.0).opened
     assert f.detected_wall == 5000.0 and f.onset_wall == pytest.approx(5000.0 - (101.0 - f.onset_mono))
+
+
+def test_status_table_renders_missing_ranks_and_lost_hosts(make):
+    from watchdog.coordinator.status_cli import render
+
+    c = make(job="job", world_size=6)
+    c.accept(t.report("host0", [t.rank(r, world_size=6, in_data_wait=r == 1) for r in range(4)]), 10.0)
+    c.accept(t.report("host1", [t.rank(4, world_size=6)]), 3.0)
+    c.tick(10.5, 1.7e9)
+    text = render(c.status(10.5, 1.7e9))
+    lines = text.splitlines()
+    assert lines[0] == "job job: 5/6 ranks registered, 2 hosts (1 lost: host1)"
+    assert lines[2].split() == ["RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS",
+                                "HB_AGE", "FINDINGS"]
+    row = {ln.split()[0]: ln.split() for ln in lines[3:9]}
+    assert row["1"][4] == "train/data" and row["4"][2] == "lost" and row["4"][-1] == "dead_rank"
+    assert row["5"][1:3] == ["-", "missing"]
+    assert "[dead_rank] host host1 lost" in text

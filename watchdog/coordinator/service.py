@@ -55,6 +55,7 @@ class Coordinator:
         self._lost: set[str] = set()
         self._straggler_ranks: set[int] = set()
         self._journal_failed = logs.RateLimited(every_s=60.0)
+        self._mismatch = logs.RateLimited(every_s=600.0)
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
@@ -78,6 +79,11 @@ class Coordinator:
                 self.log.info("job_adopted", job=report.job, host=report.host)
             elif report.job != view.job:
                 raise WrongJob(f"this coordinator serves job {view.job!r}, report is for {report.job!r}")
+            if view.world_size_fixed and any(r.world_size != view.world_size for r in report.ranks):
+                first, suppressed = self._mismatch.should_log(report.host, now)
+                if first:  # elastic jobs resize; say so, but keep the configured expectation
+                    self.log.warning("world_size_mismatch", host=report.host, expected=view.world_size,
+                                     reported=sorted({r.world_size for r in report.ranks}), suppressed=suppressed)
             self._view, events = fold(view, report, now, self.cfg.detectors)
             for name, payload in events:
                 self.log.info(name, **payload)

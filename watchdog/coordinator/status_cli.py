@@ -81,6 +81,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except (flags.FlagError, OSError) as exc:
         print(f"watchdog status: {exc}", file=sys.stderr)
         return 2
+    try:
+        return _loop(values, token, known.watch, known.json, out)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _loop(values: dict[str, Any], token: str, watch: bool, as_json: bool, out: TextIO) -> int:
     url, timeout = values["coordinator_url"], values["timeout_seconds"]
     while True:
         try:
@@ -91,17 +98,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return 1
         except (urllib.error.URLError, OSError, ValueError) as exc:
             print(f"watchdog status: cannot reach {url}: {exc}", file=sys.stderr)
-            if not known.watch:
+            if not watch:
                 return 1
             doc = None
         if doc is not None:
-            text = json.dumps(doc, indent=2) if known.json else render(doc)
-            if known.watch and not known.json and out.isatty():
+            text = json.dumps(doc, indent=2) if as_json else render(doc)
+            if watch and not as_json and out.isatty():
                 out.write("\x1b[H\x1b[2J")  # redraw in place
             print(text, file=out, flush=True)
-        if not known.watch:
+        if not watch:
             return 0
-        try:
-            time.sleep(values["watch_interval_seconds"])
-        except KeyboardInterrupt:
-            return 0
+        time.sleep(values["watch_interval_seconds"])
