@@ -86,3 +86,16 @@ def test_sim_starved_rank():
     sim.starve(2, 0.06)
     found = LoaderStarvation(CFG).check(20.0, sim.run_until(20.0))
     assert [f.ranks for f in found] == [(2,)]
+
+
+def test_progress_means_joined_even_without_pg_state():
+    """A hook that could not patch init_process_group leaves pg_state "none"."""
+    states = [t.rank(r, world_size=4, pg_state="none") for r in range(4)]
+    v = t.view(states, now=161.0, base=t.view(states, now=100.0, world_size=4), seq=2)
+    assert NeverJoined(CFG).check(161.0, v) == []
+
+
+def test_single_process_job_needs_no_process_group():
+    states = [t.rank(0, world_size=1, step=0, pg_state="none", collective=t.coll())]
+    v = t.view(states, now=161.0, base=t.view(states, now=100.0), seq=2)
+    assert NeverJoined(CFG).check(161.0, v) == []

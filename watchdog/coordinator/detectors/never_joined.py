@@ -6,7 +6,8 @@ Ranks that never reported, or reported but never called init_process_group
 waiting for them, so naming those would blame the victims. Only when nobody is
 missing or un-called and ranks are still inside init (a wrong MASTER_ADDR, an
 unreachable store) are those named. A rank's own deadline runs from when it
-registered, so a restarted rank gets a fresh one. Dead ranks are dead_rank's.
+registered, so a restarted rank gets a fresh one. Dead ranks are dead_rank's; a
+rank that steps or runs collectives has joined whatever its pg_state says.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ class NeverJoined:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         first = view.first_registered_at()
-        if first is None or view.world_size <= 0:
-            return []
+        if first is None or view.world_size <= 1:
+            return []  # a single process needs no process group
         limit = self.cfg.join_deadline_s
         health = classify_all(view, now, self.cfg)
+        # A rank that steps or runs collectives has joined, whatever its pg_state
+        # says (a hook that could not patch init_process_group never updates it).
         overdue = [rv for r, rv in view.ranks.items()
-                   if health[r] not in (DEAD, LOST, EXITED) and now - rv.registered_at > limit]
+                   if health[r] not in (DEAD, LOST, EXITED) and now - rv.registered_at > limit
+                   and rv.state.step == 0 and rv.state.coll.seq == 0]
         missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
         uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
         inside = [rv for rv in overdue if rv.state.pg_state == "initializing"]
