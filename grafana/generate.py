@@ -1,0 +1,373 @@
+"""Generates the Grafana files that must not be edited by hand:
+
+    grafana/dashboards/rank-watchdog-job.json     job overview
+    grafana/dashboards/rank-watchdog-rank.json    rank detail
+    grafana/provisioning/alerting/rank-watchdog-alerts.yml
+        Grafana-managed copies of the key Prometheus alerts, taken from
+        deploy/prometheus/rules/watchdog-alerts.rules.yml (the tested source of
+        truth), so the two cannot drift.
+
+Run after changing this file or the Prometheus rules:
+
+    .venv/bin/python grafana/generate.py
+
+tests/test_grafana_*.py fail when the committed files differ from what this
+writes, when an expression does not parse (promtool), uses a metric missing from
+tests/golden/, or when grafana-foundation-sdk drops a key of the JSON.
+Plain dicts on purpose: the dashboards stay readable JSON that imports anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROM_ALERTS = REPO / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml"
+DATASOURCE_UID = "watchdog-prometheus"  # grafana/provisioning/datasources/rank-watchdog.yml
+# The alerts teams page on, carried into Grafana-managed alerting.
+GRAFANA_ALERTS = ("WatchdogJobHang", "WatchdogRankDead", "WatchdogRankFrozen", "WatchdogStraggler",
+                  "WatchdogRankDataStarvation", "WatchdogJobDataStarvation")
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+J = 'job="$job"'
+JH = 'job="$job", host=~"$host"'
+JHR = 'job="$job", host=~"$host", rank=~"$rank"'
+RI = "$__rate_interval"
+
+
+def per_step(part_sel: str, step_sel: str) -> str:
+    """Seconds of a step part per step, per rank (a windowed mean)."""
+    return (f"rate(watchdog_rank_step_part_seconds_total{{{part_sel}}}[{RI}])"
+            f" / ignoring (part) group_left () rate(watchdog_rank_steps_total{{{step_sel}}}[{RI}])")
+
+
+def step_seconds(sel: str) -> str:
+    return (f"sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
+            f" / rate(watchdog_rank_steps_total{{{sel}}}[{RI}])")
+
+
+def compute_vs_median(sel: str) -> str:
+    """A rank's compute per step over the median of all the job's ranks (1 = typical)."""
+    compute = ', part="compute"'
+    return (f"({per_step(sel + compute, sel)})"
+            f" / on (job) group_left () quantile by (job) (0.5, {per_step(J + compute, J)})")
+
+
+def data_share(sel: str) -> str:
+    return (f"rate(watchdog_rank_step_part_seconds_total{{{sel}, part=\"data\"}}[{RI}])"
+            f" / ignoring (part) sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))")
+
+
+def of_job(metric: str) -> str:
+    """A coordinator series for the selected training job: only the coordinator's
+    info metric carries the job, joined on the scrape target."""
+    return f'{metric} * on (instance) group_left () watchdog_coordinator_info{{{J}}}'
+
+
+PHASE_CODE = " + ignoring (phase) ".join(
+    f'{i} * watchdog_rank_phase{{{JHR}, phase="{p}"}}'
+    for i, p in enumerate(("train", "init", "checkpoint", "eval", "shutdown", "other")))  # wire.Phase codes
+
+
+class Layout:
+    """Hands out unique ids and non-overlapping grid positions, row by row (24 wide)."""
+
+    def __init__(self) -> None:
+        self.next_id, self.x, self.y, self.row_h = 1, 0, 0, 0
+
+    def place(self, w: int, h: int) -> tuple[int, dict]:
+        if self.x + w > 24:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+        pos = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        pid, self.next_id = self.next_id, self.next_id + 1
+        return pid, pos
+
+
+def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> dict:
+    t = {"refId": ref, "datasource": DS, "expr": expr, "legendFormat": legend or "__auto", "range": not instant}
+    if instant:
+        t["instant"] = True
+    return t
+
+
+def panel(lay: Layout, kind: str, title: str, desc: str, targets: list[dict], w: int, h: int,
+          unit: str = "short", options: dict | None = None, custom: dict | None = None,
+          defaults: dict | None = None) -> dict:
+    pid, pos = lay.place(w, h)
+    fdefaults = {"unit": unit, **(defaults or {})}
+    if custom:
+        fdefaults["custom"] = custom
+    return {"id": pid, "type": kind, "title": title, "description": desc, "gridPos": pos, "datasource": DS,
+            "targets": targets, "fieldConfig": {"defaults": fdefaults, "overrides": []}, "options": options or {}}
+
+
+def ts(lay, title, desc, targets, w=12, h=8, unit="short", stack=False, **kw) -> dict:
+    custom = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 30 if stack else 0, "showPoints": "never",
+              "stacking": {"mode": "normal" if stack else "none", "group": "A"}}
+    opts = {"legend": {"displayMode": "table", "placement": "right", "showLegend": True, "calcs": ["lastNotNull"]},
+            "tooltip": {"mode": "multi", "sort": "desc"}}
+    return panel(lay, "timeseries", title, desc, targets, w, h, unit, opts, custom, **kw)
+
+
+def stat(lay, title, desc, expr, unit="short", w=4, h=4, thresholds=None) -> dict:
+    defaults = {"thresholds": {"mode": "absolute", "steps": thresholds or [{"color": "green", "value": None}]}}
+    opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value", "graphMode": "area", "textMode": "auto", "justifyMode": "auto", "orientation": "auto"}
+    return panel(lay, "stat", title, desc, [target(expr, instant=True)], w, h, unit, opts, defaults=defaults)
+
+
+def variables(with_rank: bool) -> dict:
+    def query_var(name: str, label: str, query: str, multi: bool) -> dict:
+        v = {"name": name, "label": label, "type": "query", "datasource": DS,
+             "query": {"query": query, "refId": f"var-{name}"}, "refresh": 2, "sort": 3, "hide": 0,
+             "multi": multi, "includeAll": multi}
+        if multi:
+            v["allValue"] = ".*"
+        return v
+
+    out = [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+            "hide": 0, "refresh": 1},
+           query_var("job", "Job", "label_values(watchdog_rank_alive, job)", False),
+           query_var("host", "Host", 'label_values(watchdog_rank_alive{job="$job"}, host)', True)]
+    if with_rank:
+        out.append(query_var("rank", "Rank", 'label_values(watchdog_rank_alive{job="$job", host=~"$host"}, rank)', True))
+    return {"list": out}
+
+
+def annotations() -> dict:
+    return {"list": [
+        {"name": "Annotations & Alerts", "builtIn": 1, "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+         "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "type": "dashboard"},
+        {"name": "Coordinator findings", "enable": True, "iconColor": "orange", "datasource": DS,
+         "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
+                 f" * on (instance) group_left () watchdog_coordinator_info{{{J}}}) > 0",
+         "titleFormat": "finding: {{kind}}", "step": "60s"},
+        {"name": "Firing alerts", "enable": True, "iconColor": "red", "datasource": DS,
+         "expr": 'ALERTS{alertstate="firing", job="$job"}', "titleFormat": "{{alertname}}",
+         "tagKeys": "severity,rank,host", "step": "60s"},
+    ]}
+
+
+def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_rank: bool, links: list[dict]) -> dict:
+    return {"uid": uid, "title": title, "description": desc, "tags": ["rank-watchdog", "training"],
+            "timezone": "browser", "editable": True, "graphTooltip": 1, "refresh": "30s", "schemaVersion": 39,
+            "time": {"from": "now-1h", "to": "now"}, "templating": variables(with_rank),
+            "annotations": annotations(), "links": links, "panels": panels}
+
+
+def job_dashboard() -> dict:
+    lay = Layout()
+    thr_bad = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+    p = [
+        stat(lay, "Ranks alive", "Rank processes that exist (pid and start time), across the job's hosts.",
+             f"sum(watchdog_rank_alive{{{J}}})"),
+        stat(lay, "Ranks expected", "World size the job's ranks declare.", f"max(watchdog_job_world_size{{{J}}})"),
+        stat(lay, "Dead ranks", "Processes gone without a clean exit (WatchdogRankDead).",
+             f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
+             thresholds=thr_bad),
+        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (WatchdogRankFrozen).",
+             f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
+             thresholds=thr_bad),
+        stat(lay, "Steps / s", "Training steps per second (the most advanced rank).",
+             f"max(rate(watchdog_rank_steps_total{{{J}}}[{RI}]))"),
+        stat(lay, "Active findings", "The coordinator's findings whose condition holds now.",
+             f"sum({of_job('watchdog_coordinator_findings_active')}) or vector(0)", thresholds=thr_bad),
+        ts(lay, "Step time across ranks", "Mean step time per rank over the rate window: median, p99 and the "
+           "slowest rank. In synchronous training they are nearly equal; see the split for where time goes.",
+           [target(f"quantile(0.5, {step_seconds(JH)})", "p50", "A"),
+            target(f"quantile(0.99, {step_seconds(JH)})", "p99", "B"),
+            target(f"max({step_seconds(JH)})", "max", "C")], unit="s"),
+        ts(lay, "Where step time goes", "Seconds per step, all selected ranks together, split into data wait, "
+           "collective wait and compute (compute = step - data - collective). Stacked: the top is the step time.",
+           [target(f"sum by (part) (rate(watchdog_rank_step_part_seconds_total{{{JH}}}[{RI}]))"
+                   f" / scalar(sum(rate(watchdog_rank_steps_total{{{JH}}}[{RI}])))", "{{part}}")],
+           unit="s", stack=True),
+        panel(lay, "heatmap", "Straggler heatmap: compute vs median, per rank",
+              "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
+              "A rank that stays red is a straggler (WatchdogStraggler fires at 1.1 for 15 min).",
+              [target(compute_vs_median(JH), "{{rank}}")], 12, 8, "none",
+              {"calculate": False, "cellGap": 1, "color": {"mode": "scheme", "scheme": "RdYlGn", "reverse": True,
+                                                           "min": 0.8, "max": 1.5, "steps": 64},
+               "yAxis": {"axisPlacement": "left", "reverse": False}, "rowsFrame": {"layout": "auto"},
+               "cellValues": {"decimals": 2}, "legend": {"show": True},
+               "tooltip": {"mode": "single", "yHistogram": False}}),
+        ts(lay, "Throughput", "Steps per second (the most advanced rank) and samples are steps x global batch.",
+           [target(f"max(rate(watchdog_rank_steps_total{{{JH}}}[{RI}]))", "steps/s")], unit="ops"),
+        ts(lay, "Accelerator utilisation per host", "Mean NVML utilisation of the hosts' accelerators. "
+           "Low utilisation next to a high data-wait share means the input pipeline starves the job.",
+           [target(f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
+                   "{{host}}")], unit="percentunit", defaults={"min": 0, "max": 1}),
+        ts(lay, "Data-wait share per rank", "Share of each rank's step time spent waiting on its data iterator. "
+           "One rank high: its host or loader (WatchdogRankDataStarvation); every rank high: the pipeline.",
+           [target(data_share(JH), "rank {{rank}}")], unit="percentunit", defaults={"min": 0}),
+        ts(lay, "Ranks alive vs expected", "Ranks whose process exists, against the declared world size.",
+           [target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
+            target(f"max(watchdog_job_world_size{{{J}}})", "expected", "B")]),
+        ts(lay, "Heartbeat age per rank", "Seconds since each rank's hook heartbeat (every 0.5 s). Above 30 s "
+           "with the process alive, the rank is frozen.", [target(f"watchdog_rank_heartbeat_age_seconds{{{JH}}}",
+                                                                   "rank {{rank}}")], unit="s"),
+        ts(lay, "Coordinator: straggler score per rank", "The coordinator's windowed compute ratio vs the median "
+           "of the other ranks (1 = typical).", [target(of_job("watchdog_coordinator_straggler_score"),
+                                                        "rank {{rank}}")]),
+        ts(lay, "Coordinator: time without progress vs deadline", "Seconds since any live rank made progress, "
+           "against the adaptive collective-hang deadline.",
+           [target(of_job("watchdog_coordinator_hang_seconds"), "no progress", "A"),
+            target(of_job("watchdog_coordinator_hang_deadline_seconds"), "deadline", "B")], unit="s"),
+    ]
+    return dashboard("rank-watchdog-job", "rank-watchdog / job",
+                     "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",
+                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-job=${job}&${host:queryparam}",
+                                 "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
+                                 "icon": "dashboard", "tags": [], "tooltip": ""}])
+
+
+def rank_dashboard() -> dict:
+    lay = Layout()
+    state_map = [{"type": "value", "options": {
+        "-2": {"text": "exited", "color": "blue", "index": 0}, "0": {"text": "dead", "color": "red", "index": 1},
+        "1": {"text": "running", "color": "green", "index": 2}, "2": {"text": "stopped", "color": "orange", "index": 3}}}]
+    phase_map = [{"type": "value", "options": {str(i): {"text": p, "color": c, "index": i} for i, (p, c) in enumerate(
+        (("train", "green"), ("init", "blue"), ("checkpoint", "purple"), ("eval", "yellow"), ("shutdown", "grey"),
+         ("other", "orange")))}}]
+    tl_opts = {"showValue": "never", "mergeValues": True, "rowHeight": 0.9, "alignValue": "left",
+               "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+               "tooltip": {"mode": "single", "sort": "none"}}
+    p = [
+        panel(lay, "state-timeline", "Process state", "running / stopped (SIGSTOP, tracer) / dead (gone without "
+              "a clean exit) / exited (clean interpreter exit).",
+              [target(f"watchdog_rank_alive{{{JHR}}} + watchdog_rank_process_stopped{{{JHR}}}"
+                      f" - 2 * watchdog_rank_exited{{{JHR}}}", "rank {{rank}}")],
+              12, 6, "none", tl_opts, defaults={"mappings": state_map}),
+        panel(lay, "state-timeline", "Phase", "The phase the hook marks: train, init, checkpoint, eval, shutdown.",
+              [target(f"max by (job, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
+              defaults={"mappings": phase_map}),
+        ts(lay, "Step time split", "Seconds per step in data wait, collective wait and compute, per rank "
+           "(windowed mean).", [target(per_step(JHR, JHR), "rank {{rank}} {{part}}")], unit="s"),
+        ts(lay, "Last step split", "The last completed step's parts, as the agent last saw them.",
+           [target(f"watchdog_rank_last_step_part_seconds{{{JHR}}}", "rank {{rank}} {{part}}")], unit="s"),
+        ts(lay, "Compute vs job median", "Compute per step over the median of all the job's ranks; 1 = typical.",
+           [target(compute_vs_median(JHR), "rank {{rank}}")]),
+        ts(lay, "Ages: heartbeat, step, collective", "Seconds since the heartbeat, since the step in progress "
+           "started, and inside the outstanding collective (0 when none).",
+           [target(f"watchdog_rank_heartbeat_age_seconds{{{JHR}}}", "rank {{rank}} heartbeat", "A"),
+            target(f"watchdog_rank_step_age_seconds{{{JHR}}}", "rank {{rank}} step", "B"),
+            target(f"watchdog_rank_collective_age_seconds{{{JHR}}}", "rank {{rank}} collective", "C")], unit="s"),
+        ts(lay, "Collective sequence", "Sequence number of the last collective each rank entered: in a hang the "
+           "culprit is the rank behind.", [target(f"watchdog_rank_collective_seq{{{JHR}}}", "rank {{rank}}")]),
+        ts(lay, "Steps completed", "The step counter per rank.", [target(f"watchdog_rank_step{{{JHR}}}", "rank {{rank}}")]),
+        ts(lay, "CPU", "CPU time of the rank's process per second (1 = one core).",
+           [target(f"rate(watchdog_rank_cpu_seconds_total{{{JHR}}}[{RI}])", "rank {{rank}}")]),
+        ts(lay, "Resident memory", "RSS of the rank's process.",
+           [target(f"watchdog_rank_resident_memory_bytes{{{JHR}}}", "rank {{rank}}")], unit="bytes"),
+        ts(lay, "Accelerator utilisation and memory", "NVML utilisation of the selected hosts' accelerators "
+           "(kernels and memory traffic).",
+           [target(f'watchdog_accelerator_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}}", "A"),
+            target(f'watchdog_accelerator_memory_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}} mem", "B")],
+           unit="percentunit"),
+        ts(lay, "Accelerator SM clock", "A straggler's GPU often runs at a lower clock (throttling).",
+           [target(f'watchdog_accelerator_sm_clock_hertz{{host=~"$host"}}', "{{host}} gpu {{gpu}}")], unit="hertz"),
+        ts(lay, "Accelerator temperature and power", "Core temperature and power draw.",
+           [target(f'watchdog_accelerator_temperature_celsius{{host=~"$host"}}', "{{host}} gpu {{gpu}} °C", "A"),
+            target(f'watchdog_accelerator_power_watts{{host=~"$host"}}', "{{host}} gpu {{gpu}} W", "B")]),
+        ts(lay, "Throttle reasons and XID errors", "NVML throttle-reason bitmask (0 or 1 = unthrottled) and "
+           "critical XID events in the window.",
+           [target(f'watchdog_accelerator_throttle_reasons{{host=~"$host"}}', "{{host}} gpu {{gpu}} throttle", "A"),
+            target(f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])', "{{host}} gpu {{gpu}} xid",
+                   "B")]),
+        ts(lay, "Hook errors", "Errors the rank's hook caught (never raised into training).",
+           [target(f"increase(watchdog_rank_hook_errors_total{{{JHR}}}[{RI}])", "rank {{rank}}")], w=24, h=6),
+    ]
+    return dashboard("rank-watchdog-rank", "rank-watchdog / rank",
+                     "Selected ranks of one job: state, phase, step split, ages, resources and their host's accelerators.",
+                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-job=${job}",
+                                "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
+                                "icon": "dashboard", "tags": [], "tooltip": ""}])
+
+
+# -- Grafana-managed alert rules from the Prometheus rules --------------------------
+_QUERY_RANGE = re.compile(r"\{\{ range .*?\| query \}\}.*?\{\{ else \}\}.*?\{\{ end \}\}", re.S)
+
+
+def grafana_text(text: str) -> str:
+    """Prometheus alert templates -> Grafana's: Grafana has no `query` function, and
+    the value of query A is $values.A.Value, not $value."""
+    text = _QUERY_RANGE.sub("see `watchdog status` (the rank whose collective sequence is behind)", text)
+    return text.replace("$value", "$values.A.Value")
+
+
+def grafana_alerts() -> dict:
+    rules = {r["alert"]: r for g in yaml.safe_load(PROM_ALERTS.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    out = []
+    for name in GRAFANA_ALERTS:
+        r = rules[name]
+        uid = "watchdog-" + re.sub(r"(?<!^)(?=[A-Z])", "-", name[len("Watchdog"):]).lower()
+        out.append({
+            "uid": uid, "title": name, "condition": "C",
+            "data": [
+                {"refId": "A", "relativeTimeRange": {"from": 900, "to": 0}, "datasourceUid": DATASOURCE_UID,
+                 "model": {"refId": "A", "expr": r["expr"], "instant": True, "range": False,
+                           "datasource": {"type": "prometheus", "uid": DATASOURCE_UID}}},
+                # The Prometheus expression already filters to the firing series, so
+                # every value it returns fires (Grafana's own import of Prometheus
+                # rules uses the same condition).
+                {"refId": "C", "datasourceUid": "__expr__",
+                 "model": {"refId": "C", "type": "math", "expression": "is_number($A) || is_nan($A) || is_inf($A)",
+                           "datasource": {"type": "__expr__", "uid": "__expr__"}}},
+            ],
+            "noDataState": "OK",  # no series = nothing firing
+            "execErrState": "Error",
+            "for": r.get("for", "0s"),
+            "labels": dict(r["labels"]),
+            "annotations": {"summary": r["annotations"]["summary"],
+                            "description": grafana_text(r["annotations"]["description"]),
+                            "runbook_url": r["annotations"]["runbook_url"]},
+            "isPaused": False,
+        })
+    return {"apiVersion": 1, "groups": [{"orgId": 1, "name": "rank-watchdog", "folder": "rank-watchdog",
+                                         "interval": "30s", "rules": out}]}
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+ALERTS_HEADER = """\
+# Grafana-managed alert rules for rank-watchdog: GENERATED by grafana/generate.py from
+# deploy/prometheus/rules/watchdog-alerts.rules.yml (the tested source of truth).
+# Do not edit; change the Prometheus rules and regenerate. Same names, expressions,
+# durations, severities, summaries and runbook links; descriptions differ only
+# where Grafana's templating differs ($values.A.Value, no `query`).
+# Query A is the Prometheus expression; condition C fires for every series it returns.
+"""
+
+
+def outputs() -> dict[Path, str]:
+    dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
+    return {
+        HERE / "dashboards" / "rank-watchdog-job.json": dump(job_dashboard()),
+        HERE / "dashboards" / "rank-watchdog-rank.json": dump(rank_dashboard()),
+        HERE / "provisioning" / "alerting" / "rank-watchdog-alerts.yml":
+            ALERTS_HEADER + yaml.dump(grafana_alerts(), Dumper=_Dumper, sort_keys=False, width=100_000, allow_unicode=True),
+    }
+
+
+def main() -> int:
+    for path, text in outputs().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
