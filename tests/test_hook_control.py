@@ -93,7 +93,9 @@ def test_no_registered_function_is_acknowledged_as_such(mon):
     assert ack(mon) == (3, control.ACK_NO_HANDLER, 1)
 
 
-@pytest.mark.parametrize("command, arg", [(99, 1), (-5, 1), (Command.CHECKPOINT_AT_STEP, -1), (Command.CHECKPOINT_AT_STEP, 2**62)])
+@pytest.mark.parametrize(
+    "command, arg", [(99, 1), (-5, 1), (Command.CHECKPOINT_AT_STEP, -1), (Command.CHECKPOINT_AT_STEP, 2**62)]
+)
 def test_invalid_requests_are_rejected_counted_and_ignored(mon, command, arg):
     calls = []
     mon.register_checkpoint(calls.append)
@@ -132,8 +134,9 @@ def test_half_written_request_waits_for_the_next_poll():
 
     words = Words({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7})
     assert control.read_request(words, last_seen=0) is None
-    assert control.read_request({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}, 0) == control.Request(5, 1, 7)
-    assert control.read_request({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}, 5) is None
+    steady = {wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}
+    assert control.read_request(steady, 0) == control.Request(5, 1, 7)
+    assert control.read_request(steady, 5) is None
 
 
 def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):

@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from watchdog import wire
-from watchdog.hook import monitor as monitor_mod
+from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, slot_bytes, step_splits
 from watchdog.wire import Status
 
@@ -106,7 +106,7 @@ def test_failing_bookkeeping_is_counted_then_the_monitor_disables_itself(tmp_pat
         def broken(*a, **k):
             raise RuntimeError("bug in the hook")
 
-        monkeypatch.setattr(monitor_mod, "_pack_step", broken)
+        monkeypatch.setattr(recorder_mod, "_pack_step", broken)
         for i in range(3):
             mon.step()  # never raises
         assert mon.errors == 3
@@ -149,7 +149,13 @@ def test_collective_bookkeeping_failure_still_calls_the_collective(tmp_path, mon
     with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=3600) as mon:
         monkeypatch.setattr(mon, "_group_for", lambda g: 1 / 0)
         calls = []
-        out = mon._collective(lambda *a: calls.append(a) or "result", (1, 2), {}, 1, object(), 0, None)
+        sink = type("Sink", (), {"monitor": mon})
+        def orig(*a):
+            calls.append(a)
+            return "result"
+
+        fn = recorder_mod.make_collective_wrapper(orig, 1, 5, 0, "t", False, None, sink)
+        out = fn(1, 2)
         assert out == "result" and calls == [(1, 2)]
         assert mon.errors == 1
 

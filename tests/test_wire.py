@@ -62,7 +62,9 @@ def write_file(tmp_path, buf, name="s.slot") -> str:
     wall=INT64,
     mono=INT64,
 )
-def test_init_then_decode_round_trips_identity(job, host, run_id, world, rank_frac, local_rank, pid, start_us, cap, wall, mono):
+def test_init_then_decode_round_trips_identity(
+    job, host, run_id, world, rank_frac, local_rank, pid, start_us, cap, wall, mono
+):
     rank = int(rank_frac * world)
     ident = wire.Identity(job, host, rank, local_rank, world, pid, start_us, run_id)
     buf = bytearray(wire.slot_size(cap))

@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 from typing import Any, Callable
 
+from watchdog.hook.recorder import make_collective_wrapper
 from watchdog.wire import CollOp, PgState
 
 log = logging.getLogger("watchdog.hook")
@@ -63,35 +63,11 @@ def _positions(fn: Callable, *names: str | None) -> list[int]:
     return [params.index(n) if n in params else 1 << 30 for n in names]
 
 
-def _nbytes(tensors: Any) -> int:
-    return sum(getattr(t, "nbytes", 0) for t in tensors)
-
-
 def make_wrapper(orig: Callable, op: CollOp, size_arg: str | None, is_list: bool, sink: Sink, work_type: type | None):
-    """The wrapper for one collective. Public so the benchmark can wrap a no-op."""
-    op = int(op)
+    """The wrapper for one collective (the marking is the recorder's). Public so
+    the benchmark can wrap a no-op exactly as install() wraps all_reduce."""
     group_pos, size_pos = _positions(orig, "group", size_arg)
-    get_ident = threading.get_ident
-
-    def wrapper(*args, **kwargs):
-        m = sink.monitor
-        if m is None or (m._suppress_tid and m._suppress_tid == get_ident()):
-            return orig(*args, **kwargs)
-        if kwargs:
-            group = args[group_pos] if len(args) > group_pos else kwargs.get("group")
-            t = args[size_pos] if len(args) > size_pos else kwargs.get(size_arg)
-        else:
-            group = args[group_pos] if len(args) > group_pos else None
-            t = args[size_pos] if len(args) > size_pos else None
-        if t is None:
-            nbytes = 0
-        else:
-            try:
-                nbytes = _nbytes(t) if is_list else t.nbytes
-            except Exception:  # not a tensor: torch will tell the caller; size unknown
-                nbytes = 0
-        return m._collective(orig, args, kwargs, op, group, nbytes, work_type)
-
+    wrapper = make_collective_wrapper(orig, op, group_pos, size_pos, size_arg, is_list, work_type, sink)
     functools.update_wrapper(wrapper, orig)
     wrapper._watchdog_wrapper = True  # type: ignore[attr-defined]
     return wrapper

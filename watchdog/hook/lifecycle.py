@@ -90,7 +90,8 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
         proc_start_us=start_us,
         run_id=cfg.slot_run_id,
     )
-    mapping = slotfile.open_slot(cfg.run_dir, wire.slot_filename(cfg.job, cfg.rank, pid), wire.slot_size(cfg.ring_capacity))
+    filename = wire.slot_filename(cfg.job, cfg.rank, pid)
+    mapping = slotfile.open_slot(cfg.run_dir, filename, wire.slot_size(cfg.ring_capacity))
     start_ns = clock()
     wire.init_slot(mapping.mm, identity, cfg.ring_capacity, wall_ns=time.time_ns(), mono_ns=start_ns)
     mon = Monitor(cfg, mapping, identity, start_ns=start_ns, clock=clock)

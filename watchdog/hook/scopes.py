@@ -1,0 +1,82 @@
+"""The context managers a Monitor hands out, and the name -> enum lookups.
+
+Phase and step scopes are singletons per monitor (one per Phase value): entering
+one allocates nothing. Nesting state lives in the monitor (a phase stack), so a
+singleton can be entered again while it is active.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from watchdog.wire import CollOp, Phase
+
+_PHASE_LABELS = {p.label: int(p) for p in Phase}
+
+
+def phase_of(name: Any) -> int:
+    """A Phase value from a Phase, an int or a label; anything else is OTHER."""
+    if isinstance(name, Phase):
+        return int(name)
+    if isinstance(name, str):
+        return _PHASE_LABELS.get(name.strip().lower(), int(Phase.OTHER))
+    if isinstance(name, int) and not isinstance(name, bool) and name in Phase._value2member_map_:
+        return int(name)
+    return int(Phase.OTHER)
+
+
+def coll_op_of(op: Any) -> int:
+    """A CollOp value from a CollOp, an int or a name ("all_reduce"); else OTHER."""
+    if isinstance(op, str):
+        try:
+            return int(CollOp[op.strip().upper()])
+        except KeyError:
+            return int(CollOp.OTHER)
+    try:
+        return int(CollOp(op))
+    except (ValueError, TypeError):
+        return int(CollOp.OTHER)
+
+
+class StepScope:
+    __slots__ = ("_mon",)
+
+    def __init__(self, mon: Any) -> None:
+        self._mon = mon
+
+    def __enter__(self) -> None:
+        self._mon._scope_enter()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:  # a step that raised did not complete
+            self._mon.step()
+
+
+class PhaseScope:
+    __slots__ = ("_mon", "_phase")
+
+    def __init__(self, mon: Any, phase: int) -> None:
+        self._mon = mon
+        self._phase = phase
+
+    def __enter__(self) -> None:
+        self._mon._phase_enter(self._phase)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._mon._phase_exit()
+
+
+class CollScope:
+    __slots__ = ("_mon", "_args", "_token")
+
+    def __init__(self, mon: Any, args: tuple) -> None:
+        self._mon = mon
+        self._args = args
+        self._token = None
+
+    def __enter__(self) -> None:
+        self._token = self._mon._coll_enter(*self._args)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._token is not None:
+            self._mon._coll_exit(self._token)
