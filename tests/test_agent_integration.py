@@ -1,5 +1,5 @@
 """The real agent (``python -m watchdog.cli agent``) on loopback port 0, watching slot
-files written by real writer processes (watchdog.agent.fakes.slotwriter, a stand-in for the
+files written by real writer processes (watchdog.agent.fakes.rank, a stand-in for the
 hook), reporting to a stub coordinator: SIGSTOP, SIGKILL, a stale leftover."""
 
 import json
@@ -79,7 +79,7 @@ class StubCoordinator:
 def job(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    writer = [sys.executable, "-m", "watchdog.agent.fakes.slotwriter", "--run-dir", str(run), "--job", "itest"]
+    writer = [sys.executable, "-m", "watchdog.agent.fakes.rank", "--run-dir", str(run), "--job", "itest"]
     writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"], env=env())
                for r in range(3)]
     # An earlier job's leftover: its process is long gone, its last heartbeat 2 minutes old.

@@ -48,23 +48,27 @@ def post_json(url: str, payload: dict, token: str, timeout_s: float) -> Any:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = frozenset({int, float, str, bool, type(None)})
 
 
 def plain(obj: Any) -> Any:
-    """``dataclasses.asdict`` for JSON, without its deep copies: the same document
-    (tuples become lists) at a fraction of the CPU, once a second per job."""
+    """``dataclasses.asdict`` for JSON, without its deep copies and with the field
+    names cached per class: the same document (tuples become lists) at a fraction
+    of the CPU. A report carries ~100 dataclasses a second per job."""
     t = type(obj)
+    if t in _SCALARS:
+        return obj
     names = _FIELDS.get(t)
-    if names is None:
-        if dataclasses.is_dataclass(obj):
-            names = _FIELDS[t] = tuple(f.name for f in dataclasses.fields(obj))
-        elif t is tuple or t is list:
-            return [plain(x) for x in obj]
-        elif t is dict:
-            return {k: plain(v) for k, v in obj.items()}
-        else:
-            return obj
-    return {n: plain(getattr(obj, n)) for n in names}
+    if names is not None:
+        return {n: plain(getattr(obj, n)) for n in names}
+    if t is tuple or t is list:
+        return [plain(x) for x in obj]
+    if t is dict:
+        return {k: plain(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj):
+        _FIELDS[t] = tuple(f.name for f in dataclasses.fields(obj))
+        return plain(obj)
+    return obj
 
 
 def log_commands(commands: list[dict]) -> None:
