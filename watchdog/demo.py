@@ -107,14 +107,17 @@ def _finding_fields(rec: dict) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="watchdog-demo-")).resolve()
+    job = f"demo-{secrets.token_hex(3)}"
+    # A fresh directory per run: a journal or slot left by an earlier run in the
+    # same --work-dir must never be read as this run's.
+    base = Path(args.work_dir).resolve() if args.work_dir else Path(tempfile.mkdtemp(prefix="watchdog-demo-"))
+    work = base / job if args.work_dir else base
     work.mkdir(parents=True, exist_ok=True)
     run_dir, journal = work / "run", work / "journal.jsonl"
     run_dir.mkdir(exist_ok=True)
     token_file = work / "token"
     token_file.write_text(secrets.token_hex(16))
     os.chmod(token_file, 0o600)
-    job = f"demo-{secrets.token_hex(3)}"
     env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token_file)}
     t0_wall = time.time()
     out = Printer(args.json, t0_wall)
