@@ -50,7 +50,7 @@ class DetectorConfig:
     # frozen_rank: process alive, heartbeat (as the agent saw it) older than this.
     frozen_heartbeat_s: float = 3.0
     # collective_hang: deadline = max(floor, multiple x p99 step) + allowances.
-    hang_floor_s: float = 10.0
+    hang_floor_s: float = 5.0  # goal: a hang named within 10 s at 0.1-1 s steps (5 x p99 covers slower steps)
     hang_step_multiple: float = 5.0
     hang_phase_allowance_s: float = 120.0  # checkpoint / eval marked by the hook
     hang_warmup_allowance_s: float = 60.0  # init phase and a rank's first steps
