@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from watchdog import report as wire_report
 from watchdog.agent import fakes, track
 from watchdog.agent.procs import ProcSample
-from watchdog.agent.sender import Sender, post_json
+from watchdog.agent.sender import JsonPoster, Sender
 from watchdog.agent.slots import RankView
 
 S = 1_000_000_000
@@ -89,14 +89,20 @@ def test_a_real_post_to_a_loopback_server():
     got = {}
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, like the coordinator
+
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.setdefault("ports", set()).add(self.client_address[1])
             got.update(path=self.path, auth=self.headers["Authorization"], body=json.loads(body))
             out = json.dumps({"ok": True, "commands": []}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
             self.wfile.write(out)
+            got["n"] = got.get("n", 0) + 1
+            if got["n"] == 2:  # drop the idle connection without saying so, as servers do on a timeout
+                self.close_connection = True
 
         def log_message(self, *a):
             pass
@@ -105,11 +111,17 @@ def test_a_real_post_to_a_loopback_server():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
+        poster = JsonPoster()
         s = Sender(url=url, token="tok", job="", host="h", agent_id="a", interval_s=1.0, timeout_s=2.0,
-                   views=lambda: [view("j", 0)], post=post_json, log=Log())
+                   views=lambda: [view("j", 0)], post=poster, log=Log())
         s.send_once()
-        assert s.ok == 1 and got["path"] == "/api/v1/report" and got["auth"] == "Bearer tok"
+        s.send_once()
+        assert s.ok == 2 and got["path"] == "/api/v1/report" and got["auth"] == "Bearer tok"
         assert got["body"]["ranks"][0]["rank"] == 0
+        assert len(got["ports"]) == 1  # one kept-alive connection for both reports
+        s.send_once()  # the server dropped the connection: retried once on a new one
+        assert s.ok == 3 and s.failed == 0 and len(got["ports"]) == 2
+        poster.close()
     finally:
         srv.shutdown()
         srv.server_close()
