@@ -209,3 +209,29 @@ def test_full_disk_is_an_install_time_fallback_not_a_sigbus(tmp_path, monkeypatc
         assert mon.slot_path is None and mon.errors == 1
         train(mon, 2)
     assert not list(tmp_path.iterdir())  # the half-made file was removed
+
+
+def test_interpreter_exit_marks_the_slot_exited_and_joins_the_heartbeat(tmp_path):
+    """No close(): atexit does it. The heartbeat must not hold up the exit."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = textwrap.dedent(
+        f"""
+        import watchdog.hook
+        mon = watchdog.hook.install(run_dir={str(tmp_path)!r}, patch_collectives=False, heartbeat_interval_s=0.01)
+        for _ in mon.wrap_loader(range(3)):
+            mon.step()
+        print(mon.slot_path)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    snap = wire.read_slot(out.stdout.strip())
+    assert snap.header.status == Status.EXITED
+    assert snap.header[wire.H_STEP] == 3 and snap.header[wire.H_HEARTBEAT_COUNT] >= 1

@@ -25,7 +25,7 @@ from watchdog.hook import control
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.noop import NULL_MONITOR, nop
-from watchdog.hook.recorder import Recorder, TimedLoader
+from watchdog.hook.recorder import NEVER, Recorder, TimedLoader
 from watchdog.hook.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
 from watchdog.hook.slotfile import SlotMapping
 from watchdog.wire import (
@@ -42,9 +42,6 @@ from watchdog.wire import (
 
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")
-
-_NEVER = 1 << 62  # "no control request due"
-
 
 # Methods replaced when the monitor goes quiet (closed, disabled, forked child).
 _QUIET = {
@@ -97,7 +94,7 @@ class Monitor(Recorder):
         self._ctrl_lock = threading.Lock()
         self._ctrl_seen = 0
         self._ctrl_pending: control.Request | None = None
-        self._ctrl_due = _NEVER
+        self._ctrl_due = NEVER
         self._checkpoint_fn: Callable[[int], Any] | None = None
         # health
         self._errors = 0
@@ -213,7 +210,7 @@ class Monitor(Recorder):
         why = control.rejection(req)
         with self._ctrl_lock:
             self._ctrl_pending = None  # a new request supersedes the pending one
-            self._ctrl_due = _NEVER
+            self._ctrl_due = NEVER
             if why is None and req.command == Command.CHECKPOINT_AT_STEP:
                 self._ctrl_pending = req
                 self._ctrl_due = req.arg
@@ -230,7 +227,7 @@ class Monitor(Recorder):
         """Training thread, at a step boundary at or past the requested step."""
         with self._ctrl_lock:
             req, self._ctrl_pending = self._ctrl_pending, None
-            self._ctrl_due = _NEVER
+            self._ctrl_due = NEVER
         if req is None:
             return
         fn = self._checkpoint_fn

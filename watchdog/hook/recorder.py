@@ -187,7 +187,7 @@ class TimedLoader:
         return getattr(self._iterable, name)
 
 
-_NEVER = 1 << 62
+NEVER = 1 << 62  # a step number never reached: "no control request due"
 
 
 class Recorder:
@@ -236,7 +236,7 @@ class Recorder:
         self._suppress_tid = 0  # thread inside watch_ddp's hook: don't count its inner all_reduce
         self._phase = int(Phase.TRAIN)
         self._phase_stack: list[int] = []
-        self._ctrl_due = _NEVER  # step at which a control request is due (Monitor sets it)
+        self._ctrl_due = NEVER  # step at which a control request is due (Monitor sets it)
 
     def _fail(self, where: str, exc: BaseException) -> None:  # pragma: no cover - Monitor's
         raise NotImplementedError
