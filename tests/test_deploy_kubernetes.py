@@ -1,0 +1,179 @@
+"""The Kubernetes manifests (deploy/kubernetes/):
+
+- built-in kinds are validated strictly against the Kubernetes OpenAPI schemas
+  (kubernetes-validate) for the oldest and newest versions we claim;
+- CRDs have no schema offline: a PyTorchJob's pod templates are validated as core
+  v1 PodTemplates, and PodMonitor/ServiceMonitor are checked structurally and
+  against what they select (labels, port names);
+- every WATCHDOG_* variable is a real flag and the agent/coordinator environments
+  load through the daemons' own parsers; no token is passed on a command line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
+import promcheck  # noqa: E402
+
+from watchdog import flags
+from watchdog.agent import config as agent_config
+from watchdog.coordinator import config as coord_config
+from watchdog.hook import config as hook_config
+
+K8S = promcheck.REPO / "deploy" / "kubernetes"
+# 1.29: native sidecars (initContainers with restartPolicy: Always) on by default.
+VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
+CRD_GROUPS = ("kubeflow.org/", "monitoring.coreos.com/")
+
+
+def documents() -> list[tuple[str, dict]]:
+    out = []
+    for path in sorted(K8S.glob("*.yaml")):
+        out += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return out
+
+
+DOCS = documents()
+
+
+def by_kind(kind: str) -> list[dict]:
+    return [d for _, d in DOCS if d["kind"] == kind]
+
+
+def pod_templates() -> list[tuple[str, dict]]:
+    """(owner, pod template) for every workload, CRDs included."""
+    out = []
+    for _, d in DOCS:
+        if d["kind"] in ("DaemonSet", "Deployment"):
+            out.append((f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]))
+        elif d["kind"] == "PyTorchJob":
+            for role, spec in d["spec"]["pytorchReplicaSpecs"].items():
+                out.append((f"PyTorchJob/{d['metadata']['name']}/{role}", spec["template"]))
+    return out
+
+
+def containers(template: dict) -> list[dict]:
+    spec = template["spec"]
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def test_manifests_found():
+    kinds = {d["kind"] for _, d in DOCS}
+    assert {"DaemonSet", "Deployment", "Service", "PyTorchJob", "PodMonitor", "ServiceMonitor"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name,doc", [(n, d) for n, d in DOCS if not d["apiVersion"].startswith(CRD_GROUPS)],
+                         ids=lambda x: x if isinstance(x, str) else x["kind"])
+def test_builtin_kinds_validate(name: str, doc: dict, version: str):
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_crd_pod_templates_validate_as_core_pod_templates(version: str):
+    jobs = by_kind("PyTorchJob")
+    assert jobs
+    for job in jobs:
+        assert job["apiVersion"] == "kubeflow.org/v1"
+        specs = job["spec"]["pytorchReplicaSpecs"]
+        assert set(specs) <= {"Master", "Worker"} and "Master" in specs
+        for role, spec in specs.items():
+            assert isinstance(spec["replicas"], int) and spec["restartPolicy"] in ("OnFailure", "Never", "Always", "ExitCode")
+            assert any(c["name"] == "pytorch" for c in spec["template"]["spec"]["containers"]), role
+            wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"{role.lower()}"},
+                       "template": spec["template"]}
+            kubernetes_validate.validate(wrapped, version, strict=True)
+
+
+def test_validation_can_fail():
+    bad = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+           "template": {"spec": {"containers": [{"name": "c", "image": "i", "bogusField": 1}]}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
+
+
+def test_monitors_select_what_exists_and_honor_labels():
+    pods = pod_templates()
+    (podmon,) = by_kind("PodMonitor")
+    sel = podmon["spec"]["selector"]["matchLabels"]
+    selected = [(o, t) for o, t in pods if sel.items() <= t["metadata"].get("labels", {}).items()]
+    owners = {o.split("/")[0] for o, _ in selected}
+    assert {"DaemonSet", "PyTorchJob"} <= owners, owners
+    for ep in podmon["spec"]["podMetricsEndpoints"]:
+        assert ep["honorLabels"] is True
+        assert {"targetLabel": "watchdog_component", "replacement": "agent"} in ep["relabelings"]
+        for owner, t in selected:
+            ports = {p["name"] for c in containers(t) for p in c.get("ports", [])}
+            assert ep["port"] in ports, (owner, ep["port"], ports)
+
+    (svcmon,) = by_kind("ServiceMonitor")
+    services = [s for s in by_kind("Service")
+                if svcmon["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+    assert services
+    for ep in svcmon["spec"]["endpoints"]:
+        assert ep["honorLabels"] is True
+        assert {"targetLabel": "watchdog_component", "replacement": "coordinator"} in ep["relabelings"]
+        assert all(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
+
+
+def test_pid_namespace_choices():
+    for owner, t in pod_templates():
+        spec = t["spec"]
+        if owner.startswith("DaemonSet"):
+            assert spec.get("hostPID") is True, owner  # documented in the manifest: pids via /proc
+        elif owner.startswith("PyTorchJob"):
+            assert spec.get("shareProcessNamespace") is True and not spec.get("hostPID"), owner
+
+
+def env_of(container: dict, tmp_path: Path) -> dict[str, str]:
+    env = {}
+    for e in container.get("env", []):
+        env[e["name"]] = e.get("value", "node-1" if "valueFrom" in e else "")
+    if "WATCHDOG_JOB_TOKEN_FILE" in env:
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
+    return env
+
+
+def test_environments_load_through_the_real_parsers(tmp_path: Path):
+    agent_envs = {f.env for f in agent_config.FLAGS}
+    coord_envs = {f.env for f in coord_config.FLAGS}
+    hook_envs = {v for v in hook_config.ENV.values() if v}
+    seen = set()
+    for owner, t in pod_templates():
+        for c in containers(t):
+            args = c.get("args", [])
+            assert not any("--job.token" in a and "--job.token-file" not in a for a in args + c.get("command", [])), owner
+            env = env_of(c, tmp_path)
+            assert "WATCHDOG_JOB_TOKEN" not in env, f"{owner}/{c['name']}: the token must come from a file"
+            watchdog_vars = {k for k in env if k.startswith("WATCHDOG_")}
+            if args[:1] == ["agent"]:
+                assert watchdog_vars <= agent_envs, (owner, watchdog_vars - agent_envs)
+                cfg = agent_config.load(args[1:], env)
+                assert cfg.run_dir and cfg.token == "s3cret", owner
+                seen.add("agent")
+            elif args[:1] == ["coordinator"]:
+                assert watchdog_vars <= coord_envs, (owner, watchdog_vars - coord_envs)
+                cfg = coord_config.from_values(flags.parse("watchdog coordinator", "", coord_config.FLAGS, args[1:], env))
+                assert cfg.token == "s3cret" and cfg.world_size > 0, owner
+                seen.add("coordinator")
+            else:  # a training container: the hook's variables only
+                assert watchdog_vars <= hook_envs, (owner, watchdog_vars - hook_envs)
+    assert seen == {"agent", "coordinator"}
+
+
+def test_run_dir_is_shared_between_ranks_and_agent():
+    for owner, t in pod_templates():
+        if not owner.startswith("PyTorchJob"):
+            continue
+        mounts = {c["name"]: {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])} for c in containers(t)}
+        agent, train = mounts["watchdog-agent"], mounts["pytorch"]
+        run_dir = next(e["value"] for e in containers(t)[0]["env"] if e["name"] == "WATCHDOG_RUN_DIR")
+        assert agent.get(run_dir) and agent[run_dir] == train.get(run_dir), owner
