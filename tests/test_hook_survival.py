@@ -195,16 +195,16 @@ def test_close_is_idempotent_and_later_calls_are_harmless(tmp_path):
 
 
 def test_full_disk_is_an_install_time_fallback_not_a_sigbus(tmp_path, monkeypatch):
-    """posix_fallocate reserves the file's blocks before it is mapped: a full
-    filesystem fails there (then anonymous memory) instead of SIGBUS on a store."""
+    """The slot's blocks are written before the file is mapped: a full filesystem
+    fails there (then anonymous memory) instead of SIGBUS on a later store."""
     import errno
 
     from watchdog.hook import slotfile
 
-    def full(fd, off, n):
+    def full(fd, data, off):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(slotfile.os, "posix_fallocate", full)
+    monkeypatch.setattr(slotfile.os, "pwrite", full)
     with installed(tmp_path, patch_collectives=False) as mon:
         assert mon.slot_path is None and mon.errors == 1
         train(mon, 2)

@@ -16,7 +16,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, get_type_hints
 
 from watchdog import wire
 
@@ -122,22 +122,7 @@ _PARSERS = {
     float: _parse_float,
     str: _parse_str,
 }
-_TYPES = {
-    "enabled": bool,
-    "rank": int,
-    "local_rank": int,
-    "world_size": int,
-    "job": str,
-    "run_dir": str,
-    "host": str,
-    "run_id": str,
-    "restart_count": int,
-    "ring_capacity": int,
-    "heartbeat_interval_s": float,
-    "auto_step": bool,
-    "patch_collectives": bool,
-    "max_errors": int,
-}
+_TYPES = get_type_hints(HookConfig)
 
 
 def _raw_values(env: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:

@@ -38,7 +38,11 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
     WATCHDOG_*), then defaults. Disabled (WATCHDOG_ENABLED=0 or enabled=False):
     returns the shared no-op monitor and touches nothing. ``clock``: a monotonic
     nanosecond clock to use instead of time.monotonic_ns (tests, benchmarks).
-    Raises ValueError for bad settings."""
+    Raises ValueError for bad settings.
+
+    With patch_collectives (the default) install() imports torch.distributed if
+    torch is installed; without torch it patches nothing and says so at debug
+    level. Call it before init_process_group to see the group being joined."""
     global _active
     if not _config.is_enabled(os.environ, overrides):
         return NULL_MONITOR

@@ -3,8 +3,10 @@
 The file must never be able to hurt training. Two hazards matter:
 
 * A sparse file on a full filesystem (tmpfs included) SIGBUSes the process on the
-  first store to an unbacked page. ``posix_fallocate`` reserves every block up
-  front, so a full disk is an OSError here, at install, instead.
+  first store to an unbacked page. Writing the file's zeros up front (34 KiB by
+  default) allocates every block, so a full disk is an OSError here, at install,
+  instead. (posix_fallocate would too, but not on every filesystem: NFS, some
+  overlays answer EOPNOTSUPP.)
 * An unusable run directory (read-only, not a directory, no permission). The hook
   then maps anonymous memory of the same size: every code path stays the same,
   the agent simply cannot see this rank. The caller counts and logs the error.
@@ -15,6 +17,7 @@ with the same pid is stale, possibly corrupt, possibly another size.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -39,10 +42,9 @@ def _create_file(path: str, size: int) -> mmap.mmap:
     fd = os.open(path, flags, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)  # exact mode whatever the umask: the agent must read it
-        if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, size)
-        else:  # pragma: no cover - not Linux
-            os.ftruncate(fd, size)
+        written = os.pwrite(fd, bytes(size), 0)
+        if written != size:
+            raise OSError(errno.ENOSPC, f"short write reserving the slot ({written} of {size} bytes)", path)
         return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     except BaseException:
         try:
