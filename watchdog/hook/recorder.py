@@ -126,11 +126,15 @@ class TimedIterator:
         return self
 
     def __next__(self):
+        # Callables kept in slots are bound to locals before calling: CPython 3.11
+        # does not specialise ``obj.slot_attr()`` and takes a generic lookup each time.
         r = self._rec
+        nxt = self._next
         if r._quiet:
-            return self._next()
+            return nxt()
         try:
-            t0 = r._clock()
+            clock = r._clock
+            t0 = clock()
             lock = r._lock
             lock.acquire()
             try:
@@ -145,12 +149,12 @@ class TimedIterator:
                 lock.release()
         except Exception as exc:
             r._fail("data", exc)
-            return self._next()
+            return nxt()
         try:
-            return self._next()
+            return nxt()
         finally:
             try:
-                now = r._clock()
+                now = clock()
                 lock.acquire()
                 try:
                     r._acc_data += now - t0
@@ -249,7 +253,8 @@ class Recorder:
     def step(self) -> None:
         """Mark the end of the step in progress (and the start of the next)."""
         try:
-            now = self._clock()
+            clock = self._clock  # see TimedIterator.__next__: slot callables via a local
+            now = clock()
             lock = self._lock
             lock.acquire()
             try:
@@ -336,7 +341,8 @@ class Recorder:
     def _coll_enter(self, op: int, group: Any, nbytes: int):
         """Mark a collective entered; returns the token for _coll_exit (or None)."""
         try:
-            now = self._clock()
+            clock = self._clock
+            now = clock()
             st = self._groups.get(group)
             if st is None:
                 st = self._group_for(group)
@@ -368,7 +374,8 @@ class Recorder:
     def _coll_exit(self, token) -> None:
         """Mark a collective completed. May run on another thread (async work)."""
         try:
-            now = self._clock()
+            clock = self._clock
+            now = clock()
             st, seq = token
             lock = self._lock
             lock.acquire()
@@ -509,7 +516,8 @@ def make_collective_wrapper(
                 nbytes = sum(getattr(x, "nbytes", 0) for x in t)
             else:
                 nbytes = getattr(t, "nbytes", 0)
-            now = m._clock()
+            clock = m._clock  # see TimedIterator.__next__: slot callables via a local
+            now = clock()
             st = m._groups.get(group)
             if st is None:
                 st = m._group_for(group)
@@ -545,7 +553,7 @@ def make_collective_wrapper(
             m._exit_on_completion(ret, (st, seq))
             return ret
         try:
-            now = m._clock()
+            now = clock()
             lock.acquire()
             try:
                 out = m._outstanding
