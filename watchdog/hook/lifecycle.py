@@ -119,7 +119,10 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
             optim.register(mon)
         except Exception as exc:
             mon._fail("auto_step", exc)
-    mon._heartbeat.start()
+    try:
+        mon._heartbeat.start()
+    except Exception as exc:  # e.g. "can't start new thread": run without a heartbeat
+        mon._fail("heartbeat_start", exc)
     if not mon._disabled:
         mon._set_status(Status.RUNNING)
     return mon
@@ -149,7 +152,8 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _active
+    global _active, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
     mon = _active
     _active = None
     if mon is not None:
