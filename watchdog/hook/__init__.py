@@ -7,6 +7,22 @@
         ...
         mon.step()                       # marks the step boundary
 
+Everything goes into this rank's slot file (``watchdog.wire``); the hook never
+talks to the agent and never reads the slot back, except the control words.
+
+API (``Monitor``; ``NullMonitor`` has the same methods and does nothing):
+  step(), step_scope(), wrap_loader(iterable), phase(name),
+  collective(op, group=None, nbytes=0), watch_ddp(model, *, hook=None, state=None),
+  register_checkpoint(fn), set_step(n), close(); errors, status, stats(), slot_path.
+``current()`` returns the installed monitor (or the no-op one).
+
+Slot contents worth knowing on the reading side:
+  * identity ``run_id`` is ``"<TORCHELASTIC_RUN_ID>:<TORCHELASTIC_RESTART_COUNT>"``
+    (``rpartition(":")``); ``proc_start_us`` is round(psutil create_time * 1e6).
+  * control acks: ``H_CTRL_ACK_RESULT`` is one of ``watchdog.hook.control.ACK_*``
+    (0 ok, -1 save raised, -2 rejected, -3 no checkpoint function registered).
+  * a CHECKPOINT_AT_STEP for a step already past runs at the next boundary.
+
 Importing this package never imports torch; only the torch features (collective
 patching, DDP comm hook, auto step) do, when used. Test helpers for users live in
 ``watchdog.hook.testing``.
