@@ -46,6 +46,18 @@ def test_never_joined_reason_names_host():
     assert "ranks 0-1,3 waiting in rendezvous" in f.reason
 
 
+def test_late_registering_uncalled_rank_is_not_shadowed_by_the_waiters():
+    # Seen on a real run: rank 3 (never calls init) registered 0.25 s after the
+    # others; for that moment only the waiters were past their deadline. They
+    # must not be named: the rank yet to call init is the likelier culprit.
+    early = [joining(r) for r in range(3)]
+    v = t.view(early, now=100.0, world_size=4, ranks_per_host=1)
+    v = t.view([joining(3, "none")], now=100.5, base=v, seq=2, ranks_per_host=1)
+    v = t.view(early + [joining(3, "none")], now=160.1, base=v, seq=3, ranks_per_host=1)  # agents keep reporting
+    assert NeverJoined(CFG).check(160.2, v) == []
+    assert [f.ranks for f in NeverJoined(CFG).check(160.6, v)] == [(3,)]
+
+
 def test_restarted_rank_gets_a_fresh_join_deadline():
     v = t.view(t.healthy(world_size=4), now=100.0)
     v = t.view([t.rank(1, world_size=4, pid=99, proc_start_us=1_800_000_000_000_000, step=0, pg_state="initializing")],

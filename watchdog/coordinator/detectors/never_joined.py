@@ -54,7 +54,12 @@ class NeverJoined:
             waiting = [rv.rank for rv in inside]
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
             hosts = tuple(sorted({rv.host for rv in uncalled}))
-        elif inside:
+        elif inside and not any(
+            rv.state.pg_state == "none" and health[r] not in (DEAD, LOST, EXITED) for r, rv in view.ranks.items()
+        ):
+            # Blame the ranks inside rendezvous only when nobody is yet to call
+            # init: a rank that registered a moment later than the others has a
+            # later deadline of its own, and is still the likelier culprit.
             culprits = sorted(rv.rank for rv in inside)
             hosts = tuple(sorted({rv.host for rv in inside}))
             parts = [f"{ranks_phrase(culprits)} stuck inside init_process_group (rendezvous) with every rank registered: "
