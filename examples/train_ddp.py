@@ -24,6 +24,7 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -51,6 +52,11 @@ class Faults:
     never_join: set[int] = field(default_factory=set)
     starve: set[int] = field(default_factory=set)
     starve_all: bool = False
+
+
+def announce(kind: str, rank: int, step: int) -> None:
+    """One machine-readable line per injected fault (its true onset), for benchmarks."""
+    print("WATCHDOG_FAULT " + json.dumps({"kind": kind, "rank": rank, "step": step, "t_wall": time.time()}), flush=True)
 
 
 def parse_faults(specs: list[str]) -> Faults:
@@ -157,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if rank in faults.never_join:
         print(f"[rank {rank}] fault never-join: not calling init_process_group", flush=True)
+        announce("never-join", rank, 0)
         while True:
             time.sleep(3600)
 
@@ -192,19 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     jitter = random.Random(args.seed * 1000 + rank)
     compute_s = args.compute_ms / 1000 * faults.slow.get(rank, 1.0)
 
+    if rank in faults.slow:
+        announce("slow", rank, start_step)
+    if starving:
+        announce("starve", rank, start_step)
     step = start_step
     for x, y in mon.wrap_loader(loader):  # watchdog: times the data wait
         if faults.kill.get(rank) == step:
-            print(f"[rank {rank}] fault kill at step {step}", flush=True)
+            announce("kill", rank, step)
             os.kill(os.getpid(), signal.SIGKILL)
         if faults.stop.get(rank) == step:
-            print(f"[rank {rank}] fault stop at step {step}", flush=True)
+            announce("stop", rank, step)
             os.kill(os.getpid(), signal.SIGSTOP)
         loss = nn.functional.mse_loss(model(x), y)
         if compute_s:
             time.sleep(compute_s * (1 + jitter.uniform(-args.jitter, args.jitter)))
         if faults.hang.get(rank) == step:
-            print(f"[rank {rank}] fault hang before the all-reduce of step {step}", flush=True)
+            announce("hang", rank, step)
             while True:
                 time.sleep(3600)
         opt.zero_grad(set_to_none=True)

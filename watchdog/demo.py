@@ -60,6 +60,8 @@ class Printer:
         if self.as_json:
             out = {"event": "finding", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
                    "reason": rec.get("reason", "")}
+            if isinstance(rec.get("onset_wall"), (int, float)):
+                out["onset_t"] = round(rec["onset_wall"] - self.t0_wall, 3)
             print(json.dumps(out), flush=True)
         else:
             print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}: {rec.get('reason', '')}", flush=True)
@@ -168,10 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             out.info(f"timeout after {args.timeout_seconds} s")
     finally:
-        torchrun.stop()
-        for proc in (agent, coordinator):
+        # Coordinator first: the job's teardown must not be journaled as ranks dying.
+        for proc in (coordinator, agent):
             if proc is not None:
                 proc.stop()
+        torchrun.stop()
 
     summary = {
         "event": "summary",
@@ -182,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "findings": [{"kind": f.get("kind"), "ranks": f.get("ranks", [])} for f in findings],
         "journal": str(journal),
         "work_dir": str(work),
+        "t0_wall": round(t0_wall, 6),  # job start; finding "t" values count from here
         "elapsed_s": round(time.time() - t0_wall, 2),
     }
     if args.json:

@@ -1,0 +1,56 @@
+"""Every fault kind end to end: real torchrun (4 gloo ranks on CPU), the hook,
+a real agent and a real coordinator, driven through ``watchdog demo --json``.
+Each must produce the right kind naming the right rank(s) and blame nobody else;
+a healthy run with jittery steps and checkpoint pauses must produce nothing.
+Bounds are generous (a busy 2-core machine); benchmarks/detection.py measures."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog import scenario
+
+pytestmark = pytest.mark.integration
+
+CASES = [
+    # fault,            kind,                culprits, detection bound after the fault (s)
+    ("kill:1@20", "dead_rank", [1], 5.0),
+    ("stop:3@25", "frozen_rank", [3], 10.0),
+    ("hang:2@30", "collective_hang", [2], 20.0),
+    ("slow:2:1.3", "straggler", [2], None),
+    ("starve:0", "loader_starvation", [0], None),
+    ("starve:all", "loader_starvation", [0, 1, 2, 3], None),
+]
+
+
+@pytest.mark.parametrize("fault,kind,culprits,bound", CASES, ids=[c[0] for c in CASES])
+def test_fault_is_named(fault, kind, culprits, bound, tmp_path):
+    res = scenario.run([fault], steps=400, timeout_s=150, work_dir=str(tmp_path))
+    assert res.findings, f"no finding for {fault}:\n{res.output[-2000:]}"
+    first = res.findings[0]
+    assert (first["kind"], first["ranks"]) == (kind, culprits), res.findings
+    # Root cause only: no later finding may blame a rank that is not a culprit.
+    blamed = {r for f in res.findings for r in f["ranks"]}
+    assert blamed <= set(culprits), res.findings
+    if bound is not None:
+        assert res.faults, "the example did not announce its fault"
+        latency = res.latency_s(first)
+        print(f"{fault}: {kind} {culprits} after {latency:.2f} s")
+        assert 0 <= latency <= bound
+
+
+def test_never_joined_is_named_by_the_deadline(tmp_path):
+    deadline = 15.0
+    res = scenario.run(["never-join:3"], steps=400, timeout_s=120, work_dir=str(tmp_path),
+                       env={"WATCHDOG_JOIN_DEADLINE_SECONDS": str(deadline)})
+    first = res.first()
+    assert first is not None and (first["kind"], first["ranks"]) == ("never_joined", [3]), res.findings
+    assert {r for f in res.findings for r in f["ranks"]} == {3}
+    assert first["t"] <= deadline + 20.0  # deadline counts from the first registration, after imports
+
+
+def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
+    res = scenario.run([], steps=250, timeout_s=240, work_dir=str(tmp_path), script_args=[
+        "--jitter", "0.3", "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "60", "--ckpt-pause-s", "8"])
+    assert res.summary["job_exit_code"] == 0, res.output[-2000:]
+    assert res.findings == []
