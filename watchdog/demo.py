@@ -60,6 +60,8 @@ class Printer:
         if self.as_json:
             out = {"event": "finding", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
                    "reason": rec.get("reason", "")}
+            if isinstance(rec.get("evidence"), dict):
+                out["evidence"] = rec["evidence"]
             if isinstance(rec.get("onset_wall"), (int, float)):
                 out["onset_t"] = round(rec["onset_wall"] - self.t0_wall, 3)
             print(json.dumps(out), flush=True)

@@ -99,6 +99,7 @@ class Straggler:
                         f"per step); the job runs at its pace, costing {cost:.0%} of step time"),
                 evidence={"factor": round(sc["factor"], 4), "threshold": round(sc["threshold"], 4), "window_factors": [round(x, 4) for x in sc["window_factors"]],
                           "compute_s": sc["compute_s"], "baseline_s": sc["baseline_s"], "step_s": sc["step_s"],
-                          "cost_share": round(cost, 4), "cpu_percent": rv.state.cpu_percent},
+                          "cost_share": round(cost, 4), "cpu_percent": rv.state.cpu_percent,
+                          "first_step": sc["first_step"], "last_step": sc["last_step"]},
             ))
         return out
