@@ -54,9 +54,11 @@ def test_both_packages_import_in_one_env(tmp_path, wheel, order):
         installs.reverse()
     for spec in installs:
         subprocess.run([py, "-m", "pip", "install", "-q", *spec], check=True, timeout=300)
-    out = subprocess.run([py, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    # cwd outside the checkout: '' on sys.path would otherwise import ./watchdog.
+    out = subprocess.run([py, "-c", CHECK], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "both-ok" in out.stdout
     # The console script must be ours (PyPI watchdog ships `watchmedo`, not `watchdog`).
-    helptext = subprocess.run([str(env_dir / "bin" / "watchdog"), "--help"], capture_output=True, text=True)
+    helptext = subprocess.run([str(env_dir / "bin" / "watchdog"), "--help"], capture_output=True, text=True,
+                              cwd=tmp_path)
     assert "agent" in helptext.stdout and "coordinator" in helptext.stdout
