@@ -12,7 +12,7 @@ one collective, N times; the hook's cost is the difference from the bare loop.
   127.0.0.1), install()'s real patch. Shows the overhead next to the cheapest
   real collective there is.
 
-Several repeats, median reported. Budget: step mark + loader wrap + one
+Several interleaved repeats; median and min reported. Budget: step mark + loader wrap + one
 collective <= 3 us per step on the project's CPUs (CPython 3.11).
 """
 
@@ -122,7 +122,8 @@ def main(argv=None) -> int:
 
     print(
         f"hook overhead, median of {args.repeats} interleaved runs of {args.steps} steps, "
-        f"CPython {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs"
+        f"CPython {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f} (medians need a quiet machine; min is the noise floor)"
     )
     print(f"{'variant':36s} {'median ns':>10s} {'min ns':>8s} {'hook ns':>8s} {'ratio':>6s}")
     med = {label: statistics.median(v) for label, v in results.items()}
