@@ -108,8 +108,8 @@ def test_step_time_splits_into_data_collective_compute(slots):
         splits = step_splits(snap)
         assert len(splits) == STEPS
         for s in splits:
-            assert s.data_ns >= 0 and s.coll_ns >= 0 and s.compute_ns >= 0, s
-            assert s.data_ns + s.coll_ns + s.compute_ns == s.step_ns
+            # waits are parts of the step: what remains (compute) is never negative
+            assert s.data_ns > 0 and s.coll_ns > 0 and s.data_ns + s.coll_ns <= s.step_ns, s
             assert s.data_waits == 1
         assert snap.header[wire.H_TOTAL_STEP_NS] == sum(s.step_ns for s in splits)
         assert snap.header[wire.H_TOTAL_DATA_NS] == sum(s.data_ns for s in splits)

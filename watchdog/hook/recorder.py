@@ -279,11 +279,12 @@ class Recorder:
                     head, _STEP_END, now, n, step_ns, data, coll,
                     self._n_coll, self._cur_group.seq, self._phase, self._n_data,
                 )  # fmt: skip
-                w[H_RING_HEAD] = head + 1
+                head += 1
+                w[H_RING_HEAD] = head
                 s += 1
                 w[H_SEQ] = s
                 self._seq = s
-                self._head = head + 1
+                self._head = head
                 self._step = n
                 self._step_start = now
                 self._tot_step = tot_step
