@@ -153,9 +153,9 @@ def test_a_collective_that_raises_propagates_and_is_marked_done(mon):
     assert mon.errors == 0
 
 
-def ddp_steps(mon, model, steps):
+def ddp_steps(mon, model, steps, width=4):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    x, y = torch.randn(8, width), torch.randn(8, 1)
     for _ in mon.wrap_loader(range(steps)):
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
@@ -178,6 +178,22 @@ def test_ddp_bucket_all_reduce_is_counted_once(mon):
     dist.all_reduce(torch.ones(1))  # a direct call on the same group continues its sequence
     assert header(mon)[wire.H_COLL_SEQ] == 4
     assert mon.errors == 0
+
+
+def test_ddp_with_several_buckets_counts_each_bucket(mon):
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 1)), bucket_cap_mb=0.01
+    )
+    mon.watch_ddp(model)
+    ddp_steps(mon, model, 4, width=64)
+    splits = step_splits(read_monitor(mon))
+    per_step = {s.collectives for s in splits[1:]}  # DDP may rebuild its buckets after step 1
+    (buckets,) = per_step
+    assert buckets >= 2
+    assert splits[-1].last_coll_seq == sum(s.collectives for s in splits)
+    assert all(0 < s.coll_ns <= s.step_ns for s in splits)  # overlapping buckets: their union
+    h = header(mon)
+    assert h[wire.H_COLL_OUTSTANDING] == 0 and h[wire.H_COLL_DONE_SEQ] == h[wire.H_COLL_SEQ]
 
 
 def test_ddp_gradients_are_unchanged_by_the_hook(tmp_path):
