@@ -222,15 +222,16 @@ def test_short_file_is_corrupt(tmp_path):
         wire.read_slot(write_file(tmp_path, buf[:300]))
 
 
-def test_file_cut_inside_the_ring_returns_what_is_there(tmp_path):
+@pytest.mark.parametrize("head, expected", [(8, [0, 1, 2]), (10, [2, 8, 9])])
+def test_file_cut_inside_the_ring_returns_what_is_there(tmp_path, head, expected):
     cap = 8
     buf = fresh(cap)
-    for i in range(8):
+    for i in range(head):
         put_record(buf, cap, i)
-    set_word(buf, wire.H_RING_HEAD, 8)
-    cut = wire.RING_OFFSET + 3 * wire.RECORD_WORDS * wire.WORD
+    set_word(buf, wire.H_RING_HEAD, head)
+    cut = wire.RING_OFFSET + 3 * wire.RECORD_WORDS * wire.WORD  # places 0, 1, 2 survive
     recs = wire.read_slot(write_file(tmp_path, buf[:cut])).records
-    assert [r.index for r in recs] == [0, 1, 2]
+    assert [r.index for r in recs] == expected
 
 
 @settings(max_examples=30, deadline=None)

@@ -363,7 +363,7 @@ def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 
     for index in range(first, head):
         off = (index % ring_capacity) * rec_bytes
         if off + rec_bytes > len(raw_ring):
-            break
+            continue  # cut short; a later index may wrap to a place that is there
         w = struct.unpack_from(f"<{RECORD_WORDS}q", raw_ring, off)
         if w[R_INDEX] != index:
             continue
