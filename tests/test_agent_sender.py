@@ -36,7 +36,7 @@ def make(views, post, job="", handled=None, **kw):
 
     return Sender(url="http://coord:1", token="tok", job=job, host="h", agent_id="a1", interval_s=1.0,
                   timeout_s=2.0, views=lambda: views, post=as_json, log=kw.pop("log", Log()),
-                  handle_commands=(handled.extend if handled is not None else lambda c: None),
+                  handle_commands=((lambda job, c: handled.extend(c)) if handled is not None else lambda job, c: None),
                   mono_ns=lambda: 10 * S, wall=lambda: 1.8e9, **kw)
 
 

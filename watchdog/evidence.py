@@ -59,6 +59,7 @@ class SlotEvidence:
     header: dict[str, int]  # named dynamic header words (see HEADER_FIELDS)
     records: list[list[int]] = field(default_factory=list)  # raw ring records, oldest first
     torn: bool = False
+    records_dropped: int = 0  # older records left out to keep a report small (the newest are kept)
 
     def to_wall(self, mono_ns: int) -> float:
         return (self.created_wall_ns + (mono_ns - self.created_mono_ns)) / 1e9

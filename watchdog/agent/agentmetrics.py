@@ -12,6 +12,8 @@ import psutil
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
+from watchdog.agent.commands import RESULTS
+from watchdog.commands import REFUSALS, TYPES
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
 
 
@@ -33,8 +35,8 @@ class AgentCollector:
     name = "agent"
 
     def __init__(self, tracker: SlotTracker, loop: LoopStats, sender: Any = None,
-                 self_proc: Any = None) -> None:
-        self._tracker, self._loop, self._sender = tracker, loop, sender
+                 self_proc: Any = None, commands: Any = None) -> None:
+        self._tracker, self._loop, self._sender, self._commands = tracker, loop, sender, commands
         self._self = self_proc or psutil.Process()
         self._version = version()
 
@@ -54,10 +56,17 @@ class AgentCollector:
         reports.add_metric(["ok"], s.ok if s else 0)
         reports.add_metric(["error"], s.failed if s else 0)
         commands.add_metric([], s.commands_received if s else 0)
+        refused, executed = m.COMMANDS_REFUSED.family(), m.COMMANDS_EXECUTED.family()
+        h = self._commands
+        for reason in REFUSALS:  # every reason from the start: a zero is a zero, not a missing series
+            refused.add_metric([reason], h.refused.get(reason, 0) if h else 0)
+        for kind in TYPES:
+            for result in RESULTS:
+                executed.add_metric([kind, result], h.executed.get((kind, result), 0) if h else 0)
         cpu, rss, info = m.AGENT_CPU.family(), m.AGENT_RSS.family(), m.BUILD_INFO.family()
         with self._self.oneshot():
             ct = self._self.cpu_times()
             cpu.add_metric([], ct.user + ct.system)
             rss.add_metric([], self._self.memory_info().rss)
         info.add_metric([self._version, platform.python_version()], 1.0)
-        return [errors, slots, polls, poll_s, proc_err, reports, commands, cpu, rss, info]
+        return [errors, slots, polls, poll_s, proc_err, reports, commands, refused, executed, cpu, rss, info]

@@ -45,6 +45,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("job.token-file", "", "file holding the shared job token (preferred over --job.token)"),
     Flag("job.token", "", "shared job token; prefer --job.token-file or WATCHDOG_JOB_TOKEN (argv is world-readable)",
          secret=True),
+    Flag("stacks.py-spy", "", "path of the py-spy binary for stack dumps (empty = next to this Python, then PATH)"),
+    Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float),
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean),
     Flag("log.level", "info", f"one of {', '.join(LOG_LEVELS)}", _log_level),
 )
@@ -63,6 +65,8 @@ class AgentConfig:
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0
     accelerator: bool = True
+    py_spy: str = ""
+    stacks_timeout_s: float = 10.0
     log_level: str = "info"
     token: str = field(default="", repr=False)
     token_from_argv: bool = False  # worth a warning: visible to every user through ps
@@ -98,6 +102,8 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
         report_interval_s=v["report_interval_seconds"],
         report_timeout_s=v["coordinator_timeout_seconds"],
         accelerator=v["collector_accelerator"],
+        py_spy=v["stacks_py_spy"],
+        stacks_timeout_s=v["stacks_timeout_seconds"],
         log_level=v["log_level"],
         token=token,
         token_from_argv=from_argv,

@@ -1,6 +1,7 @@
 """``watchdog agent``: wires the pieces together and runs the poll loop, the only
 place that reads the clock. Threads: main = poll loop, watchdog-agent-http =
-/metrics, watchdog-agent-sender = reports (only with --coordinator.url).
+/metrics, watchdog-agent-sender = reports (only with --coordinator.url),
+watchdog-agent-commands = commands from the coordinator (started on the first).
 
 Import this module without torch: nothing here or below imports it.
 """
@@ -12,18 +13,24 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from typing import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
 from watchdog import logs
 from watchdog.agent import config
+from watchdog.agent.actions import Actions
+from watchdog.agent.commands import CommandHandler
+from watchdog.agent.outbox import Outbox
+from watchdog.agent.stacks import StackDumper, find_py_spy
+from watchdog.commands import is_loopback
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.exporter import Exporter
 from watchdog.agent.accelmetrics import AcceleratorCollector
 from watchdog.agent.nvml import Accelerators, Disabled
 from watchdog.agent.rankmetrics import RanksCollector
-from watchdog.agent.sender import Sender, log_commands
+from watchdog.agent.sender import Sender
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
 from watchdog.flags import FlagError
@@ -32,7 +39,7 @@ from watchdog.flags import FlagError
 class Agent:
     def __init__(self, cfg: config.AgentConfig, *, tracker: SlotTracker | None = None,
                  accelerators: Accelerators | Disabled | None = None,
-                 handle_commands: Callable[[list[dict]], None] = log_commands) -> None:
+                 handle_commands: Callable[[str, list[dict]], None] | None = None) -> None:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
         self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
@@ -40,16 +47,24 @@ class Agent:
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
         self.agent_id = secrets.token_hex(8)
-        self.sender = None
+        self.sender = self.commands = None
         if cfg.coordinator_url:
+            outbox = Outbox(log=self.log)
+            if handle_commands is None:
+                dumper = StackDumper(find_py_spy(cfg.py_spy), timeout_s=cfg.stacks_timeout_s)
+                self.commands = CommandHandler(
+                    host=cfg.host, token=cfg.token, outbox=outbox,
+                    loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
+                    actions=Actions(cfg.host, self.tracker.incarnations, dumper))
+                handle_commands = self.commands
             self.sender = Sender(
                 url=cfg.coordinator_url, token=cfg.token, job=cfg.job, host=cfg.host, agent_id=self.agent_id,
                 interval_s=cfg.report_interval_s, timeout_s=cfg.report_timeout_s, views=self.tracker.views,
-                accelerators=self.accelerator_dicts, handle_commands=handle_commands)
+                accelerators=self.accelerator_dicts, handle_commands=handle_commands, outbox=outbox)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(Exporter((
             RanksCollector(self.tracker.views, cfg.host),
-            AgentCollector(self.tracker, self.loop, self.sender),
+            AgentCollector(self.tracker, self.loop, self.sender, commands=self.commands),
             AcceleratorCollector(self.accelerators, cfg.host),
         )))
         self._last_poll_ns = 0
@@ -110,6 +125,8 @@ class Agent:
             self.log.info("stopping")
             if self.sender:
                 self.sender.stop()
+            if self.commands:
+                self.commands.stop()
             server.stop()
             self.accelerators.close()
             self.tracker.procs.close()
@@ -126,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logs.get("watchdog.agent")
     log.info("config", **{**cfg.effective, "host.name": cfg.host,
                           "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"})
+    if cfg.coordinator_url and not find_py_spy(cfg.py_spy):
+        log.warning("py-spy not found: stack dumps requested by the coordinator will fail "
+                    "(pip install py-spy, or --stacks.py-spy PATH)", **{"stacks.py-spy": cfg.py_spy})
     if cfg.token_from_argv:
         log.warning("job token given with --job.token is visible to every local user; "
                     "use --job.token-file or WATCHDOG_JOB_TOKEN")

@@ -104,6 +104,11 @@ POLL_DURATION = _g("agent_poll_duration_seconds", "Duration of the last poll.")
 PROC_ERRORS = _c("agent_process_read_errors_total", "Rank processes that exist but could not be read.")
 REPORTS = _c("agent_reports_total", "Reports sent to the coordinator, by result (ok, error).", ("result",))
 COMMANDS = _c("agent_commands_received_total", "Commands received from the coordinator.")
+COMMANDS_REFUSED = _c("agent_commands_refused_total",
+                      "Commands refused, by reason (bad signature, expired, replayed, wrong identity, ...).",
+                      ("reason",))
+COMMANDS_EXECUTED = _c("agent_commands_executed_total", "Commands run, by type and result (ok, failed).",
+                       ("type", "result"))
 AGENT_CPU = _c("agent_cpu_seconds_total", "User plus system CPU time of the agent itself.")
 AGENT_RSS = _g("agent_resident_memory_bytes", "Resident memory of the agent itself.")
 BUILD_INFO = _g("agent_build_info", "Always 1; labels carry the agent's version.", ("version", "python_version"))

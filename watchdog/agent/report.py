@@ -51,14 +51,15 @@ def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
 
 def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[RankView],
                  now_mono_ns: int, now_wall: float, interval_s: float, *,
-                 since: Mapping[str, int] | None = None, accelerators: Sequence[dict] = ()) -> HostReport:
+                 since: Mapping[str, int] | None = None, accelerators: Sequence[dict] = (),
+                 acks: Sequence[dict] = ()) -> HostReport:
     """One job's report. ``since`` maps a slot path to the first step record index
     not yet reported (see ``marks``); missing paths report every retained record."""
     since = since or {}
     ranks = tuple(rank_state(v, now_mono_ns, since.get(v.path, 0)) for v in tracked_ranks
                   if v.identity.job == job)
     return HostReport(job=job, host=host, agent_id=agent_id, seq=seq, sent_wall=now_wall,
-                      interval_s=interval_s, ranks=ranks, accelerators=tuple(accelerators))
+                      interval_s=interval_s, ranks=ranks, accelerators=tuple(accelerators), acks=tuple(acks))
 
 
 def marks(tracked_ranks: Iterable[RankView]) -> dict[str, int]:

@@ -3,9 +3,10 @@ thread: a slow or dead coordinator must never stall the poll loop.
 
 POST {url}/api/v1/report, JSON ``HostReport.to_dict()``, ``Authorization: Bearer
 <job token>``. The reply is ``{"ok": true, "commands": [...]}``; commands go to the
-``handle_commands`` seam (executing them is a later piece of work). Step records
-are marked reported only once a report carrying them was accepted, so a failed
-send does not lose them (up to the report's cap).
+``handle_commands(job, commands)`` seam (``watchdog.agent.commands``), and their
+acks come back through ``outbox`` in the next reports. Step records and acks are
+marked reported only once a report carrying them was accepted, so a failed send
+does not lose them (up to the report's cap).
 """
 
 from __future__ import annotations
@@ -104,20 +105,20 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def log_commands(commands: list[dict]) -> None:
-    logs.get("watchdog.agent.sender").info("commands received", commands=commands)
+def log_commands(job: str, commands: list[dict]) -> None:
+    logs.get("watchdog.agent.sender").info("commands received", job=job, commands=commands)
 
 
 class Sender:
     def __init__(self, *, url: str, token: str, job: str, host: str, agent_id: str, interval_s: float,
                  timeout_s: float, views: Callable[[], Sequence[RankView]],
                  accelerators: Callable[[], list[dict]] = list, post: Callable | None = None,
-                 handle_commands: Callable[[list[dict]], None] = log_commands, log=None,
+                 handle_commands: Callable[[str, list[dict]], None] = log_commands, outbox: Any = None, log=None,
                  mono_ns: Callable[[], int] = time.monotonic_ns, wall: Callable[[], float] = time.time) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
-        self._handle_commands = handle_commands
+        self._handle_commands, self._outbox = handle_commands, outbox
         self._log = log or logs.get("watchdog.agent.sender")
         self._mono_ns, self._wall = mono_ns, wall
         self._limit = logs.RateLimited(60.0)
@@ -137,8 +138,9 @@ class Sender:
         for job in [self._job] if self._job else report.jobs(views):
             seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
             mine = [v for v in views if v.identity.job == job]
+            acks = self._outbox.take(job) if self._outbox is not None else []
             rep = report.build_report(job, self._host, self._agent_id, seq, mine, self._mono_ns(), self._wall(),
-                                      self._interval_s, since=self._since, accelerators=acc)
+                                      self._interval_s, since=self._since, accelerators=acc, acks=acks)
             try:
                 reply = self._post(self._url, plain(rep), self._token, self._timeout_s)
                 if not isinstance(reply, dict) or reply.get("ok") is not True:
@@ -151,11 +153,13 @@ class Sender:
                 self._failing = False
                 self._log.info("reports resumed", url=self._url)
             self._since.update(report.marks(mine))
+            if acks:
+                self._outbox.delivered(job, acks)
             commands = reply.get("commands") or []
             if isinstance(commands, list) and commands:
                 self.commands_received += len(commands)
                 self.last_commands = commands
-                self._handle_commands(commands)
+                self._handle_commands(job, commands)
 
     def _failed(self, job: str, exc: BaseException) -> None:
         self.failed += 1

@@ -269,6 +269,13 @@ class SlotTracker:
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
+    def incarnations(self, job: str) -> tuple[RankView, ...]:
+        """Every tracked slot of ``job``, superseded and dead ones included: evidence
+        is about the process a finding named, which may have been replaced since."""
+        with self._lock:
+            return tuple(RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps))
+                         for s in self._slots.values() if s.header.identity.job == job)
+
     def state_counts(self) -> dict[str, int]:
         with self._lock:
             counts = dict.fromkeys(track.SLOT_STATES, 0)

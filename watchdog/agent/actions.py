@@ -1,0 +1,206 @@
+"""What a verified command does on this host. Runs on the agent's command worker
+thread, never on the poll loop. Each ``run`` returns the ack for the coordinator
+and the refusals found at execution time (identity checks need the live process,
+so they happen here, right before acting).
+
+Targets are checked against the slots this agent tracks: a command can only touch
+a process that wrote a slot for the job (or, for ``signal``, its parent: the
+launcher), never an arbitrary pid on the host, whoever holds the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal as _signal
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+import psutil
+
+from watchdog import commands as c
+from watchdog import wire
+from watchdog.agent.procs import START_TOLERANCE_US
+from watchdog.agent.slots import RankView
+from watchdog.agent.stacks import StackDumper
+from watchdog.evidence import SlotEvidence, StackDump
+
+MAX_SLOT_RECORDS = 1024  # newest kept; ~170 B each as JSON
+MAX_ACK_BYTES = 1536 << 10  # well below the coordinator's 4 MiB report limit
+
+
+def process_start_us(pid: int) -> int | None:
+    """None when there is no such process (or it cannot be read: identity unprovable)."""
+    try:
+        return int(psutil.Process(pid).create_time() * 1e6)
+    except (psutil.Error, ValueError):
+        return None
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
+def _pidfd_signal(pid: int, signum: int, check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
+    """Pin the process with a pidfd, *then* check its identity, then signal through
+    the pidfd: a pid reused after the check cannot receive the signal."""
+    fd = None
+    if hasattr(os, "pidfd_open") and hasattr(_signal, "pidfd_send_signal"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False, f"pid {pid} is gone"
+        except OSError:
+            fd = None  # ENOSYS / EPERM in a sandbox: os.kill right after the check
+    try:
+        ok, why = check()
+        if not ok:
+            return False, why
+        if fd is not None:
+            _signal.pidfd_send_signal(fd, signum)
+        else:
+            os.kill(pid, signum)
+        return True, ""
+    except ProcessLookupError:
+        return False, f"pid {pid} is gone"
+    except PermissionError as exc:
+        return False, f"not permitted to signal pid {pid}: {exc.strerror}"
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class Actions:
+    def __init__(self, host: str, incarnations: Callable[[str], tuple[RankView, ...]], dumper: StackDumper, *,
+                 read: Callable[[str, int], wire.SlotSnapshot] = wire.read_slot,
+                 start_us: Callable[[int], int | None] = process_start_us,
+                 ppid: Callable[[int], int | None] = parent_pid,
+                 send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
+                 wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
+                 tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
+                 max_ack_bytes: int = MAX_ACK_BYTES) -> None:
+        self.host = host
+        self._incarnations, self._dumper, self._read = incarnations, dumper, read
+        self._start_us, self._ppid, self._send_signal = start_us, ppid, send_signal
+        self._wall, self._mono_ns = wall, mono_ns
+        self._tol, self._max_records, self._max_ack_bytes = tolerance_us, max_records, max_ack_bytes
+
+    def run(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        kind = cmd["type"]
+        if kind == c.DUMP_STACKS:
+            return self.dump_stacks(cmd)
+        if kind == c.SNAPSHOT_SLOTS:
+            return self.snapshot_slots(cmd), []
+        if kind == c.SIGNAL:
+            return self.signal(cmd)
+        return ack(cmd, False, f"unknown type {kind!r}"), []  # verify() lets none through
+
+    # -- evidence --------------------------------------------------------------
+
+    def _slot(self, job: str, t: dict[str, int]) -> RankView | None:
+        """The slot of the target's incarnation; pid 0: the rank's current slot."""
+        mine = [v for v in self._incarnations(job) if v.identity.rank == t["rank"]]
+        if t["pid"] == 0:
+            return max(mine, key=lambda v: v.header.created_wall_ns, default=None)
+        return next((v for v in mine if v.identity.pid == t["pid"]
+                     and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), None)
+
+    def dump_stacks(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        stacks, refusals = [], []
+        for t in cmd["args"]["ranks"]:
+            view = self._slot(cmd["job"], t) if t["pid"] else None
+            if view is None:
+                refusals.append(c.UNKNOWN_TARGET)
+                stacks.append(self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
+                                                 f"has no slot of job {cmd['job']} on this host"))
+                continue
+            start = self._start_us(t["pid"])
+            if start is None:  # not a refusal: a rank can die between the finding and the dump
+                stacks.append(self._no_stack(t, "process gone: no stack to take"))
+                continue
+            ok, why = c.identity_ok(t, start, self._tol)
+            if not ok:
+                refusals.append(c.WRONG_IDENTITY)
+                stacks.append(self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}"))
+                continue
+            stacks.append(self._dumper.dump(self.host, t["rank"], t["pid"]))
+        errors = [f"rank {s.rank}: {s.error}" for s in stacks if not s.ok]
+        out = ack(cmd, any(s.ok for s in stacks), "; ".join(errors), stacks=[s.to_dict() for s in stacks])
+        return out, refusals
+
+    def _no_stack(self, t: dict[str, int], error: str) -> StackDump:
+        return StackDump(host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error,
+                         taken_wall=self._wall())
+
+    def snapshot_slots(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        slots, errors = [], []
+        for t in cmd["args"]["ranks"]:
+            view = self._slot(cmd["job"], t)
+            if view is None:
+                errors.append(f"rank {t['rank']}: no slot of job {cmd['job']} for pid {t['pid']} on this host")
+                continue
+            try:
+                snap = self._read(view.path, 0)  # the whole ring; works on a dead rank's file too
+            except (wire.SlotError, OSError) as exc:
+                errors.append(f"rank {t['rank']}: cannot read {view.path}: {exc}")
+                continue
+            ev = SlotEvidence.from_snapshot(snap, self.host, self._wall(), self._mono_ns())
+            slots.append(trim(ev, self._max_records))
+        slots = fit(slots, self._max_ack_bytes)
+        return ack(cmd, bool(slots), "; ".join(errors), slots=[s.to_dict() for s in slots])
+
+    # -- signal (for abort / restart actions) ------------------------------------
+
+    def signal(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        t, name = cmd["target"], cmd["args"]["signal"]
+        ranks = [v for v in self._incarnations(cmd["job"]) if v.proc.alive]
+        allowed = {v.identity.pid for v in ranks} | {p for p in map(self._ppid, (v.identity.pid for v in ranks)) if p}
+        if t["pid"] not in allowed:
+            return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
+                                   f"{cmd['job']} on this host nor a rank's parent", refused=c.UNKNOWN_TARGET), \
+                [c.UNKNOWN_TARGET]
+        checked: list[str] = []
+
+        def check() -> tuple[bool, str]:
+            start = self._start_us(t["pid"])
+            if start is None:
+                return False, f"pid {t['pid']} is gone"
+            ok, why = c.identity_ok(t, start, self._tol)
+            if not ok:
+                checked.append(c.WRONG_IDENTITY)
+            return ok, why
+
+        ok, why = self._send_signal(t["pid"], int(getattr(_signal, name)), check)
+        if checked:
+            return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): {why}", refused=c.WRONG_IDENTITY), checked
+        return ack(cmd, ok, why), []
+
+
+def ack(cmd: dict[str, Any], ok: bool, error: str = "", *, stacks: list | None = None, slots: list | None = None,
+        refused: str = "") -> dict[str, Any]:
+    out = {"id": cmd.get("id", ""), "type": cmd.get("type", ""), "ok": ok, "error": error[:2000],
+           "stacks": stacks or [], "slots": slots or []}
+    if refused:
+        out["refused"] = refused
+    return out
+
+
+def trim(ev: SlotEvidence, max_records: int) -> SlotEvidence:
+    if len(ev.records) <= max_records:
+        return ev
+    drop = len(ev.records) - max_records
+    return replace(ev, records=ev.records[drop:], records_dropped=ev.records_dropped + drop)
+
+
+def fit(slots: list[SlotEvidence], max_bytes: int) -> list[SlotEvidence]:
+    """Halve every slot's records (newest kept) until the lot fits in ``max_bytes``."""
+    while slots and len(json.dumps([s.to_dict() for s in slots], separators=(",", ":"))) > max_bytes:
+        longest = max(len(s.records) for s in slots)
+        if longest == 0:
+            break
+        slots = [trim(s, longest // 2) for s in slots]
+    return slots
