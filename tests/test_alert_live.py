@@ -23,6 +23,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -33,6 +34,7 @@ from watchdog import localjob
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck  # noqa: E402
+from test_grafana_dashboards import dashboard_exprs  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -68,15 +70,15 @@ def webhook_alertmanager_config(dst: Path, webhook_url: str) -> Path:
     return dst
 
 
-def prometheus_config(dst: Path, agent: str, rules: Path, alertmanager: str) -> None:
+def prometheus_config(dst: Path, agent: str, coordinator: str, rules: Path, alertmanager: str) -> None:
     """The shipped static example with its targets, rules and Alertmanager pointed here."""
     doc = yaml.safe_load((promcheck.REPO / "deploy" / "prometheus" / "scrape" / "static.yml").read_text())
     doc["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     doc["rule_files"] = [str(rules)]
     doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [alertmanager]
-    agent_job = next(sc for sc in doc["scrape_configs"] if sc["job_name"] == "rank-watchdog-agent")
-    agent_job["static_configs"][0]["targets"] = [agent]
-    doc["scrape_configs"] = [agent_job]
+    jobs = {sc["job_name"]: sc for sc in doc["scrape_configs"]}
+    jobs["rank-watchdog-agent"]["static_configs"][0]["targets"] = [agent]
+    jobs["rank-watchdog-coordinator"]["static_configs"][0]["targets"] = [coordinator]
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -171,28 +173,35 @@ def prometheus_alert(prom: Prometheus, name: str) -> dict | None:
     return next((a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"), None)
 
 
-def test_stopped_rank_pages_through_prometheus_and_alertmanager(tmp_path: Path):
+JOB = "live-alert"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The whole chain, up until rank 1 has stopped itself; torn down after the
+    module's tests. Yields a namespace with prom, am, webhook and stopped_at."""
     if Prometheus.binary() is None:
         pytest.fail("Debian's prometheus is not installed (run .ci/setup)")
-    job = "live-alert"
+    tmp_path = tmp_path_factory.mktemp("live")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    started = time.monotonic()
     stack: list = []
     try:
         webhook = Webhook()
         stack.append(webhook.close)
         am = Alertmanager(tmp_path, webhook_alertmanager_config(tmp_path / "am.yml", webhook.url))
         stack.append(am.stop)
-        agent = localjob.start_agent(tmp_path, run_dir, job, extra=["--poll.interval-seconds", "0.1",
-                                                                    "--collector.accelerator", "false"])
+        coord = localjob.start_coordinator(tmp_path, JOB, 2, tmp_path / "journal.jsonl")
+        stack.append(coord.stop)
+        agent = localjob.start_agent(tmp_path, run_dir, JOB, extra=[
+            "--poll.interval-seconds", "0.1", "--collector.accelerator", "false", "--coordinator.url", coord.url])
         stack.append(agent.stop)
         prom = Prometheus(tmp_path, [agent.address])
-        prometheus_config(tmp_path / "prometheus.yml", agent.address, fast_rules(tmp_path / "rules.yml"),
-                          f"127.0.0.1:{am.port}")
+        prometheus_config(tmp_path / "prometheus.yml", agent.address, coord.address,
+                          fast_rules(tmp_path / "rules.yml"), f"127.0.0.1:{am.port}")
         prom.start()
         stack.append(prom.stop)
-        torchrun = localjob.TorchrunJob(nproc=2, run_dir=run_dir, job=job, work_dir=tmp_path, script_args=[
+        torchrun = localjob.TorchrunJob(nproc=2, run_dir=run_dir, job=JOB, work_dir=tmp_path, script_args=[
             "--steps", "100000", "--compute-ms", "40", "--fault", f"stop:1@{STOP_STEP}"]).start()
         stack.append(torchrun.stop)
         pids = torchrun.wait_for_ranks(90)
@@ -211,41 +220,73 @@ def test_stopped_rank_pages_through_prometheus_and_alertmanager(tmp_path: Path):
             except psutil.NoSuchProcess:
                 raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:])
         stopped_at = wait_until(stopped, 90, what="rank 1 stopped", interval_s=0.05)
-
-        # Only what arrives after the stop counts: with a 2 s threshold, a rank whose
-        # heartbeat thread starves while torch starts up on 2 busy cores can blip.
-        got = wait_until(lambda: webhook.first(lambda at, a: at > stopped_at - 0.2 and a["status"] == "firing"
-                                               and a["labels"].get("alertname") == "WatchdogRankFrozen"),
-                         45, what="WatchdogRankFrozen at the webhook", log=tmp_path / "prometheus.log")
-        early = [(round(at - stopped_at, 1), a["labels"].get("alertname"), a["labels"].get("rank"), a["status"])
-                 for at, a in webhook.all() if at <= stopped_at - 0.2]
-        if early:
-            print(f"\nnotifications before the stop (shortened thresholds): {early}")
-        arrived_at, alert = got
-        latency = arrived_at - stopped_at
-        print(f"\nSIGSTOP -> WatchdogRankFrozen at the webhook after {latency:.1f} s "
-              f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
-        assert alert["labels"]["rank"] == "1", alert
-        assert alert["labels"]["job"] == job and alert["labels"]["severity"] == "critical", alert
-        assert alert["labels"]["host"] and alert["labels"]["host"] in alert["annotations"]["summary"], alert
-        assert alert["annotations"]["runbook_url"].endswith("/WatchdogRankFrozen.md"), alert
-        assert latency < 30, latency  # generous: 2 s threshold + 1 s scrape + 1 s eval on a busy 2-core box
-
-        # The hang it causes: Prometheus names rank 1 as the one behind, and the shipped
-        # inhibition keeps it off the pager while the frozen rank's alert fires.
-        hang = wait_until(lambda: prometheus_alert(prom, "WatchdogJobHang"), 30, what="WatchdogJobHang firing")
-        assert hang["labels"]["job"] == job
-        assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
-        suppressed = wait_until(
-            lambda: next((a for a in am.alerts() if a["labels"]["alertname"] == "WatchdogJobHang"
-                          and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
-            20, what="WatchdogJobHang inhibited in Alertmanager")
-        assert suppressed["labels"]["job"] == job
-        assert webhook.first(lambda at, a: at > stopped_at - 0.2 and a["labels"].get("alertname") == "WatchdogJobHang") is None
-        # Rank 0 is alive and waiting, not frozen: only rank 1 was paged.
-        assert webhook.first(lambda at, a: at > stopped_at - 0.2 and a["labels"].get("alertname") == "WatchdogRankFrozen"
-                             and a["labels"].get("rank") != "1") is None
-        print(f"live alert test total {time.monotonic() - started:.1f} s")
+        yield SimpleNamespace(prom=prom, am=am, webhook=webhook, stopped_at=stopped_at, log=tmp_path / "prometheus.log")
     finally:
         for close in reversed(stack):
             close()
+
+
+def after_stop(live, name: str, **labels):
+    """A predicate for webhook.first: this alert, arrived after the stop. Earlier
+    ones do not count: with a 2 s threshold, a rank whose heartbeat thread starves
+    while torch starts up on 2 busy cores can blip."""
+    return lambda at, a: (at > live.stopped_at - 0.2 and a["labels"].get("alertname") == name
+                          and all(a["labels"].get(k) == v for k, v in labels.items()))
+
+
+def test_frozen_rank_pages_with_its_rank(live):
+    arrived_at, alert = wait_until(lambda: live.webhook.first(after_stop(live, "WatchdogRankFrozen")), 45,
+                                   what="WatchdogRankFrozen at the webhook", log=live.log)
+    latency = arrived_at - live.stopped_at
+    print(f"\nSIGSTOP -> WatchdogRankFrozen at the webhook after {latency:.1f} s "
+          f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
+    assert alert["status"] == "firing"
+    assert alert["labels"]["rank"] == "1", alert
+    assert alert["labels"]["job"] == JOB and alert["labels"]["severity"] == "critical", alert
+    assert alert["labels"]["host"] and alert["labels"]["host"] in alert["annotations"]["summary"], alert
+    assert alert["annotations"]["runbook_url"].endswith("/WatchdogRankFrozen.md"), alert
+    assert latency < 30, latency  # generous: 2 s threshold + 1 s scrape + 1 s eval on a busy 2-core box
+    # Rank 0 is alive and waiting, not frozen: only rank 1 was paged.
+    assert live.webhook.first(lambda at, a: after_stop(live, "WatchdogRankFrozen")(at, a)
+                              and a["labels"].get("rank") != "1") is None
+
+
+def test_hang_names_the_culprit_and_is_inhibited(live):
+    # The hang the frozen rank causes: Prometheus names rank 1 as the one behind, and
+    # the shipped inhibition keeps it off the pager while the frozen rank's alert fires.
+    hang = wait_until(lambda: prometheus_alert(live.prom, "WatchdogJobHang"), 30, what="WatchdogJobHang firing")
+    assert hang["labels"]["job"] == JOB
+    assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
+    suppressed = wait_until(
+        lambda: next((a for a in live.am.alerts() if a["labels"]["alertname"] == "WatchdogJobHang"
+                      and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
+        20, what="WatchdogJobHang inhibited in Alertmanager")
+    assert suppressed["labels"]["job"] == JOB
+    assert live.webhook.first(after_stop(live, "WatchdogJobHang")) is None
+
+
+def test_coordinator_finding_arrives_with_the_training_job(live):
+    # The coordinator's metrics carry no job label (with honor_labels they get the
+    # scrape job's name); the rule joins watchdog_coordinator_info for it.
+    _, alert = wait_until(lambda: live.webhook.first(after_stop(live, "WatchdogCoordinatorFinding", job=JOB)), 45,
+                          what="WatchdogCoordinatorFinding at the webhook", log=live.log)
+    assert alert["labels"]["kind"] in ("frozen_rank", "collective_hang"), alert["labels"]
+    assert alert["labels"]["severity"] == "critical"
+
+
+def test_dashboard_panels_return_data(live):
+    """Every dashboard query returns series from the live agent and coordinator,
+    except the accelerator panels (no NVML on this machine) and the coordinator's
+    straggler score (it needs straggler.windows x straggler.window-steps steps; this
+    job stops at step 30)."""
+    wait_until(lambda: prometheus_alert(live.prom, "WatchdogRankFrozen"), 30, what="alerts for the annotations")
+    time.sleep(3)  # at least a few rate windows of data; the job has run for several seconds already
+    empty = []
+    for path in sorted((promcheck.REPO / "grafana" / "dashboards").glob("*.json")):
+        for where, expr in dashboard_exprs(json.loads(path.read_text())).items():
+            if "watchdog_accelerator_" in expr or "watchdog_coordinator_straggler_score" in expr:
+                continue
+            q = re.sub(r"\$__rate_interval\b", "10s", expr).replace('"$job"', f'"{JOB}"')
+            if not live.prom.query(re.sub(r"\$\w+", ".*", q)):
+                empty.append(f"{path.name}: {where}")
+    assert not empty, "queries with no data:\n" + "\n".join(empty)
