@@ -150,6 +150,11 @@ def annotations() -> dict:
          "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
                  f" * on (instance) group_left () watchdog_coordinator_info{{{J}}}) > 0",
          "titleFormat": "finding: {{kind}}", "step": "60s"},
+        # Actions: the commands (stacks, signals, checkpoint requests) the job's agents ran.
+        {"name": "Actions", "enable": True, "iconColor": "purple", "datasource": DS,
+         "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
+                 f" and on (instance) watchdog_rank_alive{{{J}}}) > 0",
+         "titleFormat": "action: {{type}} ({{result}})", "step": "60s"},
         {"name": "Firing alerts", "enable": True, "iconColor": "red", "datasource": DS,
          "expr": 'ALERTS{alertstate="firing", job="$job"}', "titleFormat": "{{alertname}}",
          "tagKeys": "severity,rank,host", "step": "60s"},

@@ -114,7 +114,7 @@ def test_job_overview_has_what_the_issue_asks(docs):
                    "watchdog_rank_steps_total", "watchdog_accelerator_utilization_ratio", 'part="data"'):
         assert needle in exprs, needle
     annotations = {a["name"] for a in job["annotations"]["list"]}
-    assert {"Coordinator findings", "Firing alerts"} <= annotations
+    assert {"Coordinator findings", "Actions", "Firing alerts"} <= annotations
 
 
 def _diff(orig, back, path="$") -> list[str]:
