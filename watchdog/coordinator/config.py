@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from watchdog.flags import (
     Flag,
+    boolean,
     listen_address,
     non_negative_float,
     positive_float,
@@ -84,6 +85,9 @@ class Config:
     max_body_bytes: int = 4 << 20
     log_level: str = "info"
     detectors: DetectorConfig = DetectorConfig()
+    # When a finding opens, ask the agents for slot snapshots and Python stacks.
+    evidence: bool = True
+    commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
 
 
 _D = DetectorConfig()
@@ -120,6 +124,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float),
     Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long", non_negative_float),
     Flag("log.level", "info", "debug, info, warning or error"),
+    Flag("evidence.collect", True, "when a finding opens, ask the agents for slot snapshots and Python stacks "
+         "(py-spy) of the ranks it concerns", boolean),
+    Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
+         positive_float),
     *(f for f, _ in _DETECTOR_FLAGS),
 )
 
@@ -150,6 +158,8 @@ def from_values(values: Mapping[str, Any]) -> Config:
         max_body_bytes=values["web_max_body_bytes"],
         log_level=values["log_level"],
         detectors=det,
+        evidence=values["evidence_collect"],
+        commands_give_up_s=values["commands_give_up_seconds"],
     )
 
 

@@ -1,7 +1,8 @@
 """The append-only JSONL journal: one object per line, ``event``, ``t_wall``,
 ``t_mono`` and the payload.
 
-Every write is flushed; findings, resolutions and start/stop are also fsync'd,
+Every write is flushed; findings, resolutions, start/stop, commands sent and
+their outcomes (evidence included) are also fsync'd,
 so what paged someone survives a crash. A kill mid-write leaves at most a torn
 last line: ``read`` skips lines that do not parse, and a writer reopening a
 journal that does not end in a newline first terminates the torn line, so it can
@@ -16,7 +17,8 @@ import os
 import threading
 from typing import Any, Callable, Iterator
 
-DURABLE = frozenset({"start", "config", "finding", "resolved", "stop", "action"})
+DURABLE = frozenset({"start", "config", "finding", "resolved", "stop", "action",
+                     "command", "evidence", "command_done", "command_refused", "command_expired"})
 
 
 def _default(obj: Any) -> Any:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from watchdog.commands import TYPES as COMMAND_TYPES
+
+from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
 
 REJECT_REASONS = ("bad_json", "too_large", "no_length", "unauthorized", "version", "schema", "wrong_job", "timeout", "internal")
@@ -33,6 +36,7 @@ class CoordinatorMetrics:
         self.received = Counter("watchdog_coordinator_reports_received_total", "Host reports accepted", registry=r)
         self.rejected = Counter("watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r)
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
+        self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
         # Children exist from the start, so a zero is a zero and not a missing series.
         for kind in KINDS:
@@ -43,3 +47,6 @@ class CoordinatorMetrics:
             self.rejected.labels(reason)
         for name in detectors:
             self.det_errors.labels(name)
+        for kind in COMMAND_TYPES:
+            for outcome in COMMAND_OUTCOMES:
+                self.commands.labels(kind, outcome)

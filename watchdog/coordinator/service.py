@@ -15,13 +15,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from .. import logs
+from .. import commands, logs
 from ..report import HostReport
-from . import health, status, tracker
+from . import evidence_plan, health, status, tracker
 from .config import Config
 from .detectors import build
 from .detectors.collective_hang import hang_state
 from .detectors.straggler import scores
+from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
 from .journal import Journal
 from .metrics import CoordinatorMetrics
@@ -56,6 +57,11 @@ class Coordinator:
         self._straggler_ranks: set[int] = set()
         self._journal_failed = logs.RateLimited(every_s=60.0)
         self._mismatch = logs.RateLimited(every_s=600.0)
+        self.dispatch = Dispatch(cfg.token, DispatchConfig(give_up_s=cfg.commands_give_up_s))
+        # Unsigned commands only where agents accept them: both sides without a token, on loopback.
+        self._commands_ok = bool(cfg.token) or commands.is_loopback(cfg.listen[0])
+        self._collected: dict[tracker.Key, float] = {}  # finding key -> when evidence was last requested
+        self._no_evidence_logged = False
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
@@ -89,7 +95,11 @@ class Coordinator:
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
-        return {"ok": True, "commands": []}
+        # Outside the lock: evidence lines are fsync'd and can be large.
+        done = self.dispatch.acked(report.host, report.acks, now) if report.acks else []
+        outgoing, sent = self.dispatch.outgoing(report.job, report.host, report.sent_wall, report.interval_s, now)
+        self._command_events(done + sent)
+        return {"ok": True, "commands": outgoing}
 
     # -- tick ------------------------------------------------------------------
 
@@ -105,6 +115,8 @@ class Coordinator:
             self.metrics.findings.labels(f.kind).inc()
             self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record("finding", f.to_dict())
+        self._collect(opened, view, now)  # after the finding lines: evidence follows, never delays them
+        self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
         for r in resolved:
             self.metrics.resolved.labels(r.finding.kind).inc()
             self.log.info("resolved", kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
@@ -158,6 +170,47 @@ class Coordinator:
         for r, s in sc.items():
             m.straggler.labels(str(r)).set(round(s["factor"], 4))
         self._straggler_ranks = set(sc)
+
+    # -- evidence ----------------------------------------------------------------
+
+    COLLECT_COOLDOWN_S = 60.0  # a finding that flaps open/resolved is not dumped every time
+
+    def _collect(self, opened: list[Finding], view: ClusterView, now: float) -> None:
+        if not self.cfg.evidence:
+            return
+        self._collected = {k: t for k, t in self._collected.items() if now - t < self.COLLECT_COOLDOWN_S}
+        for f in opened:
+            if (not f.ranks and not f.wants_stacks) or f.key in self._collected:
+                continue
+            if not self._commands_ok:
+                if not self._no_evidence_logged:
+                    self._no_evidence_logged = True
+                    self.log.warning("evidence_disabled", reason="no job token and not listening on loopback: "
+                                     "agents would refuse unsigned commands")
+                return
+            reqs = evidence_plan.plan(f, view)
+            if reqs:
+                self._collected[f.key] = now
+                self.dispatch.request(reqs, now)
+                self.log.info("evidence_requested", kind=f.kind, ranks=list(f.ranks),
+                              requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs])
+
+    def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Journal, log and count what the dispatch reported."""
+        for name, payload in events:
+            kind = payload.get("type", "")
+            outcome = {"command": "sent", "command_refused": "refused", "command_expired": "expired"}.get(name)
+            if name in ("evidence", "command_done"):
+                outcome = "done" if payload.get("ok") else "failed"
+            if outcome and kind in commands.TYPES:
+                self.metrics.commands.labels(kind, outcome).inc()
+            brief = {k: v for k, v in payload.items() if k not in ("stacks", "slots")}
+            if name == "evidence":
+                brief.update(stacks=[s["rank"] for s in payload["stacks"] if s.get("ok")],
+                             slots=[s["rank"] for s in payload["slots"]])
+            (self.log.warning if name in ("command_refused", "command_expired", "command_unknown_ack")
+             else self.log.info)(name, **brief)
+            self._record(name, payload)
 
     # -- status ----------------------------------------------------------------
 

@@ -1,0 +1,290 @@
+"""Evidence collection on the coordinator side, time moved by numbers: which ranks
+get stacks and snapshots, when a command is sent, re-sent and given up on, and
+what is journaled — against simulated jobs and fake agents that verify the
+signatures like the real one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from watchdog import commands
+from watchdog.coordinator import journal
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
+from watchdog.coordinator.evidence_plan import Request, plan
+from watchdog.coordinator.finding import Finding
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+from watchdog.coordinator.simjob import SimJob
+from watchdog.evidence import SlotEvidence, StackDump
+
+TOKEN = "job-token"
+
+
+def finding(kind, ranks, wants=(), **evidence):
+    return Finding(kind=kind, ranks=tuple(ranks), hosts=(), reason="r", onset_mono=0.0, detected_mono=1.0,
+                   evidence=evidence, wants_stacks=tuple(wants))
+
+
+def summary(reqs):
+    return [(r.host, r.type, r.ranks) for r in reqs]
+
+
+# -- plan ------------------------------------------------------------------------------
+
+
+def test_hang_snapshots_every_rank_and_dumps_the_culprit_plus_one_waiter():
+    view = t.view(t.healthy(8), ranks_per_host=4)
+    f = finding("collective_hang", [5], wants=[5], waiters=[0, 1, 2, 3, 4, 6, 7])
+    assert summary(plan(f, view)) == [
+        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7]),
+        ("host0", "dump_stacks", [0]), ("host1", "dump_stacks", [5])]
+    req = plan(f, view)[-1]
+    assert req.targets == (commands.target(5, 1005, 1_700_000_000_000_000),)
+    assert req.trigger == {"kind": "collective_hang", "ranks": [5]}
+
+
+def test_hang_with_a_dead_culprit_dumps_only_a_live_waiter():
+    view = t.view(t.with_rank(t.healthy(4), 2, alive=False), ranks_per_host=4)
+    f = finding("collective_hang", [2], wants=[2], waiters=[0, 1, 3])
+    assert summary(plan(f, view)) == [("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0])]
+
+
+def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
+    view = t.view(t.with_rank(t.healthy(8), 6, alive=False), ranks_per_host=4)
+    assert summary(plan(finding("dead_rank", [6]), view)) == [("host1", "snapshot_slots", [6])]
+
+
+def test_frozen_rank_gets_snapshot_and_stack():
+    view = t.view(t.healthy(4), ranks_per_host=4)
+    assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
+        ("host0", "snapshot_slots", [3]), ("host0", "dump_stacks", [3])]
+
+
+def test_dumps_are_capped_and_unknown_ranks_skipped():
+    view = t.view(t.healthy(16), ranks_per_host=16)
+    f = finding("collective_hang", [], wants=range(16), waiters=list(range(16)))
+    dumps = [r for r in plan(f, view) if r.type == "dump_stacks"]
+    assert [len(r.targets) for r in dumps] == [8]
+    assert plan(finding("never_joined", [20]), view) == []
+
+
+# -- decide ----------------------------------------------------------------------------
+
+CFG = DispatchConfig(give_up_s=60.0, resend_intervals=3.0, resend_min_s=2.0, max_attempts=3)
+REQ = Request(host="h", type="dump_stacks", targets=(commands.target(0, 1, 2),), trigger={"kind": "k", "ranks": [0]})
+
+
+@pytest.mark.parametrize("pending,now,want", [
+    (Pending(REQ, created=0.0), 0.0, SEND),
+    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 2.9, WAIT),
+    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 3.0, SEND),  # 3 intervals of 1 s, no answer
+    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 30.0, WAIT),  # agent is on it
+    (Pending(REQ, created=0.0, ids=["a", "b", "c"], sent_at=10.0), 30.0, WAIT),  # attempts used up
+    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 60.0, GIVE_UP),
+])
+def test_decide(pending, now, want):
+    assert decide(pending, now, 1.0, CFG) == want
+
+
+# -- dispatch --------------------------------------------------------------------------
+
+
+def ids():
+    n = iter(range(1000))
+    return lambda: f"c-{next(n)}"
+
+
+def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the_first_answer():
+    d = Dispatch(TOKEN, CFG, new_id=ids())
+    d.request([REQ], now=0.0)
+    assert d.outgoing("job", "other-host", 5e8, 1.0, 0.0) == ([], [])
+    [cmd], [(name, ev)] = d.outgoing("job", "h", agent_wall=5e8, interval_s=1.0, now=0.0)
+    assert commands.verify(cmd, TOKEN, "job", "h", 5e8 + 1, set()) == (True, "")
+    assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and name == "command" and ev["attempt"] == 1
+    assert d.outgoing("job", "h", 5e8, 1.0, 1.0)[0] == []  # too early to re-send
+    [again], _ = d.outgoing("job", "h", 5e8, 1.0, 3.5)  # the reply was lost
+    assert again["id"] != cmd["id"] and again["args"] == cmd["args"]
+    ack = {"id": cmd["id"], "type": "dump_stacks", "ok": True, "error": "",
+           "stacks": [StackDump(host="h", rank=0, pid=1, ok=True, text="main (x.py:1)").to_dict()], "slots": []}
+    [(name, ev)] = d.acked("h", [ack], 4.0)
+    assert name == "evidence" and ev["command_id"] == cmd["id"] and ev["stacks"][0]["text"] == "main (x.py:1)"
+    assert d.acked("h", [{**ack, "id": again["id"]}], 5.0) == []  # the second attempt's answer: ignored
+    assert d.pending() == [] and d.outgoing("job", "h", 5e8, 1.0, 10.0)[0] == []
+
+
+def test_running_ack_stops_resends_until_the_result_or_give_up():
+    d = Dispatch(TOKEN, CFG, new_id=ids())
+    d.request([REQ], now=0.0)
+    [cmd], _ = d.outgoing("job", "h", 0.0, 1.0, 0.0)
+    assert d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "running": True}], 1.0) == []
+    assert d.outgoing("job", "h", 0.0, 1.0, 30.0)[0] == []
+    [(name, ev)] = d.expire(60.0, lambda host: 1.0)
+    assert name == "command_expired" and ev["ids"] == [cmd["id"]] and ev["acknowledged"] is True
+    # A result after we gave up is still evidence, marked late.
+    [(name, ev)] = d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out",
+                                  "stacks": [], "slots": []}], 61.0)
+    assert name == "evidence" and ev["late"] is True and ev["ok"] is False and "timed out" in ev["error"]
+
+
+def test_refusal_unknown_ack_and_malformed_evidence():
+    d = Dispatch(TOKEN, CFG, new_id=ids())
+    d.request([REQ, replace(REQ, type="snapshot_slots")], now=0.0)
+    (a, b), _ = d.outgoing("job", "h", 0.0, 1.0, 0.0)
+    events = d.acked("h", [
+        {"id": a["id"], "type": a["type"], "ok": False, "error": "refused: expired", "refused": "expired"},
+        {"id": b["id"], "type": b["type"], "ok": True, "error": "", "stacks": [],
+         "slots": [{"rank": 1}, "junk", SlotEvidence(host="h", rank=0, pid=1, proc_start_us=2, taken_wall=3.0,
+                                                     taken_mono_ns=4, created_wall_ns=5, created_mono_ns=6,
+                                                     header={"step": 7}).to_dict()]},
+        {"id": "c-999", "type": "dump_stacks", "ok": True},
+        {"id": a["id"], "type": a["type"], "ok": True, "from": "another host"},
+    ], 1.0)
+    names = [n for n, _ in events]
+    assert names == ["command_refused", "evidence", "command_unknown_ack"]
+    assert events[0][1]["reason"] == "expired"
+    assert [s["rank"] for s in events[1][1]["slots"]] == [0] and "2 malformed" in events[1][1]["error"]
+    assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0][0] == "command_unknown_ack"
+
+
+# -- the coordinator with fake agents ----------------------------------------------------
+
+
+class FakeAgents:
+    """Stands between SimJob and the coordinator: verifies every command in a reply
+    the way the agent does, and answers in that host's next report."""
+
+    def __init__(self, coord, token=TOKEN, lose_first=0, silent=False, refuse=""):
+        self.c, self.token, self.lose, self.silent, self.refuse = coord, token, lose_first, silent, refuse
+        self.acks: dict[str, list[dict]] = {}
+        self.seen: set[str] = set()
+        self.commands: list[dict] = []
+
+    @property
+    def view(self):
+        return self.c.view
+
+    def tick(self, now, wall):
+        return self.c.tick(now, wall)
+
+    def accept(self, rep, now):
+        rep = replace(rep, acks=tuple(self.acks.pop(rep.host, [])))
+        reply = self.c.accept(rep, now)
+        for cmd in reply["commands"]:
+            self.commands.append(cmd)
+            ok, why = commands.verify(cmd, self.token, rep.job, rep.host, rep.sent_wall + 0.01, self.seen,
+                                      loopback=not self.token)
+            assert ok, why
+            self.seen.add(cmd["id"])
+            if self.lose > 0:
+                self.lose -= 1
+                continue
+            if self.silent:
+                continue
+            self.acks.setdefault(rep.host, []).append(self.answer(cmd, rep.host))
+        return reply
+
+    def answer(self, cmd, host):
+        if self.refuse:
+            return {"id": cmd["id"], "type": cmd["type"], "ok": False, "error": "refused", "refused": self.refuse}
+        targets = cmd["args"]["ranks"]
+        stacks = [StackDump(host=host, rank=x["rank"], pid=x["pid"], ok=True,
+                            text=f"Thread {x['pid']} (idle)\n    main (train.py:{x['rank']})\n").to_dict()
+                  for x in targets] if cmd["type"] == "dump_stacks" else []
+        slots = [SlotEvidence(host=host, rank=x["rank"], pid=x["pid"], proc_start_us=x["proc_start_us"],
+                              taken_wall=1.0, taken_mono_ns=1, created_wall_ns=0, created_mono_ns=0,
+                              header={"step": 40}, records=[[0, 1, 2, 3]]).to_dict()
+                 for x in targets] if cmd["type"] == "snapshot_slots" else []
+        return {"id": cmd["id"], "type": cmd["type"], "ok": True, "error": "", "stacks": stacks, "slots": slots}
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def _make(**kw):
+        path = str(tmp_path / f"journal{len(made)}.jsonl")
+        c = Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5, token=kw.pop("token", TOKEN), **kw),
+                        Journal(path, lambda: (1.7e9, 0.0)))
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.journal.close()
+
+
+def events(c, *names):
+    return [r for r in journal.read(c.journal.path) if r["event"] in names]
+
+
+def test_hang_evidence_follows_the_finding_once_from_every_host(make):
+    c = make()
+    agents = FakeAgents(c)
+    sim = SimJob(seed=3)
+    sim.hang(3, 40)
+    sim.run_until(40.0, coordinator=agents, tick_s=0.5)
+    recs = events(c, "finding", "command", "evidence")
+    kinds = [r["event"] for r in recs]
+    assert kinds[0] == "finding" and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
+    assert kinds.count("finding") == 1 and kinds.count("command") == 3 and kinds.count("evidence") == 3  # never re-asked
+    ev = {(r["host"], r["type"]): r for r in recs if r["event"] == "evidence"}
+    assert sorted(ev) == [("host0", "dump_stacks"), ("host0", "snapshot_slots"), ("host1", "snapshot_slots")]
+    assert [s["rank"] for s in ev[("host0", "dump_stacks")]["stacks"]] == [0, 3]  # culprit + one waiter
+    assert sorted(s["rank"] for k, r in ev.items() if k[1] == "snapshot_slots" for s in r["slots"]) == list(range(8))
+    assert all(r["trigger"] == {"kind": "collective_hang", "ranks": [3]} for r in ev.values())
+    first_finding_t = recs[0]["t_mono"]
+    assert all(r["t_mono"] >= first_finding_t for r in recs)
+    assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
+                                       {"type": "dump_stacks", "outcome": "done"}) == 1
+
+
+def test_a_lost_reply_is_resent_and_a_silent_agent_given_up_on(make):
+    c = make()
+    agents = FakeAgents(c, lose_first=1)
+    sim = SimJob(seed=3)
+    sim.stop(3, 40)
+    sim.run_until(40.0, coordinator=agents, tick_s=0.5)
+    sent = events(c, "command")
+    assert max(r["attempt"] for r in sent) == 2  # the lost one went out again, under a new id
+    assert len({r["id"] for r in sent}) == len(sent)
+    assert events(c, "evidence") and not events(c, "command_expired")
+
+    c2 = make(commands_give_up_s=10.0)
+    sim2 = SimJob(seed=3)
+    sim2.stop(3, 40)
+    sim2.run_until(45.0, coordinator=FakeAgents(c2, silent=True), tick_s=0.5)
+    expired = events(c2, "command_expired")
+    assert expired and all(len(r["ids"]) == 3 for r in expired)  # max attempts, then gave up
+    assert not events(c2, "evidence")
+
+
+def test_refused_commands_are_journaled_and_counted(make):
+    c = make()
+    sim = SimJob(seed=3)
+    sim.kill(3, 40, victims_die_after=0.15)
+    sim.run_until(30.0, coordinator=FakeAgents(c, refuse="bad_signature"), tick_s=0.5)
+    [ref] = events(c, "command_refused")
+    assert ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots" and ref["trigger"]["kind"] == "dead_rank"
+    assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
+                                       {"type": "snapshot_slots", "outcome": "refused"}) == 1
+
+
+def test_no_commands_without_a_token_off_loopback(make):
+    c = make(token="", listen=("0.0.0.0", 0))
+    agents = FakeAgents(c, token="")
+    sim = SimJob(seed=3)
+    sim.hang(3, 40)
+    sim.run_until(30.0, coordinator=agents, tick_s=0.5)
+    assert events(c, "finding") and agents.commands == []
+
+    c2 = make(token="")  # loopback: unsigned evidence commands, accepted by a token-less loopback agent
+    agents2 = FakeAgents(c2, token="")
+    sim2 = SimJob(seed=3)
+    sim2.hang(3, 40)
+    sim2.run_until(30.0, coordinator=agents2, tick_s=0.5)
+    assert agents2.commands and all(cmd["sig"] == "" for cmd in agents2.commands)  # verified by FakeAgents
+    assert events(c2, "evidence")

@@ -1,0 +1,174 @@
+"""Commands waiting for their host's agent, and what came back.
+
+The coordinator never connects to an agent: a request waits here until that
+host's next report, goes out signed in the reply, and is answered by acks in a
+later report. Every attempt is a fresh envelope (new id, new signature), so the
+agent's replay check never trips on our own re-sends; the first answer to any
+attempt completes the request and later ones are ignored.
+
+``decide`` is the pure part: send now, wait, or give up, from (now, state).
+The agent acks "running" as soon as it accepts a command, so a re-send only
+happens when a reply (or the agent) was lost, not while a dump is in progress.
+
+Returns journal events instead of writing them; the service writes them outside
+its lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from watchdog import commands
+from watchdog.evidence import SlotEvidence, StackDump
+
+from .evidence_plan import Request
+
+Event = tuple[str, dict[str, Any]]
+SEND, WAIT, GIVE_UP = "send", "wait", "give_up"
+OUTCOMES = ("sent", "done", "failed", "refused", "expired")
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    ttl_s: float = 30.0  # envelope lifetime (agent clock)
+    give_up_s: float = 60.0  # from the request: no answer by then -> command_expired
+    resend_intervals: float = 3.0  # re-send when not even a "running" ack came in this many report intervals
+    resend_min_s: float = 2.0
+    max_attempts: int = 3
+    max_per_reply: int = 16
+    keep_s: float = 600.0  # answered / expired requests remembered (late and duplicate acks)
+
+
+@dataclass
+class Pending:
+    req: Request
+    created: float
+    ids: list[str] = field(default_factory=list)
+    sent_at: float | None = None
+    running: bool = False
+    state: str = "pending"  # pending / done / expired
+    ended: float = 0.0
+
+
+def decide(p: Pending, now: float, interval_s: float, cfg: DispatchConfig) -> str:
+    if now - p.created >= cfg.give_up_s:
+        return GIVE_UP
+    if p.sent_at is None:
+        return SEND
+    if p.running or len(p.ids) >= cfg.max_attempts:
+        return WAIT
+    if now - p.sent_at >= max(cfg.resend_min_s, cfg.resend_intervals * interval_s):
+        return SEND
+    return WAIT
+
+
+class Dispatch:
+    def __init__(self, token: str, cfg: DispatchConfig = DispatchConfig(),
+                 new_id: Callable[[], str] = commands.new_id) -> None:
+        self._token, self.cfg, self._new_id = token, cfg, new_id
+        self._lock = threading.Lock()
+        self._pending: list[Pending] = []  # oldest first
+        self._by_id: dict[str, Pending] = {}
+
+    def request(self, reqs: list[Request], now: float) -> None:
+        with self._lock:
+            self._pending += [Pending(req=r, created=now) for r in reqs]
+
+    def pending(self) -> list[Pending]:
+        with self._lock:
+            return list(self._pending)
+
+    def outgoing(self, job: str, host: str, agent_wall: float, interval_s: float, now: float) -> tuple[list[dict], list[Event]]:
+        """Signed commands for this host's reply. ``agent_wall``: the report's
+        sent_wall, so the envelope's times are in the agent's own clock."""
+        out: list[dict] = []
+        events: list[Event] = []
+        with self._lock:
+            for p in self._pending:
+                if p.req.host != host or len(out) >= self.cfg.max_per_reply:
+                    continue
+                if decide(p, now, interval_s, self.cfg) != SEND:
+                    continue
+                cmd = commands.sign(commands.make(
+                    job=job, type=p.req.type, host=host, args={"ranks": list(p.req.targets)},
+                    issued_wall=agent_wall, ttl_s=self.cfg.ttl_s, id=self._new_id()), self._token)
+                p.ids.append(cmd["id"])
+                p.sent_at = now
+                self._by_id[cmd["id"]] = p
+                out.append(cmd)
+                events.append(("command", {"id": cmd["id"], "type": cmd["type"], "host": host,
+                                           "ranks": p.req.ranks, "trigger": p.req.trigger, "attempt": len(p.ids),
+                                           "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"]}))
+        return out, events
+
+    def acked(self, host: str, acks: tuple[dict, ...] | list[dict], now: float) -> list[Event]:
+        events: list[Event] = []
+        with self._lock:
+            for a in acks:
+                cid = a.get("id")
+                p = self._by_id.get(cid) if isinstance(cid, str) else None
+                if p is None or p.req.host != host:
+                    events.append(("command_unknown_ack", {"host": host, "id": str(cid)[:80],
+                                                           "type": str(a.get("type"))[:40]}))
+                    continue
+                if p.state == "done":
+                    continue  # another attempt already answered
+                if a.get("running") is True:
+                    p.running = True
+                    continue
+                late = p.state == "expired"
+                self._finish(p, "done", now)
+                events.append(self._outcome(p, cid, host, a, late))
+        return events
+
+    def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:
+        base = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.req.trigger}
+        if late:
+            base["late"] = True
+        error = str(a.get("error") or "")[:2000]
+        if isinstance(a.get("refused"), str) and a["refused"]:
+            return ("command_refused", {**base, "reason": a["refused"][:40], "error": error})
+        ok = a.get("ok") is True
+        if p.req.type not in commands.EVIDENCE:
+            return ("command_done", {**base, "ok": ok, "error": error})
+        stacks, bad = _parse(a.get("stacks"), StackDump)
+        slots, bad2 = _parse(a.get("slots"), SlotEvidence)
+        if bad or bad2:
+            error = (error + "; " if error else "") + f"{bad + bad2} malformed entries dropped"
+        return ("evidence", {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots})
+
+    def _finish(self, p: Pending, state: str, now: float) -> None:
+        p.state, p.ended = state, now
+        if p in self._pending:
+            self._pending.remove(p)
+
+    def expire(self, now: float, interval_of: Callable[[str], float]) -> list[Event]:
+        """Give up on requests past ``give_up_s``; forget long-finished ones."""
+        events: list[Event] = []
+        with self._lock:
+            for p in list(self._pending):
+                if decide(p, now, interval_of(p.req.host), self.cfg) == GIVE_UP:
+                    self._finish(p, "expired", now)
+                    events.append(("command_expired", {"type": p.req.type, "host": p.req.host, "ids": p.ids,
+                                                       "ranks": p.req.ranks, "trigger": p.req.trigger,
+                                                       "acknowledged": p.running,
+                                                       "waited_s": round(now - p.created, 3)}))
+            stale = [i for i, p in self._by_id.items() if p.state != "pending" and now - p.ended > self.cfg.keep_s]
+            for i in stale:
+                del self._by_id[i]
+        return events
+
+
+def _parse(raw: Any, cls: type) -> tuple[list[dict], int]:
+    """Entries the evidence reader will accept, through its own from_dict."""
+    if not isinstance(raw, list):
+        return [], 0
+    out, bad = [], 0
+    for item in raw:
+        try:
+            out.append(cls.from_dict(item).to_dict())
+        except (TypeError, ValueError, AttributeError):
+            bad += 1
+    return out, bad

@@ -1,0 +1,77 @@
+"""Which evidence to ask the agents for when a finding opens. Pure.
+
+- Slot snapshots of the ranks a finding concerns (for ``collective_hang``: every
+  rank, so a timeline has every lane). A dead rank's slot file is still on disk
+  and its agent reads it, so ``dead_rank`` gets snapshots too.
+- Python stacks of the ranks the detector wants confirmed (``wants_stacks``),
+  plus, for a hang, ONE waiting rank: the culprit's stack says where it is stuck,
+  a waiter's shows what the others are blocked in. Only live processes: a dead
+  rank has no stack. At most ``max_dumps`` per finding: a dump pauses a rank.
+
+One request per (host, type): an agent answers for its own ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from watchdog import commands
+
+from .finding import Finding
+from .view import ClusterView, RankView
+
+MAX_DUMPS = 8
+
+
+@dataclass(frozen=True)
+class Request:
+    host: str
+    type: str  # commands.DUMP_STACKS / SNAPSHOT_SLOTS
+    targets: tuple[dict[str, int], ...]  # commands.target(), sorted by rank
+    trigger: dict[str, Any]  # {"kind", "ranks"}: the finding, as evidence.py records it
+
+    @property
+    def ranks(self) -> list[int]:
+        return [t["rank"] for t in self.targets]
+
+
+def trigger(f: Finding) -> dict[str, Any]:
+    return {"kind": f.kind, "ranks": list(f.ranks)}
+
+
+def _live(rv: RankView) -> bool:
+    return rv.state.alive and rv.state.status != "exited"
+
+
+def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[int]:
+    wanted = [r for r in f.wants_stacks if r in view.ranks and _live(view.ranks[r])][:max_dumps]
+    if f.kind == "collective_hang":
+        waiters = [w for w in f.evidence.get("waiters") or () if isinstance(w, int)]
+        extra = next((w for w in sorted(waiters) if w not in wanted and w in view.ranks and _live(view.ranks[w])), None)
+        if extra is not None:
+            wanted = wanted[:max_dumps - 1] + [extra]
+    return sorted(set(wanted))
+
+
+def snapshot_ranks(f: Finding, view: ClusterView) -> list[int]:
+    if f.kind == "collective_hang":
+        return sorted(view.ranks)
+    return sorted(r for r in set(f.ranks) | set(f.wants_stacks) if r in view.ranks)
+
+
+def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[Request]:
+    out = []
+    for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)),
+                        (commands.DUMP_STACKS, stack_ranks(f, view, max_dumps))):
+        for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
+            targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
+            out.append(Request(host=host, type=kind, targets=targets, trigger=trigger(f)))
+    return out
+
+
+def _by_host(rvs: Iterable[RankView]) -> dict[str, list[RankView]]:
+    out: dict[str, list[RankView]] = {}
+    for rv in sorted(rvs, key=lambda x: x.rank):
+        out.setdefault(rv.host, []).append(rv)
+    return out
