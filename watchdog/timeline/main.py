@@ -1,0 +1,65 @@
+"""``watchdog timeline JOURNAL``: the post-mortem of a job from its coordinator journal.
+
+    watchdog timeline journal.jsonl                  # text: root cause first (default)
+    watchdog timeline journal.jsonl --html out.html  # self-contained swim-lane report
+    watchdog timeline journal.jsonl --perfetto out.json   # ui.perfetto.dev / chrome://tracing
+
+The journal may end in a line torn by a kill, and may hold several coordinator
+runs and worker restarts: each is its own section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from . import html, load, perfetto, text
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="watchdog timeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("journal", help="the coordinator's JSONL journal")
+    p.add_argument("--html", metavar="OUT.html", help="write the self-contained HTML report here")
+    p.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace event JSON here")
+    p.add_argument("--text", action="store_true", help="print the text report (the default without --html/--perfetto)")
+    p.add_argument("--steps", type=int, default=20, help="steps per rank shown in the HTML lanes (default 20)")
+    p.add_argument("--text-steps", type=int, default=5, help="steps averaged per rank in the text table (default 5)")
+    p.add_argument("--max-ranks", type=int, default=64, help="ranks drawn as lanes / listed in full (default 64)")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.text_steps < 1 or args.max_ranks < 1:
+        p.error("--steps, --text-steps and --max-ranks must be >= 1")
+    return args
+
+
+def _write(path: str, data: str) -> None:
+    """Whole or nothing: a report half-written over an older one misleads."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        tl = load.load(args.journal)
+    except OSError as exc:
+        print(f"watchdog timeline: cannot read {args.journal}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if args.html:
+        _write(args.html, html.render(tl, steps=args.steps, max_lanes=args.max_ranks))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.perfetto:
+        _write(args.perfetto, json.dumps(perfetto.render(tl), separators=(",", ":")))
+        print(f"wrote {args.perfetto} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    if args.text or not (args.html or args.perfetto):
+        sys.stdout.write(text.render(tl, steps=args.text_steps, max_ranks=args.max_ranks))
+    return 0 if tl.sections else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
