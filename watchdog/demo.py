@@ -189,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "work_dir": str(work),
         "t0_wall": round(t0_wall, 6),  # job start; finding "t" values count from here
         "elapsed_s": round(time.time() - t0_wall, 2),
+        "timeline": f"watchdog timeline {journal}",  # the post-mortem, for whoever reads this next
     }
     if args.json:
         print(json.dumps(summary), flush=True)
@@ -198,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
         print(f"journal: {journal}")
         print(f"logs:    {work}")
+        print(f"post-mortem: {summary['timeline']}   (--html timeline.html for the swim lanes)")
     return 0
 
 
