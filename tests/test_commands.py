@@ -58,6 +58,9 @@ CASES = [
     ("rank not a target", lambda: resigned({**cmd(), "args": {"ranks": [2]}}), {}, c.MALFORMED),
     ("bool pid", lambda: resigned({**cmd(), "args": {"ranks": [{"rank": 0, "pid": True, "proc_start_us": 1}]}}),
      {}, c.MALFORMED),
+    ("NaN in args", lambda: {**cmd(), "args": {"ranks": [c.target(2, 4242, 111)], "x": float("nan")}}, {},
+     c.MALFORMED),
+    ("not JSON at all", lambda: {**cmd(), "args": {"ranks": [c.target(2, 4242, 111)], "x": {1, 2}}}, {}, c.MALFORMED),
     ("signal without target", lambda: resigned({**cmd(c.SIGNAL), "target": None}), {}, c.MALFORMED),
     ("signal not allowed", lambda: resigned({**cmd(c.SIGNAL), "args": {"signal": "SIGSEGV"}}), {}, c.MALFORMED),
     # Without a token on the agent.

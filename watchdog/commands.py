@@ -166,11 +166,15 @@ def verify(cmd: Any, token: str, job: str, host: str, now_wall: float, seen_ids:
     if not _envelope_ok(cmd):
         return False, MALFORMED
     sig = cmd.get("sig") or ""
+    try:
+        expected = signature(cmd, token) if token else ""
+    except (ValueError, TypeError, RecursionError):  # NaN, deep nesting: no canonical form, never signed by us
+        return False, MALFORMED
     if token:
         if not sig:
             return False, UNSIGNED
         # compare_digest: the time taken must not tell a forger how much matched.
-        if not hmac.compare_digest(sig.encode("ascii", "replace"), signature(cmd, token).encode("ascii")):
+        if not hmac.compare_digest(sig.encode("ascii", "replace"), expected.encode("ascii")):
             return False, BAD_SIGNATURE
     if cmd["type"] not in TYPES:
         return False, UNKNOWN_TYPE

@@ -48,21 +48,27 @@ class CommandHandler:
         if len(commands) > MAX_PER_REPLY:
             self._log.warning("commands dropped", job=job, received=len(commands), kept=MAX_PER_REPLY)
         for cmd in commands[:MAX_PER_REPLY]:
-            now = self._wall()
-            ok, reason = c.verify(cmd, self._token, job, self.host, now, self._seen, loopback=self._loopback)
-            if not ok:
-                self._refuse(job, cmd, reason)
-                continue
-            self._seen.add(cmd["id"], cmd["expires_wall"], now)
-            self._log.info("command received", job=job, id=cmd["id"], type=cmd["type"], **_about(cmd))
-            # The running ack first: the worker may finish before this thread runs again.
-            self.outbox.put(job, {"id": cmd["id"], "type": cmd["type"], "running": True})
             try:
-                self._queue.put_nowait((job, cmd))
-            except queue.Full:
-                self._done(job, cmd, ack(cmd, False, "agent busy: command queue full"))
-                continue
-            self._ensure_worker()
+                self._receive(job, cmd)
+            except Exception as exc:  # a bug on one command must not cost the others (or the report loop)
+                self._log.error("command handling failed", job=job, error=repr(exc), exc_info=exc)
+
+    def _receive(self, job: str, cmd: Any) -> None:
+        now = self._wall()
+        ok, reason = c.verify(cmd, self._token, job, self.host, now, self._seen, loopback=self._loopback)
+        if not ok:
+            self._refuse(job, cmd, reason)
+            return
+        self._seen.add(cmd["id"], cmd["expires_wall"], now)
+        self._log.info("command received", job=job, id=cmd["id"], type=cmd["type"], **_about(cmd))
+        # The running ack first: the worker may finish before this thread runs again.
+        self.outbox.put(job, {"id": cmd["id"], "type": cmd["type"], "running": True})
+        try:
+            self._queue.put_nowait((job, cmd))
+        except queue.Full:
+            self._done(job, cmd, ack(cmd, False, "agent busy: command queue full"))
+            return
+        self._ensure_worker()
 
     def _refuse(self, job: str, cmd: Any, reason: str) -> None:
         self._count_refused(reason)
