@@ -192,6 +192,9 @@ JS = r"""
         else if (act === "end") { var s = +e.target.dataset.span; view = [full[1] - s, full[1]]; layout(); }
       });
     }
+    // "#last=2" in the address opens every section on its last 2 seconds (links, tests).
+    var m = /last=([0-9.]+)/.exec(window.location.hash);
+    if (m && +m[1] > 0) { view = [full[1] - +m[1], full[1]]; }
     layout();
   }
   document.querySelectorAll("svg.lanes").forEach(setup);
@@ -207,5 +210,6 @@ JS = r"""
   }
   document.addEventListener("mouseover", function (e) { mark(e, true); });
   document.addEventListener("mouseout", function (e) { mark(e, false); });
+  document.body.dataset.timeline = "ready";  // the script ran to the end (checked by the browser test)
 })();
 """

@@ -11,7 +11,7 @@ from watchdog.coordinator.finding import ranks_phrase
 
 from . import assets, svg
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
-from .model import Lane, Section, Stack, Timeline
+from .model import Lane, Section, Stack, Timeline, brief
 
 
 def render(tl: Timeline, *, steps: int = 20, max_lanes: int = 64) -> str:
@@ -113,7 +113,7 @@ def _table(sec: Section, lanes: list[Lane], culprits: set[int], steps: int) -> s
         rows.append(f"<tr{cls} data-rank=\"{lane.rank}\"><td>{lane.rank}{' ✗' if lane.rank in culprits else ''}</td>"
                     f"<td>{escape(lane.host or '?')} · {lane.pid or '?'}</td>"
                     f"<td>{'?' if not now or now.step is None else now.step}</td><td>{seq}</td>"
-                    f"<td>{escape((now.where if now else '?') + hb)}</td>"
+                    f"<td>{escape(brief(now) + hb)}</td>"
                     f"<td>{escape(step_summary(lane.steps[-steps:]) if lane.steps else '-')}</td></tr>")
     rows.append("</table>")
     return "".join(rows)

@@ -145,27 +145,31 @@ def _now(snap: SlotEvidence, h: dict, wall, t_end: float, alive: bool | None) ->
 
     if h.get("status") == wire.Status.EXITED:
         where, activity = f"exited (the hook saw the interpreter exit) after step {step}", "exited"
+        brief = "exited"
     elif _before_init(h) and h.get("pg_state") == wire.PgState.NONE:
-        where, activity = "before process-group init", "init"
+        where = brief = "before process-group init"
+        activity = "init"
     elif _before_init(h):
         where, activity = f"inside init_process_group (rendezvous){dur(h.get('pg_change_ns', mono))}", "init"
+        brief = f"in rendezvous{dur(h.get('pg_change_ns', mono))}"
     elif h.get("data_enter_ns", 0) > h.get("data_exit_ns", 0):
         where, activity = f"in the data loader{dur(h.get('data_enter_ns', mono))} at step {step}", "data"
+        brief = f"in the data loader{dur(h.get('data_enter_ns', mono))}"
     elif out > 0:
         where = (f"in {op} #{seq} on {group_name(h.get('coll_group', 0))}{dur(h.get('coll_enter_ns', mono))} "
                  f"at step {step}")
-        activity = "collective"
+        activity, brief = "collective", f"in {op} #{seq}{dur(h.get('coll_enter_ns', mono))}"
     else:
         since = max(h.get("step_start_ns", 0), h.get("coll_exit_ns", 0), h.get("data_exit_ns", 0))
         place = "in training code" if phase == "train" else f"in {phase}"
         where = (f"{place}, outside collectives and data loading{dur(since)}, at step {step} "
                  f"(last collective #{done} done)")
-        activity = "code"
+        activity, brief = "code", f"{place}{dur(since)}, not in a collective"
     if gone:
-        where, activity = f"process gone; last seen {where}", "gone"
+        where, activity, brief = f"process gone; last seen {where}", "gone", f"process gone; was {brief}"
     hb = h.get("heartbeat_ns")
     return RankNow(
-        t=t_end, source="slot", step=step, phase=phase, where=where, activity=activity, coll_op=op,
+        t=t_end, source="slot", step=step, phase=phase, where=where, brief=brief, activity=activity, coll_op=op,
         coll_group=h.get("coll_group", 0), coll_seq=seq, coll_done_seq=done, coll_outstanding=out,
         heartbeat_age_s=round((mono - hb) / 1e9, 3) if hb else None, alive=alive,
         status=_label(wire.Status, h.get("status", 0)),

@@ -66,7 +66,8 @@ class RankNow:
     source: str  # "slot" | "coordinator"
     step: int | None = None
     phase: str = ""
-    where: str = ""  # a phrase for a person: "in ddp_all_reduce #31 for 8.2 s"
+    where: str = ""  # a phrase for a person: "in ddp_all_reduce #31 on the default group for 8.2 s at step 30"
+    brief: str = ""  # the same for a table cell: "in ddp_all_reduce #31 for 8.2 s"
     activity: str = ""  # "collective" | "data" | "code" | "init" | "exited" | "gone" | ""
     coll_op: str = ""
     coll_group: int = 0
@@ -105,6 +106,10 @@ class Stack:
             if '"MainThread"' in b[0]:
                 return "\n".join(b)
         return "\n".join(blocks[0]) if blocks else self.text
+
+
+def brief(now: "RankNow | None") -> str:
+    return "?" if now is None else (now.brief or now.where)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from watchdog.coordinator.finding import ranks_phrase
 
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from .load import action_label
-from .model import Lane, Section, Stack, Timeline
+from .model import Lane, Section, Stack, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
 
@@ -120,21 +120,24 @@ def _ranks(sec: Section, steps: int, max_ranks: int) -> list[str]:
     t = max((lane.now.t for lane in lanes if lane.now and lane.now.t), default=None)
     src = "slot snapshots" if sec.has_slots else "the coordinator's last known view (no slot evidence)"
     out = [f"ranks at {clock(t)} from {src}; last {steps} steps: mean step = data + collective + compute"]
-    rows = [("rank", "host", "pid", "step", "phase", "coll#", "where", f"last {steps} steps")]
+    rows = [("rank", "host", "pid", "step", "phase", "coll#", "heartbeat", "where", f"last {steps} steps")]
     shown = lanes[:max_ranks]
     for lane in shown:
         now = lane.now
         mark = "*" if lane.rank in culprits else ""
+        hb = now.heartbeat_age_s if now else None
         rows.append((f"{lane.rank}{mark}", lane.host or "?", str(lane.pid or "?"),
                      _s(now.step if now else None), (now.phase if now else "") or "?",
                      _s(now.coll_seq if now else None) + ("…" if now and now.coll_outstanding else ""),
-                     (now.where if now else "?") + _hb(lane), step_summary(lane.steps[-steps:]) if lane.steps else "-"))
+                     seconds(hb) if isinstance(hb, (int, float)) else "?", brief(now),
+                     step_summary(lane.steps[-steps:]) if lane.steps else "-"))
     out += _table(rows)
     rest = lanes[max_ranks:]
     if rest:
-        groups = Counter((lane.now.where.split(" for ")[0] if lane.now else "?") for lane in rest)
+        groups = Counter(brief(lane.now).split(" for ")[0] for lane in rest)
         out.append(f"  ... {len(rest)} more ranks: " + "; ".join(f"{n} {w}" for w, n in groups.most_common(4)))
-    out.append("  (* culprit of the root cause; coll# is the last collective entered, … while still inside it)")
+    out.append("  (* culprit of the root cause; coll# is the last collective entered, … while still inside it; "
+               "heartbeat: its age when read)")
     return out
 
 
