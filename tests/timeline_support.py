@@ -1,131 +1,27 @@
-"""Real journals with evidence for the timeline tests.
+"""Journals for the timeline tests.
 
-Runs a fault through ``watchdog.scenario.run`` (the real demo: torchrun, agent,
-coordinator) and, while the faulty job is still up, does what the agent will do
-when a finding is raised: reads every rank's slot file
-(``SlotEvidence.from_snapshot(wire.read_slot(path))``), takes py-spy stacks of
-the culprits and of one waiting rank, and appends one ``evidence`` event to the
-live journal. When the agent already journals evidence itself, nothing is added.
+Fast tests build journals in-process: slots written by the real hook (FakeClock,
+exact times) and read the way the agent reads them
+(``SlotEvidence.from_snapshot(wire.read_slot(path))``), findings and events shaped
+as the coordinator journals them. The real-run tests use the demo's own journals
+(the agent journals the evidence); ``without_evidence`` and ``torn`` derive the
+older-coordinator and killed-mid-write variants from them.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog import scenario, wire
-from watchdog.coordinator.journal import Journal
+from watchdog import wire
 from watchdog.evidence import SlotEvidence, StackDump
 
 
-@dataclass
-class Run:
-    fault: str
-    result: scenario.ScenarioResult
-    journal: Path
-    synthesised: bool  # False when the real agent journaled the evidence
-
-
-def _py_spy() -> str:
-    exe = Path(sys.executable).with_name("py-spy")
-    return str(exe) if exe.exists() else (shutil.which("py-spy") or "py-spy")
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except OSError:
-        return False
-
-
-def stack(host: str, rank: int, pid: int) -> StackDump:
-    # A stopped process cannot be paused by ptrace; read it without pausing.
-    cmd = [_py_spy(), "dump", "--pid", str(pid)] + (["--nonblocking"] if _stopped(pid) else [])
-    t0 = time.time()
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
-        first = next((x for x in out.stderr.splitlines() if x.strip()), "")  # py-spy: "Error: ..." first
-        ok, text, err = out.returncode == 0, out.stdout if out.returncode == 0 else "", first[:300]
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        ok, text, err = False, "", str(exc)
-    return StackDump(host=host, rank=rank, pid=pid, ok=ok, text=text, error=err,
-                     method=" ".join(["py-spy", "dump", *cmd[4:]]), taken_wall=t0,
-                     duration_s=round(time.time() - t0, 3))
-
-
-def collect(journal: Path, run_dir: Path, finding: dict) -> None:
-    slots = []
-    for path in wire.list_slot_files(str(run_dir)):
-        try:
-            snap = wire.read_slot(path)
-        except (OSError, wire.SlotError):
-            continue
-        slots.append(SlotEvidence.from_snapshot(snap, snap.header.identity.host, time.time(), time.monotonic_ns()))
-    culprits = list(finding.get("wants_stacks") or finding.get("ranks") or [])
-    others = [s.rank for s in slots if s.rank not in culprits]
-    waiters = [r for r in (finding.get("evidence") or {}).get("waiters") or () if r not in culprits]
-    want = culprits + (waiters or others)[:1]
-    stacks = [stack(s.host, s.rank, s.pid) for r in want for s in slots if s.rank == r]
-    hosts = sorted({s.host for s in slots})
-    j = Journal(str(journal), lambda: (time.time(), time.monotonic()))
-    try:
-        for host in hosts:
-            j.write("evidence", {"trigger": {"kind": finding.get("kind"), "ranks": finding.get("ranks", [])},
-                                 "host": host, "stacks": [s.to_dict() for s in stacks if s.host == host],
-                                 "slots": [s.to_dict() for s in slots if s.host == host]})
-    finally:
-        j.close()
-
-
-def run_with_evidence(fault: str, work_dir: Path, **kw) -> Run:
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = scenario.run([fault], work_dir=str(work_dir), **kw)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    th = threading.Thread(target=target, name=f"scenario-{fault}", daemon=True)
-    th.start()
-    journal, offset, synthesised, buf = None, 0, False, b""
-    while th.is_alive():
-        time.sleep(0.1)
-        if journal is None:
-            found = sorted(work_dir.glob("*/journal.jsonl"))
-            journal = found[0] if found else None
-            continue
-        with open(journal, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-        offset += len(chunk)
-        *lines, buf = (buf + chunk).split(b"\n")
-        recs = [json.loads(x) for x in lines if x.strip()]
-        if any(r.get("event") == "evidence" for r in recs):
-            break  # the agent collects evidence itself now
-        finding = next((r for r in recs if r.get("event") == "finding"), None)
-        if finding is not None:
-            collect(journal, journal.parent / "run", finding)
-            synthesised = True
-            break
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    result = box["result"]
-    return Run(fault=fault, result=result, journal=Path(result.summary["journal"]), synthesised=synthesised)
-
-
 def without_evidence(src: Path, dst: Path) -> Path:
-    """The same journal as an older coordinator would have left it."""
-    lines = [x for x in src.read_bytes().splitlines(keepends=True) if b'"event":"evidence"' not in x]
+    """The same journal as a coordinator without evidence collection would have left it."""
+    lines = [x for x in src.read_bytes().splitlines(keepends=True)
+             if json.loads(x).get("event") not in ("evidence", "command", "command_done", "command_refused",
+                                                     "command_expired")]
     dst.write_bytes(b"".join(lines))
     return dst
 
@@ -136,12 +32,6 @@ def torn(src: Path, dst: Path) -> Path:
     cut = data.rfind(b"\n") + 1
     dst.write_bytes(data[: cut + max(1, (len(data) - cut) // 2)])
     return dst
-
-
-if __name__ == "__main__":  # python tests/timeline_support.py FAULT WORKDIR [steps]: a journal for by-hand work
-    run = run_with_evidence(sys.argv[1], Path(sys.argv[2]), steps=int(sys.argv[3]) if len(sys.argv) > 3 else 60,
-                            linger_s=4.0, timeout_s=90)
-    print(run.journal, "synthesised" if run.synthesised else "agent evidence", os.path.getsize(run.journal))
 
 
 # -- journals built in-process, for the fast tests ------------------------------------
