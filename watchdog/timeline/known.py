@@ -47,7 +47,7 @@ class KnownView:
             if d is not None:
                 d.clear()  # a restarted rank starts over
                 d.update(t=t, host=rec.get("host", ""), pid=rec.get("pid", 0), alive=True,
-                         status=rec.get("status", ""), pg_state=rec.get("pg_state", ""), step=0)
+                         status=rec.get("status", ""), pg_state=rec.get("pg_state", ""))
         elif ev == "state":
             d = self._get(rec.get("rank"))
             if d is not None:
@@ -101,10 +101,11 @@ class KnownView:
     def lane(self, rank: int) -> Lane:
         d = self._r.get(rank, {})
         alive = d.get("alive")
+        # The journal holds state changes only: say what it holds, and no more.
+        step = f", at step {d['step']} when last journaled" if d.get("step") is not None else ""
         where = d.get("where") or (
-            f"{'alive' if alive else 'process gone' if alive is False else 'state unknown'}, "
-            f"status {d.get('status') or '?'}, process group {d.get('pg_state') or '?'}, last journaled step "
-            f"{d.get('step', '?')}")
+            f"no slot snapshot; {'alive' if alive else 'process gone' if alive is False else 'state unknown'}, "
+            f"status {d.get('status') or '?'}, process group {d.get('pg_state') or '?'}{step}")
         now = RankNow(t=d.get("t"), source="coordinator", step=d.get("step"), phase=d.get("phase", ""),
                       where=where, activity="gone" if alive is False else "", coll_seq=d.get("coll_seq"),
                       coll_outstanding=int(d.get("coll_outstanding") or 0),

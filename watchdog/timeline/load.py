@@ -152,8 +152,9 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
                                  f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}")
         elif ev == "evidence":
             n_slots, n_stacks = len(rec.get("slots") or ()), len(rec.get("stacks") or ())
-            sec.events.append(Event(_t(rec), "evidence",
-                                    f"evidence from {rec.get('host', '?')}: {n_slots} slots, {n_stacks} stacks"))
+            what = " + ".join(x for x in (f"{n_slots} slot snapshots" if n_slots else "",
+                                          f"{n_stacks} stacks" if n_stacks else "") if x) or "nothing"
+            sec.events.append(Event(_t(rec), "evidence", f"evidence from {rec.get('host', '?')}: {what}"))
             if rec.get("ok") is False or rec.get("error"):
                 sec.notes.append(f"evidence from host {rec.get('host', '?')} incomplete: "
                                  f"{rec.get('error') or 'the agent reported failure'}")
