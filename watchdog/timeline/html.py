@@ -9,7 +9,7 @@ from html import escape
 
 from watchdog.coordinator.finding import ranks_phrase
 
-from . import assets, svg
+from . import assets, matrix, svg
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, Timeline, brief
 
@@ -63,9 +63,9 @@ def _section(sec: Section, n: int, steps: int, max_lanes: int) -> str:
                  ' · wheel zooms, drag pans, hover for details</div>')
     parts.append(svg.lanes_svg(sec, shown, view, culprits))
     parts.append(LEGEND)
-    matrix = svg.matrix_svg(sec, shown, culprits)
-    if matrix:
-        parts.append("<h3>Collectives by sequence number</h3>" + matrix + MATRIX_LEGEND)
+    grid = matrix.matrix_svg(sec, shown, culprits)
+    if grid:
+        parts.append("<h3>Collectives by sequence number</h3>" + grid + MATRIX_LEGEND)
     parts.append('<div class="grid"><div>' + _table(sec, lanes, culprits, min(steps, 5)) + "</div><div>"
                  + _stacks(sec, culprits, waiter) + "</div></div>")
     parts.append(_events(sec))
