@@ -4,9 +4,8 @@ waiter sits in #k, the culprit's cell at #k is empty, whatever the clocks say.""
 
 from __future__ import annotations
 
-
 from .model import Lane, Section
-from .svg import LABEL_W, _title
+from .svg import LABEL_W, title
 
 
 def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int = 14) -> str:
@@ -38,7 +37,7 @@ def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int
                    "while others did", "none": "nobody has reached it"}[st]
             out.append(f'<g class="mx {st}" data-seq="{s}"><rect x="{x0 + j * cw + 2}" y="{y + 2}" width="{cw - 4}" '
                        f'height="{ch - 4}" rx="3"/><text x="{x0 + j * cw + cw / 2}" y="{y + 14}" '
-                       f'text-anchor="middle">{label}</text>{_title(f"rank {lane.rank} collective #{s}: {tip}")}</g>')
+                       f'text-anchor="middle">{label}</text>{title(f"rank {lane.rank} collective #{s}: {tip}")}</g>')
     out.append("</svg>")
     return "\n".join(out)
 

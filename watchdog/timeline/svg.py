@@ -74,14 +74,14 @@ def nice_step(span: float, target: int = 8) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
-def _title(text: str) -> str:
+def title(text: str) -> str:
     return f"<title>{escape(text)}</title>"
 
 
 def _rect(cls: str, t0: float, t1: float, y: float, h: float, sc: Scale, tip: str, extra: str = "") -> str:
     x0, x1 = sc.x(t0), sc.x(t1)
     return (f'<rect class="{cls}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" x="{x0}" y="{y}" '
-            f'width="{max(0.5, round(x1 - x0, 2))}" height="{h}"{extra}>{_title(tip)}</rect>')
+            f'width="{max(0.5, round(x1 - x0, 2))}" height="{h}"{extra}>{title(tip)}</rect>')
 
 
 def _in_rect_label(text: str, t0: float, t1: float, y: float, sc: Scale, cls: str = "rl") -> str:
@@ -163,7 +163,7 @@ def _mark(t: float, kind: str, label: str, y: float, sc: Scale) -> str:
              "control": '<path d="M-4,3 L0,-4 L4,3 Z" class="ctl"/>', "error": '<path d="M-3,-3 L3,3 M3,-3 L-3,3" class="err"/>'
              }.get(kind, '<circle r="2" class="hb"/>')
     return (f'<g class="pt" data-t="{t:.6f}" data-y="{y}" transform="translate({sc.x(t)},{y})">{shape}'
-            f'{_title(f"{label} at {clock(t)}")}</g>')
+            f'{title(f"{label} at {clock(t)}")}</g>')
 
 
 def _flip(x: float, label: str) -> bool:
@@ -224,7 +224,7 @@ def lanes_svg(sec: Section, lanes: list[Lane], view: tuple[float, float], culpri
         anchor = ' text-anchor="end" x="-3"' if _flip(x, e.label) else ' x="3"'
         out.append(f'<g class="ev {cls}" data-t="{e.t:.6f}" data-y="0" transform="translate({x},0)"{hidden}>'
                    f'<line x1="0" x2="0" y1="{ly + 2}" y2="{bottom}"/><text class="evl"{anchor} y="{ly}">'
-                   f'{escape(e.label)}</text>{_title(f"{clock(e.t)} {e.label}")}</g>')
+                   f'{escape(e.label)}</text>{title(f"{clock(e.t)} {e.label}")}</g>')
     out.append("</g>")
     out.append(_axis(sc, bottom, _origin(sec, sc)))
     out.append("</svg>")
