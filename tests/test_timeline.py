@@ -238,6 +238,7 @@ def test_a_gone_rank_ends_at_its_last_sign_of_life(tmp_path):
     assert gone.start == pytest.approx(lane.steps[-1].end + 0.040)  # last sign: the step's last stores
     out = text.render(tl)
     assert "py-spy dump failed: Error: Failed to get process executable name." in out and "Caused by" not in out
+    assert "(waiting" not in out  # nobody is known to wait on a crash: no second stack is claimed
 
 
 def test_cli_dispatches_and_writes_reports(hang, tmp_path, capsys):

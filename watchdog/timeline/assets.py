@@ -28,6 +28,7 @@ svg.lanes text { font-size: 11px; }
 .lane-label { font-weight: 600; fill: var(--ink); font-size: 12px !important; }
 .lane.culprit-label, .culprit-label { font-weight: 700; fill: var(--bad); font-size: 12px !important; }
 .lane-sub { fill: var(--mute); font-size: 10px !important; }
+.lane-empty { fill: var(--mute); font-style: italic; }
 .seg.data { fill: var(--data); } .seg.compute { fill: var(--compute); } .seg.coll { fill: var(--coll); }
 .seg.data.open { fill: url(#hatch-data); } .seg.coll.open { fill: url(#hatch-coll); }
 .seg.compute.open { fill: url(#hatch-compute); }

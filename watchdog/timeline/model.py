@@ -194,7 +194,7 @@ class Section:
         for r in (root.get("evidence") or {}).get("waiters") or ():
             if r not in culprits:
                 return int(r)
-        return lanes[0].rank if lanes else None
+        return None  # nobody known to wait (a straggler, a crash): no second stack to show
 
 
 def _onset(finding: dict) -> float:

@@ -12,7 +12,7 @@ import time
 from html import escape
 
 from .fmt import clock, seconds
-from .model import Event, Lane, Section, Span, StepSpan
+from .model import Event, Lane, Section, Span, StepSpan, brief
 
 W = 1200  # viewBox width; the SVG scales to the page width
 LABEL_W = 160
@@ -214,6 +214,12 @@ def lanes_svg(sec: Section, lanes: list[Lane], view: tuple[float, float], culpri
         if lane.rank in culprits:
             out += _missing(sec, lane, y, sc)
         out += [_mark(m.t, m.kind, f"rank {lane.rank}: {m.label}", y - 5, sc) for m in lane.marks]
+    for i, lane in enumerate(lanes):
+        if not lane.steps and not lane.spans:  # say why a lane is empty rather than leave it blank
+            y = y0 + i * LANE_H + 22
+            note = brief(lane.now)
+            note = note if "slot" in note else f"no slot snapshot: {note}"
+            out.append(f'<text class="lane-empty" x="{PLOT_X0 + 6}" y="{y}">{escape(note)}</text>')
     bottom = y0 + len(lanes) * LANE_H
     events = sorted((e for e in _with_onset(sec) if e.kind not in NOT_DRAWN), key=lambda e: e.t)
     for e, row in zip(events, _event_rows(events, sc)):

@@ -102,7 +102,8 @@ def _hb(lane: Lane) -> str:
 
 def _stack(lane: Lane, role: str) -> list[str]:
     if not lane.stacks:
-        return [f"  stack of rank {lane.rank} ({role}): none in the journal"]
+        gone = lane.now is not None and lane.now.activity == "gone"
+        return [f"  stack of rank {lane.rank} ({role}): " + ("none (process gone)" if gone else "none in the journal")]
     st: Stack = max(lane.stacks, key=lambda s: (s.ok, s.taken_wall))
     if not st.ok:
         return [f"  stack of rank {lane.rank} ({role}): {st.method} failed: {_first_line(st.error)}"]
