@@ -19,6 +19,8 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
     never-join:R rank R never calls init_process_group
     starve:R     rank R's data loader is slow (--starve-ms per batch)
     starve:all   every rank's data loader is slow
+
+Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0).
 """
 
 from __future__ import annotations
@@ -154,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="gloo timeout (default: gloo's 30 min)")
     p.add_argument("--fault", action="append", default=[], help="inject a fault (see above)")
+    p.add_argument("--final-params", default=None,
+                   help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
     args = p.parse_args(argv)
     faults = parse_faults(args.fault)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        faults = Faults()  # injected in the first attempt only: a restarted job is the recovered one
 
     rank = int(os.environ.get("RANK", "0"))
     torch.set_num_threads(1)  # 4 ranks share 2 cores
@@ -183,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         opt.load_state_dict(state["opt"])
         print(f"[rank {rank}] resumed from step {start_step} ({path})", flush=True)
     mon.set_step(start_step)  # watchdog: keep the job's own step numbering across restarts
+    if args.ckpt_dir:
+        # watchdog: a checkpoint on request (checkpoint_restart), in the periodic format,
+        # so a resume works from either. Runs on every rank at the same step boundary.
+        mon.register_checkpoint(lambda at: save_checkpoint(args.ckpt_dir, at, model, opt))
 
     starving = faults.starve_all or rank in faults.starve
     delay_s = 0.0
@@ -237,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         digest = sum(float(p.double().sum()) for p in model.module.parameters())
         print(f"[rank 0] done: {step} steps, parameter checksum {digest:.10f}", flush=True)
+        if args.final_params:
+            torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()}, args.final_params)
     dist.destroy_process_group()
     mon.close()
     return 0

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from watchdog import localjob
+from watchdog.coordinator.finding import KINDS
+from watchdog.coordinator.policy import ACTIONS, load_policy
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -35,11 +37,19 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--linger-seconds", type=float, default=8.0,
                    help="after the first finding, keep watching this long before stopping the job")
     p.add_argument("--timeout-seconds", type=float, default=180.0, help="stop everything after this long")
+    p.add_argument("--action", choices=[a for a in ACTIONS if a != "alert"], default=None,
+                   help="act on every finding with this action (a generated policy: no cooldown wait, findings "
+                        "acted on after 1 s); the job runs under torchrun --max-restarts with checkpoints")
+    p.add_argument("--policy", default=None, help="coordinator policy file (TOML, see watchdog/coordinator/policy.py); "
+                                                  "wins over --action")
+    p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")
     p.add_argument("script_args", nargs="*", help="extra arguments for the training script (after --)")
     args = p.parse_args(argv)
     if args.ranks < 1:
         p.error("--ranks must be >= 1")
+    if args.policy:
+        load_policy(args.policy)  # a bad file fails here, with the coordinator's message
     if not Path(args.script).exists():
         p.error(f"training script {args.script} not found (run from a checkout, or pass --script)")
     return args
@@ -67,6 +77,29 @@ class Printer:
             print(json.dumps(out), flush=True)
         else:
             print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}: {rec.get('reason', '')}", flush=True)
+
+    def action(self, rec: dict) -> None:
+        """action / action_outcome / restart / resumed / job state lines."""
+        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
+        ev = rec.get("event")
+        keep = ("action_id", "action", "kind", "ranks", "reason", "ok", "result", "restart", "step", "seconds",
+                "job_state", "from", "on", "phase", "signal", "workers", "launchers", "dry_run")
+        if self.as_json:
+            print(json.dumps({"event": ev, "t": t, **{k: rec[k] for k in keep if k in rec}}), flush=True)
+            return
+        if ev == "action":
+            text = f"ACTION {rec.get('action')} ({rec.get('action_id')}{', dry run' if rec.get('dry_run') else ''}): {rec.get('reason')}"
+        elif ev == "action_progress":
+            text = f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
+        elif ev == "action_outcome":
+            text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
+        elif ev == "restart":
+            text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
+        elif ev == "resumed":
+            text = f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')} ({rec.get('seconds')} s after the action)"
+        else:
+            text = f"job state {rec.get('from')} -> {rec.get('job_state')} ({rec.get('on')})"
+        print(f"[t+{t:6.2f}s] {text}", flush=True)
 
     def resolved(self, rec: dict) -> None:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
@@ -109,6 +142,17 @@ def _finding_fields(rec: dict) -> dict:
     return merged
 
 
+ACTION_EVENTS = ("action", "action_progress", "action_outcome", "restart", "resumed", "state")
+
+
+def _write_policy(path: Path, action: str) -> Path:
+    """Every finding kind -> ``action``; act after 1 s, cooldown 10 s, 3 s grace."""
+    lines = ["[actions]", *(f'{k} = "{action}"' for k in KINDS), "", "[limits]", "min_finding_age_seconds = 1",
+             "cooldown_seconds = 10", "abort_grace_seconds = 3", "max_restarts = 3", "max_restarts_per_hour = 3"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     job = f"demo-{secrets.token_hex(3)}"
@@ -127,16 +171,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Printer(args.json, t0_wall)
 
     coordinator = agent = None
+    policy_file = args.policy or (_write_policy(work / "policy.toml", args.action) if args.action else None)
+    acting = policy_file is not None
+    script_args = list(args.script_args)
+    torchrun_args: list[str] = []
+    if acting:
+        torchrun_args = [f"--max-restarts={args.max_restarts}"]
+        if "--ckpt-dir" not in script_args:  # a restart resumes from the latest checkpoint
+            script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", "10"]
     torchrun = localjob.TorchrunJob(
         nproc=args.ranks, run_dir=run_dir, job=job, work_dir=work, script=Path(args.script),
         script_args=["--steps", str(args.steps), "--compute-ms", str(args.compute_ms),
-                     *[f"--fault={f}" for f in args.fault], *args.script_args],
+                     *[f"--fault={f}" for f in args.fault], *script_args],
+        torchrun_args=torchrun_args,
     )
+    actions: list[dict] = []
     findings: list[dict] = []
     exit_code = None
     try:
         coordinator = localjob.start_coordinator(work, job, args.ranks, journal,
-                                                 extra=["--tick.interval-seconds", "0.25"], env=env)
+                                                 extra=["--tick.interval-seconds", "0.25",
+                                                        *(["--policy.file", str(policy_file)] if acting else [])],
+                                                 env=env)
         agent = localjob.start_agent(work, run_dir, job, env=env, extra=[
             "--coordinator.url", coordinator.url, "--report.interval-seconds", "0.25"])
         out.info(f"coordinator {coordinator.url}, agent {agent.url}, work dir {work}")
@@ -157,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     first_finding_at = first_finding_at or time.monotonic()
                 elif event == "resolved":
                     out.resolved(_finding_fields(rec))
+                elif event in ACTION_EVENTS and (event != "state" or "job_state" in rec):
+                    actions.append(rec)
+                    out.action(rec)
             exit_code = torchrun.proc.popen.poll() if torchrun.proc else None
             if exit_code is not None:
                 time.sleep(1.0)  # let the last report and tick land in the journal
@@ -164,8 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if rec.get("event") == "finding":
                         findings.append(_finding_fields(rec))
                         out.finding(findings[-1])
+                    elif rec.get("event") in ACTION_EVENTS and (rec.get("event") != "state" or "job_state" in rec):
+                        actions.append(rec)
+                        out.action(rec)
                 break
-            if first_finding_at and time.monotonic() - first_finding_at > args.linger_seconds:
+            # With a policy the job's end is the story (restarted, or aborted): no linger cut-off.
+            if not acting and first_finding_at and time.monotonic() - first_finding_at > args.linger_seconds:
                 out.info("stopping the job (detection only: no action policy in this demo run)")
                 break
             time.sleep(0.1)
@@ -185,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "job": job,
         "job_exit_code": exit_code,
         "findings": [{"kind": f.get("kind"), "ranks": f.get("ranks", [])} for f in findings],
+        "actions": [{k: a[k] for k in ("event", "action_id", "action", "ok", "result", "restart", "step", "job_state",
+                                          "reason") if k in a} for a in actions],
         "journal": str(journal),
         "work_dir": str(work),
         "t0_wall": round(t0_wall, 6),  # job start; finding "t" values count from here
@@ -196,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         kinds = ", ".join(f"{f['kind']} {f['ranks']}" for f in summary["findings"]) or "none"
         print(f"\nsummary: {len(findings)} finding(s): {kinds}")
+        for a in summary["actions"]:
+            if a["event"] in ("action", "action_outcome", "resumed"):
+                print(f"{a['event']}: {a.get('action', '')} {a.get('result') or a.get('reason') or ''}"
+                      f"{' step ' + str(a['step']) if a['event'] == 'resumed' else ''}".rstrip())
         print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
         print(f"journal: {journal}")
         print(f"logs:    {work}")

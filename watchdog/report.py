@@ -88,6 +88,15 @@ class RankState:
     # The OS's view of the process: psutil status ("running", "sleeping", "stopped" for
     # SIGSTOP, "zombie"), or "gone" / "reused" (pid now belongs to another process).
     proc_status: str = ""
+    # The rank's parent when the agent first saw it (under torchrun: the elastic
+    # agent), so that abort can stop it; 0 = unknown.
+    launcher_pid: int = 0
+    launcher_start_us: int = 0
+    # Checkpoint control (wire H_CTRL_*): the step the agent asked to checkpoint at
+    # and what the hook acknowledged; 0 = none.
+    ctrl_ack_seq: int = 0
+    ctrl_ack_step: int = 0
+    ctrl_ack_ok: bool = True
 
     @property
     def last_compute_s(self) -> float:

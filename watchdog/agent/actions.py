@@ -157,8 +157,12 @@ class Actions:
 
     def signal(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         t, name = cmd["target"], cmd["args"]["signal"]
-        ranks = [v for v in self._incarnations(cmd["job"]) if v.proc.alive]
+        every = self._incarnations(cmd["job"])
+        ranks = [v for v in every if v.proc.alive]
         allowed = {v.identity.pid for v in ranks} | {p for p in map(self._ppid, (v.identity.pid for v in ranks)) if p}
+        # The launcher as recorded while its ranks lived: abort's SIGKILL must still
+        # reach a launcher whose workers are already gone (identity re-checked below).
+        allowed |= {v.launcher[0] for v in every if v.launcher[0]}
         if t["pid"] not in allowed:
             return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
                                    f"{cmd['job']} on this host nor a rank's parent", refused=c.UNKNOWN_TARGET), \

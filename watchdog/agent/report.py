@@ -46,6 +46,9 @@ def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
         created_wall=h.created_wall_ns / 1e9,
         recent_steps=tuple(track.step_sample(r) for r in fresh),
         proc_status=v.proc.status,
+        launcher_pid=v.launcher[0], launcher_start_us=v.launcher[1],
+        ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
+        ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
     )
 
 

@@ -22,6 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import psutil
+
 from watchdog import logs, wire
 from watchdog.agent import track
 from watchdog.agent.listing import CachedLister
@@ -46,6 +48,9 @@ class RankView:
     state: str  # track.ALIVE / DEAD / EXITED
     cpu_percent: float
     step_records: tuple[wire.Record, ...]  # STEP_END records, oldest first, at most MAX_STEPS_PER_RANK
+    # (pid, start us) of the rank's parent when first seen: under torchrun the
+    # elastic agent, which abort must stop (or it restarts the workers). (0, 0) = unknown.
+    launcher: tuple[int, int] = (0, 0)
 
     @property
     def identity(self) -> wire.Identity:
@@ -69,19 +74,34 @@ class _Slot:
     final: bool = False  # read after its process was seen dead: never changes again
     superseded: bool = False
     error: str = ""  # reason of the read-error episode in progress
+    launcher: tuple[int, int] = (0, 0)
 
     @property
     def header(self) -> wire.SlotHeader:
         return self.snap.header
 
 
+def parent_identity(pid: int) -> tuple[int, int]:
+    """(pid, start us) of ``pid``'s parent; (0, 0) when unreadable. Read once per
+    rank, while it is alive: a dead rank's parent is init."""
+    try:
+        parent = psutil.Process(pid).parent()
+        if parent is None or parent.pid <= 1:
+            return (0, 0)
+        return (parent.pid, int(parent.create_time() * 1e6))
+    except (psutil.Error, ValueError, OSError):
+        return (0, 0)
+
+
 class SlotTracker:
     def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
-                 stat: Callable = os.stat, log=None) -> None:
+                 stat: Callable = os.stat, log=None,
+                 parent: Callable[[int], tuple[int, int]] | None = None) -> None:
         self.run_dir, self.job, self.stale_after_s = run_dir, job, stale_after_s
         self._stat = stat
+        self._parent = parent or parent_identity
         self.procs = procs or ProcessTable()
         self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
@@ -178,7 +198,8 @@ class SlotTracker:
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
         slot = _Slot(path=path, inode=inode, snap=snap, status=snap.header.status,
-                     heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc)
+                     heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
+                     launcher=self._parent(ident.pid) if proc.alive else (0, 0))
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
@@ -265,7 +286,7 @@ class SlotTracker:
     def views(self) -> tuple[RankView, ...]:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
-            out = [RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps))
+            out = [RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
@@ -273,7 +294,7 @@ class SlotTracker:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
-            return tuple(RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps))
+            return tuple(RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
                          for s in self._slots.values() if s.header.identity.job == job)
 
     def state_counts(self) -> dict[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
     Flag,
     boolean,
@@ -88,6 +89,9 @@ class Config:
     # When a finding opens, ask the agents for slot snapshots and Python stacks.
     evidence: bool = True
     commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
+    # Which finding earns which action (policy.py); the default alerts only.
+    policy: Policy = Policy()
+    policy_file: str = ""
 
 
 _D = DetectorConfig()
@@ -128,6 +132,8 @@ FLAGS: tuple[Flag, ...] = (
          "(py-spy) of the ranks it concerns", boolean),
     Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
          positive_float),
+    Flag("policy.file", "", "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
+         "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)"),
     *(f for f, _ in _DETECTOR_FLAGS),
 )
 
@@ -160,6 +166,9 @@ def from_values(values: Mapping[str, Any]) -> Config:
         detectors=det,
         evidence=values["evidence_collect"],
         commands_give_up_s=values["commands_give_up_seconds"],
+        # A PolicyError is a ValueError naming the file and the mistake: main exits with it.
+        policy=load_policy(values["policy_file"]) if values.get("policy_file") else Policy(),
+        policy_file=values.get("policy_file") or "",
     )
 
 
@@ -169,4 +178,6 @@ def loggable(cfg: Config) -> dict[str, Any]:
     out["listen"] = f"{cfg.listen[0]}:{cfg.listen[1]}"
     out["token"] = "<set>" if cfg.token else "<unset>"
     out["detectors"] = {f.name: getattr(cfg.detectors, f.name) for f in fields(cfg.detectors)}
+    out["policy"] = {f.name: (dict(getattr(cfg.policy, f.name)) if f.name == "actions" else getattr(cfg.policy, f.name))
+                     for f in fields(cfg.policy)}
     return out

@@ -92,15 +92,17 @@ class Dispatch:
                 if decide(p, now, interval_s, self.cfg) != SEND:
                     continue
                 cmd = commands.sign(commands.make(
-                    job=job, type=p.req.type, host=host, args={"ranks": list(p.req.targets)},
-                    issued_wall=agent_wall, ttl_s=self.cfg.ttl_s, id=self._new_id()), self._token)
+                    job=job, type=p.req.type, host=host,
+                    args=p.req.args if p.req.args is not None else {"ranks": list(p.req.targets)},
+                    target=p.req.target, issued_wall=agent_wall, ttl_s=self.cfg.ttl_s, id=self._new_id()), self._token)
                 p.ids.append(cmd["id"])
                 p.sent_at = now
                 self._by_id[cmd["id"]] = p
                 out.append(cmd)
                 events.append(("command", {"id": cmd["id"], "type": cmd["type"], "host": host,
                                            "ranks": p.req.ranks, "trigger": p.req.trigger, "attempt": len(p.ids),
-                                           "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"]}))
+                                           "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"],
+                                           **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {})}))
         return out, events
 
     def acked(self, host: str, acks: tuple[dict, ...] | list[dict], now: float) -> list[Event]:

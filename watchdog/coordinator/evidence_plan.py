@@ -30,6 +30,10 @@ class Request:
     type: str  # commands.DUMP_STACKS / SNAPSHOT_SLOTS
     targets: tuple[dict[str, int], ...]  # commands.target(), sorted by rank
     trigger: dict[str, Any]  # {"kind", "ranks"}: the finding, as evidence.py records it
+    # For ``signal`` (actions): the envelope's target and args; evidence types
+    # carry their targets in args["ranks"].
+    target: dict[str, int] | None = None
+    args: dict[str, Any] | None = None
 
     @property
     def ranks(self) -> list[int]:

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from .. import commands, logs
 from ..report import HostReport
 from . import evidence_plan, health, status, tracker
+from .control import JobController
 from .config import Config
 from .detectors import build
 from .detectors.collective_hang import hang_state
@@ -62,6 +63,8 @@ class Coordinator:
         self._commands_ok = bool(cfg.token) or commands.is_loopback(cfg.listen[0])
         self._collected: dict[tracker.Key, float] = {}  # finding key -> when evidence was last requested
         self._no_evidence_logged = False
+        self.control = JobController(cfg.policy)
+        self._control_failed = logs.RateLimited(every_s=60.0)
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
@@ -116,6 +119,7 @@ class Coordinator:
             self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record("finding", f.to_dict())
         self._collect(opened, view, now)  # after the finding lines: evidence follows, never delays them
+        self._act(view, now)
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
         for r in resolved:
             self.metrics.resolved.labels(r.finding.kind).inc()
@@ -195,9 +199,30 @@ class Coordinator:
                 self.log.info("evidence_requested", kind=f.kind, ranks=list(f.ranks),
                               requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs])
 
+    # -- actions ---------------------------------------------------------------
+
+    def _act(self, view: ClusterView, now: float) -> None:
+        """Policy and the action in flight; a bug here is logged and retried next
+        tick, never raised into the detection loop."""
+        try:
+            reqs, events = self.control.tick([a.first for a in self._active.values()], view, now)
+        except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
+            self.control.errors += 1
+            first, suppressed = self._control_failed.should_log("control", now)
+            if first:
+                self.log.error("action_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed,
+                               exc_info=True)
+            return
+        if reqs:
+            self.dispatch.request(reqs, now)
+        for name, payload in events:
+            (self.log.warning if name in ("action", "action_outcome", "state") else self.log.info)(name, **payload)
+            self._record(name, payload)
+
     def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Journal, log and count what the dispatch reported."""
         for name, payload in events:
+            self.control.note(name, payload)
             kind = payload.get("type", "")
             outcome = {"command": "sent", "command_refused": "refused", "command_expired": "expired"}.get(name)
             if name in ("evidence", "command_done"):

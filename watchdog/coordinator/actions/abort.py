@@ -1,0 +1,67 @@
+"""abort: capture every rank's stack, then stop the launcher(s) and the workers.
+
+1. ``stacks``: py-spy stacks of every live rank of the job (non-blocking for a
+   stopped rank, see the agent), journaled as ``evidence``; at most
+   STACKS_WAIT_S, so a dump that never answers cannot delay the abort.
+2. ``term``: SIGTERM to each launcher *first* (under torchrun with
+   --max-restarts > 0, a launcher that sees its workers die before its own
+   signal would restart them), then to every worker.
+3. After the grace period, SIGKILL to whatever is still alive (launchers too),
+   re-sent every grace period until the workers are gone.
+
+Done when no worker of the job is alive; the job state becomes ``failed``.
+"""
+
+from __future__ import annotations
+
+from watchdog import commands
+
+from ..evidence_plan import Request
+from ..view import ClusterView
+from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
+
+STACKS_WAIT_S = 15.0
+MAX_KILL_ROUNDS = 3
+
+
+def start(op: Operation, view: ClusterView, now: float) -> Step:
+    workers = old_workers(view, op.finding)
+    op = op.at("stacks", now, workers=workers, launchers=launchers_of(view, workers))
+    by_host: dict[str, list] = {}
+    for rank, (pid, start_us, host) in live_workers(op, view):
+        by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
+    reqs = tuple(Request(host=h, type=commands.DUMP_STACKS, targets=tuple(ts), trigger=op.trigger())
+                 for h, ts in sorted(by_host.items()))
+    op = op.at("stacks", now, hosts_asked=frozenset(by_host))
+    if not reqs:
+        return _term(op, view, now)
+    return Step(op, reqs)
+
+
+def _term(op: Operation, view: ClusterView, now: float) -> Step:
+    live = live_workers(op, view)
+    op = op.at("term", now, last_sent=now)
+    return Step(op, signals(op, "SIGTERM", live, op.launchers),
+                (("action_progress", brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
+                                           launchers=[p for p, _, _ in op.launchers])),))
+
+
+def advance(op: Operation, view: ClusterView, now: float) -> Step:
+    if op.phase == "stacks":
+        if op.hosts_asked <= op.hosts_answered or now - op.phase_at >= STACKS_WAIT_S:
+            return _term(op, view, now)
+        return Step(op)
+    live = live_workers(op, view)
+    if not live:
+        return Step(op, (), (("action_outcome", brief(op, ok=True, result="aborted: every worker is gone",
+                                                      seconds=round(now - op.started, 3), kill_rounds=op.kills)),),
+                    done=True, ok=True, state_event="aborted")
+    if now - op.last_sent < op.grace_s:
+        return Step(op)
+    if op.kills >= MAX_KILL_ROUNDS:
+        return Step(op, (), (("action_outcome", brief(op, ok=False, result="workers still alive after SIGKILL",
+                                                      alive=[r for r, _ in live])),),
+                    done=True, ok=False, state_event="aborted")
+    op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
+    return Step(op, signals(op, "SIGKILL", live, op.launchers),
+                (("action_progress", brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))

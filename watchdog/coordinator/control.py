@@ -1,0 +1,115 @@
+"""The job's control loop: findings -> policy plan -> action, with the job state
+machine, the restart budget and the journal lines of every decision.
+
+Pure apart from its own state: ``tick(findings, view, now)`` and ``note(event)``
+take everything as arguments and return the commands to send and the journal
+events to write; the service sends and writes them. At most one action is in
+flight (the policy holds any other until the job is idle again).
+
+Journal events: ``action`` (started, with the plan's reason; also a dry run),
+``action_progress`` (signals sent), ``action_outcome``, ``state`` (job state
+transitions: ``{"job_state": to, "from": ..., "on": event}``; no ``rank`` key,
+which tells it from a rank's state change), ``restart`` and ``resumed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterable
+
+from . import policy as P
+from .actions import MODULES
+from .actions.common import Event, Operation, Step
+from .evidence_plan import Request
+from .finding import Finding
+from .view import ClusterView
+
+
+class JobController:
+    def __init__(self, pol: P.Policy = P.Policy()) -> None:
+        self.policy = pol
+        self.job = P.JobControl()
+        self.op: Operation | None = None
+        self._count = 0
+        self._held: str = ""  # last held reason journaled (state changes, not ticks)
+        self.errors = 0
+
+    @property
+    def state(self) -> P.JobState:
+        return self.job.state
+
+    def _move(self, event: str, events: list[Event]) -> None:
+        old = self.job.state
+        try:
+            new = P.transition(old, event)
+        except P.PolicyError as exc:  # a bug, not a reason to stop: say so and stay
+            self.errors += 1
+            events.append(("action_error", {"error": str(exc)}))
+            return
+        if new != old:
+            self.job = replace(self.job, state=new)
+            events.append(("state", {"job_state": new.value, "from": old.value, "on": event}))
+
+    def tick(self, findings: Iterable[Finding], view: ClusterView, now: float) -> tuple[list[Request], list[Event]]:
+        findings = list(findings)
+        events: list[Event] = []
+        reqs: list[Request] = []
+        if self.op is not None:
+            self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now)
+        if self.job.state is P.JobState.FAILED:
+            return reqs, events
+        if self.job.state in P.IDLE:
+            if findings and self.job.state is P.JobState.RUNNING:
+                self._move("findings_open", events)
+            elif not findings and self.job.state is P.JobState.DEGRADED:
+                self._move("findings_clear", events)
+        p = P.plan(findings, self.job, now, self.policy)
+        if p.action == "alert" or p.finding is None:
+            if p.held and p.reason != self._held and self.job.state in P.IDLE:
+                events.append(("action_held", {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
+            self._held = p.reason if p.held else ""
+            return reqs, events
+        self._held = ""
+        self._count += 1
+        op_id = f"a-{self._count}"
+        started = {"action_id": op_id, "action": p.action, "reason": p.reason, "kind": p.finding.kind,
+                   "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
+                   "job_state": self.job.state.value}
+        if p.dry_run:
+            events.append(("action", started))
+            events.append(("action_outcome", {"action_id": op_id, "action": p.action, "ok": True,
+                                              "result": "dry run: nothing done"}))
+            self.job = replace(self.job, last_action_at=now)
+            return reqs, events
+        restart_n = 0
+        if p.action in P.RESTARTING_ACTIONS:
+            self.job = self.job.restarted(now)
+            restart_n = len(self.job.restarts)
+            started["restart"] = restart_n
+        else:
+            self.job = replace(self.job, last_action_at=now)
+        events.append(("action", started))
+        self._move(p.action, events)
+        self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
+                            grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now)
+        self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now)
+        return reqs, events
+
+    def _apply(self, step: Step, reqs: list[Request], events: list[Event], now: float) -> None:
+        self.op = None if step.done else step.op
+        reqs.extend(step.requests)
+        events.extend(step.events)
+        if step.state_event:
+            self._move(step.state_event, events)
+        if step.done:
+            # The cooldown counts from the end of an action, not its start.
+            self.job = replace(self.job, last_action_at=now)
+
+    def note(self, name: str, payload: dict[str, Any]) -> None:
+        """A command answer from the dispatch: an abort waits for its stacks."""
+        op = self.op
+        trig = payload.get("trigger")
+        if op is None or not isinstance(trig, dict) or trig.get("action") != op.id:
+            return
+        if name in ("evidence", "command_refused", "command_expired") and payload.get("type") == "dump_stacks":
+            self.op = replace(op, hosts_answered=op.hosts_answered | {payload.get("host", "")})
