@@ -127,7 +127,7 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
     assert s1.actions and s1.actions[0]["action"] == "restart"
     out = text.render(tl)
     assert out.count("== section ") == 3 and "section 2 of 3: ranks restarted" in out
-    assert "restart ranks 0-1 outcome=ok" in out
+    assert "restart ranks 0-1" in out
     assert "no finding in this section" in out
     assert html.render(tl).count('<section class="sec"') == 3
 
@@ -181,26 +181,58 @@ def test_perfetto_is_a_valid_trace_one_process_per_host_one_track_per_rank(hang)
     assert len(findings) == 1 and findings[0]["s"] == "g" and findings[0]["args"]["root_cause"] is True
 
 
-def test_action_and_command_outcomes_are_listed_but_evidence_requests_are_not_actions(hang, tmp_path):
+def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, tmp_path):
     recs = [json.loads(x) for x in hang.read_text().splitlines()]
-    t = recs[-1]["t_wall"]
-    recs[-1:-1] = [
-        {"event": "command", "t_wall": t - 2, "t_mono": 0, "id": "c1", "type": "dump_stacks", "host": "node-a",
+    stop = recs.pop()
+    t = stop["t_wall"]
+    trig = {"kind": "collective_hang", "ranks": [2], "action": "a-1"}
+    common = {"t_mono": 0, "action_id": "a-1", "action": "restart", "kind": "collective_hang", "ranks": [2]}
+    recs += [
+        {"event": "command", "t_wall": t - 3, "t_mono": 0, "id": "c1", "type": "dump_stacks", "host": "node-a",
          "ranks": [2, 0]},
-        {"event": "command_refused", "t_wall": t - 1.9, "t_mono": 0, "command_id": "c1", "type": "dump_stacks",
+        {"event": "command_refused", "t_wall": t - 2.9, "t_mono": 0, "command_id": "c1", "type": "dump_stacks",
          "host": "node-a", "reason": "unsigned"},
-        {"event": "command", "t_wall": t - 1, "t_mono": 0, "id": "c2", "type": "signal", "host": "node-a",
-         "ranks": [2]},
-        {"event": "command_done", "t_wall": t - 0.5, "t_mono": 0, "command_id": "c2", "type": "signal",
-         "host": "node-a", "ok": True},
+        *[{"event": "action_held", "t_wall": t - 2.5 + i / 10, "t_mono": 0, "kind": "collective_hang",
+           "reason": f"restart for collective_hang held: finding is 0.{i} s old, policy waits 1 s"} for i in range(3)],
+        {**common, "event": "action", "t_wall": t - 2, "reason": "collective_hang: ...", "dry_run": False},
+        {"event": "state", "t_wall": t - 2, "t_mono": 0, "job_state": "restarting", "from": "degraded", "on": "restart"},
+        {**common, "event": "action_progress", "t_wall": t - 2, "phase": "term", "signal": "SIGTERM",
+         "workers": [0, 1, 2, 3], "launchers": []},
+        *[{"event": "command", "t_wall": t - 1.9, "t_mono": 0, "id": f"s{r}", "type": "signal", "host": "node-a",
+           "ranks": [r], "trigger": trig, "args": {"signal": "SIGTERM"}} for r in range(4)],
+        *[{"event": "command_done", "t_wall": t - 1.8, "t_mono": 0, "command_id": f"s{r}", "type": "signal",
+           "host": "node-a", "trigger": trig, "ok": r != 3, "error": ""} for r in range(4)],
+        {**common, "event": "restart", "t_wall": t - 1.5, "restart": 1, "stopped": [0, 1, 2, 3], "seconds": 0.5},
+        *[{"event": "rank_restarted", "t_wall": t - 1, "t_mono": 0, "rank": r, "host": "node-a", "pid": 5000 + r,
+           "old_pid": 1000 + r} for r in range(4)],
+        {**common, "event": "resumed", "t_wall": t, "restart": 1, "step": 12, "world_size": 4, "seconds": 7.0},
+        {**common, "event": "action_outcome", "t_wall": t, "ok": True, "result": "restart 1, resumed from step 12",
+         "seconds": 7.0},
+        stop,
     ]
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
-    sec = tl.sections[0]
-    assert [a["event"] for a in sec.actions] == ["command", "command_done"]
-    assert any("evidence request dump_stacks to host node-a refused: unsigned" in n for n in sec.notes)
+    first, second = tl.sections
+    assert second.opened_by == "restart" and not second.actions  # the restart's story stays with its cause
+    assert any("evidence request dump_stacks to host node-a refused: unsigned" in n for n in first.notes)
     out = text.render(tl)
-    assert "command signal rank 2" in out and "command done signal ok=True" in out
-    assert "none journaled" not in out
+    after = out[out.index("actions:\n"):].splitlines()[1:]
+    story = "\n".join(after[:next(i for i, x in enumerate(after) if not x.startswith("  "))])
+    lines = [x.split(" ", 3)[-1].strip() for x in story.splitlines()]
+    assert lines[:6] == [
+        "held 3 time(s) from here: restart for collective_hang held: finding is 0.2 s old, policy waits 1 s",
+        "restart for collective_hang rank 2",
+        "term: SIGTERM to workers 0-3",
+        "signal SIGTERM sent to ranks 0-3: 3 done ok, 1 done failed",
+        "restart 1: workers 0-3 stopped, 500 ms after the action",
+        "resumed from step 12 with 4 ranks, 7.0 s after the action",
+    ], story
+    assert lines[6] == "outcome ok: restart 1, resumed from step 12"
+    assert "dump_stacks" not in story  # collecting evidence is not an action
+    page = html.render(tl)
+    assert "<h3>What was done</h3>" in page and "outcome ok: restart 1, resumed from step 12" in page
+    assert "job degraded -&gt; restarting (on restart)" in page
+    drawn = re.findall(r'<g class="ev ev-action"[^>]*>.*?<text[^>]*>([^<]*)</text>', page)
+    assert drawn[:2] == ["restart for collective_hang rank 2", "restart 1: workers 0-3 stopped, 500 ms after the action"]
 
 
 def test_ranks_that_never_registered_get_a_lane(tmp_path):
@@ -232,7 +264,7 @@ def test_a_gone_rank_ends_at_its_last_sign_of_life(tmp_path):
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
     lane = tl.sections[0].lanes[1]
     assert lane.now.activity == "gone" and lane.now.where.startswith("process gone; last seen in training code")
-    assert " for " not in lane.now.where  # how long it sat there is unknown once it is gone
+    assert "5.0 s" not in lane.now.where  # not "for 5 s": it died at an unknown moment after its last sign of life
     gone = next(s for s in lane.spans if s.kind == "gone")
     assert gone.end == pytest.approx(slot.taken_wall - 1)
     assert gone.start == pytest.approx(lane.steps[-1].end + 0.040)  # last sign: the step's last stores

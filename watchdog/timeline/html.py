@@ -9,7 +9,7 @@ from html import escape
 
 from watchdog.coordinator.finding import ranks_phrase
 
-from . import assets, matrix, svg
+from . import actions, assets, matrix, svg
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, Timeline, brief
 
@@ -157,12 +157,17 @@ def _events(sec: Section) -> str:
         if e.kind == "finding":
             text += ": " + str(e.detail.get("reason", ""))
         items.append(f"<li><span class=\"mute\">{clock(e.t)}</span> <b>{escape(e.kind)}</b> {escape(text)}</li>")
-    actions = ("" if sec.actions else '<p class="mute">No action or command journaled: detection only (the policy '
-               "alerts and takes no action).</p>")
+    if sec.actions:
+        steps = "".join(f'<li style="margin-left:{18 * indent}px"><span class="mute">{clock(t)}</span> '
+                        f"{escape(text)}</li>" for t, indent, text in actions.lines(sec.actions))
+        done = f'<h3>What was done</h3><ul class="events actions">{steps}</ul>'
+    else:
+        done = ('<h3>What was done</h3><p class="mute">No action journaled: detection only (the policy alerts and '
+                "takes no action).</p>")
     clocks = "".join(f"<li>host {escape(c.host)}: {'agrees' if c.agree else 'DISAGREES'}; agent wall clock "
                      f"{c.offset_s:+.3f} s vs the coordinator's (report delay included), slot mapping drift "
                      f"{c.slot_drift_s:.3f} s</li>" for c in sec.clocks)
-    return ("<h3>Findings, actions and events</h3>" + actions + f'<ul class="events">{"".join(items)}</ul>'
+    return (done + f'<h3>Everything journaled in this section</h3><ul class="events">{"".join(items)}</ul>'
             + (f'<h3>Clocks</h3><ul class="events">{clocks}</ul>' if clocks else ""))
 
 

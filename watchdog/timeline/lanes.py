@@ -139,9 +139,13 @@ def _now(snap: SlotEvidence, h: dict, wall, t_end: float, alive: bool | None) ->
 
     gone = alive is False
 
+    last = max(h.get(k, 0) for k in LIFE_SIGNS)
+
     def dur(ns: int) -> str:
-        # A gone process stopped at an unknown moment before the read: no duration then.
-        return "" if gone else f" for {seconds(max(0.0, (mono - ns) / 1e9))}"
+        # A gone process died at an unknown moment after its last sign of life: at least that long.
+        if gone:
+            return f" for >= {seconds(max(0.0, (last - ns) / 1e9))}" if last > ns else ""
+        return f" for {seconds(max(0.0, (mono - ns) / 1e9))}"
 
     if h.get("status") == wire.Status.EXITED:
         where, activity = f"exited (the hook saw the interpreter exit) after step {step}", "exited"

@@ -13,15 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import commands
 from watchdog.coordinator import journal
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.evidence import SlotEvidence, StackDump
 
-from . import known, lanes
+from . import actions, known, lanes
 from .model import ClockNote, Event, Lane, Section, Stack, Timeline
 
-COMMAND_EVENTS = ("command", "command_done", "command_refused", "command_expired", "command_unknown_ack")
 RESTART_WINDOW_S = 60.0  # rank_restarted events this close to the first belong to one group restart
 CLOCK_SLACK_S = 0.25  # below this, clocks "agree" (report timing noise)
 REPORT_DELAY_S = 2.0  # evidence reaches the coordinator up to about a report interval after it was read
@@ -40,6 +38,7 @@ def load(path: str) -> Timeline:
         nonblank = sum(1 for line in fh if line.strip())
     records = journal.read(path)
     raws = _split(records)
+    _follow_actions(raws)
     slots: list[list[tuple[dict, SlotEvidence]]] = [[] for _ in raws]
     stacks: list[list[Stack]] = [[] for _ in raws]
     for i, raw in enumerate(raws):
@@ -92,6 +91,23 @@ def _split(records: list[dict]) -> list[_Raw]:
     return raws
 
 
+def _follow_actions(raws: list[_Raw]) -> None:
+    """A restart's later records (its outcome, the resumed step) are journaled after
+    the new processes appeared, in the next section: tell them with the action."""
+    origin: dict[str, int] = {}
+    for i, raw in enumerate(raws):
+        keep = []
+        for rec in raw.records:
+            aid = actions.action_id(rec) if actions.is_action(rec) else None
+            if rec["event"] == "action" and aid:
+                origin.setdefault(aid, i)
+            if aid in origin and origin[aid] < i:
+                raws[origin[aid]].records.append(rec)
+            else:
+                keep.append(rec)
+        raw.records = keep
+
+
 def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | None = None) -> _Raw:
     sec = Section(index=len(raws), start=t, end=t, opened_by=opened_by,
                   job=rec.get("job") or (prev.job if prev else ""),
@@ -142,11 +158,12 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
         elif ev == "resolved":
             sec.events.append(Event(_t(rec), "resolved", f"resolved {rec.get('kind')} {_who(rec)}",
                                     tuple(rec.get("ranks") or ()), rec))
-        elif ev == "action" or (ev in COMMAND_EVENTS and rec.get("type") not in commands.EVIDENCE):
+        elif actions.is_action(rec):
             sec.actions.append(rec)
-            sec.events.append(Event(_t(rec), "action", action_label(rec), tuple(rec.get("ranks") or ()), rec))
-        elif ev in COMMAND_EVENTS:  # evidence collection's own bookkeeping: listed, not drawn
-            sec.events.append(Event(_t(rec), "evidence_request", action_label(rec), tuple(rec.get("ranks") or ()), rec))
+            kind = "action" if ev in actions.DRAWN else "action_step"
+            sec.events.append(Event(_t(rec), kind, actions.label(rec), tuple(rec.get("ranks") or ()), rec))
+        elif ev in actions.COMMAND_EVENTS:  # evidence collection's own bookkeeping: listed, not drawn
+            sec.events.append(Event(_t(rec), "evidence_request", actions.label(rec), tuple(rec.get("ranks") or ()), rec))
             if ev in ("command_refused", "command_expired"):
                 sec.notes.append(f"evidence request {rec.get('type')} to host {rec.get('host', '?')} "
                                  f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}")
@@ -163,6 +180,9 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
         elif ev == "rank_restarted":
             sec.events.append(Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})",
                                     (rec.get("rank"),)))
+        elif ev == "state" and "job_state" in rec:  # the policy's job state machine, not a rank's
+            sec.events.append(Event(_t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} "
+                                                          f"(on {rec.get('on', '?')})"))
         elif ev == "stop":
             sec.stop = rec
             sec.events.append(Event(_t(rec), "stop", f"coordinator stopped ({rec.get('reason', '?')})"))
@@ -196,22 +216,6 @@ def _who(rec: dict) -> str:
     return ranks_phrase(ranks) if ranks else "(no culprit named)"
 
 
-def action_label(rec: dict) -> str:
-    """Action/command records: name what is there, whatever its shape (the policy's
-    actions are younger than this reader)."""
-    name = next((str(rec[k]) for k in ("action", "command", "name", "kind", "type") if rec.get(k)), "")
-    parts = [rec["event"].replace("_", " ")] if rec["event"] != "action" else []
-    parts += [name] if name else []
-    if rec.get("ranks"):
-        parts.append(ranks_phrase(rec["ranks"]))
-    if rec.get("hosts"):
-        parts.append("host " + ",".join(map(str, rec["hosts"])))
-    for key in ("outcome", "result", "status", "state", "ok", "error", "reason", "waited_s"):
-        if key in rec and rec[key] not in (None, ""):
-            parts.append(f"{key}={rec[key]}")
-    return " ".join(parts)
-
-
 def _clocks(slots: list[tuple[dict, SlotEvidence]]) -> list[ClockNote]:
     """Per host: the agent's wall clock against the coordinator's (the journal's
     t_wall), and the slot mapping against the agent's wall clock at read time."""
@@ -233,7 +237,10 @@ def _clocks(slots: list[tuple[dict, SlotEvidence]]) -> list[ClockNote]:
 
 
 def _notes(sec: Section, slots: list) -> None:
-    if not slots:
+    if not slots and not sec.findings:
+        sec.notes.append("no finding in this section, so no evidence was collected: the lanes show the "
+                         "coordinator's last known view of each rank")
+    elif not slots:
         why = ("no evidence event in this section (a journal from before evidence collection, or collection "
                "failed)" if not sec.evidence_events else "evidence events carry no slot snapshot")
         sec.notes.append(f"slot evidence missing: {why}; showing the coordinator's last known view of each rank")

@@ -24,7 +24,8 @@ EV_ROWS = 3
 EV_H = EV_ROW_H * EV_ROWS + 6
 CHAR_W = 6.4  # width of a character at the label font size, for fitting labels
 
-NOT_DRAWN = ("evidence_request",)  # listed under the lanes; as lines they would hide the evidence marker
+# Listed under the lanes; as lines they would crowd out the ones that matter.
+NOT_DRAWN = ("evidence_request", "action_step", "job_state")
 EVENT_CLASS = {"finding": "ev-finding", "resolved": "ev-resolved", "action": "ev-action", "command": "ev-action",
                "evidence": "ev-evidence", "stop": "ev-stop", "rank_restarted": "ev-restart",
                "host_lost": "ev-finding", "host_back": "ev-resolved", "onset": "ev-onset"}
@@ -38,7 +39,8 @@ def window(sec: Section, lanes: list[Lane], steps: int) -> tuple[float, float]:
     ends += [sp.end for lane in lanes for sp in lane.spans]
     # The coordinator stopping (seconds later, often by the demo or an operator) is not
     # worth squeezing the steps for; it stays reachable by zooming out.
-    ends += [e.t for e in sec.events if e.t > 0 and e.kind != "stop"]
+    # An action's outcome told here may come from the next section: not worth squeezing for either.
+    ends += [e.t for e in sec.events if e.t > 0 and e.kind != "stop" and e.t <= sec.end]
     root = sec.root or {}
     onset = root.get("onset_wall") if isinstance(root.get("onset_wall"), (int, float)) else None
     t0 = min(starts + ([onset] if onset else []), default=None)

@@ -12,7 +12,7 @@ from typing import Iterable
 from watchdog.coordinator.finding import ranks_phrase
 
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
-from .load import action_label
+from . import actions
 from .model import Lane, Section, Stack, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
@@ -153,6 +153,8 @@ def _table(rows: Iterable[tuple[str, ...]]) -> list[str]:
 
 
 def _actions(sec: Section) -> list[str]:
+    if not sec.actions and sec.opened_by == "restart":
+        return ["actions: none in this section (it began with the restart told in the section before)"]
     if not sec.actions:
         return ["actions: none journaled (detection only: the policy alerts and takes no action)"]
-    return ["actions:"] + [f"  {clock(a.get('t_wall'))} {action_label(a)}" for a in sec.actions]
+    return ["actions:"] + [f"  {clock(t)} {'    ' * indent}{text}" for t, indent, text in actions.lines(sec.actions)]
