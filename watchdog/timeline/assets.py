@@ -93,7 +93,7 @@ PATTERNS = """<svg width="0" height="0" style="position:absolute" aria-hidden="t
 JS = r"""
 (function () {
   "use strict";
-  var CHAR_W = 6.4, EV_ROWS = 3, EV_ROW_H = 14;
+  var CHAR_W = 6.4, EV_ROWS = 4, EV_ROW_H = 14;
   function niceStep(span) {
     var raw = span / 8, mag = Math.pow(10, Math.floor(Math.log10(raw)));
     var ms = [1, 2, 5, 10];
@@ -127,16 +127,22 @@ JS = r"""
       svg.querySelectorAll("g[data-t]").forEach(function (g) {
         g.setAttribute("transform", "translate(" + X(+g.dataset.t).toFixed(2) + "," + g.dataset.y + ")");
       });
-      var ends = [], evs = Array.prototype.slice.call(svg.querySelectorAll("g.ev"));
-      for (var i = 0; i < EV_ROWS; i++) { ends.push(-1e9); }
-      evs.sort(function (a, b) { return a.dataset.t - b.dataset.t; }).forEach(function (g) {
-        var x = X(+g.dataset.t), row = -1, text = g.querySelector("text"), line = g.querySelector("line");
-        var len = text.textContent.length * CHAR_W, flip = x + len + 6 > x0 + w, left = flip ? x - len - 6 : x;
+      // Label rows as in svg.py: important kinds first, never overlapping; no row, no label.
+      var taken = [], evs = Array.prototype.slice.call(svg.querySelectorAll("g.ev"));
+      for (var i = 0; i < EV_ROWS; i++) { taken.push([]); }
+      evs.sort(function (a, b) { return (a.dataset.prio - b.dataset.prio) || (a.dataset.t - b.dataset.t); });
+      evs.forEach(function (g) {
+        var x = X(+g.dataset.t), text = g.querySelector("text"), line = g.querySelector("line");
+        var len = text.textContent.length * CHAR_W + 8, flip = x + len - 2 > x0 + w;
+        var lo = flip ? x - len : x, hi = flip ? x : x + len, row = -1;
+        for (var r = 0; r < EV_ROWS && row < 0; r++) {
+          if (taken[r].every(function (iv) { return hi <= iv[0] || lo >= iv[1]; })) { row = r; }
+        }
+        if (row >= 0) { taken[row].push([lo, hi]); text.removeAttribute("display"); }
+        else { text.setAttribute("display", "none"); }
+        var y = EV_ROW_H * ((row >= 0 ? row : EV_ROWS - 1) + 1);
         text.setAttribute("text-anchor", flip ? "end" : "start"); text.setAttribute("x", flip ? "-3" : "3");
-        for (var r = 0; r < EV_ROWS; r++) { if (ends[r] < left) { row = r; break; } }
-        if (row < 0) { row = ends.indexOf(Math.min.apply(null, ends)); }
-        ends[row] = Math.max(x, left + len) + 8;
-        text.setAttribute("y", EV_ROW_H * (row + 1)); line.setAttribute("y1", EV_ROW_H * (row + 1) + 2);
+        text.setAttribute("y", y); line.setAttribute("y1", y + 2);
         g.style.display = (x < x0 - 1 || x > x0 + w + 1) ? "none" : "";
       });
       axis();

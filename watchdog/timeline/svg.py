@@ -20,7 +20,7 @@ PLOT_X0 = LABEL_W
 PLOT_W = W - LABEL_W - 16
 LANE_H = 40
 EV_ROW_H = 14
-EV_ROWS = 3
+EV_ROWS = 4
 EV_H = EV_ROW_H * EV_ROWS + 6
 CHAR_W = 6.4  # width of a character at the label font size, for fitting labels
 
@@ -173,16 +173,24 @@ def _flip(x: float, label: str) -> bool:
     return x + len(label) * CHAR_W + 6 > PLOT_X0 + PLOT_W
 
 
+PRIORITY = {"finding": 0, "onset": 0, "action": 1, "host_lost": 1, "resolved": 2, "rank_restarted": 2,
+            "host_back": 2, "evidence": 3, "stop": 4}  # who gets a label row first
+
+
 def _event_rows(events: list[Event], sc: Scale) -> list[int]:
-    """Greedy label rows so labels do not overlap (the script redoes it on zoom)."""
-    ends = [-1e9] * EV_ROWS
-    rows = []
-    for e in events:
-        x = sc.x(e.t)
-        left = x - len(e.label) * CHAR_W - 6 if _flip(x, e.label) else x
-        row = next((i for i in range(EV_ROWS) if ends[i] < left), min(range(EV_ROWS), key=lambda i: ends[i]))
-        ends[row] = max(x, left + len(e.label) * CHAR_W) + 8
-        rows.append(row)
+    """Label rows so labels never overlap, the important kinds first; a label with
+    no free row is hidden (its line and tooltip stay). The script redoes it on zoom."""
+    taken: list[list[tuple[float, float]]] = [[] for _ in range(EV_ROWS)]
+    rows = [-1] * len(events)
+    order = sorted(range(len(events)), key=lambda i: (PRIORITY.get(events[i].kind, 3), events[i].t))
+    for i in order:
+        e = events[i]
+        x, w = sc.x(e.t), len(e.label) * CHAR_W + 8
+        lo, hi = (x - w, x) if _flip(x, e.label) else (x, x + w)
+        row = next((r for r in range(EV_ROWS) if all(hi <= a or lo >= b for a, b in taken[r])), -1)
+        if row >= 0:
+            taken[row].append((lo, hi))
+        rows[i] = row
     return rows
 
 
@@ -226,13 +234,15 @@ def lanes_svg(sec: Section, lanes: list[Lane], view: tuple[float, float], culpri
     events = sorted((e for e in _with_onset(sec) if e.kind not in NOT_DRAWN), key=lambda e: e.t)
     for e, row in zip(events, _event_rows(events, sc)):
         cls = EVENT_CLASS.get(e.kind, "ev-other")
-        ly = EV_ROW_H * (row + 1)
+        ly = EV_ROW_H * ((row if row >= 0 else EV_ROWS - 1) + 1)
         x = sc.x(e.t)
         hidden = "" if PLOT_X0 - 1 <= x <= PLOT_X0 + PLOT_W + 1 else ' style="display:none"'
         anchor = ' text-anchor="end" x="-3"' if _flip(x, e.label) else ' x="3"'
-        out.append(f'<g class="ev {cls}" data-t="{e.t:.6f}" data-y="0" transform="translate({x},0)"{hidden}>'
-                   f'<line x1="0" x2="0" y1="{ly + 2}" y2="{bottom}"/><text class="evl"{anchor} y="{ly}">'
-                   f'{escape(e.label)}</text>{title(f"{clock(e.t)} {e.label}")}</g>')
+        no_row = "" if row >= 0 else ' display="none"'
+        out.append(f'<g class="ev {cls}" data-t="{e.t:.6f}" data-y="0" data-prio="{PRIORITY.get(e.kind, 3)}" '
+                   f'transform="translate({x},0)"{hidden}><line x1="0" x2="0" y1="{ly + 2}" y2="{bottom}"/>'
+                   f'<text class="evl"{anchor} y="{ly}"{no_row}>{escape(e.label)}</text>'
+                   f'{title(f"{clock(e.t)} {e.label}")}</g>')
     out.append("</g>")
     out.append(_axis(sc, bottom, _origin(sec, sc)))
     out.append("</svg>")
