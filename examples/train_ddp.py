@@ -189,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         opt.load_state_dict(state["opt"])
         print(f"[rank {rank}] resumed from step {start_step} ({path})", flush=True)
     mon.set_step(start_step)  # watchdog: keep the job's own step numbering across restarts
+    with mon.phase("init"):
+        # DDP reduces its first backward without buckets and rebuilds them after it: a
+        # run resumed at step S would sum step S+1's gradients in another order than an
+        # uninterrupted run (last-bit differences). One zero backward, no optimizer step,
+        # puts every real step on the rebuilt buckets: resumes are bit-exact.
+        model(torch.zeros(1, args.dim)).sum().mul(0.0).backward()
+        opt.zero_grad(set_to_none=True)
     if args.ckpt_dir:
         # watchdog: a checkpoint on request (checkpoint_restart), in the periodic format,
         # so a resume works from either. Runs on every rank at the same step boundary.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 FAULT_MARK = "WATCHDOG_FAULT "
+ACTION_EVENTS = ("action", "action_progress", "action_outcome", "restart", "resumed", "state")
 
 
 @dataclass
@@ -26,6 +27,11 @@ class ScenarioResult:
     summary: dict
     faults: list[dict] = field(default_factory=list)  # {"kind", "rank", "step", "t_wall"} as injected
     output: str = ""
+    # action / action_progress / action_outcome / restart / resumed / state lines, in journal order
+    actions: list[dict] = field(default_factory=list)
+
+    def events(self, name: str) -> list[dict]:
+        return [a for a in self.actions if a["event"] == name]
 
     @property
     def work_dir(self) -> Path:
@@ -69,16 +75,26 @@ def run(
     script_args: Sequence[str] = (),
     env: dict | None = None,
     work_dir: str | None = None,
+    action: str | None = None,
+    policy: str | None = None,
+    max_restarts: int = 3,
 ) -> ScenarioResult:
+    """``action`` / ``policy``: run with a coordinator policy (``watchdog demo
+    --action`` / ``--policy``): torchrun gets --max-restarts and the example
+    checkpoints unless ``script_args`` says where."""
     work_dir = work_dir or tempfile.mkdtemp(prefix="watchdog-scenario-")
     argv = [sys.executable, "-m", "watchdog.cli", "demo", "--json", "--ranks", str(ranks), "--steps", str(steps),
             "--compute-ms", str(compute_ms), "--linger-seconds", str(linger_s), "--timeout-seconds", str(timeout_s),
             "--work-dir", work_dir, *[f"--fault={f}" for f in faults]]
+    if action:
+        argv += ["--action", action, "--max-restarts", str(max_restarts)]
+    if policy:
+        argv += ["--policy", policy, "--max-restarts", str(max_restarts)]
     if script_args:
         argv += ["--", *script_args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 120,
                           env={**os.environ, **(env or {})})
-    findings, summary = [], {}
+    findings, summary, actions = [], {}, []
     for line in proc.stdout.splitlines():
         try:
             obj = json.loads(line)
@@ -88,8 +104,10 @@ def run(
             findings.append(obj)
         elif obj.get("event") == "summary":
             summary = obj
+        elif obj.get("event") in ACTION_EVENTS:
+            actions.append(obj)
     if proc.returncode != 0 or not summary:
         raise RuntimeError(f"demo failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    result = ScenarioResult(findings=findings, summary=summary, output=proc.stdout)
+    result = ScenarioResult(findings=findings, summary=summary, output=proc.stdout, actions=actions)
     result.faults = _fault_marks(result.work_dir / "torchrun.log")
     return result

@@ -1,0 +1,220 @@
+"""The job controller and its actions: pure, no processes, no sleeps. Time moves
+by editing numbers; the view is folded from made-up reports."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from watchdog import commands
+from watchdog.coordinator import testing as T
+from watchdog.coordinator.actions import abort
+from watchdog.coordinator.control import JobController
+from watchdog.coordinator.finding import Finding
+from watchdog.coordinator.policy import JobState, Policy
+
+S = JobState
+LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}
+
+
+def finding(kind="collective_hang", ranks=(2,), detected=100.0):
+    return Finding(kind=kind, ranks=ranks, hosts=("host0",), reason=f"{kind} on {list(ranks)}", onset_mono=95.0,
+                   detected_mono=detected)
+
+
+def old_view(now=100.0, **changes):
+    return T.view([T.rank(r, world_size=4, **LAUNCHER, **changes) for r in range(4)], now)
+
+
+def gone(view, now, ranks=range(4)):
+    states = [replace(view.ranks[r].state, alive=False) if r in ranks else view.ranks[r].state for r in range(4)]
+    return T.view(states, now, base=view, seq=2)
+
+
+def resumed(view, now, at_step=30):
+    new = [T.rank(r, world_size=4, pid=2000 + r, proc_start_us=1_800_000_000_000_000, step=at_step + 2,
+                  recent_steps=T.steps(at_step + 1, 2), **LAUNCHER) for r in range(4)]
+    return T.view(new, now, base=view, seq=3)
+
+
+def names(events):
+    return [n for n, _ in events]
+
+
+def signals(reqs):
+    return [(r.args["signal"], r.target["rank"], r.target["pid"]) for r in reqs if r.type == commands.SIGNAL]
+
+
+RESTART = Policy(actions={"collective_hang": "restart", "dead_rank": "restart"}, min_finding_age_s=0,
+                 cooldown_s=30, abort_grace_s=5)
+ABORT = replace(RESTART, actions={"collective_hang": "abort"})
+
+
+def test_default_policy_never_acts():
+    c = JobController()
+    reqs, events = c.tick([finding()], old_view(), 200.0)
+    assert reqs == [] and names(events) == ["state"] and c.state is S.DEGRADED
+    reqs, events = c.tick([], old_view(), 201.0)
+    assert reqs == [] and events == [("state", {"job_state": "running", "from": "degraded", "on": "findings_clear"})]
+
+
+def test_restart_stops_the_old_workers_then_sees_the_group_resume():
+    c, v = JobController(RESTART), old_view()
+    reqs, events = c.tick([finding()], v, 101.0)
+    assert names(events) == ["state", "action", "state", "action_progress"]
+    assert events[1][1]["action"] == "restart" and events[1][1]["restart"] == 1
+    assert events[1][1]["reason"].startswith("collective_hang:")
+    assert signals(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]  # workers only, never the launcher
+    assert c.state is S.RESTARTING
+    # Nothing new before the grace period; the finding is still open but held.
+    assert c.tick([finding()], v, 103.0) == ([], [])
+    reqs, events = c.tick([finding()], v, 106.5)
+    assert signals(reqs) == [("SIGKILL", r, 1000 + r) for r in range(4)]
+    v = gone(v, 107.0)
+    reqs, events = c.tick([], v, 107.0)
+    assert reqs == [] and names(events) == ["restart"] and events[0][1]["restart"] == 1
+    v = resumed(v, 110.0, at_step=30)
+    reqs, events = c.tick([], v, 110.0)
+    assert names(events) == ["resumed", "action_outcome", "state"]
+    assert (events[0][1]["restart"], events[0][1]["step"]) == (1, 30)
+    assert events[1][1]["ok"] is True and c.state is S.RUNNING and c.op is None
+    # The cooldown counts from the end of the action.
+    reqs, events = c.tick([finding(detected=111.0)], v, 120.0)
+    assert reqs == [] and "action" not in names(events)
+
+
+def test_a_rank_that_registered_after_the_finding_is_never_signalled():
+    v = old_view(now=100.0)
+    v = T.view([T.rank(1, world_size=4, pid=3001, **LAUNCHER)], 102.0, base=v, seq=2)  # torchrun restarted it
+    c = JobController(RESTART)
+    reqs, _ = c.tick([finding("dead_rank", (1,), detected=101.0)], v, 103.0)
+    assert [s[1] for s in signals(reqs)] == [0, 2, 3]
+
+
+def test_dead_workers_are_not_signalled_and_the_restart_is_seen_at_once():
+    v = old_view(now=100.0, alive=False)
+    c = JobController(RESTART)
+    reqs, events = c.tick([finding("dead_rank", (1,))], v, 101.0)
+    assert signals(reqs) == []
+    _, events = c.tick([], v, 101.5)
+    assert names(events) == ["restart"]
+
+
+def test_restart_that_never_resumes_fails_the_job():
+    c, v = JobController(RESTART), old_view()
+    c.tick([finding()], v, 101.0)
+    v = gone(v, 102.0)
+    c.tick([], v, 102.0)
+    _, events = c.tick([], v, 102.0 + 301.0)
+    assert names(events) == ["action_outcome", "state"] and events[0][1]["ok"] is False
+    assert c.state is S.FAILED
+    assert c.tick([finding(detected=500.0)], v, 1000.0) == ([], [])  # a failed job gets nothing more
+
+
+def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_workers():
+    v = T.view([T.rank(r, world_size=8, launcher_pid=500 + r // 4, launcher_start_us=77) for r in range(8)], 100.0)
+    c = JobController(ABORT)
+    reqs, events = c.tick([finding()], v, 101.0)
+    assert c.state is S.ABORTING
+    assert [(r.type, r.host, r.ranks) for r in reqs] == [("dump_stacks", "host0", [0, 1, 2, 3]),
+                                                        ("dump_stacks", "host1", [4, 5, 6, 7])]
+    assert reqs[0].trigger["action"] == events[1][1]["action_id"]
+    assert c.tick([finding()], v, 102.0) == ([], [])  # waiting for the stacks
+    aid = c.op.id
+    c.note("evidence", {"type": "dump_stacks", "host": "host0", "trigger": {"action": aid}})
+    c.note("evidence", {"type": "dump_stacks", "host": "host1", "trigger": {"action": "a-other"}})
+    assert c.tick([finding()], v, 102.5) == ([], [])  # host1 has not answered this action
+    c.note("command_expired", {"type": "dump_stacks", "host": "host1", "trigger": {"action": aid}})
+    reqs, events = c.tick([finding()], v, 103.0)
+    sig = signals(reqs)
+    assert sig[:2] == [("SIGTERM", -1, 500), ("SIGTERM", -1, 501)]  # one launcher per host, first
+    assert sorted(s[1] for s in sig[2:]) == list(range(8))
+    assert names(events) == ["action_progress"]
+    reqs, _ = c.tick([finding()], gone(v, 108.5, ranks=range(4)), 108.5)  # grace over, host1's ranks live on
+    assert ("SIGKILL", -1, 500) in signals(reqs) and sorted(s[1] for s in signals(reqs) if s[1] >= 0) == [4, 5, 6, 7]
+    v = T.view([replace(s.state, alive=False) for s in v.ranks.values()], 109.0, base=v, seq=3)
+    reqs, events = c.tick([finding()], v, 109.0)
+    assert names(events) == ["action_outcome", "state"] and events[0][1]["ok"] is True
+    assert c.state is S.FAILED
+
+
+def test_abort_does_not_wait_forever_for_stacks():
+    c, v = JobController(ABORT), old_view()
+    c.tick([finding()], v, 101.0)
+    reqs, _ = c.tick([finding()], v, 101.0 + abort.STACKS_WAIT_S)
+    assert signals(reqs)[0] == ("SIGTERM", -1, 500)
+
+
+def test_exhausted_budget_aborts_with_the_reason():
+    c = JobController(replace(RESTART, max_restarts=0))
+    reqs, events = c.tick([finding()], old_view(), 101.0)
+    action = dict(events)["action"]
+    assert action["action"] == "abort" and "restart budget exhausted" in action["reason"]
+    assert all(r.type == "dump_stacks" for r in reqs) and c.state is S.ABORTING
+
+
+def test_dry_run_journals_and_does_nothing():
+    c = JobController(replace(RESTART, dry_run=True))
+    reqs, events = c.tick([finding()], old_view(), 101.0)
+    assert reqs == [] and names(events) == ["state", "action", "action_outcome"]
+    assert dict(events)["action"]["dry_run"] is True and c.state is S.DEGRADED
+    assert c.tick([finding()], old_view(), 102.0)[0] == []  # cooldown: not every tick
+
+
+def test_exclude_host_restart_also_stops_the_culprit_hosts_launcher():
+    pol = Policy(actions={"collective_hang": "exclude_host_restart"}, min_finding_age_s=0)
+    v = T.view([T.rank(r, world_size=8, launcher_pid=500 + r // 4, launcher_start_us=77) for r in range(8)], 100.0)
+    reqs, _ = JobController(pol).tick([finding()], v, 101.0)  # the finding is on host0
+    sig = signals(reqs)
+    assert sig[0] == ("SIGTERM", -1, 500) and ("SIGTERM", -1, 501) not in sig
+
+
+# -- wired into the coordinator ---------------------------------------------------
+
+def coordinator(tmp_path, **kw):
+    from watchdog.coordinator.config import Config
+    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.service import Coordinator
+    path = str(tmp_path / "journal.jsonl")
+    return Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5, token="secret", **kw),
+                       Journal(path, lambda: (1.7e9, 0.0)))
+
+
+def test_coordinator_journals_the_action_and_queues_signed_signals(tmp_path):
+    from watchdog.coordinator import journal
+    from watchdog.coordinator.simjob import SimJob
+    c = coordinator(tmp_path, policy=RESTART)
+    sim = SimJob(jitter=0.1, seed=11)
+    sim.hang(3, 40)
+    sim.run_until(40.0, coordinator=c, tick_s=0.5)
+    recs = journal.read(c.journal.path)
+    events = [r["event"] for r in recs]
+    assert events.index("finding") < events.index("action") < events.index("action_progress")
+    action = next(r for r in recs if r["event"] == "action")
+    assert action["action"] == "restart" and action["kind"] == "collective_hang"
+    states = [r["job_state"] for r in recs if r["event"] == "state" and "job_state" in r]
+    assert states[:2] == ["degraded", "restarting"]
+    sent = [r for r in recs if r["event"] == "command" and r["type"] == "signal"]
+    assert sent and all(r["signed"] and r["args"] == {"signal": "SIGTERM"} for r in sent[:8])
+    c.journal.close()
+
+
+def test_a_broken_action_never_stops_detection(tmp_path):
+    c = coordinator(tmp_path, policy=RESTART)
+
+    def broken(*a, **k):
+        raise RuntimeError("bug")
+
+    c.control.tick = broken
+    c.tick(1.0, 1.7e9)
+    c.tick(2.0, 1.7e9)
+    assert c.control.errors == 2
+    c.journal.close()
+
+
+def test_a_bad_policy_file_is_a_clear_startup_error(tmp_path, capsys):
+    from watchdog.coordinator.main import main
+    bad = tmp_path / "p.toml"
+    bad.write_text('[actions]\ndead_rank = "reboot"\n')
+    assert main(["--policy.file", str(bad), "--journal", str(tmp_path / "j")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "'reboot'" in err
