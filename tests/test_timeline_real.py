@@ -1,6 +1,7 @@
 """watchdog timeline on journals of real runs: ``watchdog demo`` (torchrun, 4 gloo
 ranks on CPU, the hook, a real agent that journals evidence, a real coordinator)
-with one fault each, run once per module and shared (about 70 s together).
+with one fault each, run once per module and shared, plus a hang answered by a
+restart (about 100 s together on 2 cores).
 Then the reports: the text names the culprit first, the Perfetto JSON is a valid
 trace, the HTML has the culprit's lane and the stacks, and headless Chromium
 renders it without console errors."""
@@ -8,7 +9,10 @@ renders it without console errors."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,8 +39,23 @@ def runs(tmp_path_factory) -> dict[str, scenario.ScenarioResult]:
     out = {}
     for fault, (steps, _, _) in FAULTS.items():
         work = tmp_path_factory.mktemp(fault.split(":")[0])
-        out[fault] = scenario.run([fault], steps=steps, linger_s=3.0, timeout_s=90, work_dir=str(work))
+        # 2 s after the finding is ample for the evidence (two report intervals and a py-spy dump)
+        out[fault] = scenario.run([fault], steps=steps, linger_s=2.0, timeout_s=90, work_dir=str(work))
     return out
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory) -> Path:
+    """A hang the coordinator's policy answers with a restart: torchrun brings the
+    group back from its checkpoint, the journal gets a second incarnation."""
+    work = tmp_path_factory.mktemp("restart")
+    proc = subprocess.run(
+        [sys.executable, "-m", "watchdog.cli", "demo", "--json", "--fault=hang:2@10", "--action", "restart",
+         "--steps", "20", "--linger-seconds", "2", "--timeout-seconds", "90", "--work-dir", str(work)],
+        capture_output=True, text=True, timeout=200, env=os.environ.copy())
+    summary = next((json.loads(x) for x in proc.stdout.splitlines() if '"event": "summary"' in x), None)
+    assert proc.returncode == 0 and summary, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return Path(summary["journal"])
 
 
 def _journal(res: scenario.ScenarioResult) -> Path:
@@ -124,6 +143,26 @@ def test_torn_and_evidence_less_journals_of_a_real_run(runs, tmp_path):
     assert "slot evidence missing" in out and "waiting in ddp_all_reduce #" in out
     check_trace(perfetto.render(old))
     assert "slot evidence missing" in html.render(old)
+
+
+def test_a_restarted_job_has_a_section_per_incarnation_and_the_restart_story(restarted, tmp_path):
+    tl = load.load(str(restarted))
+    first, second = tl.sections[:2]
+    assert (first.opened_by, second.opened_by) == ("start", "restart")
+    assert first.root["kind"] == "collective_hang" and first.root["ranks"] == [2]
+    assert {lane.pid for lane in first.lanes.values()}.isdisjoint({lane.pid for lane in second.lanes.values()})
+    assert sorted(second.lanes) == [0, 1, 2, 3]
+    out = text.render(tl)
+    story = out[out.index("actions:\n", out.index("== section 1")):out.index("== section 2")]
+    for line in ("restart for collective_hang rank 2", "signal SIGTERM sent to ranks 0-3", "restart 1: workers 0-3 "
+                 "stopped", "resumed from step 10 with 4 ranks", "outcome ok: restart 1, resumed from step 10"):
+        assert line in story, story
+    assert "== section 2 of" in out and "ranks restarted" in out
+    events = check_trace(perfetto.render(tl))
+    steps = [e for e in events if e["ph"] == "X" and e.get("cat") == "step" and e["tid"] == 2]
+    assert 1 in {e["args"].get("section") for e in steps}  # the first incarnation's steps, from its evidence
+    page = html.render(tl)
+    assert page.count('<section class="sec"') == len(tl.sections) and "<h3>What was done</h3>" in page
 
 
 def _pixels(img) -> list[tuple[int, int, int]]:
