@@ -321,3 +321,27 @@ def test_metrics_export_refusals_and_executions(tmp_path):
     assert get("watchdog_agent_commands_refused_total", {"reason": "bad_signature"}) == 0
     assert get("watchdog_agent_commands_executed_total", {"type": "dump_stacks", "result": "ok"}) == 1
     h.stop()
+
+
+def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_check(tmp_path):
+    from watchdog.hook import control
+    wrs = [fakes.SlotWriter(str(tmp_path), fakes.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
+    views = [view_of(w.path, wire.read_slot(w.path).header.identity) for w in wrs]
+    a = actions_for(views, {500: 9, 501: 99_999_999}.get)  # rank 1's pid was reused
+    cmd = command(c.CHECKPOINT, args={"step": 140, "ranks": [c.target(0, 500, 9), c.target(1, 501, 9)]})
+    assert c.verify(cmd, TOKEN, "job", "node-a", NOW, set())[0]
+    out, refusals = a.run(cmd)
+    assert out["ranks"] == [0] and not out["ok"] and "rank 1:" in out["error"] and refusals == []
+    req = control.read_request(wire.read_slot(wrs[0].path).header.words, 0)
+    assert (req.command, req.arg) == (int(wire.Command.CHECKPOINT_AT_STEP), 140)
+    assert wire.read_slot(wrs[1].path).header.words[wire.H_CTRL_SEQ] == 0  # untouched
+    for w in wrs:
+        w.close()
+
+
+def test_checkpoint_is_never_run_unsigned_and_malformed_steps_are_refused():
+    ok = command(c.CHECKPOINT, args={"step": 5, "ranks": [c.target(1, 4242, 7_000_000)]})
+    assert c.verify(c.sign(ok, ""), "", "job", "node-a", NOW, set(), loopback=True) == (False, c.NO_TOKEN)
+    for bad in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": 5, "ranks": []}):
+        cmd = command(c.CHECKPOINT, args={"ranks": [c.target(1, 4242, 7_000_000)], **bad})
+        assert c.verify(cmd, TOKEN, "job", "node-a", NOW, set()) == (False, c.MALFORMED), bad

@@ -218,3 +218,47 @@ def test_a_bad_policy_file_is_a_clear_startup_error(tmp_path, capsys):
     assert main(["--policy.file", str(bad), "--journal", str(tmp_path / "j")]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "'reboot'" in err
+
+
+# -- checkpoint_restart -------------------------------------------------------------
+
+CKPT = Policy(actions={"straggler": "checkpoint_restart"}, min_finding_age_s=0, checkpoint_timeout_s=60,
+              abort_grace_s=5)
+
+
+def acked(view, now, step, ok=True, ranks=range(4), at=None):
+    states = [replace(view.ranks[r].state, ctrl_ack_seq=1, ctrl_ack_step=step if at is None else at, ctrl_ack_ok=ok)
+              if r in ranks else view.ranks[r].state for r in range(4)]
+    return T.view(states, now, base=view, seq=2)
+
+
+def test_checkpoint_restart_asks_every_rank_for_one_step_ahead_then_restarts_when_all_saved():
+    c, v = JobController(CKPT), old_view(last_step_s=0.1)  # every rank at step 100
+    reqs, events = c.tick([finding("straggler", (2,))], v, 101.0)
+    assert c.state is S.CHECKPOINTING
+    (req,) = reqs
+    step = req.args["step"]
+    assert req.type == commands.CHECKPOINT and [t["rank"] for t in req.args["ranks"]] == [0, 1, 2, 3]
+    assert step == 100 + 40  # LEAD_S (4 s) of 0.1 s steps ahead of the fastest rank
+    assert c.tick([], acked(v, 102.0, step, ranks=(0, 1, 2)), 102.0)[0] == []  # rank 3 not yet
+    reqs, events = c.tick([], acked(v, 103.0, step), 103.0)
+    assert names(events)[:3] == ["checkpointed", "action_progress", "state"] and c.state is S.RESTARTING
+    assert dict(events)["checkpointed"]["step"] == step
+    assert signals(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]
+    v = resumed(gone(v, 104.0), 106.0, at_step=step)
+    c.tick([], gone(v, 104.0), 104.0)
+    _, events = c.tick([], v, 106.0)
+    assert dict(events)["resumed"]["step"] == step and c.state is S.RUNNING
+
+
+def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_never():
+    c, v = JobController(CKPT), old_view(last_step_s=0.1)
+    step = c.tick([finding("straggler", (2,))], v, 101.0)[0][0].args["step"]
+    reqs, events = c.tick([], acked(v, 102.0, step, at=step + 3, ranks=(1,)), 102.0)
+    assert names(events)[0] == "checkpoint_failed" and "rank 1 saved at" in events[0][1]["error"]
+    assert signals(reqs) and c.state is S.RESTARTING
+    c2 = JobController(CKPT)
+    c2.tick([finding("straggler", (2,))], v, 101.0)
+    assert c2.tick([], v, 150.0)[0] == []
+    reqs, events = c2.tick([], v, 161.0)
+    assert names(events)[0] == "checkpoint_failed" and "within 60 s" in events[0][1]["error"] and signals(reqs)

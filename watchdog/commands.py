@@ -25,6 +25,9 @@ Types (args):
   file is still readable. ``pid`` 0 in a Target = the rank's current slot.
 - ``signal``         {"signal": "SIGTERM"}, ``target`` required: the agent
   re-checks the target's identity right before sending (pid reuse).
+- ``checkpoint``     {"step": S, "ranks": [Target, ...]}: the agent writes
+  CHECKPOINT_AT_STEP S into each rank's slot control block (identity checked);
+  the hook's acknowledgement comes back in the reports (RankState.ctrl_ack_*).
 
 Without a job token. A destructive type (``signal``) is always refused. Evidence
 types run unsigned only when *both* sides have no token, which they can only do
@@ -44,10 +47,12 @@ import secrets
 from typing import Any, Container
 
 DOMAIN = b"rank-watchdog command v1\n"
-DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL = "dump_stacks", "snapshot_slots", "signal"
-TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL)
+DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
+TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT)
 EVIDENCE = frozenset({DUMP_STACKS, SNAPSHOT_SLOTS})
-DESTRUCTIVE = frozenset({SIGNAL})
+# Never run unsigned: a checkpoint request makes every rank pause and write.
+DESTRUCTIVE = frozenset({SIGNAL, CHECKPOINT})
+MAX_STEP = 1 << 62
 SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGCONT", "SIGUSR1", "SIGUSR2")
 FIELDS = ("id", "job", "type", "host", "target", "args", "issued_wall", "expires_wall", "sig")
 
@@ -152,6 +157,10 @@ def _args_ok(cmd: dict[str, Any]) -> bool:
     if cmd["type"] == SIGNAL:
         t = cmd.get("target")
         return args.get("signal") in SIGNALS and valid_target(t) and t["pid"] > 0
+    if cmd["type"] == CHECKPOINT:
+        ranks, step = args.get("ranks"), args.get("step")
+        return (_is_int(step) and 0 <= step < MAX_STEP and isinstance(ranks, list) and 0 < len(ranks) <= MAX_TARGETS
+                and all(valid_target(t) and t["pid"] > 0 for t in ranks))
     return False
 
 

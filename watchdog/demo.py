@@ -83,16 +83,22 @@ class Printer:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         ev = rec.get("event")
         keep = ("action_id", "action", "kind", "ranks", "reason", "ok", "result", "restart", "step", "seconds",
-                "job_state", "from", "on", "phase", "signal", "workers", "launchers", "dry_run")
+                "job_state", "from", "on", "phase", "signal", "workers", "launchers", "dry_run", "error")
         if self.as_json:
             print(json.dumps({"event": ev, "t": t, **{k: rec[k] for k in keep if k in rec}}), flush=True)
             return
         if ev == "action":
             text = f"ACTION {rec.get('action')} ({rec.get('action_id')}{', dry run' if rec.get('dry_run') else ''}): {rec.get('reason')}"
         elif ev == "action_progress":
-            text = f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
+            text = (f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
+                    if rec.get("phase") == "checkpoint" else
+                    f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}")
         elif ev == "action_outcome":
             text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
+        elif ev == "checkpointed":
+            text = f"CHECKPOINTED at step {rec.get('step')} on ranks {rec.get('ranks')}"
+        elif ev == "checkpoint_failed":
+            text = f"CHECKPOINT FAILED (step {rec.get('step')}): {rec.get('error')}; restarting from the last checkpoint"
         elif ev == "restart":
             text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
         elif ev == "resumed":
@@ -142,7 +148,8 @@ def _finding_fields(rec: dict) -> dict:
     return merged
 
 
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "restart", "resumed", "state")
+ACTION_EVENTS = ("action", "action_progress", "action_outcome", "checkpointed", "checkpoint_failed", "restart", "resumed",
+                 "state")
 
 
 def _write_policy(path: Path, action: str) -> Path:
@@ -178,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if acting:
         torchrun_args = [f"--max-restarts={args.max_restarts}"]
         if "--ckpt-dir" not in script_args:  # a restart resumes from the latest checkpoint
-            script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", "10"]
+            # checkpoint_restart saves on request: periodic saves after S would move the resume point.
+            every = "0" if args.action == "checkpoint_restart" else "10"
+            script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", every]
     torchrun = localjob.TorchrunJob(
         nproc=args.ranks, run_dir=run_dir, job=job, work_dir=work, script=Path(args.script),
         script_args=["--steps", str(args.steps), "--compute-ms", str(args.compute_ms),

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 FAULT_MARK = "WATCHDOG_FAULT "
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "restart", "resumed", "state")
+ACTION_EVENTS = ("action", "action_progress", "action_outcome", "checkpointed", "checkpoint_failed", "restart", "resumed",
+                 "state")
 
 
 @dataclass

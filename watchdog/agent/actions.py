@@ -97,6 +97,8 @@ class Actions:
             return self.snapshot_slots(cmd), []
         if kind == c.SIGNAL:
             return self.signal(cmd)
+        if kind == c.CHECKPOINT:
+            return self.checkpoint(cmd)
         return ack(cmd, False, f"unknown type {kind!r}"), []  # verify() lets none through
 
     # -- evidence --------------------------------------------------------------
@@ -153,6 +155,33 @@ class Actions:
         slots = fit(slots, self._max_ack_bytes)
         return ack(cmd, bool(slots), "; ".join(errors), slots=[s.to_dict() for s in slots])
 
+    # -- checkpoint (for checkpoint_restart) ---------------------------------------
+
+    def checkpoint(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Write CHECKPOINT_AT_STEP into each target's slot; the hook acks in the
+        slot, and that ack reaches the coordinator in the next reports."""
+        step, errors, refusals, written = cmd["args"]["step"], [], [], []
+        for t in cmd["args"]["ranks"]:
+            view = self._slot(cmd["job"], t)
+            if view is None:
+                refusals.append(c.UNKNOWN_TARGET)
+                errors.append(f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} "
+                              f"for pid {t['pid']} on this host")
+                continue
+            ok, why = c.identity_ok(t, self._start_us(t["pid"]), self._tol)
+            if not ok:
+                errors.append(f"rank {t['rank']}: {why}")
+                continue
+            try:
+                seq = _control_seq(self._read(view.path, 0)) + 1
+                wire.write_control(view.path, seq, wire.Command.CHECKPOINT_AT_STEP, step)
+                written.append(t["rank"])
+            except (wire.SlotError, OSError) as exc:
+                errors.append(f"rank {t['rank']}: cannot write {view.path}: {exc}")
+        out = ack(cmd, len(written) == len(cmd["args"]["ranks"]), "; ".join(errors))
+        out["ranks"] = written
+        return out, refusals
+
     # -- signal (for abort / restart actions) ------------------------------------
 
     def signal(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -182,6 +211,10 @@ class Actions:
         if checked:
             return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): {why}", refused=c.WRONG_IDENTITY), checked
         return ack(cmd, ok, why), []
+
+
+def _control_seq(snap: wire.SlotSnapshot) -> int:
+    return snap.header.words[wire.H_CTRL_SEQ]
 
 
 def ack(cmd: dict[str, Any], ok: bool, error: str = "", *, stacks: list | None = None, slots: list | None = None,

@@ -151,4 +151,6 @@ class CommandHandler:
 def _about(cmd: dict) -> dict:
     if cmd["type"] in c.EVIDENCE:
         return {"ranks": [t["rank"] for t in cmd["args"]["ranks"]]}
+    if cmd["type"] == c.CHECKPOINT:
+        return {"ranks": [t["rank"] for t in cmd["args"]["ranks"]], "step": cmd["args"]["step"]}
     return {"target": cmd.get("target"), "signal": cmd["args"].get("signal")}

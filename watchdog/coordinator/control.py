@@ -9,7 +9,8 @@ flight (the policy holds any other until the job is idle again).
 Journal events: ``action`` (started, with the plan's reason; also a dry run),
 ``action_progress`` (signals sent), ``action_outcome``, ``state`` (job state
 transitions: ``{"job_state": to, "from": ..., "on": event}``; no ``rank`` key,
-which tells it from a rank's state change), ``restart`` and ``resumed``.
+which tells it from a rank's state change), ``checkpointed`` /
+``checkpoint_failed`` (checkpoint_restart), ``restart`` and ``resumed``.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class JobController:
         events.append(("action", started))
         self._move(p.action, events)
         self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
-                            grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now)
+                            grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now,
+                            extra={"timeout_s": self.policy.checkpoint_timeout_s})
         self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now)
         return reqs, events
 

@@ -12,8 +12,9 @@ of the coordinator's tick; the next tick tries again.
 
 from __future__ import annotations
 
-from . import abort, restart
+from . import abort, checkpoint_restart, restart
 
-# policy action -> module. checkpoint_restart and exclude_host_restart share the
-# restart module: what differs is which processes it stops and what it waits for.
-MODULES = {"abort": abort, "restart": restart, "checkpoint_restart": restart, "exclude_host_restart": restart}
+# policy action -> module. exclude_host_restart shares the restart module: it
+# differs only in also stopping the culprit host's launcher.
+MODULES = {"abort": abort, "restart": restart, "checkpoint_restart": checkpoint_restart,
+           "exclude_host_restart": restart}
