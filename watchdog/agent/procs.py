@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import psutil
 
+from watchdog.agent.deathwatch import DeathWatch
+
 # psutil's create_time() is derived from /proc/<pid>/stat's start time in clock
 # ticks (10 ms) plus the boot time; two reads of one process agree far closer
 # than this, a reused pid almost never lands inside it.
@@ -39,6 +41,7 @@ class ProcSample:
     cpu_seconds: float = 0.0  # user + system, of the process itself
     rss_bytes: int = 0
     sampled_ns: int = 0  # agent monotonic time of the cpu/rss sample (0 = never)
+    gone_ns: int = 0  # agent monotonic time the process exited (precise with pidfds), 0 while alive
 
     @property
     def stopped(self) -> bool:
@@ -65,6 +68,9 @@ class ProcessTable:
         self._fd_keys: dict[int, Key] = {}
         self._exited: set[Key] = set()
         self._poller = select.poll()
+        # Times exits to the millisecond, so the first death can be told from the
+        # victims torchrun tears down right after it (see deathwatch.py).
+        self._deathwatch = DeathWatch() if self._use_pidfd else None
         self.errors = 0  # AccessDenied / OSError: the process exists but could not be read
 
     def refresh(self) -> None:
@@ -84,7 +90,7 @@ class ProcessTable:
         pinned = key in self._fds
         if pinned:  # the common case, first: a pinned process between resource samples
             if key in self._exited:
-                return self._bury(key, prev, "gone")
+                return self._bury(key, now_ns, prev, "gone")
             if not resources and prev is not None:
                 return prev  # the same object: callers can tell nothing was read
         dead = self._dead.get(key)
@@ -96,14 +102,14 @@ class ProcessTable:
                 self._pin(key)  # before the start-time check: then a match proves the pidfd is ours
                 proc = self._factory(pid)
                 if abs(proc.create_time() * 1e6 - start_us) > self._tolerance_us:
-                    return self._bury(key, prev, "reused")
+                    return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc
             elif resources and not pinned and not proc.is_running():  # re-reads the start time
-                return self._bury(key, prev, "gone")
+                return self._bury(key, now_ns, prev, "gone")
             with proc.oneshot():
                 status = proc.status()
                 if status in _NOT_RUNNING:
-                    return self._bury(key, prev, status)
+                    return self._bury(key, now_ns, prev, status)
                 if resources:
                     cpu = proc.cpu_times()
                     sample = ProcSample(True, status, cpu.user + cpu.system, proc.memory_info().rss, now_ns)
@@ -112,9 +118,9 @@ class ProcessTable:
                 else:
                     sample = ProcSample(True, status)
         except psutil.ZombieProcess:  # subclass of NoSuchProcess: catch first
-            return self._bury(key, prev, psutil.STATUS_ZOMBIE)
+            return self._bury(key, now_ns, prev, psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
-            return self._bury(key, prev, "gone")
+            return self._bury(key, now_ns, prev, "gone")
         except (psutil.Error, OSError):  # AccessDenied and kin
             # It exists (we could not have been denied otherwise) but we cannot read it.
             self.errors += 1
@@ -134,6 +140,8 @@ class ProcessTable:
             return
         self._fds[key], self._fd_keys[fd] = fd, key
         self._poller.register(fd, select.POLLIN)
+        if self._deathwatch is not None:
+            self._deathwatch.watch(key, fd)
 
     def _unpin(self, key: Key) -> None:
         fd = self._fds.pop(key, None)
@@ -143,9 +151,12 @@ class ProcessTable:
             os.close(fd)
         self._exited.discard(key)
 
-    def _bury(self, key: Key, prev: ProcSample | None, status: str) -> ProcSample:
+    def _bury(self, key: Key, now_ns: int, prev: ProcSample | None, status: str) -> ProcSample:
         # Keep the last CPU/RSS figures: a post-mortem wants the RSS at death.
-        sample = ProcSample(False, status, *(prev.cpu_seconds, prev.rss_bytes, prev.sampled_ns) if prev else ())
+        exited = self._deathwatch.exit_ns(key) if self._deathwatch is not None else None
+        gone_ns = min(exited, now_ns) if exited else now_ns
+        sample = ProcSample(False, status, *(prev.cpu_seconds, prev.rss_bytes, prev.sampled_ns) if prev else (0.0, 0, 0),
+                            gone_ns=gone_ns)
         self._dead[key] = sample
         self._procs.pop(key, None)
         self._last.pop(key, None)
@@ -158,7 +169,11 @@ class ProcessTable:
         self._unpin(key)
         for table in (self._procs, self._last, self._dead):
             table.pop(key, None)
+        if self._deathwatch is not None:
+            self._deathwatch.forget(key)
 
     def close(self) -> None:
         for key in list(self._fds):
             self._unpin(key)
+        if self._deathwatch is not None:
+            self._deathwatch.close()

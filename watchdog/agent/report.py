@@ -46,6 +46,8 @@ def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
         created_wall=h.created_wall_ns / 1e9,
         recent_steps=tuple(track.step_sample(r) for r in fresh),
         proc_status=v.proc.status,
+        # > 0 marks the time as measured (the coordinator orders deaths by it).
+        gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
         launcher_pid=v.launcher[0], launcher_start_us=v.launcher[1],
         ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,

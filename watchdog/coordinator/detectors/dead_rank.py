@@ -27,7 +27,7 @@ from ..finding import Finding, ranks_phrase, seconds
 from ..health import DEAD, LOST, analyze, classify_all, host_silence_limit, lost_hosts, victims
 from ..view import ClusterView
 
-TIE_S = 0.05  # deaths the agents timed this close cannot be ordered
+TIE_S = 0.003  # agents time exits through pidfds (agent/deathwatch.py) to ~1 ms; closer is a tie
 TIE_COARSE_S = 1.0  # without agent timing: one report interval
 CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its consequence
 
