@@ -119,6 +119,7 @@ class Status(enum.IntEnum):
     RUNNING = 1
     EXITED = 2  # interpreter exit seen by the hook (atexit)
     DISABLED = 3  # hook gave up after repeated errors; slot is frozen
+    FAILED = 4  # the interpreter is exiting on an uncaught exception: a crash, not a clean exit
 
 
 class Phase(enum.IntEnum):

@@ -10,6 +10,7 @@ counted and logged by the monitor and never stops training.
 from __future__ import annotations
 
 import atexit
+import sys
 import logging
 import os
 import threading
@@ -160,10 +161,31 @@ def _after_fork_in_child() -> None:
         mon._after_fork_in_child()
 
 
+def _chain_excepthook() -> None:
+    """An uncaught exception ends the interpreter through atexit too; without this
+    the slot would say EXITED and a crashed rank would pass for a clean finish.
+    The user's (or torch's) excepthook still runs, first, unchanged."""
+    previous = sys.excepthook
+
+    def watchdog_excepthook(exc_type, exc, tb):
+        try:
+            previous(exc_type, exc, tb)
+        finally:
+            mon = _active
+            if mon is not None and not issubclass(exc_type, KeyboardInterrupt):
+                try:
+                    mon._mark_failed()
+                except Exception:
+                    pass
+
+    sys.excepthook = watchdog_excepthook
+
+
 def _register_process_hooks() -> None:
     global _process_hooks_registered
     if not _process_hooks_registered:
         _process_hooks_registered = True
         atexit.register(_at_exit)
+        _chain_excepthook()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -70,7 +70,7 @@ class Monitor(Recorder):
     __slots__ = (
         "config", "identity", "slot_path", "_owner_pid", "_phase_scopes", "_step_scope",
         "_ctrl_lock", "_ctrl_seen", "_ctrl_pending", "_checkpoint_fn",
-        "_errors", "_errlog", "_counters", "_closed", "_disabled", "_undo", "_heartbeat",
+        "_errors", "_errlog", "_counters", "_closed", "_disabled", "_failed", "_undo", "_heartbeat",
     )  # fmt: skip
     enabled = True
 
@@ -102,6 +102,7 @@ class Monitor(Recorder):
         self._counters = {"ctrl_rejected": 0, "ctrl_done": 0, "save_failures": 0}
         self._closed = False
         self._disabled = False
+        self._failed = False  # an uncaught exception is ending the process
         self._undo: list[Callable[[], None]] = []  # unpatch / unregister, run at close
         self._heartbeat = Heartbeat(self._w, config.heartbeat_interval_s, clock, self._poll_control, self._fail)
 
@@ -167,6 +168,12 @@ class Monitor(Recorder):
         except Exception as exc:
             self._fail("set_step", exc)
 
+    def _mark_failed(self) -> None:
+        """Called by the excepthook: the rank is crashing (see lifecycle)."""
+        if not self._closed and not self._disabled:
+            self._failed = True
+            self._set_status(Status.FAILED)
+
     def close(self) -> None:
         """Stop the heartbeat, undo patches, mark the slot EXITED. Idempotent; also
         run at interpreter exit. The slot file stays for the agent's post-mortem."""
@@ -178,7 +185,7 @@ class Monitor(Recorder):
             return
         self._run_undo()
         self._heartbeat.stop()
-        if not self._disabled:
+        if not self._disabled and not self._failed:
             self._set_status(Status.EXITED)
         self._go_quiet()
         from watchdog.hook import lifecycle
