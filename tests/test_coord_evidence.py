@@ -55,13 +55,15 @@ def test_hang_with_a_dead_culprit_dumps_only_a_live_waiter():
 
 def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
     view = t.view(t.with_rank(t.healthy(8), 6, alive=False), ranks_per_host=4)
-    assert summary(plan(finding("dead_rank", [6]), view)) == [("host1", "snapshot_slots", [6])]
+    # Every lane: the dead rank's file and what the others were doing.
+    assert summary(plan(finding("dead_rank", [6]), view)) == [
+        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7])]
 
 
 def test_frozen_rank_gets_snapshot_and_stack():
     view = t.view(t.healthy(4), ranks_per_host=4)
     assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
-        ("host0", "snapshot_slots", [3]), ("host0", "dump_stacks", [3])]
+        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [3])]
 
 
 def test_dumps_are_capped_and_unknown_ranks_skipped():
@@ -69,7 +71,14 @@ def test_dumps_are_capped_and_unknown_ranks_skipped():
     f = finding("collective_hang", [], wants=range(16), waiters=list(range(16)))
     dumps = [r for r in plan(f, view) if r.type == "dump_stacks"]
     assert [len(r.targets) for r in dumps] == [8]
-    assert plan(finding("never_joined", [20]), view) == []
+    # An unregistered rank has neither stack nor slot; the registered ones are snapshotted.
+    assert summary(plan(finding("never_joined", [20]), view)) == [("host0", "snapshot_slots", list(range(16)))]
+
+
+def test_snapshots_are_capped_culprits_first():
+    view = t.view(t.healthy(100), ranks_per_host=100)
+    (req,) = plan(finding("dead_rank", [99]), view)
+    assert len(req.ranks) == 64 and 99 in req.ranks and req.ranks[:63] == list(range(63))
 
 
 # -- decide ----------------------------------------------------------------------------
@@ -267,10 +276,11 @@ def test_refused_commands_are_journaled_and_counted(make):
     sim = SimJob(seed=3)
     sim.kill(3, 40, victims_die_after=0.15)
     sim.run_until(30.0, coordinator=FakeAgents(c, refuse="bad_signature"), tick_s=0.5)
-    [ref] = events(c, "command_refused")
-    assert ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots" and ref["trigger"]["kind"] == "dead_rank"
+    refs = events(c, "command_refused")
+    assert refs and all(ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots"
+                        and ref["trigger"]["kind"] == "dead_rank" for ref in refs)
     assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
-                                       {"type": "snapshot_slots", "outcome": "refused"}) == 1
+                                       {"type": "snapshot_slots", "outcome": "refused"}) == len(refs)
 
 
 def test_no_commands_without_a_token_off_loopback(make):

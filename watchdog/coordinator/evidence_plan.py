@@ -1,8 +1,8 @@
 """Which evidence to ask the agents for when a finding opens. Pure.
 
-- Slot snapshots of the ranks a finding concerns (for ``collective_hang``: every
-  rank, so a timeline has every lane). A dead rank's slot file is still on disk
-  and its agent reads it, so ``dead_rank`` gets snapshots too.
+- Slot snapshots of the ranks a finding concerns and of the others (up to
+  MAX_SNAPSHOTS), so a timeline has every lane. A dead rank's slot file is still
+  on disk and its agent reads it, so ``dead_rank`` gets snapshots too.
 - Python stacks of the ranks the detector wants confirmed (``wants_stacks``),
   plus, for a hang, ONE waiting rank: the culprit's stack says where it is stuck,
   a waiter's shows what the others are blocked in. Only live processes: a dead
@@ -22,6 +22,7 @@ from .finding import Finding
 from .view import ClusterView, RankView
 
 MAX_DUMPS = 8
+MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,13 @@ def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> li
     return sorted(set(wanted))
 
 
-def snapshot_ranks(f: Finding, view: ClusterView) -> list[int]:
-    if f.kind == "collective_hang":
-        return sorted(view.ranks)
-    return sorted(r for r in set(f.ranks) | set(f.wants_stacks) if r in view.ranks)
+def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPSHOTS) -> list[int]:
+    """The culprits, then the other ranks up to ``max_snapshots``: a post-mortem
+    needs what the others were doing too (waiting in the collective the culprit
+    never entered, still stepping, torn down after it)."""
+    named = [r for r in sorted(set(f.ranks) | set(f.wants_stacks)) if r in view.ranks]
+    others = [r for r in sorted(view.ranks) if r not in named]
+    return sorted(named + others[: max(0, max_snapshots - len(named))])
 
 
 def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[Request]:
