@@ -262,3 +262,12 @@ def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_ne
     assert c2.tick([], v, 150.0)[0] == []
     reqs, events = c2.tick([], v, 161.0)
     assert names(events)[0] == "checkpoint_failed" and "within 60 s" in events[0][1]["error"] and signals(reqs)
+
+
+def test_findings_about_the_workers_an_action_stopped_name_the_action():
+    c, v = JobController(RESTART), old_view()
+    c.tick([finding()], v, 101.0)
+    assert c.caused_by(finding("dead_rank", (0, 1, 2, 3), detected=102.0), 102.0) == c.op.id
+    assert c.caused_by(finding("straggler", (1,), detected=102.0), 102.0) == ""
+    c2 = JobController(RESTART)
+    assert c2.caused_by(finding("dead_rank", (1,)), 102.0) == ""  # no action: a real fault

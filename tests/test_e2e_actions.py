@@ -134,3 +134,96 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
     assert action["action"] == "abort" and "restart budget exhausted" in action["reason"], action
     assert res.events("action_outcome")[0]["ok"] is True
     all_gone(res)
+
+
+def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(tmp_path):
+    steps = 300
+    # The fault-free reference runs to the end whatever it finds (linger): only its parameters matter.
+    ref = scenario.run([], steps=steps, timeout_s=240, linger_s=1000, work_dir=str(tmp_path / "ref"),
+                       script_args=["--final-params", str(tmp_path / "ref.pt")])
+    assert ref.summary["job_exit_code"] == 0, ref.output[-2000:]
+    res = scenario.run(["slow:2:1.3"], steps=steps, timeout_s=240, work_dir=str(tmp_path / "run"),
+                       action="checkpoint_restart", script_args=["--final-params", str(tmp_path / "final.pt")])
+    assert res.summary["job_exit_code"] == 0, res.output[-3000:]
+    action = res.events("action")[0]
+    assert (action["action"], action["kind"], action["ranks"]) == ("checkpoint_restart", "straggler", [2])
+    asked = next(a for a in res.events("action_progress") if a.get("phase") == "checkpoint")["step"]
+    (done,) = res.events("checkpointed")
+    assert done["step"] == asked
+    assert res.events("checkpoint_failed") == []
+    resumed = res.events("resumed")[0]
+    assert resumed["step"] == asked, (asked, resumed)
+    ckpts = sorted(os.listdir(res.work_dir / "ckpt"))
+    assert f"step-{asked:08d}.pt" in ckpts
+    assert_same(params(tmp_path / "final.pt"), params(tmp_path / "ref.pt"))
+    print(f"\ncheckpoint_restart: checkpoint at step {asked}, resumed from it, {resumed['seconds']} s after the action")
+
+
+# -- exclude_host_restart: two torchrun "nodes" on this machine ------------------------
+
+def start_node(name, run_dir, job, work, port, ckpt, token_env, fault=()):
+    import subprocess
+    import sys
+    env = {**os.environ, **token_env, "WATCHDOG_RUN_DIR": str(run_dir), "WATCHDOG_JOB": job,
+           "WATCHDOG_HOST": name, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=2",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", "--max-restarts=3",
+            "--rdzv-conf=last_call_timeout=3,join_timeout=120",
+            str(localjob.EXAMPLE_SCRIPT), "--steps", "150", "--ckpt-dir", str(ckpt), "--ckpt-every", "10",
+            *[f"--fault={f}" for f in fault]]
+    log = open(work / f"torchrun-{name}.log", "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL)
+    log.close()
+    return localjob.Process(name=f"torchrun-{name}", popen=proc, log_path=work / f"torchrun-{name}.log")
+
+
+def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tmp_path):
+    import secrets
+    import time as _time
+    job = "exclude-" + secrets.token_hex(3)
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(16))
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[actions]\ncollective_hang = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+                      'abort_grace_seconds = 3\n')
+    jpath = tmp_path / "journal.jsonl"
+    procs = []
+    try:
+        coord = localjob.start_coordinator(tmp_path, job, 0, jpath, env=env, extra=[
+            "--tick.interval-seconds", "0.25", "--policy.file", str(policy)])
+        procs.append(coord)
+        for name in ("node-a", "node-b"):
+            (tmp_path / name).mkdir()
+            procs.append(localjob.start_daemon(f"agent-{name}", "agent", [
+                "--run-dir", str(tmp_path / name), "--job.name", job, "--host.name", name,
+                "--coordinator.url", coord.url, "--report.interval-seconds", "0.25"], tmp_path, env))
+        port = localjob.free_port()
+        # The hang is injected on global rank 1 wherever it lands; node-a's hook only
+        # matters through WATCHDOG_HOST, so both nodes get the same fault spec.
+        nodes = [start_node(n, tmp_path / n, job, tmp_path, port, tmp_path / "ckpt", env, ["hang:1@30"])
+                 for n in ("node-a", "node-b")]
+        procs += nodes
+        deadline = _time.monotonic() + 240
+        while _time.monotonic() < deadline and all(n.alive() for n in nodes):
+            _time.sleep(0.5)
+        survivor = next((n for n in nodes if n.alive()), None)
+        assert survivor is not None, [n.log()[-1500:] for n in nodes]
+        while _time.monotonic() < deadline and survivor.alive():
+            _time.sleep(0.5)
+        assert survivor.popen.returncode == 0, survivor.log()[-3000:]
+        recs = journal.read(str(jpath))
+        action = next(r for r in recs if r["event"] == "action")
+        assert action["action"] == "exclude_host_restart", action
+        culprit_host = action["hosts"][0]
+        stopped = [n for n in nodes if n is not survivor][0]
+        assert stopped.name == f"torchrun-{culprit_host}"
+        resumed = next(r for r in recs if r["event"] == "resumed")
+        assert resumed["world_size"] == 2, resumed
+        assert "done: 150 steps" in survivor.log()
+        print(f"\nexclude_host_restart: {culprit_host} stopped; world 4 -> {resumed['world_size']}, "
+              f"resumed from step {resumed['step']} {resumed['seconds']} s after the action")
+    finally:
+        for p in reversed(procs):
+            p.stop(grace_s=3.0, group=p.name.startswith("torchrun"))

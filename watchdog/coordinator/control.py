@@ -33,6 +33,7 @@ class JobController:
         self.op: Operation | None = None
         self._count = 0
         self._held: str = ""  # last held reason journaled (state changes, not ticks)
+        self._last: tuple[Operation | None, float] = (None, 0.0)  # the last finished action, when
         self.errors = 0
 
     @property
@@ -99,6 +100,8 @@ class JobController:
 
     def _apply(self, step: Step, reqs: list[Request], events: list[Event], now: float) -> None:
         self.op = None if step.done else step.op
+        if step.done:
+            self._last = (step.op, now)
         reqs.extend(step.requests)
         events.extend(step.events)
         if step.state_event:
@@ -106,6 +109,21 @@ class JobController:
         if step.done:
             # The cooldown counts from the end of an action, not its start.
             self.job = replace(self.job, last_action_at=now)
+
+    STOPPED_KINDS = frozenset({"dead_rank", "frozen_rank", "collective_hang"})
+    CAUSED_WINDOW_S = 30.0
+
+    def caused_by(self, f: Finding, now: float) -> str:
+        """The id of the action whose own signals explain this finding (workers it
+        stopped are found dead), or "": journaled with the finding so nobody
+        reads the action's effect as a new fault."""
+        for op, ended in ((self.op, now), self._last):
+            if (op is None or op.phase in ("start", "stacks", "checkpoint") or now - ended > self.CAUSED_WINDOW_S
+                    or f.kind not in self.STOPPED_KINDS or not f.ranks):
+                continue
+            if set(f.ranks) <= {r for r, _ in op.workers}:
+                return op.id
+        return ""
 
     def note(self, name: str, payload: dict[str, Any]) -> None:
         """A command answer from the dispatch: an abort waits for its stacks."""

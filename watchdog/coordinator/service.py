@@ -116,8 +116,10 @@ class Coordinator:
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
         for f in opened:
             self.metrics.findings.labels(f.kind).inc()
-            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
-            self._record("finding", f.to_dict())
+            caused = self.control.caused_by(f, now)
+            extra = {"caused_by_action": caused} if caused else {}
+            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason, **extra)
+            self._record("finding", {**f.to_dict(), **extra})
         self._collect(opened, view, now)  # after the finding lines: evidence follows, never delays them
         self._act(view, now)
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
