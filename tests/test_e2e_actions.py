@@ -168,7 +168,7 @@ def start_node(name, run_dir, job, work, port, ckpt, token_env, fault=()):
            "WATCHDOG_HOST": name, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=2",
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", "--max-restarts=3",
-            "--rdzv-conf=last_call_timeout=3,join_timeout=120",
+            "--rdzv-conf=is_host=false,last_call_timeout=3,join_timeout=120",
             str(localjob.EXAMPLE_SCRIPT), "--steps", "150", "--ckpt-dir", str(ckpt), "--ckpt-every", "10",
             *[f"--fault={f}" for f in fault]]
     log = open(work / f"torchrun-{name}.log", "ab")
@@ -180,6 +180,8 @@ def start_node(name, run_dir, job, work, port, ckpt, token_env, fault=()):
 
 def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tmp_path):
     import secrets
+    import subprocess
+    import sys
     import time as _time
     job = "exclude-" + secrets.token_hex(3)
     token = tmp_path / "token"
@@ -200,6 +202,13 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
                 "--run-dir", str(tmp_path / name), "--job.name", job, "--host.name", name,
                 "--coordinator.url", coord.url, "--report.interval-seconds", "0.25"], tmp_path, env))
         port = localjob.free_port()
+        # The rendezvous store lives apart from both nodes: a c10d store hosted by the
+        # excluded node's launcher would go down with it and take the survivor's
+        # rendezvous along (torchrun: "The connection to the C10d store has failed").
+        store = subprocess.Popen([sys.executable, "-c", "import time, torch.distributed as d; "
+                                  f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+                                  "time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL)
+        procs.append(localjob.Process(name="store", popen=store, log_path=tmp_path / "store.log"))
         # The hang is injected on global rank 1 wherever it lands; node-a's hook only
         # matters through WATCHDOG_HOST, so both nodes get the same fault spec.
         nodes = [start_node(n, tmp_path / n, job, tmp_path, port, tmp_path / "ckpt", env, ["hang:1@30"])
