@@ -271,3 +271,9 @@ def test_findings_about_the_workers_an_action_stopped_name_the_action():
     assert c.caused_by(finding("straggler", (1,), detected=102.0), 102.0) == ""
     c2 = JobController(RESTART)
     assert c2.caused_by(finding("dead_rank", (1,)), 102.0) == ""  # no action: a real fault
+
+
+def test_held_actions_are_journaled_once_per_reason_not_every_tick():
+    c, v = JobController(replace(RESTART, min_finding_age_s=5)), old_view()
+    held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == "action_held"]
+    assert len(held) == 1 and "finding is 1.0 s old" in held[0][1]["reason"]

@@ -72,14 +72,11 @@ class Printer:
                    "reason": rec.get("reason", "")}
             if isinstance(rec.get("evidence"), dict):
                 out["evidence"] = rec["evidence"]
-            if rec.get("caused_by_action"):
-                out["caused_by_action"] = rec["caused_by_action"]
             if isinstance(rec.get("onset_wall"), (int, float)):
                 out["onset_t"] = round(rec["onset_wall"] - self.t0_wall, 3)
             print(json.dumps(out), flush=True)
         else:
-            by = f" (expected: stopped by action {rec['caused_by_action']})" if rec.get("caused_by_action") else ""
-            print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}{by}: {rec.get('reason', '')}", flush=True)
+            print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}: {rec.get('reason', '')}", flush=True)
 
     def action(self, rec: dict) -> None:
         """action / action_outcome / restart / resumed / job state lines."""

@@ -7,6 +7,7 @@ events to write; the service sends and writes them. At most one action is in
 flight (the policy holds any other until the job is idle again).
 
 Journal events: ``action`` (started, with the plan's reason; also a dry run),
+``action_held`` (a wanted action waits: age, cooldown; once per reason),
 ``action_progress`` (signals sent), ``action_outcome``, ``state`` (job state
 transitions: ``{"job_state": to, "from": ..., "on": event}``; no ``rank`` key,
 which tells it from a rank's state change), ``checkpointed`` /
@@ -67,9 +68,11 @@ class JobController:
                 self._move("findings_clear", events)
         p = P.plan(findings, self.job, now, self.policy)
         if p.action == "alert" or p.finding is None:
-            if p.held and p.reason != self._held and self.job.state in P.IDLE:
+            # Once per (finding, why held): the reason's numbers change every tick.
+            held = f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}" if p.held else ""
+            if held and held != self._held and self.job.state in P.IDLE:
                 events.append(("action_held", {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
-            self._held = p.reason if p.held else ""
+            self._held = held
             return reqs, events
         self._held = ""
         self._count += 1
@@ -115,8 +118,8 @@ class JobController:
 
     def caused_by(self, f: Finding, now: float) -> str:
         """The id of the action whose own signals explain this finding (workers it
-        stopped are found dead), or "": journaled with the finding so nobody
-        reads the action's effect as a new fault."""
+        stopped are found dead), or "": the service journals such a finding as
+        ``expected_finding`` so nobody reads the action's effect as a new fault."""
         for op, ended in ((self.op, now), self._last):
             if (op is None or op.phase in ("start", "stacks", "checkpoint") or now - ended > self.CAUSED_WINDOW_S
                     or f.kind not in self.STOPPED_KINDS or not f.ranks):

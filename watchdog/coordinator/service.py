@@ -114,13 +114,18 @@ class Coordinator:
                     for o in outcomes for f in o.findings]
         ran = [o.name for o in outcomes if o.ok]
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
+        faults = []
         for f in opened:
-            self.metrics.findings.labels(f.kind).inc()
             caused = self.control.caused_by(f, now)
-            extra = {"caused_by_action": caused} if caused else {}
-            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason, **extra)
-            self._record("finding", {**f.to_dict(), **extra})
-        self._collect(opened, view, now)  # after the finding lines: evidence follows, never delays them
+            if caused:  # the workers an action stopped, found dead: its effect, not a fault
+                self.log.info("expected_finding", kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
+                self._record("expected_finding", {**f.to_dict(), "caused_by_action": caused})
+                continue
+            faults.append(f)
+            self.metrics.findings.labels(f.kind).inc()
+            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
+            self._record("finding", f.to_dict())
+        self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
         self._act(view, now)
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
         for r in resolved:
