@@ -6,8 +6,11 @@ with an injected fault and an action policy, through ``watchdog demo --json``.
 For each scenario, seconds from the fault's true injection (the example
 announces it) to: detection (the finding), the action, the restart (the old
 workers gone), and the first step of the restarted group (``resumed``: every
-rank completed a step); plus the steps lost (the furthest step the old
-incarnation reached, minus the step it resumed from: work done twice).
+rank completed a step); plus the steps redone (the furthest step the old
+incarnation reached, minus the step it resumed from). After a restart that is
+the work since the last periodic checkpoint; after checkpoint_restart, only the
+steps the ranks ran past S while the restart was under way: no step after S is
+lost, the job resumes from exactly S.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from watchdog.coordinator import journal
 
 SCENARIOS = [
     # label, fault, action, steps
-    ("dead rank, restart", "kill:1@20", "restart", 80),
-    ("collective hang, restart", "hang:2@30", "restart", 80),
+    # Periodic checkpoints every 10 steps: a fault at step 25/35 redoes 5 steps.
+    ("dead rank, restart", "kill:1@25", "restart", 80),
+    ("collective hang, restart", "hang:2@35", "restart", 80),
     ("straggler 1.3x, checkpoint_restart", "slow:2:1.3", "checkpoint_restart", 300),
 ]
 
@@ -47,7 +51,7 @@ def measure(fault: str, action: str, steps: int) -> dict | None:
         print(f"  {fault}: incomplete {sorted(at)}", file=sys.stderr)
         return None
     # The hang/kill ranks' counters stop at the fault; the others may be one step on.
-    at["lost"] = max(old, default=resumed["step"]) - resumed["step"]
+    at["redone"] = max(old, default=resumed["step"]) - resumed["step"]
     at["exit"] = res.summary["job_exit_code"]
     return at
 
@@ -66,9 +70,9 @@ def main() -> int:
             continue
         med = lambda k: f"{statistics.median(r[k] for r in runs):.2f}"  # noqa: E731
         rows.append((label, fault, med("finding"), med("action"), med("restart"), med("resumed"),
-                     str(max(r["lost"] for r in runs)), "/".join(str(r["exit"]) for r in runs)))
+                     str(max(r["redone"] for r in runs)), "/".join(str(r["exit"]) for r in runs)))
     print("\nRecovery: seconds after the fault's injection (median), 4 gloo ranks on CPU, ~0.06 s steps\n")
-    headers = ("scenario", "fault", "detected", "action", "restart", "first step after", "lost steps", "exit")
+    headers = ("scenario", "fault", "detected", "action", "restart", "first step after", "steps redone", "exit")
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     print("\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]))
