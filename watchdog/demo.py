@@ -92,7 +92,8 @@ class Printer:
         elif ev == "action_progress":
             text = (f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
                     if rec.get("phase") == "checkpoint" else
-                    f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}")
+                    f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
+                    if rec.get("workers") or rec.get("launchers") else "  no worker left to stop (torchrun tore the group down)")
         elif ev == "action_outcome":
             text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
         elif ev == "checkpointed":
@@ -272,8 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nsummary: {len(findings)} finding(s): {kinds}")
         for a in summary["actions"]:
             if a["event"] in ("action", "action_outcome", "resumed"):
-                print(f"{a['event']}: {a.get('action', '')} {a.get('result') or a.get('reason') or ''}"
-                      f"{' step ' + str(a['step']) if a['event'] == 'resumed' else ''}".rstrip())
+                text = (f"restart {a.get('restart')}, resumed from step {a.get('step')}" if a["event"] == "resumed"
+                        else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}")
+                print(f"{a['event']}: {text}".rstrip())
         print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
         print(f"journal: {journal}")
         print(f"logs:    {work}")
