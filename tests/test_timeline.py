@@ -111,6 +111,10 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
                  "outcome": "ok"})
     recs += [{"event": "rank_restarted", "t_wall": t + 8 + r, "t_mono": 0, "rank": r, "host": "node-a",
               "pid": 200 + r, "old_pid": 100 + r} for r in range(world)]
+    # the coordinator notices the old rank 1 gone only now: a record about a process
+    # of section 1 must not claim it for section 2 (seen on a real hang -> restart)
+    recs.append({"event": "state", "t_wall": t + 10.5, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 101,
+                 "changed": {"alive": [True, False]}})
     # the old group's snapshot lands after the new processes were seen: it is still section 1's
     recs.append(ev(first, max(s.taken_wall for s in first) + 0.1))
     recs.append(ev(second, max(s.taken_wall for s in second) + 0.1))

@@ -31,6 +31,9 @@ class _Raw:
     records: list[dict] = field(default_factory=list)
     restarted: set[int] = field(default_factory=set)
     pids: dict[int, set[int]] = field(default_factory=dict)
+    # (rank, pid) pairs an earlier section owns: a late record about an old
+    # process (its death noticed after the restart began) must not make a lane here.
+    older: set[tuple[int, int]] = field(default_factory=set)
 
 
 def load(path: str) -> Timeline:
@@ -84,7 +87,8 @@ def _split(records: list[dict]) -> list[_Raw]:
             cur.restarted.add(rank)
         cur.records.append(rec)
         for rank, pid in _pids(rec):
-            cur.pids.setdefault(rank, set()).add(pid)
+            if (rank, pid) not in cur.older:
+                cur.pids.setdefault(rank, set()).add(pid)
     for i, raw in enumerate(raws):
         raw.section.end = raws[i + 1].section.start if i + 1 < len(raws) else max(
             (_t(r) for r in raw.records), default=raw.section.start)
@@ -112,8 +116,11 @@ def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | 
     sec = Section(index=len(raws), start=t, end=t, opened_by=opened_by,
                   job=rec.get("job") or (prev.job if prev else ""),
                   world_size=int(rec.get("world_size") or (prev.world_size if prev else 0)))
-    raws.append(_Raw(sec))
-    return raws[-1]
+    raw = _Raw(sec)
+    if opened_by == "restart":  # a new incarnation: the processes before it are history
+        raw.older = {(rank, pid) for r in raws for rank, pids in r.pids.items() for pid in pids}
+    raws.append(raw)
+    return raw
 
 
 def _t(rec: dict) -> float:
@@ -146,7 +153,8 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
     sec = raw.section
     view = known.KnownView()
     for rec in raw.records:
-        view.add(rec)
+        if not any(pair in raw.older for pair in _pids(rec)):
+            view.add(rec)
         ev = rec["event"]
         if ev == "start":
             sec.job = rec.get("job") or sec.job
