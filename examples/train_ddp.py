@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[rank 0] done: {step} steps, parameter checksum {digest:.10f}", flush=True)
         if args.final_params:
             torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()}, args.final_params)
+    # Leave together: a rank tearing gloo down while a peer is still saving can
+    # abort the slower one at exit ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     mon.close()
     return 0
