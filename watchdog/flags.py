@@ -103,7 +103,10 @@ def parse(
         if raw is None and f.env in environ:
             raw, origin = environ[f.env], f.env
         if raw is None:
-            out[f.dest] = f.default
+            # A text default is what a user would type: convert it like a typed
+            # value, so callers always get the converted type (a listen address
+            # default comes back as (host, port), not "host:port").
+            out[f.dest] = f.convert(f.default) if isinstance(f.default, str) else f.default
             continue
         try:
             out[f.dest] = f.convert(raw)

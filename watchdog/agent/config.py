@@ -92,7 +92,7 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     return AgentConfig(
         run_dir=v["run_dir"],
         # flags.parse hands defaults through unconverted: the default is the string form.
-        listen=flags.listen_address(lst) if isinstance(lst := v["web_listen_address"], str) else lst,
+        listen=v["web_listen_address"],
         address_file=v["web_address_file"],
         job=v["job_name"],
         host=v["host_name"] or socket.gethostname(),

@@ -152,8 +152,7 @@ def from_values(values: Mapping[str, Any]) -> Config:
     if det.starvation_min_steps > det.starvation_window_steps:
         raise ValueError("--starvation.min-steps must not exceed --starvation.window-steps")
     return Config(
-        # flags.parse passes defaults through unconverted.
-        listen=listen_address(listen) if isinstance(listen := values["web_listen_address"], str) else listen,
+        listen=values["web_listen_address"],
         address_file=values["web_address_file"],
         job=values["job_name"],
         world_size=values["job_world_size"],
