@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from watchdog import scenario
+from watchdog.dev import scenario
 from watchdog.coordinator import journal
 
 SCENARIOS = [

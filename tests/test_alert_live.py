@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from promserver import Prometheus
-from watchdog import localjob
+from watchdog.dev import localjob
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck  # noqa: E402

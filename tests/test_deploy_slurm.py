@@ -19,9 +19,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck  # noqa: E402
 
-from watchdog import localjob
 from watchdog.agent import config as agent_config
 from watchdog.coordinator import config as coord_config
+from watchdog.dev import localjob
 
 SBATCH = promcheck.REPO / "deploy" / "slurm" / "train.sbatch"
 TEXT = SBATCH.read_text()

@@ -22,10 +22,10 @@ import psutil
 import pytest
 import torch
 
-from watchdog import localjob, scenario
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
 from watchdog.coordinator.finding import KINDS
+from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
 

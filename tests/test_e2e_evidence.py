@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import localjob, scenario, wire
+from watchdog import wire
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
+from watchdog.dev import localjob, scenario
 from watchdog.evidence import SlotEvidence, StackDump
 
 pytestmark = [pytest.mark.integration,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog import localjob, wire
+from watchdog import wire
+from watchdog.dev import localjob
 from promserver import Prometheus
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from watchdog import localjob
+from watchdog.dev import localjob
 from watchdog.coordinator.finding import KINDS
 from watchdog.coordinator.policy import ACTIONS, load_policy
 

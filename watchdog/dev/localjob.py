@@ -22,7 +22,7 @@ from typing import Sequence
 
 from watchdog import wire
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SCRIPT = REPO_ROOT / "examples" / "train_ddp.py"
 
 
