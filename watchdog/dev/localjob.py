@@ -22,8 +22,10 @@ from typing import Sequence
 
 from watchdog import wire
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_SCRIPT = REPO_ROOT / "examples" / "train_ddp.py"
+# The example job ships inside the package (not only in a checkout's examples/, a
+# link to this file), so ``watchdog demo`` works from an installed wheel. torchrun
+# runs it by path: its stacks and the demo's output name ``train_ddp.py``.
+EXAMPLE_SCRIPT = Path(__file__).resolve().with_name("train_ddp.py")
 
 
 def free_port() -> int:
