@@ -1,0 +1,1 @@
+../watchdog/dev/train_ddp.py
