@@ -8,13 +8,10 @@ torch, which also proves the agent and coordinator import without it.
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.integration
 
@@ -30,18 +27,6 @@ mon = watchdog.hook.install(enabled=False)  # the hook imports without torch too
 mon.step()
 print("both-ok")
 """
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
-        check=True,
-        timeout=300,
-    )
-    (whl,) = out.glob("rank_watchdog-*.whl")
-    return whl
 
 
 @pytest.mark.parametrize("order", ["ours-first", "theirs-first"])
