@@ -181,7 +181,7 @@ def coordinator(tmp_path, **kw):
 
 def test_coordinator_journals_the_action_and_queues_signed_signals(tmp_path):
     from watchdog.coordinator import journal
-    from watchdog.coordinator.simjob import SimJob
+    from watchdog.coordinator.testing import SimJob
     c = coordinator(tmp_path, policy=RESTART)
     sim = SimJob(jitter=0.1, seed=11)
     sim.hang(3, 40)

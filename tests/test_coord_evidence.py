@@ -18,7 +18,7 @@ from watchdog.coordinator.evidence_plan import Request, plan
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 from watchdog.evidence import SlotEvidence, StackDump
 
 TOKEN = "job-token"

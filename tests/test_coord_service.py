@@ -12,7 +12,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 
 
 @pytest.fixture
