@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+
+GOLDEN = Path(__file__).parent / "golden" / "journal_events.txt"
 
 
 def clock():
@@ -29,7 +33,7 @@ def test_round_trip(tmp_path):
 def test_flushed_on_every_write_without_close(tmp_path):
     path = tmp_path / "journal.jsonl"
     j = journal.Journal(str(path), clock)
-    j.write("state", {"rank": 1})
+    j.write(je.STATE, {"rank": 1})
     assert json.loads(path.read_text().splitlines()[0])["rank"] == 1  # visible to another reader now
 
 
@@ -37,11 +41,19 @@ def test_durable_events_are_fsynced(tmp_path, monkeypatch):
     synced = []
     monkeypatch.setattr(journal.os, "fsync", lambda fd: synced.append(fd))
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
-    j.write("state", {})
+    j.write(je.STATE, {})
     assert synced == []
-    j.write("finding", {})
-    j.write("resolved", {})
+    j.write(je.FINDING, {})
+    j.write(je.RESOLVED, {})
     assert len(synced) == 2
+
+
+def test_event_names_are_the_golden_ones():
+    """The event names are the journal's format, read by tools we do not own: a
+    rename must be a deliberate change of tests/golden/journal_events.txt."""
+    names = [v for k, v in vars(je).items() if k.isupper() and isinstance(v, str)]
+    assert list(je.ALL) == names == GOLDEN.read_text().split()
+    assert journal.DURABLE <= set(je.ALL)
 
 
 def test_torn_last_line_is_skipped_and_terminated_on_reopen(tmp_path):
