@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from watchdog.coordinator import journal_events as je
+from watchdog.dev.demo import ACTION_EVENTS, SUMMARY
+
 FAULT_MARK = "WATCHDOG_FAULT "
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "checkpointed", "checkpoint_failed", "restart", "resumed",
-                 "state")
 
 
 @dataclass
@@ -104,9 +105,9 @@ def run(
             obj = json.loads(line)
         except ValueError:
             continue
-        if obj.get("event") == "finding":
+        if obj.get("event") == je.FINDING:
             findings.append(obj)
-        elif obj.get("event") == "summary":
+        elif obj.get("event") == SUMMARY:
             summary = obj
         elif obj.get("event") in ACTION_EVENTS:
             actions.append(obj)
