@@ -10,10 +10,12 @@ Every command runs in an empty directory: '' on sys.path cannot import ./watchdo
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,10 @@ def test_demo_runs_from_an_installed_wheel(tmp_path, wheel):
     ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (Path(site) / "test-env-deps.pth").write_text("".join(f"{p}\n" for p in ours))
     clean = {"PYTHONPATH": ""}  # nothing may reach the checkout
+
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = whl.getinfo("watchdog/dev/train_ddp.py")
+    assert not stat.S_ISLNK(shipped.external_attr >> 16) and shipped.file_size > 1000, "the example must be a real file"
 
     where = subprocess.run([py, "-c", "import watchdog.dev.localjob as j; print(j.EXAMPLE_SCRIPT)"], cwd=elsewhere,
                            capture_output=True, text=True, check=True).stdout.strip()
