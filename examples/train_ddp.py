@@ -1,1 +1,1 @@
-../watchdog/dev/train_ddp.py
+../watchdog/dev/examples/train_ddp.py

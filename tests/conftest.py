@@ -20,8 +20,16 @@ def wheel(tmp_path_factory) -> Path:
     setuptools reuses ./build/lib, where a module deleted since an earlier build
     lingers and would ship in the wheel."""
     src = tmp_path_factory.mktemp("src")
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         path = ROOT / rel
         if path.is_symlink() or path.is_file():  # a file deleted but not yet staged is still listed

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout_s: float = 10.0, what: str = "condition", interval_s: float = 0.05,
-             log: Path | None = None) -> T:
+def wait_for(
+    predicate: Callable[[], T],
+    timeout_s: float = 10.0,
+    what: str = "condition",
+    interval_s: float = 0.05,
+    log: Path | None = None,
+) -> T:
     """Call ``predicate`` every ``interval_s`` until it returns something truthy,
     and return that. On timeout, fail with ``what``, the last value and the tail
     of ``log`` (a daemon's log says why it never got there)."""
