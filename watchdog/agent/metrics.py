@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from watchdog import wire
 
@@ -46,7 +46,7 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()
 
-    def family(self) -> Metric:
+    def family(self) -> CounterMetricFamily | GaugeMetricFamily:
         cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
         return cls(self.name, self.help, labels=list(self.labels))
 

@@ -52,10 +52,12 @@ class JsonPoster:
             if fresh:
                 self.close()
                 cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-                self._conn, self._key = cls(u.hostname, u.port, timeout=timeout_s), key
+                self._conn, self._key = cls(u.hostname or "", u.port, timeout=timeout_s), key
+            conn = self._conn
+            assert conn is not None
             try:
-                self._conn.request("POST", u.path or "/", body=body, headers=headers)
-                resp = self._conn.getresponse()
+                conn.request("POST", u.path or "/", body=body, headers=headers)
+                resp = conn.getresponse()
                 data = resp.read(MAX_REPLY_BYTES + 1)
             except self._STALE:
                 self.close()

@@ -120,7 +120,7 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
             mismatched = [r for r, rv in at_front.items() if (rv.state.coll.op, rv.state.coll.bytes) != top]
     # 4. Failed while inside the collective itself.
     inside = [r for r in wait if health[r] in FAULTY]
-    how, culprits = "unknown", []
+    how, culprits = "unknown", list[int]()
     for how, culprits in (("missing", missing), ("behind", behind), ("mismatched", mismatched),
                           ("failed_inside", inside), ("other_group", list(elsewhere))):
         if culprits:
