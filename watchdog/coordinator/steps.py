@@ -13,7 +13,7 @@ from . import stats
 from .config import DetectorConfig
 
 if TYPE_CHECKING:
-    from .view import RankView
+    from .view import FoldedRank
 
 P99_SAMPLES = 100
 
@@ -29,7 +29,7 @@ class WindowStat:
     spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
 
 
-def add_samples(rv: "RankView", samples: tuple[StepSample, ...], cfg: DetectorConfig) -> "RankView":
+def add_samples(rv: "FoldedRank", samples: tuple[StepSample, ...], cfg: DetectorConfig) -> "FoldedRank":
     last = rv.history[-1].step if rv.history else None
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:

@@ -25,7 +25,11 @@ _EMPTY: Mapping = MappingProxyType({})
 
 
 @dataclass(frozen=True)
-class RankView:
+class FoldedRank:
+    """One rank as the coordinator knows it: every report about it folded
+    together (latest state, progress and death times, step statistics), per
+    incarnation. (The agent's reading of a local rank is ``agent.slots.LocalRank``.)"""
+
     state: RankState  # latest, as reported
     host: str
     received_at: float  # when the report carrying ``state`` arrived
@@ -89,7 +93,7 @@ class ClusterView:
     world_size: int = 0  # expected ranks; configured, or learned from reports when 0
     world_size_fixed: bool = False
     hosts: Mapping[str, HostView] = field(default_factory=lambda: _EMPTY)
-    ranks: Mapping[int, RankView] = field(default_factory=lambda: _EMPTY)
+    ranks: Mapping[int, FoldedRank] = field(default_factory=lambda: _EMPTY)
 
     def first_registered_at(self) -> float | None:
         return min((r.registered_at for r in self.ranks.values()), default=None)
@@ -133,7 +137,7 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
     return replace(view, hosts=MappingProxyType(hosts), ranks=MappingProxyType(ranks), world_size=world), events
 
 
-def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> RankView | None:
+def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> FoldedRank | None:
     ident = {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
     if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
         if s.proc_start_us < prev.state.proc_start_us:
@@ -144,7 +148,7 @@ def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: 
         events.append(("rank_joined", {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
     step_start = now - s.step_age_s
     if prev is None:
-        rv = RankView(
+        rv = FoldedRank(
             state=s, host=host, received_at=now, registered_at=now, progress_at=step_start,
             last_alive_at=now if s.alive else now - s.heartbeat_age_s,
             # At step 0 the step start is the slot's creation, when the heartbeat
@@ -166,7 +170,7 @@ def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: 
     return add_samples(_death(rv, s, now), s.recent_steps, cfg)
 
 
-def _death(rv: RankView, s: RankState, now: float) -> RankView:
+def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:
     if s.alive:
         return replace(rv, died_at=None, died_precise=False, dead_seen_at=None) if rv.died_at is not None else rv
     if rv.died_at is not None:
