@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from watchdog.report import HostReport, RankState, StepSample
 
 from .config import DetectorConfig
-from .steps import WindowStat, add_samples
+from .steps import StepStats, WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -37,12 +37,7 @@ class FoldedRank:
     progress_at: float  # last evidence of progress: a step completed or a collective moved
     last_alive_at: float  # latest report that said the process exists
     heartbeat_moved: bool = False  # the hook's heartbeat was seen to beat at least once
-    steps_seen: int = 0  # step samples seen in this incarnation, warm-up included
-    history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
-    windows: tuple[WindowStat, ...] = ()
-    p99_step_s: float = 0.0
-    train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
-    data_share: float = 0.0  # share of their step time spent waiting on data (see loader_starvation)
+    step_stats: StepStats = StepStats()  # what its step samples say (steps.py)
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None
@@ -50,6 +45,31 @@ class FoldedRank:
     @property
     def rank(self) -> int:
         return self.state.rank
+
+    # Detectors read the step statistics as the rank's own attributes.
+    @property
+    def steps_seen(self) -> int:
+        return self.step_stats.steps_seen
+
+    @property
+    def history(self) -> tuple[StepSample, ...]:
+        return self.step_stats.history
+
+    @property
+    def windows(self) -> tuple[WindowStat, ...]:
+        return self.step_stats.windows
+
+    @property
+    def p99_step_s(self) -> float:
+        return self.step_stats.p99_step_s
+
+    @property
+    def train_steps(self) -> int:
+        return self.step_stats.train_steps
+
+    @property
+    def data_share(self) -> float:
+        return self.step_stats.data_share
 
     @property
     def incarnation(self) -> tuple[int, int]:
@@ -167,7 +187,9 @@ def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg
             prev, state=s, host=host, received_at=now, progress_at=progress,
             last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
         )
-    return add_samples(_death(rv, s, now), s.recent_steps, cfg)
+    rv = _death(rv, s, now)
+    st = add_samples(rv.step_stats, s.recent_steps, cfg)
+    return rv if st is rv.step_stats else replace(rv, step_stats=st)
 
 
 def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:
