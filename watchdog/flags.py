@@ -39,11 +39,16 @@ class Flag:
 
     @property
     def env(self) -> str:
-        return "WATCHDOG_" + dest_of(self.name).upper()
+        return env_of(self.name)
 
     @property
     def dest(self) -> str:
         return dest_of(self.name)
+
+
+def env_of(name: str) -> str:
+    """The environment variable a flag falls back to: "web.listen-address" -> "WATCHDOG_WEB_LISTEN_ADDRESS"."""
+    return "WATCHDOG_" + dest_of(name).upper()
 
 
 def dest_of(name: str) -> str:

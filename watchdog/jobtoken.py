@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from watchdog.flags import Flag, FlagError, dest_of
+from watchdog.flags import Flag, FlagError, dest_of, env_of
 
 FILE = "job.token-file"
 INLINE = "job.token"
+INLINE_ENV = env_of(INLINE)  # WATCHDOG_JOB_TOKEN: out of argv, unlike --job.token
 
 
 def file_flag(help: str) -> Flag:

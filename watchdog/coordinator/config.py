@@ -132,7 +132,7 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int,
          field="world_size"),
     jobtoken.inline_flag("shared secret agents send as 'Authorization: Bearer'"),
-    jobtoken.file_flag("file holding the job token (wins over --job.token)"),
+    jobtoken.file_flag(f"file holding the job token (wins over --{jobtoken.INLINE})"),
     Flag("journal", "watchdog-journal.jsonl", "append-only JSONL journal of events and findings", field="journal"),
     Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float, field="tick_s"),
     Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long",
