@@ -6,7 +6,7 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.finding import Finding, rank_ranges
-from watchdog.coordinator.metrics import HANG_SECONDS
+from watchdog.coordinator.metrics import HANG_SECONDS, STRAGGLER_SCORE
 from watchdog.coordinator.runner import Runner
 from watchdog.coordinator.tracker import update
 
@@ -98,11 +98,18 @@ class UnknownGauge(Gauged):
         return {"watchdog_made_up": 1.0}
 
 
+class UnlabelledScores(Gauged):
+    def gauges(self, now, view):
+        return {STRAGGLER_SCORE: 1.0}
+
+
 def test_runner_hands_out_gauges_and_isolates_them_like_check():
-    outcomes = Runner([Gauged(), BadGauges(), UnknownGauge(), Fine()]).run(7.0, t.view(t.healthy()))
+    dets = [Gauged(), BadGauges(), UnknownGauge(), UnlabelledScores(), Fine()]
+    outcomes = Runner(dets).run(7.0, t.view(t.healthy()))
     assert [(o.ok, dict(o.gauges)) for o in outcomes] == [(True, {HANG_SECONDS: 7.0}), (False, {}), (False, {}),
-                                                          (True, {})]
+                                                          (False, {}), (True, {})]
     assert outcomes[1].error == "KeyError: 'internals'" and "watchdog_made_up" in outcomes[2].error
+    assert "needs {label: value}" in outcomes[3].error
 
 
 def test_rank_ranges():

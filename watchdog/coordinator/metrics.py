@@ -19,7 +19,7 @@ from .finding import KINDS
 STRAGGLER_SCORE = "watchdog_coordinator_straggler_score"  # labelled by rank
 HANG_SECONDS = "watchdog_coordinator_hang_seconds"
 HANG_DEADLINE_SECONDS = "watchdog_coordinator_hang_deadline_seconds"
-DETECTOR_GAUGES = (STRAGGLER_SCORE, HANG_SECONDS, HANG_DEADLINE_SECONDS)
+DETECTOR_GAUGES = {STRAGGLER_SCORE: True, HANG_SECONDS: False, HANG_DEADLINE_SECONDS: False}  # name -> labelled
 # name -> value, or for a labelled gauge {label value: value} (the series to export now: others are removed).
 GaugeValues = Mapping[str, Union[float, Mapping[str, float]]]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .. import logs
 from .detectors import Detector
@@ -48,9 +48,12 @@ class Runner:
                     raise ValueError(f"detector {det.name} emitted kind {bad[0].kind!r}")
                 gauges = getattr(det, "gauges", None)
                 values = dict(gauges(now, view)) if gauges is not None else {}
-                unknown = sorted(set(values) - set(DETECTOR_GAUGES))
-                if unknown:
-                    raise ValueError(f"detector {det.name} handed out unknown gauge {unknown[0]!r}")
+                for name, value in values.items():  # checked here, so exporting them cannot raise outside isolation
+                    if name not in DETECTOR_GAUGES:
+                        raise ValueError(f"detector {det.name} handed out unknown gauge {name!r}")
+                    if isinstance(value, Mapping) != DETECTOR_GAUGES[name]:
+                        raise ValueError(f"detector {det.name}: gauge {name!r} needs "
+                                         + ("{label: value}" if DETECTOR_GAUGES[name] else "a number"))
                 out.append(Outcome(det.name, True, self._timer() - t0, found, gauges=values))
             except Exception as exc:  # noqa: BLE001 - isolation is the point
                 err = f"{type(exc).__name__}: {exc}"
