@@ -1,5 +1,7 @@
 """Agent flags: CLI > WATCHDOG_ env > default, clear errors, secrets kept out of logs."""
 
+from dataclasses import replace
+
 import pytest
 
 from watchdog import flags
@@ -63,6 +65,11 @@ def test_token_file_is_preferred_and_secret_never_logged(tmp_path):
 
 def test_every_flag_fills_a_field_and_every_field_has_a_flag():
     assert flags.unmatched(config.AgentConfig, config.FLAGS, config.NOT_FROM_FLAGS) == []
+
+
+def test_flag_defaults_are_the_dataclass_defaults():
+    c = load([])
+    assert c == replace(config.AgentConfig(run_dir="/r", listen=("0.0.0.0", 9400)), host=c.host)
 
 
 @pytest.mark.parametrize("content", ["", " \n\t\n"])
