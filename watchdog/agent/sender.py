@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from watchdog import logs
 from watchdog.agent import report
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
@@ -113,7 +113,7 @@ def log_commands(job: str, commands: list[dict]) -> None:
 
 class Sender:
     def __init__(self, *, url: str, token: str, job: str, host: str, agent_id: str, interval_s: float,
-                 timeout_s: float, views: Callable[[], Sequence[RankView]],
+                 timeout_s: float, views: Callable[[], Sequence[LocalRank]],
                  accelerators: Callable[[], list[dict]] = list, post: Callable | None = None,
                  handle_commands: Callable[[str, list[dict]], None] = log_commands, outbox: Any = None, log=None,
                  mono_ns: Callable[[], int] = time.monotonic_ns, wall: Callable[[], float] = time.time) -> None:
