@@ -14,7 +14,7 @@ def load(argv, env=None):
 def test_defaults():
     c = load([])
     assert (c.run_dir, c.listen, c.job, c.poll_interval_s, c.report_interval_s, c.stale_after_s) == (
-        "/r", ("0.0.0.0", 9400), "", 0.1, 1.0, 30.0)
+        "/r", ("0.0.0.0", 19400), "", 0.1, 1.0, 30.0)
     assert c.coordinator_url == "" and c.token == "" and c.accelerator and c.host
 
 
@@ -29,7 +29,7 @@ def test_cli_beats_env_beats_default():
 @pytest.mark.parametrize("argv, env, message", [
     (["--poll.interval-seconds", "0"], {}, "--poll.interval-seconds='0': must be > 0"),
     ([], {"WATCHDOG_STALE_AFTER_SECONDS": "soon"}, "WATCHDOG_STALE_AFTER_SECONDS='soon'"),
-    (["--web.listen-address", "9400"], {}, "must be HOST:PORT"),
+    (["--web.listen-address", "19400"], {}, "must be HOST:PORT"),
     (["--coordinator.url", "coord:9500"], {}, "must start with http://"),
     (["--log.level", "loud"], {}, "must be one of debug"),
     (["--collector.accelerator", "maybe"], {}, "--collector.accelerator='maybe'"),

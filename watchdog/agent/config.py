@@ -30,7 +30,7 @@ def _url(text: str) -> str:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("run-dir", "", "directory holding the ranks' slot files (required)"),
-    Flag("web.listen-address", "0.0.0.0:9400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
+    Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
          flags.listen_address),
     Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)"),
     Flag("job.name", "", "only watch slots of this job (empty = every job on this host)"),
@@ -39,7 +39,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
          flags.positive_float),
-    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9401 (empty = do not report)", _url),
+    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url),
     Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float),
     Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float),
     Flag("job.token-file", "", "file holding the shared job token (preferred over --job.token)"),

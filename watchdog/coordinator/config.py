@@ -75,7 +75,7 @@ class DetectorConfig:
 
 @dataclass(frozen=True)
 class Config:
-    listen: tuple[str, int] = ("127.0.0.1", 9401)
+    listen: tuple[str, int] = ("127.0.0.1", 19401)
     address_file: str = ""
     job: str = ""  # empty: adopt the first report's job
     world_size: int = 0  # 0: learn it from the reports
@@ -117,7 +117,7 @@ _DETECTOR_FLAGS: tuple[tuple[Flag, str], ...] = (
 )
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:9401", "HOST:PORT for reports, /metrics and the status API", listen_address),
+    Flag("web.listen-address", "127.0.0.1:19401", "HOST:PORT for reports, /metrics and the status API", listen_address),
     Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)"),
     Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int),
     Flag("job.name", "", "job name reports must carry (empty: the first report's)"),
