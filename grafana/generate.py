@@ -31,8 +31,8 @@ REPO = HERE.parent
 PROM_ALERTS = REPO / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml"
 DATASOURCE_UID = "watchdog-prometheus"  # grafana/provisioning/datasources/rank-watchdog.yml
 # The alerts teams page on, carried into Grafana-managed alerting.
-GRAFANA_ALERTS = ("WatchdogJobHang", "WatchdogRankDead", "WatchdogRankFrozen", "WatchdogStraggler",
-                  "WatchdogRankDataStarvation", "WatchdogJobDataStarvation")
+GRAFANA_ALERTS = ("RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogStraggler",
+                  "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation")
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 J = 'job="$job"'
@@ -175,10 +175,10 @@ def job_dashboard() -> dict:
         stat(lay, "Ranks alive", "Rank processes that exist (pid and start time), across the job's hosts.",
              f"sum(watchdog_rank_alive{{{J}}})"),
         stat(lay, "Ranks expected", "World size the job's ranks declare.", f"max(watchdog_job_world_size{{{J}}})"),
-        stat(lay, "Dead ranks", "Processes gone without a clean exit (WatchdogRankDead).",
+        stat(lay, "Dead ranks", "Processes gone without a clean exit (RankWatchdogRankDead).",
              f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
              thresholds=thr_bad),
-        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (WatchdogRankFrozen).",
+        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (RankWatchdogRankFrozen).",
              f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
              thresholds=thr_bad),
         stat(lay, "Steps / s", "Training steps per second (the most advanced rank).",
@@ -197,7 +197,7 @@ def job_dashboard() -> dict:
            unit="s", stack=True),
         panel(lay, "heatmap", "Straggler heatmap: compute vs median, per rank",
               "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
-              "A rank that stays red is a straggler (WatchdogStraggler fires at 1.1 for 15 min).",
+              "A rank that stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min).",
               [target(compute_vs_median(JH), "{{rank}}")], 12, 8, "none",
               {"calculate": False, "cellGap": 1, "color": {"mode": "scheme", "scheme": "RdYlGn", "reverse": True,
                                                            "min": 0.8, "max": 1.5, "steps": 64},
@@ -211,7 +211,7 @@ def job_dashboard() -> dict:
            [target(f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
                    "{{host}}")], unit="percentunit", defaults={"min": 0, "max": 1}),
         ts(lay, "Data-wait share per rank", "Share of each rank's step time spent waiting on its data iterator. "
-           "One rank high: its host or loader (WatchdogRankDataStarvation); every rank high: the pipeline.",
+           "One rank high: its host or loader (RankWatchdogRankDataStarvation); every rank high: the pipeline.",
            [target(data_share(JH), "rank {{rank}}")], unit="percentunit", defaults={"min": 0}),
         ts(lay, "Ranks alive vs expected", "Ranks whose process exists, against the declared world size.",
            [target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
@@ -274,17 +274,17 @@ def rank_dashboard() -> dict:
            [target(f"watchdog_rank_resident_memory_bytes{{{JHR}}}", "rank {{rank}}")], unit="bytes"),
         ts(lay, "Accelerator utilisation and memory", "NVML utilisation of the selected hosts' accelerators "
            "(kernels and memory traffic).",
-           [target(f'watchdog_accelerator_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}}", "A"),
-            target(f'watchdog_accelerator_memory_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}} mem", "B")],
+           [target('watchdog_accelerator_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}}", "A"),
+            target('watchdog_accelerator_memory_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}} mem", "B")],
            unit="percentunit"),
         ts(lay, "Accelerator SM clock", "A straggler's GPU often runs at a lower clock (throttling).",
-           [target(f'watchdog_accelerator_sm_clock_hertz{{host=~"$host"}}', "{{host}} gpu {{gpu}}")], unit="hertz"),
+           [target('watchdog_accelerator_sm_clock_hertz{host=~"$host"}', "{{host}} gpu {{gpu}}")], unit="hertz"),
         ts(lay, "Accelerator temperature and power", "Core temperature and power draw.",
-           [target(f'watchdog_accelerator_temperature_celsius{{host=~"$host"}}', "{{host}} gpu {{gpu}} °C", "A"),
-            target(f'watchdog_accelerator_power_watts{{host=~"$host"}}', "{{host}} gpu {{gpu}} W", "B")]),
+           [target('watchdog_accelerator_temperature_celsius{host=~"$host"}', "{{host}} gpu {{gpu}} °C", "A"),
+            target('watchdog_accelerator_power_watts{host=~"$host"}', "{{host}} gpu {{gpu}} W", "B")]),
         ts(lay, "Throttle reasons and XID errors", "NVML throttle-reason bitmask (0 or 1 = unthrottled) and "
            "critical XID events in the window.",
-           [target(f'watchdog_accelerator_throttle_reasons{{host=~"$host"}}', "{{host}} gpu {{gpu}} throttle", "A"),
+           [target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
             target(f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])', "{{host}} gpu {{gpu}} xid",
                    "B")]),
         ts(lay, "Hook errors", "Errors the rank's hook caught (never raised into training).",
@@ -313,7 +313,7 @@ def grafana_alerts() -> dict:
     out = []
     for name in GRAFANA_ALERTS:
         r = rules[name]
-        uid = "watchdog-" + re.sub(r"(?<!^)(?=[A-Z])", "-", name[len("Watchdog"):]).lower()
+        uid = re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()  # RankWatchdogJobHang -> rank-watchdog-job-hang
         out.append({
             "uid": uid, "title": name, "condition": "C",
             "data": [
