@@ -35,9 +35,13 @@ GRAFANA_ALERTS = ("RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRa
                   "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation")
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
-J = 'job="$job"'
-JH = 'job="$job", host=~"$host"'
-JHR = 'job="$job", host=~"$host", rank=~"$rank"'
+# The training job is the agents' label `training_job`; `job`/`instance` are the scrape
+# target's. A job is (training_job, namespace, cluster): aggregations keep all three.
+J = 'training_job="$training_job"'
+JH = 'training_job="$training_job", host=~"$host"'
+JHR = 'training_job="$training_job", host=~"$host", rank=~"$rank"'
+JOB_KEY = "training_job, namespace, cluster"
+TARGET = "cluster, job, instance"  # one scrape target: how coordinator and agent series meet their info
 RI = "$__rate_interval"
 
 
@@ -56,7 +60,7 @@ def compute_vs_median(sel: str) -> str:
     """A rank's compute per step over the median of all the job's ranks (1 = typical)."""
     compute = ', part="compute"'
     return (f"({per_step(sel + compute, sel)})"
-            f" / on (job) group_left () quantile by (job) (0.5, {per_step(J + compute, J)})")
+            f" / on ({JOB_KEY}) group_left () quantile by ({JOB_KEY}) (0.5, {per_step(J + compute, J)})")
 
 
 def data_share(sel: str) -> str:
@@ -66,8 +70,8 @@ def data_share(sel: str) -> str:
 
 def of_job(metric: str) -> str:
     """A coordinator series for the selected training job: only the coordinator's
-    info metric carries the job, joined on the scrape target."""
-    return f'{metric} * on (instance) group_left () watchdog_coordinator_info{{{J}}}'
+    info metric carries the training job, joined on the scrape target."""
+    return f'{metric} * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}'
 
 
 PHASE_CODE = " + ignoring (phase) ".join(
@@ -135,10 +139,10 @@ def variables(with_rank: bool) -> dict:
 
     out = [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
             "hide": 0, "refresh": 1},
-           query_var("job", "Job", "label_values(watchdog_rank_alive, job)", False),
-           query_var("host", "Host", 'label_values(watchdog_rank_alive{job="$job"}, host)', True)]
+           query_var("training_job", "Training job", "label_values(watchdog_rank_alive, training_job)", False),
+           query_var("host", "Host", f"label_values(watchdog_rank_alive{{{J}}}, host)", True)]
     if with_rank:
-        out.append(query_var("rank", "Rank", 'label_values(watchdog_rank_alive{job="$job", host=~"$host"}, rank)', True))
+        out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
     return {"list": out}
 
 
@@ -148,15 +152,15 @@ def annotations() -> dict:
          "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "type": "dashboard"},
         {"name": "Coordinator findings", "enable": True, "iconColor": "orange", "datasource": DS,
          "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
-                 f" * on (instance) group_left () watchdog_coordinator_info{{{J}}}) > 0",
+                 f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}) > 0",
          "titleFormat": "finding: {{kind}}", "step": "60s"},
         # Actions: the commands (stacks, signals, checkpoint requests) the job's agents ran.
         {"name": "Actions", "enable": True, "iconColor": "purple", "datasource": DS,
          "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
-                 f" and on (instance) watchdog_rank_alive{{{J}}}) > 0",
+                 f" and on ({TARGET}) watchdog_rank_alive{{{J}}}) > 0",
          "titleFormat": "action: {{type}} ({{result}})", "step": "60s"},
         {"name": "Firing alerts", "enable": True, "iconColor": "red", "datasource": DS,
-         "expr": 'ALERTS{alertstate="firing", job="$job"}', "titleFormat": "{{alertname}}",
+         "expr": f'ALERTS{{alertstate="firing", {J}}}', "titleFormat": "{{alertname}}",
          "tagKeys": "severity,rank,host", "step": "60s"},
     ]}
 
@@ -229,7 +233,7 @@ def job_dashboard() -> dict:
     ]
     return dashboard("rank-watchdog-job", "rank-watchdog / job",
                      "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",
-                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-job=${job}&${host:queryparam}",
+                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-training_job=${training_job}&${host:queryparam}",
                                  "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
                                  "icon": "dashboard", "tags": [], "tooltip": ""}])
 
@@ -252,7 +256,7 @@ def rank_dashboard() -> dict:
                       f" - 2 * watchdog_rank_exited{{{JHR}}}", "rank {{rank}}")],
               12, 6, "none", tl_opts, defaults={"mappings": state_map}),
         panel(lay, "state-timeline", "Phase", "The phase the hook marks: train, init, checkpoint, eval, shutdown.",
-              [target(f"max by (job, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
+              [target(f"max by ({JOB_KEY}, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
               defaults={"mappings": phase_map}),
         ts(lay, "Step time split", "Seconds per step in data wait, collective wait and compute, per rank "
            "(windowed mean).", [target(per_step(JHR, JHR), "rank {{rank}} {{part}}")], unit="s"),
@@ -292,7 +296,7 @@ def rank_dashboard() -> dict:
     ]
     return dashboard("rank-watchdog-rank", "rank-watchdog / rank",
                      "Selected ranks of one job: state, phase, step split, ages, resources and their host's accelerators.",
-                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-job=${job}",
+                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-training_job=${training_job}",
                                 "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
                                 "icon": "dashboard", "tags": [], "tooltip": ""}])
 

@@ -51,7 +51,7 @@ def test_each_alert_routes_by_severity(rule: dict):
     severity = rule["labels"]["severity"]
     res = promcheck.run([amtool(), "config", "routes", "test", f"--config.file={CONFIG}",
                          f"--verify.receivers={RECEIVER_FOR[severity]}",
-                         f"alertname={rule['alert']}", f"severity={severity}", "job=train", "rank=1"])
+                         f"alertname={rule['alert']}", f"severity={severity}", "training_job=train", "rank=1"])
     assert res.returncode == 0, f"{rule['alert']} ({severity}): {res.stdout}{res.stderr}"
 
 
@@ -142,3 +142,17 @@ def test_the_kube_prometheus_check_can_fail(merged_with_kube_prometheus: Path):
     res = routes_test(merged_with_kube_prometheus, "oncall-pager", "alertname=WatchdogRankFrozen", "severity=critical")
     assert res.returncode != 0
     assert "deadmans-switch-regex" in res.stdout
+
+
+def test_pages_group_and_inhibit_per_training_job():
+    """`job` is the scrape job (no honor_labels): grouping or inhibiting on it would put
+    every training job behind one page, and one job's dead rank would silence another
+    job's hang. The training job is (training_job, namespace, cluster)."""
+    doc = yaml.safe_load(CONFIG.read_text())
+    key = ["training_job", "namespace", "cluster"]
+    routes = [doc["route"], *doc["route"]["routes"]]
+    for route in routes:
+        if "group_by" in route:
+            assert route["group_by"][:3] == key and "job" not in route["group_by"], route
+    for rule in doc["inhibit_rules"]:
+        assert rule["equal"] == key, rule

@@ -23,6 +23,7 @@ import promcheck  # noqa: E402
 
 from watchdog import flags
 from watchdog.agent import config as agent_config
+from watchdog.agent.metrics import RANK_LABELS
 from watchdog.coordinator import config as coord_config
 from watchdog.hook import config as hook_config
 
@@ -98,7 +99,7 @@ def test_validation_can_fail():
         kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
 
 
-def test_monitors_select_what_exists_and_honor_labels():
+def test_monitors_select_what_exists_and_keep_prometheus_labels():
     pods = pod_templates()
     (podmon,) = by_kind("PodMonitor")
     sel = podmon["spec"]["selector"]["matchLabels"]
@@ -106,7 +107,8 @@ def test_monitors_select_what_exists_and_honor_labels():
     owners = {o.split("/")[0] for o, _ in selected}
     assert {"DaemonSet", "PyTorchJob"} <= owners, owners
     for ep in podmon["spec"]["podMetricsEndpoints"]:
-        assert ep["honorLabels"] is True
+        assert not ep.get("honorLabels"), "job/instance stay Prometheus'; the training job is training_job"
+        assert not {r.get("targetLabel") for r in ep.get("relabelings", [])} & set(RANK_LABELS), ep
         assert {"targetLabel": "watchdog_component", "replacement": "agent"} in ep["relabelings"]
         for owner, t in selected:
             ports = {p["name"] for c in containers(t) for p in c.get("ports", [])}
@@ -117,7 +119,8 @@ def test_monitors_select_what_exists_and_honor_labels():
                 if svcmon["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
     assert services
     for ep in svcmon["spec"]["endpoints"]:
-        assert ep["honorLabels"] is True
+        assert not ep.get("honorLabels"), "job/instance stay Prometheus'; the training job is training_job"
+        assert not {r.get("targetLabel") for r in ep.get("relabelings", [])} & set(RANK_LABELS), ep
         assert {"targetLabel": "watchdog_component", "replacement": "coordinator"} in ep["relabelings"]
         assert all(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
 
