@@ -34,7 +34,7 @@ def per_rank(samples: dict, name: str, job: str, **extra) -> dict[int, float]:
     out = {}
     for (sname, labels), value in samples.items():
         lab = dict(labels)
-        if sname == name and lab.get("job") == job and all(lab.get(k) == v for k, v in extra.items()):
+        if sname == name and lab.get("training_job") == job and all(lab.get(k) == v for k, v in extra.items()):
             out[int(lab["rank"])] = value
     return out
 
