@@ -17,7 +17,7 @@ def load(argv, env=None):
 def test_defaults():
     c = load([])
     assert (c.run_dir, c.listen, c.job, c.poll_interval_s, c.report_interval_s, c.stale_after_s) == (
-        "/r", ("0.0.0.0", 9400), "", 0.1, 1.0, 30.0)
+        "/r", ("0.0.0.0", 19400), "", 0.1, 1.0, 30.0)
     assert c.coordinator_url == "" and c.token == "" and c.accelerator and c.host
 
 
@@ -32,7 +32,7 @@ def test_cli_beats_env_beats_default():
 @pytest.mark.parametrize("argv, env, message", [
     (["--poll.interval-seconds", "0"], {}, "--poll.interval-seconds='0': must be > 0"),
     ([], {"WATCHDOG_STALE_AFTER_SECONDS": "soon"}, "WATCHDOG_STALE_AFTER_SECONDS='soon'"),
-    (["--web.listen-address", "9400"], {}, "must be HOST:PORT"),
+    (["--web.listen-address", "19400"], {}, "must be HOST:PORT"),
     (["--coordinator.url", "coord:9500"], {}, "must start with http://"),
     (["--log.level", "loud"], {}, "must be one of debug"),
     (["--collector.accelerator", "maybe"], {}, "--collector.accelerator='maybe'"),
@@ -69,7 +69,7 @@ def test_every_flag_fills_a_field_and_every_field_has_a_flag():
 
 def test_flag_defaults_are_the_dataclass_defaults():
     c = load([])
-    assert c == replace(config.AgentConfig(run_dir="/r", listen=("0.0.0.0", 9400)), host=c.host)
+    assert c == replace(config.AgentConfig(run_dir="/r", listen=("0.0.0.0", 19400)), host=c.host)
 
 
 @pytest.mark.parametrize("content", ["", " \n\t\n"])

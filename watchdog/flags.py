@@ -89,7 +89,7 @@ def boolean(text: str) -> bool:
 def listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9400 (port 0 picks a free one)")
+        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:19400 (port 0 picks a free one)")
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 

@@ -31,7 +31,7 @@ def _url(text: str) -> str:
 # Each flag names the AgentConfig field it fills (see flags.build).
 FLAGS: tuple[Flag, ...] = (
     Flag("run-dir", "", "directory holding the ranks' slot files (required)", field="run_dir"),
-    Flag("web.listen-address", "0.0.0.0:9400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
+    Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
          flags.listen_address, field="listen"),
     Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
          field="address_file"),
@@ -42,7 +42,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
          flags.positive_float, field="stale_after_s"),
-    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9401 (empty = do not report)", _url,
+    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
          field="coordinator_url"),
     Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
          field="report_interval_s"),

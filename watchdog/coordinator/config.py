@@ -76,7 +76,7 @@ class DetectorConfig:
 
 @dataclass(frozen=True)
 class Config:
-    listen: tuple[str, int] = ("127.0.0.1", 9401)
+    listen: tuple[str, int] = ("127.0.0.1", 19401)
     address_file: str = ""
     job: str = ""  # empty: adopt the first report's job
     world_size: int = 0  # 0: learn it from the reports
@@ -122,7 +122,7 @@ DETECTOR_NOT_FROM_FLAGS = ("history_steps",)
 
 # Each flag names the Config field it fills; the two token flags both feed Config.token.
 CONFIG_FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:9401", "HOST:PORT for reports, /metrics and the status API", listen_address,
+    Flag("web.listen-address", "127.0.0.1:19401", "HOST:PORT for reports, /metrics and the status API", listen_address,
          field="listen"),
     Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)",
          field="address_file"),

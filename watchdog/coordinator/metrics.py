@@ -30,7 +30,10 @@ TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 class CoordinatorMetrics:
     def __init__(self, registry: CollectorRegistry, detectors: tuple[str, ...] = KINDS) -> None:
         r = registry
-        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["job"], registry=r)
+        # The training job is known only once the first report arrives, so it is a label of
+        # this one series (joined on the scrape target by rules and dashboards), not of all.
+        # Never `job`: that is the scrape job's label.
+        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["training_job"], registry=r)
         self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
         self.active = Gauge("watchdog_coordinator_findings_active", "Findings whose condition currently holds, by kind", ["kind"], registry=r)
         self.resolved = Counter("watchdog_coordinator_findings_resolved_total", "Findings whose condition ended, by kind", ["kind"], registry=r)

@@ -1,6 +1,6 @@
 """``watchdog status``: a live per-rank table from a coordinator's status API.
 
-    watchdog status --coordinator.url http://127.0.0.1:9401 [--watch] [--json]
+    watchdog status --coordinator.url http://127.0.0.1:19401 [--watch] [--json]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .. import flags, jobtoken
 from .server import STATUS_PATH
 
 FLAGS = (
-    flags.Flag("coordinator.url", "http://127.0.0.1:9401", "coordinator base URL (a bare HOST:PORT works too)"),
+    flags.Flag("coordinator.url", "http://127.0.0.1:19401", "coordinator base URL (a bare HOST:PORT works too)"),
     jobtoken.inline_flag("job token, when the coordinator has one"),
     jobtoken.file_flag("file holding the job token"),
     flags.Flag("watch.interval-seconds", 1.0, "refresh period with --watch", flags.positive_float),
