@@ -43,7 +43,7 @@ def generator():
 def panel_expr(dashboard: dict, title: str, job: str) -> str:
     p = next(p for p in dashboard["panels"] if p["title"] == title)
     return (p["targets"][0]["expr"].replace("$__rate_interval", RATE_WINDOW)
-            .replace('"$job"', f'"{job}"').replace('"$host"', '".*"'))
+            .replace('"$training_job"', f'"{job}"').replace('"$host"', '".*"'))
 
 
 def query_range(prom: Prometheus, expr: str, start: float, end: float, step: float) -> list[dict]:
@@ -65,7 +65,7 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     cfg.pop("alerting")
     cfg["rule_files"] = []
-    cfg["scrape_configs"] = [cfg["scrape_configs"][0]]  # the agent job, honor_labels: true
+    cfg["scrape_configs"] = [cfg["scrape_configs"][0]]  # the agent job
     cfg["scrape_configs"][0]["static_configs"][0]["targets"] = [agent.address]
     (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     prom.start()

@@ -31,13 +31,17 @@ REPO = HERE.parent
 PROM_ALERTS = REPO / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml"
 DATASOURCE_UID = "watchdog-prometheus"  # grafana/provisioning/datasources/rank-watchdog.yml
 # The alerts teams page on, carried into Grafana-managed alerting.
-GRAFANA_ALERTS = ("WatchdogJobHang", "WatchdogRankDead", "WatchdogRankFrozen", "WatchdogStraggler",
-                  "WatchdogRankDataStarvation", "WatchdogJobDataStarvation")
+GRAFANA_ALERTS = ("RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogStraggler",
+                  "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation")
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
-J = 'job="$job"'
-JH = 'job="$job", host=~"$host"'
-JHR = 'job="$job", host=~"$host", rank=~"$rank"'
+# The training job is the agents' label `training_job`; `job`/`instance` are the scrape
+# target's. A job is (training_job, namespace, cluster): aggregations keep all three.
+J = 'training_job="$training_job"'
+JH = 'training_job="$training_job", host=~"$host"'
+JHR = 'training_job="$training_job", host=~"$host", rank=~"$rank"'
+JOB_KEY = "training_job, namespace, cluster"
+TARGET = "cluster, job, instance"  # one scrape target: how coordinator and agent series meet their info
 RI = "$__rate_interval"
 
 
@@ -56,7 +60,7 @@ def compute_vs_median(sel: str) -> str:
     """A rank's compute per step over the median of all the job's ranks (1 = typical)."""
     compute = ', part="compute"'
     return (f"({per_step(sel + compute, sel)})"
-            f" / on (job) group_left () quantile by (job) (0.5, {per_step(J + compute, J)})")
+            f" / on ({JOB_KEY}) group_left () quantile by ({JOB_KEY}) (0.5, {per_step(J + compute, J)})")
 
 
 def data_share(sel: str) -> str:
@@ -66,8 +70,8 @@ def data_share(sel: str) -> str:
 
 def of_job(metric: str) -> str:
     """A coordinator series for the selected training job: only the coordinator's
-    info metric carries the job, joined on the scrape target."""
-    return f'{metric} * on (instance) group_left () watchdog_coordinator_info{{{J}}}'
+    info metric carries the training job, joined on the scrape target."""
+    return f'{metric} * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}'
 
 
 PHASE_CODE = " + ignoring (phase) ".join(
@@ -135,10 +139,10 @@ def variables(with_rank: bool) -> dict:
 
     out = [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
             "hide": 0, "refresh": 1},
-           query_var("job", "Job", "label_values(watchdog_rank_alive, job)", False),
-           query_var("host", "Host", 'label_values(watchdog_rank_alive{job="$job"}, host)', True)]
+           query_var("training_job", "Training job", "label_values(watchdog_rank_alive, training_job)", False),
+           query_var("host", "Host", f"label_values(watchdog_rank_alive{{{J}}}, host)", True)]
     if with_rank:
-        out.append(query_var("rank", "Rank", 'label_values(watchdog_rank_alive{job="$job", host=~"$host"}, rank)', True))
+        out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
     return {"list": out}
 
 
@@ -148,15 +152,15 @@ def annotations() -> dict:
          "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "type": "dashboard"},
         {"name": "Coordinator findings", "enable": True, "iconColor": "orange", "datasource": DS,
          "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
-                 f" * on (instance) group_left () watchdog_coordinator_info{{{J}}}) > 0",
+                 f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}) > 0",
          "titleFormat": "finding: {{kind}}", "step": "60s"},
         # Actions: the commands (stacks, signals, checkpoint requests) the job's agents ran.
         {"name": "Actions", "enable": True, "iconColor": "purple", "datasource": DS,
          "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
-                 f" and on (instance) watchdog_rank_alive{{{J}}}) > 0",
+                 f" and on ({TARGET}) watchdog_rank_alive{{{J}}}) > 0",
          "titleFormat": "action: {{type}} ({{result}})", "step": "60s"},
         {"name": "Firing alerts", "enable": True, "iconColor": "red", "datasource": DS,
-         "expr": 'ALERTS{alertstate="firing", job="$job"}', "titleFormat": "{{alertname}}",
+         "expr": f'ALERTS{{alertstate="firing", {J}}}', "titleFormat": "{{alertname}}",
          "tagKeys": "severity,rank,host", "step": "60s"},
     ]}
 
@@ -175,10 +179,10 @@ def job_dashboard() -> dict:
         stat(lay, "Ranks alive", "Rank processes that exist (pid and start time), across the job's hosts.",
              f"sum(watchdog_rank_alive{{{J}}})"),
         stat(lay, "Ranks expected", "World size the job's ranks declare.", f"max(watchdog_job_world_size{{{J}}})"),
-        stat(lay, "Dead ranks", "Processes gone without a clean exit (WatchdogRankDead).",
+        stat(lay, "Dead ranks", "Processes gone without a clean exit (RankWatchdogRankDead).",
              f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
              thresholds=thr_bad),
-        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (WatchdogRankFrozen).",
+        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (RankWatchdogRankFrozen).",
              f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
              thresholds=thr_bad),
         stat(lay, "Steps / s", "Training steps per second (the most advanced rank).",
@@ -197,7 +201,7 @@ def job_dashboard() -> dict:
            unit="s", stack=True),
         panel(lay, "heatmap", "Straggler heatmap: compute vs median, per rank",
               "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
-              "A rank that stays red is a straggler (WatchdogStraggler fires at 1.1 for 15 min).",
+              "A rank that stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min).",
               [target(compute_vs_median(JH), "{{rank}}")], 12, 8, "none",
               {"calculate": False, "cellGap": 1, "color": {"mode": "scheme", "scheme": "RdYlGn", "reverse": True,
                                                            "min": 0.8, "max": 1.5, "steps": 64},
@@ -211,7 +215,7 @@ def job_dashboard() -> dict:
            [target(f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
                    "{{host}}")], unit="percentunit", defaults={"min": 0, "max": 1}),
         ts(lay, "Data-wait share per rank", "Share of each rank's step time spent waiting on its data iterator. "
-           "One rank high: its host or loader (WatchdogRankDataStarvation); every rank high: the pipeline.",
+           "One rank high: its host or loader (RankWatchdogRankDataStarvation); every rank high: the pipeline.",
            [target(data_share(JH), "rank {{rank}}")], unit="percentunit", defaults={"min": 0}),
         ts(lay, "Ranks alive vs expected", "Ranks whose process exists, against the declared world size.",
            [target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
@@ -229,7 +233,7 @@ def job_dashboard() -> dict:
     ]
     return dashboard("rank-watchdog-job", "rank-watchdog / job",
                      "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",
-                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-job=${job}&${host:queryparam}",
+                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-training_job=${training_job}&${host:queryparam}",
                                  "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
                                  "icon": "dashboard", "tags": [], "tooltip": ""}])
 
@@ -252,7 +256,7 @@ def rank_dashboard() -> dict:
                       f" - 2 * watchdog_rank_exited{{{JHR}}}", "rank {{rank}}")],
               12, 6, "none", tl_opts, defaults={"mappings": state_map}),
         panel(lay, "state-timeline", "Phase", "The phase the hook marks: train, init, checkpoint, eval, shutdown.",
-              [target(f"max by (job, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
+              [target(f"max by ({JOB_KEY}, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
               defaults={"mappings": phase_map}),
         ts(lay, "Step time split", "Seconds per step in data wait, collective wait and compute, per rank "
            "(windowed mean).", [target(per_step(JHR, JHR), "rank {{rank}} {{part}}")], unit="s"),
@@ -274,17 +278,17 @@ def rank_dashboard() -> dict:
            [target(f"watchdog_rank_resident_memory_bytes{{{JHR}}}", "rank {{rank}}")], unit="bytes"),
         ts(lay, "Accelerator utilisation and memory", "NVML utilisation of the selected hosts' accelerators "
            "(kernels and memory traffic).",
-           [target(f'watchdog_accelerator_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}}", "A"),
-            target(f'watchdog_accelerator_memory_utilization_ratio{{host=~"$host"}}', "{{host}} gpu {{gpu}} mem", "B")],
+           [target('watchdog_accelerator_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}}", "A"),
+            target('watchdog_accelerator_memory_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}} mem", "B")],
            unit="percentunit"),
         ts(lay, "Accelerator SM clock", "A straggler's GPU often runs at a lower clock (throttling).",
-           [target(f'watchdog_accelerator_sm_clock_hertz{{host=~"$host"}}', "{{host}} gpu {{gpu}}")], unit="hertz"),
+           [target('watchdog_accelerator_sm_clock_hertz{host=~"$host"}', "{{host}} gpu {{gpu}}")], unit="hertz"),
         ts(lay, "Accelerator temperature and power", "Core temperature and power draw.",
-           [target(f'watchdog_accelerator_temperature_celsius{{host=~"$host"}}', "{{host}} gpu {{gpu}} °C", "A"),
-            target(f'watchdog_accelerator_power_watts{{host=~"$host"}}', "{{host}} gpu {{gpu}} W", "B")]),
+           [target('watchdog_accelerator_temperature_celsius{host=~"$host"}', "{{host}} gpu {{gpu}} °C", "A"),
+            target('watchdog_accelerator_power_watts{host=~"$host"}', "{{host}} gpu {{gpu}} W", "B")]),
         ts(lay, "Throttle reasons and XID errors", "NVML throttle-reason bitmask (0 or 1 = unthrottled) and "
            "critical XID events in the window.",
-           [target(f'watchdog_accelerator_throttle_reasons{{host=~"$host"}}', "{{host}} gpu {{gpu}} throttle", "A"),
+           [target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
             target(f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])', "{{host}} gpu {{gpu}} xid",
                    "B")]),
         ts(lay, "Hook errors", "Errors the rank's hook caught (never raised into training).",
@@ -292,7 +296,7 @@ def rank_dashboard() -> dict:
     ]
     return dashboard("rank-watchdog-rank", "rank-watchdog / rank",
                      "Selected ranks of one job: state, phase, step split, ages, resources and their host's accelerators.",
-                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-job=${job}",
+                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-training_job=${training_job}",
                                 "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
                                 "icon": "dashboard", "tags": [], "tooltip": ""}])
 
@@ -313,7 +317,7 @@ def grafana_alerts() -> dict:
     out = []
     for name in GRAFANA_ALERTS:
         r = rules[name]
-        uid = "watchdog-" + re.sub(r"(?<!^)(?=[A-Z])", "-", name[len("Watchdog"):]).lower()
+        uid = re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()  # RankWatchdogJobHang -> rank-watchdog-job-hang
         out.append({
             "uid": uid, "title": name, "condition": "C",
             "data": [

@@ -17,7 +17,7 @@ from watchdog.agent import fakes, track
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 from watchdog.evidence import SlotEvidence, StackDump
 
 TOKEN = "tok"
@@ -205,7 +205,7 @@ def test_outbox_is_bounded():
 
 def view_of(path, ident, alive=True):
     snap = wire.read_slot(path) if path else fakes.snapshot(ident)
-    return RankView(path, snap.header, 0, False, ProcSample(alive, "running" if alive else "gone"),
+    return LocalRank(path, snap.header, 0, False, ProcSample(alive, "running" if alive else "gone"),
                     track.ALIVE if alive else track.DEAD, 0.0, ())
 
 

@@ -21,7 +21,7 @@ from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import Sender
-from watchdog.agent.slots import RankView, SlotTracker
+from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.agent.stacks import BLOCKING, NONBLOCKING, StackDumper, find_py_spy, proc_state
 from watchdog.evidence import StackDump
 
@@ -115,7 +115,7 @@ def test_signal_through_pidfd_checks_identity_first(sleeper):
     p = sleeper()
     ident = fakes.identity("job", 0, 1, pid=p.pid)
     snap = fakes.snapshot(ident)
-    view = RankView("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
+    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
     a = act.Actions("node-a", lambda job: (view,), StackDumper(""))
     wrong = c.target(0, p.pid, ident.proc_start_us + 5_000_000)  # as if the pid had been reused
     out, refusals = a.run(c.make(job="job", type=c.SIGNAL, host="node-a", target=wrong,

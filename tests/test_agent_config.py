@@ -1,7 +1,10 @@
 """Agent flags: CLI > WATCHDOG_ env > default, clear errors, secrets kept out of logs."""
 
+from dataclasses import replace
+
 import pytest
 
+from watchdog import flags
 from watchdog.agent import config
 from watchdog.agent.main import main
 from watchdog.flags import FlagError
@@ -14,7 +17,7 @@ def load(argv, env=None):
 def test_defaults():
     c = load([])
     assert (c.run_dir, c.listen, c.job, c.poll_interval_s, c.report_interval_s, c.stale_after_s) == (
-        "/r", ("0.0.0.0", 9400), "", 0.1, 1.0, 30.0)
+        "/r", ("0.0.0.0", 19400), "", 0.1, 1.0, 30.0)
     assert c.coordinator_url == "" and c.token == "" and c.accelerator and c.host
 
 
@@ -29,7 +32,7 @@ def test_cli_beats_env_beats_default():
 @pytest.mark.parametrize("argv, env, message", [
     (["--poll.interval-seconds", "0"], {}, "--poll.interval-seconds='0': must be > 0"),
     ([], {"WATCHDOG_STALE_AFTER_SECONDS": "soon"}, "WATCHDOG_STALE_AFTER_SECONDS='soon'"),
-    (["--web.listen-address", "9400"], {}, "must be HOST:PORT"),
+    (["--web.listen-address", "19400"], {}, "must be HOST:PORT"),
     (["--coordinator.url", "coord:9500"], {}, "must start with http://"),
     (["--log.level", "loud"], {}, "must be one of debug"),
     (["--collector.accelerator", "maybe"], {}, "--collector.accelerator='maybe'"),
@@ -58,6 +61,28 @@ def test_token_file_is_preferred_and_secret_never_logged(tmp_path):
     tok.write_text("")
     with pytest.raises(FlagError, match="empty"):
         load(["--job.token-file", str(tok)])
+
+
+def test_every_flag_fills_a_field_and_every_field_has_a_flag():
+    assert flags.unmatched(config.AgentConfig, config.FLAGS, config.NOT_FROM_FLAGS) == []
+
+
+def test_flag_defaults_are_the_dataclass_defaults():
+    c = load([])
+    assert c == replace(config.AgentConfig(run_dir="/r", listen=("0.0.0.0", 19400)), host=c.host)
+
+
+@pytest.mark.parametrize("content", ["", " \n\t\n"])
+def test_empty_or_blank_token_file_is_an_error_naming_it(tmp_path, content):
+    tok = tmp_path / "token"
+    tok.write_text(content)
+    with pytest.raises(FlagError, match=f"--job.token-file='{tok}': file holds no token"):
+        load(["--job.token-file", str(tok), "--job.token", "inline"])  # no fallback to the inline token
+
+
+def test_unreadable_token_file_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FlagError, match=f"--job.token-file='{tmp_path}': Is a directory"):
+        load([], {"WATCHDOG_JOB_TOKEN_FILE": str(tmp_path)})
 
 
 def test_main_reports_flag_errors_with_status_2(capsys):

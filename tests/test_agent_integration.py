@@ -114,8 +114,8 @@ def scrape(url):
     vals = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.labels.get("job") in ("itest", "oldjob") and "part" not in s.labels and "phase" not in s.labels:
-                vals[(s.name, s.labels["job"], int(s.labels.get("rank", -1)))] = s.value
+            if s.labels.get("training_job") in ("itest", "oldjob") and "part" not in s.labels and "phase" not in s.labels:
+                vals[(s.name, s.labels["training_job"], int(s.labels.get("rank", -1)))] = s.value
             elif s.name == "watchdog_agent_slots":
                 vals[(s.name, s.labels["state"])] = s.value
     return text, vals
@@ -153,7 +153,7 @@ def test_real_agent_sees_stopped_killed_and_stale_ranks(job, record_property):
     golden = [ln for ln in text.splitlines() if ln.startswith(("# HELP ", "# TYPE "))]
     assert golden == GOLDEN.read_text().splitlines(), "live names differ from tests/golden/agent_metrics.txt"
     per_rank = [s for f in text_string_to_metric_families(text) for s in f.samples
-                if s.labels.get("job") == "itest" and s.labels.get("rank") == "1"]
+                if s.labels.get("training_job") == "itest" and s.labels.get("rank") == "1"]
     assert len(per_rank) == m.SERIES_PER_RANK
     if shutil.which("promtool"):
         res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,

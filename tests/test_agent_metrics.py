@@ -66,7 +66,19 @@ def test_every_family_is_namespaced_and_defined_in_metrics_module(exposition):
 
 def per_rank_samples(text, job="train", rank="0"):
     return [s for f in text_string_to_metric_families(text) for s in f.samples
-            if s.labels.get("job") == job and s.labels.get("rank") == rank and "local_rank" in s.labels]
+            if s.labels.get("training_job") == job and s.labels.get("rank") == rank and "local_rank" in s.labels]
+
+
+def test_no_series_carries_prometheus_target_labels(exposition):
+    """`job` and `instance` are Prometheus' own target labels: a scraped `job` is renamed
+    exported_job, or with honor_labels overwrites the scrape job on some series only.
+    The training job is `training_job` on every per-rank and per-job series."""
+    samples = [s for f in text_string_to_metric_families(exposition) for s in f.samples]
+    assert samples
+    for s in samples:
+        assert not {"job", "instance", "exported_job"} & set(s.labels), s
+        if s.name.startswith(("watchdog_rank_", "watchdog_job_")):
+            assert s.labels.get("training_job") == "train", s
 
 
 def test_series_per_rank_is_the_documented_count(exposition):

@@ -9,7 +9,7 @@ from watchdog import wire
 from watchdog.agent import fakes, track
 from watchdog.agent.procs import GONE, ProcSample
 from watchdog.agent.report import build_report, marks
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 
 S = 1_000_000_000
 NOW = 1_000 * S
@@ -22,7 +22,7 @@ def view(rank=0, job="j", *, proc=None, state=track.ALIVE, words=None, records=(
     snap = fakes.snapshot(ident, words, path=path or f"/run/{job}.{rank}.slot", wall_ns=1_700_000_000 * S,
                           mono_ns=NOW - 100 * S, status=status)
     proc = proc or ProcSample(True, "sleeping", cpu_seconds=12.5, rss_bytes=300 << 20, sampled_ns=NOW)
-    return RankView(snap.path, snap.header, hb, False, proc, state, 87.5, tuple(records))
+    return LocalRank(snap.path, snap.header, hb, False, proc, state, 87.5, tuple(records))
 
 
 WORDS = {

@@ -10,7 +10,7 @@ from watchdog import report as wire_report
 from watchdog.agent import fakes, track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import JsonPoster, Sender
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 
 S = 1_000_000_000
 
@@ -18,7 +18,7 @@ S = 1_000_000_000
 def view(job, rank, records=()):
     ident = fakes.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
     snap = fakes.snapshot(ident, path=f"/run/{job}.{rank}.slot")
-    return RankView(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0,
+    return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0,
                     tuple(records))
 
 

@@ -225,44 +225,49 @@ def after_stop(live, name: str, **labels):
 
 
 def test_frozen_rank_pages_with_its_rank(live):
-    arrived_at, alert = wait_for(lambda: live.webhook.first(after_stop(live, "WatchdogRankFrozen")), 45,
-                                 what="WatchdogRankFrozen at the webhook", interval_s=0.2, log=live.log)
+    arrived_at, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogRankFrozen")), 45,
+                                 what="RankWatchdogRankFrozen at the webhook", interval_s=0.2, log=live.log)
     latency = arrived_at - live.stopped_at
-    print(f"\nSIGSTOP -> WatchdogRankFrozen at the webhook after {latency:.1f} s "
+    print(f"\nSIGSTOP -> RankWatchdogRankFrozen at the webhook after {latency:.1f} s "
           f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
     assert alert["status"] == "firing"
     assert alert["labels"]["rank"] == "1", alert
-    assert alert["labels"]["job"] == JOB and alert["labels"]["severity"] == "critical", alert
+    assert alert["labels"]["training_job"] == JOB and alert["labels"]["severity"] == "critical", alert
+    # job/instance stay Prometheus' own (no honor_labels): the scrape job and target.
+    assert alert["labels"]["job"] == "rank-watchdog-agent" and alert["labels"]["instance"], alert
+    assert "exported_job" not in alert["labels"] and "exported_host" not in alert["labels"], alert
     assert alert["labels"]["host"] and alert["labels"]["host"] in alert["annotations"]["summary"], alert
-    assert alert["annotations"]["runbook_url"].endswith("/WatchdogRankFrozen.md"), alert
+    assert alert["annotations"]["runbook_url"].endswith("/RankWatchdogRankFrozen.md"), alert
     assert latency < 30, latency  # generous: 2 s threshold + 1 s scrape + 1 s eval on a busy 2-core box
     # Rank 0 is alive and waiting, not frozen: only rank 1 was paged.
-    assert live.webhook.first(lambda at, a: after_stop(live, "WatchdogRankFrozen")(at, a)
+    assert live.webhook.first(lambda at, a: after_stop(live, "RankWatchdogRankFrozen")(at, a)
                               and a["labels"].get("rank") != "1") is None
 
 
 def test_hang_names_the_culprit_and_is_inhibited(live):
     # The hang the frozen rank causes: Prometheus names rank 1 as the one behind, and
     # the shipped inhibition keeps it off the pager while the frozen rank's alert fires.
-    hang = wait_for(lambda: prometheus_alert(live.prom, "WatchdogJobHang"), 30, what="WatchdogJobHang firing",
+    hang = wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogJobHang"), 30, what="RankWatchdogJobHang firing",
                     interval_s=0.2)
-    assert hang["labels"]["job"] == JOB
+    assert hang["labels"]["training_job"] == JOB and "job" not in hang["labels"], hang["labels"]
     assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
     suppressed = wait_for(
-        lambda: next((a for a in live.am.alerts() if a["labels"]["alertname"] == "WatchdogJobHang"
+        lambda: next((a for a in live.am.alerts() if a["labels"]["alertname"] == "RankWatchdogJobHang"
                       and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
-        20, what="WatchdogJobHang inhibited in Alertmanager", interval_s=0.2)
-    assert suppressed["labels"]["job"] == JOB
-    assert live.webhook.first(after_stop(live, "WatchdogJobHang")) is None
+        20, what="RankWatchdogJobHang inhibited in Alertmanager", interval_s=0.2)
+    assert suppressed["labels"]["training_job"] == JOB
+    assert live.webhook.first(after_stop(live, "RankWatchdogJobHang")) is None
 
 
 def test_coordinator_finding_arrives_with_the_training_job(live):
-    # The coordinator's metrics carry no job label (with honor_labels they get the
-    # scrape job's name); the rule joins watchdog_coordinator_info for it.
-    _, alert = wait_for(lambda: live.webhook.first(after_stop(live, "WatchdogCoordinatorFinding", job=JOB)), 45,
-                        what="WatchdogCoordinatorFinding at the webhook", interval_s=0.2, log=live.log)
+    # The coordinator's metrics carry no training job (it adopts it from the first
+    # report); the rule joins watchdog_coordinator_info's training_job on the target.
+    _, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogCoordinatorFinding",
+                                                              training_job=JOB)), 45,
+                        what="RankWatchdogCoordinatorFinding at the webhook", interval_s=0.2, log=live.log)
     assert alert["labels"]["kind"] in ("frozen_rank", "collective_hang"), alert["labels"]
     assert alert["labels"]["severity"] == "critical"
+    assert alert["labels"]["job"] == "rank-watchdog-coordinator", alert["labels"]
 
 
 def test_dashboard_panels_return_data(live):
@@ -270,7 +275,7 @@ def test_dashboard_panels_return_data(live):
     except the accelerator panels (no NVML on this machine), the coordinator's
     straggler score (it needs straggler.windows x straggler.window-steps steps; this
     job stops at step 30) and the actions annotation (only after a command ran)."""
-    wait_for(lambda: prometheus_alert(live.prom, "WatchdogRankFrozen"), 30, what="alerts for the annotations",
+    wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogRankFrozen"), 30, what="alerts for the annotations",
              interval_s=0.2)
     time.sleep(3)  # at least a few rate windows of data; the job has run for several seconds already
     empty = []
@@ -278,7 +283,7 @@ def test_dashboard_panels_return_data(live):
         for where, expr in dashboard_exprs(json.loads(path.read_text())).items():
             if re.search(r"watchdog_accelerator_|watchdog_coordinator_straggler_score|commands_executed", expr):
                 continue
-            q = re.sub(r"\$__rate_interval\b", "10s", expr).replace('"$job"', f'"{JOB}"')
+            q = re.sub(r"\$__rate_interval\b", "10s", expr).replace('"$training_job"', f'"{JOB}"')
             if not live.prom.query(re.sub(r"\$\w+", ".*", q)):
                 empty.append(f"{path.name}: {where}")
     assert not empty, "queries with no data:\n" + "\n".join(empty)

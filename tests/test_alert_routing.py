@@ -5,6 +5,7 @@ templates render, and no secret is written inline."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 AM_DIR = promcheck.REPO / "deploy" / "alertmanager"
 CONFIG = AM_DIR / "alertmanager.yml"
@@ -50,13 +51,13 @@ def test_each_alert_routes_by_severity(rule: dict):
     severity = rule["labels"]["severity"]
     res = promcheck.run([amtool(), "config", "routes", "test", f"--config.file={CONFIG}",
                          f"--verify.receivers={RECEIVER_FOR[severity]}",
-                         f"alertname={rule['alert']}", f"severity={severity}", "job=train", "rank=1"])
+                         f"alertname={rule['alert']}", f"severity={severity}", "training_job=train", "rank=1"])
     assert res.returncode == 0, f"{rule['alert']} ({severity}): {res.stdout}{res.stderr}"
 
 
 def test_the_routes_test_can_fail():
     res = promcheck.run([amtool(), "config", "routes", "test", f"--config.file={CONFIG}",
-                         "--verify.receivers=oncall-pager", "alertname=WatchdogStraggler", "severity=warning"])
+                         "--verify.receivers=oncall-pager", "alertname=RankWatchdogStraggler", "severity=warning"])
     assert res.returncode != 0
 
 
@@ -81,3 +82,77 @@ def test_no_inline_secrets():
                 walk(v, f"{path}[{i}]")
 
     walk(doc)
+
+
+# kube-prometheus ships an always-firing dead-man's switch named `Watchdog`
+# (severity "none") and routes it with `alertname = Watchdog` to its own receiver;
+# operators silence or reroute it with `alertname =~ "Watchdog.*"`. Alertmanager
+# anchors regex matchers, so neither may catch our RankWatchdog* alerts, and our
+# routes (alertname =~ "RankWatchdog.*") must not catch the dead-man's switch.
+KUBE_PROMETHEUS_ROUTES = [
+    {"receiver": "deadmans-switch", "matchers": ['alertname = "Watchdog"']},
+    {"receiver": "deadmans-switch-regex", "matchers": ['alertname =~ "Watchdog.*"']},
+]
+
+
+@pytest.fixture
+def merged_with_kube_prometheus(tmp_path: Path) -> Path:
+    """Our routes appended after kube-prometheus' Watchdog routes in one tree: the
+    first matching route wins, so a kube-prometheus matcher that caught our alerts
+    would take them away from our receivers."""
+    doc = yaml.safe_load(CONFIG.read_text())
+    doc.pop("templates")
+    doc["route"]["routes"] = KUBE_PROMETHEUS_ROUTES + doc["route"]["routes"]
+    doc["receivers"] += [{"name": r["receiver"]} for r in KUBE_PROMETHEUS_ROUTES]
+    path = tmp_path / "merged.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def routes_test(config: Path, receiver: str, *labels: str) -> subprocess.CompletedProcess:
+    return promcheck.run([amtool(), "config", "routes", "test", f"--config.file={config}",
+                          f"--verify.receivers={receiver}", *labels])
+
+
+@pytest.mark.parametrize("rule", promcheck.alert_rules(), ids=lambda r: r["alert"])
+def test_kube_prometheus_watchdog_routes_do_not_catch_ours(merged_with_kube_prometheus: Path, rule: dict):
+    severity = rule["labels"]["severity"]
+    assert not rule["alert"].startswith("Watchdog"), rule["alert"]
+    res = routes_test(merged_with_kube_prometheus, RECEIVER_FOR[severity], f"alertname={rule['alert']}",
+                      f"severity={severity}", "training_job=train", "rank=1")
+    assert res.returncode == 0, f"{rule['alert']}: {res.stdout}{res.stderr}"
+
+
+def test_the_dead_mans_switch_keeps_its_route(merged_with_kube_prometheus: Path):
+    res = routes_test(merged_with_kube_prometheus, "deadmans-switch", "alertname=Watchdog", "severity=none")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_our_routes_do_not_catch_the_dead_mans_switch():
+    """Alone, our config sends kube-prometheus' `Watchdog` to the root receiver, never to
+    the pager, even were it labelled critical."""
+    for severity in ("none", "critical"):
+        res = routes_test(CONFIG, "team-chat", "alertname=Watchdog", f"severity={severity}")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "oncall-pager" not in res.stdout
+
+
+def test_the_kube_prometheus_check_can_fail(merged_with_kube_prometheus: Path):
+    """An alert still named Watchdog* would be taken by the dead-man's-switch route."""
+    res = routes_test(merged_with_kube_prometheus, "oncall-pager", "alertname=WatchdogRankFrozen", "severity=critical")
+    assert res.returncode != 0
+    assert "deadmans-switch-regex" in res.stdout
+
+
+def test_pages_group_and_inhibit_per_training_job():
+    """`job` is the scrape job (no honor_labels): grouping or inhibiting on it would put
+    every training job behind one page, and one job's dead rank would silence another
+    job's hang. The training job is (training_job, namespace, cluster)."""
+    doc = yaml.safe_load(CONFIG.read_text())
+    key = ["training_job", "namespace", "cluster"]
+    routes = [doc["route"], *doc["route"]["routes"]]
+    for route in routes:
+        if "group_by" in route:
+            assert route["group_by"][:3] == key and "job" not in route["group_by"], route
+    for rule in doc["inhibit_rules"]:
+        assert rule["equal"] == key, rule

@@ -72,7 +72,7 @@ def test_alerts_have_severity_summary_description_and_runbook():
         assert ann["runbook_url"] == f"{promcheck.RUNBOOK_BASE}{name}.md", name
         assert (docs / f"{name}.md").is_file(), f"{name}: docs/runbooks/{name}.md missing"
         summary = ann["summary"]
-        assert "{{ $labels.job }}" in summary or "{{ $labels.host }}" in summary or "$labels.instance" in summary, name
+        assert "{{ $labels.training_job }}" in summary or "{{ $labels.host }}" in summary or "$labels.instance" in summary, name
         # An alert whose series name a rank must say which rank and where.
         if any("rank" in labels for labels in cases[name]["fires"]):
             assert "{{ $labels.rank }}" in summary and "{{ $labels.host }}" in summary, name
@@ -107,3 +107,17 @@ def test_metric_name_extraction():
 def test_golden_files_are_read():
     names = promcheck.golden_metric_names()
     assert "watchdog_rank_alive" in names and "watchdog_rank_steps_total" in names
+
+
+def test_fixture_series_carry_the_labels_a_scrape_gives_them():
+    """Per-rank and per-job input series name their training job as `training_job` (the
+    agent's label) and the scrape job as `job`; a fixture still keyed on `job` would let
+    a rule aggregating by training_job pass for the wrong reason."""
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for series in test.get("input_series", []):
+                name, _, labels = series["series"].partition("{")
+                if name.startswith(("watchdog_rank_", "watchdog_job_")):
+                    assert 'training_job="' in labels, f"{path.name}: {series['series']}"
+                if name.startswith("watchdog_"):
+                    assert re.search(r'\bjob="watchdog-(agent|coordinator)"', labels), f"{path.name}: {series['series']}"

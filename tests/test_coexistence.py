@@ -45,10 +45,33 @@ def test_both_packages_import_in_one_env(tmp_path, wheel, order):
     assert "both-ok" in out.stdout
     if order == "ours-first":
         _agent_runs_without_torch(env_dir, tmp_path)
-    # The console script must be ours (PyPI watchdog ships `watchmedo`, not `watchdog`).
-    helptext = subprocess.run([str(env_dir / "bin" / "watchdog"), "--help"], capture_output=True, text=True,
-                              cwd=tmp_path)
-    assert "agent" in helptext.stdout and "coordinator" in helptext.stdout
+    # The console scripts must be ours (PyPI watchdog ships `watchmedo`, not `watchdog`); `rank-watchdog`
+    # is the same CLI under a name Debian's hardware watchdog daemon (/usr/sbin/watchdog) cannot shadow.
+    for script in ("watchdog", "rank-watchdog"):
+        helptext = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True, text=True,
+                                  cwd=tmp_path)
+        assert helptext.returncode == 0, f"{script}: {helptext.stderr}"
+        assert "agent" in helptext.stdout and "coordinator" in helptext.stdout, script
+
+
+def test_wheel_metadata_names_the_license_it_ships(wheel):
+    """pyproject says Apache-2.0: the wheel carries that expression and the license text itself."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = zf.read(meta).decode()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        text = zf.read(lic).decode()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = zf.read(entry_points).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "License-File: LICENSE" in metadata
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert "Classifier: Operating System :: POSIX :: Linux" in metadata
+    assert "Project-URL: Documentation," in metadata
+    assert "watchdog = watchdog.cli:main" in scripts and "rank-watchdog = watchdog.cli:main" in scripts
 
 
 def _agent_runs_without_torch(env_dir: Path, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
-from watchdog.coordinator.evidence_plan import Request, plan
+from watchdog.coordinator.evidence_plan import CommandRequest, plan
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
@@ -85,7 +85,7 @@ def test_snapshots_are_capped_culprits_first():
 # -- decide ----------------------------------------------------------------------------
 
 CFG = DispatchConfig(give_up_s=60.0, resend_intervals=3.0, resend_min_s=2.0, max_attempts=3)
-REQ = Request(host="h", type="dump_stacks", targets=(commands.target(0, 1, 2),), trigger={"kind": "k", "ranks": [0]})
+REQ = CommandRequest(host="h", type="dump_stacks", targets=(commands.target(0, 1, 2),), trigger={"kind": "k", "ranks": [0]})
 
 
 @pytest.mark.parametrize("pending,now,want", [

@@ -48,3 +48,16 @@ def test_every_name_is_namespaced_and_suffixed():
 def test_promtool_lint():
     out = subprocess.run(["promtool", "check", "metrics"], input=exposition(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_only_the_info_series_names_the_training_job():
+    """The coordinator adopts its training job from the first report, so one series
+    carries it (`training_job`, joined on the scrape target); `job`/`instance` are
+    Prometheus' target labels and no series may carry them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    CoordinatorMetrics(registry).info.labels("train").set(1)
+    samples = [s for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples]
+    assert not [s for s in samples if {"job", "instance", "exported_job"} & set(s.labels)]
+    assert [s.labels for s in samples if s.name == "watchdog_coordinator_info"] == [{"training_job": "train"}]

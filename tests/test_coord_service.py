@@ -114,6 +114,31 @@ def test_a_raising_detector_is_counted_and_the_rest_still_run(make):
     assert findings(c) == [("dead_rank", (2,))] and all(o.ok for o in result.outcomes if o.name != "straggler")
 
 
+def test_a_detector_whose_gauges_raise_is_isolated_like_a_raising_check(make):
+    c = make(job="job", world_size=8)
+    sim = SimJob(jitter=0.1, seed=11)
+    sim.slow(3, 1.3)
+    sim.hang(6, 300)
+    sim.run_until(30.0, coordinator=c, tick_s=0.5)
+    score = count(c, "watchdog_coordinator_straggler_score", rank="3")
+    assert score > 1.2 and count(c, "watchdog_detector_errors_total", detector="straggler") == 0
+
+    class GaugesBoom:
+        def __init__(self, det):
+            self.name, self.check = det.name, det.check
+
+        def gauges(self, now, view):
+            raise ZeroDivisionError("oops")
+
+    c.runner.detectors = tuple(GaugesBoom(d) if d.name == "straggler" else d for d in c.runner.detectors)
+    sim.run_until(60.0, coordinator=c, tick_s=0.5)
+    assert count(c, "watchdog_detector_errors_total", detector="straggler") == 60  # every tick, like a raising check
+    assert count(c, "watchdog_detector_success", detector="straggler") == 0
+    assert count(c, "watchdog_coordinator_straggler_score", rank="3") == score  # kept: neither zeroed nor removed
+    assert count(c, "watchdog_coordinator_hang_seconds") > 10  # the other detectors' gauges still move
+    assert ("collective_hang", (6,)) in findings(c)
+
+
 def test_host_loss_is_journaled_once(make):
     c = make(job="job", world_size=8)
     c.accept(t.report("host0", t.healthy()[:4]), 10.0)

@@ -6,6 +6,7 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.finding import Finding, rank_ranges
+from watchdog.coordinator.metrics import HANG_SECONDS, STRAGGLER_SCORE
 from watchdog.coordinator.runner import Runner
 from watchdog.coordinator.tracker import update
 
@@ -75,6 +76,40 @@ def test_runner_isolates_each_detector():
     assert [(o.name, o.ok, len(o.findings)) for o in outcomes] == [("frozen_rank", False, 0), ("dead_rank", True, 1),
                                                                     ("straggler", False, 0)]
     assert outcomes[0].error == "RuntimeError: bug" and outcomes[1].duration_s == 1
+
+
+class Gauged:
+    name = "collective_hang"
+
+    def check(self, now, view):
+        return []
+
+    def gauges(self, now, view):
+        return {HANG_SECONDS: now}
+
+
+class BadGauges(Gauged):
+    def gauges(self, now, view):
+        raise KeyError("internals")
+
+
+class UnknownGauge(Gauged):
+    def gauges(self, now, view):
+        return {"watchdog_made_up": 1.0}
+
+
+class UnlabelledScores(Gauged):
+    def gauges(self, now, view):
+        return {STRAGGLER_SCORE: 1.0}
+
+
+def test_runner_hands_out_gauges_and_isolates_them_like_check():
+    dets = [Gauged(), BadGauges(), UnknownGauge(), UnlabelledScores(), Fine()]
+    outcomes = Runner(dets).run(7.0, t.view(t.healthy()))
+    assert [(o.ok, dict(o.gauges)) for o in outcomes] == [(True, {HANG_SECONDS: 7.0}), (False, {}), (False, {}),
+                                                          (False, {}), (True, {})]
+    assert outcomes[1].error == "KeyError: 'internals'" and "watchdog_made_up" in outcomes[2].error
+    assert "needs {label: value}" in outcomes[3].error
 
 
 def test_rank_ranges():

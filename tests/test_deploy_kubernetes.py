@@ -23,6 +23,7 @@ import promcheck  # noqa: E402
 
 from watchdog import flags
 from watchdog.agent import config as agent_config
+from watchdog.agent.metrics import RANK_LABELS
 from watchdog.coordinator import config as coord_config
 from watchdog.hook import config as hook_config
 
@@ -98,7 +99,7 @@ def test_validation_can_fail():
         kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
 
 
-def test_monitors_select_what_exists_and_honor_labels():
+def test_monitors_select_what_exists_and_keep_prometheus_labels():
     pods = pod_templates()
     (podmon,) = by_kind("PodMonitor")
     sel = podmon["spec"]["selector"]["matchLabels"]
@@ -106,7 +107,8 @@ def test_monitors_select_what_exists_and_honor_labels():
     owners = {o.split("/")[0] for o, _ in selected}
     assert {"DaemonSet", "PyTorchJob"} <= owners, owners
     for ep in podmon["spec"]["podMetricsEndpoints"]:
-        assert ep["honorLabels"] is True
+        assert not ep.get("honorLabels"), "job/instance stay Prometheus'; the training job is training_job"
+        assert not {r.get("targetLabel") for r in ep.get("relabelings", [])} & set(RANK_LABELS), ep
         assert {"targetLabel": "watchdog_component", "replacement": "agent"} in ep["relabelings"]
         for owner, t in selected:
             ports = {p["name"] for c in containers(t) for p in c.get("ports", [])}
@@ -117,7 +119,8 @@ def test_monitors_select_what_exists_and_honor_labels():
                 if svcmon["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
     assert services
     for ep in svcmon["spec"]["endpoints"]:
-        assert ep["honorLabels"] is True
+        assert not ep.get("honorLabels"), "job/instance stay Prometheus'; the training job is training_job"
+        assert not {r.get("targetLabel") for r in ep.get("relabelings", [])} & set(RANK_LABELS), ep
         assert {"targetLabel": "watchdog_component", "replacement": "coordinator"} in ep["relabelings"]
         assert all(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
 
@@ -177,3 +180,96 @@ def test_run_dir_is_shared_between_ranks_and_agent():
         agent, train = mounts["watchdog-agent"], mounts["pytorch"]
         run_dir = next(e["value"] for e in containers(t)[0]["env"] if e["name"] == "WATCHDOG_RUN_DIR")
         assert agent.get(run_dir) and agent[run_dir] == train.get(run_dir), owner
+
+
+# -- one namespace, recommended labels, service accounts, probes ------------------------
+NAMESPACE = "training"
+
+
+def test_one_namespace_for_everything():
+    (ns,) = by_kind("Namespace")
+    assert ns["metadata"]["name"] == NAMESPACE
+    for name, d in DOCS:
+        if d["kind"] != "Namespace":
+            assert d["metadata"].get("namespace") == NAMESPACE, (name, d["kind"], d["metadata"]["name"])
+
+
+def test_recommended_labels():
+    """app.kubernetes.io/* on every object and pod template; ours say they are part of rank-watchdog."""
+    for name, d in DOCS:
+        labels = d["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/name"), (name, d["kind"])
+        assert labels.get("app.kubernetes.io/managed-by") or d["kind"] == "PrometheusRule", (name, d["kind"])
+        if labels["app.kubernetes.io/name"] == "rank-watchdog":
+            assert labels.get("app.kubernetes.io/part-of") == "rank-watchdog", (name, d["kind"])
+            assert labels.get("app.kubernetes.io/component"), (name, d["kind"])
+    for owner, t in pod_templates():
+        assert t["metadata"]["labels"].get("app.kubernetes.io/name"), owner
+    for d in by_kind("Deployment") + by_kind("DaemonSet"):
+        sel = d["spec"]["selector"]["matchLabels"]
+        assert sel.items() <= d["spec"]["template"]["metadata"]["labels"].items(), d["metadata"]["name"]
+
+
+def test_each_workload_has_its_own_service_account_without_an_api_token():
+    accounts = {sa["metadata"]["name"]: sa for sa in by_kind("ServiceAccount")}
+    for owner, t in pod_templates():
+        spec = t["spec"]
+        assert spec.get("serviceAccountName") in accounts, owner
+        assert spec.get("automountServiceAccountToken") is False, owner
+    assert all(sa.get("automountServiceAccountToken") is False for sa in accounts.values())
+    assert not by_kind("Role") and not by_kind("ClusterRole"), "the daemons never call the Kubernetes API"
+
+
+def agent_containers() -> list[tuple[str, dict, dict]]:
+    return [(owner, t, c) for owner, t in pod_templates() for c in containers(t) if c.get("args", [])[:1] == ["agent"]]
+
+
+def test_agents_have_health_probes():
+    found = agent_containers()
+    assert {o.split("/")[0] for o, _, _ in found} == {"DaemonSet", "PyTorchJob"}
+    for owner, _, c in found:
+        port = {p["name"] for p in c["ports"]}
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert c[probe]["httpGet"]["path"] == "/healthz" and c[probe]["httpGet"]["port"] in port, (owner, probe)
+
+
+# -- privileges, per feature ------------------------------------------------------------
+def effective(t: dict, c: dict, key: str):
+    """A securityContext field as the kubelet resolves it: the container's, else the pod's."""
+    return c.get("securityContext", {}).get(key, t["spec"].get("securityContext", {}).get(key))
+
+
+def test_sidecar_runs_as_the_ranks_uid_with_only_what_stacks_need():
+    """Signals and checkpoint requests need the ranks' uid; stack dumps also CAP_SYS_PTRACE,
+    which Kubernetes makes effective for uid 0 only. So: same uid as the training
+    container, every capability dropped, SYS_PTRACE added back only when that uid is 0."""
+    sidecars = [(o, t, c) for o, t, c in agent_containers() if o.startswith("PyTorchJob")]
+    assert sidecars
+    for owner, t, agent in sidecars:
+        (train,) = [c for c in t["spec"]["containers"] if c["name"] == "pytorch"]
+        uid = effective(t, agent, "runAsUser")
+        assert uid is not None and uid == effective(t, train, "runAsUser"), owner
+        assert effective(t, agent, "runAsGroup") == effective(t, train, "runAsGroup"), owner
+        sc = agent["securityContext"]
+        assert sc["capabilities"]["drop"] == ["ALL"] and sc["allowPrivilegeEscalation"] is False, owner
+        assert not sc.get("privileged") and sc["readOnlyRootFilesystem"] is True, owner
+        assert sc["capabilities"].get("add", []) == (["SYS_PTRACE"] if uid == 0 else []), owner
+        assert t["spec"]["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", owner
+
+
+def test_daemonset_and_coordinator_are_unprivileged():
+    for owner, t in pod_templates():
+        if owner.startswith("PyTorchJob"):
+            continue
+        for c in containers(t):
+            sc = c["securityContext"]
+            assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False, owner
+            assert effective(t, c, "runAsNonRoot") is True and effective(t, c, "runAsUser") != 0, owner
+
+
+def test_each_feature_is_stated_where_it_is_deployed():
+    text = (K8S / "pytorchjob-with-agent-sidecar.yaml").read_text()
+    for feature in ("metrics", "signals", "checkpoint requests", "stack dumps", "SYS_PTRACE", "ptrace_scope"):
+        assert feature in text, feature
+    daemonset = (K8S / "agent-daemonset.yaml").read_text()
+    assert "CAP_SYS_PTRACE" in daemonset and "CAP_KILL" in daemonset

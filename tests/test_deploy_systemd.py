@@ -88,7 +88,7 @@ def test_agent_env_file_loads(tmp_path: Path):
     env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
     cfg = agent_config.load(exec_args("rank-watchdog-agent.service"), env)
     assert cfg.run_dir == "/run/rank-watchdog" and cfg.token == "s3cret" and not cfg.token_from_argv
-    assert cfg.listen == ("0.0.0.0", 9400)
+    assert cfg.listen == ("0.0.0.0", 19400)
 
 
 def test_coordinator_env_file_loads(tmp_path: Path):

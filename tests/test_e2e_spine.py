@@ -36,7 +36,7 @@ def per_rank(samples: dict, name: str, job: str, **extra) -> dict[int, float]:
     out = {}
     for (sname, labels), value in samples.items():
         lab = dict(labels)
-        if sname == name and lab.get("job") == job and all(lab.get(k) == v for k, v in extra.items()):
+        if sname == name and lab.get("training_job") == job and all(lab.get(k) == v for k, v in extra.items()):
             out[int(lab["rank"])] = value
     return out
 
@@ -122,11 +122,11 @@ def test_real_prometheus_scrapes_the_agent(running_job, tmp_path):
     agent, _, _, job, _ = running_job
     prom = Prometheus(tmp_path, [agent.address], scrape_interval_s=1.0).start()
     try:
-        # Prometheus renames the target's job label to exported_job (no honor_labels here).
-        query = f'count by (exported_job) (watchdog_rank_steps_total{{exported_job="{job}"}} > 0)'
+        # The training job is its own label; `job` stays the scrape job (no honor_labels).
+        query = f'count by (training_job) (watchdog_rank_steps_total{{training_job="{job}"}} > 0)'
         result = wait_for(lambda: prom.query(query), 60, interval_s=1.0, what="PromQL over the agent")
         assert float(result[0]["value"][1]) == NPROC
-        ranks = prom.query(f'watchdog_rank_alive{{exported_job="{job}"}}')
+        ranks = prom.query(f'watchdog_rank_alive{{training_job="{job}"}}')
         assert sorted(int(s["metric"]["rank"]) for s in ranks) == list(range(NPROC))
     finally:
         prom.stop()

@@ -97,7 +97,7 @@ def test_panel_ids_and_positions_are_unique(docs):
 def test_variables_and_datasources(docs):
     for name, doc in docs.items():
         names = [v["name"] for v in doc["templating"]["list"]]
-        assert names[:3] == ["datasource", "job", "host"], (name, names)
+        assert names[:3] == ["datasource", "training_job", "host"], (name, names)
         for p in doc["panels"]:
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, p["title"])
             assert all(t["datasource"] == p["datasource"] for t in p["targets"]), (name, p["title"])

@@ -17,8 +17,8 @@ import promcheck  # noqa: E402
 
 PROV = promcheck.REPO / "grafana" / "provisioning"
 DATASOURCE_UID = "watchdog-prometheus"
-KEY_ALERTS = {"WatchdogJobHang", "WatchdogRankDead", "WatchdogRankFrozen", "WatchdogStraggler",
-              "WatchdogRankDataStarvation", "WatchdogJobDataStarvation"}
+KEY_ALERTS = {"RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogStraggler",
+              "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation"}
 DURATION = re.compile(r"^(\d+[smhd])+$")
 
 

@@ -44,7 +44,7 @@ import ipaddress
 import json
 import math
 import secrets
-from typing import Any, Container
+from typing import Any, Container, TypeGuard
 
 DOMAIN = b"rank-watchdog command v1\n"
 DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
@@ -121,7 +121,7 @@ def is_loopback(host: str | None) -> bool:
         return False  # a name that may resolve to anything: not loopback
 
 
-def _is_time(v: Any) -> bool:
+def _is_time(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -129,7 +129,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def valid_target(t: Any) -> bool:
+def valid_target(t: Any) -> TypeGuard[dict[str, Any]]:
     return (isinstance(t, dict) and all(_is_int(t.get(k)) for k in ("rank", "pid", "proc_start_us"))
             and t["pid"] >= 0 and t["rank"] >= -1)
 

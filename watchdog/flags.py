@@ -4,14 +4,21 @@ Every daemon declares its flags once as a tuple of ``Flag``; ``parse`` applies
 the precedence CLI > environment > default and converts/validates each value,
 so a bad ``WATCHDOG_*`` variable fails with the same clear message as a bad flag.
 ``--web.listen-address`` reads ``WATCHDOG_WEB_LISTEN_ADDRESS``.
+
+Each ``Flag`` also names the config field it fills, and ``build`` makes the
+daemon's frozen config dataclass from the parsed values: adding a flag is one
+line in the table, and ``unmatched`` lets a test prove table and dataclass agree.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+T = TypeVar("T")
 
 
 class FlagError(ValueError):
@@ -25,14 +32,28 @@ class Flag:
     help: str
     convert: Callable[[str], Any] = str
     secret: bool = False  # never logged
+    # The config dataclass field this flag fills ("" = none). Several flags may
+    # name one field when the daemon computes it from all of them (the job token
+    # from its file or inline flag): ``build`` then takes the computed value.
+    field: str = ""
 
     @property
     def env(self) -> str:
-        return "WATCHDOG_" + self.name.upper().replace(".", "_").replace("-", "_")
+        return env_of(self.name)
 
     @property
     def dest(self) -> str:
-        return self.name.replace(".", "_").replace("-", "_")
+        return dest_of(self.name)
+
+
+def env_of(name: str) -> str:
+    """The environment variable a flag falls back to: "web.listen-address" -> "WATCHDOG_WEB_LISTEN_ADDRESS"."""
+    return "WATCHDOG_" + dest_of(name).upper()
+
+
+def dest_of(name: str) -> str:
+    """The key of a flag's value in ``parse``'s result: "web.listen-address" -> "web_listen_address"."""
+    return name.replace(".", "_").replace("-", "_")
 
 
 def positive_float(text: str) -> float:
@@ -68,7 +89,7 @@ def boolean(text: str) -> bool:
 def listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9400 (port 0 picks a free one)")
+        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:19400 (port 0 picks a free one)")
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
@@ -119,3 +140,30 @@ def parse(
 def loggable(flags: Sequence[Flag], values: Mapping[str, Any]) -> dict[str, Any]:
     """The effective config for the start-up log line, secrets masked."""
     return {f.name: ("<set>" if values.get(f.dest) else "<unset>") if f.secret else values.get(f.dest) for f in flags}
+
+
+def build(cls: type[T], flags: Sequence[Flag], values: Mapping[str, Any], **computed: Any) -> T:
+    """Instantiate the frozen dataclass ``cls``: each flag's parsed value goes to the
+    field it names, ``computed`` supplies the fields the daemon derives (and wins
+    where flags also name that field); fields left out keep their defaults."""
+    kwargs: dict[str, Any] = {}
+    for f in flags:
+        if not f.field or f.field in computed:
+            continue
+        if f.field in kwargs:
+            raise TypeError(f"flags {f.name!r} and another both fill {cls.__name__}.{f.field}; compute it instead")
+        kwargs[f.field] = values[f.dest]
+    return cls(**kwargs, **computed)
+
+
+def unmatched(cls: type, flags: Sequence[Flag], not_from_flags: Sequence[str] = ()) -> list[str]:
+    """What keeps a flag table and its dataclass from matching (empty = they match):
+    a flag naming no field or a missing one, an init field no flag fills that is not
+    in ``not_from_flags``. For tests: adding a flag or a field cannot forget the other."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    problems = [f"flag --{f.name} fills no field" for f in flags if not f.field]
+    problems += [f"flag --{f.name} names {cls.__name__}.{f.field}, which does not exist"
+                 for f in flags if f.field and f.field not in names]
+    filled = {f.field for f in flags} | set(not_from_flags)
+    problems += [f"{cls.__name__}.{n} has no flag" for n in sorted(names - filled)]
+    return problems

@@ -170,7 +170,7 @@ def _opt_list_of_dicts(obj: dict, key: str) -> list[dict]:
 
 _NUM = (int, float)
 _RANK_TYPES = {
-    f.name: {"int": int, "float": _NUM, "bool": bool, "str": str}.get(f.type)
+    f.name: {"int": int, "float": _NUM, "bool": bool, "str": str}.get(str(f.type))
     for f in fields(RankState)
 }
 

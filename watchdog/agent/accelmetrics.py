@@ -8,7 +8,7 @@ from typing import Callable
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
-from watchdog.agent.nvml import AccelSnapshot, Accelerators
+from watchdog.agent.nvml import AccelSnapshot, Accelerators, Disabled
 
 
 def accelerator_families(snap: AccelSnapshot, host: str) -> list[Metric]:
@@ -33,7 +33,7 @@ def accelerator_families(snap: AccelSnapshot, host: str) -> list[Metric]:
 class AcceleratorCollector:
     name = "accelerator"
 
-    def __init__(self, accelerators: Accelerators, host: str, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, accelerators: Accelerators | Disabled, host: str, clock: Callable[[], float] = time.monotonic):
         self._acc, self._host, self._clock = accelerators, host, clock
 
     def collect(self) -> list[Metric]:

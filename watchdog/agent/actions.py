@@ -22,7 +22,7 @@ import psutil
 from watchdog import commands as c
 from watchdog import wire
 from watchdog.agent.procs import START_TOLERANCE_US
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
 from watchdog.evidence import SlotEvidence, StackDump
 
@@ -75,7 +75,7 @@ def _pidfd_signal(pid: int, signum: int, check: Callable[[], tuple[bool, str]]) 
 
 
 class Actions:
-    def __init__(self, host: str, incarnations: Callable[[str], tuple[RankView, ...]], dumper: StackDumper, *,
+    def __init__(self, host: str, incarnations: Callable[[str], tuple[LocalRank, ...]], dumper: StackDumper, *,
                  read: Callable[[str, int], wire.SlotSnapshot] = wire.read_slot,
                  start_us: Callable[[int], int | None] = process_start_us,
                  ppid: Callable[[int], int | None] = parent_pid,
@@ -103,7 +103,7 @@ class Actions:
 
     # -- evidence --------------------------------------------------------------
 
-    def _slot(self, job: str, t: dict[str, int]) -> RankView | None:
+    def _slot(self, job: str, t: dict[str, int]) -> LocalRank | None:
         """The slot of the target's incarnation; pid 0: the rank's current slot."""
         mine = [v for v in self._incarnations(job) if v.identity.rank == t["rank"]]
         if t["pid"] == 0:

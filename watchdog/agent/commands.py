@@ -73,7 +73,8 @@ class CommandHandler:
     def _refuse(self, job: str, cmd: Any, reason: str) -> None:
         self._count_refused(reason)
         d = cmd if isinstance(cmd, dict) else {}
-        cid, kind = d.get("id") if isinstance(d.get("id"), str) else "", d.get("type") if isinstance(d.get("type"), str) else ""
+        cid, kind = d.get("id"), d.get("type")
+        cid, kind = cid if isinstance(cid, str) else "", kind if isinstance(kind, str) else ""
         self._log.warning("command refused", job=job, id=cid, type=kind, reason=reason,
                           cmd_job=d.get("job"), cmd_host=d.get("host"))
         # Acked so the coordinator journals it too; a replay is not acked again

@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from watchdog import flags
+from watchdog import flags, jobtoken
 from watchdog.flags import Flag, FlagError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -28,28 +28,38 @@ def _url(text: str) -> str:
     return text
 
 
+# Each flag names the AgentConfig field it fills (see flags.build).
 FLAGS: tuple[Flag, ...] = (
-    Flag("run-dir", "", "directory holding the ranks' slot files (required)"),
-    Flag("web.listen-address", "0.0.0.0:9400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
-         flags.listen_address),
-    Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)"),
-    Flag("job.name", "", "only watch slots of this job (empty = every job on this host)"),
-    Flag("host.name", "", "host label and report host (empty = this machine's hostname)"),
-    Flag("poll.interval-seconds", 0.1, "how often the slot files and rank processes are read", flags.positive_float),
+    Flag("run-dir", "", "directory holding the ranks' slot files (required)", field="run_dir"),
+    Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
+         flags.listen_address, field="listen"),
+    Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
+         field="address_file"),
+    Flag("job.name", "", "only watch slots of this job (empty = every job on this host)", field="job"),
+    Flag("host.name", "", "host label and report host (empty = this machine's hostname)", field="host"),
+    Flag("poll.interval-seconds", 0.1, "how often the slot files and rank processes are read", flags.positive_float,
+         field="poll_interval_s"),
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
-         flags.positive_float),
-    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9401 (empty = do not report)", _url),
-    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float),
-    Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float),
-    Flag("job.token-file", "", "file holding the shared job token (preferred over --job.token)"),
-    Flag("job.token", "", "shared job token; prefer --job.token-file or WATCHDOG_JOB_TOKEN (argv is world-readable)",
-         secret=True),
-    Flag("stacks.py-spy", "", "path of the py-spy binary for stack dumps (empty = next to this Python, then PATH)"),
-    Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float),
-    Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean),
-    Flag("log.level", "info", f"one of {', '.join(LOG_LEVELS)}", _log_level),
+         flags.positive_float, field="stale_after_s"),
+    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
+         field="coordinator_url"),
+    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
+         field="report_interval_s"),
+    Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float,
+         field="report_timeout_s"),
+    jobtoken.file_flag(f"file holding the shared job token (preferred over --{jobtoken.INLINE})"),
+    jobtoken.inline_flag(f"shared job token; prefer --{jobtoken.FILE} or {jobtoken.INLINE_ENV} (argv is world-readable)"),
+    Flag("stacks.py-spy", "", "path of the py-spy binary for stack dumps (empty = next to this Python, then PATH)",
+         field="py_spy"),
+    Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float,
+         field="stacks_timeout_s"),
+    Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
+    Flag("log.level", "info", f"one of {', '.join(LOG_LEVELS)}", _log_level, field="log_level"),
 )
+
+# AgentConfig fields load() derives instead of taking one flag's value.
+NOT_FROM_FLAGS = ("token_from_argv", "effective")
 
 
 @dataclass(frozen=True)
@@ -78,34 +88,10 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     v = flags.parse("watchdog agent", "Per-host rank-watchdog agent.", FLAGS, argv, environ)
     if not v["run_dir"]:
         raise FlagError("--run-dir (or WATCHDOG_RUN_DIR) is required")
-    token, from_argv = v["job_token"], False
-    if v["job_token_file"]:
-        try:
-            with open(v["job_token_file"], encoding="utf-8") as fh:
-                token = fh.read().strip()
-        except OSError as exc:
-            raise FlagError(f"--job.token-file={v['job_token_file']!r}: {exc.strerror or exc}") from None
-        if not token:
-            raise FlagError(f"--job.token-file={v['job_token_file']!r}: file is empty")
-    elif token:
-        from_argv = any(a == "--job.token" or a.startswith("--job.token=") for a in argv or ())
-    return AgentConfig(
-        run_dir=v["run_dir"],
-        # flags.parse hands defaults through unconverted: the default is the string form.
-        listen=v["web_listen_address"],
-        address_file=v["web_address_file"],
-        job=v["job_name"],
+    return flags.build(
+        AgentConfig, FLAGS, v,
         host=v["host_name"] or socket.gethostname(),
-        poll_interval_s=v["poll_interval_seconds"],
-        stale_after_s=v["stale_after_seconds"],
-        coordinator_url=v["coordinator_url"],
-        report_interval_s=v["report_interval_seconds"],
-        report_timeout_s=v["coordinator_timeout_seconds"],
-        accelerator=v["collector_accelerator"],
-        py_spy=v["stacks_py_spy"],
-        stacks_timeout_s=v["stacks_timeout_seconds"],
-        log_level=v["log_level"],
-        token=token,
-        token_from_argv=from_argv,
+        token=jobtoken.read(v),  # the file wins; an unreadable or empty one is a FlagError
+        token_from_argv=jobtoken.inline_on_argv(v, argv),
         effective=flags.loggable(FLAGS, v),
     )

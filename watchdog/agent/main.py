@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from watchdog import logs
+from watchdog import jobtoken, logs
 from watchdog.agent import config
 from watchdog.agent.actions import Actions
 from watchdog.agent.commands import CommandHandler
@@ -147,8 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("py-spy not found: stack dumps requested by the coordinator will fail "
                     "(pip install py-spy, or --stacks.py-spy PATH)", **{"stacks.py-spy": cfg.py_spy})
     if cfg.token_from_argv:
-        log.warning("job token given with --job.token is visible to every local user; "
-                    "use --job.token-file or WATCHDOG_JOB_TOKEN")
+        log.warning(f"job token given with --{jobtoken.INLINE} is visible to every local user; "
+                    f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}")
     agent = Agent(cfg)
     stop = threading.Event()
 

@@ -1,7 +1,7 @@
 """Every metric the agent exports, defined once. Names are an API: they are
 golden-filed in tests/golden/agent_metrics.txt and linted with promtool.
 
-Per-rank series carry the labels job, rank, local_rank, host, and there are
+Per-rank series carry the labels training_job, rank, local_rank, host, and there are
 exactly 29 of them per rank (SERIES_PER_RANK, checked against a real exposition):
 
     alive, process_stopped, exited, heartbeat_age_seconds           4
@@ -21,19 +21,21 @@ negative). There is no separate total-step-time counter: it is the sum over
 ``part`` of ``watchdog_rank_step_part_seconds_total``; a windowed mean per part is
 ``rate(..._part_seconds_total[5m]) / rate(watchdog_rank_steps_total[5m])``.
 
-Prometheus renames a target's ``job`` label to ``exported_job`` unless the scrape
-config sets ``honor_labels: true``; the agent's ``job`` is the training job.
+The training job is ``training_job``, never ``job``: ``job`` and ``instance`` are
+Prometheus' own target labels (the scrape job), and a scraped ``job`` would either
+be renamed ``exported_job`` or, with ``honor_labels: true``, overwrite the scrape
+job on some series but not on others. Scrape without honor_labels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from watchdog import wire
 
-RANK_LABELS = ("job", "rank", "local_rank", "host")
+RANK_LABELS = ("training_job", "rank", "local_rank", "host")
 PARTS = ("data", "collective", "compute")
 PHASES = tuple(p.label for p in wire.Phase)
 GPU_LABELS = ("host", "gpu")
@@ -46,7 +48,7 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()
 
-    def family(self) -> Metric:
+    def family(self) -> CounterMetricFamily | GaugeMetricFamily:
         cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
         return cls(self.name, self.help, labels=list(self.labels))
 
@@ -92,7 +94,7 @@ _FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
 SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 
 # -- per job on this host --------------------------------------------------------
-JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("job", "host"))
+JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("training_job", "host"))
 
 # -- the agent -------------------------------------------------------------------
 SLOT_READ_ERRORS = _c("agent_slot_read_errors_total",

@@ -139,7 +139,7 @@ class Accelerators:
                         self._log.warning("xid event read failed", gpu=i, error=str(exc), suppressed=suppressed)
                 return
             if data.eventType & nv.nvmlEventTypeXidCriticalError:
-                self._xid_counts[i] += 1
+                self._xid_counts[i] = (self._xid_counts[i] or 0) + 1
                 self._last_xid[i] = int(data.eventData)
                 self._log.warning("xid error", gpu=i, xid=int(data.eventData))
 

@@ -47,7 +47,8 @@ class Outbox:
 
     def take(self, job: str) -> list[dict[str, Any]]:
         """Acks for the next report of ``job``, oldest first, within the budget."""
-        out, used = [], 0
+        out: list[dict[str, Any]] = []
+        used = 0
         with self._lock:
             for ack, n in self._acks.get(job, {}).values():
                 if out and used + n > self.budget_bytes:

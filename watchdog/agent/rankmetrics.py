@@ -11,7 +11,7 @@ from prometheus_client.core import Metric
 from watchdog import wire
 from watchdog.agent import metrics as m
 from watchdog.agent import track
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 
 
 def step_split_s(h: wire.SlotHeader, step: int, data: int, coll: int) -> tuple[float, float, float]:
@@ -21,7 +21,7 @@ def step_split_s(h: wire.SlotHeader, step: int, data: int, coll: int) -> tuple[f
     return d, c, max(0.0, h[step] / 1e9 - d - c)
 
 
-def rank_families(views: Sequence[RankView], host: str, now_ns: int) -> list[Metric]:
+def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Metric]:
     fams = {s: s.family() for s in m.RANK_SPECS}
     world = m.JOB_WORLD_SIZE.family()
     seen_jobs: set[str] = set()
@@ -66,7 +66,7 @@ def rank_families(views: Sequence[RankView], host: str, now_ns: int) -> list[Met
 class RanksCollector:
     name = "ranks"
 
-    def __init__(self, views: Callable[[], Iterable[RankView]], host: str,
+    def __init__(self, views: Callable[[], Iterable[LocalRank]], host: str,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
         self._views, self._host, self._clock = views, host, clock
 

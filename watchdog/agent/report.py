@@ -7,11 +7,11 @@ from typing import Iterable, Mapping, Sequence
 
 from watchdog import wire
 from watchdog.agent import track
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 from watchdog.report import MAX_STEPS_PER_RANK, CollectiveState, HostReport, RankState
 
 
-def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
+def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
     """``since``: the first STEP_END record index not yet reported for this slot."""
     h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
     coll = CollectiveState(
@@ -54,7 +54,7 @@ def rank_state(v: RankView, now_ns: int, since: int = 0) -> RankState:
     )
 
 
-def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[RankView],
+def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[LocalRank],
                  now_mono_ns: int, now_wall: float, interval_s: float, *,
                  since: Mapping[str, int] | None = None, accelerators: Sequence[dict] = (),
                  acks: Sequence[dict] = ()) -> HostReport:
@@ -67,10 +67,10 @@ def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: It
                       interval_s=interval_s, ranks=ranks, accelerators=tuple(accelerators), acks=tuple(acks))
 
 
-def marks(tracked_ranks: Iterable[RankView]) -> dict[str, int]:
+def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, int]:
     """path -> the ``since`` for the next report once this one was delivered."""
     return {v.path: v.step_records[-1].index + 1 for v in tracked_ranks if v.step_records}
 
 
-def jobs(tracked_ranks: Iterable[RankView]) -> list[str]:
+def jobs(tracked_ranks: Iterable[LocalRank]) -> list[str]:
     return sorted({v.identity.job for v in tracked_ranks})

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from watchdog import logs
 from watchdog.agent import report
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
@@ -52,10 +52,12 @@ class JsonPoster:
             if fresh:
                 self.close()
                 cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-                self._conn, self._key = cls(u.hostname, u.port, timeout=timeout_s), key
+                self._conn, self._key = cls(u.hostname or "", u.port, timeout=timeout_s), key
+            conn = self._conn
+            assert conn is not None
             try:
-                self._conn.request("POST", u.path or "/", body=body, headers=headers)
-                resp = self._conn.getresponse()
+                conn.request("POST", u.path or "/", body=body, headers=headers)
+                resp = conn.getresponse()
                 data = resp.read(MAX_REPLY_BYTES + 1)
             except self._STALE:
                 self.close()
@@ -111,7 +113,7 @@ def log_commands(job: str, commands: list[dict]) -> None:
 
 class Sender:
     def __init__(self, *, url: str, token: str, job: str, host: str, agent_id: str, interval_s: float,
-                 timeout_s: float, views: Callable[[], Sequence[RankView]],
+                 timeout_s: float, views: Callable[[], Sequence[LocalRank]],
                  accelerators: Callable[[], list[dict]] = list, post: Callable | None = None,
                  handle_commands: Callable[[str, list[dict]], None] = log_commands, outbox: Any = None, log=None,
                  mono_ns: Callable[[], int] = time.monotonic_ns, wall: Callable[[], float] = time.time) -> None:

@@ -68,6 +68,7 @@ class Server:
     @property
     def address(self) -> str:
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # AF_INET/AF_INET6: never a unix socket path
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self, address_file: str = "") -> str:

@@ -37,8 +37,10 @@ NEW_FILE_GRACE_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
-class RankView:
-    """What the exporter and the report builder see of one rank: immutable."""
+class LocalRank:
+    """One rank on this host as the agent last read it: its decoded slot and its
+    process. What the exporter and the report builder see; immutable. (The
+    coordinator's cluster-side record of a rank is ``coordinator.view.FoldedRank``.)"""
 
     path: str
     header: wire.SlotHeader  # last good (consistent) header
@@ -283,18 +285,18 @@ class SlotTracker:
 
     # -- what others see -----------------------------------------------------
 
-    def views(self) -> tuple[RankView, ...]:
+    def views(self) -> tuple[LocalRank, ...]:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
-            out = [RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
-    def incarnations(self, job: str) -> tuple[RankView, ...]:
+    def incarnations(self, job: str) -> tuple[LocalRank, ...]:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
-            return tuple(RankView(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
                          for s in self._slots.values() if s.header.identity.job == job)
 
     def state_counts(self) -> dict[str, int]:

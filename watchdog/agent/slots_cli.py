@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from watchdog import flags, wire
 from watchdog.agent import report, track
 from watchdog.agent.procs import ProcessTable
-from watchdog.agent.slots import RankView
+from watchdog.agent.slots import LocalRank
 from watchdog.flags import Flag, FlagError
 
 FLAGS = (
@@ -53,7 +53,7 @@ def collect(run_dir: str, job: str, stale_after_s: float, now_mono_ns: int, now_
         if not stale and id(f) not in winners:
             state = track.SUPERSEDED
         steps = tuple(r for r in snap.records if r.kind == wire.RecordKind.STEP_END)
-        view = RankView(snap.path, snap.header, snap.header.heartbeat_ns, snap.torn, proc, state, 0.0, steps)
+        view = LocalRank(snap.path, snap.header, snap.header.heartbeat_ns, snap.torn, proc, state, 0.0, steps)
         rs = report.rank_state(view, now_mono_ns)
         row = {"job": snap.header.identity.job, "state": state, "path": snap.path, **asdict(rs)}
         row["recent_steps"] = row["recent_steps"][-5:]

@@ -10,17 +10,20 @@ from __future__ import annotations
 import hmac
 import json
 import math
-from typing import Any, Mapping
+from email.message import Message
+from typing import Any, Mapping, Union
 
 from .. import logs
 from ..report import REPORT_VERSION, HostReport, ReportError
 from .service import Coordinator, WrongJob
 
 MAX_WORLD_SIZE = 1 << 20  # every per-rank structure is sized by it
+# request headers: a plain dict in tests, http.server's message on the wire
+Headers = Union[Mapping[str, str], Message]
 Reply = tuple[int, dict[str, Any], str]  # (HTTP status, JSON body, counter reason or "" if accepted)
 
 
-def header(headers: Mapping[str, str], name: str) -> str:
+def header(headers: Headers, name: str) -> str:
     """Case-insensitive lookup in a plain dict or an http.client message."""
     get = getattr(headers, "get", None)
     val = get(name) if get else None
@@ -30,7 +33,7 @@ def header(headers: Mapping[str, str], name: str) -> str:
     return val or ""
 
 
-def authorized(token: str, headers: Mapping[str, str]) -> bool:
+def authorized(token: str, headers: Headers) -> bool:
     if not token:
         return True
     got = header(headers, "Authorization")
@@ -87,7 +90,7 @@ class ReportHandler:
             self.log.warning("report_rejected", reason=reason, status=status, error=message[:300], peer=peer, suppressed=suppressed)
         return status, {"error": message}, reason
 
-    def handle(self, headers: Mapping[str, str], body: bytes, now: float, peer: str = "") -> Reply:
+    def handle(self, headers: Headers, body: bytes, now: float, peer: str = "") -> Reply:
         if not authorized(self.token, headers):
             return self.reject(401, "unauthorized", "missing or wrong bearer token", now, peer)
         try:

@@ -7,9 +7,10 @@ never read flags or the environment themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from watchdog import flags, jobtoken
 from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
     Flag,
@@ -75,7 +76,7 @@ class DetectorConfig:
 
 @dataclass(frozen=True)
 class Config:
-    listen: tuple[str, int] = ("127.0.0.1", 9401)
+    listen: tuple[str, int] = ("127.0.0.1", 19401)
     address_file: str = ""
     job: str = ""  # empty: adopt the first report's job
     world_size: int = 0  # 0: learn it from the reports
@@ -96,79 +97,69 @@ class Config:
 
 _D = DetectorConfig()
 
-# (flag, DetectorConfig field) — one table, so flags and config cannot drift.
-_DETECTOR_FLAGS: tuple[tuple[Flag, str], ...] = (
-    (Flag("dead.host-silence-intervals", _D.host_silence_intervals, "a host whose agent sent nothing for this many of its report intervals is lost", positive_float), "host_silence_intervals"),
-    (Flag("frozen.heartbeat-age-seconds", _D.frozen_heartbeat_s, "a live rank whose heartbeat is older than this is frozen", positive_float), "frozen_heartbeat_s"),
-    (Flag("hang.floor-seconds", _D.hang_floor_s, "collective hang deadline: at least this long without progress", positive_float), "hang_floor_s"),
-    (Flag("hang.step-multiple", _D.hang_step_multiple, "collective hang deadline: this many times the p99 recent step time", positive_float), "hang_step_multiple"),
-    (Flag("hang.phase-allowance-seconds", _D.hang_phase_allowance_s, "extra deadline while a rank is in a checkpoint or eval phase", non_negative_float), "hang_phase_allowance_s"),
-    (Flag("hang.warmup-allowance-seconds", _D.hang_warmup_allowance_s, "extra deadline during init and a rank's first steps", non_negative_float), "hang_warmup_allowance_s"),
-    (Flag("straggler.window-steps", _D.straggler_window_steps, "steps per straggler window", positive_int), "straggler_window_steps"),
-    (Flag("straggler.windows", _D.straggler_windows, "consecutive windows a straggler must be slow in", positive_int), "straggler_windows"),
-    (Flag("straggler.factor", _D.straggler_factor, "smallest compute slowdown vs the median of the other ranks ever reported", _factor), "straggler_factor"),
-    (Flag("straggler.sigmas", _D.straggler_sigmas, "slowdown must exceed the job's own noise by this many standard deviations", positive_float), "straggler_sigmas"),
-    (Flag("straggler.window-factor", _D.straggler_window_factor, "slowdown every single window must show", _factor), "straggler_window_factor"),
-    (Flag("join.deadline-seconds", _D.join_deadline_s, "ranks must register and finish process-group init this long after the first one registered", positive_float), "join_deadline_s"),
-    (Flag("starvation.data-share", _D.starvation_share, "share of step time waiting on data that counts as starving", _share), "starvation_share"),
-    (Flag("starvation.window-steps", _D.starvation_window_steps, "steps the data share is measured over", positive_int), "starvation_window_steps"),
-    (Flag("starvation.min-steps", _D.starvation_min_steps, "steps needed before starvation is judged", positive_int), "starvation_min_steps"),
-    (Flag("view.warmup-steps", _D.warmup_steps, "a rank's first steps after (re)start that are ignored as evidence", _non_negative_int), "warmup_steps"),
+# Each flag names the DetectorConfig field it fills (flags.build): one table, so flags and config cannot drift.
+DETECTOR_FLAGS: tuple[Flag, ...] = (
+    Flag("dead.host-silence-intervals", _D.host_silence_intervals, "a host whose agent sent nothing for this many of its report intervals is lost", positive_float, field="host_silence_intervals"),
+    Flag("frozen.heartbeat-age-seconds", _D.frozen_heartbeat_s, "a live rank whose heartbeat is older than this is frozen", positive_float, field="frozen_heartbeat_s"),
+    Flag("hang.floor-seconds", _D.hang_floor_s, "collective hang deadline: at least this long without progress", positive_float, field="hang_floor_s"),
+    Flag("hang.step-multiple", _D.hang_step_multiple, "collective hang deadline: this many times the p99 recent step time", positive_float, field="hang_step_multiple"),
+    Flag("hang.phase-allowance-seconds", _D.hang_phase_allowance_s, "extra deadline while a rank is in a checkpoint or eval phase", non_negative_float, field="hang_phase_allowance_s"),
+    Flag("hang.warmup-allowance-seconds", _D.hang_warmup_allowance_s, "extra deadline during init and a rank's first steps", non_negative_float, field="hang_warmup_allowance_s"),
+    Flag("straggler.window-steps", _D.straggler_window_steps, "steps per straggler window", positive_int, field="straggler_window_steps"),
+    Flag("straggler.windows", _D.straggler_windows, "consecutive windows a straggler must be slow in", positive_int, field="straggler_windows"),
+    Flag("straggler.factor", _D.straggler_factor, "smallest compute slowdown vs the median of the other ranks ever reported", _factor, field="straggler_factor"),
+    Flag("straggler.sigmas", _D.straggler_sigmas, "slowdown must exceed the job's own noise by this many standard deviations", positive_float, field="straggler_sigmas"),
+    Flag("straggler.window-factor", _D.straggler_window_factor, "slowdown every single window must show", _factor, field="straggler_window_factor"),
+    Flag("join.deadline-seconds", _D.join_deadline_s, "ranks must register and finish process-group init this long after the first one registered", positive_float, field="join_deadline_s"),
+    Flag("starvation.data-share", _D.starvation_share, "share of step time waiting on data that counts as starving", _share, field="starvation_share"),
+    Flag("starvation.window-steps", _D.starvation_window_steps, "steps the data share is measured over", positive_int, field="starvation_window_steps"),
+    Flag("starvation.min-steps", _D.starvation_min_steps, "steps needed before starvation is judged", positive_int, field="starvation_min_steps"),
+    Flag("view.warmup-steps", _D.warmup_steps, "a rank's first steps after (re)start that are ignored as evidence", _non_negative_int, field="warmup_steps"),
 )
 
-FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:9401", "HOST:PORT for reports, /metrics and the status API", listen_address),
-    Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)"),
-    Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int),
-    Flag("job.name", "", "job name reports must carry (empty: the first report's)"),
-    Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int),
-    Flag("job.token", "", "shared secret agents send as 'Authorization: Bearer'", secret=True),
-    Flag("job.token-file", "", "file holding the job token (wins over --job.token)"),
-    Flag("journal", "watchdog-journal.jsonl", "append-only JSONL journal of events and findings"),
-    Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float),
-    Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long", non_negative_float),
-    Flag("log.level", "info", "debug, info, warning or error"),
+# DetectorConfig fields no flag sets (the view's memory, not a threshold to tune).
+DETECTOR_NOT_FROM_FLAGS = ("history_steps",)
+
+# Each flag names the Config field it fills; the two token flags both feed Config.token.
+CONFIG_FLAGS: tuple[Flag, ...] = (
+    Flag("web.listen-address", "127.0.0.1:19401", "HOST:PORT for reports, /metrics and the status API", listen_address,
+         field="listen"),
+    Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)",
+         field="address_file"),
+    Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int,
+         field="max_body_bytes"),
+    Flag("job.name", "", "job name reports must carry (empty: the first report's)", field="job"),
+    Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int,
+         field="world_size"),
+    jobtoken.inline_flag("shared secret agents send as 'Authorization: Bearer'"),
+    jobtoken.file_flag(f"file holding the job token (wins over --{jobtoken.INLINE})"),
+    Flag("journal", "watchdog-journal.jsonl", "append-only JSONL journal of events and findings", field="journal"),
+    Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float, field="tick_s"),
+    Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long",
+         non_negative_float, field="resolve_grace_s"),
+    Flag("log.level", "info", "debug, info, warning or error", field="log_level"),
     Flag("evidence.collect", True, "when a finding opens, ask the agents for slot snapshots and Python stacks "
-         "(py-spy) of the ranks it concerns", boolean),
+         "(py-spy) of the ranks it concerns", boolean, field="evidence"),
     Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
-         positive_float),
+         positive_float, field="commands_give_up_s"),
     Flag("policy.file", "", "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
-         "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)"),
-    *(f for f, _ in _DETECTOR_FLAGS),
+         "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)", field="policy_file"),
 )
+# Config fields from_values derives: the thresholds (from DETECTOR_FLAGS) and the policy the file holds.
+CONFIG_NOT_FROM_FLAGS = ("detectors", "policy")
 
-
-def read_token(values: Mapping[str, Any]) -> str:
-    path = values.get("job_token_file") or ""
-    if path:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    return values.get("job_token") or ""
+FLAGS: tuple[Flag, ...] = (*CONFIG_FLAGS, *DETECTOR_FLAGS)
 
 
 def from_values(values: Mapping[str, Any]) -> Config:
-    """Build the config from ``flags.parse`` output (the token file is read here)."""
-    det = DetectorConfig(**{name: values[flag.dest] for flag, name in _DETECTOR_FLAGS})
+    """Build the config from ``flags.parse`` output. The token file is read here:
+    an unreadable or empty one is a FlagError (``watchdog.jobtoken``)."""
+    det = flags.build(DetectorConfig, DETECTOR_FLAGS, values)
     if det.starvation_min_steps > det.starvation_window_steps:
         raise ValueError("--starvation.min-steps must not exceed --starvation.window-steps")
-    return Config(
-        listen=values["web_listen_address"],
-        address_file=values["web_address_file"],
-        job=values["job_name"],
-        world_size=values["job_world_size"],
-        token=read_token(values),
-        journal=values["journal"],
-        tick_s=values["tick_interval_seconds"],
-        resolve_grace_s=values["findings_resolve_grace_seconds"],
-        max_body_bytes=values["web_max_body_bytes"],
-        log_level=values["log_level"],
-        detectors=det,
-        evidence=values["evidence_collect"],
-        commands_give_up_s=values["commands_give_up_seconds"],
-        # A PolicyError is a ValueError naming the file and the mistake: main exits with it.
-        policy=load_policy(values["policy_file"]) if values.get("policy_file") else Policy(),
-        policy_file=values.get("policy_file") or "",
-    )
+    cfg = flags.build(Config, CONFIG_FLAGS, values, token=jobtoken.read(values), detectors=det)
+    # A PolicyError is a ValueError naming the file and the mistake: main exits with it.
+    return replace(cfg, policy=load_policy(cfg.policy_file)) if cfg.policy_file else cfg
 
 
 def loggable(cfg: Config) -> dict[str, Any]:

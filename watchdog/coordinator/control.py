@@ -23,7 +23,7 @@ from . import journal_events as je
 from . import policy as P
 from .actions import MODULES
 from .actions.common import Event, Operation, Step
-from .evidence_plan import Request
+from .evidence_plan import CommandRequest
 from .finding import Finding
 from .view import ClusterView
 
@@ -54,10 +54,10 @@ class JobController:
             self.job = replace(self.job, state=new)
             events.append((je.STATE, {"job_state": new.value, "from": old.value, "on": event}))
 
-    def tick(self, findings: Iterable[Finding], view: ClusterView, now: float) -> tuple[list[Request], list[Event]]:
+    def tick(self, findings: Iterable[Finding], view: ClusterView, now: float) -> tuple[list[CommandRequest], list[Event]]:
         findings = list(findings)
         events: list[Event] = []
-        reqs: list[Request] = []
+        reqs: list[CommandRequest] = []
         if self.op is not None:
             self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now)
         if self.job.state is P.JobState.FAILED:
@@ -102,7 +102,7 @@ class JobController:
         self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now)
         return reqs, events
 
-    def _apply(self, step: Step, reqs: list[Request], events: list[Event], now: float) -> None:
+    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float) -> None:
         self.op = None if step.done else step.op
         if step.done:
             self._last = (step.op, now)

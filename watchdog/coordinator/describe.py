@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from .finding import group_name, seconds
-from .view import RankView
+from .view import FoldedRank
 
 
-def who(rv: RankView) -> str:
+def who(rv: FoldedRank) -> str:
     return f"rank {rv.rank} (host {rv.host}, pid {rv.state.pid})"
 
 
-def where(rv: RankView, now: float) -> str:
+def where(rv: FoldedRank, now: float) -> str:
     """Where a rank was last seen: what a person looks at first."""
     s = rv.state
     if s.pg_state in ("none", "initializing"):
@@ -23,10 +23,10 @@ def where(rv: RankView, now: float) -> str:
     return f"{phase}, outside collectives and data loading, at step {s.step}"
 
 
-def heartbeat(rv: RankView, now: float, frozen_s: float) -> str:
+def heartbeat(rv: FoldedRank, now: float, frozen_s: float) -> str:
     age = rv.heartbeat_age(now)
     return f"heartbeat {'stale' if rv.state.heartbeat_age_s > frozen_s else 'fresh'} ({seconds(age)})"
 
 
-def hosts_of(views: list[RankView]) -> tuple[str, ...]:
+def hosts_of(views: list[FoldedRank]) -> tuple[str, ...]:
     return tuple(sorted({rv.host for rv in views}))

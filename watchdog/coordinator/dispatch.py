@@ -24,7 +24,7 @@ from watchdog import commands
 from watchdog.evidence import SlotEvidence, StackDump
 
 from . import journal_events as je
-from .evidence_plan import Request
+from .evidence_plan import CommandRequest
 
 Event = tuple[str, dict[str, Any]]
 SEND, WAIT, GIVE_UP = "send", "wait", "give_up"
@@ -44,7 +44,7 @@ class DispatchConfig:
 
 @dataclass
 class Pending:
-    req: Request
+    req: CommandRequest
     created: float
     ids: list[str] = field(default_factory=list)
     sent_at: float | None = None
@@ -73,7 +73,7 @@ class Dispatch:
         self._pending: list[Pending] = []  # oldest first
         self._by_id: dict[str, Pending] = {}
 
-    def request(self, reqs: list[Request], now: float) -> None:
+    def request(self, reqs: list[CommandRequest], now: float) -> None:
         with self._lock:
             self._pending += [Pending(req=r, created=now) for r in reqs]
 

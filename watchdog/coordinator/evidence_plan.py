@@ -19,14 +19,17 @@ from typing import Any, Iterable
 from watchdog import commands
 
 from .finding import Finding
-from .view import ClusterView, RankView
+from .view import ClusterView, FoldedRank
 
 MAX_DUMPS = 8
 MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
 
 
 @dataclass(frozen=True)
-class Request:
+class CommandRequest:
+    """A command the coordinator wants one host's agent to run (evidence or an
+    action's signal); ``dispatch`` sends it in a report reply and tracks the answer."""
+
     host: str
     type: str  # commands.DUMP_STACKS / SNAPSHOT_SLOTS
     targets: tuple[dict[str, int], ...]  # commands.target(), sorted by rank
@@ -45,7 +48,7 @@ def trigger(f: Finding) -> dict[str, Any]:
     return {"kind": f.kind, "ranks": list(f.ranks)}
 
 
-def _live(rv: RankView) -> bool:
+def _live(rv: FoldedRank) -> bool:
     return rv.state.alive and rv.state.status != "exited"
 
 
@@ -68,18 +71,18 @@ def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPS
     return sorted(named + others[: max(0, max_snapshots - len(named))])
 
 
-def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[Request]:
+def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[CommandRequest]:
     out = []
     for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)),
                         (commands.DUMP_STACKS, stack_ranks(f, view, max_dumps))):
         for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
-            out.append(Request(host=host, type=kind, targets=targets, trigger=trigger(f)))
+            out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))
     return out
 
 
-def _by_host(rvs: Iterable[RankView]) -> dict[str, list[RankView]]:
-    out: dict[str, list[RankView]] = {}
+def _by_host(rvs: Iterable[FoldedRank]) -> dict[str, list[FoldedRank]]:
+    out: dict[str, list[FoldedRank]] = {}
     for rv in sorted(rvs, key=lambda x: x.rank):
         out.setdefault(rv.host, []).append(rv)
     return out

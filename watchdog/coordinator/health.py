@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .config import DetectorConfig
-from .view import ClusterView, RankView
+from .view import ClusterView, FoldedRank
 
 OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
 FAULTY = (DEAD, FROZEN, LOST)
@@ -39,7 +39,7 @@ def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
     return {rv.host for rv in view.ranks.values() if rv.host in silent and rv.state.status != "exited"}
 
 
-def classify(rv: RankView, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
+def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
     s = rv.state
     if s.status == "exited":
         return EXITED  # a clean exit (the hook saw the interpreter exit) is not a death
@@ -64,7 +64,7 @@ def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int
     return {r: classify(rv, view, now, cfg, lost) for r, rv in view.ranks.items()}
 
 
-def waiting(rv: RankView) -> bool:
+def waiting(rv: FoldedRank) -> bool:
     """Inside a collective and no step completed since entering it: a rank whose
     'outstanding' count leaked while it keeps stepping is not waiting."""
     c = rv.state.coll
@@ -99,7 +99,7 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
     latest_enter = max(rv.coll_enter() for rv in on.values())
     elsewhere = tuple(sorted(set(wait) - set(on)))
 
-    def stalled(rv: RankView) -> bool:
+    def stalled(rv: FoldedRank) -> bool:
         return rv.progress_at <= latest_enter + STALL_SLACK_S
 
     # 1. Ranks not in any collective: failed, exited, or stuck in their own code
@@ -120,7 +120,7 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
             mismatched = [r for r, rv in at_front.items() if (rv.state.coll.op, rv.state.coll.bytes) != top]
     # 4. Failed while inside the collective itself.
     inside = [r for r in wait if health[r] in FAULTY]
-    how, culprits = "unknown", []
+    how, culprits = "unknown", list[int]()
     for how, culprits in (("missing", missing), ("behind", behind), ("mismatched", mismatched),
                           ("failed_inside", inside), ("other_group", list(elsewhere))):
         if culprits:

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Sequence
 
-from .. import flags, logs
+from .. import flags, jobtoken, logs
 from .config import FLAGS, Config, from_values, loggable
 
 DESCRIPTION = "Per-job coordinator: folds agent reports into a cluster view, runs detectors, journals findings."
@@ -30,7 +30,7 @@ def check_exposure(cfg: Config) -> str | None:
     anyone who can reach the port must prove they hold the job token."""
     if not cfg.token and not is_loopback(cfg.listen[0]):
         return (f"refusing to listen on {cfg.listen[0]}:{cfg.listen[1]} without a job token: anyone who can reach it "
-                "could feed fake reports. Set --job.token-file (or WATCHDOG_JOB_TOKEN), or listen on 127.0.0.1.")
+                f"could feed fake reports. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}), or listen on 127.0.0.1.")
     return None
 
 

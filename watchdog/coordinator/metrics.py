@@ -5,12 +5,23 @@ tests can run several coordinators in one process.
 
 from __future__ import annotations
 
+from typing import Mapping, Union
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from watchdog.commands import TYPES as COMMAND_TYPES
 
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
+
+# Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
+# keyed by these names: the detector that computes the value says which gauge it is.
+STRAGGLER_SCORE = "watchdog_coordinator_straggler_score"  # labelled by rank
+HANG_SECONDS = "watchdog_coordinator_hang_seconds"
+HANG_DEADLINE_SECONDS = "watchdog_coordinator_hang_deadline_seconds"
+DETECTOR_GAUGES = {STRAGGLER_SCORE: True, HANG_SECONDS: False, HANG_DEADLINE_SECONDS: False}  # name -> labelled
+# name -> value, or for a labelled gauge {label value: value} (the series to export now: others are removed).
+GaugeValues = Mapping[str, Union[float, Mapping[str, float]]]
 
 REJECT_REASONS = ("bad_json", "too_large", "no_length", "unauthorized", "version", "schema", "wrong_job", "timeout", "internal")
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -19,7 +30,10 @@ TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 class CoordinatorMetrics:
     def __init__(self, registry: CollectorRegistry, detectors: tuple[str, ...] = KINDS) -> None:
         r = registry
-        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["job"], registry=r)
+        # The training job is known only once the first report arrives, so it is a label of
+        # this one series (joined on the scrape target by rules and dashboards), not of all.
+        # Never `job`: that is the scrape job's label.
+        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["training_job"], registry=r)
         self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
         self.active = Gauge("watchdog_coordinator_findings_active", "Findings whose condition currently holds, by kind", ["kind"], registry=r)
         self.resolved = Counter("watchdog_coordinator_findings_resolved_total", "Findings whose condition ended, by kind", ["kind"], registry=r)
@@ -27,9 +41,9 @@ class CoordinatorMetrics:
         self.ranks_registered = Gauge("watchdog_coordinator_ranks_registered", "Ranks some agent has reported", registry=r)
         self.ranks_alive = Gauge("watchdog_coordinator_ranks_alive", "Reported ranks whose process exists, not exited, host not lost", registry=r)
         self.hosts = Gauge("watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r)
-        self.straggler = Gauge("watchdog_coordinator_straggler_score", "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r)
-        self.hang = Gauge("watchdog_coordinator_hang_seconds", "Seconds since any live rank completed a step or a collective, or since ranks entered the collective they still wait in; a hang when above the deadline", registry=r)
-        self.hang_deadline = Gauge("watchdog_coordinator_hang_deadline_seconds", "Current adaptive collective-hang deadline", registry=r)
+        self.straggler = Gauge(STRAGGLER_SCORE, "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r)
+        self.hang = Gauge(HANG_SECONDS, "Seconds since any live rank completed a step or a collective, or since ranks entered the collective they still wait in; a hang when above the deadline", registry=r)
+        self.hang_deadline = Gauge(HANG_DEADLINE_SECONDS, "Current adaptive collective-hang deadline", registry=r)
         self.det_success = Gauge("watchdog_detector_success", "1 if the detector's last run succeeded", ["detector"], registry=r)
         self.det_duration = Gauge("watchdog_detector_duration_seconds", "Duration of the detector's last run", ["detector"], registry=r)
         self.det_errors = Counter("watchdog_detector_errors_total", "Detector runs that raised", ["detector"], registry=r)
@@ -38,6 +52,9 @@ class CoordinatorMetrics:
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
         self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
+        self._detector_gauges = {STRAGGLER_SCORE: self.straggler, HANG_SECONDS: self.hang,
+                                 HANG_DEADLINE_SECONDS: self.hang_deadline}
+        self._labels_set: dict[str, set[str]] = {}  # labelled detector gauge -> label values exported
         # Children exist from the start, so a zero is a zero and not a missing series.
         for kind in KINDS:
             self.findings.labels(kind)
@@ -50,3 +67,16 @@ class CoordinatorMetrics:
         for kind in COMMAND_TYPES:
             for outcome in COMMAND_OUTCOMES:
                 self.commands.labels(kind, outcome)
+
+    def set_detector_gauges(self, values: GaugeValues) -> None:
+        """Export what a detector handed out (names checked by the runner)."""
+        for name, value in values.items():
+            gauge = self._detector_gauges[name]
+            if not isinstance(value, Mapping):
+                gauge.set(value)
+                continue
+            for label in self._labels_set.get(name, set()) - set(value):
+                gauge.remove(label)  # a rank no longer scored: no stale series
+            for label, v in value.items():
+                gauge.labels(label).set(v)
+            self._labels_set[name] = set(value)

@@ -2,18 +2,21 @@
 
 A raising detector yields nothing this tick (its active findings are kept, not
 resolved: "could not look" is not "the fault is gone"), is counted, and is
-logged once per distinct error, then at most every 10 minutes.
+logged once per distinct error, then at most every 10 minutes. Its ``gauges``
+(when it has them) run inside the same isolation: if they raise, the outcome
+fails as a whole, and the gauges keep their last values.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
 
 from .. import logs
 from .detectors import Detector
 from .finding import Finding
+from .metrics import DETECTOR_GAUGES, GaugeValues
 from .view import ClusterView
 
 
@@ -24,6 +27,7 @@ class Outcome:
     duration_s: float
     findings: tuple[Finding, ...]
     error: str = ""
+    gauges: GaugeValues = field(default_factory=dict)  # what its ``gauges(now, view)`` handed out
 
 
 class Runner:
@@ -42,7 +46,15 @@ class Runner:
                 bad = [f for f in found if f.kind != det.name]
                 if bad:
                     raise ValueError(f"detector {det.name} emitted kind {bad[0].kind!r}")
-                out.append(Outcome(det.name, True, self._timer() - t0, found))
+                gauges = getattr(det, "gauges", None)
+                values = dict(gauges(now, view)) if gauges is not None else {}
+                for name, value in values.items():  # checked here, so exporting them cannot raise outside isolation
+                    if name not in DETECTOR_GAUGES:
+                        raise ValueError(f"detector {det.name} handed out unknown gauge {name!r}")
+                    if isinstance(value, Mapping) != DETECTOR_GAUGES[name]:
+                        raise ValueError(f"detector {det.name}: gauge {name!r} needs "
+                                         + ("{label: value}" if DETECTOR_GAUGES[name] else "a number"))
+                out.append(Outcome(det.name, True, self._timer() - t0, found, gauges=values))
             except Exception as exc:  # noqa: BLE001 - isolation is the point
                 err = f"{type(exc).__name__}: {exc}"
                 out.append(Outcome(det.name, False, self._timer() - t0, (), err))

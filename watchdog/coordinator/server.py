@@ -112,4 +112,5 @@ def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_
 
 def bound_address(server: ThreadingHTTPServer) -> str:
     host, port = server.server_address[:2]
+    assert isinstance(host, str)  # AF_INET/AF_INET6: never a unix socket path
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

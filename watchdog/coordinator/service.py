@@ -22,8 +22,6 @@ from . import journal_events as je
 from .control import JobController
 from .config import Config
 from .detectors import build
-from .detectors.collective_hang import hang_state
-from .detectors.straggler import scores
 from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
 from .journal import Journal
@@ -56,7 +54,6 @@ class Coordinator:
         self._view: ClusterView = empty(cfg.job, cfg.world_size)
         self._active: dict[tracker.Key, tracker.Active] = {}
         self._lost: set[str] = set()
-        self._straggler_ranks: set[int] = set()
         self._journal_failed = logs.RateLimited(every_s=60.0)
         self._mismatch = logs.RateLimited(every_s=600.0)
         self.dispatch = Dispatch(cfg.token, DispatchConfig(give_up_s=cfg.commands_give_up_s))
@@ -140,7 +137,7 @@ class Coordinator:
             self.metrics.det_duration.labels(o.name).set(o.duration_s)
             if not o.ok:
                 self.metrics.det_errors.labels(o.name).inc()
-        self._gauges(view, now)
+        self._gauges(view, now, outcomes)
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
     def _hosts(self, view: ClusterView, now: float) -> None:
@@ -157,7 +154,7 @@ class Coordinator:
                 self.log.info(je.HOST_BACK, host=host)
                 self._record(je.HOST_BACK, {"host": host, "agent_id": hv.agent_id})
 
-    def _gauges(self, view: ClusterView, now: float) -> None:
+    def _gauges(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
         m, cfg = self.metrics, self.cfg.detectors
         hl = health.classify_all(view, now, cfg)
         m.ranks_expected.set(view.world_size)
@@ -170,18 +167,8 @@ class Coordinator:
             counts[kind] = counts.get(kind, 0) + 1
         for kind, n in counts.items():
             m.active.labels(kind).set(n)
-        try:
-            st = hang_state(now, view, cfg)
-            m.hang.set(st.age_s if st else 0.0)
-            m.hang_deadline.set(st.deadline_s if st else 0.0)
-            sc = scores(view, now, cfg)
-        except Exception:  # noqa: BLE001 - a gauge must not take the tick down; the detector reports its own error
-            return
-        for r in self._straggler_ranks - set(sc):
-            m.straggler.remove(str(r))
-        for r, s in sc.items():
-            m.straggler.labels(str(r)).set(round(s["factor"], 4))
-        self._straggler_ranks = set(sc)
+        for o in outcomes:  # computed by each detector under the runner's isolation (a failed one has none)
+            m.set_detector_gauges(o.gauges)
 
     # -- evidence ----------------------------------------------------------------
 

@@ -23,14 +23,14 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
         findings.append({"kind": kind, "ranks": list(ranks), "hosts": list(f.hosts), "reason": f.reason,
                          "since_s": round(now - a.first.onset_mono, 3), "onset_wall": a.first.onset_wall,
                          "detected_wall": a.first.detected_wall, "evidence": f.evidence})
-    ranks = []
+    rows: list[dict[str, Any]] = []  # one per rank, missing ones included
     for r in range(max([view.world_size, *(x + 1 for x in view.ranks)])):
         rv = view.ranks.get(r)
         if rv is None:
-            ranks.append({"rank": r, "health": "missing", "findings": by_rank.get(r, [])})
+            rows.append({"rank": r, "health": "missing", "findings": by_rank.get(r, [])})
             continue
         s = rv.state
-        ranks.append({
+        rows.append({
             "rank": r, "host": rv.host, "local_rank": s.local_rank, "pid": s.pid, "health": hl[r],
             "alive": s.alive, "status": s.status, "pg_state": s.pg_state, "step": s.step, "phase": s.phase,
             "in_data_wait": s.in_data_wait,
@@ -48,5 +48,5 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
              for h, hv in sorted(view.hosts.items())]
     return {
         "job": view.job, "world_size": view.world_size, "registered": len(view.ranks), "t_wall": wall,
-        "hosts": hosts, "ranks": ranks, "findings": findings,
+        "hosts": hosts, "ranks": rows, "findings": findings,
     }

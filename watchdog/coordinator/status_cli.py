@@ -1,6 +1,6 @@
 """``watchdog status``: a live per-rank table from a coordinator's status API.
 
-    watchdog status --coordinator.url http://127.0.0.1:9401 [--watch] [--json]
+    watchdog status --coordinator.url http://127.0.0.1:19401 [--watch] [--json]
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import urllib.error
 import urllib.request
 from typing import Any, Sequence, TextIO
 
-from .. import flags
-from .config import read_token
+from .. import flags, jobtoken
 from .server import STATUS_PATH
 
 FLAGS = (
-    flags.Flag("coordinator.url", "http://127.0.0.1:9401", "coordinator base URL (a bare HOST:PORT works too)"),
-    flags.Flag("job.token", "", "job token, when the coordinator has one", secret=True),
-    flags.Flag("job.token-file", "", "file holding the job token"),
+    flags.Flag("coordinator.url", "http://127.0.0.1:19401", "coordinator base URL (a bare HOST:PORT works too)"),
+    jobtoken.inline_flag("job token, when the coordinator has one"),
+    jobtoken.file_flag("file holding the job token"),
     flags.Flag("watch.interval-seconds", 1.0, "refresh period with --watch", flags.positive_float),
     flags.Flag("timeout-seconds", 5.0, "HTTP timeout", flags.positive_float),
 )
@@ -77,8 +76,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         values = flags.parse("watchdog status", DESCRIPTION + " Switches: --watch (refresh until Ctrl-C), --json (raw document).",
                              FLAGS, rest)
-        token = read_token(values)
-    except (flags.FlagError, OSError) as exc:
+        token = jobtoken.read(values)
+    except flags.FlagError as exc:
         print(f"watchdog status: {exc}", file=sys.stderr)
         return 2
     try:

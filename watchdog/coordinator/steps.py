@@ -1,19 +1,18 @@
 """A rank's recent step samples, folded into what detectors read per tick:
 the history (warm-up dropped), p99 step time, closed straggler windows, and the
-loader's data share. Computed once per report, so a tick stays O(ranks)."""
+loader's data share. Computed once per report, so a tick stays O(ranks).
+
+Knows nothing of the view: ``view.FoldedRank`` holds a ``StepStats`` and calls
+``add_samples``, so the dependency goes one way (view -> steps)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from watchdog.report import StepSample
 
 from . import stats
 from .config import DetectorConfig
-
-if TYPE_CHECKING:
-    from .view import RankView
 
 P99_SAMPLES = 100
 
@@ -29,21 +28,32 @@ class WindowStat:
     spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
 
 
-def add_samples(rv: "RankView", samples: tuple[StepSample, ...], cfg: DetectorConfig) -> "RankView":
-    last = rv.history[-1].step if rv.history else None
+@dataclass(frozen=True)
+class StepStats:
+    """What one incarnation's step samples say so far."""
+
+    steps_seen: int = 0  # step samples seen in this incarnation, warm-up included
+    history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
+    windows: tuple[WindowStat, ...] = ()
+    p99_step_s: float = 0.0
+    train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
+    data_share: float = 0.0  # share of their step time spent waiting on data (see loader_starvation)
+
+
+def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
+    last = st.history[-1].step if st.history else None
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
-        return rv
-    seen = rv.steps_seen
+        return st
+    seen = st.steps_seen
     skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
-    history = (rv.history + tuple(fresh[skip:]))[-cfg.history_steps :]
-    rv = replace(rv, steps_seen=seen + len(fresh), history=history)
+    history = (st.history + tuple(fresh[skip:]))[-cfg.history_steps :]
     if not history:
-        return rv
+        return replace(st, steps_seen=seen + len(fresh), history=history)
     p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
     train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][-cfg.starvation_window_steps :]
-    return replace(rv, p99_step_s=p99, windows=_close_windows(rv.windows, history, cfg),
-                   train_steps=len(train), data_share=stats.data_share(train))
+    return StepStats(steps_seen=seen + len(fresh), history=history, windows=_close_windows(st.windows, history, cfg),
+                     p99_step_s=p99, train_steps=len(train), data_share=stats.data_share(train))
 
 
 def _close_windows(windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig) -> tuple[WindowStat, ...]:

@@ -20,13 +20,17 @@ from watchdog.report import HostReport, RankState, StepSample
 
 from . import journal_events as je
 from .config import DetectorConfig
-from .steps import WindowStat, add_samples
+from .steps import StepStats, WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
 
 
 @dataclass(frozen=True)
-class RankView:
+class FoldedRank:
+    """One rank as the coordinator knows it: every report about it folded
+    together (latest state, progress and death times, step statistics), per
+    incarnation. (The agent's reading of a local rank is ``agent.slots.LocalRank``.)"""
+
     state: RankState  # latest, as reported
     host: str
     received_at: float  # when the report carrying ``state`` arrived
@@ -34,12 +38,7 @@ class RankView:
     progress_at: float  # last evidence of progress: a step completed or a collective moved
     last_alive_at: float  # latest report that said the process exists
     heartbeat_moved: bool = False  # the hook's heartbeat was seen to beat at least once
-    steps_seen: int = 0  # step samples seen in this incarnation, warm-up included
-    history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
-    windows: tuple[WindowStat, ...] = ()
-    p99_step_s: float = 0.0
-    train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
-    data_share: float = 0.0  # share of their step time spent waiting on data (see loader_starvation)
+    step_stats: StepStats = StepStats()  # what its step samples say (steps.py)
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None
@@ -47,6 +46,31 @@ class RankView:
     @property
     def rank(self) -> int:
         return self.state.rank
+
+    # Detectors read the step statistics as the rank's own attributes.
+    @property
+    def steps_seen(self) -> int:
+        return self.step_stats.steps_seen
+
+    @property
+    def history(self) -> tuple[StepSample, ...]:
+        return self.step_stats.history
+
+    @property
+    def windows(self) -> tuple[WindowStat, ...]:
+        return self.step_stats.windows
+
+    @property
+    def p99_step_s(self) -> float:
+        return self.step_stats.p99_step_s
+
+    @property
+    def train_steps(self) -> int:
+        return self.step_stats.train_steps
+
+    @property
+    def data_share(self) -> float:
+        return self.step_stats.data_share
 
     @property
     def incarnation(self) -> tuple[int, int]:
@@ -90,7 +114,7 @@ class ClusterView:
     world_size: int = 0  # expected ranks; configured, or learned from reports when 0
     world_size_fixed: bool = False
     hosts: Mapping[str, HostView] = field(default_factory=lambda: _EMPTY)
-    ranks: Mapping[int, RankView] = field(default_factory=lambda: _EMPTY)
+    ranks: Mapping[int, FoldedRank] = field(default_factory=lambda: _EMPTY)
 
     def first_registered_at(self) -> float | None:
         return min((r.registered_at for r in self.ranks.values()), default=None)
@@ -134,7 +158,7 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
     return replace(view, hosts=MappingProxyType(hosts), ranks=MappingProxyType(ranks), world_size=world), events
 
 
-def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> RankView | None:
+def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> FoldedRank | None:
     ident = {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
     if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
         if s.proc_start_us < prev.state.proc_start_us:
@@ -145,7 +169,7 @@ def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: 
         events.append((je.RANK_JOINED, {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
     step_start = now - s.step_age_s
     if prev is None:
-        rv = RankView(
+        rv = FoldedRank(
             state=s, host=host, received_at=now, registered_at=now, progress_at=step_start,
             last_alive_at=now if s.alive else now - s.heartbeat_age_s,
             # At step 0 the step start is the slot's creation, when the heartbeat
@@ -164,10 +188,12 @@ def _fold_rank(prev: RankView | None, s: RankState, host: str, now: float, cfg: 
             prev, state=s, host=host, received_at=now, progress_at=progress,
             last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
         )
-    return add_samples(_death(rv, s, now), s.recent_steps, cfg)
+    rv = _death(rv, s, now)
+    st = add_samples(rv.step_stats, s.recent_steps, cfg)
+    return rv if st is rv.step_stats else replace(rv, step_stats=st)
 
 
-def _death(rv: RankView, s: RankState, now: float) -> RankView:
+def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:
     if s.alive:
         return replace(rv, died_at=None, died_precise=False, dead_seen_at=None) if rv.died_at is not None else rv
     if rv.died_at is not None:

@@ -13,7 +13,7 @@ def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int
     rows = [lane for lane in lanes if lane.now and lane.now.coll_seq is not None]
     if not rows:
         return ""
-    top = max(lane.now.coll_seq for lane in rows)
+    top = max(_seq(lane) for lane in rows)
     if top <= 0:
         return ""
     seqs = list(range(max(1, top - columns + 1), top + 1))
@@ -42,11 +42,19 @@ def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int
     return "\n".join(out)
 
 
+def _seq(lane: Lane) -> int:
+    """The lane's last collective number (rows only hold lanes that have one)."""
+    return lane.now.coll_seq if lane.now and lane.now.coll_seq is not None else 0
+
+
 def _state(lane: Lane, seq: int) -> str:
     now = lane.now
-    if now.coll_outstanding and now.coll_seq == seq:
+    if now is None:
+        return "none"
+    top = _seq(lane)
+    if now.coll_outstanding and top == seq:
         return "waiting"
-    done = now.coll_done_seq if now.coll_done_seq is not None else (now.coll_seq - 1 if now.coll_outstanding else now.coll_seq)
+    done = now.coll_done_seq if now.coll_done_seq is not None else (top - 1 if now.coll_outstanding else top)
     if seq <= (done or 0) or any(seq in st.seqs for st in lane.steps):
         return "done"
     return "none"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from watchdog import commands
 
 from .. import journal_events as je
-from ..evidence_plan import Request
+from ..evidence_plan import CommandRequest
 from ..view import ClusterView
 from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
 
@@ -31,7 +31,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     by_host: dict[str, list] = {}
     for rank, (pid, start_us, host) in live_workers(op, view):
         by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
-    reqs = tuple(Request(host=h, type=commands.DUMP_STACKS, targets=tuple(ts), trigger=op.trigger())
+    reqs = tuple(CommandRequest(host=h, type=commands.DUMP_STACKS, targets=tuple(ts), trigger=op.trigger())
                  for h, ts in sorted(by_host.items()))
     op = op.at("stacks", now, hosts_asked=frozenset(by_host))
     if not reqs:

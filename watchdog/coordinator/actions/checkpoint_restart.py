@@ -20,7 +20,7 @@ import statistics
 from watchdog import commands
 
 from .. import journal_events as je
-from ..evidence_plan import Request
+from ..evidence_plan import CommandRequest
 from ..view import ClusterView
 from . import restart
 from .common import Operation, Step, brief, live, live_workers, old_workers
@@ -45,7 +45,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     by_host: dict[str, list] = {}
     for rank, (pid, start_us, host) in alive:
         by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
-    reqs = tuple(Request(host=h, type=commands.CHECKPOINT, targets=tuple(ts), trigger=op.trigger(),
+    reqs = tuple(CommandRequest(host=h, type=commands.CHECKPOINT, targets=tuple(ts), trigger=op.trigger(),
                          args={"step": step, "ranks": ts}) for h, ts in sorted(by_host.items()))
     op = op.at("checkpoint", now, extra={**op.extra, "step": step, "ranks": [r for r, _ in alive]})
     return Step(op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),))

@@ -7,7 +7,7 @@ from typing import Any
 
 from watchdog import commands
 
-from ..evidence_plan import Request
+from ..evidence_plan import CommandRequest
 from ..finding import Finding
 from ..view import ClusterView
 
@@ -46,7 +46,7 @@ class Operation:
 @dataclass(frozen=True)
 class Step:
     op: Operation
-    requests: tuple[Request, ...] = ()
+    requests: tuple[CommandRequest, ...] = ()
     events: tuple[Event, ...] = ()
     done: bool = False
     ok: bool = True
@@ -84,12 +84,12 @@ def live_workers(op: Operation, view: ClusterView) -> list[tuple[int, Ident]]:
     return [(r, i) for r, i in op.workers if live(view, r, i)]
 
 
-def signals(op: Operation, name: str, workers: list[tuple[int, Ident]], launchers: tuple[Ident, ...] = ()) -> tuple[Request, ...]:
+def signals(op: Operation, name: str, workers: list[tuple[int, Ident]], launchers: tuple[Ident, ...] = ()) -> tuple[CommandRequest, ...]:
     """One signal command per process; launchers first (one that sees its workers
     die before its own signal would restart them)."""
-    reqs = [Request(host=h, type=commands.SIGNAL, targets=(commands.target(-1, pid, start),), trigger=op.trigger(),
+    reqs = [CommandRequest(host=h, type=commands.SIGNAL, targets=(commands.target(-1, pid, start),), trigger=op.trigger(),
                     target=commands.target(-1, pid, start), args={"signal": name}) for pid, start, h in launchers]
-    reqs += [Request(host=h, type=commands.SIGNAL, targets=(commands.target(r, pid, start),), trigger=op.trigger(),
+    reqs += [CommandRequest(host=h, type=commands.SIGNAL, targets=(commands.target(r, pid, start),), trigger=op.trigger(),
                      target=commands.target(r, pid, start), args={"signal": name}) for r, (pid, start, h) in workers]
     return tuple(reqs)
 

@@ -2,7 +2,10 @@
 
 A detector's ``name`` is the finding kind it emits. ``DETECTORS`` is the one
 explicit list; the daemon builds it with the config and runs each call isolated
-(see ``watchdog.coordinator.runner``).
+(see ``watchdog.coordinator.runner``). A detector whose state is worth a gauge
+(the hang age, straggler scores) also has a pure ``gauges(now, view)``; the
+runner calls it right after ``check``, under the same isolation, and the service
+exports what it returns: nothing outside a detector computes its internals.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Protocol
 
 from ..config import DetectorConfig
 from ..finding import Finding
+from ..metrics import GaugeValues
 from ..view import ClusterView
 from .collective_hang import CollectiveHang
 from .dead_rank import DeadRank
@@ -24,6 +28,12 @@ class Detector(Protocol):
     name: str
 
     def check(self, now: float, view: ClusterView) -> list[Finding]: ...
+
+
+class WithGauges(Detector, Protocol):
+    def gauges(self, now: float, view: ClusterView) -> GaugeValues:
+        """Values for gauges named in ``metrics.DETECTOR_GAUGES``."""
+        ...
 
 
 DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation)

@@ -24,6 +24,7 @@ from ..config import DetectorConfig
 from ..describe import heartbeat, where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import Blame, analyze, classify_all, live, waiting
+from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
 
 SLOW_PHASES = ("checkpoint", "eval")
@@ -42,7 +43,7 @@ class HangState:
 
 
 def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState | None:
-    """Pure; also used for the hang-seconds gauge. None when nothing is live."""
+    """Pure; also feeds the hang gauges. None when nothing is live."""
     health = classify_all(view, now, cfg)
     alive = live(view, health)
     if not alive:
@@ -72,6 +73,11 @@ class CollectiveHang:
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
+
+    def gauges(self, now: float, view: ClusterView) -> GaugeValues:
+        """How long the job has been stuck against its deadline (both 0 when nothing is live)."""
+        st = hang_state(now, view, self.cfg)
+        return {HANG_SECONDS: st.age_s if st else 0.0, HANG_DEADLINE_SECONDS: st.deadline_s if st else 0.0}
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         st = hang_state(now, view, self.cfg)

@@ -28,6 +28,7 @@ from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..health import OK, classify_all
+from ..metrics import STRAGGLER_SCORE, GaugeValues
 from ..stats import median, median_without
 from ..view import ClusterView
 
@@ -35,7 +36,7 @@ from ..view import ClusterView
 def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict]:
     """Per live rank with enough windows: {'factor', 'threshold', 'window_factors',
     'compute_s', 'baseline_s', 'step_s', 'first_step', 'last_step'}. Also feeds
-    the straggler-score gauge."""
+    the straggler-score gauge (``Straggler.gauges``)."""
     health = classify_all(view, now, cfg)
     ranks = {r: rv for r, rv in view.ranks.items() if health[r] == OK and rv.windows}
     table: dict[int, list[tuple[float, int]]] = {}
@@ -82,6 +83,10 @@ class Straggler:
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
+
+    def gauges(self, now: float, view: ClusterView) -> GaugeValues:
+        """Each scored rank's slowdown factor, by rank label."""
+        return {STRAGGLER_SCORE: {str(r): round(s["factor"], 4) for r, s in scores(view, now, self.cfg).items()}}
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         out = []
