@@ -131,7 +131,7 @@ def latest_checkpoint(ckpt_dir: str | None) -> tuple[int, str | None]:
     return best, os.path.join(ckpt_dir, f"step-{best:08d}.pt")
 
 
-def save_checkpoint(ckpt_dir: str, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+def save_checkpoint(ckpt_dir: str, step: int, model: DDP, opt: torch.optim.Optimizer) -> None:
     """Rank 0 writes atomically (tmp + rename): a rank killed mid-save leaves no half file."""
     if dist.get_rank() == 0:
         os.makedirs(ckpt_dir, exist_ok=True)
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     # seed, so a run resumed at step S trains on exactly the batches a fault-free
     # run would have seen from step S on.
     dataset = SyntheticRegression(n=max(1 << 16, args.steps * args.batch_size * world), dim=args.dim, delay_s=delay_s)
-    order = list(DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed))
+    order: list[int] = list(DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed))
     remaining = Subset(dataset, order[start_step * args.batch_size : args.steps * args.batch_size])
     loader = DataLoader(remaining, batch_size=args.batch_size, shuffle=False, num_workers=0)
     jitter = random.Random(args.seed * 1000 + rank)
