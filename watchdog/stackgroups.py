@@ -192,34 +192,46 @@ class Grouping:
         )
 
 
+Key = tuple[tuple[Frame, ...], str]  # (frames, failure_key): what makes two ranks one group
+
+
+def signature(ok: bool, text: str, error: str) -> Key:
+    """A rank's group key: its main-thread frames, or why it has none."""
+    frames = tuple(main_frames(text)) if ok else ()
+    return frames, "" if frames else failure_key(error if not ok else "py-spy printed no frame")
+
+
 def group(
     stacks: Iterable[tuple[int, bool, str, str]], culprits: Sequence[int] = (), max_groups: int = MAX_GROUPS
 ) -> Grouping:
-    """``stacks``: (rank, ok, text, error) per rank; a rank seen twice keeps its
-    first ok dump (callers pass the newest first when it matters)."""
-    members: dict[tuple[tuple[Frame, ...], str], list[int]] = {}
-    seen: dict[int, bool] = {}
+    """``stacks``: (rank, ok, text, error) per rank. A rank seen twice keeps its
+    first dump with frames (a later failure never hides a stack)."""
+    by_rank: dict[int, Key] = {}
     for rank, ok, text, error in stacks:
-        frames = tuple(main_frames(text)) if ok else ()
-        if rank in seen and (seen[rank] or not (ok and frames)):
+        key = signature(ok, text, error)
+        if rank in by_rank and (by_rank[rank][0] or not key[0]):
             continue
-        if rank in seen:  # an ok dump replaces an earlier failure of the same rank
-            for v in members.values():
-                if rank in v:
-                    v.remove(rank)
-        seen[rank] = bool(ok and frames)
-        key = (frames, "" if frames else failure_key(error if not ok else "py-spy printed no frame"))
+        by_rank[rank] = key
+    members: dict[Key, list[int]] = {}
+    for rank, key in by_rank.items():
         members.setdefault(key, []).append(rank)
+    return from_members(members, culprits, max_groups)
+
+
+def from_members(members: dict[Key, list[int]], culprits: Sequence[int] = (), max_groups: int = MAX_GROUPS) -> Grouping:
     culprit_set = set(culprits)
     groups = [
-        Group(frames=k[0], ranks=tuple(sorted(v)), error=k[1], culprit=bool(culprit_set & set(v)))
+        Group(frames=k[0], ranks=tuple(sorted(v)), error=k[1], culprit=bool(culprit_set.intersection(v)))
         for k, v in members.items()
         if v
     ]
     groups.sort(key=lambda g: (not g.culprit, g.count, g.ranks[0]))
     kept, rest = groups[:max_groups], groups[max_groups:]
     return Grouping(
-        groups=tuple(kept), ranks=len(seen), dropped_groups=len(rest), dropped_ranks=sum(g.count for g in rest)
+        groups=tuple(kept),
+        ranks=sum(g.count for g in groups),
+        dropped_groups=len(rest),
+        dropped_ranks=sum(g.count for g in rest),
     )
 
 
