@@ -90,21 +90,20 @@ class Group:
         return len(self.ranks)
 
     def brief(self, max_frames: int = 4) -> str:
-        """ "all_reduce <- backward <- train.py:212 main": the innermost frames by name,
-        up to and including the first frame outside libraries, shown with file:line."""
+        """"all_reduce <- backward <- … <- main (train.py:212)": the innermost frames by
+        name, then the first frame outside torch and the standard library (the
+        user's code) with its file:line; the innermost with file:line if none is."""
         if not self.frames:
             return f"no stack: {self.error}"
-        out: list[str] = []
-        for func, file, line in self.frames:
-            if not _library(file):
-                out.append(f"{func} ({file}:{line})")
-                break
-            out.append(func)
-            if len(out) >= max_frames:
-                func0, file0, line0 = self.frames[0]
-                out[0] = f"{func0} ({file0}:{line0})"
-                break
-        return " <- ".join(out)
+        user = next((i for i, f in enumerate(self.frames) if not _library(f[1])), None)
+        if user is None:
+            func, file, line = self.frames[0]
+            return " <- ".join([f"{func} ({file}:{line})"] + [f[0] for f in self.frames[1:max_frames]])
+        lib = [f[0] for f in self.frames[:user]]
+        keep = max(0, max_frames - 1)
+        out = lib[:keep] + (["…"] if len(lib) > keep else [])
+        func, file, line = self.frames[user]
+        return " <- ".join([*out, f"{func} ({file}:{line})"])
 
     def to_dict(self) -> dict[str, Any]:
         return {
