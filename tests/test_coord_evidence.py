@@ -271,6 +271,11 @@ def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_
         ([[3, 3]], "main (train.py:220)"), ([[6, 6]], "main (train.py:190)"), ([[0, 1], [4, 5]], "main (train.py:212)")]
     assert rec["summary"].startswith("odd ones out: rank 3 in main (train.py:220); rank 6 in main (train.py:190)")
     assert rec["t_mono"] >= events(c, "finding")[0]["t_mono"]
+    [st] = c.status(40.0, 1.7e9 + 40)["findings"]  # watchdog status says it too, under the finding
+    assert st["stacks"] == rec["summary"]
+    from watchdog.coordinator.status_cli import render
+
+    assert f"    stacks: {rec['summary']}" in render(c.status(40.0, 1.7e9 + 40)).splitlines()
 
 
 def test_a_lost_reply_is_resent_and_a_silent_agent_given_up_on(make):

@@ -61,6 +61,7 @@ class Coordinator:
         self._collected: dict[tracker.Key, float] = {}  # finding key -> when evidence was last requested
         self._no_evidence_logged = False
         self.stacks = stack_gather.StackGather(wait_s=cfg.commands_give_up_s + 30.0)
+        self._stack_summary: dict[tuple[str, tuple[int, ...]], str] = {}  # finding key -> its stack groups in a line
         self.control = JobController(cfg.policy)
         self._control_failed = logs.RateLimited(every_s=60.0)
         if cfg.job:
@@ -240,6 +241,11 @@ class Coordinator:
             self.log.warning(stack_gather.EVENT, trigger=rec["trigger"], ranks=rec["ranks"],
                              groups=len(rec["groups"]), summary=rec["summary"])
             self._record(stack_gather.EVENT, rec)
+            trig = rec["trigger"]
+            ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
+            self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
+            while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
+                del self._stack_summary[next(iter(self._stack_summary))]
 
     def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Journal, log and count what the dispatch reported."""
@@ -263,7 +269,12 @@ class Coordinator:
     # -- status ----------------------------------------------------------------
 
     def status(self, now: float, wall: float) -> dict[str, Any]:
-        return status.build(self._view, self._active, now, wall, self.cfg)
+        doc = status.build(self._view, self._active, now, wall, self.cfg)
+        for f in doc["findings"]:  # added field: where every rank's stack put the ranks, once known
+            line = self._stack_summary.get((f["kind"], tuple(f["ranks"])))
+            if line:
+                f["stacks"] = line
+        return doc
 
     # -- journal ---------------------------------------------------------------
 
