@@ -109,3 +109,14 @@ def test_the_1024_rank_report_renders_in_chromium_with_the_tree_and_no_errors(tm
     dom, log = headless.dump_dom(Path(page))
     assert 'class="stree"' in dom and "ranks 0,2-512,514-1023" in dom
     assert headless.console_messages(log) == []
+
+
+def test_at_16384_ranks_the_record_and_the_report_stay_small(tmp_path):
+    """Sizes, not times (the render time is measured in benchmarks/stacks_scale.py)."""
+    path = testing.hang_journal(tmp_path / "j.jsonl", 16384)
+    rec = next(x for x in path.read_text().splitlines() if '"event":"stack_groups"' in x)
+    assert len(rec) < 4096  # groups with rank ranges, not 16,384 copies
+    tl = load.load(str(path))
+    [s] = tl.sections[0].stack_sets
+    assert [g.count for g in s.grouping.groups] == [1, 1, 16382]
+    assert len(html.render(tl)) < 1_000_000
