@@ -108,7 +108,14 @@ def test_record_round_trip_and_malformed_groups_raise_value_error():
     g = sg.group([(r, True, dump(WAIT if r else SLEEP), "") for r in range(16)], culprits=[0])
     back = sg.Grouping.from_dict(g.to_dict())
     assert back.groups == g.groups and back.ranks == 16
-    for bad in ({"ranks": "x"}, {"ranks": [[0]]}, {"ranks": [[0, 1]], "frames": [["f"]]}):
+    for bad in (
+        {"ranks": "x"},
+        {"ranks": [[0]]},
+        {"ranks": [[0, 1]], "frames": [["f"]]},
+        {"ranks": [[0, 10**12]]},
+        {"ranks": [[5, 1]]},
+        {"ranks": [[-3, 1]]},
+    ):
         with pytest.raises(ValueError):
             sg.Group.from_dict(bad)
 
@@ -122,3 +129,11 @@ def test_folded_lines_root_first_with_counts():
         "backward (torch/autograd/__init__.py:395) 3"
     ) in lines
     assert "no stack: x 1" in lines  # split at ';' by failure_key, never a frame separator
+
+
+def test_a_long_scattered_rank_list_is_cut_in_a_line_of_text():
+    g = sg.group(
+        [(r, True, dump(SLEEP if r % 2 else WAIT), "") for r in range(0, 4000)]
+        + [(r, True, dump(LOADER), "") for r in range(4000, 4003)]
+    )
+    assert len(g.summary()) < 1000 and sg.short_phrase(tuple(range(0, 8000, 2))).endswith(",… (4000 ranks)")

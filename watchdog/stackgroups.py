@@ -30,6 +30,8 @@ from watchdog.coordinator.finding import ranks_phrase
 MAX_FRAMES = 32  # innermost frames kept per signature: deeper ones are the same launcher frames everywhere
 MAX_GROUPS = 256  # groups kept; the remainder is counted (16,384 distinct stacks must not make 16,384 groups)
 MAX_FRAME_CHARS = 200
+MAX_RANKS = 1 << 20  # a record claiming more ranks than any job has is hostile, not big
+PHRASE_CHARS = 160  # rank ranges in one line of text: 8,000 scattered ranks must not make a 40 KB line
 ODD_MAX_GROUPS = 8  # more small groups than this is not "an odd one out", it is chaos
 
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z]+)\)(?:: "(.*)")?\s*$')
@@ -90,7 +92,7 @@ class Group:
         return len(self.ranks)
 
     def brief(self, max_frames: int = 4) -> str:
-        """"all_reduce <- backward <- … <- main (train.py:212)": the innermost frames by
+        """ "all_reduce <- backward <- … <- main (train.py:212)": the innermost frames by
         name, then the first frame outside torch and the standard library (the
         user's code) with its file:line; the innermost with file:line if none is."""
         if not self.frames:
@@ -119,10 +121,13 @@ class Group:
     def from_dict(cls, d: dict[str, Any]) -> Group:
         """Raises ValueError on anything malformed (the caller skips the record)."""
         try:
-            frames = tuple((str(f[0]), str(f[1]), int(f[2])) for f in d.get("frames") or ())
-            ranks = tuple(r for a, b in d["ranks"] for r in range(int(a), int(b) + 1))
+            frames = tuple((str(f[0]), str(f[1]), int(f[2])) for f in (d.get("frames") or ())[:MAX_FRAMES])
+            spans = [(int(a), int(b)) for a, b in d["ranks"]]
         except (TypeError, KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"malformed stack group: {exc}") from None
+        if any(a < 0 or b < a for a, b in spans) or sum(b - a + 1 for a, b in spans) > MAX_RANKS:
+            raise ValueError(f"malformed stack group: rank ranges out of bounds (at most {MAX_RANKS} ranks)")
+        ranks = tuple(r for a, b in spans for r in range(a, b + 1))
         return cls(
             frames=frames[:MAX_FRAMES],
             ranks=ranks,
@@ -160,7 +165,7 @@ class Grouping:
             return "no stacks"
         odd, big = self.odd_ones_out(), self.majority()
         if odd and big is not None:
-            parts = [f"{ranks_phrase(g.ranks)} in {g.brief(3)}" for g in odd]
+            parts = [f"{short_phrase(g.ranks)} in {g.brief(3)}" for g in odd]
             return (
                 f"odd one{'s' if len(odd) > 1 else ''} out: "
                 + "; ".join(parts)
@@ -232,6 +237,12 @@ def from_members(members: dict[Key, list[int]], culprits: Sequence[int] = (), ma
         dropped_groups=len(rest),
         dropped_ranks=sum(g.count for g in rest),
     )
+
+
+def short_phrase(ranks: Sequence[int], max_chars: int = PHRASE_CHARS) -> str:
+    """``ranks_phrase`` cut at a comma past ``max_chars``, with the count."""
+    who = ranks_phrase(ranks)
+    return who if len(who) <= max_chars else who[:max_chars].rsplit(",", 1)[0] + f",… ({len(ranks)} ranks)"
 
 
 def rank_ranges_list(ranks: Iterable[int]) -> list[list[int]]:

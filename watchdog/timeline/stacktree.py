@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from watchdog.coordinator.finding import ranks_phrase
-from watchdog.stackgroups import Group
+from watchdog.stackgroups import Group, short_phrase
 
 from .fmt import clock
 from .model import StackSet
@@ -120,5 +119,4 @@ def _node(n: _Node, total: int) -> str:
 
 
 def _who(ranks: tuple[int, ...]) -> str:
-    who = ranks_phrase(ranks)
-    return who if len(who) <= RANGES_CHARS else who[:RANGES_CHARS].rsplit(",", 1)[0] + f",… ({len(ranks)} ranks)"
+    return short_phrase(ranks, RANGES_CHARS)

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Iterable
 
 from watchdog.coordinator.finding import ranks_phrase
+from watchdog.stackgroups import short_phrase
 
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from . import actions, stacksets
@@ -101,9 +102,7 @@ def _groups(s: StackSet) -> list[str]:
            f"{len(g.groups) + g.dropped_groups} group(s), smallest first"]
     width = len(str(max((x.count for x in g.groups), default=1)))
     for x in g.groups[:GROUP_LINES]:
-        who = ranks_phrase(x.ranks)
-        if len(who) > RANGES_CHARS:
-            who = who[:RANGES_CHARS].rsplit(",", 1)[0] + ",…"
+        who = short_phrase(x.ranks, RANGES_CHARS)
         out.append(f"    {x.count:>{width}}  {who}{' (culprit)' if x.culprit else ''}: {x.brief()}")
     more = len(g.groups) - GROUP_LINES
     if more > 0 or g.dropped_groups:
