@@ -64,7 +64,7 @@ def load(path: str) -> Timeline:
     sections = [_build(raw, slots[i], stacks[i]) for i, raw in enumerate(raws)]
     for i, sec in enumerate(sections):
         sec.stack_sets, notes = stacksets.build(
-            triggered[i], [r for r in raws[i].records if r["event"] in ("stack_groups", "stacks_capped")])
+            triggered[i], [r for r in raws[i].records if r["event"] in stacksets.EVENTS])
         sec.notes += notes
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
 

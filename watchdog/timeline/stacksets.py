@@ -16,6 +16,10 @@ from typing import Any
 
 from watchdog import stackgroups
 from watchdog.coordinator.finding import ranks_phrase
+from watchdog.coordinator.stack_gather import EVENT as STACK_GROUPS
+from watchdog.coordinator.stack_plan import CAPPED as STACKS_CAPPED
+
+EVENTS = (STACK_GROUPS, STACKS_CAPPED)  # the journal records build() reads besides the evidence
 
 from .model import Stack, StackSet
 
@@ -40,7 +44,7 @@ def build(stacks: list[tuple[dict, Stack]], records: list[dict]) -> tuple[list[S
     for rec in records:
         trigger = _trigger(rec)
         key = _key(trigger)
-        if rec.get("event") == "stacks_capped":
+        if rec.get("event") == STACKS_CAPPED:
             if key in made:
                 made[key].notes.append(
                     f"{rec.get('ranks_left_out', '?')} rank(s) on {rec.get('hosts_capped', '?')} "
