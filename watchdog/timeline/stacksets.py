@@ -19,10 +19,9 @@ from watchdog.coordinator.finding import ranks_phrase
 from watchdog.coordinator.stack_gather import EVENT as STACK_GROUPS
 from watchdog.coordinator.stack_plan import CAPPED as STACKS_CAPPED
 
-EVENTS = (STACK_GROUPS, STACKS_CAPPED)  # the journal records build() reads besides the evidence
-
 from .model import Stack, StackSet
 
+EVENTS = (STACK_GROUPS, STACKS_CAPPED)  # the journal records build() reads besides the evidence
 MIN_RANKS = 3  # a set of one or two stacks (culprit + a waiter) is shown as the stacks themselves
 
 
