@@ -120,3 +120,27 @@ def test_at_16384_ranks_the_record_and_the_report_stay_small(tmp_path):
     [s] = tl.sections[0].stack_sets
     assert [g.count for g in s.grouping.groups] == [1, 1, 16382]
     assert len(html.render(tl)) < 1_000_000
+
+
+def test_what_is_missing_is_said_under_the_groups(tmp_path):
+    path = testing.hang_journal(tmp_path / "j.jsonl", 64, culprit=5)
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    trigger = {"kind": "collective_hang", "ranks": [5]}
+    recs.insert(
+        -1,
+        {
+            "event": "stacks_capped",
+            "t_wall": 1.7e9 + 61,
+            "trigger": trigger,
+            "max_per_host": 6,
+            "ranks_left_out": 16,
+            "hosts": {},
+            "hosts_capped": 8,
+        },
+    )
+    groups = next(r for r in recs if r["event"] == "stack_groups")
+    groups.update(hosts_missing=["node-00007"], late_ranks=2)
+    out = text.render(load.load(str(write_journal(tmp_path / "k.jsonl", recs))))
+    assert "    note: 16 rank(s) on 8 host(s) not asked: at most 6 per host" in out
+    assert "    note: no stacks from host(s) node-00007 (refused or no answer in time)" in out
+    assert "    note: 2 rank(s) not dumped within their host's deadline" in out
