@@ -21,6 +21,7 @@ import psutil
 
 from watchdog import commands as c
 from watchdog import wire
+from watchdog.agent import dumpall
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
@@ -82,12 +83,14 @@ class Actions:
                  send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
                  wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
                  tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
-                 max_ack_bytes: int = MAX_ACK_BYTES) -> None:
+                 max_ack_bytes: int = MAX_ACK_BYTES, dump_parallel: int = dumpall.PARALLEL,
+                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S) -> None:
         self.host = host
         self._incarnations, self._dumper, self._read = incarnations, dumper, read
         self._start_us, self._ppid, self._send_signal = start_us, ppid, send_signal
         self._wall, self._mono_ns = wall, mono_ns
         self._tol, self._max_records, self._max_ack_bytes = tolerance_us, max_records, max_ack_bytes
+        self._dump_parallel, self._dump_deadline_s = dump_parallel, dump_deadline_s
 
     def run(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = cmd["type"]
@@ -112,27 +115,45 @@ class Actions:
                      and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), None)
 
     def dump_stacks(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        stacks, refusals = [], []
-        for t in cmd["args"]["ranks"]:
-            view = self._slot(cmd["job"], t) if t["pid"] else None
-            if view is None:
-                refusals.append(c.UNKNOWN_TARGET)
-                stacks.append(self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
-                                                 f"has no slot of job {cmd['job']} on this host"))
-                continue
-            start = self._start_us(t["pid"])
-            if start is None:  # not a refusal: a rank can die between the finding and the dump
-                stacks.append(self._no_stack(t, "process gone: no stack to take"))
-                continue
-            ok, why = c.identity_ok(t, start, self._tol)
-            if not ok:
-                refusals.append(c.WRONG_IDENTITY)
-                stacks.append(self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}"))
-                continue
-            stacks.append(self._dumper.dump(self.host, t["rank"], t["pid"]))
+        """Every target at once (``dumpall``: at most ``dump_parallel`` py-spy at a
+        time, the whole command within ``dump_deadline_s``); identity is checked
+        right before each dump, on the dump's own thread."""
+        targets = cmd["args"]["ranks"]
+        refusals: list[str] = []
+
+        def job(t: dict[str, int]):
+            def run(left_s: float) -> StackDump:
+                return self._dump_one(cmd["job"], t, left_s, refusals)
+            return run
+
+        def late(i: int, why: str) -> StackDump:
+            return self._no_stack(targets[i], why)
+
+        done = dumpall.run([job(t) for t in targets], late, parallel=self._dump_parallel,
+                           deadline_s=self._dump_deadline_s)
+        stacks = done.results
         errors = [f"rank {s.rank}: {s.error}" for s in stacks if not s.ok]
         out = ack(cmd, any(s.ok for s in stacks), "; ".join(errors), stacks=[s.to_dict() for s in stacks])
-        return out, refusals
+        # Added to the ack (and journaled with the evidence): the bound this host
+        # worked under, and which ranks it could not dump within it.
+        out["bound"] = {"parallel": self._dump_parallel, "deadline_s": self._dump_deadline_s,
+                        "duration_s": done.duration_s, "late": [targets[i]["rank"] for i in done.late]}
+        return out, sorted(refusals)
+
+    def _dump_one(self, job: str, t: dict[str, int], left_s: float, refusals: list[str]) -> StackDump:
+        view = self._slot(job, t) if t["pid"] else None
+        if view is None:
+            refusals.append(c.UNKNOWN_TARGET)
+            return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
+                                     f"has no slot of job {job} on this host")
+        start = self._start_us(t["pid"])
+        if start is None:  # not a refusal: a rank can die between the finding and the dump
+            return self._no_stack(t, "process gone: no stack to take")
+        ok, why = c.identity_ok(t, start, self._tol)
+        if not ok:
+            refusals.append(c.WRONG_IDENTITY)
+            return self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}")
+        return self._dumper.dump(self.host, t["rank"], t["pid"], timeout_s=left_s)
 
     def _no_stack(self, t: dict[str, int], error: str) -> StackDump:
         return StackDump(host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error,

@@ -54,6 +54,10 @@ FLAGS: tuple[Flag, ...] = (
          field="py_spy"),
     Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float,
          field="stacks_timeout_s"),
+    Flag("stacks.parallel", 8, "py-spy dumps run at once when the coordinator asks for many ranks of this host",
+         flags.positive_int, field="stacks_parallel"),
+    Flag("stacks.host-deadline-seconds", 10.0, "all of one request's dumps on this host end within this; ranks not "
+         "dumped by then are reported late", flags.positive_float, field="stacks_host_deadline_s"),
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
     Flag("log.level", "info", f"one of {', '.join(LOG_LEVELS)}", _log_level, field="log_level"),
 )
@@ -77,6 +81,8 @@ class AgentConfig:
     accelerator: bool = True
     py_spy: str = ""
     stacks_timeout_s: float = 10.0
+    stacks_parallel: int = 8
+    stacks_host_deadline_s: float = 10.0
     log_level: str = "info"
     token: str = field(default="", repr=False)
     token_from_argv: bool = False  # worth a warning: visible to every user through ps

@@ -90,6 +90,7 @@ class Config:
     # When a finding opens, ask the agents for slot snapshots and Python stacks.
     evidence: bool = True
     commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
+    stacks_max_per_host: int = 64  # at a hang: stacks asked per host (stack_plan.MAX_PER_HOST)
     # Which finding earns which action (policy.py); the default alerts only.
     policy: Policy = Policy()
     policy_file: str = ""
@@ -142,6 +143,8 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
          "(py-spy) of the ranks it concerns", boolean, field="evidence"),
     Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
          positive_float, field="commands_give_up_s"),
+    Flag("stacks.max-ranks-per-host", 64, "at a hang every live rank's stack is asked for; at most this many per "
+         "host (the rest is journaled as stacks_capped)", positive_int, field="stacks_max_per_host"),
     Flag("policy.file", "", "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
          "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)", field="policy_file"),
 )
