@@ -139,8 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as exc:
         print(f"watchdog agent: {exc}", file=sys.stderr)
         return 2
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("watchdog.agent")
+    for warning in cfg.deprecations:
+        log.warning("deprecated variable", detail=warning)
     log.info("config", **{**cfg.effective, "host.name": cfg.host,
                           "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"})
     if cfg.coordinator_url and not find_py_spy(cfg.py_spy):
