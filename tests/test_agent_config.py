@@ -116,3 +116,10 @@ def test_agent_main_does_not_import_torch():
 
     code = "import sys, watchdog.agent.main, watchdog.agent.slots_cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+
+
+def test_job_expiry_flag_has_units_and_a_15_minute_default():
+    assert load([]).job_expiry_s == 900.0
+    assert load(["--stale.job-expiry-seconds", "60"]).job_expiry_s == 60.0
+    with pytest.raises(FlagError, match="--stale.job-expiry-seconds='0'"):
+        load(["--stale.job-expiry-seconds", "0"])

@@ -12,6 +12,9 @@ from watchdog import flags, jobtoken, logs, rundir
 from watchdog.flags import Flag
 
 LOG_LEVELS = logs.LEVELS
+# A job whose processes on this host are all gone stops being exported this long
+# after the last one went (its WatchdogRankDead alert then resolves).
+JOB_EXPIRY_DEFAULT_S = 900.0
 
 
 def _url(text: str) -> str:
@@ -38,6 +41,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
          flags.positive_float, field="stale_after_s"),
+    Flag("stale.job-expiry-seconds", JOB_EXPIRY_DEFAULT_S,
+         "slots of a job none of whose processes on this host is alive stop being exported this long after the "
+         "last one ended (the rank-dead alert resolves); never while any rank of the job here lives",
+         flags.positive_float, field="job_expiry_s"),
     Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:9401 (empty = do not report)", _url,
          field="coordinator_url"),
     Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
@@ -68,6 +75,7 @@ class AgentConfig:
     host: str = ""
     poll_interval_s: float = 0.1
     stale_after_s: float = 30.0
+    job_expiry_s: float = JOB_EXPIRY_DEFAULT_S
     coordinator_url: str = ""
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0

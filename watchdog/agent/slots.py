@@ -24,16 +24,19 @@ from typing import Callable
 
 import psutil
 
-from watchdog import logs, wire
+from watchdog import flags, logs, rundir, wire
 from watchdog.agent import track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
 
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io")
+_SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
 _STEP_END = int(wire.RecordKind.STEP_END)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
+EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
+NO_SLOTS_AFTER_NS = 60_000_000_000  # this long without a rank to export: say where we look, once
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,15 @@ def parent_identity(pid: int) -> tuple[int, int]:
 
 
 class SlotTracker:
-    def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0,
+    def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0, job_expiry_s: float = 900.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
                  stat: Callable = os.stat, log=None,
                  parent: Callable[[int], tuple[int, int]] | None = None) -> None:
-        self.run_dir, self.job, self.stale_after_s = run_dir, job, stale_after_s
+        self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
+        self._next_expiry_ns = 0
+        self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
+        self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
         self.procs = procs or ProcessTable()
@@ -135,7 +141,7 @@ class SlotTracker:
                 try:
                     slot = self._slots.get(path)
                     if slot is None:
-                        if path not in self._skipped or self._skipped[path][1] not in (track.STALE, track.OTHER_JOB):
+                        if path not in self._skipped or self._skipped[path][1] not in _SETTLED:
                             self._first_sight(path, inode, now_mono_ns, now_wall_ns)
                     elif not (slot.final or slot.superseded):
                         self._update(slot, now_mono_ns)
@@ -143,9 +149,13 @@ class SlotTracker:
                     if path not in self._crashed:
                         self._crashed.add(path)
                         self._log.error("slot poll failed", path=path, error=repr(exc), exc_info=exc)
+            if now_mono_ns >= self._next_expiry_ns:
+                self._next_expiry_ns = now_mono_ns + EXPIRY_CHECK_NS
+                self._expire(now_mono_ns)
             if self._membership_changed:
                 self._membership_changed = False
                 self._resolve()
+            self._check_empty(now_mono_ns, len(entries))
 
     def _entries(self, now_ns: int) -> dict[str, int]:
         try:
@@ -276,6 +286,49 @@ class SlotTracker:
                 self._log.info("slot superseded", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
             slot.superseded = now_superseded
 
+    def _check_empty(self, now_mono_ns: int, files: int) -> None:
+        """No silent no-data: an agent that has had no rank to export for a while says
+        once where it looks and why ranks may be writing elsewhere."""
+        if self._slots:
+            if self._said_empty:
+                self._log.info("rank slots found", run_dir=self.run_dir, slots=len(self._slots))
+            self._empty_since_ns, self._said_empty = None, False
+            return
+        if self._empty_since_ns is None:
+            self._empty_since_ns = now_mono_ns
+        if self._said_empty or now_mono_ns - self._empty_since_ns < NO_SLOTS_AFTER_NS:
+            return
+        self._said_empty = True
+        skipped = {k: n for k, n in self._counts_locked().items() if n}
+        self._log.warning(
+            "no rank slots found", run_dir=self.run_dir, waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
+            files=files, skipped=skipped,
+            detail=f"ranks write their slot files to {rundir.RUN_DIR_ENV} or, when it is unset, to the default: "
+                   f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
+                   f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
+                   f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
+                   f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
+                   f"directory; watchdog_agent_slots shows what this agent finds")
+
+    def _expire(self, now_mono_ns: int) -> None:
+        """Stop exporting the slots of jobs whose processes here all ended long ago.
+        The files stay (a post-mortem may want them); they are not read again."""
+        expired = track.expired_jobs(((s.header.identity.job, s.proc) for s in self._slots.values()),
+                                     now_mono_ns, self.job_expiry_s)
+        for job, gone_for_s in expired.items():
+            paths = sorted(p for p, s in self._slots.items() if s.header.identity.job == job)
+            for path in paths:
+                slot = self._slots.pop(path)
+                self._skipped[path] = (slot.inode, track.EXPIRED)
+                ident = slot.header.identity
+                self.procs.forget(ident.pid, ident.proc_start_us)
+            self._membership_changed = True
+            self._log.warning(
+                "job expired", job=job, slots=len(paths), gone_for_s=round(gone_for_s), after_s=self.job_expiry_s,
+                detail="every process of this job on this host ended longer ago than --stale.job-expiry-seconds: "
+                       "its ranks are no longer exported (their rank-dead alerts resolve); the slot files stay "
+                       "for post-mortems, delete them to clean up", run_dir=self.run_dir)
+
     def _forget(self, path: str) -> None:
         slot = self._slots.pop(path)
         self._membership_changed = True
@@ -301,10 +354,13 @@ class SlotTracker:
 
     def state_counts(self) -> dict[str, int]:
         with self._lock:
-            counts = dict.fromkeys(track.SLOT_STATES, 0)
-            for s in self._slots.values():
-                counts[track.SUPERSEDED if s.superseded else s.state] += 1
-            for _, why in self._skipped.values():
-                if why != _PENDING:
-                    counts[why if why in (track.STALE, track.OTHER_JOB) else track.INVALID] += 1
-            return counts
+            return self._counts_locked()
+
+    def _counts_locked(self) -> dict[str, int]:
+        counts = dict.fromkeys(track.SLOT_STATES, 0)
+        for s in self._slots.values():
+            counts[track.SUPERSEDED if s.superseded else s.state] += 1
+        for _, why in self._skipped.values():
+            if why != _PENDING:
+                counts[why if why in _SETTLED else track.INVALID] += 1
+        return counts
