@@ -73,11 +73,11 @@ class Agent:
 
     def accelerator_dicts(self) -> list[dict]:
         """Devices for the report, each with the ranks whose process runs on it (by
-        pid: only meaningful when the agent shares the ranks' pid namespace)."""
+        the ranks' pids in this agent's namespace, which NVML's lists use on a host)."""
         devices = self.accelerators.sample(time.monotonic()).devices
         if not devices:
             return []
-        rank_of = {v.identity.pid: v.identity.rank for v in self.tracker.views()}
+        rank_of = {v.pid_here: v.identity.rank for v in self.tracker.views()}
         return [{**d.to_dict(), "ranks": sorted(rank_of[p] for p in d.pids if p in rank_of)} for d in devices]
 
     def healthy(self) -> tuple[bool, str]:

@@ -56,10 +56,18 @@ class LocalRank:
     # (pid, start us) of the rank's parent when first seen: under torchrun the
     # elastic agent, which abort must stop (or it restarts the workers). (0, 0) = unknown.
     launcher: tuple[int, int] = (0, 0)
+    # The rank's pid in this agent's pid namespace when it differs from the one it
+    # recorded (a hostPID agent, a training pod without hostPID); 0 = the same.
+    host_pid: int = 0
 
     @property
     def identity(self) -> wire.Identity:
         return self.header.identity
+
+    @property
+    def pid_here(self) -> int:
+        """The pid to signal, dump or match against NVML's process list on this host."""
+        return self.host_pid or self.header.identity.pid
 
 
 @dataclass(eq=False)
@@ -80,6 +88,7 @@ class _Slot:
     superseded: bool = False
     error: str = ""  # reason of the read-error episode in progress
     launcher: tuple[int, int] = (0, 0)
+    host_pid: int = 0
 
     @property
     def header(self) -> wire.SlotHeader:
@@ -209,15 +218,17 @@ class SlotTracker:
             self.procs.forget(ident.pid, ident.proc_start_us)
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
+        here = self.procs.host_pid(ident.pid, ident.proc_start_us)
         slot = _Slot(path=path, inode=inode, snap=snap, status=snap.header.status,
                      heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
-                     launcher=self._parent(ident.pid) if proc.alive else (0, 0))
+                     launcher=self._parent(here) if proc.alive else (0, 0),
+                     host_pid=here if here != ident.pid else 0)
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
         self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
-                       proc_status=proc.status, path=path)
+                       proc_status=proc.status, path=path, **({"host_pid": here} if slot.host_pid else {}))
 
     def _being_formatted(self, path: str, now_wall_ns: int) -> bool:
         """The hook creates its file in place (create, allocate, format, magic last):
@@ -341,7 +352,8 @@ class SlotTracker:
     def views(self) -> tuple[LocalRank, ...]:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
-            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
+                       s.host_pid)
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
@@ -349,7 +361,8 @@ class SlotTracker:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
-            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
+                       s.host_pid)
                          for s in self._slots.values() if s.header.identity.job == job)
 
     def state_counts(self) -> dict[str, int]:
