@@ -20,10 +20,11 @@ from watchdog import wire
 from watchdog.agent import actions as act
 from watchdog.agent import fakes, track
 from watchdog.agent.fakes import FakeProcess, FakeProcesses
-from watchdog.agent.nspid import PidMap, parse_nspid, parse_start_ticks
+from watchdog.agent.nspid import PidMap, parse_nspid
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.evidence import StackDump
+from watchdog.procstart import parse_start_ticks, start_us
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOT = 1_700_000_000  # btime, s
@@ -71,6 +72,11 @@ def test_parsers_read_what_the_kernel_writes():
     assert parse_nspid("Name:\tx\n") is None
     assert parse_start_ticks("7 (a) b) (c) S " + " ".join(["0"] * 18) + " 12345 0\n") == 12345  # ')' in the name
     assert parse_start_ticks("garbage") is None
+
+
+def test_start_time_from_proc_is_psutils_create_time():
+    assert abs(start_us(os.getpid()) - psutil.Process().create_time() * 1e6) < 1_000
+    assert start_us(2**22 + 12345) is None  # no such pid
 
 
 def test_same_namespace_is_a_direct_hit_without_scanning(proc):

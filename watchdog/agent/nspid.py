@@ -24,15 +24,10 @@ from __future__ import annotations
 
 import os
 
+from watchdog.procstart import boot_time_us, clock_ticks, read_text
+from watchdog.procstart import start_us as _start_us
+
 Key = tuple[int, int]  # (pid as recorded by the rank, start time in us since the epoch)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read()
-    except OSError:  # gone, or not ours to read
-        return None
 
 
 def parse_nspid(status: str) -> tuple[int, ...] | None:
@@ -46,23 +41,6 @@ def parse_nspid(status: str) -> tuple[int, ...] | None:
     return None
 
 
-def parse_start_ticks(stat: str) -> int | None:
-    """Field 22 (starttime, clock ticks after boot) of a /proc/<pid>/stat text. The
-    command name (field 2) may hold spaces and parentheses: split after the last ')'."""
-    rest = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(rest[19])  # rest[0] is field 3 (state)
-    except (IndexError, ValueError):
-        return None
-
-
-def parse_boot_time(proc_stat: str) -> int | None:
-    for line in proc_stat.splitlines():
-        if line.startswith("btime "):
-            return int(line.split()[1])
-    return None
-
-
 class PidMap:
     def __init__(
         self,
@@ -73,9 +51,8 @@ class PidMap:
         tolerance_us: int = 20_000,
     ) -> None:
         self.root = proc_root
-        self._clk_tck = clk_tck or os.sysconf("SC_CLK_TCK")
-        boot = boot_time_s if boot_time_s is not None else parse_boot_time(_read(os.path.join(proc_root, "stat")) or "")
-        self._boot_us = (boot or 0) * 1_000_000
+        self._clk_tck = clk_tck or clock_ticks()
+        self._boot_us = boot_time_s * 1_000_000 if boot_time_s is not None else (boot_time_us(proc_root) or 0)
         self._tol = tolerance_us
         self._cache: dict[Key, int] = {}
         self._index: dict[int, list[int]] | None = None
@@ -83,13 +60,10 @@ class PidMap:
 
     def start_us(self, pid: int) -> int | None:
         """Start time of our ``pid`` in us since the epoch, as psutil's create_time computes it."""
-        ticks = parse_start_ticks(_read(os.path.join(self.root, str(pid), "stat")) or "")
-        if ticks is None:
-            return None
-        return self._boot_us + ticks * 1_000_000 // self._clk_tck
+        return _start_us(pid, self.root, boot_us=self._boot_us, clk_tck=self._clk_tck)
 
     def _nspid(self, pid: int) -> tuple[int, ...] | None:
-        status = _read(os.path.join(self.root, str(pid), "status"))
+        status = read_text(os.path.join(self.root, str(pid), "status"))
         if status is None:
             return None
         return parse_nspid(status) or (pid,)  # no NSpid line: one namespace, the pid is the pid
