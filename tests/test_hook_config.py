@@ -248,3 +248,20 @@ def test_hook_imports_and_runs_without_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_system_run_dir_this_user_cannot_write_is_named_in_a_warning(monkeypatch, tmp_path, caplog):
+    shared = tmp_path / "run-rank-watchdog"
+    shared.mkdir()
+    monkeypatch.setattr(rundir, "SYSTEM_RUN_DIR", str(shared))
+    monkeypatch.setattr(rundir, "usable", lambda _path: False)  # as for a user outside group rank-watchdog
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        cfg = load_config({}, {})
+    assert cfg.run_dir == f"/tmp/rank-watchdog-{os.getuid()}"
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert str(shared) in msg and "WATCHDOG_RUN_DIR" in msg and "will not see this rank" in msg
+    monkeypatch.setattr(rundir, "usable", lambda _path: True)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        assert load_config({}, {}).run_dir == str(shared)
+    assert not caplog.records

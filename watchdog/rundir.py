@@ -51,14 +51,16 @@ def default_run_dir(
     env: Mapping[str, str],
     *,
     uid: int | None = None,
-    check: Callable[[str], bool] = usable,
-    system: str = SYSTEM_RUN_DIR,
+    check: Callable[[str], bool] | None = None,
+    system: str | None = None,
 ) -> str:
-    return system if check(system) else user_run_dir(env, uid)
+    system = SYSTEM_RUN_DIR if system is None else system
+    return system if (check or usable)(system) else user_run_dir(env, uid)
 
 
-def fallback_note(chosen: str, system: str = SYSTEM_RUN_DIR, exists: Callable[[str], bool] = os.path.isdir) -> str:
+def fallback_note(chosen: str, system: str | None = None, exists: Callable[[str], bool] = os.path.isdir) -> str:
     """Why a rank writing to ``chosen`` may be invisible to the host's agent, or ""."""
+    system = SYSTEM_RUN_DIR if system is None else system
     if chosen == system or not exists(system):
         return ""
     return (
