@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as exc:
         print(f"watchdog slots: {exc}", file=sys.stderr)
         return 2
+    for warning in flags.deprecations(FLAGS):
+        print(f"watchdog slots: {warning}", file=sys.stderr)
     run_dir = v["run_dir"]
     if not run_dir:
         run_dir = rundir.default_run_dir(os.environ)
