@@ -6,6 +6,10 @@ so they happen here, right before acting).
 Targets are checked against the slots this agent tracks: a command can only touch
 a process that wrote a slot for the job (or, for ``signal``, its parent: the
 launcher), never an arbitrary pid on the host, whoever holds the token.
+
+A rank target carries the pid the rank recorded, in its own pid namespace; what
+is read, dumped or signalled here is that process's pid in the agent's namespace
+(``LocalRank.pid_here``). A launcher target is already the agent's own pid.
 """
 
 from __future__ import annotations
@@ -146,14 +150,16 @@ class Actions:
             refusals.append(c.UNKNOWN_TARGET)
             return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
                                      f"has no slot of job {job} on this host")
-        start = self._start_us(t["pid"])
+        start = self._start_us(view.pid_here)
         if start is None:  # not a refusal: a rank can die between the finding and the dump
             return self._no_stack(t, "process gone: no stack to take")
         ok, why = c.identity_ok(t, start, self._tol)
         if not ok:
             refusals.append(c.WRONG_IDENTITY)
             return self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}")
-        return self._dumper.dump(self.host, t["rank"], t["pid"], timeout_s=left_s)
+        dump = self._dumper.dump(self.host, t["rank"], view.pid_here, timeout_s=left_s)
+        # The evidence names the rank's process as the rank recorded it (its namespace).
+        return replace(dump, pid=t["pid"]) if dump.pid != t["pid"] else dump
 
     def _no_stack(self, t: dict[str, int], error: str) -> StackDump:
         return StackDump(host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error,
@@ -189,7 +195,7 @@ class Actions:
                 errors.append(f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} "
                               f"for pid {t['pid']} on this host")
                 continue
-            ok, why = c.identity_ok(t, self._start_us(t["pid"]), self._tol)
+            ok, why = c.identity_ok(t, self._start_us(view.pid_here), self._tol)
             if not ok:
                 errors.append(f"rank {t['rank']}: {why}")
                 continue
@@ -209,18 +215,21 @@ class Actions:
         t, name = cmd["target"], cmd["args"]["signal"]
         every = self._incarnations(cmd["job"])
         ranks = [v for v in every if v.proc.alive]
-        allowed = {v.identity.pid for v in ranks} | {p for p in map(self._ppid, (v.identity.pid for v in ranks)) if p}
+        allowed = {v.pid_here for v in ranks} | {p for p in map(self._ppid, (v.pid_here for v in ranks)) if p}
         # The launcher as recorded while its ranks lived: abort's SIGKILL must still
         # reach a launcher whose workers are already gone (identity re-checked below).
         allowed |= {v.launcher[0] for v in every if v.launcher[0]}
-        if t["pid"] not in allowed:
+        # A rank target names the pid the rank recorded; act on that process's pid here.
+        pid = next((v.pid_here for v in every if v.identity.pid == t["pid"]
+                    and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), t["pid"])
+        if pid not in allowed:
             return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
                                    f"{cmd['job']} on this host nor a rank's parent", refused=c.UNKNOWN_TARGET), \
                 [c.UNKNOWN_TARGET]
         checked: list[str] = []
 
         def check() -> tuple[bool, str]:
-            start = self._start_us(t["pid"])
+            start = self._start_us(pid)
             if start is None:
                 return False, f"pid {t['pid']} is gone"
             ok, why = c.identity_ok(t, start, self._tol)
@@ -228,7 +237,7 @@ class Actions:
                 checked.append(c.WRONG_IDENTITY)
             return ok, why
 
-        ok, why = self._send_signal(t["pid"], int(getattr(_signal, name)), check)
+        ok, why = self._send_signal(pid, int(getattr(_signal, name)), check)
         if checked:
             return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): {why}", refused=c.WRONG_IDENTITY), checked
         return ack(cmd, ok, why), []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from watchdog import flags, jobtoken
+from watchdog import flags, jobtoken, logs
 from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
     Flag,
@@ -86,6 +86,7 @@ class Config:
     resolve_grace_s: float = 2.0
     max_body_bytes: int = 4 << 20
     log_level: str = "info"
+    log_format: str = "json"
     detectors: DetectorConfig = DetectorConfig()
     # When a finding opens, ask the agents for slot snapshots and Python stacks.
     evidence: bool = True
@@ -129,7 +130,8 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
          field="address_file"),
     Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int,
          field="max_body_bytes"),
-    Flag("job.name", "", "job name reports must carry (empty: the first report's)", field="job"),
+    Flag(flags.JOB_NAME, "", "job name reports must carry (empty: the first report's)", field="job",
+         old_env=flags.OLD_ENV[flags.JOB_NAME]),
     Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int,
          field="world_size"),
     jobtoken.inline_flag("shared secret agents send as 'Authorization: Bearer'"),
@@ -138,7 +140,8 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float, field="tick_s"),
     Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long",
          non_negative_float, field="resolve_grace_s"),
-    Flag("log.level", "info", "debug, info, warning or error", field="log_level"),
+    logs.level_flag(),
+    logs.format_flag(),
     Flag("evidence.collect", True, "when a finding opens, ask the agents for slot snapshots and Python stacks "
          "(py-spy) of the ranks it concerns", boolean, field="evidence"),
     Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
