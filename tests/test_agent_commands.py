@@ -213,7 +213,7 @@ class Dumper:
     def __init__(self):
         self.pids = []
 
-    def dump(self, host, rank, pid):
+    def dump(self, host, rank, pid, timeout_s=None):
         self.pids.append(pid)
         return StackDump(host=host, rank=rank, pid=pid, ok=True, text="Thread 1\n    main (train.py:10)\n")
 
@@ -239,6 +239,7 @@ def test_dump_refuses_a_reused_pid_and_skips_a_gone_one(tmp_path):
     assert "unknown_target" in by_rank[5]["error"]
     assert sorted(refusals) == [c.UNKNOWN_TARGET, c.WRONG_IDENTITY]
     assert out["ok"] is True and "rank 1:" in out["error"]
+    assert out["bound"]["late"] == [] and out["bound"]["parallel"] == 8  # the host's bound travels with the ack
     [StackDump.from_dict(s) for s in out["stacks"]]  # the evidence format reads them back
 
 

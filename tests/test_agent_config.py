@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog import flags
+from watchdog import flags, rundir
 from watchdog.agent import config
 from watchdog.agent.main import main
 from watchdog.flags import FlagError
@@ -43,9 +43,29 @@ def test_bad_values_are_clear_flag_errors(argv, env, message):
         load(argv, env)
 
 
-def test_run_dir_is_required():
-    with pytest.raises(FlagError, match="--run-dir"):
-        config.load([], {})
+def test_run_dir_defaults_to_the_hooks_default(tmp_path):
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    c = config.load([], env)
+    assert c.run_dir == rundir.default_run_dir(env) and c.effective["run-dir"] == c.run_dir
+
+
+def test_job_and_host_names_read_the_deprecated_hook_variables_with_a_warning():
+    c = config.load([], {"WATCHDOG_JOB": "j-old", "WATCHDOG_HOST": "h-old"})
+    assert (c.job, c.host) == ("j-old", "h-old")
+    assert len(c.deprecations) == 2 and "set WATCHDOG_JOB_NAME instead" in c.deprecations[0]
+    c = config.load([], {"WATCHDOG_JOB": "j-old", "WATCHDOG_JOB_NAME": "j"})
+    assert c.job == "j" and "ignored" in c.deprecations[0]
+    assert config.load(["--job.name", "cli"], {"WATCHDOG_JOB": "j-old"}).job == "cli"
+    assert config.load([], {"WATCHDOG_JOB_NAME": "j", "WATCHDOG_HOST_NAME": "h"}).deprecations == ()
+
+
+def test_log_format_and_level_are_validated():
+    assert (load(["--log.format", "logfmt"]).log_format, load([]).log_format) == ("logfmt", "json")
+    with pytest.raises(FlagError, match=r"--log.format=.xml.: must be one of json, logfmt"):
+        load(["--log.format", "xml"])
+    with pytest.raises(FlagError, match="WATCHDOG_LOG_LEVEL='loud'"):
+        load([], {"WATCHDOG_LOG_LEVEL": "loud"})
+
 
 
 def test_token_file_is_preferred_and_secret_never_logged(tmp_path):
@@ -96,3 +116,10 @@ def test_agent_main_does_not_import_torch():
 
     code = "import sys, watchdog.agent.main, watchdog.agent.slots_cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+
+
+def test_job_expiry_flag_has_units_and_a_15_minute_default():
+    assert load([]).job_expiry_s == 900.0
+    assert load(["--stale.job-expiry-seconds", "60"]).job_expiry_s == 60.0
+    with pytest.raises(FlagError, match="--stale.job-expiry-seconds='0'"):
+        load(["--stale.job-expiry-seconds", "0"])

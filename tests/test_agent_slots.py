@@ -364,3 +364,84 @@ def test_an_unexpected_exception_on_one_slot_does_not_starve_the_others():
     t.poll(T0 + S // 5, W0)
     assert {v.identity.rank: v.header[wire.H_STEP] for v in t.views()} == {0: 0, 1: 5}
     assert len(log.named("slot poll failed")) == 1
+
+
+# -- abandoned jobs expire; no slots is said out loud ------------------------------
+
+
+def _dead_job(w, t, job="gone", ranks=(0, 1)):
+    for r in ranks:
+        w.put(f"/run/{job}{r}.slot", slot(f"/run/{job}{r}.slot", rank=r, pid=600 + r, job=job, hb=T0 - 2 * S))
+    t.poll(T0, W0)
+
+
+def test_abandoned_job_expires_after_the_stated_time_and_is_logged_once():
+    w = World()
+    t, log = tracker(w, job_expiry_s=900.0)
+    _dead_job(w, t)  # processes 600, 601 do not exist: dead, post-mortem kept
+    assert {v.state for v in t.views()} == {track.DEAD}
+    t.poll(T0 + 899 * S, W0 + 899 * S)
+    assert len(t.views()) == 2 and not log.named("job expired")  # the alert keeps firing until then
+    reads = len(w.reads)
+    for i in range(3):
+        t.poll(T0 + (901 + i) * S, W0 + (901 + i) * S)
+    assert t.views() == ()  # their series leave /metrics: RankWatchdogRankDead resolves
+    (ev,) = log.named("job expired")
+    assert (ev["job"], ev["slots"], ev["after_s"]) == ("gone", 2, 900.0) and ev["gone_for_s"] >= 900
+    assert t.state_counts()[track.EXPIRED] == 2
+    assert len(w.reads) == reads  # expired files are not read again
+
+
+def test_a_dead_rank_of_a_job_with_a_live_rank_never_expires():
+    w = World()
+    w.put("/run/live.slot", slot("/run/live.slot", rank=0, pid=100, job="j"))
+    w.put("/run/dead.slot", slot("/run/dead.slot", rank=1, pid=601, job="j", hb=T0 - 2 * S))
+    t, log = tracker(w, proc(100), job_expiry_s=60.0)
+    t.poll(T0, W0)
+    t.poll(T0 + 3600 * S, W0 + 3600 * S)
+    assert sorted(v.state for v in t.views()) == [track.ALIVE, track.DEAD]
+    assert not log.named("job expired")
+
+
+def test_expiry_counts_from_the_last_death_and_spares_other_jobs():
+    w = World()
+    t, log = tracker(w, proc(100), job_expiry_s=60.0)
+    w.put("/run/other.slot", slot("/run/other.slot", pid=100, job="other"))
+    _dead_job(w, t)
+    t.poll(T0 + 61 * S, W0 + 61 * S)
+    assert [v.identity.job for v in t.views()] == ["other"]
+    assert [e["job"] for e in log.named("job expired")] == ["gone"]
+
+
+def test_a_restarted_job_after_expiry_is_tracked_again():
+    w = World()
+    t, _ = tracker(w, proc(100), job_expiry_s=60.0)
+    _dead_job(w, t, job="j")
+    t.poll(T0 + 61 * S, W0 + 61 * S)
+    assert t.views() == ()
+    w.put("/run/j0-new.slot", slot("/run/j0-new.slot", rank=0, pid=100, job="j", hb=T0 + 62 * S))
+    t.poll(T0 + 62 * S, W0 + 62 * S)
+    (v,) = t.views()
+    assert v.state == track.ALIVE and v.path == "/run/j0-new.slot"
+
+
+def test_no_slots_for_a_minute_says_where_it_looks_once_and_when_they_come():
+    w = World()
+    t, log = tracker(w, proc())
+    for i in range(0, 200, 10):
+        t.poll(T0 + i * S, W0 + i * S)
+    (ev,) = log.named("no rank slots found")
+    assert ev["run_dir"] == "/run" and ev["waited_s"] == 60 and ev["files"] == 0
+    assert "WATCHDOG_RUN_DIR" in ev["detail"] and "/run/rank-watchdog" in ev["detail"]
+    w.put("/run/a.slot", slot("/run/a.slot", hb=T0 + 200 * S))
+    t.poll(T0 + 200 * S, W0 + 200 * S)
+    assert log.named("rank slots found")[0]["slots"] == 1
+
+
+def test_a_run_dir_with_ranks_never_says_it_has_none():
+    w = World()
+    w.put("/run/a.slot", slot("/run/a.slot"))
+    t, log = tracker(w, proc())
+    for i in range(0, 200, 10):
+        t.poll(T0 + i * S, W0 + i * S)
+    assert not log.named("no rank slots found")

@@ -1,12 +1,14 @@
 """``watchdog slots``: a table (or JSON) straight from the slot files."""
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import psutil
 
+from watchdog import rundir
 from watchdog.agent import fakes
 from watchdog.agent.slots_cli import main
 
@@ -65,6 +67,8 @@ def test_superseded_and_empty(tmp_path, capsys):
     b.close()
 
 
-def test_missing_run_dir_flag_is_an_error(capsys):
-    assert main([]) == 2
-    assert "--run-dir" in capsys.readouterr().err
+def test_without_run_dir_it_reads_the_hooks_default_and_says_which(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("WATCHDOG_RUN_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert main([]) == 0
+    assert f"reading the hook's default: {rundir.default_run_dir(os.environ)}" in capsys.readouterr().err

@@ -3,6 +3,11 @@
 Build our wheel, install it into fresh virtualenvs together with PyPI's
 `watchdog` in both orders, and import both public APIs. The venvs have no
 torch, which also proves the agent and coordinator import without it.
+
+The same wheel (one build per module: CI time) also proves the packaging
+promises: every console script answers ``--version`` with the distribution's
+version, and the hook installs light: with ``pip install --no-deps`` (what
+training images do) it imports and records with the standard library alone.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ def test_both_packages_import_in_one_env(tmp_path, wheel, order):
                                   cwd=tmp_path)
         assert helptext.returncode == 0, f"{script}: {helptext.stderr}"
         assert "agent" in helptext.stdout and "coordinator" in helptext.stdout, script
+    if order == "ours-first":
+        _every_console_script_tells_the_version(env_dir, tmp_path)
 
 
 def test_wheel_metadata_names_the_license_it_ships(wheel):
@@ -72,6 +79,69 @@ def test_wheel_metadata_names_the_license_it_ships(wheel):
     assert "Classifier: Operating System :: POSIX :: Linux" in metadata
     assert "Project-URL: Documentation," in metadata
     assert "watchdog = watchdog.cli:main" in scripts and "rank-watchdog = watchdog.cli:main" in scripts
+
+
+SCRIPTS = r"""
+from importlib import metadata
+dist = metadata.distribution("rank-watchdog")
+print(dist.version)
+for ep in dist.entry_points:
+    if ep.group == "console_scripts":
+        print(ep.name)
+"""
+
+
+def _every_console_script_tells_the_version(env_dir: Path, cwd: Path) -> list[str]:
+    """``--version`` of each console script of the installed distribution (``watchdog``,
+    and any other the distribution declares) is ``rank-watchdog <its metadata version>``."""
+    out = subprocess.run([str(env_dir / "bin" / "python"), "-c", SCRIPTS], capture_output=True, text=True,
+                         check=True, cwd=cwd)
+    version, *scripts = out.stdout.split()
+    assert "watchdog" in scripts
+    for name in scripts:
+        got = subprocess.run([str(env_dir / "bin" / name), "--version"], capture_output=True, text=True, cwd=cwd,
+                             timeout=60)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.strip() == f"rank-watchdog {version}", name
+    return scripts
+
+
+LIGHT_HOOK = r"""
+import importlib.util, os, sys
+for heavy in ("torch", "psutil", "structlog", "prometheus_client", "pynvml"):
+    assert importlib.util.find_spec(heavy) is None, f"{heavy} is installed: not a light environment"
+from watchdog import wire
+from watchdog.hook import install
+mon = install(run_dir=sys.argv[1], job="light", host="h", rank=0, world_size=1)
+for _ in range(3):
+    mon.step()
+path = mon.slot_path
+mon.close()
+snap = wire.read_slot(path)
+ident = snap.header.identity
+assert (ident.job, ident.pid) == ("light", os.getpid()), ident
+assert ident.proc_start_us > 0, "no start time: the agent could not guard against pid reuse"
+assert snap.header[wire.H_STEP] == 3, snap.header[wire.H_STEP]
+assert not [m for m in ("psutil", "structlog", "prometheus_client") if m in sys.modules]
+print("light-ok", ident.proc_start_us)
+"""
+
+
+def test_the_hook_installs_and_records_without_any_dependency(tmp_path, wheel):
+    """``pip install --no-deps rank-watchdog``: the hook needs nothing but the standard
+    library (torch only for its torch features, psutil not at all)."""
+    env_dir = tmp_path / "light"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = str(env_dir / "bin" / "python")
+    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", str(wheel)],
+                   check=True, timeout=300)
+    out = subprocess.run([py, "-c", LIGHT_HOOK, str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "light-ok" in out.stdout
+    # (that the stdlib start time equals psutil's: tests/test_agent_nspid.py)
+    # the console script is there too, and tells the version without the agent's dependencies
+    assert _every_console_script_tells_the_version(env_dir, tmp_path)
 
 
 def _agent_runs_without_torch(env_dir: Path, tmp_path: Path) -> None:

@@ -62,3 +62,16 @@ def test_main_and_status_exit_2_on_an_empty_token_file(tmp_path, capsys):
     assert not (tmp_path / "j").exists()
     assert status_main(["--job.token-file", str(tok)]) == 2
     assert "file holds no token" in capsys.readouterr().err
+
+
+def test_job_name_reads_the_deprecated_hook_variable_with_a_warning():
+    assert load([], {"WATCHDOG_JOB": "old"}).job == "old"
+    assert load([], {"WATCHDOG_JOB": "old", "WATCHDOG_JOB_NAME": "new"}).job == "new"
+    (warning,) = flags.deprecations(config.FLAGS, {"WATCHDOG_JOB": "old"})
+    assert "WATCHDOG_JOB is deprecated: set WATCHDOG_JOB_NAME" in warning
+
+
+def test_log_level_and_format_are_validated():
+    assert (load(["--log.format", "logfmt", "--log.level", "DEBUG"]).log_format, load([]).log_level) == ("logfmt", "info")
+    with pytest.raises(FlagError, match=r"--log.level='chatty'"):
+        load(["--log.level", "chatty"])

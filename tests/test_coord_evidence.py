@@ -37,21 +37,21 @@ def summary(reqs):
 # -- plan ------------------------------------------------------------------------------
 
 
-def test_hang_snapshots_every_rank_and_dumps_the_culprit_plus_one_waiter():
+def test_hang_snapshots_and_dumps_every_rank():
     view = t.view(t.healthy(8), ranks_per_host=4)
     f = finding("collective_hang", [5], wants=[5], waiters=[0, 1, 2, 3, 4, 6, 7])
     assert summary(plan(f, view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7]),
-        ("host0", "dump_stacks", [0]), ("host1", "dump_stacks", [5])]
+        ("host0", "dump_stacks", [0, 1, 2, 3]), ("host1", "dump_stacks", [4, 5, 6, 7])]
     req = plan(f, view)[-1]
-    assert req.targets == (commands.target(5, 1005, 1_700_000_000_000_000),)
+    assert req.targets[1] == commands.target(5, 1005, 1_700_000_000_000_000)
     assert req.trigger == {"kind": "collective_hang", "ranks": [5]}
 
 
-def test_hang_with_a_dead_culprit_dumps_only_a_live_waiter():
+def test_hang_with_a_dead_culprit_dumps_only_the_live_ranks():
     view = t.view(t.with_rank(t.healthy(4), 2, alive=False), ranks_per_host=4)
     f = finding("collective_hang", [2], wants=[2], waiters=[0, 1, 3])
-    assert summary(plan(f, view)) == [("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0])]
+    assert summary(plan(f, view)) == [("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0, 1, 3])]
 
 
 def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
@@ -61,17 +61,19 @@ def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
         ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7])]
 
 
-def test_frozen_rank_gets_snapshot_and_stack():
+def test_frozen_rank_gets_snapshots_and_every_ranks_stack():
     view = t.view(t.healthy(4), ranks_per_host=4)
     assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
-        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [3])]
+        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0, 1, 2, 3])]
 
 
 def test_dumps_are_capped_and_unknown_ranks_skipped():
     view = t.view(t.healthy(16), ranks_per_host=16)
-    f = finding("collective_hang", [], wants=range(16), waiters=list(range(16)))
+    f = finding("straggler", [], wants=range(16), waiters=list(range(16)))
     dumps = [r for r in plan(f, view) if r.type == "dump_stacks"]
     assert [len(r.targets) for r in dumps] == [8]
+    hang = [r for r in plan(replace(f, kind="collective_hang"), view, max_stacks_per_host=12) if r.type == "dump_stacks"]
+    assert [len(r.targets) for r in hang] == [12]  # per host, at a hang
     # An unregistered rank has neither stack nor slot; the registered ones are snapshotted.
     assert summary(plan(finding("never_joined", [20]), view)) == [("host0", "snapshot_slots", list(range(16)))]
 
@@ -167,8 +169,9 @@ class FakeAgents:
     """Stands between SimJob and the coordinator: verifies every command in a reply
     the way the agent does, and answers in that host's next report."""
 
-    def __init__(self, coord, token=TOKEN, lose_first=0, silent=False, refuse=""):
+    def __init__(self, coord, token=TOKEN, lose_first=0, silent=False, refuse="", lines=None):
         self.c, self.token, self.lose, self.silent, self.refuse = coord, token, lose_first, silent, refuse
+        self.lines = lines or {}  # rank -> the line it is stuck at (default 212: waiting with the others)
         self.acks: dict[str, list[dict]] = {}
         self.seen: set[str] = set()
         self.commands: list[dict] = []
@@ -202,7 +205,7 @@ class FakeAgents:
             return {"id": cmd["id"], "type": cmd["type"], "ok": False, "error": "refused", "refused": self.refuse}
         targets = cmd["args"]["ranks"]
         stacks = [StackDump(host=host, rank=x["rank"], pid=x["pid"], ok=True,
-                            text=f"Thread {x['pid']} (idle)\n    main (train.py:{x['rank']})\n").to_dict()
+                            text=f"Thread {x['pid']} (idle)\n    main (train.py:{self.lines.get(x['rank'], 212)})\n").to_dict()
                   for x in targets] if cmd["type"] == "dump_stacks" else []
         slots = [SlotEvidence(host=host, rank=x["rank"], pid=x["pid"], proc_start_us=x["proc_start_us"],
                               taken_wall=1.0, taken_mono_ns=1, created_wall_ns=0, created_mono_ns=0,
@@ -240,16 +243,40 @@ def test_hang_evidence_follows_the_finding_once_from_every_host(make):
     recs = events(c, je.FINDING, je.COMMAND, je.EVIDENCE)
     kinds = [r["event"] for r in recs]
     assert kinds[0] == je.FINDING and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
-    assert kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 3 and kinds.count(je.EVIDENCE) == 3  # never re-asked
+    assert kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 4 and kinds.count(je.EVIDENCE) == 4  # never re-asked
     ev = {(r["host"], r["type"]): r for r in recs if r["event"] == je.EVIDENCE}
-    assert sorted(ev) == [("host0", "dump_stacks"), ("host0", "snapshot_slots"), ("host1", "snapshot_slots")]
-    assert [s["rank"] for s in ev[("host0", "dump_stacks")]["stacks"]] == [0, 3]  # culprit + one waiter
+    assert sorted(ev) == [("host0", "dump_stacks"), ("host0", "snapshot_slots"), ("host1", "dump_stacks"),
+                          ("host1", "snapshot_slots")]
+    assert [s["rank"] for s in ev[("host0", "dump_stacks")]["stacks"]] == [0, 1, 2, 3]  # every rank at a hang
+    assert [s["rank"] for s in ev[("host1", "dump_stacks")]["stacks"]] == [4, 5, 6, 7]
     assert sorted(s["rank"] for k, r in ev.items() if k[1] == "snapshot_slots" for s in r["slots"]) == list(range(8))
     assert all(r["trigger"] == {"kind": "collective_hang", "ranks": [3]} for r in ev.values())
     first_finding_t = recs[0]["t_mono"]
     assert all(r["t_mono"] >= first_finding_t for r in recs)
     assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
-                                       {"type": "dump_stacks", "outcome": "done"}) == 1
+                                       {"type": "dump_stacks", "outcome": "done"}) == 2
+
+
+def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_out(make):
+    c = make(stacks_max_per_host=3)
+    sim = SimJob(seed=3)
+    sim.hang(3, 40)
+    sim.run_until(40.0, coordinator=FakeAgents(c, lines={3: 220, 6: 190}), tick_s=0.5)
+    [capped] = events(c, "stacks_capped")
+    assert capped["max_per_host"] == 3 and capped["ranks_left_out"] == 2 and capped["hosts_capped"] == 2
+    [rec] = events(c, je.STACK_GROUPS)
+    assert rec["trigger"] == {"kind": "collective_hang", "ranks": [3]}
+    assert rec["asked"] == 6 and rec["hosts_answered"] == 2 and rec["ranks"] == 6
+    # The culprit always makes the cut; the cap drops the highest other ranks of each host.
+    assert [(g["ranks"], g["brief"]) for g in rec["groups"]] == [
+        ([[3, 3]], "main (train.py:220)"), ([[6, 6]], "main (train.py:190)"), ([[0, 1], [4, 5]], "main (train.py:212)")]
+    assert rec["summary"].startswith("odd ones out: rank 3 in main (train.py:220); rank 6 in main (train.py:190)")
+    assert rec["t_mono"] >= events(c, je.FINDING)[0]["t_mono"]
+    [st] = c.status(40.0, 1.7e9 + 40)["findings"]  # watchdog status says it too, under the finding
+    assert st["stacks"] == rec["summary"]
+    from watchdog.coordinator.status_cli import render
+
+    assert f"    stacks: {rec['summary']}" in render(c.status(40.0, 1.7e9 + 40)).splitlines()
 
 
 def test_a_lost_reply_is_resent_and_a_silent_agent_given_up_on(make):

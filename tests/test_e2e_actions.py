@@ -165,8 +165,8 @@ def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_b
 def start_node(name, run_dir, job, work, port, ckpt, token_env, fault=()):
     import subprocess
     import sys
-    env = {**os.environ, **token_env, "WATCHDOG_RUN_DIR": str(run_dir), "WATCHDOG_JOB": job,
-           "WATCHDOG_HOST": name, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **token_env, "WATCHDOG_RUN_DIR": str(run_dir), "WATCHDOG_JOB_NAME": job,
+           "WATCHDOG_HOST_NAME": name, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=2",
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", "--max-restarts=3",
             "--rdzv-conf=is_host=false,last_call_timeout=3,join_timeout=120",
@@ -211,7 +211,7 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
                                   "time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL)
         procs.append(localjob.Process(name="store", popen=store, log_path=tmp_path / "store.log"))
         # The hang is injected on global rank 1 wherever it lands; node-a's hook only
-        # matters through WATCHDOG_HOST, so both nodes get the same fault spec.
+        # matters through WATCHDOG_HOST_NAME, so both nodes get the same fault spec.
         nodes = [start_node(n, tmp_path / n, job, tmp_path, port, tmp_path / "ckpt", env, ["hang:1@30"])
                  for n in ("node-a", "node-b")]
         procs += nodes

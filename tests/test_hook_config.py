@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog import wire
+from watchdog import rundir, wire
 from watchdog.hook import HookConfig, NullMonitor, current, install
 from watchdog.hook.config import load_config
 from watchdog.hook.testing import ENV_VARS, installed, read_monitor
@@ -31,7 +31,7 @@ def test_defaults_are_a_single_process():
     assert (cfg.rank, cfg.local_rank, cfg.world_size) == (0, 0, 1)
     assert cfg.enabled and cfg.patch_collectives and not cfg.auto_step
     assert cfg.job == "default"
-    assert cfg.run_dir == f"/tmp/rank-watchdog-{os.getuid()}"
+    assert cfg.run_dir == rundir.default_run_dir({})  # /run/rank-watchdog where usable (test_rundir.py)
     assert cfg.host == socket.gethostname()
     assert cfg.ring_capacity == wire.DEFAULT_RING_CAPACITY
     assert cfg.heartbeat_interval_s == 0.5
@@ -46,7 +46,8 @@ def test_torchrun_environment_is_read():
         "TORCHELASTIC_RUN_ID": "abc123",
         "TORCHELASTIC_RESTART_COUNT": "2",
         "XDG_RUNTIME_DIR": "/run/user/7",
-        "WATCHDOG_HOST": "node-a",
+        "WATCHDOG_RUN_DIR": "/run/user/7/rank-watchdog",
+        "WATCHDOG_HOST_NAME": "node-a",
         "WATCHDOG_RING_CAPACITY": "32",
         "WATCHDOG_HEARTBEAT_INTERVAL_S": "0.25",
         "WATCHDOG_AUTO_STEP": "true",
@@ -54,17 +55,42 @@ def test_torchrun_environment_is_read():
     }
     cfg = load_config(env, {})
     assert (cfg.rank, cfg.local_rank, cfg.world_size, cfg.restart_count) == (3, 1, 8, 2)
-    assert cfg.job == "abc123"  # the run id names the job unless WATCHDOG_JOB does
+    assert cfg.job == "abc123"  # the run id names the job unless WATCHDOG_JOB_NAME does
     assert cfg.slot_run_id == "abc123:2"
     assert cfg.run_dir == "/run/user/7/rank-watchdog"
     assert cfg.host == "node-a"
     assert (cfg.ring_capacity, cfg.heartbeat_interval_s) == (32, 0.25)
     assert cfg.auto_step is True and cfg.patch_collectives is False
-    assert load_config({**env, "WATCHDOG_JOB": "named"}, {}).job == "named"
+    assert load_config({**env, "WATCHDOG_JOB_NAME": "named"}, {}).job == "named"
+
+
+def test_deprecated_job_and_host_variables_still_work_with_one_warning_each(caplog):
+    env = {"WATCHDOG_JOB": "old-job", "WATCHDOG_HOST": "old-host"}
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        cfg = load_config(env, {})
+    assert (cfg.job, cfg.host) == ("old-job", "old-host")
+    warnings = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(warnings) == 2
+    assert any("WATCHDOG_JOB is deprecated: set WATCHDOG_JOB_NAME" in w for w in warnings)
+    assert any("WATCHDOG_HOST is deprecated: set WATCHDOG_HOST_NAME" in w for w in warnings)
+
+
+def test_new_job_name_wins_over_the_deprecated_one_and_the_warning_says_so(caplog):
+    env = {"WATCHDOG_JOB": "old", "WATCHDOG_JOB_NAME": "new"}
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        assert load_config(env, {}).job == "new"
+    assert any("WATCHDOG_JOB is deprecated and ignored: WATCHDOG_JOB_NAME is set" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_current_names_give_no_warning(caplog):
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        load_config({"WATCHDOG_JOB_NAME": "j", "WATCHDOG_HOST_NAME": "h", "WATCHDOG_RUN_DIR": "/x"}, {})
+    assert not caplog.records
 
 
 def test_overrides_beat_environment_and_empty_env_is_unset():
-    env = {"RANK": "1", "WORLD_SIZE": "2", "WATCHDOG_JOB": "", "WATCHDOG_RUN_DIR": "/from/env"}
+    env = {"RANK": "1", "WORLD_SIZE": "2", "WATCHDOG_JOB_NAME": "", "WATCHDOG_RUN_DIR": "/from/env"}
     cfg = load_config(env, {"rank": 0, "run_dir": "/from/kw", "ring_capacity": "16"})
     assert cfg.rank == 0 and cfg.world_size == 2
     assert cfg.run_dir == "/from/kw" and cfg.job == "default" and cfg.ring_capacity == 16
@@ -222,3 +248,20 @@ def test_hook_imports_and_runs_without_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_system_run_dir_this_user_cannot_write_is_named_in_a_warning(monkeypatch, tmp_path, caplog):
+    shared = tmp_path / "run-rank-watchdog"
+    shared.mkdir()
+    monkeypatch.setattr(rundir, "SYSTEM_RUN_DIR", str(shared))
+    monkeypatch.setattr(rundir, "usable", lambda _path: False)  # as for a user outside group rank-watchdog
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        cfg = load_config({}, {})
+    assert cfg.run_dir == f"/tmp/rank-watchdog-{os.getuid()}"
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert str(shared) in msg and "WATCHDOG_RUN_DIR" in msg and "will not see this rank" in msg
+    monkeypatch.setattr(rundir, "usable", lambda _path: True)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="watchdog.hook"):
+        assert load_config({}, {}).run_dir == str(shared)
+    assert not caplog.records

@@ -68,7 +68,7 @@ def slots(tmp_path_factory):
     env.update(
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
         WATCHDOG_RUN_DIR=str(run_dir),
-        WATCHDOG_JOB="ddp-test",
+        WATCHDOG_JOB_NAME="ddp-test",
         WATCHDOG_HEARTBEAT_INTERVAL_S="0.1",
         OMP_NUM_THREADS="1",
         TORCH_CPP_LOG_LEVEL="ERROR",

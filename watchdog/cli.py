@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib import metadata
 from typing import Sequence
+
+DISTRIBUTION = "rank-watchdog"
 
 # name -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -21,9 +24,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def package_version() -> str:
+    """The installed distribution's version (``watchdog --version``, the build-info metric)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
 def _usage() -> str:
     width = max(len(n) for n in SUBCOMMANDS)
-    lines = ["usage: watchdog <command> [flags]   (watchdog <command> --help for its flags)", "", "commands:"]
+    lines = ["usage: watchdog <command> [flags]   (watchdog <command> --help for its flags)",
+             "       watchdog --version", "", "commands:"]
     lines += [f"  {name:<{width}}  {helptext}" for name, (_, helptext) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
@@ -32,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if args[0] in ("--version", "-V", "version"):
+        print(f"{DISTRIBUTION} {package_version()}")
         return 0
     name, rest = args[0], args[1:]
     if name not in SUBCOMMANDS:

@@ -20,6 +20,19 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
+# Settings that every piece reads (hook, agent, coordinator), spelled once. Their
+# environment variables follow the one rule of env_of: WATCHDOG_JOB_NAME,
+# WATCHDOG_HOST_NAME, WATCHDOG_RUN_DIR.
+JOB_NAME = "job.name"
+HOST_NAME = "host.name"
+RUN_DIR = "run-dir"
+# Names the hook read before they were unified (issue #15). Still accepted, with
+# one warning naming the variable to use; the new name wins when both are set.
+OLD_ENV: dict[str, tuple[str, ...]] = {
+    JOB_NAME: ("WATCHDOG_JOB",),
+    HOST_NAME: ("WATCHDOG_HOST",),
+}
+
 
 class FlagError(ValueError):
     pass
@@ -36,6 +49,8 @@ class Flag:
     # name one field when the daemon computes it from all of them (the job token
     # from its file or inline flag): ``build`` then takes the computed value.
     field: str = ""
+    # Deprecated environment variables still read (after ``env``), with a warning.
+    old_env: tuple[str, ...] = ()
 
     @property
     def env(self) -> str:
@@ -123,6 +138,10 @@ def parse(
         raw, origin = getattr(ns, f.dest), f"--{f.name}"
         if raw is None and f.env in environ:
             raw, origin = environ[f.env], f.env
+        if f.old_env and getattr(ns, f.dest) is None and not (raw or "").strip():  # env unset or empty
+            old = next((v for v in f.old_env if environ.get(v, "").strip()), None)
+            if old is not None:
+                raw, origin = environ[old], old
         if raw is None:
             # A text default is what a user would type: convert it like a typed
             # value, so callers always get the converted type (a listen address
@@ -135,6 +154,25 @@ def parse(
             shown = "<secret>" if f.secret else repr(raw)
             raise FlagError(f"{origin}={shown}: {exc}") from None
     return out
+
+
+def deprecated_env(name: str, environ: Mapping[str, str]) -> str | None:
+    """The warning for a deprecated variable of setting ``name`` found in ``environ``
+    (None when none is set). One message, for the hook and the daemons alike."""
+    new = env_of(name)
+    for old in OLD_ENV.get(name, ()):
+        if environ.get(old, "").strip() == "":
+            continue
+        if environ.get(new, "").strip() != "":
+            return f"{old} is deprecated and ignored: {new} is set and wins; unset {old}"
+        return f"{old} is deprecated: set {new} instead (the name the hook, agent and coordinator all read)"
+    return None
+
+
+def deprecations(flags: Sequence[Flag], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Warnings for every deprecated variable the daemon's flags read from ``environ``."""
+    environ = os.environ if environ is None else environ
+    return [w for w in (deprecated_env(f.name, environ) for f in flags if f.old_env) if w]
 
 
 def loggable(flags: Sequence[Flag], values: Mapping[str, Any]) -> dict[str, Any]:

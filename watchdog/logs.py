@@ -1,4 +1,5 @@
-"""structlog set-up for the daemons (agent, coordinator): JSON lines on stderr.
+"""structlog set-up for the daemons (agent, coordinator): one event per line on
+stderr, as JSON (default) or logfmt (``--log.format``), filtered by ``--log.level``.
 
 Only daemons call ``configure``; the in-rank hook never touches logging config
 (it logs on the stdlib ``watchdog.hook`` logger and leaves handlers to the user).
@@ -12,15 +13,49 @@ import sys
 
 import structlog
 
+from watchdog.flags import Flag
 
-def configure(level: str = "info") -> None:
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("json", "logfmt")
+
+
+def _choice(options: tuple[str, ...]):
+    def convert(text: str) -> str:
+        low = text.strip().lower()
+        if low not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return low
+
+    return convert
+
+
+parse_level = _choice(LEVELS)
+parse_format = _choice(FORMATS)
+
+
+def level_flag() -> Flag:
+    return Flag("log.level", "info", f"one of {', '.join(LEVELS)}", parse_level, field="log_level")
+
+
+def format_flag() -> Flag:
+    return Flag("log.format", "json", f"log line format: {' or '.join(FORMATS)}", parse_format, field="log_format")
+
+
+def _renderer(fmt: str):
+    if fmt == "logfmt":
+        return structlog.processors.LogfmtRenderer(key_order=["timestamp", "level", "event"], drop_missing=True,
+                                                    bool_as_flag=False)
+    return structlog.processors.JSONRenderer(sort_keys=False)
+
+
+def configure(level: str = "info", fmt: str = "json") -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(sort_keys=False),
+            _renderer(parse_format(fmt)),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

@@ -6,6 +6,10 @@ so they happen here, right before acting).
 Targets are checked against the slots this agent tracks: a command can only touch
 a process that wrote a slot for the job (or, for ``signal``, its parent: the
 launcher), never an arbitrary pid on the host, whoever holds the token.
+
+A rank target carries the pid the rank recorded, in its own pid namespace; what
+is read, dumped or signalled here is that process's pid in the agent's namespace
+(``LocalRank.pid_here``). A launcher target is already the agent's own pid.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import psutil
 
 from watchdog import commands as c
 from watchdog import wire
+from watchdog.agent import dumpall
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
@@ -82,12 +87,14 @@ class Actions:
                  send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
                  wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
                  tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
-                 max_ack_bytes: int = MAX_ACK_BYTES) -> None:
+                 max_ack_bytes: int = MAX_ACK_BYTES, dump_parallel: int = dumpall.PARALLEL,
+                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S) -> None:
         self.host = host
         self._incarnations, self._dumper, self._read = incarnations, dumper, read
         self._start_us, self._ppid, self._send_signal = start_us, ppid, send_signal
         self._wall, self._mono_ns = wall, mono_ns
         self._tol, self._max_records, self._max_ack_bytes = tolerance_us, max_records, max_ack_bytes
+        self._dump_parallel, self._dump_deadline_s = dump_parallel, dump_deadline_s
 
     def run(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = cmd["type"]
@@ -112,27 +119,47 @@ class Actions:
                      and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), None)
 
     def dump_stacks(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        stacks, refusals = [], []
-        for t in cmd["args"]["ranks"]:
-            view = self._slot(cmd["job"], t) if t["pid"] else None
-            if view is None:
-                refusals.append(c.UNKNOWN_TARGET)
-                stacks.append(self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
-                                                 f"has no slot of job {cmd['job']} on this host"))
-                continue
-            start = self._start_us(t["pid"])
-            if start is None:  # not a refusal: a rank can die between the finding and the dump
-                stacks.append(self._no_stack(t, "process gone: no stack to take"))
-                continue
-            ok, why = c.identity_ok(t, start, self._tol)
-            if not ok:
-                refusals.append(c.WRONG_IDENTITY)
-                stacks.append(self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}"))
-                continue
-            stacks.append(self._dumper.dump(self.host, t["rank"], t["pid"]))
+        """Every target at once (``dumpall``: at most ``dump_parallel`` py-spy at a
+        time, the whole command within ``dump_deadline_s``); identity is checked
+        right before each dump, on the dump's own thread."""
+        targets = cmd["args"]["ranks"]
+        refusals: list[str] = []
+
+        def job(t: dict[str, int]):
+            def run(left_s: float) -> StackDump:
+                return self._dump_one(cmd["job"], t, left_s, refusals)
+            return run
+
+        def late(i: int, why: str) -> StackDump:
+            return self._no_stack(targets[i], why)
+
+        done = dumpall.run([job(t) for t in targets], late, parallel=self._dump_parallel,
+                           deadline_s=self._dump_deadline_s)
+        stacks = done.results
         errors = [f"rank {s.rank}: {s.error}" for s in stacks if not s.ok]
         out = ack(cmd, any(s.ok for s in stacks), "; ".join(errors), stacks=[s.to_dict() for s in stacks])
-        return out, refusals
+        # Added to the ack (and journaled with the evidence): the bound this host
+        # worked under, and which ranks it could not dump within it.
+        out["bound"] = {"parallel": self._dump_parallel, "deadline_s": self._dump_deadline_s,
+                        "duration_s": done.duration_s, "late": [targets[i]["rank"] for i in done.late]}
+        return out, sorted(refusals)
+
+    def _dump_one(self, job: str, t: dict[str, int], left_s: float, refusals: list[str]) -> StackDump:
+        view = self._slot(job, t) if t["pid"] else None
+        if view is None:
+            refusals.append(c.UNKNOWN_TARGET)
+            return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
+                                     f"has no slot of job {job} on this host")
+        start = self._start_us(view.pid_here)
+        if start is None:  # not a refusal: a rank can die between the finding and the dump
+            return self._no_stack(t, "process gone: no stack to take")
+        ok, why = c.identity_ok(t, start, self._tol)
+        if not ok:
+            refusals.append(c.WRONG_IDENTITY)
+            return self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}")
+        dump = self._dumper.dump(self.host, t["rank"], view.pid_here, timeout_s=left_s)
+        # The evidence names the rank's process as the rank recorded it (its namespace).
+        return replace(dump, pid=t["pid"]) if dump.pid != t["pid"] else dump
 
     def _no_stack(self, t: dict[str, int], error: str) -> StackDump:
         return StackDump(host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error,
@@ -168,7 +195,7 @@ class Actions:
                 errors.append(f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} "
                               f"for pid {t['pid']} on this host")
                 continue
-            ok, why = c.identity_ok(t, self._start_us(t["pid"]), self._tol)
+            ok, why = c.identity_ok(t, self._start_us(view.pid_here), self._tol)
             if not ok:
                 errors.append(f"rank {t['rank']}: {why}")
                 continue
@@ -188,18 +215,21 @@ class Actions:
         t, name = cmd["target"], cmd["args"]["signal"]
         every = self._incarnations(cmd["job"])
         ranks = [v for v in every if v.proc.alive]
-        allowed = {v.identity.pid for v in ranks} | {p for p in map(self._ppid, (v.identity.pid for v in ranks)) if p}
+        allowed = {v.pid_here for v in ranks} | {p for p in map(self._ppid, (v.pid_here for v in ranks)) if p}
         # The launcher as recorded while its ranks lived: abort's SIGKILL must still
         # reach a launcher whose workers are already gone (identity re-checked below).
         allowed |= {v.launcher[0] for v in every if v.launcher[0]}
-        if t["pid"] not in allowed:
+        # A rank target names the pid the rank recorded; act on that process's pid here.
+        pid = next((v.pid_here for v in every if v.identity.pid == t["pid"]
+                    and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), t["pid"])
+        if pid not in allowed:
             return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
                                    f"{cmd['job']} on this host nor a rank's parent", refused=c.UNKNOWN_TARGET), \
                 [c.UNKNOWN_TARGET]
         checked: list[str] = []
 
         def check() -> tuple[bool, str]:
-            start = self._start_us(t["pid"])
+            start = self._start_us(pid)
             if start is None:
                 return False, f"pid {t['pid']} is gone"
             ok, why = c.identity_ok(t, start, self._tol)
@@ -207,7 +237,7 @@ class Actions:
                 checked.append(c.WRONG_IDENTITY)
             return ok, why
 
-        ok, why = self._send_signal(t["pid"], int(getattr(_signal, name)), check)
+        ok, why = self._send_signal(pid, int(getattr(_signal, name)), check)
         if checked:
             return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): {why}", refused=c.WRONG_IDENTITY), checked
         return ack(cmd, ok, why), []

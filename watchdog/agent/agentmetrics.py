@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 import psutil
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
+from watchdog.cli import package_version
 from watchdog.agent.commands import RESULTS
 from watchdog.commands import REFUSALS, TYPES
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
-
-
-def version() -> str:
-    try:
-        return metadata.version("rank-watchdog")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "unknown"
 
 
 @dataclass
@@ -38,7 +31,7 @@ class AgentCollector:
                  self_proc: Any = None, commands: Any = None) -> None:
         self._tracker, self._loop, self._sender, self._commands = tracker, loop, sender, commands
         self._self = self_proc or psutil.Process()
-        self._version = version()
+        self._version = package_version()
 
     def collect(self) -> list[Metric]:
         t = self._tracker

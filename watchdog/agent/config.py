@@ -8,17 +8,13 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from watchdog import flags, jobtoken
-from watchdog.flags import Flag, FlagError
+from watchdog import flags, jobtoken, logs, rundir
+from watchdog.flags import Flag
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def _log_level(text: str) -> str:
-    low = text.strip().lower()
-    if low not in LOG_LEVELS:
-        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-    return low
+LOG_LEVELS = logs.LEVELS
+# A job whose processes on this host are all gone stops being exported this long
+# after the last one went (its RankWatchdogRankDead alert then resolves).
+JOB_EXPIRY_DEFAULT_S = 900.0
 
 
 def _url(text: str) -> str:
@@ -30,18 +26,25 @@ def _url(text: str) -> str:
 
 # Each flag names the AgentConfig field it fills (see flags.build).
 FLAGS: tuple[Flag, ...] = (
-    Flag("run-dir", "", "directory holding the ranks' slot files (required)", field="run_dir"),
+    Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files; the ranks' {rundir.RUN_DIR_ENV} must name "
+         f"the same (empty: the hook's default, {rundir.DEFAULT_RULE})", field="run_dir"),
     Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
          flags.listen_address, field="listen"),
     Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
          field="address_file"),
-    Flag("job.name", "", "only watch slots of this job (empty = every job on this host)", field="job"),
-    Flag("host.name", "", "host label and report host (empty = this machine's hostname)", field="host"),
+    Flag(flags.JOB_NAME, "", "only watch slots of this job (empty = every job on this host)", field="job",
+         old_env=flags.OLD_ENV[flags.JOB_NAME]),
+    Flag(flags.HOST_NAME, "", "host label and report host (empty = this machine's hostname)", field="host",
+         old_env=flags.OLD_ENV[flags.HOST_NAME]),
     Flag("poll.interval-seconds", 0.1, "how often the slot files and rank processes are read", flags.positive_float,
          field="poll_interval_s"),
     Flag("stale.after-seconds", 30.0,
          "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
          flags.positive_float, field="stale_after_s"),
+    Flag("stale.job-expiry-seconds", JOB_EXPIRY_DEFAULT_S,
+         "slots of a job none of whose processes on this host is alive stop being exported this long after the "
+         "last one ended (the rank-dead alert resolves); never while any rank of the job here lives",
+         flags.positive_float, field="job_expiry_s"),
     Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
          field="coordinator_url"),
     Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
@@ -54,12 +57,17 @@ FLAGS: tuple[Flag, ...] = (
          field="py_spy"),
     Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float,
          field="stacks_timeout_s"),
+    Flag("stacks.parallel", 8, "py-spy dumps run at once when the coordinator asks for many ranks of this host",
+         flags.positive_int, field="stacks_parallel"),
+    Flag("stacks.host-deadline-seconds", 10.0, "all of one request's dumps on this host end within this; ranks not "
+         "dumped by then are reported late", flags.positive_float, field="stacks_host_deadline_s"),
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
-    Flag("log.level", "info", f"one of {', '.join(LOG_LEVELS)}", _log_level, field="log_level"),
+    logs.level_flag(),
+    logs.format_flag(),
 )
 
 # AgentConfig fields load() derives instead of taking one flag's value.
-NOT_FROM_FLAGS = ("token_from_argv", "effective")
+NOT_FROM_FLAGS = ("token_from_argv", "effective", "deprecations")
 
 
 @dataclass(frozen=True)
@@ -71,27 +79,33 @@ class AgentConfig:
     host: str = ""
     poll_interval_s: float = 0.1
     stale_after_s: float = 30.0
+    job_expiry_s: float = JOB_EXPIRY_DEFAULT_S
     coordinator_url: str = ""
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0
     accelerator: bool = True
     py_spy: str = ""
     stacks_timeout_s: float = 10.0
+    stacks_parallel: int = 8
+    stacks_host_deadline_s: float = 10.0
     log_level: str = "info"
+    log_format: str = "json"
     token: str = field(default="", repr=False)
     token_from_argv: bool = False  # worth a warning: visible to every user through ps
     effective: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # for the start-up log
+    deprecations: tuple[str, ...] = ()  # deprecated variables in use, for a warning at start
 
 
 def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -> AgentConfig:
     environ = os.environ if environ is None else environ
     v = flags.parse("watchdog agent", "Per-host rank-watchdog agent.", FLAGS, argv, environ)
-    if not v["run_dir"]:
-        raise FlagError("--run-dir (or WATCHDOG_RUN_DIR) is required")
+    run_dir = v["run_dir"] or rundir.default_run_dir(environ)
     return flags.build(
         AgentConfig, FLAGS, v,
+        run_dir=run_dir,
         host=v["host_name"] or socket.gethostname(),
+        deprecations=tuple(flags.deprecations(FLAGS, environ)),
         token=jobtoken.read(v),  # the file wins; an unreadable or empty one is a FlagError
         token_from_argv=jobtoken.inline_on_argv(v, argv),
-        effective=flags.loggable(FLAGS, v),
+        effective={**flags.loggable(FLAGS, v), flags.RUN_DIR: run_dir},
     )

@@ -43,6 +43,7 @@ class Agent:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
         self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
+                                              job_expiry_s=cfg.job_expiry_s,
                                               resource_interval_s=min(1.0, cfg.report_interval_s))
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
@@ -55,7 +56,8 @@ class Agent:
                 self.commands = CommandHandler(
                     host=cfg.host, token=cfg.token, outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
-                    actions=Actions(cfg.host, self.tracker.incarnations, dumper))
+                    actions=Actions(cfg.host, self.tracker.incarnations, dumper, dump_parallel=cfg.stacks_parallel,
+                                    dump_deadline_s=cfg.stacks_host_deadline_s))
                 handle_commands = self.commands
             self.sender = Sender(
                 url=cfg.coordinator_url, token=cfg.token, job=cfg.job, host=cfg.host, agent_id=self.agent_id,
@@ -72,11 +74,11 @@ class Agent:
 
     def accelerator_dicts(self) -> list[dict]:
         """Devices for the report, each with the ranks whose process runs on it (by
-        pid: only meaningful when the agent shares the ranks' pid namespace)."""
+        the ranks' pids in this agent's namespace, which NVML's lists use on a host)."""
         devices = self.accelerators.sample(time.monotonic()).devices
         if not devices:
             return []
-        rank_of = {v.identity.pid: v.identity.rank for v in self.tracker.views()}
+        rank_of = {v.pid_here: v.identity.rank for v in self.tracker.views()}
         return [{**d.to_dict(), "ranks": sorted(rank_of[p] for p in d.pids if p in rank_of)} for d in devices]
 
     def healthy(self) -> tuple[bool, str]:
@@ -139,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as exc:
         print(f"watchdog agent: {exc}", file=sys.stderr)
         return 2
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("watchdog.agent")
+    for warning in cfg.deprecations:
+        log.warning("deprecated variable", detail=warning)
     log.info("config", **{**cfg.effective, "host.name": cfg.host,
                           "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"})
     if cfg.coordinator_url and not find_py_spy(cfg.py_spy):

@@ -13,6 +13,12 @@ once, and a pidfd cannot be fooled by pid reuse. /proc is then read only at the
 resource interval (status, CPU, RSS). Without pidfds (old kernel, a sandbox, an
 injected fake factory) the status is read at every check, and pid reuse is
 re-checked at the resource interval.
+
+Namespaces. Identities are what the rank recorded: its pid *in its own pid
+namespace*. An agent in another namespace (hostPID DaemonSet, training pods
+without hostPID) finds the process under another pid through ``nspid.PidMap``,
+once per identity; everything this table does to the process (psutil, pidfd)
+uses that pid, ``host_pid`` tells others (signals, py-spy, the launcher).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Callable
 import psutil
 
 from watchdog.agent.deathwatch import DeathWatch
+from watchdog.agent.nspid import PidMap
 
 # psutil's create_time() is derived from /proc/<pid>/stat's start time in clock
 # ticks (10 ms) plus the boot time; two reads of one process agree far closer
@@ -57,9 +64,14 @@ class ProcessTable:
     stays dead: its identity cannot come back."""
 
     def __init__(self, factory: Callable[[int], Any] = psutil.Process, tolerance_us: int = START_TOLERANCE_US,
-                 pidfd: bool | None = None) -> None:
+                 pidfd: bool | None = None, pids: PidMap | None = None) -> None:
         self._factory = factory
         self._tolerance_us = tolerance_us
+        # Recorded pid -> ours. The real /proc goes with real processes; a fake
+        # factory without an explicit PidMap numbers processes as they were recorded.
+        self._pids = pids if pids is not None else (PidMap(tolerance_us=tolerance_us) if factory is psutil.Process
+                                                    else None)
+        self._host: dict[Key, int] = {}
         self._use_pidfd = (factory is psutil.Process and hasattr(os, "pidfd_open")) if pidfd is None else pidfd
         self._procs: dict[Key, Any] = {}
         self._last: dict[Key, ProcSample] = {}
@@ -75,6 +87,8 @@ class ProcessTable:
 
     def refresh(self) -> None:
         """Once per agent poll: which pinned processes exited (one syscall for all)."""
+        if self._pids is not None:
+            self._pids.invalidate()
         if self._fds:
             for fd, _ in self._poller.poll(0):
                 key = self._fd_keys.get(fd)
@@ -99,8 +113,9 @@ class ProcessTable:
         try:
             proc = self._procs.get(key)
             if proc is None:
-                self._pin(key)  # before the start-time check: then a match proves the pidfd is ours
-                proc = self._factory(pid)
+                host = self._resolve(key)
+                self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
+                proc = self._factory(host)
                 if abs(proc.create_time() * 1e6 - start_us) > self._tolerance_us:
                     return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc
@@ -128,13 +143,26 @@ class ProcessTable:
         self._last[key] = sample
         return sample
 
-    def _pin(self, key: Key) -> None:
+    def _resolve(self, key: Key) -> int:
+        """Our pid for the recorded identity. When nothing matches in any namespace,
+        the recorded pid itself: the checks that follow then say gone or reused."""
+        host = self._pids.host_pid(*key) if self._pids is not None else None
+        host = key[0] if host is None else host
+        self._host[key] = host
+        return host
+
+    def host_pid(self, pid: int, start_us: int) -> int:
+        """The pid to signal, dump or inspect for the rank recorded as (pid, start_us):
+        the same number unless the rank lives in another pid namespace."""
+        return self._host.get((pid, start_us), pid)
+
+    def _pin(self, key: Key, host: int) -> None:
         if not self._use_pidfd or key in self._fds:
             return
         try:
-            fd = os.pidfd_open(key[0])
+            fd = os.pidfd_open(host)
         except ProcessLookupError:
-            raise psutil.NoSuchProcess(key[0]) from None
+            raise psutil.NoSuchProcess(host) from None
         except OSError:  # ENOSYS, EPERM in a sandbox...: fall back to reading the status
             self._use_pidfd = False
             return
@@ -161,14 +189,18 @@ class ProcessTable:
         self._procs.pop(key, None)
         self._last.pop(key, None)
         self._unpin(key)
+        if self._pids is not None:
+            self._pids.forget(*key)
         return sample
 
     def forget(self, pid: int, start_us: int) -> None:
         """The slot file is gone: drop what we hold for it."""
         key = (pid, start_us)
         self._unpin(key)
-        for table in (self._procs, self._last, self._dead):
+        for table in (self._procs, self._last, self._dead, self._host):
             table.pop(key, None)
+        if self._pids is not None:
+            self._pids.forget(pid, start_us)
         if self._deathwatch is not None:
             self._deathwatch.forget(key)
 

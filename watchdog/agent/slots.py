@@ -24,16 +24,19 @@ from typing import Callable
 
 import psutil
 
-from watchdog import logs, wire
+from watchdog import flags, logs, rundir, wire
 from watchdog.agent import track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
 
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io")
+_SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
 _STEP_END = int(wire.RecordKind.STEP_END)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
+EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
+NO_SLOTS_AFTER_NS = 60_000_000_000  # this long without a rank to export: say where we look, once
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,18 @@ class LocalRank:
     # (pid, start us) of the rank's parent when first seen: under torchrun the
     # elastic agent, which abort must stop (or it restarts the workers). (0, 0) = unknown.
     launcher: tuple[int, int] = (0, 0)
+    # The rank's pid in this agent's pid namespace when it differs from the one it
+    # recorded (a hostPID agent, a training pod without hostPID); 0 = the same.
+    host_pid: int = 0
 
     @property
     def identity(self) -> wire.Identity:
         return self.header.identity
+
+    @property
+    def pid_here(self) -> int:
+        """The pid to signal, dump or match against NVML's process list on this host."""
+        return self.host_pid or self.header.identity.pid
 
 
 @dataclass(eq=False)
@@ -77,6 +88,7 @@ class _Slot:
     superseded: bool = False
     error: str = ""  # reason of the read-error episode in progress
     launcher: tuple[int, int] = (0, 0)
+    host_pid: int = 0
 
     @property
     def header(self) -> wire.SlotHeader:
@@ -96,12 +108,15 @@ def parent_identity(pid: int) -> tuple[int, int]:
 
 
 class SlotTracker:
-    def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0,
+    def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0, job_expiry_s: float = 900.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
                  stat: Callable = os.stat, log=None,
                  parent: Callable[[int], tuple[int, int]] | None = None) -> None:
-        self.run_dir, self.job, self.stale_after_s = run_dir, job, stale_after_s
+        self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
+        self._next_expiry_ns = 0
+        self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
+        self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
         self.procs = procs or ProcessTable()
@@ -135,7 +150,7 @@ class SlotTracker:
                 try:
                     slot = self._slots.get(path)
                     if slot is None:
-                        if path not in self._skipped or self._skipped[path][1] not in (track.STALE, track.OTHER_JOB):
+                        if path not in self._skipped or self._skipped[path][1] not in _SETTLED:
                             self._first_sight(path, inode, now_mono_ns, now_wall_ns)
                     elif not (slot.final or slot.superseded):
                         self._update(slot, now_mono_ns)
@@ -143,9 +158,13 @@ class SlotTracker:
                     if path not in self._crashed:
                         self._crashed.add(path)
                         self._log.error("slot poll failed", path=path, error=repr(exc), exc_info=exc)
+            if now_mono_ns >= self._next_expiry_ns:
+                self._next_expiry_ns = now_mono_ns + EXPIRY_CHECK_NS
+                self._expire(now_mono_ns)
             if self._membership_changed:
                 self._membership_changed = False
                 self._resolve()
+            self._check_empty(now_mono_ns, len(entries))
 
     def _entries(self, now_ns: int) -> dict[str, int]:
         try:
@@ -199,15 +218,17 @@ class SlotTracker:
             self.procs.forget(ident.pid, ident.proc_start_us)
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
+        here = self.procs.host_pid(ident.pid, ident.proc_start_us)
         slot = _Slot(path=path, inode=inode, snap=snap, status=snap.header.status,
                      heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
-                     launcher=self._parent(ident.pid) if proc.alive else (0, 0))
+                     launcher=self._parent(here) if proc.alive else (0, 0),
+                     host_pid=here if here != ident.pid else 0)
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
         self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
-                       proc_status=proc.status, path=path)
+                       proc_status=proc.status, path=path, **({"host_pid": here} if slot.host_pid else {}))
 
     def _being_formatted(self, path: str, now_wall_ns: int) -> bool:
         """The hook creates its file in place (create, allocate, format, magic last):
@@ -276,6 +297,49 @@ class SlotTracker:
                 self._log.info("slot superseded", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
             slot.superseded = now_superseded
 
+    def _check_empty(self, now_mono_ns: int, files: int) -> None:
+        """No silent no-data: an agent that has had no rank to export for a while says
+        once where it looks and why ranks may be writing elsewhere."""
+        if self._slots:
+            if self._said_empty:
+                self._log.info("rank slots found", run_dir=self.run_dir, slots=len(self._slots))
+            self._empty_since_ns, self._said_empty = None, False
+            return
+        if self._empty_since_ns is None:
+            self._empty_since_ns = now_mono_ns
+        if self._said_empty or now_mono_ns - self._empty_since_ns < NO_SLOTS_AFTER_NS:
+            return
+        self._said_empty = True
+        skipped = {k: n for k, n in self._counts_locked().items() if n}
+        self._log.warning(
+            "no rank slots found", run_dir=self.run_dir, waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
+            files=files, skipped=skipped,
+            detail=f"ranks write their slot files to {rundir.RUN_DIR_ENV} or, when it is unset, to the default: "
+                   f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
+                   f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
+                   f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
+                   f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
+                   f"directory; watchdog_agent_slots shows what this agent finds")
+
+    def _expire(self, now_mono_ns: int) -> None:
+        """Stop exporting the slots of jobs whose processes here all ended long ago.
+        The files stay (a post-mortem may want them); they are not read again."""
+        expired = track.expired_jobs(((s.header.identity.job, s.proc) for s in self._slots.values()),
+                                     now_mono_ns, self.job_expiry_s)
+        for job, gone_for_s in expired.items():
+            paths = sorted(p for p, s in self._slots.items() if s.header.identity.job == job)
+            for path in paths:
+                slot = self._slots.pop(path)
+                self._skipped[path] = (slot.inode, track.EXPIRED)
+                ident = slot.header.identity
+                self.procs.forget(ident.pid, ident.proc_start_us)
+            self._membership_changed = True
+            self._log.warning(
+                "job expired", job=job, slots=len(paths), gone_for_s=round(gone_for_s), after_s=self.job_expiry_s,
+                detail="every process of this job on this host ended longer ago than --stale.job-expiry-seconds: "
+                       "its ranks are no longer exported (their rank-dead alerts resolve); the slot files stay "
+                       "for post-mortems, delete them to clean up", run_dir=self.run_dir)
+
     def _forget(self, path: str) -> None:
         slot = self._slots.pop(path)
         self._membership_changed = True
@@ -288,7 +352,8 @@ class SlotTracker:
     def views(self) -> tuple[LocalRank, ...]:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
-            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
+                       s.host_pid)
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
@@ -296,15 +361,19 @@ class SlotTracker:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
-            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher)
+            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
+                       s.host_pid)
                          for s in self._slots.values() if s.header.identity.job == job)
 
     def state_counts(self) -> dict[str, int]:
         with self._lock:
-            counts = dict.fromkeys(track.SLOT_STATES, 0)
-            for s in self._slots.values():
-                counts[track.SUPERSEDED if s.superseded else s.state] += 1
-            for _, why in self._skipped.values():
-                if why != _PENDING:
-                    counts[why if why in (track.STALE, track.OTHER_JOB) else track.INVALID] += 1
-            return counts
+            return self._counts_locked()
+
+    def _counts_locked(self) -> dict[str, int]:
+        counts = dict.fromkeys(track.SLOT_STATES, 0)
+        for s in self._slots.values():
+            counts[track.SUPERSEDED if s.superseded else s.state] += 1
+        for _, why in self._skipped.values():
+            if why != _PENDING:
+                counts[why if why in _SETTLED else track.INVALID] += 1
+        return counts

@@ -6,20 +6,21 @@ last state."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
 from typing import Callable, Sequence
 
-from watchdog import flags, wire
+from watchdog import flags, rundir, wire
 from watchdog.agent import report, track
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import LocalRank
 from watchdog.flags import Flag, FlagError
 
 FLAGS = (
-    Flag("run-dir", "", "directory holding the ranks' slot files (required)"),
-    Flag("job.name", "", "only this job (empty = all)"),
+    Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files (empty: the hook's default, {rundir.DEFAULT_RULE})"),
+    Flag(flags.JOB_NAME, "", "only this job (empty = all)", old_env=flags.OLD_ENV[flags.JOB_NAME]),
     Flag("stale.after-seconds", 30.0, "mark slots of gone processes with older heartbeats as stale",
          flags.positive_float),
     Flag("json", False, "print JSON instead of a table (a bare --json works too)", flags.boolean),
@@ -93,12 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ["--json=true" if a == "--json" else a for a in args]  # a bare switch; flags.py flags take values
     try:
         v = flags.parse("watchdog slots", "Print the rank slots in a run directory.", FLAGS, args)
-        if not v["run_dir"]:
-            raise FlagError("--run-dir (or WATCHDOG_RUN_DIR) is required")
     except FlagError as exc:
         print(f"watchdog slots: {exc}", file=sys.stderr)
         return 2
-    rows, errors = collect(v["run_dir"], v["job_name"], v["stale_after_seconds"], time.monotonic_ns(),
+    for warning in flags.deprecations(FLAGS):
+        print(f"watchdog slots: {warning}", file=sys.stderr)
+    run_dir = v["run_dir"]
+    if not run_dir:
+        run_dir = rundir.default_run_dir(os.environ)
+        print(f"watchdog slots: no --run-dir, reading the hook's default: {run_dir}", file=sys.stderr)
+    rows, errors = collect(run_dir, v["job_name"], v["stale_after_seconds"], time.monotonic_ns(),
                            time.time_ns(), ProcessTable())
     print(json.dumps({"ranks": rows, "errors": errors}, indent=1) if v["json"] else table(rows, errors))
     return 0

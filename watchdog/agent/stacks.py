@@ -83,8 +83,11 @@ class StackDumper:
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self._run, self._state, self._mono, self._wall = run, state, mono, wall
 
-    def dump(self, host: str, rank: int, pid: int) -> StackDump:
+    def dump(self, host: str, rank: int, pid: int, timeout_s: float | None = None) -> StackDump:
+        """``timeout_s``: this dump's share of a host-wide deadline (``dumpall``);
+        never more than the dumper's own timeout."""
         taken, t0 = self._wall(), self._mono()
+        limit = self.timeout_s if timeout_s is None else max(0.001, min(self.timeout_s, timeout_s))
         state = self._state(pid)
         method = NONBLOCKING if state in _STOPPED else BLOCKING
 
@@ -97,19 +100,21 @@ class StackDumper:
         if not self.py_spy:
             return out(False, error="py-spy not found: install it on the agent's host (pip install py-spy) "
                                     "or pass --stacks.py-spy")
-        ok, text, error = self._once(pid, method)
-        if not ok and method == BLOCKING and self._state(pid) in _STOPPED:  # stopped while we tried
+        ok, text, error = self._once(pid, method, limit)
+        left = limit - (self._mono() - t0)
+        if not ok and method == BLOCKING and left > 0 and self._state(pid) in _STOPPED:  # stopped while we tried
             method = NONBLOCKING
-            ok, text, error = self._once(pid, method)
+            ok, text, error = self._once(pid, method, left)
         return out(ok, cap_text(text, self.max_bytes) if ok else "", error, method)
 
-    def _once(self, pid: int, method: str) -> tuple[bool, str, str]:
+    def _once(self, pid: int, method: str, timeout_s: float | None = None) -> tuple[bool, str, str]:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         argv = [self.py_spy, "dump", "--pid", str(pid)] + (["--nonblocking"] if method == NONBLOCKING else [])
         try:
-            proc = self._run(argv, capture_output=True, text=True, timeout=self.timeout_s,
+            proc = self._run(argv, capture_output=True, text=True, timeout=timeout_s,
                              stdin=subprocess.DEVNULL, errors="replace")
         except subprocess.TimeoutExpired:  # run() killed it; the kernel detaches a dead tracer
-            return False, "", f"py-spy timed out after {self.timeout_s:g} s"
+            return False, "", f"py-spy timed out after {timeout_s:.3g} s"
         except OSError as exc:
             return False, "", f"cannot run py-spy ({self.py_spy}): {exc.strerror or exc}"
         if proc.returncode != 0 or not proc.stdout.strip():

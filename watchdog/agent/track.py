@@ -16,7 +16,8 @@ STALE = "stale"  # process gone and heartbeat old when first seen: an earlier jo
 SUPERSEDED = "superseded"  # a newer slot claims the same (job, rank): history
 OTHER_JOB = "other_job"  # filtered out by --job.name
 INVALID = "invalid"  # never read successfully (garbage, unknown version, I/O error)
-SLOT_STATES = (ALIVE, DEAD, EXITED, STALE, SUPERSEDED, OTHER_JOB, INVALID)
+EXPIRED = "expired"  # its job's processes on this host all ended longer ago than --stale.job-expiry-seconds
+SLOT_STATES = (ALIVE, DEAD, EXITED, STALE, SUPERSEDED, OTHER_JOB, INVALID, EXPIRED)
 
 WINDOW_STEPS = 32
 # A heartbeat ahead of our clock by more than this is from before a reboot
@@ -44,6 +45,25 @@ def stale_reason(header: wire.SlotHeader, proc: ProcSample, now_mono_ns: int, no
     if now_wall_ns - hb_wall > limit_ns:
         return f"process {proc.status}, last heartbeat {(now_wall_ns - hb_wall) / 1e9:.0f}s ago by the wall clock"
     return None
+
+
+def expired_jobs(procs: Iterable[tuple[str, ProcSample]], now_mono_ns: int, expiry_s: float) -> dict[str, float]:
+    """job -> seconds since its last process on this host ended, for every job whose
+    processes here have *all* been gone longer than ``expiry_s``: an abandoned job,
+    whose dead ranks would otherwise page until someone deletes the files. One live
+    process keeps every slot of its job (a dead rank in a live job must keep alerting).
+
+    ``procs``: (job, process sample) of every tracked slot, superseded ones included."""
+    alive: set[str] = set()
+    last_gone: dict[str, int] = {}
+    for job, proc in procs:
+        if proc.alive:
+            alive.add(job)
+        else:
+            last_gone[job] = max(last_gone.get(job, 0), proc.gone_ns)
+    limit_ns = expiry_s * 1e9
+    return {job: (now_mono_ns - gone) / 1e9 for job, gone in last_gone.items()
+            if job not in alive and now_mono_ns - gone > limit_ns}
 
 
 def rank_state(status: int, proc: ProcSample) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from watchdog import flags, jobtoken
+from watchdog import flags, jobtoken, logs
 from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
     Flag,
@@ -86,10 +86,12 @@ class Config:
     resolve_grace_s: float = 2.0
     max_body_bytes: int = 4 << 20
     log_level: str = "info"
+    log_format: str = "json"
     detectors: DetectorConfig = DetectorConfig()
     # When a finding opens, ask the agents for slot snapshots and Python stacks.
     evidence: bool = True
     commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
+    stacks_max_per_host: int = 64  # at a hang: stacks asked per host (stack_plan.MAX_PER_HOST)
     # Which finding earns which action (policy.py); the default alerts only.
     policy: Policy = Policy()
     policy_file: str = ""
@@ -128,7 +130,8 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
          field="address_file"),
     Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int,
          field="max_body_bytes"),
-    Flag("job.name", "", "job name reports must carry (empty: the first report's)", field="job"),
+    Flag(flags.JOB_NAME, "", "job name reports must carry (empty: the first report's)", field="job",
+         old_env=flags.OLD_ENV[flags.JOB_NAME]),
     Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int,
          field="world_size"),
     jobtoken.inline_flag("shared secret agents send as 'Authorization: Bearer'"),
@@ -137,11 +140,14 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float, field="tick_s"),
     Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long",
          non_negative_float, field="resolve_grace_s"),
-    Flag("log.level", "info", "debug, info, warning or error", field="log_level"),
+    logs.level_flag(),
+    logs.format_flag(),
     Flag("evidence.collect", True, "when a finding opens, ask the agents for slot snapshots and Python stacks "
          "(py-spy) of the ranks it concerns", boolean, field="evidence"),
     Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
          positive_float, field="commands_give_up_s"),
+    Flag("stacks.max-ranks-per-host", 64, "at a hang every live rank's stack is asked for; at most this many per "
+         "host (the rest is journaled as stacks_capped)", positive_int, field="stacks_max_per_host"),
     Flag("policy.file", "", "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
          "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)", field="policy_file"),
 )

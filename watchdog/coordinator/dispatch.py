@@ -140,7 +140,9 @@ class Dispatch:
         slots, bad2 = _parse(a.get("slots"), SlotEvidence)
         if bad or bad2:
             error = (error + "; " if error else "") + f"{bad + bad2} malformed entries dropped"
-        return (je.EVIDENCE, {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots})
+        bound = _bound(a.get("bound"))
+        return (je.EVIDENCE, {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots,
+                              **({"bound": bound} if bound else {})})
 
     def _finish(self, p: Pending, state: str, now: float) -> None:
         p.state, p.ended = state, now
@@ -162,6 +164,22 @@ class Dispatch:
             for i in stale:
                 del self._by_id[i]
         return events
+
+
+def _bound(raw: Any) -> dict[str, Any] | None:
+    """The agent's dump bound (parallel, deadline, duration, late ranks), numbers
+    only: it is journaled, so nothing else an agent sends gets through."""
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key in ("parallel", "deadline_s", "duration_s"):
+        v = raw.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e9:
+            out[key] = v
+    late = raw.get("late")
+    if isinstance(late, list):
+        out["late"] = [r for r in late[: commands.MAX_TARGETS] if isinstance(r, int) and not isinstance(r, bool)]
+    return out or None
 
 
 def _parse(raw: Any, cls: type) -> tuple[list[dict], int]:

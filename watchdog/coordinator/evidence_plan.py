@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from watchdog import commands
 
+from . import stack_plan
 from .finding import Finding
 from .view import ClusterView, FoldedRank
 
@@ -71,10 +72,14 @@ def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPS
     return sorted(named + others[: max(0, max_snapshots - len(named))])
 
 
-def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[CommandRequest]:
+def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS,
+         max_stacks_per_host: int = stack_plan.MAX_PER_HOST) -> list[CommandRequest]:
+    """A hang asks for every live rank's stack (``stack_plan``), anything else
+    for the culprits' and one waiter's."""
     out = []
-    for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)),
-                        (commands.DUMP_STACKS, stack_ranks(f, view, max_dumps))):
+    stacks = (stack_plan.every_rank(f, view, max_stacks_per_host)[0] if f.kind in stack_plan.ALL_RANKS_KINDS
+              else stack_ranks(f, view, max_dumps))
+    for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)):
         for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
             out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))

@@ -44,6 +44,10 @@ COMMAND_REFUSED = "command_refused"
 COMMAND_EXPIRED = "command_expired"
 COMMAND_UNKNOWN_ACK = "command_unknown_ack"
 EVIDENCE = "evidence"
+# Every rank's stack for one trigger, grouped (stack_gather), and the ranks a
+# per-host cap left out of a stack request (stack_plan).
+STACK_GROUPS = "stack_groups"
+STACKS_CAPPED = "stacks_capped"
 
 ALL = (
     START,
@@ -73,6 +77,8 @@ ALL = (
     COMMAND_EXPIRED,
     COMMAND_UNKNOWN_ACK,
     EVIDENCE,
+    STACK_GROUPS,
+    STACKS_CAPPED,
 )
 
 # Groups readers share. An action's story: decided, carried out, ended.

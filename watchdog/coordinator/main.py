@@ -41,8 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (flags.FlagError, ValueError, OSError) as exc:
         print(f"watchdog coordinator: {exc}", file=sys.stderr)
         return 2
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("watchdog.coordinator")
+    for warning in flags.deprecations(FLAGS):
+        log.warning("deprecated_env", detail=warning)
     err = check_exposure(cfg)
     if err:
         log.error("refused", error=err)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, health, status, tracker
+from . import evidence_plan, health, stack_gather, stack_plan, status, tracker
 from . import journal_events as je
 from .control import JobController
 from .config import Config
@@ -61,6 +61,8 @@ class Coordinator:
         self._commands_ok = bool(cfg.token) or commands.is_loopback(cfg.listen[0])
         self._collected: dict[tracker.Key, float] = {}  # finding key -> when evidence was last requested
         self._no_evidence_logged = False
+        self.stacks = stack_gather.StackGather(wait_s=cfg.commands_give_up_s + 30.0)
+        self._stack_summary: dict[tuple[str, tuple[int, ...]], str] = {}  # finding key -> its stack groups in a line
         self.control = JobController(cfg.policy)
         self._control_failed = logs.RateLimited(every_s=60.0)
         if cfg.job:
@@ -126,6 +128,7 @@ class Coordinator:
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
         self._act(view, now)
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
+        self._stack_groups(now)
         for r in resolved:
             self.metrics.resolved.labels(r.finding.kind).inc()
             self.log.info(je.RESOLVED, kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
@@ -187,9 +190,17 @@ class Coordinator:
                     self.log.warning("evidence_disabled", reason="no job token and not listening on loopback: "
                                      "agents would refuse unsigned commands")
                 return
-            reqs = evidence_plan.plan(f, view)
+            cap = self.cfg.stacks_max_per_host
+            reqs = evidence_plan.plan(f, view, max_stacks_per_host=cap)
+            if f.kind in stack_plan.ALL_RANKS_KINDS:
+                left = stack_plan.every_rank(f, view, cap)[1]
+                if left:
+                    rec = stack_plan.capped_record(f, left, cap)
+                    self.log.warning(je.STACKS_CAPPED, **rec)
+                    self._record(je.STACKS_CAPPED, rec)
             if reqs:
                 self._collected[f.key] = now
+                self._expect_stacks(reqs, now)
                 self.dispatch.request(reqs, now)
                 self.log.info("evidence_requested", kind=f.kind, ranks=list(f.ranks),
                               requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs])
@@ -209,15 +220,39 @@ class Coordinator:
                                exc_info=True)
             return
         if reqs:
+            self._expect_stacks(reqs, now)
             self.dispatch.request(reqs, now)
         for name, payload in events:
             (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
             self._record(name, payload)
 
+    def _expect_stacks(self, reqs: list, now: float) -> None:
+        """Stacks asked for (a hang's evidence, an abort's first step): their groups
+        are journaled once every host asked has answered (``stack_gather``)."""
+        by_trigger: dict[str, tuple[dict, dict[str, list[int]]]] = {}
+        for r in reqs:
+            if r.type == commands.DUMP_STACKS:
+                key = repr(sorted(r.trigger.items()))
+                by_trigger.setdefault(key, (r.trigger, {}))[1].setdefault(r.host, []).extend(r.ranks)
+        for trigger, hosts in by_trigger.values():
+            self.stacks.expect(trigger, hosts, now)
+
+    def _stack_groups(self, now: float) -> None:
+        for rec in self.stacks.due(now):
+            self.log.warning(je.STACK_GROUPS, trigger=rec["trigger"], ranks=rec["ranks"],
+                             groups=len(rec["groups"]), summary=rec["summary"])
+            self._record(je.STACK_GROUPS, rec)
+            trig = rec["trigger"]
+            ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
+            self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
+            while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
+                del self._stack_summary[next(iter(self._stack_summary))]
+
     def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """Journal, log and count what the dispatch reported."""
         for name, payload in events:
             self.control.note(name, payload)
+            self.stacks.note(name, payload)
             kind = payload.get("type", "")
             outcome = {je.COMMAND: "sent", je.COMMAND_REFUSED: "refused", je.COMMAND_EXPIRED: "expired"}.get(name)
             if name in (je.EVIDENCE, je.COMMAND_DONE):
@@ -235,7 +270,12 @@ class Coordinator:
     # -- status ----------------------------------------------------------------
 
     def status(self, now: float, wall: float) -> dict[str, Any]:
-        return status.build(self._view, self._active, now, wall, self.cfg)
+        doc = status.build(self._view, self._active, now, wall, self.cfg)
+        for f in doc["findings"]:  # added field: where every rank's stack put the ranks, once known
+            line = self._stack_summary.get((f["kind"], tuple(f["ranks"])))
+            if line:
+                f["stacks"] = line
+        return doc
 
     # -- journal ---------------------------------------------------------------
 

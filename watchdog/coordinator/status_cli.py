@@ -63,7 +63,10 @@ def render(doc: dict[str, Any]) -> str:
     findings = doc.get("findings", [])
     if findings:
         lines += ["", f"active findings ({len(findings)}):"]
-        lines += [f"  [{f['kind']}] {f['reason']} (for {f.get('since_s', 0):.1f} s)" for f in findings]
+        for f in findings:
+            lines.append(f"  [{f['kind']}] {f['reason']} (for {f.get('since_s', 0):.1f} s)")
+            if f.get("stacks"):
+                lines.append(f"    stacks: {f['stacks']}")
     return "\n".join(lines)
 
 

@@ -149,7 +149,7 @@ class TorchrunJob:
         env = dict(os.environ)
         env.update(
             WATCHDOG_RUN_DIR=str(self.run_dir),
-            WATCHDOG_JOB=self.job,
+            WATCHDOG_JOB_NAME=self.job,
             OMP_NUM_THREADS="1",
             PYTHONUNBUFFERED="1",
         )

@@ -12,13 +12,16 @@ a monitor that silently watches the wrong rank.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, get_type_hints
 
-from watchdog import wire
+from watchdog import flags, rundir, wire
+
+log = logging.getLogger("watchdog.hook")
 
 _TRUE = ("1", "true")
 _FALSE = ("0", "false")
@@ -49,15 +52,16 @@ class HookConfig:
         return f"{self.run_id}:{self.restart_count}"
 
 
-# field -> environment variable (None: keyword only)
+# field -> environment variable (None: keyword only). Job, host and run dir are
+# the names the agent and coordinator read too (watchdog.flags).
 ENV = {
     "enabled": "WATCHDOG_ENABLED",
     "rank": "RANK",
     "local_rank": "LOCAL_RANK",
     "world_size": "WORLD_SIZE",
-    "job": "WATCHDOG_JOB",
-    "run_dir": "WATCHDOG_RUN_DIR",
-    "host": "WATCHDOG_HOST",
+    "job": flags.env_of(flags.JOB_NAME),
+    "run_dir": rundir.RUN_DIR_ENV,
+    "host": flags.env_of(flags.HOST_NAME),
     "run_id": "TORCHELASTIC_RUN_ID",
     "restart_count": "TORCHELASTIC_RESTART_COUNT",
     "ring_capacity": "WATCHDOG_RING_CAPACITY",
@@ -67,13 +71,13 @@ ENV = {
     "max_errors": None,
 }
 FIELDS = tuple(f.name for f in fields(HookConfig))
+# field -> the shared setting whose deprecated variables the hook still reads
+_SHARED = {"job": flags.JOB_NAME, "host": flags.HOST_NAME}
+OLD_ENV_VARS = tuple(old for name in _SHARED.values() for old in flags.OLD_ENV[name])
 
 
 def default_run_dir(env: Mapping[str, str]) -> str:
-    xdg = env.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return os.path.join(xdg, "rank-watchdog")
-    return f"/tmp/rank-watchdog-{os.getuid()}"
+    return rundir.default_run_dir(env)
 
 
 def _parse_bool(value: Any, name: str) -> bool:
@@ -138,7 +142,16 @@ def _raw_values(env: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[st
         var = ENV[name]
         if var is not None and env.get(var, "").strip() != "":
             out[name] = (env[var], var)
+        elif name in _SHARED:
+            old = next((o for o in flags.OLD_ENV[_SHARED[name]] if env.get(o, "").strip() != ""), None)
+            if old is not None:
+                out[name] = (env[old], old)
     return out
+
+
+def warnings_for(env: Mapping[str, str]) -> list[str]:
+    """Deprecated variables in ``env``, one message each (install logs them)."""
+    return [w for w in (flags.deprecated_env(n, env) for n in _SHARED.values()) if w]
 
 
 def _convert(raw: dict[str, tuple[Any, str]], name: str, default: Any) -> Any:
@@ -164,9 +177,14 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
         return raw[name][1] if name in raw else name
 
     if "job" not in raw and v["run_id"]:
-        v["job"] = v["run_id"]  # torchrun's run id names the job unless WATCHDOG_JOB does
+        v["job"] = v["run_id"]  # torchrun's run id names the job unless WATCHDOG_JOB_NAME does
     if not v["run_dir"]:
         v["run_dir"] = default_run_dir(env)
+        note = rundir.fallback_note(v["run_dir"])
+        if note:
+            log.warning("watchdog.hook %s", note)
+    for warning in warnings_for(env):
+        log.warning("watchdog.hook %s", warning)
     if not v["host"]:
         v["host"] = socket.gethostname()
 

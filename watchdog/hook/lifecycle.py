@@ -75,8 +75,15 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
 
 def _proc_start_us(pid: int) -> tuple[int, Exception | None]:
     try:
-        import psutil
+        try:
+            import psutil
+        except ImportError:  # installed without dependencies (a training image): the stdlib reader
+            from watchdog import procstart
 
+            start = procstart.start_us(pid)
+            if start is None:
+                raise OSError(f"cannot read the start time of pid {pid} from /proc") from None
+            return start, None
         return round(psutil.Process(pid).create_time() * 1e6), None
     except Exception as exc:  # the agent then cannot guard against pid reuse; say so
         return 0, exc

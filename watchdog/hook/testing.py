@@ -13,23 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from watchdog import wire
+from watchdog.hook import config as _config
 
-# Variables install() reads; clear them to test in a known environment.
-ENV_VARS = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "WATCHDOG_ENABLED",
-    "WATCHDOG_RUN_DIR",
-    "WATCHDOG_JOB",
-    "WATCHDOG_HOST",
-    "WATCHDOG_RING_CAPACITY",
-    "WATCHDOG_HEARTBEAT_INTERVAL_S",
-    "WATCHDOG_AUTO_STEP",
-    "WATCHDOG_PATCH_COLLECTIVES",
-)
+# Variables install() reads (deprecated names included); clear them to test in a known environment.
+ENV_VARS = (*(var for var in _config.ENV.values() if var), *_config.OLD_ENV_VARS)
 
 
 @contextmanager

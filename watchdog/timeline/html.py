@@ -5,11 +5,12 @@ matrix, each rank's last state, and the stacks of the culprit and a waiting rank
 from __future__ import annotations
 
 import time
+from collections import Counter
 from html import escape
 
 from watchdog.coordinator.finding import ranks_phrase
 
-from . import actions, assets, matrix, svg
+from . import actions, assets, matrix, stacksets, stacktree, svg
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, Timeline, brief
 
@@ -51,6 +52,7 @@ def _section(sec: Section, n: int, steps: int, max_lanes: int) -> str:
              f" · job {escape(sec.job or '?')} · {sec.world_size or len(sec.lanes)} ranks on "
              f"{escape(', '.join(hosts) or '?')}</h2>",
              _root(sec)]
+    parts += [stacktree.render(s) for s in sec.stack_sets if stacksets.shown(s)]
     if sec.notes:
         parts.append('<div class="notes">' + "<br>".join(escape(x) for x in sec.notes) + "</div>")
     if len(shown) < len(lanes):
@@ -91,6 +93,9 @@ def _root(sec: Section) -> str:
              f'<b>{escape(ranks_phrase(ranks)) if ranks else "no rank"}</b> · onset {clock(onset)} · detected '
              f'{clock(detected)}' + (f" (+{seconds(detected - onset)})" if onset and detected else ""),
              f'<div class="reason">{escape(str(root.get("reason", "")))}</div>']
+    sets = [s for s in sec.stack_sets if stacksets.shown(s)]
+    if sets and sets[0].grouping.odd_ones_out():
+        lines.append(f'<div class="where">stacks: {escape(sets[0].grouping.summary())}</div>')
     for r in ranks[:8]:
         lane = sec.lanes.get(r)
         if lane and lane.now:
@@ -104,7 +109,7 @@ def _root(sec: Section) -> str:
 def _table(sec: Section, lanes: list[Lane], culprits: set[int], steps: int) -> str:
     rows = ["<h3>Where each rank stopped</h3><table class=\"ranks\"><tr><th>rank</th><th>host · pid</th><th>step</th>"
             f"<th>coll #</th><th>where</th><th>last {steps} steps (mean)</th></tr>"]
-    for lane in lanes:
+    for lane in lanes[:MAX_TABLE_ROWS]:
         now = lane.now
         cls = ' class="culprit"' if lane.rank in culprits else ""
         hb = (f"; heartbeat {seconds(now.heartbeat_age_s)} old"
@@ -116,7 +121,15 @@ def _table(sec: Section, lanes: list[Lane], culprits: set[int], steps: int) -> s
                     f"<td>{escape(brief(now) + hb)}</td>"
                     f"<td>{escape(step_summary(lane.steps[-steps:]) if lane.steps else '-')}</td></tr>")
     rows.append("</table>")
+    rest = lanes[MAX_TABLE_ROWS:]
+    if rest:  # 16,384 rows take a browser seconds to lay out and nobody reads them: the stack groups say who is where
+        where = Counter(brief(lane.now).split(" for ")[0] for lane in rest)
+        rows.append(f'<p class="mute">… {len(rest)} more ranks not listed: '
+                    + escape("; ".join(f"{n} {w}" for w, n in where.most_common(4))) + "</p>")
     return "".join(rows)
+
+
+MAX_TABLE_ROWS = 1024
 
 
 def _stacks(sec: Section, culprits: set[int], waiter: int | None) -> str:
@@ -133,12 +146,19 @@ def _stacks(sec: Section, culprits: set[int], waiter: int | None) -> str:
         any_stack = True
         out.append(_stack(lane, role, r in culprits, open_=True))
     others = [lane for lane in sec.lanes.values() if lane.stacks and lane.rank not in first]
-    for lane in others:
+    for lane in others[:MAX_OTHER_STACKS]:
         any_stack = True
         out.append(_stack(lane, "other", False, open_=False))
+    if len(others) > MAX_OTHER_STACKS:  # 16,384 raw stacks would drown the page: the stack tree groups them
+        out.append(f'<p class="mute">… and {len(others) - MAX_OTHER_STACKS} more ranks\' stacks, grouped in the '
+                   "stack tree above; every raw stack is in the journal.</p>")
     if not any_stack:
         out.append('<p class="mute">No stacks were journaled for this section.</p>')
     return "\n".join(out)
+
+
+MAX_OTHER_STACKS = 16
+MAX_BOOKKEEPING_EVENTS = 64
 
 
 def _stack(lane: Lane, role: str, culprit: bool, open_: bool) -> str:
@@ -152,11 +172,18 @@ def _stack(lane: Lane, role: str, culprit: bool, open_: bool) -> str:
 
 def _events(sec: Section) -> str:
     items = []
+    bookkeeping = [e for e in sec.events if e.kind in ("evidence", "evidence_request")]
+    skip = {id(e) for e in bookkeeping[MAX_BOOKKEEPING_EVENTS:]}  # 2,048 hosts' evidence lines say nothing one line can't
     for e in sorted(sec.events, key=lambda e: e.t):
+        if id(e) in skip:
+            continue
         text = e.label
         if e.kind == "finding":
             text += ": " + str(e.detail.get("reason", ""))
         items.append(f"<li><span class=\"mute\">{clock(e.t)}</span> <b>{escape(e.kind)}</b> {escape(text)}</li>")
+    if skip:
+        items.append(f'<li class="mute">… and {len(skip)} more evidence requests and answers (every host\'s), '
+                     "in the journal</li>")
     if sec.actions:
         steps = "".join(f'<li style="margin-left:{18 * indent}px"><span class="mute">{clock(t)}</span> '
                         f"{escape(text)}</li>" for t, indent, text in actions.lines(sec.actions))

@@ -18,7 +18,7 @@ from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.evidence import SlotEvidence, StackDump
 
-from . import actions, known, lanes
+from . import actions, known, lanes, stacksets
 from .model import ClockNote, Event, Lane, Section, Stack, Timeline
 
 RESTART_WINDOW_S = 60.0  # rank_restarted events this close to the first belong to one group restart
@@ -45,6 +45,7 @@ def load(path: str) -> Timeline:
     _follow_actions(raws)
     slots: list[list[tuple[dict, SlotEvidence]]] = [[] for _ in raws]
     stacks: list[list[Stack]] = [[] for _ in raws]
+    triggered: list[list[tuple[dict, Stack]]] = [[] for _ in raws]  # (evidence record, stack), for stack sets
     for i, raw in enumerate(raws):
         for rec in raw.records:
             if rec["event"] == je.EVIDENCE:
@@ -56,10 +57,16 @@ def load(path: str) -> Timeline:
                 for d in rec.get("stacks") or ():
                     st = _parse(StackDump, d)
                     if st is not None:
-                        stacks[_owner(raws, i, st.rank, st.pid)].append(Stack(
-                            rank=st.rank, host=st.host, pid=st.pid, ok=st.ok, text=st.text, error=st.error,
-                            method=st.method, taken_wall=st.taken_wall or float(rec.get("t_wall", 0.0))))
+                        stack = Stack(rank=st.rank, host=st.host, pid=st.pid, ok=st.ok, text=st.text, error=st.error,
+                                      method=st.method, taken_wall=st.taken_wall or float(rec.get("t_wall", 0.0)))
+                        owner = _owner(raws, i, st.rank, st.pid)
+                        stacks[owner].append(stack)
+                        triggered[owner].append((rec, stack))
     sections = [_build(raw, slots[i], stacks[i]) for i, raw in enumerate(raws)]
+    for i, sec in enumerate(sections):
+        sec.stack_sets, notes = stacksets.build(
+            triggered[i], [r for r in raws[i].records if r["event"] in stacksets.EVENTS])
+        sec.notes += notes
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
 
 

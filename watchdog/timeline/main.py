@@ -3,6 +3,7 @@
     watchdog timeline journal.jsonl                  # text: root cause first (default)
     watchdog timeline journal.jsonl --html out.html  # self-contained swim-lane report
     watchdog timeline journal.jsonl --perfetto out.json   # ui.perfetto.dev / chrome://tracing
+    watchdog timeline journal.jsonl --stacks DIR     # every rank's stacks per hang, collapsed (flame graphs)
 
 The journal may end in a line torn by a kill, and may hold several coordinator
 runs and worker restarts: each is its own section.
@@ -16,7 +17,7 @@ import os
 import sys
 from typing import Sequence
 
-from . import html, load, perfetto, text
+from . import html, load, perfetto, stacksets, text
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -25,7 +26,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("journal", help="the coordinator's JSONL journal")
     p.add_argument("--html", metavar="OUT.html", help="write the self-contained HTML report here")
     p.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace event JSON here")
-    p.add_argument("--text", action="store_true", help="print the text report (the default without --html/--perfetto)")
+    p.add_argument("--stacks", metavar="DIR", help="write every rank's stacks, one collapsed-stack file per hang "
+                   "('frame;frame;frame count': speedscope, flamegraph.pl, inferno) into this directory")
+    p.add_argument("--text", action="store_true",
+                   help="print the text report (the default without --html/--perfetto/--stacks)")
     p.add_argument("--steps", type=int, default=20, help="steps per rank shown in the HTML lanes (default 20)")
     p.add_argument("--text-steps", type=int, default=5, help="steps averaged per rank in the text table (default 5)")
     p.add_argument("--max-ranks", type=int, default=64, help="ranks drawn as lanes / listed in full (default 64)")
@@ -56,7 +60,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.perfetto:
         _write(args.perfetto, json.dumps(perfetto.render(tl), separators=(",", ":")))
         print(f"wrote {args.perfetto} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
-    if args.text or not (args.html or args.perfetto):
+    if args.stacks:
+        files = stacksets.folded_files(tl.sections)
+        try:
+            os.makedirs(args.stacks, exist_ok=True)
+            for name, data in files:
+                _write(os.path.join(args.stacks, name), data)
+                print(f"wrote {os.path.join(args.stacks, name)}", file=sys.stderr)
+        except OSError as exc:
+            print(f"watchdog timeline: cannot write {args.stacks}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if not files:
+            print("no stacks in the journal: nothing written", file=sys.stderr)
+    if args.text or not (args.html or args.perfetto or args.stacks):
         sys.stdout.write(text.render(tl, steps=args.text_steps, max_ranks=args.max_ranks))
     return 0 if tl.sections else 1
 

@@ -150,6 +150,20 @@ class ClockNote:
 
 
 @dataclass
+class StackSet:
+    """Every rank's stack for one trigger (a hang's evidence, an abort), grouped
+    (``watchdog.stackgroups``): which ranks are where."""
+
+    trigger: dict[str, Any]
+    label: str  # "collective_hang rank 2", "abort a-1 (collective_hang rank 2)"
+    taken: float  # when the first of its stacks was taken (wall)
+    grouping: Any  # stackgroups.Grouping
+    culprits: tuple[int, ...] = ()
+    notes: list[str] = field(default_factory=list)  # what is missing: late ranks, silent hosts, the per-host cap
+    source: str = "evidence"  # "evidence" (regrouped from the stacks) | "record" (the coordinator's stack_groups)
+
+
+@dataclass
 class Section:
     """One coordinator session or one worker-group restart."""
 
@@ -167,6 +181,7 @@ class Section:
     clocks: list[ClockNote] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stop: dict | None = None
+    stack_sets: list[StackSet] = field(default_factory=list)  # every rank's stack, grouped, per trigger
 
     @property
     def root(self) -> dict | None:

@@ -255,9 +255,36 @@ def _origin(sec: Section, sc: Scale) -> float:
     return float(onset) if isinstance(onset, (int, float)) and onset > 0 else sc.t0
 
 
+EVIDENCE_MERGE_S = 1.0
+
+
+def _merge_evidence(events: list[Event]) -> list[Event]:
+    """Evidence answers from many hosts within a second are one marker: 2,048
+    hosts' answers drawn one by one would be 2,048 lines on one pixel."""
+    out: list[Event] = []
+    run: list[Event] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(Event(run[0].t, "evidence", f"evidence from {len(run)} answers"))
+        run.clear()
+
+    for e in sorted(events, key=lambda e: e.t):
+        if e.kind != "evidence":
+            out.append(e)
+            continue
+        if run and e.t - run[0].t > EVIDENCE_MERGE_S:
+            flush()
+        run.append(e)
+    flush()
+    return out
+
+
 def _with_onset(sec: Section) -> list[Event]:
     root = sec.root
-    events = list(sec.events)
+    events = _merge_evidence(list(sec.events))
     if root and isinstance(root.get("onset_wall"), (int, float)) and root["onset_wall"] > 0:
         events.append(Event(float(root["onset_wall"]), "onset", f"onset of {root.get('kind')}"))
     return events

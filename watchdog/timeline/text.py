@@ -10,10 +10,11 @@ from collections import Counter
 from typing import Iterable
 
 from watchdog.coordinator.finding import ranks_phrase
+from watchdog.stackgroups import short_phrase
 
 from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
-from . import actions
-from .model import Lane, Section, Stack, Timeline, brief
+from . import actions, stacksets
+from .model import Lane, Section, Stack, StackSet, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
 
@@ -68,6 +69,9 @@ def _root(sec: Section, root: dict) -> list[str]:
     out = [head, f"  onset {clock(onset)}, detected {clock(detected)}"
            + (f" (+{seconds(detected - onset)})" if onset and detected else "")]
     out.append(f"  {root.get('reason', '')}")
+    sets = [s for s in sec.stack_sets if stacksets.shown(s)]
+    if sets and sets[0].grouping.odd_ones_out():
+        out.append(f"  stacks: {sets[0].grouping.summary()}")
     for r in ranks[:8]:
         lane = sec.lanes.get(r)
         if lane is None or lane.now is None:
@@ -83,6 +87,28 @@ def _root(sec: Section, root: dict) -> list[str]:
             continue
         role = "culprit" if r in ranks else "waiting"
         out += _stack(lane, role)
+    for s in sets:
+        out += _groups(s)
+    return out
+
+
+GROUP_LINES = 12  # groups listed per stack set; the smallest (the odd ones out) come first
+RANGES_CHARS = 160
+
+
+def _groups(s: StackSet) -> list[str]:
+    g = s.grouping
+    out = [f"  stacks of every rank ({s.label}, taken {clock(s.taken)}): {g.ranks} ranks in "
+           f"{len(g.groups) + g.dropped_groups} group(s), smallest first"]
+    width = len(str(max((x.count for x in g.groups), default=1)))
+    for x in g.groups[:GROUP_LINES]:
+        who = short_phrase(x.ranks, RANGES_CHARS)
+        out.append(f"    {x.count:>{width}}  {who}{' (culprit)' if x.culprit else ''}: {x.brief()}")
+    more = len(g.groups) - GROUP_LINES
+    if more > 0 or g.dropped_groups:
+        out.append(f"    ... {max(0, more) + g.dropped_groups} more group(s) "
+                   f"({sum(x.count for x in g.groups[GROUP_LINES:]) + g.dropped_ranks} ranks)")
+    out += [f"    note: {n}" for n in s.notes]
     return out
 
 

@@ -18,6 +18,7 @@ from watchdog import commands
 
 from .. import journal_events as je
 from ..evidence_plan import CommandRequest
+from ..stack_plan import MAX_PER_HOST
 from ..view import ClusterView
 from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
 
@@ -31,7 +32,11 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     by_host: dict[str, list] = {}
     for rank, (pid, start_us, host) in live_workers(op, view):
         by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
-    reqs = tuple(CommandRequest(host=h, type=commands.DUMP_STACKS, targets=tuple(ts), trigger=op.trigger())
+    # Never more than a host can give (stack_plan's cap): the culprits first, so they are never the ones cut.
+    first = set(op.finding.ranks)
+    reqs = tuple(CommandRequest(host=h, type=commands.DUMP_STACKS, trigger=op.trigger(),
+                         targets=tuple(sorted(sorted(ts, key=lambda t: (t["rank"] not in first, t["rank"]))[:MAX_PER_HOST],
+                                              key=lambda t: t["rank"])))
                  for h, ts in sorted(by_host.items()))
     op = op.at("stacks", now, hosts_asked=frozenset(by_host))
     if not reqs:

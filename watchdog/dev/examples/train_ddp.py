@@ -19,6 +19,8 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
     never-join:R rank R never calls init_process_group
     starve:R     rank R's data loader is slow (--starve-ms per batch)
     starve:all   every rank's data loader is slow
+    loader-hang:R@S  rank R's data loader blocks forever fetching the batch of
+                 step S (the others wait in that step's all-reduce)
 
 Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0).
 """
@@ -54,6 +56,7 @@ class Faults:
     never_join: set[int] = field(default_factory=set)
     starve: set[int] = field(default_factory=set)
     starve_all: bool = False
+    loader_hang: dict[int, int] = field(default_factory=dict)  # rank -> step
 
 
 def announce(kind: str, rank: int, step: int) -> None:
@@ -66,9 +69,9 @@ def parse_faults(specs: list[str]) -> Faults:
     for spec in specs:
         try:
             kind, _, rest = spec.partition(":")
-            if kind in ("kill", "stop", "hang"):
+            if kind in ("kill", "stop", "hang", "loader-hang"):
                 rank, _, step = rest.partition("@")
-                getattr(faults, kind)[int(rank)] = int(step)
+                getattr(faults, kind.replace("-", "_"))[int(rank)] = int(step)
             elif kind == "slow":
                 rank, _, factor = rest.partition(":")
                 faults.slow[int(rank)] = float(factor)
@@ -103,6 +106,24 @@ class SyntheticRegression(Dataset):
         gen = torch.Generator().manual_seed(i)
         x = torch.randn(self.dim, generator=gen)
         return x, x @ self.w_true + 0.01 * torch.randn(1, generator=gen)
+
+
+class BlockingAt(Dataset):
+    """The loader-hang fault: sample ``at`` and later never arrive, as with a
+    reader stuck on a dead network filesystem."""
+
+    def __init__(self, inner: Dataset, at: int, rank: int, step: int) -> None:
+        self.inner, self.at, self.rank, self.step = inner, at, rank, step
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int):
+        if i >= self.at:
+            announce("loader-hang", self.rank, self.step)
+            while True:
+                time.sleep(3600)
+        return self.inner[i]
 
 
 def init_process_group(timeout_s: float) -> None:
@@ -212,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     dataset = SyntheticRegression(n=max(1 << 16, args.steps * args.batch_size * world), dim=args.dim, delay_s=delay_s)
     order: list[int] = list(DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed))
     remaining = Subset(dataset, order[start_step * args.batch_size : args.steps * args.batch_size])
+    if rank in faults.loader_hang:
+        at = faults.loader_hang[rank]
+        remaining = BlockingAt(remaining, (at - start_step) * args.batch_size, rank, at)
     loader = DataLoader(remaining, batch_size=args.batch_size, shuffle=False, num_workers=0)
     jitter = random.Random(args.seed * 1000 + rank)
     compute_s = args.compute_ms / 1000 * faults.slow.get(rank, 1.0)

@@ -1,0 +1,63 @@
+"""A process's start time from /proc, standard library only.
+
+The hook records its own start time (identity = pid + start time, against pid
+reuse) and must not need psutil for it: training images may install this
+package without its dependencies. The agent reads the same field of other
+processes to recognise a rank across pid namespaces (``agent/nspid.py``).
+
+Same formula as psutil's ``create_time``: boot time (``btime`` of /proc/stat)
+plus field 22 of /proc/<pid>/stat (clock ticks after boot). Both are the same in
+every pid namespace.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:  # gone, or not ours to read
+        return None
+
+
+def parse_start_ticks(stat: str) -> int | None:
+    """Field 22 (starttime, clock ticks after boot) of a /proc/<pid>/stat text. The
+    command name (field 2) may hold spaces and parentheses: split after the last ')'."""
+    rest = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(rest[19])  # rest[0] is field 3 (state)
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_boot_time(proc_stat: str) -> int | None:
+    for line in proc_stat.splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def boot_time_us(proc_root: str = "/proc") -> int | None:
+    boot = parse_boot_time(read_text(os.path.join(proc_root, "stat")) or "")
+    return None if boot is None else boot * 1_000_000
+
+
+def start_us(
+    pid: int, proc_root: str = "/proc", *, boot_us: int | None = None, clk_tck: int | None = None
+) -> int | None:
+    """Start time of ``pid`` in microseconds since the epoch; None when unreadable."""
+    boot_us = boot_time_us(proc_root) if boot_us is None else boot_us
+    ticks = parse_start_ticks(read_text(os.path.join(proc_root, str(pid), "stat")) or "")
+    if boot_us is None or ticks is None:
+        return None
+    return boot_us + ticks * 1_000_000 // (clk_tck or clock_ticks())
