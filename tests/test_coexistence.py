@@ -13,6 +13,7 @@ training images do) it imports and records with the standard library alone.
 from __future__ import annotations
 
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
