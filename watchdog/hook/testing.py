@@ -63,7 +63,7 @@ class FakeClock:
 
 def slot_bytes(mon: Any) -> bytes:
     """A copy of the monitor's whole slot, file or anonymous memory (while open)."""
-    return bytes(mon._mm)
+    return mon.slot.copy()
 
 
 def read_monitor(mon: Any, since: int = 0) -> wire.SlotSnapshot:
