@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     # -- fake collective: the hook's own cost --------------------------------
     mon = install(run_dir=run_dir, job="bench", patch_collectives=False, rank=0, world_size=1)
     sink = Sink()
-    sink.recorder = mon.recorder
+    sink.marks = mon.recorder.collectives
     from torch._C._distributed_c10d import Work
 
     hooked_coll = make_wrapper(fake_all_reduce, CollOp.ALL_REDUCE, "tensor", False, sink, Work)

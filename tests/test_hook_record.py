@@ -15,6 +15,7 @@ import tracemalloc
 import pytest
 
 from watchdog import wire
+from watchdog.hook import collective_marks as marks_mod
 from watchdog.hook import collectives
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook import slotwriter as slotwriter_mod
@@ -142,16 +143,16 @@ def test_sequence_numbers_are_per_group_and_shared_by_handles_of_one_group(mon):
 
 def test_overlapping_collectives_count_their_union(mon, clock):
     """A enters at 0, B at 10, A exits at 30, B at 50: 50 ns of collective time, not 70."""
-    a = mon.recorder.coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    a = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     clock.advance(10)
-    b = mon.recorder.coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    b = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     assert read_monitor(mon).header[wire.H_COLL_OUTSTANDING] == 2
     clock.advance(20)
-    mon.recorder.coll_exit(a)
+    mon.recorder.collectives.exit(a)
     h = read_monitor(mon).header
     assert h[wire.H_COLL_OUTSTANDING] == 1 and h[wire.H_COLL_DONE_SEQ] == 1
     clock.advance(20)
-    mon.recorder.coll_exit(b)
+    mon.recorder.collectives.exit(b)
     clock.advance(50)
     mon.step()
     s = step_splits(read_monitor(mon))[0]
@@ -159,11 +160,11 @@ def test_overlapping_collectives_count_their_union(mon, clock):
 
 
 def test_a_collective_spanning_the_step_boundary_is_split(mon, clock):
-    token = mon.recorder.coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    token = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     clock.advance(10)
     mon.step()
     clock.advance(5)
-    mon.recorder.coll_exit(token)
+    mon.recorder.collectives.exit(token)
     clock.advance(5)
     mon.step()
     first, second = step_splits(read_monitor(mon))
@@ -172,7 +173,7 @@ def test_a_collective_spanning_the_step_boundary_is_split(mon, clock):
 
 
 def test_exit_without_enter_does_not_go_negative(mon, clock):
-    mon.recorder.coll_exit((GroupCounters(0), 1))
+    mon.recorder.collectives.exit((GroupCounters(0), 1))
     mon.step()
     assert read_monitor(mon).header[wire.H_COLL_OUTSTANDING] == 0
     assert step_splits(read_monitor(mon))[0].coll_ns == 0
@@ -315,7 +316,7 @@ def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch
     log: list = []
     words = RecordingWords(mon.slot._words, log)
     monkeypatch.setattr(mon.slot, "_words", words)
-    packs = [(recorder_mod, "_pack_step", 8), (recorder_mod, "_pack_coll", 8), (recorder_mod, "_pack_exit", 3),
+    packs = [(recorder_mod, "_pack_step", 8), (marks_mod, "_pack_coll", 8), (marks_mod, "_pack_exit", 3),
              (recorder_mod, "pack_record", 11), (slotwriter_mod, "pack_record", 11)]  # fmt: skip
     for module, name, n in packs:
         real = getattr(module, name)
@@ -329,7 +330,7 @@ def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch
     for _ in mon.wrap_loader(SlowLoader(clock, [1], 5)):
         with mon.step_scope(), mon.phase("eval"), mon.collective("all_reduce", nbytes=8):
             clock.advance(1)
-    sink = type("Sink", (), {"recorder": mon.recorder})
+    sink = type("Sink", (), {"marks": mon.recorder.collectives})
     patched = collectives.make_collective_wrapper(lambda *a: None, CollOp.ALL_REDUCE, 2, 0, "t", False, None, sink)
     patched(b"12345678")  # the patched-torch path
     mon.set_step(10)

@@ -89,7 +89,7 @@ def test_late_writes_after_detach_land_in_scratch_memory(tmp_path):
 
 
 def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
-    """The recorder's step / fetch / coll_enter / coll_exit open the writer's
+    """The recorder's step / fetch and the collective marks' enter / exit open the writer's
     bracket inline for speed. Replaying the same events through
     SlotWriter.write, one bracket each, must leave a byte-identical slot: the
     same seq counts, header words, ring records and head."""
@@ -110,12 +110,12 @@ def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
         generic.write(((wire.H_DATA_ENTER_NS, t_data),))
         generic.write(((wire.H_DATA_EXIT_NS, t_data + 30),))
         t_in = clock.advance(100)
-        token = rec.coll_enter(int(CollOp.ALL_REDUCE), None, 64)
+        token = rec.collectives.enter(int(CollOp.ALL_REDUCE), None, 64)
         generic.write(((wire.H_COLL_GROUP, group), (wire.H_COLL_SEQ, n), (wire.H_COLL_OP, int(CollOp.ALL_REDUCE)),
                        (wire.H_COLL_BYTES, 64), (wire.H_COLL_ENTER_NS, t_in), (wire.H_COLL_EXIT_NS, last_exit),
                        (wire.H_COLL_OUTSTANDING, 1), (wire.H_COLL_DONE_SEQ, n - 1)))  # fmt: skip
         last_exit = clock.advance(200)
-        rec.coll_exit(token)
+        rec.collectives.exit(token)
         generic.write(((wire.H_COLL_EXIT_NS, last_exit), (wire.H_COLL_OUTSTANDING, 0), (wire.H_COLL_DONE_SEQ, n)))
         now = clock.advance(100)
         rec.step()

@@ -148,9 +148,9 @@ def test_a_failing_loader_mark_never_eats_the_batch(tmp_path, monkeypatch):
 
 def test_collective_bookkeeping_failure_still_calls_the_collective(tmp_path, monkeypatch):
     with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=3600) as mon:
-        monkeypatch.setattr(mon.recorder.groups, "add", lambda g: 1 / 0)
+        monkeypatch.setattr(mon.recorder.collectives.groups, "add", lambda g: 1 / 0)
         calls = []
-        sink = type("Sink", (), {"recorder": mon.recorder})
+        sink = type("Sink", (), {"marks": mon.recorder.collectives})
         def orig(*a):
             calls.append(a)
             return "result"

@@ -48,10 +48,12 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
 
 
 class Sink:
-    """Where wrappers find the recorder. Cleared at unpatch: a wrapper that someone
-    else captured (or wrapped again) then simply calls the original."""
+    """Where wrappers find the monitor's recorder and its collective marks.
+    Cleared at unpatch: a wrapper that someone else captured (or wrapped again)
+    then simply calls the original."""
 
     recorder: Any = None
+    marks: Any = None
 
 
 def _positions(fn: Callable, *names: str | None) -> list[int]:
@@ -73,8 +75,8 @@ def make_collective_wrapper(
     work_type: type | None,
     sink: Any,
 ) -> Callable:
-    """The function that replaces a torch collective: find the recorder
-    (``sink.recorder``), size the payload, mark enter, call ``orig``, mark exit.
+    """The function that replaces a torch collective: find the collective marks
+    (``sink.marks``), size the payload, mark enter, call ``orig``, mark exit.
     A Work returned by async_op=True is marked complete when its future is, on
     the backend's thread.
 
@@ -85,7 +87,7 @@ def make_collective_wrapper(
     op = int(op)
 
     def wrapper(*args, **kwargs):
-        r = sink.recorder
+        r = sink.marks
         if r is None or (r.suppress_tid and r.suppress_tid == get_ident()):
             return orig(*args, **kwargs)
         try:
@@ -105,18 +107,18 @@ def make_collective_wrapper(
         except Exception as exc:
             r.on_error("collective", exc)
             return orig(*args, **kwargs)
-        token = r.coll_enter(op, group, nbytes)
-        if token is None:  # the mark failed (reported), or the recorder is quiet: call through unmarked
+        token = r.enter(op, group, nbytes)
+        if token is None:  # the mark failed (reported), or the marks are quiet: call through unmarked
             return orig(*args, **kwargs)
         try:
             ret = orig(*args, **kwargs) if kwargs else orig(*args)
         except BaseException:
-            r.coll_exit(token)
+            r.exit(token)
             raise
         if ret is not None and work_type is not None and isinstance(ret, work_type):
             r.exit_on_completion(ret, token)
             return ret
-        r.coll_exit(token)
+        r.exit(token)
         return ret
 
     return wrapper
@@ -155,11 +157,12 @@ def patch(mon: Any) -> None:
     rec = mon.recorder
     sink = Sink()
     sink.recorder = rec
+    sink.marks = rec.collectives
     try:
         from torch._C._distributed_c10d import Work as work_type
     except ImportError:  # pragma: no cover - very old or stripped builds
         work_type = getattr(dist, "Work", None)
-    rec.groups.name_of = _group_name_fn(c10d)
+    rec.collectives.groups.name_of = _group_name_fn(c10d)
 
     replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, wrapper)
 
@@ -183,7 +186,7 @@ def patch(mon: Any) -> None:
         install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
 
     def unpatch() -> None:
-        sink.recorder = None
+        sink.recorder = sink.marks = None
         for module, name, orig, wrapper in reversed(replaced):
             if getattr(module, name, None) is wrapper:  # someone re-wrapped us: leave theirs
                 setattr(module, name, orig)
@@ -204,7 +207,7 @@ def _wrap_init(orig: Callable, sink: Sink) -> Callable:
         except BaseException:
             r.set_pg(PgState.NONE)
             raise
-        r.reset_groups()  # a new default group: sequence numbers restart on every rank
+        r.collectives.reset_groups()  # a new default group: sequence numbers restart on every rank
         r.set_pg(PgState.JOINED)
         return ret
 
@@ -224,10 +227,10 @@ def _wrap_destroy(orig: Callable, sink: Sink, dist: Any) -> Callable:
             except Exception:
                 whole = group is None
             if whole:
-                r.reset_groups()
+                r.collectives.reset_groups()
                 r.set_pg(PgState.DESTROYED)
             else:
-                r.reset_groups(group)
+                r.collectives.reset_groups(group)
         return ret
 
     functools.update_wrapper(destroy_process_group, orig)

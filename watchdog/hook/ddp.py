@@ -23,8 +23,8 @@ from watchdog.wire import CollOp
 _OP = int(CollOp.DDP_ALL_REDUCE)
 
 
-def register(rec: Any, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
-    """Wrap ``hook`` so that each bucket is a collective on ``rec`` (the monitor's recorder)."""
+def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
+    """Wrap ``hook`` so that each bucket is a collective on ``marks`` (the recorder's CollectiveMarks)."""
     if not callable(getattr(model, "register_comm_hook", None)):
         raise ValueError(
             f"watch_ddp: expected a torch.nn.parallel.DistributedDataParallel model, got {type(model).__name__}"
@@ -46,28 +46,28 @@ def register(rec: Any, model: Any, *, hook: Callable | None = None, state: Any =
             nbytes = bucket.buffer().nbytes
         except Exception:
             nbytes = 0
-        token = rec.coll_enter(_OP, group, nbytes)
-        if token is None:  # recorder quiet (closed/disabled) or its bookkeeping failed
+        token = marks.enter(_OP, group, nbytes)
+        if token is None:  # marks quiet (monitor closed/disabled) or its bookkeeping failed
             return inner(st, bucket)
-        prev = rec.suppress_tid
-        rec.suppress_tid = get_ident()
+        prev = marks.suppress_tid
+        marks.suppress_tid = get_ident()
         try:
             fut = inner(st, bucket)
         except BaseException:
-            rec.coll_exit(token)
+            marks.exit(token)
             raise
         finally:
-            rec.suppress_tid = prev
+            marks.suppress_tid = prev
 
         def done(f: Any):
-            rec.coll_exit(token)
+            marks.exit(token)
             return f.value()  # re-raises the bucket's error into DDP, as without us
 
         try:
             return fut.then(done)
         except Exception as exc:
-            rec.coll_exit(token)
-            rec.on_error("ddp", exc)
+            marks.exit(token)
+            marks.on_error("ddp", exc)
             return fut
 
     model.register_comm_hook(state, watchdog_comm_hook)

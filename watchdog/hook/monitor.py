@@ -147,14 +147,14 @@ class Monitor:
     def collective(self, op: Any, group: Any = None, nbytes: int = 0) -> CollScope:
         """Time a collective the hook cannot see by itself (custom comm library):
         ``with mon.collective("all_reduce", group=pg, nbytes=n): ...``."""
-        return CollScope(self.recorder, (coll_op_of(op), group, int(nbytes)))
+        return CollScope(self.recorder.collectives, (coll_op_of(op), group, int(nbytes)))
 
     def watch_ddp(self, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
         """Register a DDP comm hook that times each gradient bucket's all-reduce.
         ``hook``/``state``: the comm hook to wrap (default: torch's allreduce_hook)."""
         from watchdog.hook.ddp import register
 
-        register(self.recorder, model, hook=hook, state=state)
+        register(self.recorder.collectives, model, hook=hook, state=state)
 
     def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
         """``fn(step)`` saves a checkpoint; the agent can request one through the

@@ -1,14 +1,15 @@
-"""What a rank records about itself: steps, data waits, collectives, phases, the
-process group's state. The hot paths live here; every store is made inside the
-SlotWriter's seqlock bracket (slotwriter.py).
+"""What a rank records about itself: steps, data waits, phases, the process
+group's state; collectives through its CollectiveMarks (collective_marks.py).
+Every store is made inside the SlotWriter's seqlock bracket (slotwriter.py).
 
-Hot paths. ``step``, ``fetch``, ``coll_enter`` and ``coll_exit`` run once per
-step or per event and open the writer's bracket inline (lock, odd H_SEQ, stores,
-even H_SEQ, unlock: ``SlotWriter.begin``/``end`` written out) instead of calling
-it: each call costs ~50 ns here, and calling begin/end/append made a step 30%
-dearer (benchmarks/hook_overhead.py --against). They are the writer's only
-friends; tests/test_hook_slotwriter.py proves they leave the same bytes as the
-same events written through ``SlotWriter.write``. Everything else calls the writer.
+Hot paths. ``step`` and ``fetch`` (and the collective marks' ``enter`` and
+``exit``) run once per step or per event and open the writer's bracket inline
+(lock, odd H_SEQ, stores, even H_SEQ, unlock: ``SlotWriter.begin``/``end``
+written out) instead of calling it: each call costs ~50 ns here, and calling
+begin/end/append made a step 30% dearer (benchmarks/hook_overhead.py
+--against). They are the writer's only friends; tests/test_hook_slotwriter.py
+proves they leave the same bytes as the same events written through
+``SlotWriter.write``. Everything else calls the writer.
 
 Cost. Per step the hook writes one ring record; a data wait or a collective only
 updates the few header words a live reader needs ("waiting on data since t", "in
@@ -30,18 +31,10 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from watchdog.hook.groups import GroupCounters, GroupTable
+from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.noop import nop
 from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
 from watchdog.wire import (
-    H_COLL_BYTES,
-    H_COLL_DONE_SEQ,
-    H_COLL_ENTER_NS,
-    H_COLL_EXIT_NS,
-    H_COLL_GROUP,
-    H_COLL_OP,
-    H_COLL_OUTSTANDING,
-    H_COLL_SEQ,
     H_DATA_ENTER_NS,
     H_DATA_EXIT_NS,
     H_LAST_COLL_NS,
@@ -71,21 +64,11 @@ from watchdog.wire import (
 # H_STEP .. H_TOTAL_COLL are contiguous: one pack per step instead of eight stores.
 _pack_step = struct.Struct("8q").pack_into
 _STEP_OFF = H_STEP * WORD
-# H_COLL_GROUP, _SEQ, _OP, _BYTES, _ENTER_NS, _EXIT_NS, _OUTSTANDING, _DONE_SEQ
-# are contiguous: one pack at enter; the last three at exit.
-_pack_coll = struct.Struct("8q").pack_into
-_COLL_OFF = H_COLL_GROUP * WORD
-_pack_exit = struct.Struct("3q").pack_into
-_EXIT_OFF = H_COLL_EXIT_NS * WORD
 _STEP_END = int(RecordKind.STEP_END)
 
 # The packs rely on wire's word order: fail at import, not with a garbled slot.
-if not (
-    [H_STEP_START_NS, H_LAST_STEP_NS, H_LAST_DATA_NS, H_LAST_COLL_NS, H_TOTAL_STEP_NS, H_TOTAL_DATA_NS, H_TOTAL_COLL_NS]
-    == list(range(H_STEP + 1, H_STEP + 8))
-    and [H_COLL_SEQ, H_COLL_OP, H_COLL_BYTES, H_COLL_ENTER_NS, H_COLL_EXIT_NS, H_COLL_OUTSTANDING, H_COLL_DONE_SEQ]
-    == list(range(H_COLL_GROUP + 1, H_COLL_GROUP + 8))
-):  # pragma: no cover
+if [H_STEP_START_NS, H_LAST_STEP_NS, H_LAST_DATA_NS, H_LAST_COLL_NS, H_TOTAL_STEP_NS, H_TOTAL_DATA_NS,
+        H_TOTAL_COLL_NS] != list(range(H_STEP + 1, H_STEP + 8)):  # pragma: no cover
     raise ImportError("watchdog.hook.recorder: wire layout changed; update the packed stores")
 
 NEVER = 1 << 62  # a step number never reached: "no control request due"
@@ -94,10 +77,7 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # disabled, or a forked child): whoever holds the recorder (loader iterators,
 # scopes, collective wrappers, the DDP comm hook) then writes nothing and pays
 # one call; no hot path asks "am I quiet?".
-_QUIET_METHODS = (
-    "step", "scope_enter", "set_step", "coll_enter", "coll_exit", "phase_enter", "phase_exit", "set_pg",
-    "reset_groups",
-)  # fmt: skip
+_QUIET_METHODS = ("step", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
 
 
 def _unmarked(nxt: Callable[[], Any]) -> Any:
@@ -109,11 +89,9 @@ class Recorder:
     # to a few instructions each. ``__dict__`` remains for the methods swapped out
     # when the recorder goes quiet (and for tests' monkeypatching).
     __slots__ = (
-        "_slot", "_clock", "on_error", "on_control_due", "control_due", "suppress_tid", "groups",
-        "_status", "_step", "_step_start", "_acc_data", "_n_data", "_acc_coll", "_n_coll",
-        "_tot_step", "_tot_data", "_tot_coll",
-        "_by_handle", "_outstanding", "_span_start", "_cur_group", "_last_exit", "_phase", "_phase_stack",
-        "__dict__",
+        "_slot", "_clock", "on_error", "on_control_due", "control_due", "collectives",
+        "_status", "_step", "_step_start", "_acc_data", "_n_data", "_tot_step", "_tot_data", "_tot_coll",
+        "_phase", "_phase_stack", "__dict__",
     )  # fmt: skip
 
     def __init__(
@@ -130,25 +108,16 @@ class Recorder:
         self.on_error = on_error
         self.on_control_due = on_control_due
         self.control_due = NEVER  # step at which on_control_due runs (the monitor sets it)
-        self.suppress_tid = 0  # thread inside watch_ddp's hook: don't count its inner all_reduce
-        self.groups = GroupTable()
+        self.collectives = CollectiveMarks(slot, clock, on_error=on_error)
         self._status = int(Status.STARTING)
         # step accounting: Python ints, written to the slot once per step
         self._step = 0
         self._step_start = start_ns
         self._acc_data = 0
         self._n_data = 0
-        self._acc_coll = 0  # union of collective time this step (see coll_*)
-        self._n_coll = 0
         self._tot_step = 0
         self._tot_data = 0
         self._tot_coll = 0
-        # collectives
-        self._by_handle = self.groups.by_handle
-        self._outstanding = 0
-        self._span_start = 0  # when _outstanding last went 0 -> 1
-        self._cur_group = GroupCounters(0)  # group of the last collective entered
-        self._last_exit = 0
         self._phase = int(Phase.TRAIN)
         self._phase_stack: list[int] = []
 
@@ -163,8 +132,9 @@ class Recorder:
 
     def go_quiet(self) -> None:
         for name in _QUIET_METHODS:
-            setattr(self, name, nop)  # coll_enter then returns None: callers skip the exit
+            setattr(self, name, nop)
         self.fetch = _unmarked
+        self.collectives.go_quiet()
 
     # -- steps ---------------------------------------------------------------------
 
@@ -177,11 +147,12 @@ class Recorder:
             lock = slot.lock
             lock.acquire()
             try:
+                c = self.collectives  # its step view: see collective_marks.py
                 step_ns = now - self._step_start
-                coll = self._acc_coll
-                if self._outstanding:  # a collective spans the boundary: split it
-                    coll += now - self._span_start
-                    self._span_start = now
+                coll = c.this_step_ns
+                if c.outstanding:  # a collective spans the boundary: split it
+                    coll += now - c.span_start
+                    c.span_start = now
                 data = self._acc_data
                 n = self._step + 1
                 tot_step = self._tot_step + step_ns
@@ -195,7 +166,7 @@ class Recorder:
                     head = slot._head  # SlotWriter.append:
                     pack_record(
                         w, slot._ring0 + (head % slot._cap) * REC_BYTES, head, _STEP_END, now, n,
-                        step_ns, data, coll, self._n_coll, self._cur_group.seq, self._phase, self._n_data,
+                        step_ns, data, coll, c.this_step_count, c.current.seq, self._phase, self._n_data,
                     )  # fmt: skip
                     head += 1
                     w[H_RING_HEAD] = head
@@ -209,7 +180,7 @@ class Recorder:
                 self._tot_step = tot_step
                 self._tot_data = tot_data
                 self._tot_coll = tot_coll
-                self._acc_data = self._n_data = self._acc_coll = self._n_coll = 0
+                self._acc_data = self._n_data = c.this_step_ns = c.this_step_count = 0
             finally:
                 lock.release()
             if n >= self.control_due:
@@ -220,7 +191,8 @@ class Recorder:
     def scope_enter(self) -> None:
         """A step_scope block starts the step, unless waits were already recorded
         for it (a wrapped loader's fetch just before the block)."""
-        if self._n_data or self._n_coll or self._outstanding:
+        c = self.collectives
+        if self._n_data or c.this_step_count or c.outstanding:
             return
         try:
             now = self._clock()
@@ -291,97 +263,6 @@ class Recorder:
                     lock.release()
             except Exception as exc:
                 self.on_error("data", exc)
-
-    # -- collectives -----------------------------------------------------------------
-
-    def coll_enter(self, op: int, group: Any, nbytes: int):
-        """Mark a collective entered; returns the token for coll_exit, or None if
-        the mark failed (reported; the caller then skips the exit)."""
-        try:
-            clock = self._clock
-            now = clock()
-            st = self._by_handle.get(group)
-            if st is None:
-                st = self.groups.add(group)
-            slot = self._slot
-            lock = slot.lock
-            lock.acquire()
-            try:
-                seq = st.seq + 1
-                st.seq = seq
-                out = self._outstanding + 1
-                if out == 1:
-                    self._span_start = now
-                self._outstanding = out
-                self._n_coll += 1
-                self._cur_group = st
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
-                    _pack_coll(w, _COLL_OFF, st.key, seq, op, nbytes, now, self._last_exit, out, st.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
-            finally:
-                lock.release()
-            return st, seq
-        except Exception as exc:
-            self.on_error("collective", exc)
-            return None
-
-    def coll_exit(self, token: tuple[GroupCounters, int]) -> None:
-        """Mark a collective completed. May run on another thread (async work)."""
-        try:
-            clock = self._clock
-            now = clock()
-            st, seq = token
-            slot = self._slot
-            lock = slot.lock
-            lock.acquire()
-            try:
-                out = self._outstanding
-                if out:
-                    out -= 1
-                    self._outstanding = out
-                    if not out:  # the union of overlapping collectives ends here
-                        self._acc_coll += now - self._span_start
-                if seq > st.done:
-                    st.done = seq
-                self._last_exit = now
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
-                    # DONE_SEQ describes H_COLL_GROUP: rewrite it with that group's value
-                    _pack_exit(w, _EXIT_OFF, now, out, self._cur_group.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
-            finally:
-                lock.release()
-        except Exception as exc:
-            self.on_error("collective", exc)
-
-    def exit_on_completion(self, work: Any, token: tuple) -> None:
-        """Async work: mark the exit when its future completes (backend thread)."""
-        try:
-            fut = work.get_future()
-        except Exception:  # no future (coalescing placeholder, some backends): done now
-            self.coll_exit(token)
-            return
-        try:
-            fut.then(lambda _f: self.coll_exit(token))
-        except Exception as exc:
-            self.coll_exit(token)
-            self.on_error("collective_future", exc)
-
-    def reset_groups(self, group: Any = None) -> None:
-        """Forget collective counters: all of them, or one subgroup's (groups.py)."""
-        with self._slot.lock:
-            self.groups.reset(group)
 
     # -- phases, process group, status -------------------------------------------------
 

@@ -68,16 +68,16 @@ class PhaseScope:
 
 
 class CollScope:
-    __slots__ = ("_rec", "_args", "_token")
+    __slots__ = ("_marks", "_args", "_token")
 
-    def __init__(self, rec: Any, args: tuple) -> None:
-        self._rec = rec
+    def __init__(self, marks: Any, args: tuple) -> None:
+        self._marks = marks  # the recorder's CollectiveMarks
         self._args = args
         self._token = None
 
     def __enter__(self) -> None:
-        self._token = self._rec.coll_enter(*self._args)
+        self._token = self._marks.enter(*self._args)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._token is not None:
-            self._rec.coll_exit(self._token)
+            self._marks.exit(self._token)
