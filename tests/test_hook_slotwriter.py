@@ -10,7 +10,7 @@ import pytest
 from watchdog import wire
 from watchdog.hook.recorder import Recorder
 from watchdog.hook.slotwriter import SlotWriter
-from watchdog.hook.testing import FakeClock
+from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
 from watchdog.wire import CollOp, Phase, RecordKind
 
 IDENT = wire.Identity(job="j", host="h", rank=1, local_rank=1, world_size=4, pid=4321, proc_start_us=77, run_id="r:0")
@@ -127,3 +127,33 @@ def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
         )  # fmt: skip
     assert errors == []
     assert hot.copy() == generic.copy()
+
+
+def test_a_forged_rank_slot_reads_like_the_hooks_own(tmp_path, monkeypatch):
+    """The agent's tests read slots forged by RankSlot: a step forged with the
+    split the hook measured must decode to the same header and STEP_END record."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    clock = FakeClock(T0)
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "forged").mkdir()
+    with installed(tmp_path / "hook", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        mon.recorder.fetch(lambda: clock.advance(30))
+        clock.advance(100)
+        with mon.collective("all_reduce"):
+            clock.advance(200)
+        clock.advance(100)
+        mon.step()
+        hook = read_monitor(mon)
+    forged_slot = RankSlot(str(tmp_path / "forged"), mon.identity, mono_ns=T0)
+    forged_slot.enter_collective(1, now_ns=T0 + 130)
+    forged_slot.exit_collective(now_ns=T0 + 330)
+    forged_slot.step(430, 30, 200, now_ns=T0 + 430)
+    forged = wire.read_slot(forged_slot.path)
+    forged_slot.close()
+    same = [*range(wire.H_STEP, wire.H_TOTAL_COLL_NS + 1), wire.H_COLL_SEQ, wire.H_COLL_OP, wire.H_COLL_ENTER_NS,
+            wire.H_COLL_EXIT_NS, wire.H_COLL_OUTSTANDING, wire.H_COLL_DONE_SEQ, wire.H_RING_HEAD]
+    assert [forged.header[i] for i in same] == [hook.header[i] for i in same]
+    assert forged.header.identity == hook.header.identity and not forged.torn
+    (h,), (f,) = records_of(hook, RecordKind.STEP_END), records_of(forged, RecordKind.STEP_END)
+    assert (f.index, f.t_ns, f.step, f.payload[:7]) == (h.index, h.t_ns, h.step, h.payload[:7])
