@@ -16,7 +16,7 @@ updates the few header words a live reader needs ("waiting on data since t", "in
 collective #k since t") and accumulates in Python ints until the step ends. The
 hot methods read the clock once per event, keep state in plain attributes and
 pack contiguous words with precompiled structs. On these CPUs a memoryview store
-is ~30-40 ns, a lock round trip ~70 ns, a clock read ~50 ns, a Python call ~25 ns:
+is ~30-40 ns, a lock round trip ~80 ns, a clock read ~50 ns, a Python call ~40-50 ns:
 the budget is counted in those (benchmarks/hook_overhead.py).
 
 Failures. Every method catches Exception and hands it to ``on_error(where, exc)``
@@ -75,8 +75,8 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 
 # Entry points replaced by no-ops when the recorder goes quiet (monitor closed,
 # disabled, or a forked child): whoever holds the recorder (loader iterators,
-# scopes, collective wrappers, the DDP comm hook) then writes nothing and pays
-# one call; no hot path asks "am I quiet?".
+# scopes) then writes nothing and pays one call, and so do the holders of its
+# collective marks (wrappers, the DDP comm hook); no hot path asks "am I quiet?".
 _QUIET_METHODS = ("step", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
 
 
@@ -141,8 +141,7 @@ class Recorder:
     def step(self) -> None:
         """Mark the end of the step in progress (and the start of the next)."""
         try:
-            clock = self._clock  # a callable kept in a slot: bound to a local before calling (cheaper in 3.11)
-            now = clock()
+            now = self._clock()
             slot = self._slot
             lock = slot.lock
             lock.acquire()
@@ -273,7 +272,8 @@ class Recorder:
                 prev = self._phase
                 self._phase_stack.append(prev)
                 self._phase = phase
-                self._slot.write(((H_PHASE, phase), (H_PHASE_SINCE_NS, now)), (RecordKind.PHASE, now, self._step, phase, prev))
+                words = ((H_PHASE, phase), (H_PHASE_SINCE_NS, now))
+                self._slot.write(words, (RecordKind.PHASE, now, self._step, phase, prev))
         except Exception as exc:
             self.on_error("phase", exc)
 
@@ -284,7 +284,8 @@ class Recorder:
                 left = self._phase
                 back = self._phase_stack.pop() if self._phase_stack else int(Phase.TRAIN)
                 self._phase = back
-                self._slot.write(((H_PHASE, back), (H_PHASE_SINCE_NS, now)), (RecordKind.PHASE, now, self._step, back, left))
+                words = ((H_PHASE, back), (H_PHASE_SINCE_NS, now))
+                self._slot.write(words, (RecordKind.PHASE, now, self._step, back, left))
         except Exception as exc:
             self.on_error("phase", exc)
 
