@@ -81,7 +81,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         run, work = Path(tmp) / "run", Path(tmp)
         run.mkdir()
-        writer = [sys.executable, "-m", "watchdog.agent.fakes.rank", "--run-dir", str(run), "--job", "bench"]
+        writer = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run), "--job", "bench"]
         writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", str(args.ranks)], env=ENV)
                    for r in range(args.ranks)]
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Coordinator)

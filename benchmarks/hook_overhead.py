@@ -14,14 +14,21 @@ one collective, N times; the hook's cost is the difference from the bare loop.
 
 Several interleaved repeats; median and min reported. Budget: step mark + loader wrap + one
 collective <= 3 us per step on the project's CPUs (CPython 3.11).
+
+``--against OTHER_TREE`` compares two checkouts (before/after a change) on a
+shared, noisy machine: it runs this benchmark from each tree in turn, in fresh
+processes, ``--rounds`` times, and reports per variant the median of each
+tree's "hook ns" and their ratio, so a slow spell hits both trees alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,19 +85,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_ROW = re.compile(r"^(?P<label>.+?)\s+(?P<median>\d+)\s+(?P<min>\d+)\s+(?P<hook>-?\d+)\s+[\d.]+$")
+
+
+def hook_ns_by_variant(output: str) -> dict[str, int]:
+    """The "hook ns" column of a run's table, by variant label."""
+    rows = (_ROW.match(line.rstrip()) for line in output.splitlines())
+    return {m["label"].strip(): int(m["hook"]) for m in rows if m}
+
+
+def compare(other_tree: str, rounds: int, steps: int, repeats: int) -> int:
+    trees = {"before": os.path.abspath(other_tree), "after": os.path.join(os.path.dirname(__file__), "..")}
+    runs: dict[str, dict[str, list[int]]] = {name: {} for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            script = os.path.join(tree, "benchmarks", "hook_overhead.py")
+            cmd = [sys.executable, script, "--no-gloo", "--steps", str(steps), "--repeats", str(repeats)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+            for label, ns in hook_ns_by_variant(out).items():
+                runs[name].setdefault(label, []).append(ns)
+    print(f"hook ns per step, median over {rounds} alternating runs (before: {trees['before']}, after: this tree), "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'variant':36s} {'before':>8s} {'after':>8s} {'ratio':>6s}")
+    for label, before in runs["before"].items():
+        if label.startswith("bare") or label not in runs["after"]:
+            continue
+        b, a = statistics.median(before), statistics.median(runs["after"][label])
+        print(f"{label:36s} {b:8.0f} {a:8.0f} {a / b if b else float('nan'):6.2f}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20000)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--no-gloo", action="store_true", help="skip the real gloo rows")
+    p.add_argument("--against", metavar="OTHER_TREE", help="compare with the same benchmark in another checkout")
+    p.add_argument("--rounds", type=int, default=7, help="with --against: alternating runs per tree")
     args = p.parse_args(argv)
+    if args.against:
+        return compare(args.against, args.rounds, args.steps, args.repeats)
     torch.set_num_threads(1)
     tensor = torch.ones(16)
     run_dir = tempfile.mkdtemp(prefix="rwd-bench-")
     # -- fake collective: the hook's own cost --------------------------------
     mon = install(run_dir=run_dir, job="bench", patch_collectives=False, rank=0, world_size=1)
     sink = Sink()
-    sink.monitor = mon
+    sink.marks = mon.recorder.collectives
     from torch._C._distributed_c10d import Work
 
     hooked_coll = make_wrapper(fake_all_reduce, CollOp.ALL_REDUCE, "tensor", False, sink, Work)

@@ -13,7 +13,7 @@ import pytest
 from watchdog import commands as c
 from watchdog import wire
 from watchdog.agent import actions as act
-from watchdog.agent import fakes, track
+from watchdog.agent import testing, track
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
@@ -204,7 +204,7 @@ def test_outbox_is_bounded():
 
 
 def view_of(path, ident, alive=True):
-    snap = wire.read_slot(path) if path else fakes.snapshot(ident)
+    snap = wire.read_slot(path) if path else testing.snapshot(ident)
     return LocalRank(path, snap.header, 0, False, ProcSample(alive, "running" if alive else "gone"),
                     track.ALIVE if alive else track.DEAD, 0.0, ())
 
@@ -224,7 +224,7 @@ def actions_for(views, start_us, dumper=None, **kw):
 
 
 def test_dump_refuses_a_reused_pid_and_skips_a_gone_one(tmp_path):
-    idents = [fakes.identity("job", r, 3, pid=100 + r, proc_start_us=7_000_000) for r in range(3)]
+    idents = [testing.identity("job", r, 3, pid=100 + r, proc_start_us=7_000_000) for r in range(3)]
     views = [view_of("", i) for i in idents]
     starts = {100: 7_000_000, 101: 99_000_000, 102: None}  # 101 reused, 102 gone
     d = Dumper()
@@ -244,8 +244,8 @@ def test_dump_refuses_a_reused_pid_and_skips_a_gone_one(tmp_path):
 
 
 def test_snapshot_reads_a_dead_ranks_file_and_the_current_slot(tmp_path):
-    live = fakes.SlotWriter(str(tmp_path), fakes.identity("job", 0, 2, pid=300, proc_start_us=1))
-    dead = fakes.SlotWriter(str(tmp_path), fakes.identity("job", 1, 2, pid=301, proc_start_us=2))
+    live = testing.RankSlot(str(tmp_path), testing.identity("job", 0, 2, pid=300, proc_start_us=1))
+    dead = testing.RankSlot(str(tmp_path), testing.identity("job", 1, 2, pid=301, proc_start_us=2))
     for wr, n in ((live, 5), (dead, 3)):
         for s in range(n):
             wr.step(100_000_000, 10_000_000, 20_000_000, now_ns=(s + 1) * 1_000_000_000)
@@ -265,7 +265,7 @@ def test_snapshot_reads_a_dead_ranks_file_and_the_current_slot(tmp_path):
 
 
 def test_snapshot_is_trimmed_to_fit_a_report(tmp_path):
-    wr = fakes.SlotWriter(str(tmp_path), fakes.identity("job", 0, 1, pid=300, proc_start_us=1), ring_capacity=512)
+    wr = testing.RankSlot(str(tmp_path), testing.identity("job", 0, 1, pid=300, proc_start_us=1), ring_capacity=512)
     for s in range(600):
         wr.step(1, now_ns=s + 1)
     views = [view_of(wr.path, wire.read_slot(wr.path).header.identity)]
@@ -282,7 +282,7 @@ def test_snapshot_is_trimmed_to_fit_a_report(tmp_path):
 
 
 def test_signal_only_reaches_a_rank_or_its_parent_with_a_matching_identity():
-    ident = fakes.identity("job", 1, 2, pid=4242, proc_start_us=7_000_000)
+    ident = testing.identity("job", 1, 2, pid=4242, proc_start_us=7_000_000)
     views = [view_of("", ident)]
     sent = []
 
@@ -326,7 +326,7 @@ def test_metrics_export_refusals_and_executions(tmp_path):
 
 def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_check(tmp_path):
     from watchdog.hook import control
-    wrs = [fakes.SlotWriter(str(tmp_path), fakes.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
+    wrs = [testing.RankSlot(str(tmp_path), testing.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
     views = [view_of(w.path, wire.read_slot(w.path).header.identity) for w in wrs]
     a = actions_for(views, {500: 9, 501: 99_999_999}.get)  # rank 1's pid was reused
     cmd = command(c.CHECKPOINT, args={"step": 140, "ranks": [c.target(0, 500, 9), c.target(1, 501, 9)]})

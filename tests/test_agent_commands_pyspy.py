@@ -16,7 +16,7 @@ import pytest
 
 from watchdog import commands as c
 from watchdog.agent import actions as act
-from watchdog.agent import fakes, track
+from watchdog.agent import testing, track
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
@@ -113,8 +113,8 @@ def test_dump_timeout_and_text_cap_with_a_fake_runner():
 
 def test_signal_through_pidfd_checks_identity_first(sleeper):
     p = sleeper()
-    ident = fakes.identity("job", 0, 1, pid=p.pid)
-    snap = fakes.snapshot(ident)
+    ident = testing.identity("job", 0, 1, pid=p.pid)
+    snap = testing.snapshot(ident)
     view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
     a = act.Actions("node-a", lambda job: (view,), StackDumper(""))
     wrong = c.target(0, p.pid, ident.proc_start_us + 5_000_000)  # as if the pid had been reused
@@ -133,7 +133,7 @@ def test_signal_through_pidfd_checks_identity_first(sleeper):
 def test_agent_path_reply_to_ack_with_a_real_rank(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    rank = subprocess.Popen([sys.executable, "-m", "watchdog.agent.fakes.rank", "--run-dir", str(run_dir),
+    rank = subprocess.Popen([sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run_dir),
                              "--job", "job", "--rank", "0", "--world-size", "1", "--step-seconds", "0.05"])
     try:
         tracker = SlotTracker(str(run_dir), job="job")
@@ -170,7 +170,7 @@ def test_agent_path_reply_to_ack_with_a_real_rank(tmp_path):
         done = next(a for a in acks.values() if a["type"] == c.DUMP_STACKS)
         refused = next(a for a in acks.values() if a["type"] == c.SNAPSHOT_SLOTS)
         [stack] = [StackDump.from_dict(x) for x in done["stacks"]]
-        assert done["ok"] and stack.ok and stack.rank == 0 and "main (watchdog/agent/fakes/rank.py" in stack.text
+        assert done["ok"] and stack.ok and stack.rank == 0 and "fake_rank (watchdog/agent/testing.py" in stack.text
         assert refused["refused"] == c.BAD_SIGNATURE and h.refused[c.BAD_SIGNATURE] == 1
         h.stop()
     finally:

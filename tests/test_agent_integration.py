@@ -1,5 +1,5 @@
 """The real agent (``python -m watchdog.cli agent``) on loopback port 0, watching slot
-files written by real writer processes (watchdog.agent.fakes.rank, a stand-in for the
+files written by real writer processes (watchdog.agent.testing.rank, a stand-in for the
 hook), reporting to a stub coordinator: SIGSTOP, SIGKILL, a stale leftover."""
 
 import json
@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
 import watchdog
-from watchdog.agent import fakes
+from watchdog.agent import testing
 from watchdog.agent import metrics as m
 
 pytestmark = pytest.mark.integration
@@ -70,14 +70,14 @@ class StubCoordinator:
 def job(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    writer = [sys.executable, "-m", "watchdog.agent.fakes.rank", "--run-dir", str(run), "--job", "itest"]
+    writer = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run), "--job", "itest"]
     writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"], env=env())
                for r in range(3)]
     # An earlier job's leftover: its process is long gone, its last heartbeat 2 minutes old.
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     start_us = int(psutil.Process(child.pid).create_time() * 1e6)
     child.wait()
-    old = fakes.SlotWriter(str(run), fakes.identity("oldjob", 0, 1, pid=child.pid, proc_start_us=start_us),
+    old = testing.RankSlot(str(run), testing.identity("oldjob", 0, 1, pid=child.pid, proc_start_us=start_us),
                            mono_ns=time.monotonic_ns() - 120 * S, wall_ns=time.time_ns() - 120 * S)
     old.close()
     wait_for(lambda: len(list(run.glob("itest.*.slot"))) == 3, 20, "3 writer slot files")

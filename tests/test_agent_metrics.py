@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog import wire
-from watchdog.agent import config, fakes
+from watchdog.agent import config, testing
 from watchdog.agent import metrics as m
 from watchdog.agent.exporter import Exporter
 from watchdog.agent.main import Agent
@@ -28,13 +28,13 @@ GPU = dict(name="Fake H100", uuid="GPU-0000", util=87, mem_util=40, mem_used=30 
 
 @pytest.fixture
 def exposition(tmp_path):
-    writers = [fakes.SlotWriter(str(tmp_path), fakes.identity("train", r, 2), name=f"r{r}.slot") for r in (0, 1)]
+    writers = [testing.RankSlot(str(tmp_path), testing.identity("train", r, 2), name=f"r{r}.slot") for r in (0, 1)]
     for wr in writers:
         wr.step(400 * MS, 50 * MS, 150 * MS)
         wr.step(300 * MS, 20 * MS, 100 * MS)
         wr.enter_collective(3)
     cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
-    agent = Agent(cfg, accelerators=Accelerators(fakes.FakeNvml([GPU], xid={0: [79]})))
+    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([GPU], xid={0: [79]})))
     agent.poll_once()
     text = generate_latest(agent.registry).decode()
     yield text
@@ -177,10 +177,10 @@ def test_specs_are_well_formed():
 
 
 def test_report_accelerators_name_the_ranks_on_each_device(tmp_path):
-    wr = fakes.SlotWriter(str(tmp_path), fakes.identity("train", 3, 4))
+    wr = testing.RankSlot(str(tmp_path), testing.identity("train", 3, 4))
     gpu = dict(GPU, pids=[os.getpid(), 99999999])
     cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
-    agent = Agent(cfg, accelerators=Accelerators(fakes.FakeNvml([gpu])))
+    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([gpu])))
     agent.poll_once()
     (d,) = agent.accelerator_dicts()
     assert d["ranks"] == [3] and d["name"] == "Fake H100"

@@ -18,8 +18,8 @@ import pytest
 from watchdog import commands as c
 from watchdog import wire
 from watchdog.agent import actions as act
-from watchdog.agent import fakes, track
-from watchdog.agent.fakes import FakeProcess, FakeProcesses
+from watchdog.agent import testing, track
+from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.agent.nspid import PidMap, parse_nspid
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.agent.slots import LocalRank, SlotTracker
@@ -141,8 +141,8 @@ def test_a_vanished_pod_rank_is_gone_not_alive(proc):
 
 def test_tracker_records_the_host_pid_and_finds_the_launcher_by_it(proc, tmp_path):
     proc.add(5001, (5001, 7), 905)
-    ident = fakes.identity("j", 0, 1, pid=7, proc_start_us=us(905))
-    snap = fakes.snapshot(
+    ident = testing.identity("j", 0, 1, pid=7, proc_start_us=us(905))
+    snap = testing.snapshot(
         ident, {wire.H_HEARTBEAT_NS: 5 * 10**9}, path="/run/a.slot", mono_ns=4 * 10**9, wall_ns=time.time_ns()
     )
     parents = []
@@ -160,9 +160,9 @@ def test_tracker_records_the_host_pid_and_finds_the_launcher_by_it(proc, tmp_pat
 
 
 def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_one():
-    ident = fakes.identity("job", 1, 2, pid=7, proc_start_us=7_000_000)
+    ident = testing.identity("job", 1, 2, pid=7, proc_start_us=7_000_000)
     view = LocalRank(
-        "", fakes.snapshot(ident).header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5), 5001
+        "", testing.snapshot(ident).header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5), 5001
     )
     sent, dumped = [], []
 

@@ -4,7 +4,7 @@
 import pynvml
 import pytest
 
-from watchdog.agent import fakes
+from watchdog.agent import testing
 from watchdog.agent.accelmetrics import accelerator_families
 from watchdog.agent.nvml import Accelerators
 
@@ -25,7 +25,7 @@ def gpu(i, **kw):
 
 
 def test_gpu_path_reads_every_field():
-    acc = Accelerators(fakes.FakeNvml([gpu(0), gpu(1)]), log=Log())
+    acc = Accelerators(testing.FakeNvml([gpu(0), gpu(1)]), log=Log())
     snap = acc.sample(0.0)
     assert snap.available and len(snap.devices) == 2
     d = snap.devices[1]
@@ -38,7 +38,7 @@ def test_gpu_path_reads_every_field():
 
 
 def test_xid_events_are_counted_per_device_without_blocking():
-    nv = fakes.FakeNvml([gpu(0), gpu(1)], xid={1: [79, 48]})
+    nv = testing.FakeNvml([gpu(0), gpu(1)], xid={1: [79, 48]})
     acc = Accelerators(nv, min_interval_s=0, log=Log())
     first = acc.sample(0.0)
     assert [d.xid_errors for d in first.devices] == [0, 2]
@@ -48,7 +48,7 @@ def test_xid_events_are_counted_per_device_without_blocking():
 
 
 def test_unsupported_fields_and_xid_are_left_out_not_fatal():
-    nv = fakes.FakeNvml([gpu(0)], unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceRegisterEvents"})
+    nv = testing.FakeNvml([gpu(0)], unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceRegisterEvents"})
     (d,) = Accelerators(nv, log=Log()).sample(0.0).devices
     assert d.power_w is None and d.xid_errors is None and d.temperature_c == 55.0
     fams = {f.name: f for f in accelerator_families(Accelerators(nv, log=Log()).sample(0.0), "h")}
@@ -58,7 +58,7 @@ def test_unsupported_fields_and_xid_are_left_out_not_fatal():
 
 
 def test_samples_are_shared_within_the_min_interval():
-    nv = fakes.FakeNvml([gpu(0)])
+    nv = testing.FakeNvml([gpu(0)])
     acc = Accelerators(nv, min_interval_s=0.5, log=Log())
     acc.sample(10.0)
     acc.sample(10.2)
@@ -68,7 +68,7 @@ def test_samples_are_shared_within_the_min_interval():
 
 
 def test_driver_not_loaded_is_a_state_logged_once_and_retried_rarely():
-    nv = fakes.FakeNvml([gpu(0)], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    nv = testing.FakeNvml([gpu(0)], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     log = Log()
     acc = Accelerators(nv, retry_s=60, min_interval_s=0, log=log)
     for t in range(0, 59, 1):
@@ -84,7 +84,7 @@ def test_driver_not_loaded_is_a_state_logged_once_and_retried_rarely():
 
 def test_other_init_errors_warn():
     log = Log()
-    Accelerators(fakes.FakeNvml([], init_error=pynvml.NVML_ERROR_NO_PERMISSION), log=log).sample(0.0)
+    Accelerators(testing.FakeNvml([], init_error=pynvml.NVML_ERROR_NO_PERMISSION), log=log).sample(0.0)
     assert log.events[0][:2] == ("warning", "no accelerator")
 
 

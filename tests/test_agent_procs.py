@@ -7,7 +7,7 @@ import sys
 import psutil
 import pytest
 
-from watchdog.agent.fakes import FakeProcess, FakeProcesses
+from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.agent.procs import ProcessTable
 
 START_S = 1000.0

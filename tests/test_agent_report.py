@@ -6,7 +6,7 @@ import pytest
 
 from watchdog import report as wire_report
 from watchdog import wire
-from watchdog.agent import fakes, track
+from watchdog.agent import testing, track
 from watchdog.agent.procs import GONE, ProcSample
 from watchdog.agent.report import build_report, marks
 from watchdog.agent.slots import LocalRank
@@ -18,8 +18,8 @@ MS = 1_000_000
 
 def view(rank=0, job="j", *, proc=None, state=track.ALIVE, words=None, records=(), hb=NOW - S // 2,
          status=wire.Status.RUNNING, path=None):
-    ident = fakes.identity(job, rank, 4, pid=100 + rank, proc_start_us=7, local_rank=rank % 2)
-    snap = fakes.snapshot(ident, words, path=path or f"/run/{job}.{rank}.slot", wall_ns=1_700_000_000 * S,
+    ident = testing.identity(job, rank, 4, pid=100 + rank, proc_start_us=7, local_rank=rank % 2)
+    snap = testing.snapshot(ident, words, path=path or f"/run/{job}.{rank}.slot", wall_ns=1_700_000_000 * S,
                           mono_ns=NOW - 100 * S, status=status)
     proc = proc or ProcSample(True, "sleeping", cpu_seconds=12.5, rss_bytes=300 << 20, sampled_ns=NOW)
     return LocalRank(snap.path, snap.header, hb, False, proc, state, 87.5, tuple(records))
@@ -38,7 +38,7 @@ WORDS = {
 
 
 def test_rank_numbers():
-    recs = [fakes.step_record(i, i + 1, 400 * MS, 50 * MS, 150 * MS) for i in range(3)]
+    recs = [testing.step_record(i, i + 1, 400 * MS, 50 * MS, 150 * MS) for i in range(3)]
     rep = build_report("j", "host1", "agent1", 5, [view(words=WORDS, records=recs)], NOW, 1.8e9, 1.0)
     assert (rep.job, rep.host, rep.agent_id, rep.seq, rep.sent_wall, rep.interval_s) == (
         "j", "host1", "agent1", 5, 1.8e9, 1.0)
@@ -62,7 +62,7 @@ def test_rank_numbers():
 
 
 def test_round_trips_through_the_coordinators_parser():
-    recs = [fakes.step_record(0, 1, 400 * MS, 50 * MS, 150 * MS)]
+    recs = [testing.step_record(0, 1, 400 * MS, 50 * MS, 150 * MS)]
     rep = build_report("j", "h", "a", 1, [view(words=WORDS, records=recs), view(rank=1)], NOW, 1.8e9, 1.0,
                        accelerators=[{"index": 0, "name": "gpu"}])
     again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))
@@ -70,7 +70,7 @@ def test_round_trips_through_the_coordinators_parser():
 
 
 def test_recent_steps_are_those_since_the_previous_report_and_capped():
-    recs = [fakes.step_record(i, i + 1, 100 * MS) for i in range(300)]
+    recs = [testing.step_record(i, i + 1, 100 * MS) for i in range(300)]
     v = view(records=recs[-wire_report.MAX_STEPS_PER_RANK:])
     first = build_report("j", "h", "a", 1, [v], NOW, 0.0, 1.0)
     assert len(first.ranks[0].recent_steps) == wire_report.MAX_STEPS_PER_RANK

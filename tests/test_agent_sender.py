@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from watchdog import report as wire_report
-from watchdog.agent import fakes, track
+from watchdog.agent import testing, track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import JsonPoster, Sender
 from watchdog.agent.slots import LocalRank
@@ -16,8 +16,8 @@ S = 1_000_000_000
 
 
 def view(job, rank, records=()):
-    ident = fakes.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
-    snap = fakes.snapshot(ident, path=f"/run/{job}.{rank}.slot")
+    ident = testing.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
+    snap = testing.snapshot(ident, path=f"/run/{job}.{rank}.slot")
     return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0,
                     tuple(records))
 
@@ -64,7 +64,7 @@ def test_job_filter_sends_even_with_no_ranks():
 
 
 def test_failures_are_counted_logged_rate_limited_and_steps_kept():
-    recs = [fakes.step_record(i, i + 1, S // 10) for i in range(3)]
+    recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
     replies = [ConnectionRefusedError("refused"), {"ok": False, "error": "bad token"}, {"ok": True}, {"ok": True}]
     sent = []
 
@@ -147,7 +147,7 @@ def test_plain_is_asdict_for_json():
     from watchdog.agent.report import build_report
     from watchdog.agent.sender import plain
 
-    recs = [fakes.step_record(i, i + 1, S // 10, S // 100, S // 50) for i in range(5)]
+    recs = [testing.step_record(i, i + 1, S // 10, S // 100, S // 50) for i in range(5)]
     rep = build_report("j", "h", "a", 3, [view("j", 0, recs), view("j", 1)], 10 * S, 1.8e9, 1.0,
                        accelerators=[{"index": 0, "pids": (1, 2)}])
     assert json.dumps(plain(rep)) == json.dumps(rep.to_dict())

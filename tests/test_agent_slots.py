@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from watchdog import wire
-from watchdog.agent import fakes, track
-from watchdog.agent.fakes import FakeProcess, FakeProcesses
+from watchdog.agent import testing, track
+from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.slots import SlotTracker
@@ -64,10 +64,10 @@ class World:
 
 def slot(path, rank=0, pid=100, *, hb=T0, created_wall=None, job="j", status=wire.Status.RUNNING, words=None,
          records=(), torn=False):
-    ident = fakes.identity(job, rank, 4, pid=pid, proc_start_us=int(1000.0 * 1e6))
+    ident = testing.identity(job, rank, 4, pid=pid, proc_start_us=int(1000.0 * 1e6))
     created_mono = hb - S
     w = {wire.H_HEARTBEAT_NS: hb, **(words or {})}
-    return fakes.snapshot(ident, w, path=path, mono_ns=created_mono,
+    return testing.snapshot(ident, w, path=path, mono_ns=created_mono,
                           wall_ns=W0 - (T0 - created_mono) if created_wall is None else created_wall,
                           records=records, torn=torn, status=status)
 
@@ -176,11 +176,11 @@ def test_clean_exit_is_exited_not_dead():
 
 def test_step_records_accumulate_and_since_advances():
     w = World()
-    recs = [fakes.step_record(i, i + 1, S // 10) for i in range(3)]
+    recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
     w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_RING_HEAD: 3}, records=recs))
     t, _ = tracker(w, proc())
     t.poll(T0, W0)
-    recs += [fakes.step_record(i, i + 1, S // 5) for i in range(3, 5)]
+    recs += [testing.step_record(i, i + 1, S // 5) for i in range(3, 5)]
     w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_RING_HEAD: 5}, records=recs))
     t.poll(T0 + S // 10, W0)
     assert w.reads == [("/run/a.slot", 0), ("/run/a.slot", 3)]
@@ -287,7 +287,7 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     run = str(tmp_path)
     (tmp_path / "random.slot").write_bytes(os.urandom(3000))
     (tmp_path / "empty.slot").write_bytes(b"")
-    wr = fakes.SlotWriter(run, fakes.identity("j", 0, 2))
+    wr = testing.RankSlot(run, testing.identity("j", 0, 2))
     wr.step(S // 10, S // 100, S // 50)
     good = open(wr.path, "rb").read()
     (tmp_path / "trunc.slot").write_bytes(good[:300])
@@ -297,7 +297,7 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     (tmp_path / "not-a-slot.txt").write_bytes(b"ignored")
     log = Log()
     t = SlotTracker(run, log=log)
-    mono, wall = wr.w[wire.H_HEARTBEAT_NS] + S // 10, time.time_ns()
+    mono, wall = wr.words[wire.H_HEARTBEAT_NS] + S // 10, time.time_ns()
     t.poll(mono, wall)
     (v,) = t.views()
     assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1

@@ -9,7 +9,7 @@ import time
 import psutil
 
 from watchdog import rundir
-from watchdog.agent import fakes
+from watchdog.agent import testing
 from watchdog.agent.slots_cli import main
 
 S = 1_000_000_000
@@ -19,17 +19,17 @@ def dead_identity(job, rank):
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     start_us = int(psutil.Process(child.pid).create_time() * 1e6)
     child.wait()
-    return fakes.identity(job, rank, 3, pid=child.pid, proc_start_us=start_us)
+    return testing.identity(job, rank, 3, pid=child.pid, proc_start_us=start_us)
 
 
 def test_table_and_json(tmp_path, capsys):
     run = str(tmp_path)
-    live = fakes.SlotWriter(run, fakes.identity("j", 0, 3))
+    live = testing.RankSlot(run, testing.identity("j", 0, 3))
     live.step(400_000_000, 50_000_000, 150_000_000)
     live.enter_collective(7)
     now = time.monotonic_ns()
-    old = fakes.SlotWriter(run, dead_identity("j", 1), mono_ns=now - 120 * S, wall_ns=time.time_ns() - 120 * S)
-    died = fakes.SlotWriter(run, dead_identity("j", 2))
+    old = testing.RankSlot(run, dead_identity("j", 1), mono_ns=now - 120 * S, wall_ns=time.time_ns() - 120 * S)
+    died = testing.RankSlot(run, dead_identity("j", 2))
     died.step(100_000_000)
     (tmp_path / "junk.slot").write_bytes(b"\x00" * 2000)
 
@@ -58,8 +58,8 @@ def test_superseded_and_empty(tmp_path, capsys):
     run = str(tmp_path)
     assert main(["--run-dir", run]) == 0
     assert "(no slot files)" in capsys.readouterr().out
-    a = fakes.SlotWriter(run, dead_identity("j", 0))
-    b = fakes.SlotWriter(run, fakes.identity("j", 0, 3), wall_ns=time.time_ns() + S)
+    a = testing.RankSlot(run, dead_identity("j", 0))
+    b = testing.RankSlot(run, testing.identity("j", 0, 3), wall_ns=time.time_ns() + S)
     assert main(["--run-dir", run, "--json"]) == 0
     states = sorted(r["state"] for r in json.loads(capsys.readouterr().out)["ranks"])
     assert states == ["alive", "superseded"]

@@ -3,7 +3,7 @@
 import pytest
 
 from watchdog import wire
-from watchdog.agent import fakes, track
+from watchdog.agent import testing, track
 from watchdog.agent.procs import GONE, ProcSample
 
 S = 1_000_000_000
@@ -16,7 +16,7 @@ def header(hb_mono, *, created_mono=None, created_wall=None, status=wire.Status.
     created_mono = hb_mono - S if created_mono is None else created_mono
     # By default the wall clock agrees with the monotonic one (no reboot in between).
     created_wall = NOW_WALL - (NOW_MONO - created_mono) if created_wall is None else created_wall
-    snap = fakes.snapshot(fakes.identity(job, rank, 4, pid=123, proc_start_us=1), {wire.H_HEARTBEAT_NS: hb_mono},
+    snap = testing.snapshot(testing.identity(job, rank, 4, pid=123, proc_start_us=1), {wire.H_HEARTBEAT_NS: hb_mono},
                           mono_ns=created_mono, wall_ns=created_wall, status=status)
     return snap.header
 
@@ -46,9 +46,9 @@ def test_rank_state_exited_is_not_dead():
 
 
 def test_newest_per_rank_wins_by_created_wall_time():
-    old = fakes.snapshot(fakes.identity("j", 0, 2, pid=10, proc_start_us=1), wall_ns=100 * S, path="/a")
-    new = fakes.snapshot(fakes.identity("j", 0, 2, pid=11, proc_start_us=1), wall_ns=200 * S, path="/b")
-    other = fakes.snapshot(fakes.identity("j", 1, 2, pid=12, proc_start_us=1), wall_ns=50 * S, path="/c")
+    old = testing.snapshot(testing.identity("j", 0, 2, pid=10, proc_start_us=1), wall_ns=100 * S, path="/a")
+    new = testing.snapshot(testing.identity("j", 0, 2, pid=11, proc_start_us=1), wall_ns=200 * S, path="/b")
+    other = testing.snapshot(testing.identity("j", 1, 2, pid=12, proc_start_us=1), wall_ns=50 * S, path="/c")
     won = track.newest_per_rank([new, old, other], lambda s: s.header, lambda s: s.path)
     assert won == {("j", 0): new, ("j", 1): other}
     won = track.newest_per_rank([old, new], lambda s: s.header, lambda s: s.path)
@@ -56,7 +56,7 @@ def test_newest_per_rank_wins_by_created_wall_time():
 
 
 def test_window_mean_uses_last_32_steps():
-    recs = [fakes.step_record(i, i + 1, step_ns=(1 if i < 8 else 2) * S // 10) for i in range(40)]
+    recs = [testing.step_record(i, i + 1, step_ns=(1 if i < 8 else 2) * S // 10) for i in range(40)]
     assert track.window_mean_s(recs) == pytest.approx(0.2)
     assert track.window_mean_s(recs[:4]) == pytest.approx(0.1)
     assert track.window_mean_s([]) == 0.0
@@ -73,7 +73,7 @@ def test_cpu_percent_between_samples():
 def test_labels_are_bounded():
     assert track.label(wire.Phase, 2, "other") == "checkpoint"
     assert track.label(wire.Phase, 99, "other") == "other"
-    assert track.step_sample(fakes.step_record(0, 7, S, S // 4, S // 2, phase=wire.Phase.EVAL)).phase == "eval"
+    assert track.step_sample(testing.step_record(0, 7, S, S // 4, S // 2, phase=wire.Phase.EVAL)).phase == "eval"
 
 
 def test_age_never_negative_and_zero_for_never():

@@ -14,6 +14,7 @@ from waiting import wait_for
 
 from watchdog import wire
 from watchdog.hook import control
+from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.heartbeat import THREAD_NAME
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
 from watchdog.wire import Command, Phase, RecordKind
@@ -136,14 +137,14 @@ def test_half_written_request_waits_for_the_next_poll():
     words = Words({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7})
     assert control.read_request(words, last_seen=0) is None
     steady = {wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}
-    assert control.read_request(steady, 0) == control.Request(5, 1, 7)
+    assert control.read_request(steady, 0) == control.ControlRequest(5, 1, 7)
     assert control.read_request(steady, 5) is None
 
 
 def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):
     """No request pending: step() must not touch the control words at all."""
     reads = []
-    real = mon._w
+    real = mon.slot._words
 
     class Spy:
         def __getitem__(self, i):
@@ -153,10 +154,16 @@ def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):
         def __setitem__(self, i, v):
             real[i] = v
 
-    monkeypatch.setattr(mon, "_w", Spy())
+    def packs_into_the_real_words(pack):
+        return lambda buf, offset, *values: pack(real, offset, *values)
+
+    monkeypatch.setattr(mon.slot, "_words", Spy())
+    monkeypatch.setattr(recorder_mod, "_pack_step", packs_into_the_real_words(recorder_mod._pack_step))
+    monkeypatch.setattr(recorder_mod, "pack_record", packs_into_the_real_words(recorder_mod.pack_record))
     for _ in range(10):
         mon.step()
     assert reads == []
+    assert mon.errors == 0 and read_monitor(mon).header[wire.H_STEP] == 10
 
 
 def test_register_checkpoint_rejects_non_callables(mon):

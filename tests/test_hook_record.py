@@ -15,7 +15,11 @@ import tracemalloc
 import pytest
 
 from watchdog import wire
+from watchdog.hook import collective_marks as marks_mod
+from watchdog.hook import collectives
 from watchdog.hook import recorder as recorder_mod
+from watchdog.hook import slotwriter as slotwriter_mod
+from watchdog.hook.groups import GroupCounters
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
 from watchdog.wire import CollOp, Phase, RecordKind
 
@@ -139,16 +143,16 @@ def test_sequence_numbers_are_per_group_and_shared_by_handles_of_one_group(mon):
 
 def test_overlapping_collectives_count_their_union(mon, clock):
     """A enters at 0, B at 10, A exits at 30, B at 50: 50 ns of collective time, not 70."""
-    a = mon._coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    a = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     clock.advance(10)
-    b = mon._coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    b = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     assert read_monitor(mon).header[wire.H_COLL_OUTSTANDING] == 2
     clock.advance(20)
-    mon._coll_exit(a)
+    mon.recorder.collectives.exit(a)
     h = read_monitor(mon).header
     assert h[wire.H_COLL_OUTSTANDING] == 1 and h[wire.H_COLL_DONE_SEQ] == 1
     clock.advance(20)
-    mon._coll_exit(b)
+    mon.recorder.collectives.exit(b)
     clock.advance(50)
     mon.step()
     s = step_splits(read_monitor(mon))[0]
@@ -156,11 +160,11 @@ def test_overlapping_collectives_count_their_union(mon, clock):
 
 
 def test_a_collective_spanning_the_step_boundary_is_split(mon, clock):
-    token = mon._coll_enter(int(CollOp.ALL_REDUCE), None, 0)
+    token = mon.recorder.collectives.enter(int(CollOp.ALL_REDUCE), None, 0)
     clock.advance(10)
     mon.step()
     clock.advance(5)
-    mon._coll_exit(token)
+    mon.recorder.collectives.exit(token)
     clock.advance(5)
     mon.step()
     first, second = step_splits(read_monitor(mon))
@@ -169,7 +173,7 @@ def test_a_collective_spanning_the_step_boundary_is_split(mon, clock):
 
 
 def test_exit_without_enter_does_not_go_negative(mon, clock):
-    mon._coll_exit((recorder_mod._Group(0), 1))
+    mon.recorder.collectives.exit((GroupCounters(0), 1))
     mon.step()
     assert read_monitor(mon).header[wire.H_COLL_OUTSTANDING] == 0
     assert step_splits(read_monitor(mon))[0].coll_ns == 0
@@ -310,29 +314,32 @@ class RecordingWords:
 
 def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch):
     log: list = []
-    monkeypatch.setattr(mon, "_w", RecordingWords(mon._w, log))
-    for name in ("_pack_step", "_pack_coll", "_pack_exit", "_pack_rec"):
-        real = getattr(recorder_mod, name)
-        words = {"_pack_step": 8, "_pack_coll": 8, "_pack_exit": 3, "_pack_rec": 11}[name]
+    words = RecordingWords(mon.slot._words, log)
+    monkeypatch.setattr(mon.slot, "_words", words)
+    packs = [(recorder_mod, "_pack_step", 8), (marks_mod, "_pack_coll", 8), (marks_mod, "_pack_exit", 3),
+             (recorder_mod, "pack_record", 11), (slotwriter_mod, "pack_record", 11)]  # fmt: skip
+    for module, name, n in packs:
+        real = getattr(module, name)
 
-        def recording(buf, offset, *values, _real=real, _n=words):
+        def recording(buf, offset, *values, _real=real, _n=n):
             log.append(("store", range(offset // 8, offset // 8 + _n)))
-            _real(buf, offset, *values)
+            _real(words.real, offset, *values)
 
-        monkeypatch.setattr(recorder_mod, name, recording)
+        monkeypatch.setattr(module, name, recording)
     # every writing path once
     for _ in mon.wrap_loader(SlowLoader(clock, [1], 5)):
         with mon.step_scope(), mon.phase("eval"), mon.collective("all_reduce", nbytes=8):
             clock.advance(1)
-    sink = type("Sink", (), {"monitor": mon})
-    patched = recorder_mod.make_collective_wrapper(lambda *a: None, CollOp.ALL_REDUCE, 2, 0, "t", False, None, sink)
+    sink = type("Sink", (), {"marks": mon.recorder.collectives})
+    patched = collectives.make_collective_wrapper(lambda *a: None, CollOp.ALL_REDUCE, 2, 0, "t", False, None, sink)
     patched(b"12345678")  # the patched-torch path
     mon.set_step(10)
-    mon._set_pg(wire.PgState.JOINED)
+    mon.recorder.set_pg(wire.PgState.JOINED)
     mon._fail("test", RuntimeError("counted"))
     from watchdog.hook import control
 
-    mon._ack(control.Request(1, wire.Command.NONE, 0), control.ACK_OK)
+    mon._ack(control.ControlRequest(1, wire.Command.NONE, 0), control.ACK_OK)
+    assert mon.errors == 1  # the one reported above: every path wrote
 
     seq = None
     brackets = 0

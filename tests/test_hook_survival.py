@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from watchdog import wire
+from watchdog.hook import collectives
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, slot_bytes, step_splits
 from watchdog.wire import Status
@@ -140,21 +141,21 @@ def test_a_failing_loader_mark_never_eats_the_batch(tmp_path, monkeypatch):
                 BadClock.calls += 1
                 raise OSError("clock")
 
-        monkeypatch.setattr(mon, "_clock", BadClock())
+        monkeypatch.setattr(mon.recorder, "_clock", BadClock())
         assert list(mon.wrap_loader("abc")) == ["a", "b", "c"]
         assert mon.errors == 4  # three batches and the final StopIteration fetch
 
 
 def test_collective_bookkeeping_failure_still_calls_the_collective(tmp_path, monkeypatch):
     with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=3600) as mon:
-        monkeypatch.setattr(mon, "_group_for", lambda g: 1 / 0)
+        monkeypatch.setattr(mon.recorder.collectives.groups, "add", lambda g: 1 / 0)
         calls = []
-        sink = type("Sink", (), {"monitor": mon})
+        sink = type("Sink", (), {"marks": mon.recorder.collectives})
         def orig(*a):
             calls.append(a)
             return "result"
 
-        fn = recorder_mod.make_collective_wrapper(orig, 1, 5, 0, "t", False, None, sink)
+        fn = collectives.make_collective_wrapper(orig, 1, 5, 0, "t", False, None, sink)
         out = fn(1, 2)
         assert out == "result" and calls == [(1, 2)]
         assert mon.errors == 1

@@ -236,7 +236,7 @@ def test_disabling_restores_the_real_collectives(tmp_path, monkeypatch):
     original = dist.all_reduce
     with installed(tmp_path / "run", max_errors=1, heartbeat_interval_s=3600) as mon:
         init(tmp_path)
-        monkeypatch.setattr(mon, "_group_for", lambda g: 1 / 0)
+        monkeypatch.setattr(mon.recorder.collectives.groups, "add", lambda g: 1 / 0)
         t = torch.ones(2)
         dist.all_reduce(t)  # our bookkeeping fails; the all-reduce itself still happens
         assert torch.equal(t, torch.ones(2))

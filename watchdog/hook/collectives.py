@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 from typing import Any, Callable
 
-from watchdog.hook.recorder import make_collective_wrapper
 from watchdog.wire import CollOp, PgState
 
 log = logging.getLogger("watchdog.hook")
@@ -48,10 +48,12 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
 
 
 class Sink:
-    """Where wrappers find the monitor. Cleared at unpatch: a wrapper that someone
-    else captured (or wrapped again) then simply calls the original."""
+    """Where wrappers find the monitor's recorder and its collective marks.
+    Cleared at unpatch: a wrapper that someone else captured (or wrapped again)
+    then simply calls the original."""
 
-    monitor: Any = None
+    recorder: Any = None
+    marks: Any = None
 
 
 def _positions(fn: Callable, *names: str | None) -> list[int]:
@@ -61,6 +63,65 @@ def _positions(fn: Callable, *names: str | None) -> list[int]:
     except (TypeError, ValueError):
         params = []
     return [params.index(n) if n in params else 1 << 30 for n in names]
+
+
+def make_collective_wrapper(
+    orig: Callable,
+    op: int,
+    group_pos: int,
+    size_pos: int,
+    size_arg: str | None,
+    is_list: bool,
+    work_type: type | None,
+    sink: Any,
+) -> Callable:
+    """The function that replaces a torch collective: find the collective marks
+    (``sink.marks``), size the payload, mark enter, call ``orig``, mark exit.
+    A Work returned by async_op=True is marked complete when its future is, on
+    the backend's thread.
+
+    ``group_pos``/``size_pos``: positional index of ``group`` and of the tensor(s)
+    to size (huge: keyword only); ``size_arg``: that argument's name (None: no
+    payload, barrier); ``work_type``: what async_op=True returns (None: unknown)."""
+    get_ident = threading.get_ident
+    op = int(op)
+
+    def wrapper(*args, **kwargs):
+        r = sink.marks
+        if r is None or (r.suppress_tid and r.suppress_tid == get_ident()):
+            return orig(*args, **kwargs)
+        try:
+            n = len(args)
+            if kwargs:
+                group = args[group_pos] if n > group_pos else kwargs.get("group")
+                t = args[size_pos] if n > size_pos else kwargs.get(size_arg)
+            else:
+                group = args[group_pos] if n > group_pos else None
+                t = args[size_pos] if n > size_pos else None
+            if t is None:
+                nbytes = 0
+            elif is_list:
+                nbytes = sum(getattr(x, "nbytes", 0) for x in t)
+            else:
+                nbytes = getattr(t, "nbytes", 0)
+        except Exception as exc:
+            r.on_error("collective", exc)
+            return orig(*args, **kwargs)
+        token = r.enter(op, group, nbytes)
+        if token is None:  # the mark failed (reported), or the marks are quiet: call through unmarked
+            return orig(*args, **kwargs)
+        try:
+            ret = orig(*args, **kwargs) if kwargs else orig(*args)
+        except BaseException:
+            r.exit(token)
+            raise
+        if ret is not None and work_type is not None and isinstance(ret, work_type):
+            r.exit_on_completion(ret, token)
+            return ret
+        r.exit(token)
+        return ret
+
+    return wrapper
 
 
 def make_wrapper(orig: Callable, op: CollOp, size_arg: str | None, is_list: bool, sink: Sink, work_type: type | None):
@@ -86,20 +147,22 @@ def _group_name_fn(c10d: Any) -> Callable[[Any], str]:
 
 
 def patch(mon: Any) -> None:
-    """Install wrappers for ``mon``; registers their removal in ``mon._undo``."""
+    """Install wrappers feeding ``mon.recorder``; registers their removal in ``mon._undo``."""
     import torch.distributed as dist
 
     if not dist.is_available():
         log.debug("watchdog.hook torch.distributed unavailable; collectives not patched")
         return
     c10d = dist.distributed_c10d
+    rec = mon.recorder
     sink = Sink()
-    sink.monitor = mon
+    sink.recorder = rec
+    sink.marks = rec.collectives
     try:
         from torch._C._distributed_c10d import Work as work_type
     except ImportError:  # pragma: no cover - very old or stripped builds
         work_type = getattr(dist, "Work", None)
-    mon._group_name = _group_name_fn(c10d)
+    rec.collectives.groups.name_of = _group_name_fn(c10d)
 
     replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, wrapper)
 
@@ -123,29 +186,29 @@ def patch(mon: Any) -> None:
         install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
 
     def unpatch() -> None:
-        sink.monitor = None
+        sink.recorder = sink.marks = None
         for module, name, orig, wrapper in reversed(replaced):
             if getattr(module, name, None) is wrapper:  # someone re-wrapped us: leave theirs
                 setattr(module, name, orig)
 
     mon._undo.append(unpatch)
     if dist.is_initialized():
-        mon._set_pg(PgState.JOINED)
+        rec.set_pg(PgState.JOINED)
 
 
 def _wrap_init(orig: Callable, sink: Sink) -> Callable:
     def init_process_group(*args, **kwargs):
-        m = sink.monitor
-        if m is None:
+        r = sink.recorder
+        if r is None:
             return orig(*args, **kwargs)
-        m._set_pg(PgState.INITIALIZING)
+        r.set_pg(PgState.INITIALIZING)
         try:
             ret = orig(*args, **kwargs)
         except BaseException:
-            m._set_pg(PgState.NONE)
+            r.set_pg(PgState.NONE)
             raise
-        m._reset_groups()  # a new default group: sequence numbers restart on every rank
-        m._set_pg(PgState.JOINED)
+        r.collectives.reset_groups()  # a new default group: sequence numbers restart on every rank
+        r.set_pg(PgState.JOINED)
         return ret
 
     functools.update_wrapper(init_process_group, orig)
@@ -157,17 +220,17 @@ def _wrap_destroy(orig: Callable, sink: Sink, dist: Any) -> Callable:
     def destroy_process_group(*args, **kwargs):
         group = args[0] if args else kwargs.get("group")
         ret = orig(*args, **kwargs)
-        m = sink.monitor
-        if m is not None:
+        r = sink.recorder
+        if r is not None:
             try:
                 whole = group is None or group is getattr(dist.GroupMember, "WORLD", None) or not dist.is_initialized()
             except Exception:
                 whole = group is None
             if whole:
-                m._reset_groups()
-                m._set_pg(PgState.DESTROYED)
+                r.collectives.reset_groups()
+                r.set_pg(PgState.DESTROYED)
             else:
-                m._reset_groups(group)
+                r.collectives.reset_groups(group)
         return ret
 
     functools.update_wrapper(destroy_process_group, orig)

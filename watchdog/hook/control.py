@@ -25,13 +25,15 @@ MAX_STEP_ARG = 1 << 62
 
 
 @dataclass(frozen=True)
-class Request:
+class ControlRequest:
+    """One command read from the slot's control block (agent -> hook)."""
+
     seq: int
     command: int
     arg: int
 
 
-def read_request(words, last_seen: int) -> Request | None:
+def read_request(words, last_seen: int) -> ControlRequest | None:
     """A new request, or None. ``words`` is the slot as int64 words."""
     seq = words[H_CTRL_SEQ]
     if seq == last_seen:
@@ -40,10 +42,10 @@ def read_request(words, last_seen: int) -> Request | None:
     arg = words[H_CTRL_ARG]
     if words[H_CTRL_SEQ] != seq:
         return None  # the agent is writing right now; take it on the next poll
-    return Request(seq, command, arg)
+    return ControlRequest(seq, command, arg)
 
 
-def rejection(req: Request) -> str | None:
+def rejection(req: ControlRequest) -> str | None:
     """Why ``req`` cannot be acted on, or None if it is valid."""
     if req.command == Command.NONE:
         return None  # cancels a pending request

@@ -4,7 +4,7 @@ DDP's reducer calls its process group from C++, out of reach of the patched
 Python collectives. A comm hook is the supported way in: ours marks enter, runs
 the real hook (torch's ``allreduce_hook`` unless the user gives theirs), and
 marks exit in a ``then`` callback when the bucket's future completes (on the
-backend's thread; the monitor's lock covers that).
+backend's thread; the slot writer's lock covers that).
 
 torch's ``allreduce_hook`` itself calls ``dist.all_reduce``, which install() may
 have patched: while the inner hook runs, this thread is marked so the patched
@@ -23,7 +23,8 @@ from watchdog.wire import CollOp
 _OP = int(CollOp.DDP_ALL_REDUCE)
 
 
-def register(mon: Any, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
+def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
+    """Wrap ``hook`` so that each bucket is a collective on ``marks`` (the recorder's CollectiveMarks)."""
     if not callable(getattr(model, "register_comm_hook", None)):
         raise ValueError(
             f"watch_ddp: expected a torch.nn.parallel.DistributedDataParallel model, got {type(model).__name__}"
@@ -45,28 +46,28 @@ def register(mon: Any, model: Any, *, hook: Callable | None = None, state: Any =
             nbytes = bucket.buffer().nbytes
         except Exception:
             nbytes = 0
-        token = mon._coll_enter(_OP, group, nbytes)
-        if token is None:  # monitor quiet (closed/disabled) or its bookkeeping failed
+        token = marks.enter(_OP, group, nbytes)
+        if token is None:  # marks quiet (monitor closed/disabled) or its bookkeeping failed
             return inner(st, bucket)
-        prev = mon._suppress_tid
-        mon._suppress_tid = get_ident()
+        prev = marks.suppress_tid
+        marks.suppress_tid = get_ident()
         try:
             fut = inner(st, bucket)
         except BaseException:
-            mon._coll_exit(token)
+            marks.exit(token)
             raise
         finally:
-            mon._suppress_tid = prev
+            marks.suppress_tid = prev
 
         def done(f: Any):
-            mon._coll_exit(token)
+            marks.exit(token)
             return f.value()  # re-raises the bucket's error into DDP, as without us
 
         try:
             return fut.then(done)
         except Exception as exc:
-            mon._coll_exit(token)
-            mon._fail("ddp", exc)
+            marks.exit(token)
+            marks.on_error("ddp", exc)
             return fut
 
     model.register_comm_hook(state, watchdog_comm_hook)

@@ -19,13 +19,13 @@ THREAD_NAME = "watchdog-heartbeat"
 class Heartbeat:
     def __init__(
         self,
-        words,
+        put: Callable[[int, int], None],
         interval_s: float,
         clock: Callable[[], int],
         poll: Callable[[], None],
         on_error: Callable[[str, BaseException], None],
     ) -> None:
-        self._words = words
+        self._put = put  # SlotWriter.put: single-writer words, outside the seqlock
         self._interval_s = interval_s
         self._clock = clock
         self._poll = poll
@@ -36,8 +36,8 @@ class Heartbeat:
 
     def beat(self) -> None:
         self.count += 1
-        self._words[H_HEARTBEAT_NS] = self._clock()
-        self._words[H_HEARTBEAT_COUNT] = self.count
+        self._put(H_HEARTBEAT_NS, self._clock())
+        self._put(H_HEARTBEAT_COUNT, self.count)
 
     def _run(self) -> None:
         while True:

@@ -22,6 +22,7 @@ from watchdog.hook import config as _config
 from watchdog.hook import slotfile
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
+from watchdog.hook.slotwriter import SlotWriter
 from watchdog.wire import Status
 
 log = logging.getLogger("watchdog.hook")
@@ -105,8 +106,8 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
     filename = wire.slot_filename(cfg.job, cfg.rank, pid)
     mapping = slotfile.open_slot(cfg.run_dir, filename, wire.slot_size(cfg.ring_capacity))
     start_ns = clock()
-    wire.init_slot(mapping.mm, identity, cfg.ring_capacity, wall_ns=time.time_ns(), mono_ns=start_ns)
-    mon = Monitor(cfg, mapping, identity, start_ns=start_ns, clock=clock)
+    slot = SlotWriter.format(mapping.mm, identity, cfg.ring_capacity, wall_ns=time.time_ns(), mono_ns=start_ns)
+    mon = Monitor(cfg, slot, identity, slot_path=mapping.path, start_ns=start_ns, clock=clock, on_close=forget)
     if mapping.error is not None:
         mon._fail("slot_file", mapping.error)  # warns once; the monitor runs on anonymous memory
     if start_err is not None:
@@ -132,7 +133,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
     except Exception as exc:  # e.g. "can't start new thread": run without a heartbeat
         mon._fail("heartbeat_start", exc)
     if not mon._disabled:
-        mon._set_status(Status.RUNNING)
+        mon.recorder.set_status(Status.RUNNING)
     return mon
 
 
@@ -143,7 +144,7 @@ def current() -> Monitor | NullMonitor:
 
 
 def forget(mon: Monitor) -> None:
-    """Called by Monitor.close()."""
+    """Monitor.close() calls it (handed over as ``on_close``)."""
     global _active
     with _lock:
         if _active is mon:

@@ -1,15 +1,20 @@
 """The Monitor: the hook's public API, its lifecycle and its failure policy.
 
-What gets stored where is the Recorder's business (recorder.py); this class adds
-what a user calls, the control requests from the agent, and what happens when
-something goes wrong inside the hook.
+A Monitor holds a Recorder (recorder.py: what is recorded) which holds the
+SlotWriter (slotwriter.py: how the slot may change); it is neither. Composition
+rather than a base class: the recorder is handed the two behaviours it needs from
+here as callables (``on_error``, ``on_control_due``), as the heartbeat is, so
+each piece can be built and tested alone, and nothing waits for a subclass to
+fill a method in. The user's hottest call, ``step``, is bound straight to the
+recorder's method at construction: composition costs it no extra frame.
 
 Failure policy. Every hooked path catches Exception and reports it here: counted
 (``errors``, and H_HOOK_ERRORS in the slot), logged once per place, an ERROR
 record in the ring. At ``max_errors`` the monitor writes Status.DISABLED, undoes
-its patches, stops its heartbeat and swaps its methods for no-ops: training goes
-on unmonitored rather than paying for a broken monitor. Errors raised by the
-user's own code (their loader, their collective) are theirs and pass through.
+its patches, stops its heartbeat and swaps its methods (and the recorder's) for
+no-ops: training goes on unmonitored rather than paying for a broken monitor.
+Errors raised by the user's own code (their loader, their collective) are theirs
+and pass through.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from watchdog import wire
 from watchdog.hook import control
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
+from watchdog.hook.loader import TimedLoader
 from watchdog.hook.noop import NULL_MONITOR, nop
-from watchdog.hook.recorder import NEVER, Recorder, TimedLoader
+from watchdog.hook.recorder import NEVER, Recorder
 from watchdog.hook.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
-from watchdog.hook.slotfile import SlotMapping
+from watchdog.hook.slotwriter import SlotWriter
 from watchdog.wire import (
     H_CTRL_ACK_NS,
     H_CTRL_ACK_RESULT,
@@ -52,49 +58,45 @@ _QUIET = {
     "collective": NULL_MONITOR.collective,
     "watch_ddp": NULL_MONITOR.watch_ddp,
     "set_step": NULL_MONITOR.set_step,
-    "_scope_enter": nop,
-    "_coll_enter": nop,  # returns None: callers then skip the exit
-    "_coll_exit": nop,
-    "_phase_enter": nop,
-    "_phase_exit": nop,
-    "_set_pg": nop,
-    "_reset_groups": nop,
     "_poll_control": nop,
-    "_run_control": nop,
 }
 
 
-class Monitor(Recorder):
+def _nothing(mon: Any) -> None:
+    return None
+
+
+class Monitor:
     """The live monitor of one rank. Create it with ``watchdog.hook.install()``."""
 
-    __slots__ = (
-        "config", "identity", "slot_path", "_owner_pid", "_phase_scopes", "_step_scope",
-        "_ctrl_lock", "_ctrl_seen", "_ctrl_pending", "_checkpoint_fn",
-        "_errors", "_errlog", "_counters", "_closed", "_disabled", "_failed", "_undo", "_heartbeat",
-    )  # fmt: skip
     enabled = True
 
     def __init__(
         self,
         config,
-        mapping: SlotMapping,
+        slot: SlotWriter,
         identity: wire.Identity,
         *,
+        slot_path: str | None,
         start_ns: int,
         clock: Callable[[], int] = time.monotonic_ns,
+        on_close: Callable[[Monitor], None] = _nothing,
     ) -> None:
-        super().__init__(mapping.mm, config.ring_capacity, clock, start_ns)
         self.config = config
         self.identity = identity
-        self.slot_path = mapping.path
+        self.slot_path = slot_path
+        self.slot = slot
+        self.recorder = Recorder(slot, clock, start_ns, on_error=self._fail, on_control_due=self._run_control)
+        self.step = self.recorder.step  # see the module docstring: no extra frame per step
+        self._clock = clock
+        self._on_close = on_close  # lifecycle forgets us (passed in: no import cycle)
         self._owner_pid = os.getpid()
-        self._phase_scopes = {int(p): PhaseScope(self, int(p)) for p in Phase}
-        self._step_scope = StepScope(self)
+        self._phase_scopes = {int(p): PhaseScope(self.recorder, int(p)) for p in Phase}
+        self._step_scope = StepScope(self.recorder)
         # control (agent -> hook)
         self._ctrl_lock = threading.Lock()
         self._ctrl_seen = 0
-        self._ctrl_pending: control.Request | None = None
-        self._ctrl_due = NEVER
+        self._ctrl_pending: control.ControlRequest | None = None
         self._checkpoint_fn: Callable[[int], Any] | None = None
         # health
         self._errors = 0
@@ -104,9 +106,9 @@ class Monitor(Recorder):
         self._disabled = False
         self._failed = False  # an uncaught exception is ending the process
         self._undo: list[Callable[[], None]] = []  # unpatch / unregister, run at close
-        self._heartbeat = Heartbeat(self._w, config.heartbeat_interval_s, clock, self._poll_control, self._fail)
+        self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_control, self._fail)
 
-    # -- public API (step() is the Recorder's) -------------------------------------
+    # -- public API ----------------------------------------------------------------
 
     @property
     def errors(self) -> int:
@@ -115,10 +117,14 @@ class Monitor(Recorder):
 
     @property
     def status(self) -> Status:
-        return Status(self._status)
+        return Status(self.recorder.status)
 
     def stats(self) -> dict[str, int]:
-        return {"errors": self._errors, "steps": self._step, **self._counters}
+        return {"errors": self._errors, "steps": self.recorder.steps, **self._counters}
+
+    def step(self) -> None:  # replaced per instance by the recorder's own step (see __init__)
+        """Mark the end of the step in progress (and the start of the next)."""
+        self.recorder.step()
 
     def step_scope(self) -> StepScope:
         """``with mon.step_scope(): ...`` — the step ends when the block exits
@@ -130,7 +136,7 @@ class Monitor(Recorder):
     def wrap_loader(self, iterable: Iterable[T]) -> Iterable[T]:
         """An iterable over ``iterable`` whose every fetch is timed as a data wait.
         Wrap once: a loader wrapped twice counts its waits twice."""
-        return TimedLoader(iterable, self)
+        return TimedLoader(iterable, self.recorder)
 
     def phase(self, name: Any) -> PhaseScope:
         """``with mon.phase("checkpoint"): ...`` — a Phase or its label; unknown
@@ -141,14 +147,14 @@ class Monitor(Recorder):
     def collective(self, op: Any, group: Any = None, nbytes: int = 0) -> CollScope:
         """Time a collective the hook cannot see by itself (custom comm library):
         ``with mon.collective("all_reduce", group=pg, nbytes=n): ...``."""
-        return CollScope(self, (coll_op_of(op), group, int(nbytes)))
+        return CollScope(self.recorder.collectives, (coll_op_of(op), group, int(nbytes)))
 
     def watch_ddp(self, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
         """Register a DDP comm hook that times each gradient bucket's all-reduce.
         ``hook``/``state``: the comm hook to wrap (default: torch's allreduce_hook)."""
         from watchdog.hook.ddp import register
 
-        register(self, model, hook=hook, state=state)
+        register(self.recorder.collectives, model, hook=hook, state=state)
 
     def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
         """``fn(step)`` saves a checkpoint; the agent can request one through the
@@ -164,7 +170,7 @@ class Monitor(Recorder):
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"set_step: step must be an int >= 0, got {step!r}")
         try:
-            self._set_step(step)
+            self.recorder.set_step(step)
         except Exception as exc:
             self._fail("set_step", exc)
 
@@ -172,7 +178,7 @@ class Monitor(Recorder):
         """Called by the excepthook: the rank is crashing (see lifecycle)."""
         if not self._closed and not self._disabled:
             self._failed = True
-            self._set_status(Status.FAILED)
+            self.recorder.set_status(Status.FAILED)
 
     def close(self) -> None:
         """Stop the heartbeat, undo patches, mark the slot EXITED. Idempotent; also
@@ -186,21 +192,10 @@ class Monitor(Recorder):
         self._run_undo()
         self._heartbeat.stop()
         if not self._disabled and not self._failed:
-            self._set_status(Status.EXITED)
+            self.recorder.set_status(Status.EXITED)
         self._go_quiet()
-        from watchdog.hook import lifecycle
-
-        lifecycle.forget(self)
-        # Late writers (a callback in flight on another thread) land in scratch memory.
-        try:
-            with self._lock:
-                w, mm = self._w, self._mm
-                self._mm = bytearray(len(mm))
-                self._w = memoryview(self._mm).cast("q")
-            w.release()
-            mm.close()
-        except Exception:
-            pass  # a view is still exported: the mapping goes with the process
+        self._on_close(self)
+        self.slot.detach()  # late writers (a callback in flight on another thread) land in scratch memory
 
     def __repr__(self) -> str:
         return f"Monitor(rank={self.identity.rank}, slot={self.slot_path!r}, status={self.status.name})"
@@ -209,18 +204,19 @@ class Monitor(Recorder):
 
     def _poll_control(self) -> None:
         """Heartbeat thread: notice a new request; the training thread acts on it
-        at its next step boundary (step() compares one int: ``_ctrl_due``)."""
-        req = control.read_request(self._w, self._ctrl_seen)
+        at its next step boundary (step() compares one int: ``recorder.control_due``)."""
+        req = control.read_request(self.slot.words, self._ctrl_seen)
         if req is None:
             return
         self._ctrl_seen = req.seq
         why = control.rejection(req)
+        rec = self.recorder
         with self._ctrl_lock:
             self._ctrl_pending = None  # a new request supersedes the pending one
-            self._ctrl_due = NEVER
+            rec.control_due = NEVER
             if why is None and req.command == Command.CHECKPOINT_AT_STEP:
                 self._ctrl_pending = req
-                self._ctrl_due = req.arg
+                rec.control_due = req.arg
                 log.info("watchdog.hook control=checkpoint_at_step step=%d seq=%d", req.arg, req.seq)
                 return
         if why is None:  # Command.NONE: cancelled
@@ -234,7 +230,7 @@ class Monitor(Recorder):
         """Training thread, at a step boundary at or past the requested step."""
         with self._ctrl_lock:
             req, self._ctrl_pending = self._ctrl_pending, None
-            self._ctrl_due = NEVER
+            self.recorder.control_due = NEVER
         if req is None:
             return
         fn = self._checkpoint_fn
@@ -254,15 +250,16 @@ class Monitor(Recorder):
         self._counters["ctrl_done"] += 1
         self._ack(req, result)
 
-    def _ack(self, req: control.Request, result: int) -> None:
+    def _ack(self, req: control.ControlRequest, result: int) -> None:
         now = self._clock()
-        with self._lock:
-            w = self._w
-            w[H_CTRL_ACK_RESULT] = result
-            w[H_CTRL_ACK_STEP] = self._step
-            w[H_CTRL_ACK_NS] = now
-            w[H_CTRL_ACK_SEQ] = req.seq  # last: the agent trusts the ack words once this matches
-            self._write_locked([], (RecordKind.CONTROL, now, req.seq, req.command, result))
+        slot = self.slot
+        with slot.lock:
+            step = self.recorder.steps
+            slot.put(H_CTRL_ACK_RESULT, result)
+            slot.put(H_CTRL_ACK_STEP, step)
+            slot.put(H_CTRL_ACK_NS, now)
+            slot.put(H_CTRL_ACK_SEQ, req.seq)  # last: the agent trusts the ack words once this matches
+            slot.write((), (RecordKind.CONTROL, now, step, req.seq, req.command, result))
 
     # -- failure handling --------------------------------------------------------
 
@@ -271,11 +268,12 @@ class Monitor(Recorder):
         if self._closed or self._disabled:
             return
         try:
-            with self._lock:
+            slot = self.slot
+            with slot.lock:
                 self._errors += 1
                 total = self._errors
                 try:
-                    self._write_locked([(H_HOOK_ERRORS, total)], (RecordKind.ERROR, self._clock(), total))
+                    slot.write(((H_HOOK_ERRORS, total),), (RecordKind.ERROR, self._clock(), self.recorder.steps, total))
                 except Exception:
                     pass  # the slot itself is what fails; the in-process count still holds
             self._errlog.report(where, exc, total)
@@ -288,14 +286,14 @@ class Monitor(Recorder):
         if self._disabled:
             return
         self._disabled = True
-        self._set_status(Status.DISABLED)
+        self.recorder.set_status(Status.DISABLED)
         log.warning("watchdog.hook disabled reason=%r: training continues unmonitored", reason)
         self._run_undo()
         self._heartbeat.stop(timeout_s=0.5)
         self._go_quiet()
 
     def _go_quiet(self) -> None:
-        self._quiet = True  # for iterators and wrappers created before now
+        self.recorder.go_quiet()  # for iterators, scopes and wrappers created before now
         for name, fn in _QUIET.items():
             setattr(self, name, fn)
 

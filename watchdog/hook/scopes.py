@@ -1,8 +1,9 @@
 """The context managers a Monitor hands out, and the name -> enum lookups.
 
 Phase and step scopes are singletons per monitor (one per Phase value): entering
-one allocates nothing. Nesting state lives in the monitor (a phase stack), so a
-singleton can be entered again while it is active.
+one allocates nothing. Nesting state lives in the recorder (a phase stack), so a
+singleton can be entered again while it is active. Each scope holds the
+recorder and looks its methods up per use: a quiet recorder's are no-ops.
 """
 
 from __future__ import annotations
@@ -39,44 +40,44 @@ def coll_op_of(op: Any) -> int:
 
 
 class StepScope:
-    __slots__ = ("_mon",)
+    __slots__ = ("_rec",)
 
-    def __init__(self, mon: Any) -> None:
-        self._mon = mon
+    def __init__(self, rec: Any) -> None:
+        self._rec = rec
 
     def __enter__(self) -> None:
-        self._mon._scope_enter()
+        self._rec.scope_enter()
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:  # a step that raised did not complete
-            self._mon.step()
+            self._rec.step()
 
 
 class PhaseScope:
-    __slots__ = ("_mon", "_phase")
+    __slots__ = ("_rec", "_phase")
 
-    def __init__(self, mon: Any, phase: int) -> None:
-        self._mon = mon
+    def __init__(self, rec: Any, phase: int) -> None:
+        self._rec = rec
         self._phase = phase
 
     def __enter__(self) -> None:
-        self._mon._phase_enter(self._phase)
+        self._rec.phase_enter(self._phase)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._mon._phase_exit()
+        self._rec.phase_exit()
 
 
 class CollScope:
-    __slots__ = ("_mon", "_args", "_token")
+    __slots__ = ("_marks", "_args", "_token")
 
-    def __init__(self, mon: Any, args: tuple) -> None:
-        self._mon = mon
+    def __init__(self, marks: Any, args: tuple) -> None:
+        self._marks = marks  # the recorder's CollectiveMarks
         self._args = args
         self._token = None
 
     def __enter__(self) -> None:
-        self._token = self._mon._coll_enter(*self._args)
+        self._token = self._marks.enter(*self._args)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._token is not None:
-            self._mon._coll_exit(self._token)
+            self._marks.exit(self._token)

@@ -2,18 +2,23 @@
 
 ``FakeClock`` makes step/data/collective splits exact without sleeping;
 ``read_monitor`` reads a monitor's slot back the way the agent does;
-``step_splits`` turns its STEP_END records into per-step time splits.
+``step_splits`` turns its STEP_END records into per-step time splits;
+``RankSlot`` writes a slot file through the hook's own SlotWriter with values
+a test picks (for testing what reads slots: the agent, users' tools).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from watchdog import wire
 from watchdog.hook import config as _config
+from watchdog.hook.slotwriter import SlotWriter
 
 # Variables install() reads (deprecated names included); clear them to test in a known environment.
 ENV_VARS = (*(var for var in _config.ENV.values() if var), *_config.OLD_ENV_VARS)
@@ -50,7 +55,7 @@ class FakeClock:
 
 def slot_bytes(mon: Any) -> bytes:
     """A copy of the monitor's whole slot, file or anonymous memory (while open)."""
-    return bytes(mon._mm)
+    return mon.slot.copy()
 
 
 def read_monitor(mon: Any, since: int = 0) -> wire.SlotSnapshot:
@@ -88,3 +93,106 @@ def step_splits(snapshot: wire.SlotSnapshot) -> list[StepSplit]:
 
 def records_of(snapshot: wire.SlotSnapshot, kind: wire.RecordKind) -> list[wire.Record]:
     return [r for r in snapshot.records if r.kind == kind]
+
+
+class RankSlot:
+    """A rank's slot file written through the hook's real SlotWriter, with values
+    the test chooses instead of measured ones: any identity (job, rank, pid,
+    start time), heartbeats, step durations, collective sequence numbers,
+    phases, statuses. Same bracket, same ring, same bytes as the hook writes.
+    The file is formatted under a temporary name and renamed into place, so a
+    reader never sees it half-made. Times default to ``time.monotonic_ns()``."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        ident: wire.Identity,
+        ring_capacity: int = wire.DEFAULT_RING_CAPACITY,
+        *,
+        wall_ns: int | None = None,
+        mono_ns: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        size = wire.slot_size(ring_capacity)
+        self.path = os.path.join(run_dir, name or wire.slot_filename(ident.job, ident.rank, ident.pid))
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.slot = SlotWriter.format(
+            mm,
+            ident,
+            ring_capacity,
+            wall_ns=time.time_ns() if wall_ns is None else wall_ns,
+            mono_ns=time.monotonic_ns() if mono_ns is None else mono_ns,
+        )
+        os.replace(tmp, self.path)
+        self._steps = 0
+        self._totals = (0, 0, 0)  # step, data, collective ns
+        self._coll_seq = 0
+        self._outstanding = 0
+        self._beats = 0
+
+    @property
+    def words(self):
+        """The slot as int64 words (read them; write through the methods)."""
+        return self.slot.words
+
+    def update(self, words: dict[int, int] | Iterable[tuple[int, int]]) -> None:
+        """Store seqlocked header words, in one bracket."""
+        self.slot.write(words.items() if isinstance(words, dict) else words)
+
+    def heartbeat(self, now_ns: int | None = None) -> None:
+        self._beats += 1
+        self.slot.put(wire.H_HEARTBEAT_NS, time.monotonic_ns() if now_ns is None else now_ns)
+        self.slot.put(wire.H_HEARTBEAT_COUNT, self._beats)
+
+    def status(self, status: wire.Status) -> None:
+        self.slot.put(wire.H_STATUS, int(status))
+
+    def record(self, kind: wire.RecordKind, t_ns: int, step: int, *payload: int) -> None:
+        self.slot.write((), (int(kind), t_ns, step, *payload))
+
+    def step(
+        self,
+        step_ns: int,
+        data_ns: int = 0,
+        coll_ns: int = 0,
+        now_ns: int | None = None,
+        phase: wire.Phase = wire.Phase.TRAIN,
+    ) -> int:
+        """A completed step of the given split (one collective, one data wait),
+        ending at ``now_ns``: header words and its STEP_END record in one bracket."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        n = self._steps + 1
+        tot_step, tot_data, tot_coll = (t + d for t, d in zip(self._totals, (step_ns, data_ns, coll_ns)))
+        self.slot.write(
+            ((wire.H_STEP, n), (wire.H_STEP_START_NS, now), (wire.H_LAST_STEP_NS, step_ns),
+             (wire.H_LAST_DATA_NS, data_ns), (wire.H_LAST_COLL_NS, coll_ns), (wire.H_TOTAL_STEP_NS, tot_step),
+             (wire.H_TOTAL_DATA_NS, tot_data), (wire.H_TOTAL_COLL_NS, tot_coll)),
+            (int(wire.RecordKind.STEP_END), now, n, step_ns, data_ns, coll_ns, 1, self._coll_seq, int(phase), 1),
+        )  # fmt: skip
+        self._steps, self._totals = n, (tot_step, tot_data, tot_coll)
+        return n
+
+    def enter_collective(self, seq: int, op: wire.CollOp = wire.CollOp.ALL_REDUCE, now_ns: int | None = None) -> None:
+        """Collective number ``seq`` (default group) entered at ``now_ns``."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        self._coll_seq = seq
+        self._outstanding += 1
+        self.update({wire.H_COLL_SEQ: seq, wire.H_COLL_OP: int(op), wire.H_COLL_ENTER_NS: now,
+                     wire.H_COLL_OUTSTANDING: self._outstanding})  # fmt: skip
+
+    def exit_collective(self, now_ns: int | None = None) -> None:
+        """The last collective entered completed at ``now_ns``."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        self._outstanding = max(0, self._outstanding - 1)
+        self.update({wire.H_COLL_EXIT_NS: now, wire.H_COLL_DONE_SEQ: self._coll_seq,
+                     wire.H_COLL_OUTSTANDING: self._outstanding})  # fmt: skip
+
+    def close(self) -> None:
+        """Unmap (the file stays, as a dead rank's would)."""
+        self.slot.detach()

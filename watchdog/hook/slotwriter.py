@@ -1,0 +1,147 @@
+"""The one writer of a rank's slot: every store into the mapping goes through here.
+
+Seqlock. Words H_STEP .. H_LAST_DYNAMIC (and the ring) change only between an
+odd and an even store of H_SEQ: ``begin()`` makes it odd, ``end()`` makes it
+even, and nothing else in the process stores H_SEQ. ``self._seq`` is our own
+copy: the slot is never read back, so garbage written into it by someone else
+cannot steer us. The lock makes each bracket safe against the other writers in
+this process (DDP comm-hook callbacks and async collectives complete on the
+backend's thread) and is held only for the stores; it is reentrant so that a
+signal handler marking a phase while the main thread is inside a bracket cannot
+deadlock (the reader may then accept that one header early: the price of never
+blocking).
+
+What goes between ``begin()`` and ``end()`` is the caller's (the recorder knows
+what the words mean; this class knows how they may change). Why a begin/end
+pair rather than one method taking the words: the hot paths store a few
+contiguous words with one precompiled struct pack, and passing those values
+through a generic call (a tuple, then ``*args``) costs ~200 ns, four times what
+the two calls cost (benchmarks/hook_overhead.py).
+
+Single-writer words (status, heartbeat, control acks) sit outside the seqlock
+and are stored alone with ``put``.
+
+Friends: the recorder's four hot paths (recorder.py) open this same bracket
+inline, on this object's lock, ``_words``, ``_seq`` and ``_head``, because a
+call costs more than the stores it brackets. Nothing else touches those.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Iterable
+
+from watchdog import wire
+from watchdog.wire import H_LAST_DYNAMIC, H_RING_HEAD, H_SEQ, H_STEP, R_A, R_G, R_INDEX, R_KIND, R_STEP, R_T_NS, WORD
+
+REC_BYTES = wire.RECORD_WORDS * WORD
+# A ring record's defined words, R_INDEX .. R_G, in one pack (native order, as
+# wire.init_slot writes: the slot is little-endian and so are the hosts). The
+# record's last words are reserved: init_slot zeroed them and nobody writes them.
+pack_record = struct.Struct("11q").pack_into
+
+if (R_INDEX, R_KIND, R_T_NS, R_STEP, R_A, R_G) != (0, 1, 2, 3, 4, 10):  # pragma: no cover
+    raise ImportError("watchdog.hook.slotwriter: wire record layout changed; update pack_record")
+
+
+class SlotWriter:
+    """Owns the mapping, its int64 view, the seqlock counter, the ring head and
+    the lock. ``buf`` must already be formatted (``format`` does both)."""
+
+    __slots__ = ("lock", "_buf", "_words", "_seq", "_head", "_cap", "_ring0")
+
+    def __init__(self, buf, ring_capacity: int) -> None:
+        self.lock = threading.RLock()
+        self._buf = buf
+        self._words = memoryview(buf).cast("q")
+        self._seq = 0
+        self._head = 0
+        self._cap = ring_capacity
+        self._ring0 = wire.RING_OFFSET
+
+    @classmethod
+    def format(cls, buf, identity: wire.Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> SlotWriter:
+        """Format ``buf`` as a fresh slot for ``identity`` and return its writer."""
+        wire.init_slot(buf, identity, ring_capacity, wall_ns=wall_ns, mono_ns=mono_ns)
+        return cls(buf, ring_capacity)
+
+    @property
+    def words(self):
+        """The slot as int64 words, for reading the agent's control block."""
+        return self._words
+
+    # -- the seqlock bracket ------------------------------------------------------
+
+    def begin(self):
+        """Take the lock and make H_SEQ odd; returns the int64 view to store into
+        (``view[i] = v``, or a struct pack at a byte offset). Always followed by
+        ``end()``, in a ``finally``."""
+        self.lock.acquire()
+        try:
+            s = self._seq + 1
+            w = self._words
+            w[H_SEQ] = s
+            self._seq = s
+            return w
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def end(self) -> None:
+        """Make H_SEQ even again and release the lock."""
+        try:
+            s = self._seq + 1
+            self._words[H_SEQ] = s
+            self._seq = s
+        finally:
+            self.lock.release()
+
+    def append(self, kind: int, t_ns: int, step: int, a=0, b=0, c=0, d=0, e=0, f=0, g=0) -> None:
+        """Inside a bracket: write the next ring record (payload words R_A .. R_G)
+        and advance H_RING_HEAD past it."""
+        head = self._head
+        pack_record(
+            self._words, self._ring0 + (head % self._cap) * REC_BYTES, head, kind, t_ns, step, a, b, c, d, e, f, g
+        )
+        head += 1
+        self._words[H_RING_HEAD] = head
+        self._head = head
+
+    def write(self, words: Iterable[tuple[int, int]] = (), record: tuple | None = None) -> None:
+        """The cold path: store header words (index, value) and append at most one
+        record ``(kind, t_ns, step, *payload)``, in one bracket."""
+        w = self.begin()
+        try:
+            for index, value in words:
+                w[index] = value
+            if record is not None:
+                self.append(*record)
+        finally:
+            self.end()
+
+    # -- outside the seqlock -------------------------------------------------------
+
+    def put(self, index: int, value: int) -> None:
+        """Store one single-writer word read on its own, outside the seqlock
+        (status, heartbeat, control acknowledgement). One aligned 8-byte store."""
+        if H_STEP <= index <= H_LAST_DYNAMIC or index == H_SEQ:
+            raise ValueError(f"word {index} changes only inside a seqlock bracket")
+        self._words[index] = value
+
+    def copy(self) -> bytes:
+        """The whole slot as bytes (tests)."""
+        return self._words.tobytes()
+
+    def detach(self) -> None:
+        """Point later stores at scratch memory and unmap: a writer still in
+        flight on another thread (a collective's callback) lands harmlessly."""
+        with self.lock:
+            w, buf = self._words, self._buf
+            self._buf = bytearray(len(buf))
+            self._words = memoryview(self._buf).cast("q")
+        try:
+            w.release()
+            buf.close()
+        except Exception:
+            pass  # a view is still exported: the mapping goes with the process
