@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     # run would have seen from step S on.
     dataset = SyntheticRegression(n=max(1 << 16, args.steps * args.batch_size * world), dim=args.dim, delay_s=delay_s)
     order: list[int] = list(DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed))
-    remaining = Subset(dataset, order[start_step * args.batch_size : args.steps * args.batch_size])
+    remaining: Dataset = Subset(dataset, order[start_step * args.batch_size : args.steps * args.batch_size])
     if rank in faults.loader_hang:
         at = faults.loader_hang[rank]
         remaining = BlockingAt(remaining, (at - start_step) * args.batch_size, rank, at)
