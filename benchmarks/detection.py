@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from watchdog import scenario
+from watchdog.dev import scenario
 
 FAULTS = [
     # label, fault spec, expected kind, expected culprits, extra env

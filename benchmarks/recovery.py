@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 
-from watchdog import scenario
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import scenario
 
 SCENARIOS = [
     # label, fault, action, steps
@@ -43,10 +44,10 @@ def measure(fault: str, action: str, steps: int) -> dict | None:
     at = {}
     for r in recs:
         ev = r["event"]
-        if ev in ("finding", "action", "restart", "resumed") and ev not in at:
+        if ev in (je.FINDING, je.ACTION, je.RESTART, je.RESUMED) and ev not in at:
             at[ev] = r["t_wall"] - t0
-    resumed = next((r for r in recs if r["event"] == "resumed"), None)
-    old = [r["old_step"] for r in recs if r["event"] == "rank_restarted"]
+    resumed = next((r for r in recs if r["event"] == je.RESUMED), None)
+    old = [r["old_step"] for r in recs if r["event"] == je.RANK_RESTARTED]
     if resumed is None or len(at) < 4:
         print(f"  {fault}: incomplete {sorted(at)}", file=sys.stderr)
         return None
@@ -69,7 +70,7 @@ def main() -> int:
             rows.append((label, fault, "-", "-", "-", "-", "-", "failed"))
             continue
         med = lambda k: f"{statistics.median(r[k] for r in runs):.2f}"  # noqa: E731
-        rows.append((label, fault, med("finding"), med("action"), med("restart"), med("resumed"),
+        rows.append((label, fault, med(je.FINDING), med(je.ACTION), med(je.RESTART), med(je.RESUMED),
                      str(max(r["redone"] for r in runs)), "/".join(str(r["exit"]) for r in runs)))
     print("\nRecovery: seconds after the fault's injection (median), 4 gloo ranks on CPU, ~0.06 s steps\n")
     headers = ("scenario", "fault", "detected", "action", "restart", "first step after", "steps redone", "exit")

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from promserver import Prometheus  # noqa: E402
 
-from watchdog import localjob  # noqa: E402
+from watchdog.dev import localjob  # noqa: E402
 
 RATE_WINDOW = "10s"  # what $__rate_interval is with a 1 s scrape and a ~2 s query step
 

@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from watchdog.localjob import free_port
+from watchdog.dev.localjob import free_port
 
 
 class Prometheus:

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from waiting import wait_for
 
 from watchdog.agent.deathwatch import DeathWatch
 from watchdog.agent.procs import ProcessTable
@@ -19,15 +20,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pid
 
 def sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-
-
-def wait_for(pred, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def test_exits_are_ordered_to_the_millisecond():
@@ -43,7 +35,7 @@ def test_exits_are_ordered_to_the_millisecond():
         time.sleep(0.02)  # torchrun's teardown after a death takes longer than this
         b.kill()
         b.wait()
-        assert wait_for(lambda: watch.exit_ns("a") and watch.exit_ns("b"))
+        assert wait_for(lambda: watch.exit_ns("a") and watch.exit_ns("b"), 5.0)
         gap_ms = (watch.exit_ns("b") - watch.exit_ns("a")) / 1e6
         assert 10 <= gap_ms <= 1000, gap_ms
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_for
 
 import watchdog
 from watchdog.agent import testing
@@ -33,16 +34,6 @@ def env():
     e = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     e.pop("WATCHDOG_JOB_NAME", None)
     return e
-
-
-def wait_for(pred, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 class StubCoordinator:

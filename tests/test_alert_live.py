@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from promserver import Prometheus
-from watchdog import localjob
+from waiting import wait_for
+from watchdog.dev import localjob
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck  # noqa: E402
@@ -132,7 +133,7 @@ class Alertmanager:
                 [binary, f"--config.file={config}", f"--storage.path={work_dir / 'am-data'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_until(lambda: self._ready(), 30, what="alertmanager ready", log=self.log_path)
+        wait_for(lambda: self._ready(), 30, what="alertmanager ready", interval_s=0.2, log=self.log_path)
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -154,17 +155,6 @@ class Alertmanager:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2, log: Path | None = None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{tail}")
 
 
 def prometheus_alert(prom: Prometheus, name: str) -> dict | None:
@@ -219,7 +209,7 @@ def live(tmp_path_factory):
                 return time.monotonic() if psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED else None
             except psutil.NoSuchProcess:
                 raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:])
-        stopped_at = wait_until(stopped, 90, what="rank 1 stopped", interval_s=0.05)
+        stopped_at = wait_for(stopped, 90, what="rank 1 stopped", interval_s=0.05)
         yield SimpleNamespace(prom=prom, am=am, webhook=webhook, stopped_at=stopped_at, log=tmp_path / "prometheus.log")
     finally:
         for close in reversed(stack):
@@ -235,8 +225,8 @@ def after_stop(live, name: str, **labels):
 
 
 def test_frozen_rank_pages_with_its_rank(live):
-    arrived_at, alert = wait_until(lambda: live.webhook.first(after_stop(live, "RankWatchdogRankFrozen")), 45,
-                                   what="RankWatchdogRankFrozen at the webhook", log=live.log)
+    arrived_at, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogRankFrozen")), 45,
+                                 what="RankWatchdogRankFrozen at the webhook", interval_s=0.2, log=live.log)
     latency = arrived_at - live.stopped_at
     print(f"\nSIGSTOP -> RankWatchdogRankFrozen at the webhook after {latency:.1f} s "
           f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
@@ -257,13 +247,14 @@ def test_frozen_rank_pages_with_its_rank(live):
 def test_hang_names_the_culprit_and_is_inhibited(live):
     # The hang the frozen rank causes: Prometheus names rank 1 as the one behind, and
     # the shipped inhibition keeps it off the pager while the frozen rank's alert fires.
-    hang = wait_until(lambda: prometheus_alert(live.prom, "RankWatchdogJobHang"), 30, what="RankWatchdogJobHang firing")
+    hang = wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogJobHang"), 30, what="RankWatchdogJobHang firing",
+                    interval_s=0.2)
     assert hang["labels"]["training_job"] == JOB and "job" not in hang["labels"], hang["labels"]
     assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
-    suppressed = wait_until(
+    suppressed = wait_for(
         lambda: next((a for a in live.am.alerts() if a["labels"]["alertname"] == "RankWatchdogJobHang"
                       and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
-        20, what="RankWatchdogJobHang inhibited in Alertmanager")
+        20, what="RankWatchdogJobHang inhibited in Alertmanager", interval_s=0.2)
     assert suppressed["labels"]["training_job"] == JOB
     assert live.webhook.first(after_stop(live, "RankWatchdogJobHang")) is None
 
@@ -271,9 +262,9 @@ def test_hang_names_the_culprit_and_is_inhibited(live):
 def test_coordinator_finding_arrives_with_the_training_job(live):
     # The coordinator's metrics carry no training job (it adopts it from the first
     # report); the rule joins watchdog_coordinator_info's training_job on the target.
-    _, alert = wait_until(lambda: live.webhook.first(after_stop(live, "RankWatchdogCoordinatorFinding",
-                                                                training_job=JOB)), 45,
-                          what="RankWatchdogCoordinatorFinding at the webhook", log=live.log)
+    _, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogCoordinatorFinding",
+                                                              training_job=JOB)), 45,
+                        what="RankWatchdogCoordinatorFinding at the webhook", interval_s=0.2, log=live.log)
     assert alert["labels"]["kind"] in ("frozen_rank", "collective_hang"), alert["labels"]
     assert alert["labels"]["severity"] == "critical"
     assert alert["labels"]["job"] == "rank-watchdog-coordinator", alert["labels"]
@@ -284,7 +275,8 @@ def test_dashboard_panels_return_data(live):
     except the accelerator panels (no NVML on this machine), the coordinator's
     straggler score (it needs straggler.windows x straggler.window-steps steps; this
     job stops at step 30) and the actions annotation (only after a command ran)."""
-    wait_until(lambda: prometheus_alert(live.prom, "RankWatchdogRankFrozen"), 30, what="alerts for the annotations")
+    wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogRankFrozen"), 30, what="alerts for the annotations",
+             interval_s=0.2)
     time.sleep(3)  # at least a few rate windows of data; the job has run for several seconds already
     empty = []
     for path in sorted((promcheck.REPO / "grafana" / "dashboards").glob("*.json")):

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 pytestmark = pytest.mark.integration
 
 CHECK = r"""
@@ -35,18 +33,6 @@ mon = watchdog.hook.install(enabled=False)  # the hook imports without torch too
 mon.step()
 print("both-ok")
 """
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
-        check=True,
-        timeout=300,
-    )
-    (whl,) = out.glob("rank_watchdog-*.whl")
-    return whl
 
 
 @pytest.mark.parametrize("order", ["ours-first", "theirs-first"])

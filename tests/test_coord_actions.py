@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from watchdog import commands
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.actions import abort
 from watchdog.coordinator.control import JobController
@@ -54,13 +55,13 @@ def test_default_policy_never_acts():
     reqs, events = c.tick([finding()], old_view(), 200.0)
     assert reqs == [] and names(events) == ["state"] and c.state is S.DEGRADED
     reqs, events = c.tick([], old_view(), 201.0)
-    assert reqs == [] and events == [("state", {"job_state": "running", "from": "degraded", "on": "findings_clear"})]
+    assert reqs == [] and events == [(je.STATE, {"job_state": "running", "from": "degraded", "on": "findings_clear"})]
 
 
 def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     c, v = JobController(RESTART), old_view()
     reqs, events = c.tick([finding()], v, 101.0)
-    assert names(events) == ["state", "action", "state", "action_progress"]
+    assert names(events) == [je.STATE, je.ACTION, je.STATE, je.ACTION_PROGRESS]
     assert events[1][1]["action"] == "restart" and events[1][1]["restart"] == 1
     assert events[1][1]["reason"].startswith("collective_hang:")
     assert signals(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]  # workers only, never the launcher
@@ -74,12 +75,12 @@ def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     assert reqs == [] and names(events) == ["restart"] and events[0][1]["restart"] == 1
     v = resumed(v, 110.0, at_step=30)
     reqs, events = c.tick([], v, 110.0)
-    assert names(events) == ["resumed", "action_outcome", "state"]
+    assert names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert (events[0][1]["restart"], events[0][1]["step"]) == (1, 30)
     assert events[1][1]["ok"] is True and c.state is S.RUNNING and c.op is None
     # The cooldown counts from the end of the action.
     reqs, events = c.tick([finding(detected=111.0)], v, 120.0)
-    assert reqs == [] and "action" not in names(events)
+    assert reqs == [] and je.ACTION not in names(events)
 
 
 def test_a_rank_that_registered_after_the_finding_is_never_signalled():
@@ -105,7 +106,7 @@ def test_restart_that_never_resumes_fails_the_job():
     v = gone(v, 102.0)
     c.tick([], v, 102.0)
     _, events = c.tick([], v, 102.0 + 301.0)
-    assert names(events) == ["action_outcome", "state"] and events[0][1]["ok"] is False
+    assert names(events) == [je.ACTION_OUTCOME, je.STATE] and events[0][1]["ok"] is False
     assert c.state is S.FAILED
     assert c.tick([finding(detected=500.0)], v, 1000.0) == ([], [])  # a failed job gets nothing more
 
@@ -120,10 +121,10 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     assert reqs[0].trigger["action"] == events[1][1]["action_id"]
     assert c.tick([finding()], v, 102.0) == ([], [])  # waiting for the stacks
     aid = c.op.id
-    c.note("evidence", {"type": "dump_stacks", "host": "host0", "trigger": {"action": aid}})
-    c.note("evidence", {"type": "dump_stacks", "host": "host1", "trigger": {"action": "a-other"}})
+    c.note(je.EVIDENCE, {"type": "dump_stacks", "host": "host0", "trigger": {"action": aid}})
+    c.note(je.EVIDENCE, {"type": "dump_stacks", "host": "host1", "trigger": {"action": "a-other"}})
     assert c.tick([finding()], v, 102.5) == ([], [])  # host1 has not answered this action
-    c.note("command_expired", {"type": "dump_stacks", "host": "host1", "trigger": {"action": aid}})
+    c.note(je.COMMAND_EXPIRED, {"type": "dump_stacks", "host": "host1", "trigger": {"action": aid}})
     reqs, events = c.tick([finding()], v, 103.0)
     sig = signals(reqs)
     assert sig[:2] == [("SIGTERM", -1, 500), ("SIGTERM", -1, 501)]  # one launcher per host, first
@@ -133,7 +134,7 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     assert ("SIGKILL", -1, 500) in signals(reqs) and sorted(s[1] for s in signals(reqs) if s[1] >= 0) == [4, 5, 6, 7]
     v = T.view([replace(s.state, alive=False) for s in v.ranks.values()], 109.0, base=v, seq=3)
     reqs, events = c.tick([finding()], v, 109.0)
-    assert names(events) == ["action_outcome", "state"] and events[0][1]["ok"] is True
+    assert names(events) == [je.ACTION_OUTCOME, je.STATE] and events[0][1]["ok"] is True
     assert c.state is S.FAILED
 
 
@@ -155,7 +156,7 @@ def test_exhausted_budget_aborts_with_the_reason():
 def test_dry_run_journals_and_does_nothing():
     c = JobController(replace(RESTART, dry_run=True))
     reqs, events = c.tick([finding()], old_view(), 101.0)
-    assert reqs == [] and names(events) == ["state", "action", "action_outcome"]
+    assert reqs == [] and names(events) == [je.STATE, je.ACTION, je.ACTION_OUTCOME]
     assert dict(events)["action"]["dry_run"] is True and c.state is S.DEGRADED
     assert c.tick([finding()], old_view(), 102.0)[0] == []  # cooldown: not every tick
 
@@ -181,19 +182,19 @@ def coordinator(tmp_path, **kw):
 
 def test_coordinator_journals_the_action_and_queues_signed_signals(tmp_path):
     from watchdog.coordinator import journal
-    from watchdog.coordinator.simjob import SimJob
+    from watchdog.coordinator.testing import SimJob
     c = coordinator(tmp_path, policy=RESTART)
     sim = SimJob(jitter=0.1, seed=11)
     sim.hang(3, 40)
     sim.run_until(40.0, coordinator=c, tick_s=0.5)
     recs = journal.read(c.journal.path)
     events = [r["event"] for r in recs]
-    assert events.index("finding") < events.index("action") < events.index("action_progress")
-    action = next(r for r in recs if r["event"] == "action")
+    assert events.index(je.FINDING) < events.index(je.ACTION) < events.index(je.ACTION_PROGRESS)
+    action = next(r for r in recs if r["event"] == je.ACTION)
     assert action["action"] == "restart" and action["kind"] == "collective_hang"
-    states = [r["job_state"] for r in recs if r["event"] == "state" and "job_state" in r]
+    states = [r["job_state"] for r in recs if r["event"] == je.STATE and "job_state" in r]
     assert states[:2] == ["degraded", "restarting"]
-    sent = [r for r in recs if r["event"] == "command" and r["type"] == "signal"]
+    sent = [r for r in recs if r["event"] == je.COMMAND and r["type"] == "signal"]
     assert sent and all(r["signed"] and r["args"] == {"signal": "SIGTERM"} for r in sent[:8])
     c.journal.close()
 
@@ -242,7 +243,7 @@ def test_checkpoint_restart_asks_every_rank_for_one_step_ahead_then_restarts_whe
     assert step == 100 + 40  # LEAD_S (4 s) of 0.1 s steps ahead of the fastest rank
     assert c.tick([], acked(v, 102.0, step, ranks=(0, 1, 2)), 102.0)[0] == []  # rank 3 not yet
     reqs, events = c.tick([], acked(v, 103.0, step), 103.0)
-    assert names(events)[:3] == ["checkpointed", "action_progress", "state"] and c.state is S.RESTARTING
+    assert names(events)[:3] == [je.CHECKPOINTED, je.ACTION_PROGRESS, je.STATE] and c.state is S.RESTARTING
     assert dict(events)["checkpointed"]["step"] == step
     assert signals(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]
     v = resumed(gone(v, 104.0), 106.0, at_step=step)
@@ -255,13 +256,13 @@ def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_ne
     c, v = JobController(CKPT), old_view(last_step_s=0.1)
     step = c.tick([finding("straggler", (2,))], v, 101.0)[0][0].args["step"]
     reqs, events = c.tick([], acked(v, 102.0, step, at=step + 3, ranks=(1,)), 102.0)
-    assert names(events)[0] == "checkpoint_failed" and "rank 1 saved at" in events[0][1]["error"]
+    assert names(events)[0] == je.CHECKPOINT_FAILED and "rank 1 saved at" in events[0][1]["error"]
     assert signals(reqs) and c.state is S.RESTARTING
     c2 = JobController(CKPT)
     c2.tick([finding("straggler", (2,))], v, 101.0)
     assert c2.tick([], v, 150.0)[0] == []
     reqs, events = c2.tick([], v, 161.0)
-    assert names(events)[0] == "checkpoint_failed" and "within 60 s" in events[0][1]["error"] and signals(reqs)
+    assert names(events)[0] == je.CHECKPOINT_FAILED and "within 60 s" in events[0][1]["error"] and signals(reqs)
 
 
 def test_findings_about_the_workers_an_action_stopped_name_the_action():
@@ -275,5 +276,5 @@ def test_findings_about_the_workers_an_action_stopped_name_the_action():
 
 def test_held_actions_are_journaled_once_per_reason_not_every_tick():
     c, v = JobController(replace(RESTART, min_finding_age_s=5)), old_view()
-    held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == "action_held"]
+    held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == je.ACTION_HELD]
     assert len(held) == 1 and "finding is 1.0 s old" in held[0][1]["reason"]

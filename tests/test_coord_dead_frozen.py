@@ -8,7 +8,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 from watchdog.coordinator.view import fold
 
 CFG = DetectorConfig()

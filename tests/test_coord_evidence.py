@@ -11,6 +11,7 @@ import pytest
 
 from watchdog import commands
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
@@ -18,7 +19,7 @@ from watchdog.coordinator.evidence_plan import CommandRequest, plan
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 from watchdog.evidence import SlotEvidence, StackDump
 
 TOKEN = "job-token"
@@ -115,14 +116,14 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
     assert d.outgoing("job", "other-host", 5e8, 1.0, 0.0) == ([], [])
     [cmd], [(name, ev)] = d.outgoing("job", "h", agent_wall=5e8, interval_s=1.0, now=0.0)
     assert commands.verify(cmd, TOKEN, "job", "h", 5e8 + 1, set()) == (True, "")
-    assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and name == "command" and ev["attempt"] == 1
+    assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and name == je.COMMAND and ev["attempt"] == 1
     assert d.outgoing("job", "h", 5e8, 1.0, 1.0)[0] == []  # too early to re-send
     [again], _ = d.outgoing("job", "h", 5e8, 1.0, 3.5)  # the reply was lost
     assert again["id"] != cmd["id"] and again["args"] == cmd["args"]
     ack = {"id": cmd["id"], "type": "dump_stacks", "ok": True, "error": "",
            "stacks": [StackDump(host="h", rank=0, pid=1, ok=True, text="main (x.py:1)").to_dict()], "slots": []}
     [(name, ev)] = d.acked("h", [ack], 4.0)
-    assert name == "evidence" and ev["command_id"] == cmd["id"] and ev["stacks"][0]["text"] == "main (x.py:1)"
+    assert name == je.EVIDENCE and ev["command_id"] == cmd["id"] and ev["stacks"][0]["text"] == "main (x.py:1)"
     assert d.acked("h", [{**ack, "id": again["id"]}], 5.0) == []  # the second attempt's answer: ignored
     assert d.pending() == [] and d.outgoing("job", "h", 5e8, 1.0, 10.0)[0] == []
 
@@ -134,11 +135,11 @@ def test_running_ack_stops_resends_until_the_result_or_give_up():
     assert d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "running": True}], 1.0) == []
     assert d.outgoing("job", "h", 0.0, 1.0, 30.0)[0] == []
     [(name, ev)] = d.expire(60.0, lambda host: 1.0)
-    assert name == "command_expired" and ev["ids"] == [cmd["id"]] and ev["acknowledged"] is True
+    assert name == je.COMMAND_EXPIRED and ev["ids"] == [cmd["id"]] and ev["acknowledged"] is True
     # A result after we gave up is still evidence, marked late.
     [(name, ev)] = d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out",
                                   "stacks": [], "slots": []}], 61.0)
-    assert name == "evidence" and ev["late"] is True and ev["ok"] is False and "timed out" in ev["error"]
+    assert name == je.EVIDENCE and ev["late"] is True and ev["ok"] is False and "timed out" in ev["error"]
 
 
 def test_refusal_unknown_ack_and_malformed_evidence():
@@ -155,10 +156,10 @@ def test_refusal_unknown_ack_and_malformed_evidence():
         {"id": a["id"], "type": a["type"], "ok": True, "from": "another host"},
     ], 1.0)
     names = [n for n, _ in events]
-    assert names == ["command_refused", "evidence", "command_unknown_ack"]
+    assert names == [je.COMMAND_REFUSED, je.EVIDENCE, je.COMMAND_UNKNOWN_ACK]
     assert events[0][1]["reason"] == "expired"
     assert [s["rank"] for s in events[1][1]["slots"]] == [0] and "2 malformed" in events[1][1]["error"]
-    assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0][0] == "command_unknown_ack"
+    assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0][0] == je.COMMAND_UNKNOWN_ACK
 
 
 # -- the coordinator with fake agents ----------------------------------------------------
@@ -239,11 +240,11 @@ def test_hang_evidence_follows_the_finding_once_from_every_host(make):
     sim = SimJob(seed=3)
     sim.hang(3, 40)
     sim.run_until(40.0, coordinator=agents, tick_s=0.5)
-    recs = events(c, "finding", "command", "evidence")
+    recs = events(c, je.FINDING, je.COMMAND, je.EVIDENCE)
     kinds = [r["event"] for r in recs]
-    assert kinds[0] == "finding" and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
-    assert kinds.count("finding") == 1 and kinds.count("command") == 4 and kinds.count("evidence") == 4  # never re-asked
-    ev = {(r["host"], r["type"]): r for r in recs if r["event"] == "evidence"}
+    assert kinds[0] == je.FINDING and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
+    assert kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 4 and kinds.count(je.EVIDENCE) == 4  # never re-asked
+    ev = {(r["host"], r["type"]): r for r in recs if r["event"] == je.EVIDENCE}
     assert sorted(ev) == [("host0", "dump_stacks"), ("host0", "snapshot_slots"), ("host1", "dump_stacks"),
                           ("host1", "snapshot_slots")]
     assert [s["rank"] for s in ev[("host0", "dump_stacks")]["stacks"]] == [0, 1, 2, 3]  # every rank at a hang
@@ -263,14 +264,14 @@ def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_
     sim.run_until(40.0, coordinator=FakeAgents(c, lines={3: 220, 6: 190}), tick_s=0.5)
     [capped] = events(c, "stacks_capped")
     assert capped["max_per_host"] == 3 and capped["ranks_left_out"] == 2 and capped["hosts_capped"] == 2
-    [rec] = events(c, "stack_groups")
+    [rec] = events(c, je.STACK_GROUPS)
     assert rec["trigger"] == {"kind": "collective_hang", "ranks": [3]}
     assert rec["asked"] == 6 and rec["hosts_answered"] == 2 and rec["ranks"] == 6
     # The culprit always makes the cut; the cap drops the highest other ranks of each host.
     assert [(g["ranks"], g["brief"]) for g in rec["groups"]] == [
         ([[3, 3]], "main (train.py:220)"), ([[6, 6]], "main (train.py:190)"), ([[0, 1], [4, 5]], "main (train.py:212)")]
     assert rec["summary"].startswith("odd ones out: rank 3 in main (train.py:220); rank 6 in main (train.py:190)")
-    assert rec["t_mono"] >= events(c, "finding")[0]["t_mono"]
+    assert rec["t_mono"] >= events(c, je.FINDING)[0]["t_mono"]
     [st] = c.status(40.0, 1.7e9 + 40)["findings"]  # watchdog status says it too, under the finding
     assert st["stacks"] == rec["summary"]
     from watchdog.coordinator.status_cli import render
@@ -284,18 +285,18 @@ def test_a_lost_reply_is_resent_and_a_silent_agent_given_up_on(make):
     sim = SimJob(seed=3)
     sim.stop(3, 40)
     sim.run_until(40.0, coordinator=agents, tick_s=0.5)
-    sent = events(c, "command")
+    sent = events(c, je.COMMAND)
     assert max(r["attempt"] for r in sent) == 2  # the lost one went out again, under a new id
     assert len({r["id"] for r in sent}) == len(sent)
-    assert events(c, "evidence") and not events(c, "command_expired")
+    assert events(c, je.EVIDENCE) and not events(c, je.COMMAND_EXPIRED)
 
     c2 = make(commands_give_up_s=10.0)
     sim2 = SimJob(seed=3)
     sim2.stop(3, 40)
     sim2.run_until(45.0, coordinator=FakeAgents(c2, silent=True), tick_s=0.5)
-    expired = events(c2, "command_expired")
+    expired = events(c2, je.COMMAND_EXPIRED)
     assert expired and all(len(r["ids"]) == 3 for r in expired)  # max attempts, then gave up
-    assert not events(c2, "evidence")
+    assert not events(c2, je.EVIDENCE)
 
 
 def test_refused_commands_are_journaled_and_counted(make):
@@ -303,7 +304,7 @@ def test_refused_commands_are_journaled_and_counted(make):
     sim = SimJob(seed=3)
     sim.kill(3, 40, victims_die_after=0.15)
     sim.run_until(30.0, coordinator=FakeAgents(c, refuse="bad_signature"), tick_s=0.5)
-    refs = events(c, "command_refused")
+    refs = events(c, je.COMMAND_REFUSED)
     assert refs and all(ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots"
                         and ref["trigger"]["kind"] == "dead_rank" for ref in refs)
     assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
@@ -316,7 +317,7 @@ def test_no_commands_without_a_token_off_loopback(make):
     sim = SimJob(seed=3)
     sim.hang(3, 40)
     sim.run_until(30.0, coordinator=agents, tick_s=0.5)
-    assert events(c, "finding") and agents.commands == []
+    assert events(c, je.FINDING) and agents.commands == []
 
     c2 = make(token="")  # loopback: unsigned evidence commands, accepted by a token-less loopback agent
     agents2 = FakeAgents(c2, token="")
@@ -324,4 +325,4 @@ def test_no_commands_without_a_token_off_loopback(make):
     sim2.hang(3, 40)
     sim2.run_until(30.0, coordinator=agents2, tick_s=0.5)
     assert agents2.commands and all(cmd["sig"] == "" for cmd in agents2.commands)  # verified by FakeAgents
-    assert events(c2, "evidence")
+    assert events(c2, je.EVIDENCE)

@@ -7,7 +7,7 @@ import pytest
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()
 HISTORY = t.steps(1, 50, step_s=0.1)  # 0.1 s steps: the floor (5 s) is the deadline

@@ -8,7 +8,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.never_joined import NeverJoined
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+
+GOLDEN = Path(__file__).parent / "golden" / "journal_events.txt"
 
 
 def clock():
@@ -15,13 +19,13 @@ def clock():
 def test_round_trip(tmp_path):
     path = tmp_path / "j" / "journal.jsonl"
     j = journal.Journal(str(path), clock)
-    j.write("start", {"pid": 1})
-    j.write("finding", {"kind": "dead_rank", "ranks": (3,), "evidence": {"x": float("nan")}})
+    j.write(je.START, {"pid": 1})
+    j.write(je.FINDING, {"kind": "dead_rank", "ranks": (3,), "evidence": {"x": float("nan")}})
     j.close()
     recs = journal.read(str(path))
     assert recs == [
-        {"event": "start", "t_wall": 1_700_000_000.5, "t_mono": 42.25, "pid": 1},
-        {"event": "finding", "t_wall": 1_700_000_000.5, "t_mono": 42.25, "kind": "dead_rank", "ranks": [3],
+        {"event": je.START, "t_wall": 1_700_000_000.5, "t_mono": 42.25, "pid": 1},
+        {"event": je.FINDING, "t_wall": 1_700_000_000.5, "t_mono": 42.25, "kind": "dead_rank", "ranks": [3],
          "evidence": {"x": None}},
     ]
 
@@ -29,7 +33,7 @@ def test_round_trip(tmp_path):
 def test_flushed_on_every_write_without_close(tmp_path):
     path = tmp_path / "journal.jsonl"
     j = journal.Journal(str(path), clock)
-    j.write("state", {"rank": 1})
+    j.write(je.STATE, {"rank": 1})
     assert json.loads(path.read_text().splitlines()[0])["rank"] == 1  # visible to another reader now
 
 
@@ -37,38 +41,47 @@ def test_durable_events_are_fsynced(tmp_path, monkeypatch):
     synced = []
     monkeypatch.setattr(journal.os, "fsync", lambda fd: synced.append(fd))
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
-    j.write("state", {})
+    j.write(je.STATE, {})
     assert synced == []
-    j.write("finding", {})
-    j.write("resolved", {})
+    j.write(je.FINDING, {})
+    j.write(je.RESOLVED, {})
     assert len(synced) == 2
+
+
+def test_event_names_are_the_golden_ones():
+    """The event names are the journal's format, read by tools we do not own: a
+    rename must be a deliberate change of tests/golden/journal_events.txt."""
+    names = [v for k, v in vars(je).items() if k.isupper() and isinstance(v, str)]
+    golden = GOLDEN.read_text().split()
+    assert names == golden and golden == list(je.ALL)
+    assert set(je.ALL) >= journal.DURABLE
 
 
 def test_torn_last_line_is_skipped_and_terminated_on_reopen(tmp_path):
     path = tmp_path / "journal.jsonl"
     j = journal.Journal(str(path), clock)
-    j.write("start", {})
-    j.write("finding", {"kind": "frozen_rank"})
+    j.write(je.START, {})
+    j.write(je.FINDING, {"kind": "frozen_rank"})
     j.close()
     with open(path, "ab") as fh:  # a kill mid-write
         fh.write(b'{"event":"finding","kind":"dea')
-    assert [r["event"] for r in journal.read(str(path))] == ["start", "finding"]
+    assert [r["event"] for r in journal.read(str(path))] == [je.START, je.FINDING]
     j = journal.Journal(str(path), clock)  # the next coordinator appends after it
-    j.write("start", {"again": True})
+    j.write(je.START, {"again": True})
     j.close()
     recs = journal.read(str(path))
-    assert [r["event"] for r in recs] == ["start", "finding", "start"] and recs[-1]["again"] is True
+    assert [r["event"] for r in recs] == [je.START, je.FINDING, je.START] and recs[-1]["again"] is True
     assert path.read_bytes().count(b"\n") == 4
 
 
 def test_garbage_lines_do_not_stop_the_reader(tmp_path):
     path = tmp_path / "journal.jsonl"
     path.write_bytes(b'{"event":"start"}\n\x00\xff\n[1,2]\n\n{"event":"stop"}\n')
-    assert [r["event"] for r in journal.read(str(path))] == ["start", "stop"]
+    assert [r["event"] for r in journal.read(str(path))] == [je.START, je.STOP]
 
 
 def test_write_after_close_is_a_no_op(tmp_path):
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
     j.close()
-    j.write("state", {})
+    j.write(je.STATE, {})
     assert os.path.getsize(tmp_path / "journal.jsonl") == 0

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.coordinator import journal, server
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.daemon import Daemon
@@ -135,7 +136,7 @@ def test_hang_reports_end_in_a_journaled_finding_naming_the_culprit(daemon, tmp_
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not metric(daemon, "watchdog_coordinator_findings_total", kind="collective_hang"):
         time.sleep(0.05)
-    recs = [r for r in journal.read(daemon.cfg.journal) if r["event"] == "finding"]
+    recs = [r for r in journal.read(daemon.cfg.journal) if r["event"] == je.FINDING]
     assert [(r["kind"], r["ranks"], r["hosts"]) for r in recs] == [("collective_hang", [5], ["host1"])]
     assert "rank 5 (host host1, pid 1005) never entered all_reduce #812" in recs[0]["reason"]
     assert recs[0]["t_wall"] > 1e9 and recs[0]["onset_wall"] < recs[0]["detected_wall"]
@@ -202,8 +203,8 @@ def test_process_start_report_stop(tmp_path):
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     events = [r["event"] for r in journal.read(str(tmp_path / "j.jsonl"))]
-    assert events[:2] == ["start", "config"] and "rank_joined" in events and events[-1] == "stop"
-    config = next(r for r in journal.read(str(tmp_path / "j.jsonl")) if r["event"] == "config")["config"]
+    assert events[:2] == [je.START, je.CONFIG] and je.RANK_JOINED in events and events[-1] == je.STOP
+    config = next(r for r in journal.read(str(tmp_path / "j.jsonl")) if r["event"] == je.CONFIG)["config"]
     assert config["token"] == "<set>" and "secret" not in json.dumps(config)
     logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert any(e.get("event") == "config" for e in logged) and "secret" not in err

@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def make(tmp_path):
 
 def findings(c):
     recs = journal.read(c.journal.path)
-    return [(r["kind"], tuple(r["ranks"])) for r in recs if r["event"] == "finding"]
+    return [(r["kind"], tuple(r["ranks"])) for r in recs if r["event"] == je.FINDING]
 
 
 def count(c, name, **labels):
@@ -87,8 +88,8 @@ def test_restart_resolves_the_death_and_journals_it(make):
     assert [r.finding.key for r in result.resolved] == [("dead_rank", (1,))]
     assert result.resolved[0].duration_s == pytest.approx(20.5 - 10.8, abs=0.01)
     events = [r["event"] for r in journal.read(c.journal.path)]
-    assert events.count("rank_restarted") == 2 and "resolved" in events
-    resolved = next(r for r in journal.read(c.journal.path) if r["event"] == "resolved")
+    assert events.count(je.RANK_RESTARTED) == 2 and je.RESOLVED in events
+    resolved = next(r for r in journal.read(c.journal.path) if r["event"] == je.RESOLVED)
     assert resolved["kind"] == "dead_rank" and resolved["ranks"] == [1] and resolved["duration_s"] > 9
 
 
@@ -145,8 +146,8 @@ def test_host_loss_is_journaled_once(make):
     c.accept(t.report("host0", t.healthy()[:4], seq=2), 15.0)
     for now in (15.5, 16.0, 16.5):
         c.tick(now, 1.7e9)
-    events = [r for r in journal.read(c.journal.path) if r["event"] in ("host_lost", "finding")]
-    assert [(r["event"], r.get("host") or r.get("hosts")) for r in events] == [("host_lost", "host1"), ("finding", ["host1"])]
+    events = [r for r in journal.read(c.journal.path) if r["event"] in (je.HOST_LOST, je.FINDING)]
+    assert [(r["event"], r.get("host") or r.get("hosts")) for r in events] == [(je.HOST_LOST, "host1"), (je.FINDING, ["host1"])]
     assert count(c, "watchdog_coordinator_hosts", state="lost") == 1
 
 

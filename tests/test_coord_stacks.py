@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.dispatch import _bound
 from watchdog.coordinator.stack_gather import StackGather
 
@@ -24,9 +25,9 @@ def evidence(host, stacks, **kw):
 def test_the_record_waits_for_every_host_then_groups_across_hosts():
     g = StackGather(wait_s=90.0)
     g.expect(TRIGGER, {"a": [0, 1], "b": [2, 3]}, now=0.0)
-    g.note("evidence", evidence("a", [stack(0, 212), stack(1, 212)], bound={"late": [1]}))
+    g.note(je.EVIDENCE, evidence("a", [stack(0, 212), stack(1, 212)], bound={"late": [1]}))
     assert g.due(5.0) == []  # host b has not answered
-    g.note("evidence", evidence("b", [stack(2, 220), stack(3, 212), {"rank": "x"}, "junk"]))
+    g.note(je.EVIDENCE, evidence("b", [stack(2, 220), stack(3, 212), {"rank": "x"}, "junk"]))
     [rec] = g.due(6.0)
     assert rec["hosts_answered"] == 2 and rec["hosts_missing"] == [] and rec["late_ranks"] == 1
     assert [(x["ranks"], x["culprit"]) for x in rec["groups"]] == [([[2, 2]], True), ([[0, 1], [3, 3]], False)]
@@ -36,22 +37,22 @@ def test_the_record_waits_for_every_host_then_groups_across_hosts():
 def test_a_refused_or_silent_host_ends_the_wait_and_is_named():
     g = StackGather(wait_s=90.0)
     g.expect(TRIGGER, {"a": [0], "b": [1]}, now=0.0)
-    g.note("evidence", evidence("a", [stack(0, 212)]))
-    g.note("command_refused", {"type": "dump_stacks", "host": "b", "trigger": dict(TRIGGER)})
+    g.note(je.EVIDENCE, evidence("a", [stack(0, 212)]))
+    g.note(je.COMMAND_REFUSED, {"type": "dump_stacks", "host": "b", "trigger": dict(TRIGGER)})
     [rec] = g.due(1.0)
     assert rec["hosts_missing"] == ["b"] and rec["ranks"] == 1
     g.expect(TRIGGER, {"a": [0], "b": [1]}, now=10.0)
-    g.note("evidence", evidence("a", [stack(0, 212)]))
+    g.note(je.EVIDENCE, evidence("a", [stack(0, 212)]))
     assert g.due(99.0) == [] and g.due(100.0)[0]["hosts_missing"] == ["b"]
 
 
 def test_other_triggers_types_and_hosts_are_ignored_and_a_later_failure_never_hides_a_stack():
     g = StackGather()
     g.expect(TRIGGER, {"a": [0]}, now=0.0)
-    g.note("evidence", {**evidence("a", [stack(0, 1)]), "type": "snapshot_slots"})
-    g.note("evidence", {**evidence("a", [stack(0, 1)]), "trigger": {"kind": "x"}})
-    g.note("evidence", evidence("zz", [stack(0, 1)]))
-    g.note("evidence", evidence("a", [stack(0, 212), stack(0, 0, ok=False)]))
+    g.note(je.EVIDENCE, {**evidence("a", [stack(0, 1)]), "type": "snapshot_slots"})
+    g.note(je.EVIDENCE, {**evidence("a", [stack(0, 1)]), "trigger": {"kind": "x"}})
+    g.note(je.EVIDENCE, evidence("zz", [stack(0, 1)]))
+    g.note(je.EVIDENCE, evidence("a", [stack(0, 212), stack(0, 0, ok=False)]))
     [rec] = g.due(0.0)
     assert [x["brief"] for x in rec["groups"]] == ["main (train.py:212)"]
 

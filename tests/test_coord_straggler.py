@@ -7,7 +7,7 @@ import pytest
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.straggler import Straggler, scores
-from watchdog.coordinator.simjob import SimJob
+from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()
 

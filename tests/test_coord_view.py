@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.view import empty, fold
@@ -25,7 +26,7 @@ def test_age_is_age_at_send_plus_time_since_receipt():
 def test_first_report_emits_host_seen_and_rank_joined():
     v, events = fold(empty(), t.report("a", [t.rank(0), t.rank(1)]), 10.0, CFG)
     names = [e for e, _ in events]
-    assert names == ["host_seen", "rank_joined", "rank_joined"]
+    assert names == [je.HOST_SEEN, je.RANK_JOINED, je.RANK_JOINED]
     assert v.world_size == 8  # learned from the reports
     assert set(v.ranks) == {0, 1} and v.hosts["a"].ranks == (0, 1)
 
@@ -50,14 +51,14 @@ def test_retried_report_is_folded_once():
 def test_state_changes_are_events():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], seq=1), 10.0, CFG)
     _, events = fold(v, t.report("a", [t.rank(0, alive=False, status="running")], seq=2), 11.0, CFG)
-    assert events == [("state", {"rank": 0, "host": "a", "pid": 1000, "local_rank": 0, "step": 100,
+    assert events == [(je.STATE, {"rank": 0, "host": "a", "pid": 1000, "local_rank": 0, "step": 100,
                                  "changed": {"alive": [True, False]}})]
 
 
 def test_new_agent_id_is_an_agent_restart():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], agent_id="x", seq=7), 10.0, CFG)
     v, events = fold(v, t.report("a", [t.rank(0)], agent_id="y", seq=1), 11.0, CFG)
-    assert events[0][0] == "host_seen" and events[0][1]["agent_restarted"] is True
+    assert events[0][0] == je.HOST_SEEN and events[0][1]["agent_restarted"] is True
     assert v.hosts["a"].agent_id == "y" and 0 in v.ranks  # seq restarted at 1 and was accepted
 
 
@@ -66,7 +67,7 @@ def test_new_pid_is_a_restart_that_resets_rank_state():
     assert v.ranks[0].windows and v.ranks[0].history
     new = t.rank(0, pid=4242, proc_start_us=1_700_000_100_000_000, step=0)
     v, events = fold(v, t.report("host0", [new], seq=2), 20.0, CFG)
-    assert ("rank_restarted", {"rank": 0, "host": "host0", "pid": 4242, "local_rank": 0, "old_pid": 1000,
+    assert (je.RANK_RESTARTED, {"rank": 0, "host": "host0", "pid": 4242, "local_rank": 0, "old_pid": 1000,
                                "old_host": "host0", "old_step": 100}) in events
     rv = v.ranks[0]
     assert rv.history == () and rv.windows == () and rv.registered_at == 20.0 and rv.steps_seen == 0
@@ -75,7 +76,7 @@ def test_new_pid_is_a_restart_that_resets_rank_state():
 def test_older_incarnation_is_ignored():
     v = t.view([t.rank(0, pid=2, proc_start_us=2_000)], now=10.0)
     v2, events = fold(v, t.report("other", [t.rank(0, pid=1, proc_start_us=1_000)]), 11.0, CFG)
-    assert v2.ranks[0].state.pid == 2 and not any(e == "rank_restarted" for e, _ in events)
+    assert v2.ranks[0].state.pid == 2 and not any(e == je.RANK_RESTARTED for e, _ in events)
 
 
 def test_progress_tracks_step_start_and_collective_moves():

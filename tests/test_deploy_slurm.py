@@ -19,9 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck  # noqa: E402
 
-from watchdog import localjob
 from watchdog.agent import config as agent_config
 from watchdog.coordinator import config as coord_config
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import localjob
 
 SBATCH = promcheck.REPO / "deploy" / "slurm" / "train.sbatch"
 TEXT = SBATCH.read_text()
@@ -105,11 +106,11 @@ def test_runs_end_to_end_with_stand_ins(tmp_path: Path):
     # The agent reported both ranks to the coordinator, which journaled them.
     journal = work / "watchdog-journal-4242.jsonl"
     records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    start = next(r for r in records if r["event"] == "start")
+    start = next(r for r in records if r["event"] == je.START)
     assert start["job"] == "sbatch-test-4242" and start["world_size"] == 2, start
-    assert any(r["event"] == "host_seen" for r in records), records[:5]
-    joined = {r.get("rank") for r in records if r["event"] == "rank_joined"}
-    assert joined == {0, 1}, [r for r in records if r["event"] == "rank_joined"]
+    assert any(r["event"] == je.HOST_SEEN for r in records), records[:5]
+    joined = {r.get("rank") for r in records if r["event"] == je.RANK_JOINED}
+    assert joined == {0, 1}, [r for r in records if r["event"] == je.RANK_JOINED]
     coord_log = (work / "watchdog-coordinator-4242.log").read_text()
     assert "refusing" not in coord_log, coord_log[-2000:]
     # Cleaned up: no token, no scrape targets left behind.

@@ -22,10 +22,11 @@ import psutil
 import pytest
 import torch
 
-from watchdog import localjob, scenario
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import KINDS
+from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,7 @@ def test_healthy_run_under_a_restart_everything_policy_takes_no_action(reference
 
 def journal_events(res, *names):
     return [r for r in journal.read(res.summary["journal"]) if r["event"] in names
-            and (r["event"] != "state" or "job_state" in r)]
+            and (r["event"] != je.STATE or "job_state" in r)]
 
 
 @pytest.mark.parametrize("fault,kind,resume_step", [("kill:1@20", "dead_rank", 20),
@@ -74,16 +75,16 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_pat
     res = scenario.run([fault], steps=STEPS, timeout_s=240, work_dir=str(tmp_path), action="restart",
                        script_args=["--final-params", str(tmp_path / "final.pt")])
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
-    story = [(r["event"], r.get("action") or r.get("kind")) for r in journal_events(res, "finding", "action", "restart",
-                                                                                    "resumed")]
+    story = [(r["event"], r.get("action") or r.get("kind")) for r in journal_events(res, je.FINDING, je.ACTION, je.RESTART,
+                                                                                    je.RESUMED)]
     # Detection -> action -> restart -> resumed. Dead-rank findings for the workers
     # the restart stopped (or torchrun tore down) may come in between.
-    assert story[0] == ("finding", kind), story
-    assert [e for e in story if e[0] != "finding"] == [("action", "restart"), ("restart", "restart"),
-                                                       ("resumed", "restart")], story
-    resumed = res.events("resumed")[0]
+    assert story[0] == (je.FINDING, kind), story
+    assert [e for e in story if e[0] != je.FINDING] == [(je.ACTION, "restart"), (je.RESTART, "restart"),
+                                                       (je.RESUMED, "restart")], story
+    resumed = res.events(je.RESUMED)[0]
     assert (resumed["restart"], resumed["step"]) == (1, resume_step), resumed
-    assert res.events("action_outcome")[0]["ok"] is True
+    assert res.events(je.ACTION_OUTCOME)[0]["ok"] is True
     assert_same(params(tmp_path / "final.pt"), ref)
     print(f"\n{fault}: resumed from step {resumed['step']} {resumed['seconds']} s after the action")
 
@@ -91,7 +92,7 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_pat
 def all_gone(res) -> None:
     log = (res.work_dir / "torchrun.log").read_text(errors="replace")
     pids = {int(p) for p in __import__("re").findall(r"pid (\d+)", " ".join(
-        f"pid {r['pid']}" for r in journal.read(res.summary["journal"]) if r["event"] == "rank_joined"))}
+        f"pid {r['pid']}" for r in journal.read(res.summary["journal"]) if r["event"] == je.RANK_JOINED))}
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, (alive, log[-2000:])
 
@@ -105,21 +106,21 @@ def test_hang_abort_takes_every_stack_then_stops_everything(tmp_path):
                        max_restarts=3)
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     recs = journal.read(res.summary["journal"])
-    action = next(r for r in recs if r["event"] == "action")
+    action = next(r for r in recs if r["event"] == je.ACTION)
     assert action["action"] == "abort" and action["reason"].startswith("collective_hang"), action
-    stacks = {s["rank"]: s for r in recs if r["event"] == "evidence" and r["trigger"].get("action") == action["action_id"]
+    stacks = {s["rank"]: s for r in recs if r["event"] == je.EVIDENCE and r["trigger"].get("action") == action["action_id"]
               for s in r["stacks"]}
     assert sorted(stacks) == [0, 1, 2, 3] and all(s["ok"] for s in stacks.values()), stacks
     lines = localjob.EXAMPLE_SCRIPT.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if 'announce("hang"' in ln)
     hang_line = next(i for i in range(start, len(lines)) if "time.sleep(3600)" in lines[i]) + 1
     assert f"main (train_ddp.py:{hang_line})" in stacks[2]["text"], stacks[2]["text"]
-    first_signal = next(r for r in recs if r["event"] == "command" and r.get("type") == "signal")
+    first_signal = next(r for r in recs if r["event"] == je.COMMAND and r.get("type") == "signal")
     assert first_signal["target"]["rank"] == -1  # the launcher first: no elastic restart undoes the abort
-    outcome = next(r for r in recs if r["event"] == "action_outcome")
+    outcome = next(r for r in recs if r["event"] == je.ACTION_OUTCOME)
     assert outcome["ok"] and outcome["t_wall"] - action["t_wall"] < 20.0, (action, outcome)
-    assert [r["job_state"] for r in recs if r["event"] == "state" and "job_state" in r][-1] == "failed"
-    assert res.events("restart") == []  # torchrun did not restart the group
+    assert [r["job_state"] for r in recs if r["event"] == je.STATE and "job_state" in r][-1] == "failed"
+    assert res.events(je.RESTART) == []  # torchrun did not restart the group
     all_gone(res)
     print(f"\nabort: action -> every worker gone in {outcome['t_wall'] - action['t_wall']:.2f} s")
 
@@ -130,9 +131,9 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
                       'max_restarts = 0\nabort_grace_seconds = 3\n')
     res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy))
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
-    action = res.events("action")[0]
+    action = res.events(je.ACTION)[0]
     assert action["action"] == "abort" and "restart budget exhausted" in action["reason"], action
-    assert res.events("action_outcome")[0]["ok"] is True
+    assert res.events(je.ACTION_OUTCOME)[0]["ok"] is True
     all_gone(res)
 
 
@@ -145,13 +146,13 @@ def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_b
     res = scenario.run(["slow:2:1.3"], steps=steps, timeout_s=240, work_dir=str(tmp_path / "run"),
                        action="checkpoint_restart", script_args=["--final-params", str(tmp_path / "final.pt")])
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
-    action = res.events("action")[0]
+    action = res.events(je.ACTION)[0]
     assert (action["action"], action["kind"], action["ranks"]) == ("checkpoint_restart", "straggler", [2])
-    asked = next(a for a in res.events("action_progress") if a.get("phase") == "checkpoint")["step"]
-    (done,) = res.events("checkpointed")
+    asked = next(a for a in res.events(je.ACTION_PROGRESS) if a.get("phase") == "checkpoint")["step"]
+    (done,) = res.events(je.CHECKPOINTED)
     assert done["step"] == asked
-    assert res.events("checkpoint_failed") == []
-    resumed = res.events("resumed")[0]
+    assert res.events(je.CHECKPOINT_FAILED) == []
+    resumed = res.events(je.RESUMED)[0]
     assert resumed["step"] == asked, (asked, resumed)
     ckpts = sorted(os.listdir(res.work_dir / "ckpt"))
     assert f"step-{asked:08d}.pt" in ckpts
@@ -223,12 +224,12 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
             _time.sleep(0.5)
         assert survivor.popen.returncode == 0, survivor.log()[-3000:]
         recs = journal.read(str(jpath))
-        action = next(r for r in recs if r["event"] == "action")
+        action = next(r for r in recs if r["event"] == je.ACTION)
         assert action["action"] == "exclude_host_restart", action
         culprit_host = action["hosts"][0]
         stopped = [n for n in nodes if n is not survivor][0]
         assert stopped.name == f"torchrun-{culprit_host}"
-        resumed = next(r for r in recs if r["event"] == "resumed")
+        resumed = next(r for r in recs if r["event"] == je.RESUMED)
         assert resumed["world_size"] == 2, resumed
         assert "done: 150 steps" in survivor.log()
         print(f"\nexclude_host_restart: {culprit_host} stopped; world 4 -> {resumed['world_size']}, "

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import localjob, scenario, wire
+from watchdog import wire
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import localjob, scenario
 from watchdog.evidence import SlotEvidence, StackDump
 
 pytestmark = [pytest.mark.integration,
@@ -26,8 +28,8 @@ def line_of(after: str, text: str) -> int:
 
 def evidence(res, kind):
     recs = journal.read(res.summary["journal"])
-    finding = next(i for i, r in enumerate(recs) if r["event"] == "finding" and r["kind"] == kind)
-    after = [r for r in recs[finding:] if r["event"] == "evidence" and r["trigger"]["kind"] == kind]
+    finding = next(i for i, r in enumerate(recs) if r["event"] == je.FINDING and r["kind"] == kind)
+    after = [r for r in recs[finding:] if r["event"] == je.EVIDENCE and r["trigger"]["kind"] == kind]
     assert after, f"no evidence for {kind}: {[r['event'] for r in recs]}"
     stacks = {s["rank"]: StackDump.from_dict(s) for r in after for s in r["stacks"]}
     slots = {s["rank"]: SlotEvidence.from_dict(s) for r in after for s in r["slots"]}
@@ -41,7 +43,7 @@ def step_ends(ev: SlotEvidence) -> list[list[int]]:
 def test_hang_evidence_shows_the_culprit_stuck_and_the_waiters_in_backward(tmp_path):
     res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, linger_s=5, work_dir=str(tmp_path))
     recs, stacks, slots = evidence(res, "collective_hang")
-    assert any(r["event"] == "command" and r["signed"] for r in recs)  # the demo runs with a job token
+    assert any(r["event"] == je.COMMAND and r["signed"] for r in recs)  # the demo runs with a job token
     culprit = stacks[2]
     assert culprit.ok, culprit.error
     hang_line = line_of('announce("hang"', "time.sleep(3600)")

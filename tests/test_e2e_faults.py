@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import scenario
+from watchdog.dev import scenario
 
 pytestmark = pytest.mark.integration
 

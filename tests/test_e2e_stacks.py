@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import localjob, scenario
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import localjob, scenario
 from watchdog.timeline import load, main, text
 
 pytestmark = [
@@ -30,9 +31,9 @@ def line_of(after: str, text_: str) -> int:
 def test_two_culprit_kinds_and_the_waiters_make_three_groups(tmp_path):
     res = scenario.run(["loader-hang:1@30", "hang:2@30"], steps=400, timeout_s=150, linger_s=6, work_dir=str(tmp_path))
     recs = journal.read(res.summary["journal"])
-    finding = next(r for r in recs if r["event"] == "finding" and r["kind"] == "collective_hang")
+    finding = next(r for r in recs if r["event"] == je.FINDING and r["kind"] == "collective_hang")
     assert finding["ranks"] == [1, 2]
-    [rec] = [r for r in recs if r["event"] == "stack_groups"]
+    [rec] = [r for r in recs if r["event"] == je.STACK_GROUPS]
     assert rec["trigger"] == {"kind": "collective_hang", "ranks": [1, 2]} and rec["hosts_missing"] == []
     groups = [(g["ranks"], g["brief"]) for g in rec["groups"]]
     loader_line = line_of("class BlockingAt", "time.sleep(3600)")
@@ -44,7 +45,7 @@ def test_two_culprit_kinds_and_the_waiters_make_three_groups(tmp_path):
     frames1 = [f[0] for f in rec["groups"][0]["frames"]]
     assert any(f.endswith("_next_data") for f in frames1), frames1  # called from inside the data loader
     assert rec["summary"].startswith("odd ones out: rank 1 in BlockingAt.__getitem__"), rec["summary"]
-    [ev] = [r for r in recs if r["event"] == "evidence" and r["type"] == "dump_stacks"]
+    [ev] = [r for r in recs if r["event"] == je.EVIDENCE and r["type"] == "dump_stacks"]
     assert ev["bound"]["late"] == [] and ev["bound"]["duration_s"] < ev["bound"]["deadline_s"]
     print(f"\n{rec['summary']}\nbound: {ev['bound']}, stack_groups record {len(str(rec))} chars")
 

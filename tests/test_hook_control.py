@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from waiting import wait_for
 
 from watchdog import wire
 from watchdog.hook import control
@@ -168,15 +169,6 @@ def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):
 def test_register_checkpoint_rejects_non_callables(mon):
     with pytest.raises(ValueError, match="not callable"):
         mon.register_checkpoint(42)
-
-
-def wait_for(predicate, timeout_s=10.0, what=""):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_heartbeat_thread_beats_and_stops_at_close(tmp_path):

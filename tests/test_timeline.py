@@ -13,6 +13,7 @@ import pytest
 
 from timeline_support import check_trace, fake_stack, hang_records, hook_slot, write_journal
 from watchdog import cli
+from watchdog.coordinator import journal_events as je
 from watchdog.hook.testing import ENV_VARS
 from watchdog.timeline import html, load, main, perfetto, text
 
@@ -98,27 +99,27 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
     t = first[0].created_wall_ns / 1e9
 
     def ev(slots, at):
-        return {"event": "evidence", "t_wall": at, "t_mono": 0, "host": "node-a", "slots": [s.to_dict() for s in slots],
+        return {"event": je.EVIDENCE, "t_wall": at, "t_mono": 0, "host": "node-a", "slots": [s.to_dict() for s in slots],
                 "stacks": []}
 
-    recs = [{"event": "start", "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": world}]
-    recs += [{"event": "rank_joined", "t_wall": t, "t_mono": 0, "rank": r, "host": "node-a", "pid": 100 + r}
+    recs = [{"event": je.START, "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": world}]
+    recs += [{"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": r, "host": "node-a", "pid": 100 + r}
              for r in range(world)]
-    recs.append({"event": "finding", "t_wall": t + 5, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
+    recs.append({"event": je.FINDING, "t_wall": t + 5, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
                  "onset_wall": t + 4, "detected_wall": t + 5, "reason": "rank 1 died",
                  "evidence": {"pids": {"1": 101}, "step": 4}})
     recs.append({"event": "action", "t_wall": t + 6, "t_mono": 0, "action": "restart", "ranks": [0, 1],
                  "outcome": "ok"})
-    recs += [{"event": "rank_restarted", "t_wall": t + 8 + r, "t_mono": 0, "rank": r, "host": "node-a",
+    recs += [{"event": je.RANK_RESTARTED, "t_wall": t + 8 + r, "t_mono": 0, "rank": r, "host": "node-a",
               "pid": 200 + r, "old_pid": 100 + r} for r in range(world)]
     # the coordinator notices the old rank 1 gone only now: a record about a process
     # of section 1 must not claim it for section 2 (seen on a real hang -> restart)
-    recs.append({"event": "state", "t_wall": t + 10.5, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 101,
+    recs.append({"event": je.STATE, "t_wall": t + 10.5, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 101,
                  "changed": {"alive": [True, False]}})
     # the old group's snapshot lands after the new processes were seen: it is still section 1's
     recs.append(ev(first, max(s.taken_wall for s in first) + 0.1))
     recs.append(ev(second, max(s.taken_wall for s in second) + 0.1))
-    recs.append({"event": "start", "t_wall": t + 30, "t_mono": 0, "job": "j", "world_size": world})
+    recs.append({"event": je.START, "t_wall": t + 30, "t_mono": 0, "job": "j", "world_size": world})
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
     assert [s.opened_by for s in tl.sections] == ["start", "restart", "start"]
     s1, s2, s3 = tl.sections
@@ -138,7 +139,7 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
 
 def test_a_host_whose_clock_disagrees_is_named(tmp_path):
     recs = hang_records(tmp_path)
-    ev = next(r for r in recs if r["event"] == "evidence")
+    ev = next(r for r in recs if r["event"] == je.EVIDENCE)
     skewed = hook_slot(tmp_path / "b", 3, 4, steps=12, end="collective", host="node-b", pid=2003, wall_offset_s=7.5)
     recs.append({**ev, "host": "node-b", "stacks": [], "slots": [skewed.to_dict()]})
     sec = load.load(str(write_journal(tmp_path / "j.jsonl", recs))).sections[0]
@@ -192,25 +193,25 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
     trig = {"kind": "collective_hang", "ranks": [2], "action": "a-1"}
     common = {"t_mono": 0, "action_id": "a-1", "action": "restart", "kind": "collective_hang", "ranks": [2]}
     recs += [
-        {"event": "command", "t_wall": t - 3, "t_mono": 0, "id": "c1", "type": "dump_stacks", "host": "node-a",
+        {"event": je.COMMAND, "t_wall": t - 3, "t_mono": 0, "id": "c1", "type": "dump_stacks", "host": "node-a",
          "ranks": [2, 0]},
-        {"event": "command_refused", "t_wall": t - 2.9, "t_mono": 0, "command_id": "c1", "type": "dump_stacks",
+        {"event": je.COMMAND_REFUSED, "t_wall": t - 2.9, "t_mono": 0, "command_id": "c1", "type": "dump_stacks",
          "host": "node-a", "reason": "unsigned"},
-        *[{"event": "action_held", "t_wall": t - 2.5 + i / 10, "t_mono": 0, "kind": "collective_hang",
+        *[{"event": je.ACTION_HELD, "t_wall": t - 2.5 + i / 10, "t_mono": 0, "kind": "collective_hang",
            "reason": f"restart for collective_hang held: finding is 0.{i} s old, policy waits 1 s"} for i in range(3)],
-        {**common, "event": "action", "t_wall": t - 2, "reason": "collective_hang: ...", "dry_run": False},
-        {"event": "state", "t_wall": t - 2, "t_mono": 0, "job_state": "restarting", "from": "degraded", "on": "restart"},
-        {**common, "event": "action_progress", "t_wall": t - 2, "phase": "term", "signal": "SIGTERM",
+        {**common, "event": je.ACTION, "t_wall": t - 2, "reason": "collective_hang: ...", "dry_run": False},
+        {"event": je.STATE, "t_wall": t - 2, "t_mono": 0, "job_state": "restarting", "from": "degraded", "on": "restart"},
+        {**common, "event": je.ACTION_PROGRESS, "t_wall": t - 2, "phase": "term", "signal": "SIGTERM",
          "workers": [0, 1, 2, 3], "launchers": []},
-        *[{"event": "command", "t_wall": t - 1.9, "t_mono": 0, "id": f"s{r}", "type": "signal", "host": "node-a",
+        *[{"event": je.COMMAND, "t_wall": t - 1.9, "t_mono": 0, "id": f"s{r}", "type": "signal", "host": "node-a",
            "ranks": [r], "trigger": trig, "args": {"signal": "SIGTERM"}} for r in range(4)],
-        *[{"event": "command_done", "t_wall": t - 1.8, "t_mono": 0, "command_id": f"s{r}", "type": "signal",
+        *[{"event": je.COMMAND_DONE, "t_wall": t - 1.8, "t_mono": 0, "command_id": f"s{r}", "type": "signal",
            "host": "node-a", "trigger": trig, "ok": r != 3, "error": ""} for r in range(4)],
-        {**common, "event": "restart", "t_wall": t - 1.5, "restart": 1, "stopped": [0, 1, 2, 3], "seconds": 0.5},
-        *[{"event": "rank_restarted", "t_wall": t - 1, "t_mono": 0, "rank": r, "host": "node-a", "pid": 5000 + r,
+        {**common, "event": je.RESTART, "t_wall": t - 1.5, "restart": 1, "stopped": [0, 1, 2, 3], "seconds": 0.5},
+        *[{"event": je.RANK_RESTARTED, "t_wall": t - 1, "t_mono": 0, "rank": r, "host": "node-a", "pid": 5000 + r,
            "old_pid": 1000 + r} for r in range(4)],
-        {**common, "event": "resumed", "t_wall": t, "restart": 1, "step": 12, "world_size": 4, "seconds": 7.0},
-        {**common, "event": "action_outcome", "t_wall": t, "ok": True, "result": "restart 1, resumed from step 12",
+        {**common, "event": je.RESUMED, "t_wall": t, "restart": 1, "step": 12, "world_size": 4, "seconds": 7.0},
+        {**common, "event": je.ACTION_OUTCOME, "t_wall": t, "ok": True, "result": "restart 1, resumed from step 12",
          "seconds": 7.0},
         stop,
     ]
@@ -240,7 +241,7 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
 
 
 def test_ranks_that_never_registered_get_a_lane(tmp_path):
-    recs = [r for r in hang_records(tmp_path, world=4) if not (r["event"] == "rank_joined" and r["rank"] == 3)]
+    recs = [r for r in hang_records(tmp_path, world=4) if not (r["event"] == je.RANK_JOINED and r["rank"] == 3)]
     for r in recs:
         if r["event"] == "evidence":
             r["slots"] = [s for s in r["slots"] if s["rank"] != 3]
@@ -255,13 +256,13 @@ def test_ranks_that_never_registered_get_a_lane(tmp_path):
 def test_a_gone_rank_ends_at_its_last_sign_of_life(tmp_path):
     slot = hook_slot(tmp_path, 1, 2, steps=5, end="code", pid=301)
     t = slot.created_wall_ns / 1e9
-    recs = [{"event": "start", "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": 2},
-            {"event": "rank_joined", "t_wall": t, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301},
-            {"event": "state", "t_wall": slot.taken_wall - 1, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301,
+    recs = [{"event": je.START, "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": 2},
+            {"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301},
+            {"event": je.STATE, "t_wall": slot.taken_wall - 1, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301,
              "step": 5, "changed": {"alive": [True, False]}},
-            {"event": "finding", "t_wall": slot.taken_wall - 0.9, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
+            {"event": je.FINDING, "t_wall": slot.taken_wall - 0.9, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
              "onset_wall": slot.taken_wall - 1.2, "detected_wall": slot.taken_wall - 0.9, "reason": "rank 1 died"},
-            {"event": "evidence", "t_wall": slot.taken_wall, "t_mono": 0, "host": "node-a",
+            {"event": je.EVIDENCE, "t_wall": slot.taken_wall, "t_mono": 0, "host": "node-a",
              "slots": [slot.to_dict()], "stacks": [replace(fake_stack("node-a", 1, 301, "x", 0), ok=False, text="",
                                                            error="Error: Failed to get process executable name."
                                                                  "\n\nCaused by:").to_dict()]}]

@@ -19,8 +19,8 @@ import pytest
 
 import headless
 from timeline_support import check_trace, torn, without_evidence
-from watchdog import scenario
 from watchdog.coordinator.finding import ranks_phrase
+from watchdog.dev import scenario
 from watchdog.timeline import html, load, perfetto, text
 
 pytestmark = pytest.mark.integration

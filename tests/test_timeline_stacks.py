@@ -12,6 +12,7 @@ import headless
 import pytest
 from timeline_support import hang_records, write_journal
 
+from watchdog.coordinator import journal_events as je
 from watchdog.timeline import html, load, main, testing, text
 
 
@@ -69,7 +70,7 @@ def test_stacks_flag_writes_one_collapsed_file_per_hang(big, tmp_path, capsys):
 def test_without_the_stacks_the_coordinators_record_is_shown(big, tmp_path):
     recs = [json.loads(x) for x in big.read_text().splitlines()]
     stripped = write_journal(
-        tmp_path / "s.jsonl", [{**r, "stacks": []} if r["event"] == "evidence" else r for r in recs]
+        tmp_path / "s.jsonl", [{**r, "stacks": []} if r["event"] == je.EVIDENCE else r for r in recs]
     )
     [s] = load.load(str(stripped)).sections[0].stack_sets
     assert s.source == "record" and [g.ranks[:1] for g in s.grouping.groups] == [(5,), (33,), (0,)]
@@ -81,13 +82,13 @@ def test_a_malformed_record_is_a_note_not_a_crash(tmp_path):
     recs.insert(
         -1,
         {
-            "event": "stack_groups",
+            "event": je.STACK_GROUPS,
             "t_wall": 1.0,
             "trigger": {"kind": "x", "ranks": [1]},
             "groups": [{"ranks": "everything"}],
         },
     )
-    recs.insert(-1, {"event": "stack_groups", "t_wall": 1.0, "trigger": "junk", "groups": 7})
+    recs.insert(-1, {"event": je.STACK_GROUPS, "t_wall": 1.0, "trigger": "junk", "groups": 7})
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
     assert any("stack_groups record" in n and "unreadable" in n for n in tl.sections[0].notes)
     text.render(tl)
@@ -138,7 +139,7 @@ def test_what_is_missing_is_said_under_the_groups(tmp_path):
             "hosts_capped": 8,
         },
     )
-    groups = next(r for r in recs if r["event"] == "stack_groups")
+    groups = next(r for r in recs if r["event"] == je.STACK_GROUPS)
     groups.update(hosts_missing=["node-00007"], late_ranks=2)
     out = text.render(load.load(str(write_journal(tmp_path / "k.jsonl", recs))))
     assert "    note: 16 rank(s) on 8 host(s) not asked: at most 6 per host" in out

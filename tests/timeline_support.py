@@ -14,14 +14,15 @@ import json
 from pathlib import Path
 
 from watchdog import wire
+from watchdog.coordinator import journal_events as je
 from watchdog.evidence import SlotEvidence, StackDump
 
 
 def without_evidence(src: Path, dst: Path) -> Path:
     """The same journal as a coordinator without evidence collection would have left it."""
     lines = [x for x in src.read_bytes().splitlines(keepends=True)
-             if json.loads(x).get("event") not in ("evidence", "command", "command_done", "command_refused",
-                                                     "command_expired")]
+             if json.loads(x).get("event") not in (je.EVIDENCE, je.COMMAND, je.COMMAND_DONE, je.COMMAND_REFUSED,
+                                                     je.COMMAND_EXPIRED)]
     dst.write_bytes(b"".join(lines))
     return dst
 
@@ -113,11 +114,11 @@ def hang_records(tmp: Path, *, world: int = 4, culprit: int = 2, steps: int = 12
     taken = max(s.taken_wall for s in slots)
     t0 = min(s.created_wall_ns for s in slots) / 1e9 - 5.0  # the coordinator started before the ranks
     seq = steps + 1
-    recs: list[dict] = [{"event": "start", "t_wall": t0, "t_mono": 1.0, "job": "unit", "world_size": world}]
-    recs += [{"event": "rank_joined", "t_wall": t0 + 1, "t_mono": 2.0, "rank": r, "host": "node-a", "pid": pid0 + r,
+    recs: list[dict] = [{"event": je.START, "t_wall": t0, "t_mono": 1.0, "job": "unit", "world_size": world}]
+    recs += [{"event": je.RANK_JOINED, "t_wall": t0 + 1, "t_mono": 2.0, "rank": r, "host": "node-a", "pid": pid0 + r,
               "status": "running", "pg_state": "joined"} for r in range(world)]
     waiters = [r for r in range(world) if r != culprit]
-    recs.append({"event": "finding", "t_wall": taken - 0.1, "t_mono": 9.0, "kind": "collective_hang",
+    recs.append({"event": je.FINDING, "t_wall": taken - 0.1, "t_mono": 9.0, "kind": "collective_hang",
                  "ranks": [culprit], "hosts": ["node-a"], "onset_wall": taken - 5.0, "detected_wall": taken - 0.1,
                  "reason": f"rank {culprit} (host node-a, pid {pid0 + culprit}) never entered ddp_all_reduce #{seq}",
                  "evidence": {"group": 0, "seq": seq, "op": "ddp_all_reduce", "waiters": waiters, "how": "missing",
@@ -129,10 +130,10 @@ def hang_records(tmp: Path, *, world: int = 4, culprit: int = 2, steps: int = 12
     if evidence:
         stacks = [fake_stack("node-a", culprit, pid0 + culprit, "stuck_here (train.py:213)", taken),
                   fake_stack("node-a", waiters[0], pid0 + waiters[0], "backward (torch/autograd/__init__.py:395)", taken)]
-        recs.append({"event": "evidence", "t_wall": taken + 0.2, "t_mono": 10.0, "host": "node-a",
+        recs.append({"event": je.EVIDENCE, "t_wall": taken + 0.2, "t_mono": 10.0, "host": "node-a",
                      "trigger": {"kind": "collective_hang", "ranks": [culprit]},
                      "stacks": [s.to_dict() for s in stacks], "slots": [s.to_dict() for s in slots]})
-    recs.append({"event": "stop", "t_wall": taken + 3.0, "t_mono": 13.0, "reason": "SIGTERM",
+    recs.append({"event": je.STOP, "t_wall": taken + 3.0, "t_mono": 13.0, "reason": "SIGTERM",
                  "active_findings": [{"kind": "collective_hang", "ranks": [culprit]}]})
     return recs
 

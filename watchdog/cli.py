@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "coordinator": ("watchdog.coordinator.main", "per-job coordinator: cluster view, detectors, journal"),
     "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
-    "demo": ("watchdog.demo", "run a monitored multi-rank CPU job locally, end to end"),
+    "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),
     "timeline": ("watchdog.timeline.main", "post-mortem from a journal: root cause first, per-rank lanes (text/HTML/Perfetto)"),
 }
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable
 
+from . import journal_events as je
 from . import policy as P
 from .actions import MODULES
 from .actions.common import Event, Operation, Step
@@ -47,11 +48,11 @@ class JobController:
             new = P.transition(old, event)
         except P.PolicyError as exc:  # a bug, not a reason to stop: say so and stay
             self.errors += 1
-            events.append(("action_error", {"error": str(exc)}))
+            events.append((je.ACTION_ERROR, {"error": str(exc)}))
             return
         if new != old:
             self.job = replace(self.job, state=new)
-            events.append(("state", {"job_state": new.value, "from": old.value, "on": event}))
+            events.append((je.STATE, {"job_state": new.value, "from": old.value, "on": event}))
 
     def tick(self, findings: Iterable[Finding], view: ClusterView, now: float) -> tuple[list[CommandRequest], list[Event]]:
         findings = list(findings)
@@ -71,7 +72,7 @@ class JobController:
             # Once per (finding, why held): the reason's numbers change every tick.
             held = f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}" if p.held else ""
             if held and held != self._held and self.job.state in P.IDLE:
-                events.append(("action_held", {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
+                events.append((je.ACTION_HELD, {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
             self._held = held
             return reqs, events
         self._held = ""
@@ -81,9 +82,9 @@ class JobController:
                    "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
                    "job_state": self.job.state.value}
         if p.dry_run:
-            events.append(("action", started))
-            events.append(("action_outcome", {"action_id": op_id, "action": p.action, "ok": True,
-                                              "result": "dry run: nothing done"}))
+            events.append((je.ACTION, started))
+            events.append((je.ACTION_OUTCOME, {"action_id": op_id, "action": p.action, "ok": True,
+                                               "result": "dry run: nothing done"}))
             self.job = replace(self.job, last_action_at=now)
             return reqs, events
         restart_n = 0
@@ -93,7 +94,7 @@ class JobController:
             started["restart"] = restart_n
         else:
             self.job = replace(self.job, last_action_at=now)
-        events.append(("action", started))
+        events.append((je.ACTION, started))
         self._move(p.action, events)
         self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
                             grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now,
@@ -134,5 +135,5 @@ class JobController:
         trig = payload.get("trigger")
         if op is None or not isinstance(trig, dict) or trig.get("action") != op.id:
             return
-        if name in ("evidence", "command_refused", "command_expired") and payload.get("type") == "dump_stacks":
+        if name in (je.EVIDENCE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED) and payload.get("type") == "dump_stacks":
             self.op = replace(op, hosts_answered=op.hosts_answered | {payload.get("host", "")})

@@ -14,6 +14,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from .. import logs
+from . import journal_events as je
 from .config import Config, loggable
 from .journal import Journal
 from .server import bound_address, make_server
@@ -44,9 +45,9 @@ class Daemon:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> "Daemon":
-        self.journal.write("start", {"pid": os.getpid(), "address": self.address, "job": self.cfg.job,
+        self.journal.write(je.START, {"pid": os.getpid(), "address": self.address, "job": self.cfg.job,
                                      "world_size": self.cfg.world_size})
-        self.journal.write("config", {"config": loggable(self.cfg)})
+        self.journal.write(je.CONFIG, {"config": loggable(self.cfg)})
         self._threads = [
             threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                              name="watchdog-coordinator-http", daemon=True),
@@ -83,6 +84,6 @@ class Daemon:
         for t in self._threads:
             t.join(timeout=5.0)
         active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
-        self.journal.write("stop", {"reason": reason, "active_findings": active})
+        self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
         self.journal.close()
         self.log.info("stopped", reason=reason)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from watchdog import commands
 from watchdog.evidence import SlotEvidence, StackDump
 
+from . import journal_events as je
 from .evidence_plan import CommandRequest
 
 Event = tuple[str, dict[str, Any]]
@@ -99,10 +100,10 @@ class Dispatch:
                 p.sent_at = now
                 self._by_id[cmd["id"]] = p
                 out.append(cmd)
-                events.append(("command", {"id": cmd["id"], "type": cmd["type"], "host": host,
-                                           "ranks": p.req.ranks, "trigger": p.req.trigger, "attempt": len(p.ids),
-                                           "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"],
-                                           **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {})}))
+                events.append((je.COMMAND, {"id": cmd["id"], "type": cmd["type"], "host": host,
+                                            "ranks": p.req.ranks, "trigger": p.req.trigger, "attempt": len(p.ids),
+                                            "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"],
+                                            **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {})}))
         return out, events
 
     def acked(self, host: str, acks: tuple[dict, ...] | list[dict], now: float) -> list[Event]:
@@ -112,8 +113,8 @@ class Dispatch:
                 cid = a.get("id")
                 p = self._by_id.get(cid) if isinstance(cid, str) else None
                 if p is None or p.req.host != host:
-                    events.append(("command_unknown_ack", {"host": host, "id": str(cid)[:80],
-                                                           "type": str(a.get("type"))[:40]}))
+                    events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": str(cid)[:80],
+                                                            "type": str(a.get("type"))[:40]}))
                     continue
                 if p.state == "done":
                     continue  # another attempt already answered
@@ -131,17 +132,17 @@ class Dispatch:
             base["late"] = True
         error = str(a.get("error") or "")[:2000]
         if isinstance(a.get("refused"), str) and a["refused"]:
-            return ("command_refused", {**base, "reason": a["refused"][:40], "error": error})
+            return (je.COMMAND_REFUSED, {**base, "reason": a["refused"][:40], "error": error})
         ok = a.get("ok") is True
         if p.req.type not in commands.EVIDENCE:
-            return ("command_done", {**base, "ok": ok, "error": error})
+            return (je.COMMAND_DONE, {**base, "ok": ok, "error": error})
         stacks, bad = _parse(a.get("stacks"), StackDump)
         slots, bad2 = _parse(a.get("slots"), SlotEvidence)
         if bad or bad2:
             error = (error + "; " if error else "") + f"{bad + bad2} malformed entries dropped"
         bound = _bound(a.get("bound"))
-        return ("evidence", {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots,
-                             **({"bound": bound} if bound else {})})
+        return (je.EVIDENCE, {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots,
+                              **({"bound": bound} if bound else {})})
 
     def _finish(self, p: Pending, state: str, now: float) -> None:
         p.state, p.ended = state, now
@@ -155,10 +156,10 @@ class Dispatch:
             for p in list(self._pending):
                 if decide(p, now, interval_of(p.req.host), self.cfg) == GIVE_UP:
                     self._finish(p, "expired", now)
-                    events.append(("command_expired", {"type": p.req.type, "host": p.req.host, "ids": p.ids,
-                                                       "ranks": p.req.ranks, "trigger": p.req.trigger,
-                                                       "acknowledged": p.running,
-                                                       "waited_s": round(now - p.created, 3)}))
+                    events.append((je.COMMAND_EXPIRED, {"type": p.req.type, "host": p.req.host, "ids": p.ids,
+                                                        "ranks": p.req.ranks, "trigger": p.req.trigger,
+                                                        "acknowledged": p.running,
+                                                        "waited_s": round(now - p.created, 3)}))
             stale = [i for i, p in self._by_id.items() if p.state != "pending" and now - p.ended > self.cfg.keep_s]
             for i in stale:
                 del self._by_id[i]

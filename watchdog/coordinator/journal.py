@@ -17,8 +17,10 @@ import os
 import threading
 from typing import Any, Callable, Iterator
 
-DURABLE = frozenset({"start", "config", "finding", "resolved", "stop", "action",
-                     "command", "evidence", "command_done", "command_refused", "command_expired"})
+from . import journal_events as je
+
+DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION,
+                     je.COMMAND, je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
 
 
 def _default(obj: Any) -> Any:

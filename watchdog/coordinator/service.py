@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from .. import commands, logs
 from ..report import HostReport
 from . import evidence_plan, health, stack_gather, stack_plan, status, tracker
+from . import journal_events as je
 from .control import JobController
 from .config import Config
 from .detectors import build
@@ -117,21 +118,21 @@ class Coordinator:
         for f in opened:
             caused = self.control.caused_by(f, now)
             if caused:  # the workers an action stopped, found dead: its effect, not a fault
-                self.log.info("expected_finding", kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
-                self._record("expected_finding", {**f.to_dict(), "caused_by_action": caused})
+                self.log.info(je.EXPECTED_FINDING, kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
+                self._record(je.EXPECTED_FINDING, {**f.to_dict(), "caused_by_action": caused})
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
-            self.log.warning("finding", kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
-            self._record("finding", f.to_dict())
+            self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
+            self._record(je.FINDING, f.to_dict())
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
         self._act(view, now)
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
         self._stack_groups(now)
         for r in resolved:
             self.metrics.resolved.labels(r.finding.kind).inc()
-            self.log.info("resolved", kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
-            self._record("resolved", {"kind": r.finding.kind, "ranks": list(r.finding.ranks), "hosts": list(r.finding.hosts),
+            self.log.info(je.RESOLVED, kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
+            self._record(je.RESOLVED, {"kind": r.finding.kind, "ranks": list(r.finding.ranks), "hosts": list(r.finding.hosts),
                                       "duration_s": round(r.duration_s, 3), "reason": r.finding.reason,
                                       "opened_wall": r.opened.detected_wall})
         for o in outcomes:
@@ -149,12 +150,12 @@ class Coordinator:
             lost = host in lost_now
             if lost and host not in self._lost:
                 self._lost.add(host)
-                self.log.warning("host_lost", host=host, silent_s=round(now - hv.received_at, 3))
-                self._record("host_lost", {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)})
+                self.log.warning(je.HOST_LOST, host=host, silent_s=round(now - hv.received_at, 3))
+                self._record(je.HOST_LOST, {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)})
             elif not lost and host in self._lost:
                 self._lost.discard(host)
-                self.log.info("host_back", host=host)
-                self._record("host_back", {"host": host, "agent_id": hv.agent_id})
+                self.log.info(je.HOST_BACK, host=host)
+                self._record(je.HOST_BACK, {"host": host, "agent_id": hv.agent_id})
 
     def _gauges(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
         m, cfg = self.metrics, self.cfg.detectors
@@ -195,8 +196,8 @@ class Coordinator:
                 left = stack_plan.every_rank(f, view, cap)[1]
                 if left:
                     rec = stack_plan.capped_record(f, left, cap)
-                    self.log.warning(stack_plan.CAPPED, **rec)
-                    self._record(stack_plan.CAPPED, rec)
+                    self.log.warning(je.STACKS_CAPPED, **rec)
+                    self._record(je.STACKS_CAPPED, rec)
             if reqs:
                 self._collected[f.key] = now
                 self._expect_stacks(reqs, now)
@@ -222,7 +223,7 @@ class Coordinator:
             self._expect_stacks(reqs, now)
             self.dispatch.request(reqs, now)
         for name, payload in events:
-            (self.log.warning if name in ("action", "action_outcome", "state") else self.log.info)(name, **payload)
+            (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
             self._record(name, payload)
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
@@ -238,9 +239,9 @@ class Coordinator:
 
     def _stack_groups(self, now: float) -> None:
         for rec in self.stacks.due(now):
-            self.log.warning(stack_gather.EVENT, trigger=rec["trigger"], ranks=rec["ranks"],
+            self.log.warning(je.STACK_GROUPS, trigger=rec["trigger"], ranks=rec["ranks"],
                              groups=len(rec["groups"]), summary=rec["summary"])
-            self._record(stack_gather.EVENT, rec)
+            self._record(je.STACK_GROUPS, rec)
             trig = rec["trigger"]
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
             self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
@@ -253,16 +254,16 @@ class Coordinator:
             self.control.note(name, payload)
             self.stacks.note(name, payload)
             kind = payload.get("type", "")
-            outcome = {"command": "sent", "command_refused": "refused", "command_expired": "expired"}.get(name)
-            if name in ("evidence", "command_done"):
+            outcome = {je.COMMAND: "sent", je.COMMAND_REFUSED: "refused", je.COMMAND_EXPIRED: "expired"}.get(name)
+            if name in (je.EVIDENCE, je.COMMAND_DONE):
                 outcome = "done" if payload.get("ok") else "failed"
             if outcome and kind in commands.TYPES:
                 self.metrics.commands.labels(kind, outcome).inc()
             brief = {k: v for k, v in payload.items() if k not in ("stacks", "slots")}
-            if name == "evidence":
+            if name == je.EVIDENCE:
                 brief.update(stacks=[s["rank"] for s in payload["stacks"] if s.get("ok")],
                              slots=[s["rank"] for s in payload["slots"]])
-            (self.log.warning if name in ("command_refused", "command_expired", "command_unknown_ack")
+            (self.log.warning if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)
              else self.log.info)(name, **brief)
             self._record(name, payload)
 

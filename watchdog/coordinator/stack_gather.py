@@ -28,7 +28,8 @@ from typing import Any
 
 from watchdog import commands, stackgroups
 
-EVENT = "stack_groups"
+from . import journal_events as je
+
 WAIT_S = 90.0  # past the dispatch's give-up (60 s): a host that never answers has been given up on by then
 
 
@@ -72,13 +73,13 @@ class StackGather:
         host = payload.get("host")
         if p is None or host not in p.hosts:
             return
-        if name == "evidence":
+        if name == je.EVIDENCE:
             p.answered.add(host)
             for s in payload.get("stacks") or ():
                 self._add(p, s)
             bound = payload.get("bound") or {}
             p.late.update(r for r in bound.get("late") or () if isinstance(r, int))
-        elif name in ("command_refused", "command_expired"):
+        elif name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
             p.missing.add(host)
 
     def _add(self, p: _Pending, s: dict[str, Any]) -> None:

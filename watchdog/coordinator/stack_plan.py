@@ -23,7 +23,6 @@ from .view import ClusterView, FoldedRank
 
 ALL_RANKS_KINDS = frozenset({"collective_hang", "frozen_rank"})
 MAX_PER_HOST = 64  # a host with more ranks than this is unusual; 64 py-spy dumps at 8 at a time fit the deadline
-CAPPED = "stacks_capped"  # journal event: ranks a cap left out of a stack request
 
 
 def live(rv: FoldedRank) -> bool:

@@ -4,13 +4,16 @@ cluster views with sensible healthy defaults, so a test states only what matters
     from watchdog.coordinator import testing as t
     view = t.view([t.rank(0), t.rank(1, heartbeat_age_s=9.0)], now=100.0)
 
-For behaviour over time (a job that steps, then hangs) see ``simjob.SimJob``.
+For behaviour over time (a job that steps, then hangs), ``SimJob`` below
+simulates a lock-step job whose hosts report as time, a number, advances.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from dataclasses import replace
+import random
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from watchdog.report import CollectiveState, HostReport, RankState, StepSample
@@ -84,3 +87,210 @@ def healthy(world_size: int = 8, **kw: Any) -> list[RankState]:
 def with_rank(states: list[RankState], r: int, **changes: Any) -> list[RankState]:
     """Copy of ``states`` with rank ``r`` changed (RankState fields)."""
     return [replace(s, **changes) if s.rank == r else s for s in states]
+
+
+@dataclass
+class _Step:
+    k: int  # 0-based; "steps completed" is k while it runs
+    start: float
+    data: dict[int, float]
+    enter: dict[int, float]  # when each rank enters the step's all-reduce (absent: never)
+    end: float | None  # None: the step never completes (a hang)
+    ckpt_s: float = 0.0  # checkpoint at the end of the step (inside the step time)
+
+
+@dataclass
+class SimJob:
+    """A simulated synchronous data-parallel job, for detector tests without
+    processes or sleeps: ranks step in lock-step (load data, compute, all-reduce);
+    hosts report every ``report_interval``; faults are injected by step number;
+    time is a number you advance.
+
+        sim = SimJob(world_size=8, compute_s=0.1, jitter=0.1)
+        sim.hang(rank=3, at_step=50)              # sleeps before the all-reduce
+        coord_view = sim.run_until(30.0)          # a ClusterView at t=30 s
+        findings = CollectiveHang(cfg).check(sim.now, coord_view)
+
+    ``run_until(t, coordinator=c, tick_s=0.5)`` feeds a real ``Coordinator`` instead
+    (accept + tick interleaved in time order), journal and metrics included.
+    """
+
+    world_size: int = 8
+    ranks_per_host: int = 4
+    compute_s: float = 0.1
+    comm_s: float = 0.01
+    data_s: float = 0.0
+    jitter: float = 0.0  # +- fraction on each rank's compute, iid per step
+    seed: int = 0
+    report_interval: float = 1.0
+    heartbeat_s: float = 0.5
+    start: float = 0.0
+    init_s: float = 2.0  # process-group init before step 0
+    job: str = "job"
+    checkpoint_every: int = 0
+    checkpoint_s: float = 0.0
+    agent_poll_s: float | None = 0.05  # the agent's poll period; None: it reports no gone_age_s
+    cfg: DetectorConfig = field(default_factory=DetectorConfig)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.factor: dict[int, float] = {}
+        self.rank_data: dict[int, float] = {}
+        self.faults: dict[int, tuple[str, int]] = {}  # rank -> (kind, step)
+        self.victims_die_after: float | None = None
+        self.steps: list[_Step] = []
+        self.now = self.start
+        self.view: ClusterView = empty(self.job, 0)
+        self._seq: dict[str, int] = {}
+        self._last_report: dict[str, float] = {}
+        self._pids = {r: 5000 + r for r in range(self.world_size)}
+        self.hosts = sorted({host_of(r, self.ranks_per_host) for r in range(self.world_size)})
+
+    # -- faults ------------------------------------------------------------------
+    def slow(self, rank: int, factor: float) -> None:
+        self.factor[rank] = factor
+
+    def starve(self, rank: int, data_s: float) -> None:
+        self.rank_data[rank] = data_s
+
+    def hang(self, rank: int, at_step: int) -> None:
+        """Sleeps (GIL released, heartbeat fresh) just before the all-reduce of ``at_step``."""
+        self.faults[rank] = ("hang", at_step)
+
+    def kill(self, rank: int, at_step: int, victims_die_after: float | None = None) -> None:
+        """SIGKILL at the start of ``at_step``; optionally the others die this long after (gloo error)."""
+        self.faults[rank] = ("kill", at_step)
+        self.victims_die_after = victims_die_after
+
+    def stop(self, rank: int, at_step: int) -> None:
+        """SIGSTOP at the start of ``at_step``: alive, heartbeat stops."""
+        self.faults[rank] = ("stop", at_step)
+
+    def exit_early(self, rank: int, at_step: int) -> None:
+        """A clean exit before ``at_step`` (uneven inputs): the others wait for it."""
+        self.faults[rank] = ("exit", at_step)
+
+    # -- the timeline --------------------------------------------------------------
+    def _extend(self, t: float) -> None:
+        while True:
+            last = self.steps[-1] if self.steps else None
+            if last is not None and (last.end is None or last.end > t):
+                return
+            start = last.end if last else self.start + self.init_s
+            k = last.k + 1 if last else 0
+            data = {r: self.rank_data.get(r, self.data_s) for r in range(self.world_size)}
+            enter = {}
+            for r in range(self.world_size):
+                c = self.compute_s * self.factor.get(r, 1.0) * (1 + self.rng.uniform(-self.jitter, self.jitter))
+                if self.faults.get(r, ("", -1))[1] != k:
+                    enter[r] = start + data[r] + c
+            ckpt = self.checkpoint_s if self.checkpoint_every and (k + 1) % self.checkpoint_every == 0 else 0.0
+            end = max(enter.values()) + self.comm_s + ckpt if len(enter) == self.world_size else None
+            self.steps.append(_Step(k, start, data, enter, end, ckpt))
+
+    def _fault_time(self, r: int) -> float | None:
+        kind, at = self.faults.get(r, ("", -1))
+        if not kind or at >= len(self.steps):
+            return None
+        return self.steps[at].start
+
+    def rank_state(self, r: int, t: float, since: float) -> RankState:
+        self._extend(t)
+        kind, _ = self.faults.get(r, ("", -1))
+        fault_t = self._fault_time(r)
+        faulted = fault_t is not None and t >= fault_t
+        victim_dead = (self.victims_die_after is not None and r not in self.faults
+                       and any(k == "kill" and self._fault_time(q) is not None and t >= self._fault_time(q) + self.victims_die_after
+                               for q, (k, _) in self.faults.items()))
+        frozen_at = fault_t if faulted and kind in ("kill", "stop", "exit") else None
+        if victim_dead:
+            q = next(q for q, (k, _) in self.faults.items() if k == "kill")
+            frozen_at = self._fault_time(q) + self.victims_die_after
+        view_t = min(t, frozen_at) if frozen_at is not None else t  # a dead/stopped rank's slot stops changing
+        cur = next((s for s in reversed(self.steps) if s.start <= view_t), None)
+        if cur is None:  # still in init
+            return rank(r, world_size=self.world_size, pid=self._pids[r], step=0, step_age_s=t - self.start,
+                                heartbeat_age_s=t % self.heartbeat_s, phase="init", pg_state="initializing",
+                                collective=coll(), last_step_s=0.0, last_coll_s=0.0)
+        k, seq_base = cur.k, cur.k  # one all-reduce per step: seq k+1 is step k's
+        enter = cur.enter.get(r)
+        in_data = view_t < cur.start + cur.data[r]
+        phase, collective = "train", coll(seq=seq_base, done_seq=seq_base)
+        if enter is not None and view_t >= enter:
+            done = cur.end is not None and view_t >= cur.end - cur.ckpt_s
+            if not done:
+                collective = coll(seq=seq_base + 1, outstanding=1, since_s=t - enter)
+            else:
+                collective = coll(seq=seq_base + 1, done_seq=seq_base + 1)
+                if cur.ckpt_s:
+                    phase = "checkpoint"
+                    if r != 0:  # the others wait in a barrier while rank 0 saves
+                        collective = coll(seq=seq_base + 2, outstanding=1, since_s=t - (cur.end - cur.ckpt_s), op="barrier")
+        hb_last = view_t - (view_t % self.heartbeat_s)
+        prev = self.steps[k - 1] if k > 0 else None
+        lo = bisect.bisect_right(self.steps, since, key=lambda s: s.end if s.end is not None else float("inf"))
+        samples = tuple(
+            StepSample(step=s.k + 1, step_s=s.end - s.start, data_s=s.data[r], coll_s=s.end - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
+                       phase="train")
+            for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
+        )
+        dead = (faulted and kind in ("kill", "exit")) or victim_dead
+        gone_age = 0.0
+        if dead and self.agent_poll_s:
+            seen = (int(view_t / self.agent_poll_s) + 1) * self.agent_poll_s  # the next poll after the death
+            gone_age = max(0.0, t - seen)
+        return rank(
+            r, world_size=self.world_size, pid=self._pids[r], step=k, step_age_s=t - cur.start,
+            heartbeat_age_s=t - hb_last if (faulted and kind in ("stop", "kill", "exit")) or victim_dead else t % self.heartbeat_s,
+            alive=not dead, status="exited" if faulted and kind == "exit" else "running", phase=phase,
+            in_data_wait=in_data, data_wait_age_s=(t - cur.start) if in_data else 0.0, collective=collective,
+            last_step_s=(prev.end - prev.start) if prev else 0.0, last_data_s=prev.data[r] if prev else 0.0,
+            last_coll_s=(prev.end - prev.enter[r]) if prev else 0.0,
+            cpu_percent=0.0 if faulted and kind == "stop" else 95.0, recent_steps=samples, gone_age_s=gone_age,
+            proc_status="gone" if dead else ("stopped" if faulted and kind == "stop" else "running"),
+        )
+
+    def report(self, host: str, t: float) -> HostReport:
+        since = self._last_report.get(host, -1e18)
+        ranks = [self.rank_state(r, t, since) for r in range(self.world_size) if host_of(r, self.ranks_per_host) == host]
+        self._last_report[host] = t
+        self._seq[host] = self._seq.get(host, 0) + 1
+        return report(host, ranks, job=self.job, seq=self._seq[host], interval_s=self.report_interval)
+
+    # -- driving -------------------------------------------------------------------
+    def _report_times(self, until: float) -> list[tuple[float, str]]:
+        out = []
+        n = len(self.hosts)
+        for i, host in enumerate(self.hosts):
+            offset = self.report_interval * (i + 0.5) / n  # hosts are not in phase
+            last = self._last_report.get(host)
+            j = 0 if last is None else int(round((last - self.start - offset) / self.report_interval)) + 1
+            while (at := self.start + offset + j * self.report_interval) <= until:
+                out.append((at, host))
+                j += 1
+        return sorted(out)
+
+    def run_until(self, until: float, coordinator: Any = None, tick_s: float | None = None,
+                  silent_hosts: tuple[str, ...] = ()) -> ClusterView:
+        """Advance to ``until``. With a coordinator, reports go to ``accept`` and
+        ``tick`` runs every ``tick_s``; the returned view is the coordinator's."""
+        events: list[tuple[float, int, str]] = [(at, 0, h) for at, h in self._report_times(until)]
+        if coordinator is not None and tick_s:
+            t = self.now + tick_s
+            while t <= until:
+                events.append((t, 1, ""))
+                t += tick_s
+        for at, kind, host in sorted(events):
+            self.now = at
+            if kind == 1:
+                coordinator.tick(at, 1_700_000_000.0 + at)
+            elif host in silent_hosts:
+                self._last_report[host] = at  # the agent is gone: nothing arrives
+            else:
+                rep = self.report(host, at)
+                if coordinator is not None:
+                    coordinator.accept(rep, at)
+                else:
+                    self.view, _ = fold(self.view, rep, at, self.cfg)
+        self.now = until
+        return coordinator.view if coordinator is not None else self.view

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from watchdog.report import HostReport, RankState, StepSample
 
+from . import journal_events as je
 from .config import DetectorConfig
 from .steps import StepStats, WindowStat, add_samples
 
@@ -134,7 +135,7 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
     if prev_host is not None and prev_host.agent_id == report.agent_id and report.seq <= prev_host.seq:
         return view, events  # a retried or reordered report: already folded
     if prev_host is None or prev_host.agent_id != report.agent_id:
-        events.append(("host_seen", {
+        events.append((je.HOST_SEEN, {
             "host": report.host, "agent_id": report.agent_id,
             "agent_restarted": prev_host is not None,
             "previous_agent_id": prev_host.agent_id if prev_host else None,
@@ -162,10 +163,10 @@ def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg
     if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
         if s.proc_start_us < prev.state.proc_start_us:
             return None  # an older incarnation still reported somewhere: the newer one wins
-        events.append(("rank_restarted", {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step}))
+        events.append((je.RANK_RESTARTED, {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step}))
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
-        events.append(("rank_joined", {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
+        events.append((je.RANK_JOINED, {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
     step_start = now - s.step_age_s
     if prev is None:
         rv = FoldedRank(
@@ -210,4 +211,4 @@ def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Eve
         if getattr(old, name) != getattr(new, name)
     }
     if changed:
-        events.append(("state", {**ident, "step": new.step, "changed": changed}))
+        events.append((je.STATE, {**ident, "step": new.step, "changed": changed}))

@@ -13,11 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog import commands
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import rank_ranges, ranks_phrase, seconds
 
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "action_held", "action_error", "restart", "resumed")
-COMMAND_EVENTS = ("command", "command_done", "command_refused", "command_expired", "command_unknown_ack")
-DRAWN = ("action", "restart", "resumed", "action_outcome")  # lines on the lanes; the rest is listed
+# An action's steps and the policy holding back. Not checkpoint_restart's
+# je.CHECKPOINT_STEPS: the timeline does not tell them (the demo prints them).
+ACTION_EVENTS = (*je.ACTION_STEPS, *je.POLICY_HELD)
+COMMAND_EVENTS = je.COMMAND_EVENTS
+DRAWN = (je.ACTION, je.RESTART, je.RESUMED, je.ACTION_OUTCOME)  # lines on the lanes; the rest is listed
 
 
 def is_action(rec: dict) -> bool:
@@ -35,17 +38,17 @@ def label(rec: dict) -> str:
     """One line for a record of any shape: the policy's actions are younger than this reader."""
     ev = rec["event"]
     ranks = rec.get("ranks") or rec.get("workers") or []
-    if ev == "action":
+    if ev == je.ACTION:
         dry = " (dry run)" if rec.get("dry_run") else ""
         cause = f" for {rec['kind']}" if rec.get("kind") else ""
         return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip()
-    if ev == "restart":
+    if ev == je.RESTART:
         return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
-    if ev == "resumed":
+    if ev == je.RESUMED:
         return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks" + _took(rec)
-    if ev == "action_outcome":
+    if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
-    if ev == "action_progress":
+    if ev == je.ACTION_PROGRESS:
         return (f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}"
                 + (f", launchers {rec['launchers']}" if rec.get("launchers") else ""))
     name = next((str(rec[k]) for k in ("action", "command", "name", "kind", "type") if rec.get(k)), "")
@@ -79,21 +82,21 @@ def lines(actions: list[dict]) -> list[tuple[float, int, str]]:
     for rec in actions:
         ev, t = rec["event"], float(rec.get("t_wall") or 0.0)
         aid = action_id(rec)
-        if ev == "action_held":
+        if ev == je.ACTION_HELD:
             held.append(rec)
         elif ev in COMMAND_EVENTS:
-            cmd = rec if ev == "command" else sent.get(str(rec.get("command_id")), rec)
-            if ev == "command":
+            cmd = rec if ev == je.COMMAND else sent.get(str(rec.get("command_id")), rec)
+            if ev == je.COMMAND:
                 sent[str(rec.get("id"))] = rec
             sig = (cmd.get("args") or {}).get("signal", "") if isinstance(cmd.get("args"), dict) else ""
             g = groups.setdefault((aid, rec.get("type"), sig), {"t": t, "ranks": [], "tally": {}, "aid": aid})
-            if ev == "command":
+            if ev == je.COMMAND:
                 g["ranks"] += list(rec.get("ranks") or [])
             else:
-                outcome = ev[8:] + (" ok" if rec.get("ok") else " failed") if ev == "command_done" else ev[8:]
+                outcome = ev[8:] + (" ok" if rec.get("ok") else " failed") if ev == je.COMMAND_DONE else ev[8:]
                 g["tally"][outcome] = g["tally"].get(outcome, 0) + 1
         else:
-            out.append((t, 0 if ev == "action" or aid is None else 1, label(rec)))
+            out.append((t, 0 if ev == je.ACTION or aid is None else 1, label(rec)))
     for (aid, typ, sig), g in groups.items():
         tally = ", ".join(f"{n} {k}" for k, n in sorted(g["tally"].items(), key=lambda kv: ("ok" not in kv[0], kv[0])))
         target = ranks_phrase(g["ranks"]) if g["ranks"] else "?"

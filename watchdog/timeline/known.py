@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from watchdog.coordinator import journal_events as je
+
 from .model import Lane, RankNow
 
 
@@ -42,13 +44,13 @@ class KnownView:
 
     def add(self, rec: dict) -> None:
         ev, t = rec["event"], rec.get("t_wall")
-        if ev in ("rank_joined", "rank_restarted"):
+        if ev in (je.RANK_JOINED, je.RANK_RESTARTED):
             d = self._get(rec.get("rank"))
             if d is not None:
                 d.clear()  # a restarted rank starts over
                 d.update(t=t, host=rec.get("host", ""), pid=rec.get("pid", 0), alive=True,
                          status=rec.get("status", ""), pg_state=rec.get("pg_state", ""))
-        elif ev == "state":
+        elif ev == je.STATE:
             d = self._get(rec.get("rank"))
             if d is not None:
                 d.update(t=t, step=rec.get("step", d.get("step")))
@@ -57,7 +59,7 @@ class KnownView:
                         d[name] = change[1]
                         if name == "alive" and change[1] is False:
                             d["gone_t"] = t
-        elif ev == "finding":
+        elif ev == je.FINDING:
             self._finding(rec, t)
 
     def _finding(self, rec: dict, t: Any) -> None:

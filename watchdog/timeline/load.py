@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.evidence import SlotEvidence, StackDump
 
@@ -47,7 +48,7 @@ def load(path: str) -> Timeline:
     triggered: list[list[tuple[dict, Stack]]] = [[] for _ in raws]  # (evidence record, stack), for stack sets
     for i, raw in enumerate(raws):
         for rec in raw.records:
-            if rec["event"] == "evidence":
+            if rec["event"] == je.EVIDENCE:
                 raw.section.evidence_events += 1
                 for d in rec.get("slots") or ():
                     s = _parse(SlotEvidence, d)
@@ -82,9 +83,9 @@ def _split(records: list[dict]) -> list[_Raw]:
     first_restart_t = 0.0
     for rec in records:
         ev, t = rec["event"], _t(rec)
-        if ev == "start" or cur is None:
-            cur = _new(raws, t, "start" if ev == "start" else "journal", rec)
-        elif ev == "rank_restarted":
+        if ev == je.START or cur is None:
+            cur = _new(raws, t, "start" if ev == je.START else "journal", rec)
+        elif ev == je.RANK_RESTARTED:
             rank = rec.get("rank")
             same = (cur.section.opened_by == "restart" and rank not in cur.restarted
                     and t - first_restart_t <= RESTART_WINDOW_S)
@@ -110,7 +111,7 @@ def _follow_actions(raws: list[_Raw]) -> None:
         keep = []
         for rec in raw.records:
             aid = actions.action_id(rec) if actions.is_action(rec) else None
-            if rec["event"] == "action" and aid:
+            if rec["event"] == je.ACTION and aid:
                 origin.setdefault(aid, i)
             if aid in origin and origin[aid] < i:
                 raws[origin[aid]].records.append(rec)
@@ -137,9 +138,9 @@ def _t(rec: dict) -> float:
 
 def _pids(rec: dict):
     """(rank, pid) pairs a record names, so evidence can find its section."""
-    if rec["event"] in ("rank_joined", "rank_restarted", "state") and isinstance(rec.get("pid"), int):
+    if rec["event"] in (je.RANK_JOINED, je.RANK_RESTARTED, je.STATE) and isinstance(rec.get("pid"), int):
         yield rec.get("rank"), rec["pid"]
-    ev = rec.get("evidence") if rec["event"] == "finding" else None
+    ev = rec.get("evidence") if rec["event"] == je.FINDING else None
     if isinstance(ev, dict):
         for r, pid in (ev.get("pids") or {}).items():
             yield int(r), pid
@@ -163,14 +164,14 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
         if not any(pair in raw.older for pair in _pids(rec)):
             view.add(rec)
         ev = rec["event"]
-        if ev == "start":
+        if ev == je.START:
             sec.job = rec.get("job") or sec.job
             sec.world_size = int(rec.get("world_size") or sec.world_size)
-        elif ev == "finding":
+        elif ev == je.FINDING:
             sec.findings.append(rec)
             sec.events.append(Event(_detected(rec), "finding", f"{rec.get('kind')} {_who(rec)}",
                                     tuple(rec.get("ranks") or ()), rec))
-        elif ev == "resolved":
+        elif ev == je.RESOLVED:
             sec.events.append(Event(_t(rec), "resolved", f"resolved {rec.get('kind')} {_who(rec)}",
                                     tuple(rec.get("ranks") or ()), rec))
         elif actions.is_action(rec):
@@ -179,10 +180,10 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             sec.events.append(Event(_t(rec), kind, actions.label(rec), tuple(rec.get("ranks") or ()), rec))
         elif ev in actions.COMMAND_EVENTS:  # evidence collection's own bookkeeping: listed, not drawn
             sec.events.append(Event(_t(rec), "evidence_request", actions.label(rec), tuple(rec.get("ranks") or ()), rec))
-            if ev in ("command_refused", "command_expired"):
+            if ev in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
                 sec.notes.append(f"evidence request {rec.get('type')} to host {rec.get('host', '?')} "
                                  f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}")
-        elif ev == "evidence":
+        elif ev == je.EVIDENCE:
             n_slots, n_stacks = len(rec.get("slots") or ()), len(rec.get("stacks") or ())
             what = " + ".join(x for x in (f"{n_slots} slot snapshots" if n_slots else "",
                                           f"{n_stacks} stacks" if n_stacks else "") if x) or "nothing"
@@ -190,15 +191,15 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             if rec.get("ok") is False or rec.get("error"):
                 sec.notes.append(f"evidence from host {rec.get('host', '?')} incomplete: "
                                  f"{rec.get('error') or 'the agent reported failure'}")
-        elif ev in ("host_lost", "host_back"):
+        elif ev in (je.HOST_LOST, je.HOST_BACK):
             sec.events.append(Event(_t(rec), ev, f"{ev.replace('_', ' ')}: {rec.get('host')}"))
-        elif ev == "rank_restarted":
+        elif ev == je.RANK_RESTARTED:
             sec.events.append(Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})",
                                     (rec.get("rank"),)))
-        elif ev == "state" and "job_state" in rec:  # the policy's job state machine, not a rank's
+        elif ev == je.STATE and "job_state" in rec:  # the policy's job state machine, not a rank's
             sec.events.append(Event(_t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} "
                                                           f"(on {rec.get('on', '?')})"))
-        elif ev == "stop":
+        elif ev == je.STOP:
             sec.stop = rec
             sec.events.append(Event(_t(rec), "stop", f"coordinator stopped ({rec.get('reason', '?')})"))
     by_rank: dict[int, list[SlotEvidence]] = {}

@@ -16,8 +16,7 @@ from typing import Any
 
 from watchdog import stackgroups
 from watchdog.coordinator.finding import ranks_phrase
-from watchdog.coordinator.stack_gather import EVENT as STACK_GROUPS
-from watchdog.coordinator.stack_plan import CAPPED as STACKS_CAPPED
+from watchdog.coordinator.journal_events import STACK_GROUPS, STACKS_CAPPED
 
 from .model import Stack, StackSet
 

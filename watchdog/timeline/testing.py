@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from watchdog.coordinator.stack_gather import EVENT, StackGather
+from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.stack_gather import StackGather
 from watchdog.evidence import StackDump
 
 HEAD = "Process {pid}: /usr/bin/python3.11 -u train.py --steps 100000\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
@@ -71,10 +72,10 @@ def hang_journal(
     odd = dict(odd) if odd is not None else {culprit: IN_LOADER, ranks // 2 + 1: IN_CHECKPOINT}
     host = [f"node-{r // ranks_per_host:05d}" for r in range(ranks)]
     trigger = {"kind": "collective_hang", "ranks": [culprit]}
-    recs: list[dict[str, Any]] = [{"event": "start", "t_wall": t0, "t_mono": 1.0, "job": "sim", "world_size": ranks}]
+    recs: list[dict[str, Any]] = [{"event": je.START, "t_wall": t0, "t_mono": 1.0, "job": "sim", "world_size": ranks}]
     recs += [
         {
-            "event": "rank_joined",
+            "event": je.RANK_JOINED,
             "t_wall": t0 + 1,
             "t_mono": 2.0,
             "rank": r,
@@ -88,7 +89,7 @@ def hang_journal(
     ]
     recs.append(
         {
-            "event": "finding",
+            "event": je.FINDING,
             "t_wall": t0 + 60,
             "t_mono": 61.0,
             "kind": "collective_hang",
@@ -121,7 +122,7 @@ def hang_journal(
             for r in members
         ]
         ev = {
-            "event": "evidence",
+            "event": je.EVIDENCE,
             "t_wall": t0 + 61 + i * 1e-4,
             "t_mono": 62.0,
             "command_id": f"c-{i}",
@@ -134,12 +135,12 @@ def hang_journal(
             "slots": [],
             "bound": {"parallel": 8, "deadline_s": 10.0, "duration_s": 0.4, "late": []},
         }
-        gather.note("evidence", ev)
+        gather.note(je.EVIDENCE, ev)
         recs.append(ev)
     if with_record:
         [rec] = gather.due(63.0)
-        recs.append({"event": EVENT, "t_wall": t0 + 63, "t_mono": 63.0, **rec})
-    recs.append({"event": "stop", "t_wall": t0 + 70, "t_mono": 70.0, "reason": "SIGTERM"})
+        recs.append({"event": je.STACK_GROUPS, "t_wall": t0 + 63, "t_mono": 63.0, **rec})
+    recs.append({"event": je.STOP, "t_wall": t0 + 70, "t_mono": 70.0, "reason": "SIGTERM"})
     with open(path, "w", encoding="utf-8") as fh:
         for rec in recs:
             fh.write(json.dumps(rec, separators=(",", ":")) + "\n")

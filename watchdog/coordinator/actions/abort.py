@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from watchdog import commands
 
+from .. import journal_events as je
 from ..evidence_plan import CommandRequest
 from ..stack_plan import MAX_PER_HOST
 from ..view import ClusterView
@@ -47,8 +48,8 @@ def _term(op: Operation, view: ClusterView, now: float) -> Step:
     live = live_workers(op, view)
     op = op.at("term", now, last_sent=now)
     return Step(op, signals(op, "SIGTERM", live, op.launchers),
-                (("action_progress", brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                           launchers=[p for p, _, _ in op.launchers])),))
+                ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
+                                            launchers=[p for p, _, _ in op.launchers])),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -58,15 +59,15 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         return Step(op)
     live = live_workers(op, view)
     if not live:
-        return Step(op, (), (("action_outcome", brief(op, ok=True, result="aborted: every worker is gone",
-                                                      seconds=round(now - op.started, 3), kill_rounds=op.kills)),),
+        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=True, result="aborted: every worker is gone",
+                                                       seconds=round(now - op.started, 3), kill_rounds=op.kills)),),
                     done=True, ok=True, state_event="aborted")
     if now - op.last_sent < op.grace_s:
         return Step(op)
     if op.kills >= MAX_KILL_ROUNDS:
-        return Step(op, (), (("action_outcome", brief(op, ok=False, result="workers still alive after SIGKILL",
-                                                      alive=[r for r, _ in live])),),
+        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result="workers still alive after SIGKILL",
+                                                       alive=[r for r, _ in live])),),
                     done=True, ok=False, state_event="aborted")
     op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
     return Step(op, signals(op, "SIGKILL", live, op.launchers),
-                (("action_progress", brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))
+                ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))

@@ -16,6 +16,7 @@ too, so torchrun elastic (min:max nodes) re-rendezvouses without it.
 
 from __future__ import annotations
 
+from .. import journal_events as je
 from ..view import ClusterView
 from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
 
@@ -31,8 +32,8 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     op = op.at("term", now, workers=workers, launchers=launchers, last_sent=now)
     live = live_workers(op, view)
     return Step(op, signals(op, "SIGTERM", live, launchers),
-                (("action_progress", brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                           launchers=[p for p, _, _ in launchers])),))
+                ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
+                                            launchers=[p for p, _, _ in launchers])),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -40,24 +41,24 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         live = live_workers(op, view)
         if not live:
             op = op.at("resume", now)
-            return Step(op, (), (("restart", brief(op, restart=op.restart_n, stopped=[r for r, _ in op.workers],
-                                                   seconds=round(now - op.started, 3))),))
+            return Step(op, (), ((je.RESTART, brief(op, restart=op.restart_n, stopped=[r for r, _ in op.workers],
+                                                    seconds=round(now - op.started, 3))),))
         if now - op.last_sent < op.grace_s:
             return Step(op)
         op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
         return Step(op, signals(op, "SIGKILL", live, op.launchers),
-                    (("action_progress", brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))
+                    ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))
     resumed = resumed_step(op, view)
     if resumed is not None:
         step, world = resumed
         return Step(op, (), (
-            ("resumed", brief(op, restart=op.restart_n, step=step, world_size=world,
-                              seconds=round(now - op.started, 3))),
-            ("action_outcome", brief(op, ok=True, result=f"restart {op.restart_n}, resumed from step {step}",
-                                     seconds=round(now - op.started, 3)))), done=True, state_event="resumed")
+            (je.RESUMED, brief(op, restart=op.restart_n, step=step, world_size=world,
+                               seconds=round(now - op.started, 3))),
+            (je.ACTION_OUTCOME, brief(op, ok=True, result=f"restart {op.restart_n}, resumed from step {step}",
+                                      seconds=round(now - op.started, 3)))), done=True, state_event="resumed")
     if now - op.phase_at >= RESUME_TIMEOUT_S:
-        return Step(op, (), (("action_outcome", brief(op, ok=False, result=f"no resumed worker group within "
-                                                      f"{RESUME_TIMEOUT_S:g} s of the restart")),),
+        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=f"no resumed worker group within "
+                                                       f"{RESUME_TIMEOUT_S:g} s of the restart")),),
                     done=True, ok=False, state_event="restart_failed")
     return Step(op)
 

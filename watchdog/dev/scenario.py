@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from watchdog.coordinator import journal_events as je
+from watchdog.dev.demo import ACTION_EVENTS, SUMMARY
+
 FAULT_MARK = "WATCHDOG_FAULT "
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "checkpointed", "checkpoint_failed", "restart", "resumed",
-                 "state")
 
 
 @dataclass
@@ -79,12 +80,15 @@ def run(
     action: str | None = None,
     policy: str | None = None,
     max_restarts: int = 3,
+    watchdog: Sequence[str] = (sys.executable, "-m", "watchdog.cli"),
+    cwd: str | None = None,
 ) -> ScenarioResult:
     """``action`` / ``policy``: run with a coordinator policy (``watchdog demo
     --action`` / ``--policy``): torchrun gets --max-restarts and the example
-    checkpoints unless ``script_args`` says where."""
+    checkpoints unless ``script_args`` says where. ``watchdog``: the command that
+    runs the CLI (another environment's ``watchdog`` console script, say)."""
     work_dir = work_dir or tempfile.mkdtemp(prefix="watchdog-scenario-")
-    argv = [sys.executable, "-m", "watchdog.cli", "demo", "--json", "--ranks", str(ranks), "--steps", str(steps),
+    argv = [*watchdog, "demo", "--json", "--ranks", str(ranks), "--steps", str(steps),
             "--compute-ms", str(compute_ms), "--linger-seconds", str(linger_s), "--timeout-seconds", str(timeout_s),
             "--work-dir", work_dir, *[f"--fault={f}" for f in faults]]
     if action:
@@ -94,16 +98,16 @@ def run(
     if script_args:
         argv += ["--", *script_args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 120,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, cwd=cwd)
     findings, summary, actions = [], {}, []
     for line in proc.stdout.splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
             continue
-        if obj.get("event") == "finding":
+        if obj.get("event") == je.FINDING:
             findings.append(obj)
-        elif obj.get("event") == "summary":
+        elif obj.get("event") == SUMMARY:
             summary = obj
         elif obj.get("event") in ACTION_EVENTS:
             actions.append(obj)

@@ -22,8 +22,13 @@ from typing import Sequence
 
 from watchdog import wire
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_SCRIPT = REPO_ROOT / "examples" / "train_ddp.py"
+# The example job ships inside the package (a checkout's examples/train_ddp.py
+# links to it), so ``watchdog demo`` works from an installed wheel. Its directory
+# has no __init__.py on purpose: py-spy names a file from the first directory up
+# without one, so stacks say ``train_ddp.py:237`` as for a user's own script, not
+# ``watchdog/dev/examples/train_ddp.py:237``. (setuptools still ships it: package
+# discovery from pyproject.toml includes namespace directories.)
+EXAMPLE_SCRIPT = Path(__file__).resolve().parent / "examples" / "train_ddp.py"
 
 
 def free_port() -> int:

@@ -18,9 +18,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from watchdog import localjob
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import KINDS
 from watchdog.coordinator.policy import ACTIONS, load_policy
+from watchdog.dev import localjob
+
+# The demo's own --json lines; findings, resolutions and actions keep their journal names.
+INFO = "info"
+SUMMARY = "summary"
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -61,14 +66,14 @@ class Printer:
 
     def info(self, text: str, **fields) -> None:
         if self.as_json:
-            print(json.dumps({"event": "info", "message": text, **fields}), flush=True)
+            print(json.dumps({"event": INFO, "message": text, **fields}), flush=True)
         else:
             print(f"demo: {text}", flush=True)
 
     def finding(self, rec: dict) -> None:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         if self.as_json:
-            out = {"event": "finding", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
+            out = {"event": je.FINDING, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
                    "reason": rec.get("reason", "")}
             if isinstance(rec.get("evidence"), dict):
                 out["evidence"] = rec["evidence"]
@@ -87,22 +92,22 @@ class Printer:
         if self.as_json:
             print(json.dumps({"event": ev, "t": t, **{k: rec[k] for k in keep if k in rec}}), flush=True)
             return
-        if ev == "action":
+        if ev == je.ACTION:
             text = f"ACTION {rec.get('action')} ({rec.get('action_id')}{', dry run' if rec.get('dry_run') else ''}): {rec.get('reason')}"
-        elif ev == "action_progress":
+        elif ev == je.ACTION_PROGRESS:
             text = (f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
                     if rec.get("phase") == "checkpoint" else
                     f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
                     if rec.get("workers") or rec.get("launchers") else "  no worker left to stop (torchrun tore the group down)")
-        elif ev == "action_outcome":
+        elif ev == je.ACTION_OUTCOME:
             text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
-        elif ev == "checkpointed":
+        elif ev == je.CHECKPOINTED:
             text = f"CHECKPOINTED at step {rec.get('step')} on ranks {rec.get('ranks')}"
-        elif ev == "checkpoint_failed":
+        elif ev == je.CHECKPOINT_FAILED:
             text = f"CHECKPOINT FAILED (step {rec.get('step')}): {rec.get('error')}; restarting from the last checkpoint"
-        elif ev == "restart":
+        elif ev == je.RESTART:
             text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
-        elif ev == "resumed":
+        elif ev == je.RESUMED:
             text = f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')} ({rec.get('seconds')} s after the action)"
         else:
             text = f"job state {rec.get('from')} -> {rec.get('job_state')} ({rec.get('on')})"
@@ -111,7 +116,7 @@ class Printer:
     def resolved(self, rec: dict) -> None:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         if self.as_json:
-            print(json.dumps({"event": "resolved", "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
+            print(json.dumps({"event": je.RESOLVED, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
                   flush=True)
         else:
             print(f"[t+{t:6.2f}s] resolved {rec.get('kind')} ranks {rec.get('ranks')}", flush=True)
@@ -149,8 +154,10 @@ def _finding_fields(rec: dict) -> dict:
     return merged
 
 
-ACTION_EVENTS = ("action", "action_progress", "action_outcome", "checkpointed", "checkpoint_failed", "restart", "resumed",
-                 "state")
+# Printed as action lines: an action's steps, checkpoint_restart's save, and the
+# job's state changes (je.STATE records with a job_state; a rank's are not shown).
+# The timeline's group differs: it lists the policy holding back, not the save.
+ACTION_EVENTS = (*je.ACTION_STEPS, *je.CHECKPOINT_STEPS, je.STATE)
 
 
 def _write_policy(path: Path, action: str) -> Path:
@@ -216,24 +223,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         while time.monotonic() < deadline:
             for rec in tail.poll():
                 event = rec.get("event")
-                if event == "finding":
+                if event == je.FINDING:
                     flat = _finding_fields(rec)
                     findings.append(flat)
                     out.finding(flat)
                     first_finding_at = first_finding_at or time.monotonic()
-                elif event == "resolved":
+                elif event == je.RESOLVED:
                     out.resolved(_finding_fields(rec))
-                elif event in ACTION_EVENTS and (event != "state" or "job_state" in rec):
+                elif event in ACTION_EVENTS and (event != je.STATE or "job_state" in rec):
                     actions.append(rec)
                     out.action(rec)
             exit_code = torchrun.proc.popen.poll() if torchrun.proc else None
             if exit_code is not None:
                 time.sleep(1.0)  # let the last report and tick land in the journal
                 for rec in tail.poll():
-                    if rec.get("event") == "finding":
+                    if rec.get("event") == je.FINDING:
                         findings.append(_finding_fields(rec))
                         out.finding(findings[-1])
-                    elif rec.get("event") in ACTION_EVENTS and (rec.get("event") != "state" or "job_state" in rec):
+                    elif rec.get("event") in ACTION_EVENTS and (rec.get("event") != je.STATE or "job_state" in rec):
                         actions.append(rec)
                         out.action(rec)
                 break
@@ -252,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torchrun.stop()
 
     summary = {
-        "event": "summary",
+        "event": SUMMARY,
         "ranks": args.ranks,
         "faults": args.fault,
         "job": job,
@@ -272,8 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kinds = ", ".join(f"{f['kind']} {f['ranks']}" for f in summary["findings"]) or "none"
         print(f"\nsummary: {len(findings)} finding(s): {kinds}")
         for a in summary["actions"]:
-            if a["event"] in ("action", "action_outcome", "resumed"):
-                text = (f"restart {a.get('restart')}, resumed from step {a.get('step')}" if a["event"] == "resumed"
+            if a["event"] in (je.ACTION, je.ACTION_OUTCOME, je.RESUMED):
+                text = (f"restart {a.get('restart')}, resumed from step {a.get('step')}" if a["event"] == je.RESUMED
                         else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}")
                 print(f"{a['event']}: {text}".rstrip())
         print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
