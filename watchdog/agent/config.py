@@ -17,6 +17,22 @@ LOG_LEVELS = logs.LEVELS
 JOB_EXPIRY_DEFAULT_S = 900.0
 
 
+def _uids(text: str) -> frozenset[int]:
+    """Comma-separated uids or user names."""
+    import pwd
+
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        if part.isdigit():
+            out.add(int(part))
+        else:
+            try:
+                out.add(pwd.getpwnam(part).pw_uid)
+            except KeyError:
+                raise ValueError(f"no such user: {part!r}") from None
+    return frozenset(out)
+
+
 def _url(text: str) -> str:
     text = text.strip().rstrip("/")
     if text and not text.startswith(("http://", "https://")):
@@ -28,6 +44,9 @@ def _url(text: str) -> str:
 FLAGS: tuple[Flag, ...] = (
     Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files; the ranks' {rundir.RUN_DIR_ENV} must name "
          f"the same (empty: the hook's default, {rundir.DEFAULT_RULE})", field="run_dir"),
+    Flag("slots.trusted-uids", "", "users (names or uids, comma-separated) whose slot files are believed for any "
+         "process and who may own the run dir; otherwise a slot counts only if its file belongs to the user of the "
+         "process it names", _uids, field="trusted_uids"),
     Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
          flags.listen_address, field="listen"),
     Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
@@ -75,6 +94,7 @@ class AgentConfig:
     run_dir: str
     listen: tuple[str, int]
     address_file: str = ""
+    trusted_uids: frozenset[int] = frozenset()
     job: str = ""
     host: str = ""
     poll_interval_s: float = 0.1

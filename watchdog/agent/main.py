@@ -43,7 +43,7 @@ class Agent:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
         self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
-                                              job_expiry_s=cfg.job_expiry_s,
+                                              job_expiry_s=cfg.job_expiry_s, trusted_uids=cfg.trusted_uids,
                                               resource_interval_s=min(1.0, cfg.report_interval_s))
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
