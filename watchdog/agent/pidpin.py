@@ -48,7 +48,7 @@ class Pin:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "Pin":
+    def __enter__(self) -> Pin:
         return self
 
     def __exit__(self, *exc: object) -> None:
