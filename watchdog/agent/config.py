@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -86,7 +87,7 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 # AgentConfig fields load() derives instead of taking one flag's value.
-NOT_FROM_FLAGS = ("token_from_argv", "effective", "deprecations")
+NOT_FROM_FLAGS = ("token_from_argv", "token_warning", "effective", "deprecations")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class AgentConfig:
     log_format: str = "json"
     token: str = field(default="", repr=False)
     token_from_argv: bool = False  # worth a warning: visible to every user through ps
+    token_warning: str = ""  # e.g. the token file is readable by every user
     effective: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # for the start-up log
     deprecations: tuple[str, ...] = ()  # deprecated variables in use, for a warning at start
 
@@ -120,12 +122,18 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     v = flags.parse("watchdog agent", "Per-host rank-watchdog agent.", FLAGS, argv, environ)
     run_dir = v["run_dir"] or rundir.default_run_dir(environ)
+    token = jobtoken.read(v)  # the file wins; an unreadable or empty one is a FlagError
+    coord_host = urllib.parse.urlsplit(v["coordinator_url"]).hostname or "" if v["coordinator_url"] else ""
+    short = jobtoken.too_short(token, coord_host) if coord_host else None
+    if short:  # the coordinator there refuses such a token too: say so here, at start
+        raise flags.FlagError(short.replace("refusing to listen on", "refusing to report to"))
     return flags.build(
         AgentConfig, FLAGS, v,
         run_dir=run_dir,
         host=v["host_name"] or socket.gethostname(),
         deprecations=tuple(flags.deprecations(FLAGS, environ)),
-        token=jobtoken.read(v),  # the file wins; an unreadable or empty one is a FlagError
+        token=token,
+        token_warning=jobtoken.file_warning(v) or "",
         token_from_argv=jobtoken.inline_on_argv(v, argv),
         effective={**flags.loggable(FLAGS, v), flags.RUN_DIR: run_dir},
     )
