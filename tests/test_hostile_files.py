@@ -248,7 +248,7 @@ def test_a_forged_slot_cannot_get_its_process_dumped_or_signalled(tmp_path, slee
 def _signal_actions(view, starts):
     sent = []
 
-    def send(pid, signum, check):
+    def send(pid, signum, check):  # records instead of signalling: nothing real is ever hit
         ok, why = check()
         if ok:
             sent.append(pid)
@@ -257,49 +257,84 @@ def _signal_actions(view, starts):
     return act.Actions("h", lambda job: (view,), None, start_us=starts.get, send_signal=send), sent
 
 
-def test_an_orphaned_ranks_parent_pid_1_is_never_signalled():
+def _start_us(pid):
+    return int(psutil.Process(pid).create_time() * 1e6)
+
+
+@pytest.fixture
+def orphan():
+    """A real orphaned process: its parent exited, so the kernel made init (or a
+    subreaper) its parent -- what an orphaned rank looks like."""
+    out = subprocess.run(
+        ["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True, timeout=30
+    )
+    pid = int(out.stdout.strip())
+    yield pid
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def test_an_orphaned_ranks_parent_is_never_signalled(orphan):
     from watchdog.agent import track
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.slots import LocalRank
 
-    ident = atesting.identity("job", 0, 2, pid=4242, proc_start_us=7_000_000)
+    parent = psutil.Process(orphan).ppid()  # 1, or the container's init / a subreaper
+    ident = atesting.identity("job", 0, 2, pid=orphan, proc_start_us=_start_us(orphan))
     snap = atesting.snapshot(ident)
-    # An orphan: its launcher died; its parent is now init, so nothing was recorded.
-    view = LocalRank("", snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
-    init_start = int(psutil.Process(1).create_time() * 1e6)
-    a, sent = _signal_actions(view, {4242: 7_000_000, 1: init_start})
+    # Its launcher died before it registered: no launcher was recorded.
+    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
+    a, sent = _signal_actions(view, {orphan: ident.proc_start_us, parent: _start_us(parent)})
     out, refusals = a.run(
         c.make(
             job="job",
             type=c.SIGNAL,
             host="h",
-            target=c.target(-1, 1, init_start),
+            target=c.target(-1, parent, _start_us(parent)),
             args={"signal": "SIGTERM"},
             issued_wall=time.time(),
             ttl_s=30,
         )
     )
     assert not out["ok"] and refusals == [c.UNKNOWN_TARGET] and sent == []
-
-
-def test_a_parent_not_recorded_at_registration_is_not_signalled(monkeypatch):
-    """The launcher must be the one recorded (and verified) when the rank
-    registered, not whatever the rank's parent is when the command comes."""
-    from watchdog.agent import track
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.slots import LocalRank
-
-    ident = atesting.identity("job", 0, 2, pid=4242, proc_start_us=7_000_000)
-    snap = atesting.snapshot(ident)
-    recorded = LocalRank("", snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5))
-    a, sent = _signal_actions(recorded, {4242: 7_000_000, 4000: 5, 4100: 6})
-    monkeypatch.setattr(psutil.Process, "ppid", lambda self: 4100, raising=False)
+    # pid 1 itself, named outright, is never a target either.
+    a, sent = _signal_actions(view, {orphan: ident.proc_start_us, 1: _start_us(1)})
     out, _ = a.run(
         c.make(
             job="job",
             type=c.SIGNAL,
             host="h",
-            target=c.target(-1, 4100, 6),
+            target=c.target(-1, 1, _start_us(1)),
+            args={"signal": "SIGKILL"},
+            issued_wall=time.time(),
+            ttl_s=30,
+        )
+    )
+    assert not out["ok"] and sent == []
+
+
+def test_a_parent_not_recorded_at_registration_is_not_signalled(sleeper):
+    """The launcher must be the one recorded (and verified) when the rank
+    registered, not whatever the rank's parent is when the command comes (here:
+    the test process itself)."""
+    from watchdog.agent import track
+    from watchdog.agent.procs import ProcSample
+    from watchdog.agent.slots import LocalRank
+
+    p = sleeper()
+    ident = atesting.identity("job", 0, 2, pid=p.pid, proc_start_us=_start_us(p.pid))
+    snap = atesting.snapshot(ident)
+    recorded = LocalRank("", snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5))
+    me = os.getpid()
+    a, sent = _signal_actions(recorded, {p.pid: ident.proc_start_us, 4000: 5, me: _start_us(me)})
+    out, _ = a.run(
+        c.make(
+            job="job",
+            type=c.SIGNAL,
+            host="h",
+            target=c.target(-1, me, _start_us(me)),
             args={"signal": "SIGTERM"},
             issued_wall=time.time(),
             ttl_s=30,

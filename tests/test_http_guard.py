@@ -149,23 +149,24 @@ def test_a_report_is_served_while_200_slow_clients_hold_sockets(coord_server):
             s.close()
 
 
-def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors():
-    naps = []
-    srv = httpguard.GuardedServer(("127.0.0.1", 0), httpguard.GuardedHandler, sleep=naps.append)
+def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(coord_server):
+    srv = coord_server()
+    naps: list[float] = []
+    srv._sleep = naps.append  # the server's pause, recorded instead of slept
     real = srv.socket
 
     class OutOfFds:
         def accept(self):
             raise OSError(errno.EMFILE, "Too many open files")
 
+    srv.shutdown()  # no loop running: drive it by hand
     try:
-        srv.socket = OutOfFds()  # type: ignore[assignment]
+        srv.socket = OutOfFds()
         for _ in range(3):
             srv._handle_request_noblock()  # what serve_forever calls when the socket is readable
         assert naps == [httpguard.ACCEPT_PAUSE_S] * 3 and srv.accept_errors == 3
     finally:
         srv.socket = real
-        srv.server_close()
 
 
 def test_client_disconnects_are_counted_and_logged_once_not_printed(coord_server, capsys):
