@@ -17,7 +17,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.waiting import wait_for
+from waiting import wait_for
 from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
 from watchdog.coordinator import server
