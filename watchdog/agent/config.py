@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from watchdog import flags, jobtoken, logs, rundir
 from watchdog.flags import Flag
+from watchdog.report import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 LOG_LEVELS = logs.LEVELS
 # A job whose processes on this host are all gone stops being exported this long
@@ -32,6 +33,14 @@ def _uids(text: str) -> frozenset[int]:
             except KeyError:
                 raise ValueError(f"no such user: {part!r}") from None
     return frozenset(out)
+
+
+def _report_interval(text: str) -> float:
+    """The coordinator refuses reports outside this range: say so at start instead."""
+    val = float(text)
+    if not MIN_INTERVAL_S <= val <= MAX_INTERVAL_S:
+        raise ValueError(f"must be in {MIN_INTERVAL_S}..{MAX_INTERVAL_S:.0f} seconds (the coordinator refuses others)")
+    return val
 
 
 def _url(text: str) -> str:
@@ -67,7 +76,7 @@ FLAGS: tuple[Flag, ...] = (
          flags.positive_float, field="job_expiry_s"),
     Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
          field="coordinator_url"),
-    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
+    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", _report_interval,
          field="report_interval_s"),
     Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float,
          field="report_timeout_s"),
