@@ -94,6 +94,6 @@ def test_the_journal_is_created_private(tmp_path):
 
 
 def test_the_agent_refuses_a_report_interval_the_coordinator_would_refuse():
-    with pytest.raises(flags.FlagError, match="report.interval-seconds"):
+    with pytest.raises(flags.FlagError, match=r"report\.interval-seconds"):
         agent_config.load(["--run-dir", "/tmp/x", "--report.interval-seconds", "0.001"], {})
     assert agent_config.load(["--run-dir", "/tmp/x", "--report.interval-seconds", "0.05"], {}).report_interval_s == 0.05
