@@ -16,8 +16,8 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
-
 from waiting import wait_for
+
 from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
 from watchdog.coordinator import server
