@@ -203,10 +203,10 @@ def test_outbox_is_bounded():
 # -- actions -----------------------------------------------------------------------
 
 
-def view_of(path, ident, alive=True):
+def view_of(path, ident, alive=True, launcher=(0, 0)):
     snap = wire.read_slot(path) if path else testing.snapshot(ident)
     return LocalRank(path, snap.header, 0, False, ProcSample(alive, "running" if alive else "gone"),
-                    track.ALIVE if alive else track.DEAD, 0.0, ())
+                    track.ALIVE if alive else track.DEAD, 0.0, (), launcher, 0, snap.uid, snap.inode)
 
 
 class Dumper:
@@ -219,6 +219,7 @@ class Dumper:
 
 
 def actions_for(views, start_us, dumper=None, **kw):
+    kw.setdefault("pin", testing.NoPin)  # fake pids: nothing to pin
     return act.Actions("node-a", lambda job: tuple(v for v in views if v.identity.job == job), dumper or Dumper(),
                        start_us=start_us, wall=lambda: NOW, mono_ns=lambda: 5_000_000_000, **kw)
 
@@ -283,7 +284,7 @@ def test_snapshot_is_trimmed_to_fit_a_report(tmp_path):
 
 def test_signal_only_reaches_a_rank_or_its_parent_with_a_matching_identity():
     ident = testing.identity("job", 1, 2, pid=4242, proc_start_us=7_000_000)
-    views = [view_of("", ident)]
+    views = [view_of("", ident, launcher=(4000, 5))]  # the launcher recorded when the rank registered
     sent = []
 
     def send(pid, signum, check):
@@ -292,14 +293,14 @@ def test_signal_only_reaches_a_rank_or_its_parent_with_a_matching_identity():
             sent.append((pid, signum))
         return ok, why
 
-    a = actions_for(views, {4242: 7_000_000, 4000: 5}.get, send_signal=send, ppid={4242: 4000}.get)
+    a = actions_for(views, {4242: 7_000_000, 4000: 5}.get, send_signal=send)
     out, refusals = a.run(command(c.SIGNAL))
     assert out["ok"] and sent == [(4242, 15)] and refusals == []
     out, refusals = a.run(command(c.SIGNAL, target=c.target(-1, 4000, 5)))  # the launcher
     assert out["ok"] and sent[-1] == (4000, 15)
     out, refusals = a.run(command(c.SIGNAL, target=c.target(-1, 1, 0)))  # init: not ours
     assert not out["ok"] and out["refused"] == c.UNKNOWN_TARGET and refusals == [c.UNKNOWN_TARGET]
-    reused = actions_for(views, {4242: 9_999_999_999}.get, send_signal=send, ppid=lambda pid: None)
+    reused = actions_for(views, {4242: 9_999_999_999}.get, send_signal=send)
     out, refusals = reused.run(command(c.SIGNAL))
     assert not out["ok"] and out["refused"] == c.WRONG_IDENTITY and refusals == [c.WRONG_IDENTITY]
     assert len(sent) == 2

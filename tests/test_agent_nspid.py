@@ -184,7 +184,7 @@ def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_
         Dumper(),
         start_us=starts.get,
         send_signal=send,
-        ppid={5001: 4000}.get,
+        pin=testing.NoPin,  # fake pids
         wall=lambda: 1.0,
         mono_ns=lambda: 1,
     )

@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from watchdog import report as wire_report
+from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import JsonPoster, Sender
@@ -151,3 +152,23 @@ def test_plain_is_asdict_for_json():
     rep = build_report("j", "h", "a", 3, [view("j", 0, recs), view("j", 1)], 10 * S, 1.8e9, 1.0,
                        accelerators=[{"index": 0, "pids": (1, 2)}])
     assert json.dumps(plain(rep)) == json.dumps(rep.to_dict())
+
+
+def test_a_rank_with_out_of_range_slot_values_is_dropped_the_rest_sent():
+    """One corrupt or forged slot (a negative step, a world size beyond any job)
+    must cost its own rank, not the host's whole report (the coordinator would
+    refuse it, then call the host lost and its healthy ranks dead)."""
+    sent, log = [], Log()
+    bad_ident = testing.identity("a", 1, 2, pid=101, proc_start_us=1)
+    snap = testing.snapshot(bad_ident, {wire.H_STEP: -7}, path="/run/a.1.slot")
+    bad = LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        return {"ok": True}
+
+    s = make([view("a", 0), bad], post, log=log)
+    s.send_once()
+    assert [r["rank"] for r in sent[0]["ranks"]] == [0] and s.ranks_dropped == 1
+    (ev,) = [e for e in log.events if e[1] == "rank dropped from report"]
+    assert ev[2]["rank"] == 1 and ev[2]["path"] == "/run/a.1.slot" and "step" in ev[2]["reason"]

@@ -224,7 +224,7 @@ def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
     for i in range(3):
         t.poll(T0 + i * S // 10, W0)
     assert [v.path for v in t.views()] == ["/run/good.slot"]
-    assert t.read_errors == {"corrupt": 1, "version": 1, "torn": 0, "io": 1}
+    assert t.read_errors == {"corrupt": 1, "version": 1, "torn": 0, "io": 1, "type": 0, "link": 0, "owner": 0}
     assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
     assert t.state_counts()[track.INVALID] == 3
     w.put("/run/garbage.slot", slot("/run/garbage.slot", rank=1, pid=100))  # formatted later: recovers
@@ -302,9 +302,9 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     (v,) = t.views()
     assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1
     # Just-written files that do not parse may be a hook formatting its slot: not errors yet.
-    assert t.read_errors == {"corrupt": 0, "version": 1, "torn": 0, "io": 0}
+    assert t.read_errors == {"corrupt": 0, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
     t.poll(mono + 3 * S, wall + 3 * S)
-    assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0}
+    assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
     assert t.state_counts()[track.INVALID] == 4
     wr.close()
 

@@ -76,9 +76,10 @@ CASES = [
     ("NaN", AUTH, b'{"v": NaN}', 400, "bad_json", "NaN"),
     ("array", AUTH, b"[1, 2]", 400, "schema", "JSON object"),
     ("wrong version", AUTH, json.dumps({**good(), "v": 99}).encode(), 400, "version", "unsupported report version 99"),
-    ("missing field", AUTH, json.dumps(schema_error(good())).encode(), 400, "schema", "ranks[0]: missing field 'heartbeat_age_s'"),
-    ("negative age", AUTH, json.dumps(negative_age(good())).encode(), 400, "schema", "step_age_s must be a finite number >= 0"),
-    ("rank twice", AUTH, json.dumps(dup_rank(good())).encode(), 400, "schema", "appears twice"),
+    ("ranks not a list", AUTH, json.dumps({**good(), "ranks": {}}).encode(), 400, "schema", "'ranks' must be list"),
+    ("interval below the floor", AUTH, json.dumps({**good(), "interval_s": 0.001}).encode(), 400, "schema",
+     "interval_s must be in 0.05"),
+    ("negative seq", AUTH, json.dumps({**good(), "seq": -5}).encode(), 400, "schema", "seq must be an integer"),
     ("other job", AUTH, json.dumps(other_job(good())).encode(), 409, "wrong_job", "serves job 'job'"),
 ]
 
@@ -90,6 +91,49 @@ def test_bad_reports(coord, name, headers, raw, status, reason, message):
     assert set(reply) == {"error"} and message in reply["error"]
     assert rejected(coord, reason) == 1
     assert coord.view.ranks == {}  # nothing half-folded
+
+
+def out_of_range(field, value):
+    def f(obj):
+        mutate(obj, ("ranks", 0, *field), value)
+        return obj
+    return f
+
+
+RANK_CASES = [
+    ("missing field", schema_error, "ranks[0]: missing field 'heartbeat_age_s'"),
+    ("negative age", negative_age, "step_age_s must be a finite number of seconds >= 0"),
+    ("rank twice", dup_rank, "appears twice"),
+    ("world size too big", out_of_range(("world_size",), 1 << 40), "world_size"),
+    ("negative step", out_of_range(("step",), -1), "step must be an integer"),
+    ("huge step", out_of_range(("step",), 1 << 63), "step must be an integer"),
+    ("negative coll seq", out_of_range(("coll", "seq"), -3), "coll.seq"),
+    ("negative coll bytes", out_of_range(("coll", "bytes"), -1), "coll.bytes"),
+    ("rank outside world", out_of_range(("rank",), 99), "outside world size"),
+]
+
+
+@pytest.mark.parametrize("name,bad,message", RANK_CASES, ids=[c[0] for c in RANK_CASES])
+def test_one_bad_rank_is_dropped_and_the_host_kept(coord, name, bad, message):
+    """A forged or corrupt slot on one host must not cost that host's healthy ranks:
+    the bad entry is dropped (counted, named), the report accepted."""
+    obj = bad(good())
+    status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
+    assert (status, reason) == (200, "")
+    assert reply["ok"] is True and len(reply["dropped"]) == 1 and message in reply["dropped"][0]["error"]
+    assert coord.registry.get_sample_value("watchdog_coordinator_report_ranks_dropped_total") == 1
+    assert "a" in coord.view.hosts and len(coord.view.ranks) >= 7  # the healthy ranks are there
+
+
+def test_acks_beyond_the_bound_are_dropped_and_unknown_ones_journaled_a_few(coord, tmp_path):
+    from watchdog.coordinator import journal as jr
+    obj = good()
+    obj["acks"] = [{"id": f"c-{i:06d}", "type": "dump_stacks", "ok": True} for i in range(50_000)]
+    status, _, _ = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
+    assert status == 200
+    assert coord.registry.get_sample_value("watchdog_coordinator_report_acks_dropped_total") == 50_000 - 256
+    unknown = [r for r in jr.read(coord.journal.path) if r["event"] == "command_unknown_ack"]
+    assert len(unknown) <= 5 and unknown[-1]["more"] == 256 - 4
 
 
 def test_authorized_is_case_insensitive_on_header_and_scheme():
@@ -169,8 +213,9 @@ def test_float_or_bool_version_is_not_version_1(coord):
         assert (status, reason) == (400, "version")
 
 
-def test_absurd_world_size_is_refused(coord):
+def test_absurd_world_size_is_dropped(coord):
     obj = good()
     obj["ranks"][0]["world_size"] = 10**9
     status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
-    assert (status, reason) == (400, "schema") and "world_size" in reply["error"]
+    assert (status, reason) == (200, "") and "world_size" in reply["dropped"][0]["error"]
+    assert 0 not in {r.rank for r in coord.view.ranks.values()}

@@ -140,7 +140,7 @@ def env_of(container: dict, tmp_path: Path) -> dict[str, str]:
         env[e["name"]] = e.get("value", "node-1" if "valueFrom" in e else "")
     if "WATCHDOG_JOB_TOKEN_FILE" in env:
         token = tmp_path / "token"
-        token.write_text("s3cret\n")
+        token.write_text("s3cret-of-32-bytes-s3cret-s3cret\n")
         env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
     return env
 
@@ -160,12 +160,12 @@ def test_environments_load_through_the_real_parsers(tmp_path: Path):
             if args[:1] == ["agent"]:
                 assert watchdog_vars <= agent_envs, (owner, watchdog_vars - agent_envs)
                 cfg = agent_config.load(args[1:], env)
-                assert cfg.run_dir and cfg.token == "s3cret", owner
+                assert cfg.run_dir and cfg.token == "s3cret-of-32-bytes-s3cret-s3cret", owner
                 seen.add("agent")
             elif args[:1] == ["coordinator"]:
                 assert watchdog_vars <= coord_envs, (owner, watchdog_vars - coord_envs)
                 cfg = coord_config.from_values(flags.parse("watchdog coordinator", "", coord_config.FLAGS, args[1:], env))
-                assert cfg.token == "s3cret" and cfg.world_size > 0, owner
+                assert cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and cfg.world_size > 0, owner
                 seen.add("coordinator")
             else:  # a training container: the hook's variables only
                 assert watchdog_vars <= hook_envs, (owner, watchdog_vars - hook_envs)

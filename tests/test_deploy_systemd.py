@@ -84,10 +84,10 @@ def test_agent_env_file_loads(tmp_path: Path):
     env = env_file(SYSTEMD / "agent.env")
     assert set(env) <= {f.env for f in agent_config.FLAGS}, set(env) - {f.env for f in agent_config.FLAGS}
     token = tmp_path / "job.token"
-    token.write_text("s3cret\n")
+    token.write_text("s3cret-of-32-bytes-s3cret-s3cret\n")
     env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
     cfg = agent_config.load(exec_args("rank-watchdog-agent.service"), env)
-    assert cfg.run_dir == "/run/rank-watchdog" and cfg.token == "s3cret" and not cfg.token_from_argv
+    assert cfg.run_dir == "/run/rank-watchdog" and cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and not cfg.token_from_argv
     assert cfg.listen == ("0.0.0.0", 19400)
 
 
@@ -95,13 +95,13 @@ def test_coordinator_env_file_loads(tmp_path: Path):
     env = env_file(SYSTEMD / "coordinator.env")
     assert set(env) <= {f.env for f in coord_config.FLAGS}, set(env) - {f.env for f in coord_config.FLAGS}
     token = tmp_path / "job.token"
-    token.write_text("s3cret\n")
+    token.write_text("s3cret-of-32-bytes-s3cret-s3cret\n")
     env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
     values = flags.parse("watchdog coordinator", "", coord_config.FLAGS,
                          exec_args("rank-watchdog-coordinator@.service"), env)
     cfg = coord_config.from_values(values)
     assert cfg.job == "job1" and cfg.journal == "/var/lib/rank-watchdog/job1.jsonl"
-    assert cfg.token == "s3cret" and cfg.world_size == 64
+    assert cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and cfg.world_size == 64
 
 
 def test_no_token_on_a_command_line():

@@ -13,12 +13,19 @@ with a message naming the field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 REPORT_VERSION = 1
 MAX_RANKS_PER_REPORT = 4096
 MAX_STEPS_PER_RANK = 256
+MAX_ACKS_PER_REPORT = 256  # acks beyond this are dropped (counted), not journaled one by one
+MAX_WORLD_SIZE = 1 << 20  # every per-rank structure is sized by it
+MAX_COUNT = 1 << 62  # steps, sequence numbers, bytes, pids, start times: int64 words, never negative
+MAX_SECONDS = 1e9  # ages and durations (31 years)
+MIN_INTERVAL_S = 0.05  # a report interval below this would make every "k intervals" deadline meaningless
+MAX_INTERVAL_S = 3600.0
 
 
 class ReportError(ValueError):
@@ -120,7 +127,10 @@ class HostReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, obj: Any) -> "HostReport":
+    def from_dict(cls, obj: Any, dropped: list[tuple[int, Any, str]] | None = None) -> "HostReport":
+        """``dropped``: when given, a rank entry that cannot be accepted is left out and
+        noted there as (index, its "rank" field as sent, why) instead of failing the
+        whole report: one bad rank must not make its host look lost."""
         if not isinstance(obj, dict):
             raise ReportError("report must be a JSON object")
         v = obj.get("v")
@@ -129,7 +139,10 @@ class HostReport:
         ranks_raw = _get(obj, "ranks", list, "report")
         if len(ranks_raw) > MAX_RANKS_PER_REPORT:
             raise ReportError(f"report has {len(ranks_raw)} ranks, limit {MAX_RANKS_PER_REPORT}")
-        ranks = tuple(_rank_from_dict(r, i) for i, r in enumerate(ranks_raw))
+        if dropped is None:
+            ranks = tuple(_rank_from_dict(r, i) for i, r in enumerate(ranks_raw))
+        else:
+            ranks = tuple(_tolerant_ranks(ranks_raw, dropped))
         return cls(
             job=_get(obj, "job", str, "report"),
             host=_get(obj, "host", str, "report"),
@@ -220,6 +233,82 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
     if not 0 <= kw["rank"] < kw["world_size"]:
         raise ReportError(f"{where}: rank {kw['rank']} outside world size {kw['world_size']}")
     return RankState(**kw)
+
+
+def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]]):
+    seen: set[int] = set()
+    for i, raw in enumerate(ranks_raw):
+        named = raw.get("rank") if isinstance(raw, dict) else None
+        try:
+            r = _rank_from_dict(raw, i)
+        except (ReportError, TypeError, ValueError, OverflowError) as exc:
+            dropped.append((i, named, str(exc)[:300]))
+            continue
+        problem = rank_problem(r)
+        if not problem and r.rank in seen:
+            problem = f"rank {r.rank} appears twice in one report"
+        if problem:
+            dropped.append((i, named, f"ranks[{i}]: {problem}"))
+            continue
+        seen.add(r.rank)
+        yield r
+
+
+def _count_ok(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_COUNT
+
+
+def _seconds_ok(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v < MAX_SECONDS
+
+
+_COUNTS = ("local_rank", "pid", "proc_start_us", "step", "hook_errors", "rss_bytes", "launcher_pid",
+           "launcher_start_us", "ctrl_ack_seq", "ctrl_ack_step")
+_AGES = ("step_age_s", "heartbeat_age_s", "phase_age_s", "pg_age_s", "data_wait_age_s", "last_step_s",
+         "last_data_s", "last_coll_s", "gone_age_s")
+
+
+def rank_problem(r: RankState) -> str:
+    """Why one rank entry is out of range ("" if it is fine). The agent drops such a
+    rank before sending and the coordinator drops it on receipt; either way only
+    that rank is lost, never its host's report."""
+    if not 0 < r.world_size <= MAX_WORLD_SIZE:
+        return f"world_size {r.world_size} outside 1..{MAX_WORLD_SIZE}"
+    if not 0 <= r.rank < r.world_size:
+        return f"rank {r.rank} outside world size {r.world_size}"
+    for name in _COUNTS:
+        if not _count_ok(getattr(r, name)):
+            return f"{name} must be an integer in 0..2^62, got {getattr(r, name)!r}"
+    if r.pid <= 0:
+        return f"pid must be > 0, got {r.pid}"
+    for name in _AGES:
+        if not _seconds_ok(getattr(r, name)):
+            return f"{name} must be a finite number of seconds >= 0, got {getattr(r, name)!r}"
+    if not (math.isfinite(r.cpu_percent) and 0 <= r.cpu_percent < 1e7):
+        return f"cpu_percent out of range: {r.cpu_percent!r}"
+    if not (math.isfinite(r.created_wall) and 0 <= r.created_wall < 1e11):
+        return f"created_wall out of range: {r.created_wall!r}"
+    c = r.coll
+    for name in ("seq", "done_seq", "bytes", "outstanding"):
+        if not _count_ok(getattr(c, name)):
+            return f"coll.{name} must be an integer in 0..2^62, got {getattr(c, name)!r}"
+    if not (isinstance(c.group, int) and -(1 << 63) <= c.group < (1 << 63)):
+        return f"coll.group out of range: {c.group!r}"
+    if not _seconds_ok(c.since_s):
+        return f"coll.since_s must be a finite number of seconds >= 0, got {c.since_s!r}"
+    for j, x in enumerate(r.recent_steps):
+        if not _count_ok(x.step) or not all(_seconds_ok(v) for v in (x.step_s, x.data_s, x.coll_s)):
+            return f"recent_steps[{j}]: step must be a count and durations finite seconds >= 0"
+    return ""
+
+
+def split_valid(ranks: tuple[RankState, ...]) -> tuple[tuple[RankState, ...], list[tuple[RankState, str]]]:
+    """(the ranks to send, [(dropped rank, why)]): the agent's half of ``rank_problem``."""
+    good, bad = [], []
+    for r in ranks:
+        problem = rank_problem(r)
+        (bad.append((r, problem)) if problem else good.append(r))
+    return tuple(good), bad
 
 
 # Fields with a default may be omitted by an older agent.

@@ -15,12 +15,25 @@ apply, as before: ``$XDG_RUNTIME_DIR/rank-watchdog``, else
 A rank never fails over this: the hook falls back to anonymous memory when the
 directory it chose is unusable.
 
+Who may own it (``insecure``). The per-user fallbacks are predictable names in a
+shared /tmp: another user can create ``/tmp/rank-watchdog-<uid>`` first and then
+plant or swap slot files in it. So a run directory is used only if it is *owned
+by the user* -- its owner is this user or root (root can do anything anyway;
+the agent adds its configured training uids) -- and if others can write to it,
+only with the sticky bit, which stops them removing or renaming files they do
+not own. The shared ``/run/rank-watchdog`` (root:rank-watchdog, 3770) passes:
+root-owned, writable only by the group, sticky. A symlink in the name's place
+must itself be owned by the user or root. A group-writable directory without
+the sticky bit is accepted: sharing it with a group is a deliberate choice; the
+agent still believes a slot only when its file belongs to the process it names.
+
 Pure: the environment, the uid and the access check are injected.
 """
 
 from __future__ import annotations
 
 import os
+import stat as _stat
 from collections.abc import Callable, Mapping
 
 from watchdog import flags
@@ -68,3 +81,32 @@ def fallback_note(chosen: str, system: str | None = None, exists: Callable[[str]
         f"(systemd, PrivateTmp=yes) reads {system} and will not see this rank. Add the user to group "
         f"rank-watchdog, or set {RUN_DIR_ENV} to the agent's --run-dir"
     )
+
+
+def insecure(path: str, *, trusted: frozenset[int] | None = None, stat: Callable = os.stat,
+             lstat: Callable = os.lstat) -> str:
+    """Why ``path`` must not be used as a run directory, or "" (also when it does
+    not exist yet: whoever creates it then owns it). ``trusted``: uids that may own
+    it (default: this user and root)."""
+    trusted = frozenset({os.geteuid(), 0}) if trusted is None else trusted
+    try:
+        link = lstat(path)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if _stat.S_ISLNK(link.st_mode) and link.st_uid not in trusted:
+        return f"is a symbolic link owned by uid {link.st_uid}, not by this user or root"
+    try:
+        st = stat(path)
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if not _stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in trusted:
+        return (f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}) or root: another user may have "
+                f"created it first to plant slot files")
+    if st.st_mode & _stat.S_IWOTH and not st.st_mode & _stat.S_ISVTX:
+        return (f"is writable by every user without the sticky bit (mode {_stat.filemode(st.st_mode)}): anyone could "
+                f"replace the slot files in it")
+    return ""

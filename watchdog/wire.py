@@ -28,7 +28,9 @@ at creation is stored too, to align hosts in a post-mortem.
 from __future__ import annotations
 
 import enum
+import errno
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -264,6 +266,26 @@ class TornRead(SlotError):
     reason = "torn"
 
 
+class NotRegular(SlotError):
+    """A FIFO, socket, device or directory named like a slot: never opened for
+    reading data (a FIFO would block the reader for good)."""
+
+    reason = "type"
+
+
+class SymlinkSlot(SlotError):
+    """A symbolic link named like a slot: never followed (it could point anywhere)."""
+
+    reason = "link"
+
+
+class ForeignSlot(SlotError):
+    """The file at the path is not the slot that was validated (replaced, owned by
+    someone else, hard-linked): nothing is written to it."""
+
+    reason = "owner"
+
+
 @dataclass(frozen=True)
 class Record:
     index: int
@@ -378,6 +400,35 @@ class SlotSnapshot:
     header: SlotHeader
     records: tuple[Record, ...]
     torn: bool = False  # header words may be mid-update (writer stopped inside a write)
+    # The file as opened (fstat of the fd that was read): who owns it decides
+    # whether its identity is believed (agent/slots.py); -1 = not known.
+    uid: int = -1
+    inode: int = 0
+
+
+# Every open of a slot: the last path component is never followed (O_NOFOLLOW),
+# and never waited on (O_NONBLOCK: a FIFO named *.slot opens at once instead of
+# blocking until a writer appears). fstat then accepts regular files only.
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_slot_file(path: str, *, write: bool = False) -> tuple[int, os.stat_result]:
+    """(fd, fstat) of the regular file at ``path``, opened once and never through a
+    symlink. Raises SymlinkSlot, NotRegular or OSError; the caller closes the fd."""
+    try:
+        fd = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkSlot(f"{path} is a symbolic link; slot files are never followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(f"{path} is not a regular file (mode {stat.filemode(st.st_mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def read_header_consistent(fd: int, attempts: int = 8) -> tuple[SlotHeader, bool]:
@@ -399,8 +450,9 @@ def read_header_consistent(fd: int, attempts: int = 8) -> tuple[SlotHeader, bool
 
 def read_slot(path: str, since: int = 0) -> SlotSnapshot:
     """Read one slot file without mapping it (a truncated mmap would SIGBUS us).
-    Records with index >= ``since`` only. Raises SlotError or OSError."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    Records with index >= ``since`` only. Raises SlotError or OSError; never
+    blocks (see ``open_slot_file``)."""
+    fd, st = open_slot_file(path)
     try:
         header, torn = read_header_consistent(fd)
         cap = header.ring_capacity
@@ -423,19 +475,39 @@ def read_slot(path: str, since: int = 0) -> SlotSnapshot:
             elif seq_now != header[H_SEQ]:
                 since = max(since, head_now - cap)
             records = decode_records(raw_ring, cap, head, since)
-        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn)
+        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn, uid=st.st_uid,
+                            inode=st.st_ino)
     finally:
         os.close(fd)
 
 
-def write_control(path: str, ctrl_seq: int, command: Command, arg: int) -> None:
+def write_control(path: str, ctrl_seq: int | None, command: Command, arg: int, *,
+                  expect: SlotSnapshot | None = None) -> int:
     """Agent side of the control block: command and argument first, the sequence
-    number last, so the hook never acts on a half-written command."""
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    number last, so the hook never acts on a half-written command.
+
+    One open, by fd, never through a symlink: with ``expect`` (the snapshot the
+    agent validated), the file is written only if the fd opened here is that very
+    file (same inode and owner, one link) and its header, read through this fd,
+    still names the same process. ``ctrl_seq`` None: one past the sequence read
+    through this fd. Returns the sequence written."""
+    fd, st = open_slot_file(path, write=True)
     try:
+        header = decode_header(os.pread(fd, RING_OFFSET, 0))
+        if expect is not None:
+            want = expect.header.identity
+            got = header.identity
+            if (st.st_ino != expect.inode or st.st_uid != expect.uid or st.st_nlink != 1
+                    or (got.pid, got.proc_start_us, got.rank, got.job) != (want.pid, want.proc_start_us, want.rank,
+                                                                          want.job)):
+                raise ForeignSlot(f"{path} is no longer the slot of rank {want.rank} pid {want.pid} that was "
+                                  f"validated (replaced, relinked or another owner): not written")
+        if ctrl_seq is None:
+            ctrl_seq = header.words[H_CTRL_SEQ] + 1
         os.pwrite(fd, struct.pack("<q", int(command)), H_CTRL_CMD * WORD)
         os.pwrite(fd, struct.pack("<q", int(arg)), H_CTRL_ARG * WORD)
         os.pwrite(fd, struct.pack("<q", int(ctrl_seq)), H_CTRL_SEQ * WORD)
+        return int(ctrl_seq)
     finally:
         os.close(fd)
 

@@ -4,8 +4,12 @@ and the refusals found at execution time (identity checks need the live process,
 so they happen here, right before acting).
 
 Targets are checked against the slots this agent tracks: a command can only touch
-a process that wrote a slot for the job (or, for ``signal``, its parent: the
-launcher), never an arbitrary pid on the host, whoever holds the token.
+a process that wrote a slot for the job (its file owned by that process's user,
+checked when it registered: agent/slots.py) or, for ``signal``, the launcher
+recorded and verified when such a rank registered -- never an arbitrary pid on
+the host, never pid 1 (an orphaned rank's parent), whoever holds the token.
+Dumps pin the process with a pidfd before the identity check (``pidpin``), as
+signals do, and a dump of a process that exited meanwhile is discarded.
 
 A rank target carries the pid the rank recorded, in its own pid namespace; what
 is read, dumped or signalled here is that process's pid in the agent's namespace
@@ -26,6 +30,7 @@ import psutil
 from watchdog import commands as c
 from watchdog import wire
 from watchdog.agent import dumpall
+from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
@@ -40,13 +45,6 @@ def process_start_us(pid: int) -> int | None:
     try:
         return int(psutil.Process(pid).create_time() * 1e6)
     except (psutil.Error, ValueError):
-        return None
-
-
-def parent_pid(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).ppid()
-    except psutil.Error:
         return None
 
 
@@ -83,18 +81,18 @@ class Actions:
     def __init__(self, host: str, incarnations: Callable[[str], tuple[LocalRank, ...]], dumper: StackDumper, *,
                  read: Callable[[str, int], wire.SlotSnapshot] = wire.read_slot,
                  start_us: Callable[[int], int | None] = process_start_us,
-                 ppid: Callable[[int], int | None] = parent_pid,
                  send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
                  wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
                  tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
                  max_ack_bytes: int = MAX_ACK_BYTES, dump_parallel: int = dumpall.PARALLEL,
-                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S) -> None:
+                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S, pin: Callable[[int], Pin] = Pin) -> None:
         self.host = host
         self._incarnations, self._dumper, self._read = incarnations, dumper, read
-        self._start_us, self._ppid, self._send_signal = start_us, ppid, send_signal
+        self._start_us, self._send_signal = start_us, send_signal
         self._wall, self._mono_ns = wall, mono_ns
         self._tol, self._max_records, self._max_ack_bytes = tolerance_us, max_records, max_ack_bytes
         self._dump_parallel, self._dump_deadline_s = dump_parallel, dump_deadline_s
+        self._pin = pin
 
     def run(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = cmd["type"]
@@ -150,14 +148,23 @@ class Actions:
             refusals.append(c.UNKNOWN_TARGET)
             return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
                                      f"has no slot of job {job} on this host")
-        start = self._start_us(view.pid_here)
-        if start is None:  # not a refusal: a rank can die between the finding and the dump
-            return self._no_stack(t, "process gone: no stack to take")
-        ok, why = c.identity_ok(t, start, self._tol)
-        if not ok:
-            refusals.append(c.WRONG_IDENTITY)
-            return self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}")
-        dump = self._dumper.dump(self.host, t["rank"], view.pid_here, timeout_s=left_s)
+        pid = view.pid_here
+        if pid <= 1:
+            refusals.append(c.UNKNOWN_TARGET)
+            return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): pid {pid} is never a rank")
+        with self._pin(pid) as pin:  # before the identity check: a match then proves the pin is the rank
+            start = None if pin.gone else self._start_us(pid)
+            if start is None:  # not a refusal: a rank can die between the finding and the dump
+                return self._no_stack(t, "process gone: no stack to take")
+            ok, why = c.identity_ok(t, start, self._tol)
+            if not ok:
+                refusals.append(c.WRONG_IDENTITY)
+                return self._no_stack(t, f"refused ({c.WRONG_IDENTITY}): {why}")
+            dump = self._dumper.dump(self.host, t["rank"], pid, timeout_s=left_s)
+            after = None if pin.pinned else self._start_us(pid)
+            if pin.exited() or (not pin.pinned and (after is None or abs(after - start) > self._tol)):
+                return self._no_stack(t, "process exited during the dump: its pid may belong to another process "
+                                         "now, so the stack is discarded")
         # The evidence names the rank's process as the rank recorded it (its namespace).
         return replace(dump, pid=t["pid"]) if dump.pid != t["pid"] else dump
 
@@ -200,8 +207,11 @@ class Actions:
                 errors.append(f"rank {t['rank']}: {why}")
                 continue
             try:
-                seq = _control_seq(self._read(view.path, 0)) + 1
-                wire.write_control(view.path, seq, wire.Command.CHECKPOINT_AT_STEP, step)
+                # One open, by fd, no symlinks; written only if it is still the file
+                # validated when the rank registered, naming the same process.
+                expect = wire.SlotSnapshot(view.path, view.header, (), uid=view.uid, inode=view.inode) \
+                    if view.inode else None
+                wire.write_control(view.path, None, wire.Command.CHECKPOINT_AT_STEP, step, expect=expect)
                 written.append(t["rank"])
             except (wire.SlotError, OSError) as exc:
                 errors.append(f"rank {t['rank']}: cannot write {view.path}: {exc}")
@@ -214,18 +224,23 @@ class Actions:
     def signal(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         t, name = cmd["target"], cmd["args"]["signal"]
         every = self._incarnations(cmd["job"])
-        ranks = [v for v in every if v.proc.alive]
-        allowed = {v.pid_here for v in ranks} | {p for p in map(self._ppid, (v.pid_here for v in ranks)) if p}
-        # The launcher as recorded while its ranks lived: abort's SIGKILL must still
-        # reach a launcher whose workers are already gone (identity re-checked below).
-        allowed |= {v.launcher[0] for v in every if v.launcher[0]}
+        # pid here -> start time as recorded: live ranks, and the launchers recorded
+        # (and verified) when a rank registered -- abort's SIGKILL must still reach a
+        # launcher whose workers are already gone. Never a parent looked up now: an
+        # orphaned rank's parent is pid 1 (or a subreaper).
+        allowed = {v.pid_here: v.identity.proc_start_us for v in every if v.proc.alive}
+        allowed.update({v.launcher[0]: v.launcher[1] for v in every if v.launcher[0] > 1})
         # A rank target names the pid the rank recorded; act on that process's pid here.
         pid = next((v.pid_here for v in every if v.identity.pid == t["pid"]
                     and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), t["pid"])
-        if pid not in allowed:
+        if pid <= 1 or pid not in allowed:
             return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
-                                   f"{cmd['job']} on this host nor a rank's parent", refused=c.UNKNOWN_TARGET), \
-                [c.UNKNOWN_TARGET]
+                                   f"{cmd['job']} on this host nor the launcher recorded when a rank registered",
+                       refused=c.UNKNOWN_TARGET), [c.UNKNOWN_TARGET]
+        if abs(allowed[pid] - t["proc_start_us"]) > self._tol:
+            return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): pid {t['pid']} started at {allowed[pid]} when it "
+                                   f"registered, the command names {t['proc_start_us']}", refused=c.WRONG_IDENTITY), \
+                [c.WRONG_IDENTITY]
         checked: list[str] = []
 
         def check() -> tuple[bool, str]:
@@ -241,10 +256,6 @@ class Actions:
         if checked:
             return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): {why}", refused=c.WRONG_IDENTITY), checked
         return ack(cmd, ok, why), []
-
-
-def _control_seq(snap: wire.SlotSnapshot) -> int:
-    return snap.header.words[wire.H_CTRL_SEQ]
 
 
 def ack(cmd: dict[str, Any], ok: bool, error: str = "", *, stacks: list | None = None, slots: list | None = None,

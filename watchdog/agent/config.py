@@ -5,16 +5,42 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from watchdog import flags, jobtoken, logs, rundir
 from watchdog.flags import Flag
+from watchdog.report import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 LOG_LEVELS = logs.LEVELS
 # A job whose processes on this host are all gone stops being exported this long
 # after the last one went (its RankWatchdogRankDead alert then resolves).
 JOB_EXPIRY_DEFAULT_S = 900.0
+
+
+def _uids(text: str) -> frozenset[int]:
+    """Comma-separated uids or user names."""
+    import pwd
+
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        if part.isdigit():
+            out.add(int(part))
+        else:
+            try:
+                out.add(pwd.getpwnam(part).pw_uid)
+            except KeyError:
+                raise ValueError(f"no such user: {part!r}") from None
+    return frozenset(out)
+
+
+def _report_interval(text: str) -> float:
+    """The coordinator refuses reports outside this range: say so at start instead."""
+    val = float(text)
+    if not MIN_INTERVAL_S <= val <= MAX_INTERVAL_S:
+        raise ValueError(f"must be in {MIN_INTERVAL_S}..{MAX_INTERVAL_S:.0f} seconds (the coordinator refuses others)")
+    return val
 
 
 def _url(text: str) -> str:
@@ -28,6 +54,9 @@ def _url(text: str) -> str:
 FLAGS: tuple[Flag, ...] = (
     Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files; the ranks' {rundir.RUN_DIR_ENV} must name "
          f"the same (empty: the hook's default, {rundir.DEFAULT_RULE})", field="run_dir"),
+    Flag("slots.trusted-uids", "", "users (names or uids, comma-separated) whose slot files are believed for any "
+         "process and who may own the run dir; otherwise a slot counts only if its file belongs to the user of the "
+         "process it names", _uids, field="trusted_uids"),
     Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
          flags.listen_address, field="listen"),
     Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
@@ -47,7 +76,7 @@ FLAGS: tuple[Flag, ...] = (
          flags.positive_float, field="job_expiry_s"),
     Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
          field="coordinator_url"),
-    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", flags.positive_float,
+    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", _report_interval,
          field="report_interval_s"),
     Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float,
          field="report_timeout_s"),
@@ -67,7 +96,7 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 # AgentConfig fields load() derives instead of taking one flag's value.
-NOT_FROM_FLAGS = ("token_from_argv", "effective", "deprecations")
+NOT_FROM_FLAGS = ("token_from_argv", "token_warning", "effective", "deprecations")
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,7 @@ class AgentConfig:
     run_dir: str
     listen: tuple[str, int]
     address_file: str = ""
+    trusted_uids: frozenset[int] = frozenset()
     job: str = ""
     host: str = ""
     poll_interval_s: float = 0.1
@@ -92,6 +122,7 @@ class AgentConfig:
     log_format: str = "json"
     token: str = field(default="", repr=False)
     token_from_argv: bool = False  # worth a warning: visible to every user through ps
+    token_warning: str = ""  # e.g. the token file is readable by every user
     effective: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # for the start-up log
     deprecations: tuple[str, ...] = ()  # deprecated variables in use, for a warning at start
 
@@ -100,12 +131,18 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     v = flags.parse("watchdog agent", "Per-host rank-watchdog agent.", FLAGS, argv, environ)
     run_dir = v["run_dir"] or rundir.default_run_dir(environ)
+    token = jobtoken.read(v)  # the file wins; an unreadable or empty one is a FlagError
+    coord_host = urllib.parse.urlsplit(v["coordinator_url"]).hostname or "" if v["coordinator_url"] else ""
+    short = jobtoken.too_short(token, coord_host) if coord_host else None
+    if short:  # the coordinator there refuses such a token too: say so here, at start
+        raise flags.FlagError(short.replace("refusing to listen on", "refusing to report to"))
     return flags.build(
         AgentConfig, FLAGS, v,
         run_dir=run_dir,
         host=v["host_name"] or socket.gethostname(),
         deprecations=tuple(flags.deprecations(FLAGS, environ)),
-        token=jobtoken.read(v),  # the file wins; an unreadable or empty one is a FlagError
+        token=token,
+        token_warning=jobtoken.file_warning(v) or "",
         token_from_argv=jobtoken.inline_on_argv(v, argv),
         effective={**flags.loggable(FLAGS, v), flags.RUN_DIR: run_dir},
     )

@@ -43,7 +43,7 @@ class Agent:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
         self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
-                                              job_expiry_s=cfg.job_expiry_s,
+                                              job_expiry_s=cfg.job_expiry_s, trusted_uids=cfg.trusted_uids,
                                               resource_interval_s=min(1.0, cfg.report_interval_s))
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.coordinator_url and not find_py_spy(cfg.py_spy):
         log.warning("py-spy not found: stack dumps requested by the coordinator will fail "
                     "(pip install py-spy, or --stacks.py-spy PATH)", **{"stacks.py-spy": cfg.py_spy})
+    if cfg.token_warning:
+        log.warning("token file readable by every user", detail=cfg.token_warning)
     if cfg.token_from_argv:
         log.warning(f"job token given with --{jobtoken.INLINE} is visible to every local user; "
                     f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}")

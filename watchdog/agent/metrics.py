@@ -105,6 +105,8 @@ POLLS = _c("agent_polls_total", "Polls of the run directory.")
 POLL_DURATION = _g("agent_poll_duration_seconds", "Duration of the last poll.")
 PROC_ERRORS = _c("agent_process_read_errors_total", "Rank processes that exist but could not be read.")
 REPORTS = _c("agent_reports_total", "Reports sent to the coordinator, by result (ok, error).", ("result",))
+REPORT_RANKS_DROPPED = _c("agent_report_ranks_dropped_total",
+                          "Ranks left out of reports because their slot held out-of-range values (the rest is sent).")
 COMMANDS = _c("agent_commands_received_total", "Commands received from the coordinator.")
 COMMANDS_REFUSED = _c("agent_commands_refused_total",
                       "Commands refused, by reason (bad signature, expired, replayed, wrong identity, ...).",

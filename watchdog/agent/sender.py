@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 from watchdog import logs
 from watchdog.agent import report
 from watchdog.agent.slots import LocalRank
+from watchdog.report import split_valid
 
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
@@ -129,7 +130,7 @@ class Sender:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
-        self.ok = self.failed = self.commands_received = 0
+        self.ok = self.failed = self.commands_received = self.ranks_dropped = 0
         self.last_commands: list[dict] = []
 
     def send_once(self) -> None:
@@ -143,6 +144,7 @@ class Sender:
             acks = self._outbox.take(job) if self._outbox is not None else []
             rep = report.build_report(job, self._host, self._agent_id, seq, mine, self._mono_ns(), self._wall(),
                                       self._interval_s, since=self._since, accelerators=acc, acks=acks)
+            rep = self._drop_invalid(rep, mine)
             try:
                 reply = self._post(self._url, plain(rep), self._token, self._timeout_s)
                 if not isinstance(reply, dict) or reply.get("ok") is not True:
@@ -162,6 +164,22 @@ class Sender:
                 self.commands_received += len(commands)
                 self.last_commands = commands
                 self._handle_commands(job, commands)
+
+    def _drop_invalid(self, rep: Any, views: Sequence[LocalRank]) -> Any:
+        """A slot with out-of-range values (corrupt or forged) costs its own rank,
+        never the host's report: the coordinator would refuse the whole report and
+        soon call the host lost. Counted, and named in the log (once a minute each)."""
+        good, bad = split_valid(rep.ranks)
+        if not bad:
+            return rep
+        self.ranks_dropped += len(bad)
+        paths = {(v.identity.rank, v.identity.pid): v.path for v in views}
+        for r, why in bad:
+            ok, suppressed = self._limit.should_log(f"drop:{rep.job}:{r.rank}:{r.pid}", time.monotonic())
+            if ok:
+                self._log.warning("rank dropped from report", job=rep.job, rank=r.rank, pid=r.pid, reason=why,
+                                  path=paths.get((r.rank, r.pid), ""), suppressed=suppressed)
+        return dataclasses.replace(rep, ranks=good)
 
     def _failed(self, job: str, exc: BaseException) -> None:
         self.failed += 1

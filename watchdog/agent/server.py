@@ -1,18 +1,18 @@
 """HTTP: /metrics (Prometheus text or OpenMetrics, by Accept) and /healthz, served
-from a daemon thread by the stdlib's ThreadingHTTPServer."""
+from a daemon thread by the stdlib's ThreadingHTTPServer, guarded like the
+coordinator's (``watchdog.httpguard``: a listen backlog of 128, not the stdlib's
+5, capped connections, a deadline per request, disconnects counted not printed)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from watchdog import logs
+from watchdog import httpguard, logs
 
 INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 <h1>rank-watchdog agent</h1><p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a></p>
@@ -21,8 +21,9 @@ INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 
 
 def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]):
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(httpguard.GuardedHandler):
         server_version = "rank-watchdog-agent"
+        timeout = 10.0  # per read; the request as a whole has the server's deadline
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             path = self.path.split("?", 1)[0]
@@ -50,19 +51,11 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
 class Server:
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
                  healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")) -> None:
-        cls = _Server6 if ":" in address[0] else _Server
-        self._httpd = cls(address, make_handler(registry, healthy))
+        self._httpd = httpguard.server_class(address[0])(address, make_handler(registry, healthy),
+                                                         log_name="watchdog.agent")
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="watchdog-agent-http", daemon=True)
 
     @property

@@ -30,8 +30,12 @@ from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
 
-READ_ERROR_REASONS = ("corrupt", "version", "torn", "io")
+# type: not a regular file (a FIFO would block a reader); link: a symlink (never
+# followed); owner: the file's owner is not the owner of the process it names
+# (a forgery: pid and start time are public in /proc).
+READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner")
 _SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
+_NOT_AGAIN = (*_SETTLED, "owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
@@ -59,6 +63,10 @@ class LocalRank:
     # The rank's pid in this agent's pid namespace when it differs from the one it
     # recorded (a hostPID agent, a training pod without hostPID); 0 = the same.
     host_pid: int = 0
+    # The file as validated at first sight: a control write goes only to this very
+    # file (wire.write_control's ``expect``). -1 / 0 = unknown (tests, fakes).
+    uid: int = -1
+    inode: int = 0
 
     @property
     def identity(self) -> wire.Identity:
@@ -89,10 +97,20 @@ class _Slot:
     error: str = ""  # reason of the read-error episode in progress
     launcher: tuple[int, int] = (0, 0)
     host_pid: int = 0
+    uid: int = -1
 
     @property
     def header(self) -> wire.SlotHeader:
         return self.snap.header
+
+
+def process_uids(pid: int) -> frozenset[int] | None:
+    """The real and effective uid of ``pid``; None when unreadable."""
+    try:
+        uids = psutil.Process(pid).uids()
+        return frozenset((uids.real, uids.effective))
+    except (psutil.Error, OSError):
+        return None
 
 
 def parent_identity(pid: int) -> tuple[int, int]:
@@ -111,14 +129,21 @@ class SlotTracker:
     def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0, job_expiry_s: float = 900.0,
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
-                 stat: Callable = os.stat, log=None,
-                 parent: Callable[[int], tuple[int, int]] | None = None) -> None:
+                 stat: Callable = os.lstat, log=None,
+                 parent: Callable[[int], tuple[int, int]] | None = None,
+                 owner: Callable[[int], frozenset[int] | None] | None = None,
+                 trusted_uids: frozenset[int] = frozenset(), check_dir: Callable[[str], str] | None = None) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
         self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
         self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
+        self._owner = owner or process_uids
+        self._trusted = frozenset(trusted_uids)
+        self._check_dir = check_dir or (lambda path: rundir.insecure(path, trusted=self._dir_owners()))
+        self._dir_key: tuple[int, int, int] | None = None  # (ino, uid, mode) of the run dir last found safe
+        self._dir_refused = ""
         self.procs = procs or ProcessTable()
         self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
@@ -150,7 +175,7 @@ class SlotTracker:
                 try:
                     slot = self._slots.get(path)
                     if slot is None:
-                        if path not in self._skipped or self._skipped[path][1] not in _SETTLED:
+                        if path not in self._skipped or self._skipped[path][1] not in _NOT_AGAIN:
                             self._first_sight(path, inode, now_mono_ns, now_wall_ns)
                     elif not (slot.final or slot.superseded):
                         self._update(slot, now_mono_ns)
@@ -166,7 +191,35 @@ class SlotTracker:
                 self._resolve()
             self._check_empty(now_mono_ns, len(entries))
 
+    def _dir_owners(self) -> frozenset[int]:
+        return frozenset({os.geteuid(), 0}) | self._trusted
+
+    def _dir_safe(self) -> bool:
+        """A run dir anyone could have created or can swap files in is not read: its
+        slots could be anyone's. Checked again whenever the directory itself changes."""
+        try:
+            st = os.stat(self.run_dir)
+        except OSError:
+            return True  # missing: the listing says so
+        key = (st.st_ino, st.st_uid, st.st_mode)
+        if key == self._dir_key:
+            return True
+        why = self._check_dir(self.run_dir)
+        if why:
+            if why != self._dir_refused:
+                self._log.error("run dir refused", run_dir=self.run_dir, reason=why,
+                                detail="slot files here are not read: anyone able to create or replace them could "
+                                       "make this agent report, dump or signal arbitrary processes")
+            self._dir_refused, self._dir_key = why, None
+            return False
+        if self._dir_refused:
+            self._log.info("run dir accepted", run_dir=self.run_dir)
+        self._dir_refused, self._dir_key = "", key
+        return True
+
     def _entries(self, now_ns: int) -> dict[str, int]:
+        if not self._dir_safe():
+            return {}
         try:
             entries = self._list(self.run_dir, now_ns)
         except OSError as exc:
@@ -212,6 +265,9 @@ class SlotTracker:
             self._skipped[path] = (inode, track.OTHER_JOB)
             return
         proc = self.procs.check(ident.pid, ident.proc_start_us, now_mono_ns, resources=True)
+        if proc.alive and not self._owned_by_its_process(path, inode, snap, prev_error):
+            self.procs.forget(ident.pid, ident.proc_start_us)
+            return
         reason = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, self.stale_after_s)
         if reason:
             self._skipped[path] = (inode, track.STALE)
@@ -219,16 +275,41 @@ class SlotTracker:
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
         here = self.procs.host_pid(ident.pid, ident.proc_start_us)
-        slot = _Slot(path=path, inode=inode, snap=snap, status=snap.header.status,
+        slot = _Slot(path=path, inode=snap.inode or inode, snap=snap, status=snap.header.status,
                      heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
                      launcher=self._parent(here) if proc.alive else (0, 0),
-                     host_pid=here if here != ident.pid else 0)
+                     host_pid=here if here != ident.pid else 0, uid=snap.uid)
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
         self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
                        proc_status=proc.status, path=path, **({"host_pid": here} if slot.host_pid else {}))
+
+    def _owned_by_its_process(self, path: str, inode: int, snap: wire.SlotSnapshot, prev_error: str) -> bool:
+        """A slot names a process by pid and start time, both public in /proc: anyone
+        who can create a file here could name any process. Believe it only if the
+        file belongs to that process's user (or to a configured training uid).
+        Checked while the process lives; a slot whose process is already gone at
+        first sight cannot be checked, and is reported dead but never acted on (an
+        action needs a live process, whose slot was checked when it registered)."""
+        if snap.uid < 0 or snap.uid in self._trusted:
+            return True
+        here = self.procs.host_pid(snap.header.identity.pid, snap.header.identity.proc_start_us)
+        uids = self._owner(here)
+        if uids is None:  # alive but unreadable (hidepid, a sandbox): only our own files or root's
+            uids = frozenset({os.geteuid(), 0})
+        if snap.uid in uids:
+            return True
+        ident = snap.header.identity
+        if prev_error != "owner":
+            self.read_errors["owner"] += 1
+            self._log.warning("slot refused", path=path, reason="owner", job=ident.job, rank=ident.rank,
+                              pid=ident.pid, file_uid=snap.uid, process_uids=sorted(uids),
+                              detail="the file's owner is not the user of the process it names: a forged "
+                                     "identity; the file is ignored (see --slots.trusted-uids)")
+        self._skipped[path] = (inode, "owner")
+        return False
 
     def _being_formatted(self, path: str, now_wall_ns: int) -> bool:
         """The hook creates its file in place (create, allocate, format, magic last):
@@ -246,6 +327,9 @@ class SlotTracker:
         snap = self._read_or_count(slot.path, slot.since, slot.error)
         if snap is None:  # deleted since the (possibly cached) listing
             self._forget(slot.path)
+            return
+        if not isinstance(snap, str) and snap.inode and snap.inode != slot.inode:
+            self._forget(slot.path)  # replaced since it was validated: seen afresh on the next poll
             return
         if isinstance(snap, str):
             slot.error = snap  # keep the last good state
@@ -352,18 +436,19 @@ class SlotTracker:
     def views(self) -> tuple[LocalRank, ...]:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
-            out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
-                       s.host_pid)
-                   for s in self._slots.values() if not s.superseded]
+            out = [self._local(s) for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
     def incarnations(self, job: str) -> tuple[LocalRank, ...]:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
-            return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
-                       s.host_pid)
-                         for s in self._slots.values() if s.header.identity.job == job)
+            return tuple(self._local(s) for s in self._slots.values() if s.header.identity.job == job)
+
+    @staticmethod
+    def _local(s: _Slot) -> LocalRank:
+        return LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps),
+                         s.launcher, s.host_pid, s.uid, s.inode)
 
     def state_counts(self) -> dict[str, int]:
         with self._lock:

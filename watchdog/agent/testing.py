@@ -258,3 +258,26 @@ class FakeNvml:
 
 if __name__ == "__main__":
     raise SystemExit(fake_rank())
+
+
+class NoPin:
+    """A ``pidpin.Pin`` stand-in for fake pids: nothing pinned, so ``Actions``
+    re-reads the (injected) start time after a dump instead."""
+
+    gone = False
+    pinned = False
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def exited(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "NoPin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass

@@ -14,10 +14,20 @@ from email.message import Message
 from typing import Any, Mapping, Union
 
 from .. import logs
-from ..report import REPORT_VERSION, HostReport, ReportError
+from ..report import (
+    MAX_ACKS_PER_REPORT,
+    MAX_COUNT,
+    MAX_INTERVAL_S,
+    MAX_WORLD_SIZE,
+    MIN_INTERVAL_S,
+    REPORT_VERSION,
+    HostReport,
+    ReportError,
+    rank_problem,
+)
 from .service import Coordinator, WrongJob
 
-MAX_WORLD_SIZE = 1 << 20  # every per-rank structure is sized by it
+__all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]
 # request headers: a plain dict in tests, http.server's message on the wire
 Headers = Union[Mapping[str, str], Message]
 Reply = tuple[int, dict[str, Any], str]  # (HTTP status, JSON body, counter reason or "" if accepted)
@@ -52,28 +62,20 @@ def decode(body: bytes) -> Any:
 
 
 def validate(report: HostReport) -> None:
-    """What the schema cannot say: numbers in range, one entry per rank."""
-    if not (math.isfinite(report.interval_s) and report.interval_s > 0):
-        raise ReportError("report: interval_s must be > 0")
-    if not math.isfinite(report.sent_wall):
-        raise ReportError("report: sent_wall must be finite")
-    seen: set[int] = set()
-    for i, r in enumerate(report.ranks):
-        if r.world_size > MAX_WORLD_SIZE:
-            raise ReportError(f"ranks[{i}]: world_size {r.world_size} is above the supported {MAX_WORLD_SIZE}")
-        if r.rank in seen:
-            raise ReportError(f"ranks[{i}]: rank {r.rank} appears twice in one report")
-        seen.add(r.rank)
-        for name in ("step_age_s", "heartbeat_age_s", "phase_age_s", "pg_age_s", "data_wait_age_s",
-                     "last_step_s", "last_data_s", "last_coll_s"):
-            val = getattr(r, name)
-            if not (math.isfinite(val) and 0 <= val < 1e9):
-                raise ReportError(f"ranks[{i}]: {name} must be a finite number >= 0, got {val!r}")
-        if not (math.isfinite(r.coll.since_s) and r.coll.since_s >= 0):
-            raise ReportError(f"ranks[{i}].coll: since_s must be a finite number >= 0")
-        for j, x in enumerate(r.recent_steps):
-            if not all(math.isfinite(v) and 0 <= v < 1e9 for v in (x.step_s, x.data_s, x.coll_s)):
-                raise ReportError(f"ranks[{i}].recent_steps[{j}]: durations must be finite numbers >= 0")
+    """What the schema cannot say about the report as a whole: numbers in range.
+    (Each rank is range-checked on its own, ``report.rank_problem``, and dropped
+    alone.)"""
+    if not (math.isfinite(report.interval_s) and MIN_INTERVAL_S <= report.interval_s <= MAX_INTERVAL_S):
+        raise ReportError(f"report: interval_s must be in {MIN_INTERVAL_S}..{MAX_INTERVAL_S:.0f} s, "
+                          f"got {report.interval_s!r}")
+    if not (math.isfinite(report.sent_wall) and 0 <= report.sent_wall < 1e11):
+        raise ReportError("report: sent_wall must be a finite epoch time")
+    if not 0 <= report.seq < MAX_COUNT:
+        raise ReportError(f"report: seq must be an integer in 0..2^62, got {report.seq}")
+    for i, r in enumerate(report.ranks):  # a caller that built the report itself (tests, tools)
+        problem = rank_problem(r)
+        if problem:
+            raise ReportError(f"ranks[{i}]: {problem}")
 
 
 class ReportHandler:
@@ -90,6 +92,23 @@ class ReportHandler:
             self.log.warning("report_rejected", reason=reason, status=status, error=message[:300], peer=peer, suppressed=suppressed)
         return status, {"error": message}, reason
 
+    def _dropped(self, report: HostReport, dropped: list[tuple[int, Any, str]], now: float, peer: str) -> None:
+        """Bad rank entries are left out, the rest of the host's report is kept:
+        counted, and logged by name (rate-limited per host)."""
+        self.coordinator.metrics.ranks_dropped.inc(len(dropped))
+        first, suppressed = self._limit.should_log(f"ranks_dropped:{report.host[:80]}", now)
+        if first:
+            self.log.warning("report_ranks_dropped", host=report.host, peer=peer, dropped=len(dropped),
+                             kept=len(report.ranks), ranks=[str(r)[:20] for _, r, _ in dropped[:16]],
+                             error=dropped[0][2], suppressed=suppressed)
+
+    def _too_many_acks(self, n: int, now: float, peer: str, host: Any) -> None:
+        self.coordinator.metrics.acks_dropped.inc(n - MAX_ACKS_PER_REPORT)
+        first, suppressed = self._limit.should_log(f"acks_dropped:{str(host)[:80]}", now)
+        if first:
+            self.log.warning("report_acks_dropped", host=str(host)[:80], peer=peer, acks=n, kept=MAX_ACKS_PER_REPORT,
+                             suppressed=suppressed)
+
     def handle(self, headers: Headers, body: bytes, now: float, peer: str = "") -> Reply:
         if not authorized(self.token, headers):
             return self.reject(401, "unauthorized", "missing or wrong bearer token", now, peer)
@@ -102,8 +121,13 @@ class ReportHandler:
         v = obj.get("v")
         if type(v) is not int or v != REPORT_VERSION:  # 1.0 and true are not version 1
             return self.reject(400, "version", f"unsupported report version {obj.get('v')!r}; this coordinator speaks {REPORT_VERSION}", now, peer)
+        dropped: list[tuple[int, Any, str]] = []
+        acks = obj.get("acks")
+        if isinstance(acks, list) and len(acks) > MAX_ACKS_PER_REPORT:
+            self._too_many_acks(len(acks), now, peer, obj.get("host"))
+            obj = {**obj, "acks": acks[:MAX_ACKS_PER_REPORT]}
         try:
-            report = HostReport.from_dict(obj)
+            report = HostReport.from_dict(obj, dropped)
             validate(report)
         except ReportError as exc:
             return self.reject(400, "schema", str(exc), now, peer)
@@ -111,6 +135,11 @@ class ReportHandler:
             # The schema code should turn these into ReportError; never a 500 for bad input.
             return self.reject(400, "schema", f"invalid report: {type(exc).__name__}: {exc}"[:500], now, peer)
         try:
-            return 200, self.coordinator.accept(report, now), ""
+            reply = self.coordinator.accept(report, now)
         except WrongJob as exc:
             return self.reject(409, "wrong_job", str(exc), now, peer)
+        if dropped:  # added field: the agent can see which entries were left out and why
+            self._dropped(report, dropped, now, peer)
+            reply["dropped"] = [{"index": i, "rank": r if isinstance(r, int) else None, "error": e[:200]}
+                                for i, r, e in dropped[:16]]
+        return 200, reply, ""

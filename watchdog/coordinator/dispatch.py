@@ -29,6 +29,7 @@ from .evidence_plan import CommandRequest
 Event = tuple[str, dict[str, Any]]
 SEND, WAIT, GIVE_UP = "send", "wait", "give_up"
 OUTCOMES = ("sent", "done", "failed", "refused", "expired")
+MAX_UNKNOWN_ACK_EVENTS = 4  # per report; the rest are one line with their count
 
 
 @dataclass(frozen=True)
@@ -108,13 +109,18 @@ class Dispatch:
 
     def acked(self, host: str, acks: tuple[dict, ...] | list[dict], now: float) -> list[Event]:
         events: list[Event] = []
+        unknown = 0
         with self._lock:
             for a in acks:
                 cid = a.get("id")
                 p = self._by_id.get(cid) if isinstance(cid, str) else None
                 if p is None or p.req.host != host:
-                    events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": str(cid)[:80],
-                                                            "type": str(a.get("type"))[:40]}))
+                    # Journaled one by one only up to a few per report: a report full of
+                    # made-up ids must not become thousands of journal lines.
+                    unknown += 1
+                    if unknown <= MAX_UNKNOWN_ACK_EVENTS:
+                        events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": str(cid)[:80],
+                                                                "type": str(a.get("type"))[:40]}))
                     continue
                 if p.state == "done":
                     continue  # another attempt already answered
@@ -124,6 +130,9 @@ class Dispatch:
                 late = p.state == "expired"
                 self._finish(p, "done", now)
                 events.append(self._outcome(p, cid, host, a, late))
+        if unknown > MAX_UNKNOWN_ACK_EVENTS:  # added field: how many more were left out of the journal
+            events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": "", "type": "",
+                                                    "more": unknown - MAX_UNKNOWN_ACK_EVENTS}))
         return events
 
     def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:

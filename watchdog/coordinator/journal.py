@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from . import journal_events as je
 
+JOURNAL_MODE = 0o600
 DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION,
                      je.COMMAND, je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
 
@@ -48,7 +49,9 @@ class Journal:
         self._lock = threading.Lock()
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._fh = open(path, "ab", buffering=0)
+        # 0600: the journal holds stacks, slot contents and command ids of a job.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), JOURNAL_MODE)
+        self._fh = os.fdopen(fd, "ab", buffering=0)
         if self._fh.tell() > 0:
             with open(path, "rb") as fh:
                 fh.seek(-1, os.SEEK_END)

@@ -31,7 +31,7 @@ def check_exposure(cfg: Config) -> str | None:
     if not cfg.token and not is_loopback(cfg.listen[0]):
         return (f"refusing to listen on {cfg.listen[0]}:{cfg.listen[1]} without a job token: anyone who can reach it "
                 f"could feed fake reports. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}), or listen on 127.0.0.1.")
-    return None
+    return jobtoken.too_short(cfg.token, cfg.listen[0])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not cfg.token:
         log.warning("no_token", detail="accepting unauthenticated reports on a loopback address")
+    readable = jobtoken.file_warning(values)
+    if readable:
+        log.warning("token_file_readable", detail=readable)
     log.info("config", **loggable(cfg))
     from .daemon import Daemon  # after the checks: a refused start opens no journal
 

@@ -10,6 +10,7 @@ from typing import Mapping, Union
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from watchdog.commands import TYPES as COMMAND_TYPES
+from watchdog.report import MAX_ACKS_PER_REPORT
 
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
@@ -49,6 +50,8 @@ class CoordinatorMetrics:
         self.det_errors = Counter("watchdog_detector_errors_total", "Detector runs that raised", ["detector"], registry=r)
         self.received = Counter("watchdog_coordinator_reports_received_total", "Host reports accepted", registry=r)
         self.rejected = Counter("watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r)
+        self.ranks_dropped = Counter("watchdog_coordinator_report_ranks_dropped_total", "Rank entries left out of accepted reports as invalid (the rest of the report is kept)", registry=r)
+        self.acks_dropped = Counter("watchdog_coordinator_report_acks_dropped_total", f"Command acks beyond {MAX_ACKS_PER_REPORT} in one report, dropped unread", registry=r)
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
         self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)

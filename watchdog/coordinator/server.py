@@ -3,21 +3,22 @@
 Bytes in, bytes out; decisions live in ``api.ReportHandler``. The body size is
 checked from Content-Length before anything is read (413), the token before
 the body (401), and a client that stalls mid-body is timed out (408) instead of
-holding a thread. /metrics is not authenticated (Prometheus scrapes it; it holds
+holding a thread. Connections are capped and every request has a total
+deadline (``watchdog.httpguard``: unauthenticated clients cannot exhaust the
+server). /metrics is not authenticated (Prometheus scrapes it; it holds
 no secrets); the status API is, when a token is configured.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .. import logs
+from .. import httpguard, logs
 from .api import ReportHandler, authorized
 from .service import Coordinator
 
@@ -26,21 +27,13 @@ STATUS_PATH = "/api/v1/status"
 BODY_TIMEOUT_S = 10.0
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_body: int) -> ThreadingHTTPServer:
+def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_body: int, *,
+                max_connections: int = httpguard.MAX_CONNECTIONS,
+                request_deadline_s: float = httpguard.REQUEST_DEADLINE_S) -> ThreadingHTTPServer:
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(httpguard.GuardedHandler):
         server_version = "watchdog-coordinator"
         protocol_version = "HTTP/1.1"  # agents keep one connection open
         timeout = BODY_TIMEOUT_S
@@ -81,7 +74,7 @@ def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_
                 return self._reject(413, "too_large", f"report is {length} bytes, limit {max_body}")
             try:
                 body = self.rfile.read(length)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 return self._reject(408, "timeout", f"body not received within {BODY_TIMEOUT_S:.0f} s")
             if len(body) < length:
                 return self._reject(400, "bad_json", f"body ended after {len(body)} of {length} bytes")
@@ -106,8 +99,8 @@ def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_
 
         do_HEAD = do_GET
 
-    cls = _Server6 if ":" in host else _Server
-    return cls((host, port), Handler)
+    return httpguard.server_class(host)((host, port), Handler, max_connections=max_connections,
+                                        request_deadline_s=request_deadline_s, log_name="watchdog.coordinator")
 
 
 def bound_address(server: ThreadingHTTPServer) -> str:

@@ -11,6 +11,11 @@ The file must never be able to hurt training. Two hazards matter:
   then maps anonymous memory of the same size: every code path stays the same,
   the agent simply cannot see this rank. The caller counts and logs the error.
 
+* A run directory someone else controls (``rundir.insecure``: created first by
+  another user under a predictable /tmp name, or world-writable without the
+  sticky bit). It is refused like an unusable one: anonymous memory, and the
+  hook's warning says why.
+
 The path is replaced rather than reused: a file left there by an earlier process
 with the same pid is stale, possibly corrupt, possibly another size.
 """
@@ -21,6 +26,8 @@ import errno
 import mmap
 import os
 from dataclasses import dataclass
+
+from watchdog import rundir
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -61,6 +68,10 @@ def open_slot(run_dir: str, filename: str, size: int) -> SlotMapping:
     path = os.path.join(run_dir, filename)
     try:
         os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
+        why = rundir.insecure(run_dir)
+        if why:
+            raise PermissionError(errno.EPERM, f"run dir refused: {run_dir} {why}; this rank's slot is kept in "
+                                               f"memory only, invisible to the agent", run_dir)
         return SlotMapping(_create_file(path, size), path, None)
     except OSError as exc:
         return SlotMapping(mmap.mmap(-1, size), None, exc)

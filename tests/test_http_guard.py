@@ -1,0 +1,224 @@
+"""Unauthenticated clients against both HTTP servers (issue #14, "network"): a
+connection cap, a total deadline per request, a legitimate report served while
+200 slow clients hold sockets, no spinning accept loop at the descriptor limit,
+disconnects counted and logged once instead of a traceback each, and the agent's
+listen backlog. Real sockets on 127.0.0.1; waits are generous (wait_for), no
+tight timing asserts."""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+from waiting import wait_for
+
+from watchdog import httpguard
+from watchdog.agent.server import Server as AgentServer
+from watchdog.coordinator import server
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+
+TOKEN = "a-token-of-32-characters-or-so!!"
+
+
+@pytest.fixture
+def coord_server(tmp_path):
+    made = []
+
+    def make(**kw):
+        c = Coordinator(
+            Config(job="job", token=TOKEN, journal=str(tmp_path / "j.jsonl")),
+            Journal(str(tmp_path / "j.jsonl"), lambda: (time.time(), time.monotonic())),
+        )
+        srv = server.make_server("127.0.0.1", 0, c, TOKEN, 1 << 20, **kw)
+        th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        th.start()
+        made.append((srv, th, c))
+        return srv
+
+    yield make
+    for srv, th, c in made:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+        c.journal.close()
+
+
+def report_body() -> bytes:
+    return json.dumps(t.report("a", t.healthy()).to_dict()).encode()
+
+
+def post_report(srv, timeout=30.0):
+    host, port = srv.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    raw = report_body()
+    conn.request(
+        "POST", server.REPORT_PATH, raw, {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    )
+    resp = conn.getresponse()
+    status = resp.status
+    resp.read()
+    conn.close()
+    return status
+
+
+def slow_client(srv, first=b"POST /api/v1/report HTTP/1.1\r\nHost: x\r\n"):
+    s = socket.create_connection(srv.server_address[:2], timeout=30)
+    s.sendall(first)
+    return s
+
+
+def closed_by_server(s, within_s=30.0) -> bool:
+    s.settimeout(within_s)
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True
+            if b" 503 " in data or b" 408 " in data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_trickling_client_is_cut_at_the_request_deadline(coord_server):
+    """The per-read timeout alone let a client sending a byte every few seconds
+    hold its thread for ever."""
+    srv = coord_server(request_deadline_s=1.0)
+    s = slow_client(srv)
+    stop = threading.Event()
+
+    def trickle():  # one header byte every 0.2 s: every single read is quick
+        try:
+            while not stop.wait(0.2):
+                s.sendall(b"X")
+        except OSError:
+            pass
+
+    th = threading.Thread(target=trickle, daemon=True)
+    th.start()
+    try:
+        assert closed_by_server(s, within_s=20.0), "still connected long after the request deadline"
+        assert wait_for(lambda: srv.deadline_closed >= 1, timeout_s=10)
+    finally:
+        stop.set()
+        th.join(5)
+        s.close()
+
+
+def test_connections_beyond_the_cap_are_refused_without_a_thread(coord_server):
+    srv = coord_server(max_connections=10)
+    held = [slow_client(srv) for _ in range(10)]
+    try:
+        assert wait_for(lambda: threading.active_count() >= 10, timeout_s=10)
+        extra = [slow_client(srv, first=b"") for _ in range(5)]
+        assert all(closed_by_server(s, within_s=20.0) for s in extra)
+        assert srv.refused_busy >= 5
+        for s in extra:
+            s.close()
+    finally:
+        for s in held:
+            s.close()
+    assert wait_for(lambda: _served(srv), timeout_s=30)  # capacity comes back once they leave
+
+
+def _served(srv) -> bool:
+    try:
+        return post_report(srv, timeout=5) == 200
+    except OSError:
+        return False
+
+
+def test_a_report_is_served_while_200_slow_clients_hold_sockets(coord_server):
+    srv = coord_server()
+    held = [slow_client(srv) for _ in range(200)]
+    try:
+        assert post_report(srv) == 200
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(coord_server):
+    srv = coord_server()
+    naps: list[float] = []
+    srv._sleep = naps.append  # the server's pause, recorded instead of slept
+    real = srv.socket
+
+    class OutOfFds:
+        def accept(self):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    srv.shutdown()  # no loop running: drive it by hand
+    try:
+        srv.socket = OutOfFds()
+        for _ in range(3):
+            srv._handle_request_noblock()  # what serve_forever calls when the socket is readable
+        assert naps == [httpguard.ACCEPT_PAUSE_S] * 3 and srv.accept_errors == 3
+    finally:
+        srv.socket = real
+
+
+def test_client_disconnects_are_counted_and_logged_once_not_printed(coord_server, capsys):
+    srv = coord_server()
+    for _ in range(100):
+        try:
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+        except ConnectionResetError:
+            srv.handle_error(None, ("203.0.113.9", 4242))
+    err = capsys.readouterr()
+    assert "Traceback" not in err.err and "Traceback" not in err.out
+    assert srv.client_errors == 100
+    assert (err.err + err.out).count("client disconnected mid-request") == 1
+
+
+def test_a_real_reset_mid_reply_prints_no_traceback(coord_server, capfd):
+    srv = coord_server()
+    for _ in range(20):  # ask for /metrics and reset the connection without reading the reply
+        s = socket.create_connection(srv.server_address[:2], timeout=10)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+        s.close()
+    assert post_report(srv) == 200
+    time.sleep(0.5)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_agent_listens_with_the_coordinators_backlog_and_serves_100_scrapes_at_once():
+    srv = AgentServer(("127.0.0.1", 0), CollectorRegistry())
+    srv.start()
+    try:
+        assert srv._httpd.request_queue_size >= 128  # the stdlib default is 5
+        host, port = srv.address.rsplit(":", 1)
+        results: list[int] = []
+        lock = threading.Lock()
+
+        def scrape():
+            try:
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                conn.request("GET", "/metrics")
+                status = conn.getresponse().status
+                conn.close()
+            except OSError:
+                status = 0
+            with lock:
+                results.append(status)
+
+        threads = [threading.Thread(target=scrape) for _ in range(100)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert results.count(200) == 100
+    finally:
+        srv.stop()

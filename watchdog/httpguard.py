@@ -1,0 +1,209 @@
+"""A stdlib ``ThreadingHTTPServer`` that unauthenticated clients cannot exhaust.
+
+The stdlib server starts one thread per connection with no cap, its socket
+timeout is per read (a client sending a byte every few seconds holds a thread
+for ever), its accept loop spins at 100% CPU once the process runs out of file
+descriptors (accept fails, the listening socket stays readable), and it prints
+a traceback to stderr for every client that disconnects mid-reply (a flood of
+them fills the log). ``GuardedServer`` fixes the four:
+
+* at most ``max_connections`` connections are served at once; one more is
+  answered 503 and closed at once, without a thread;
+* every request has a total deadline (``request_deadline_s``, from when the
+  server starts waiting for it to when the reply is written): a reaper thread
+  shuts the socket of a request past it, whatever the client trickles;
+* an accept that fails for lack of descriptors or memory pauses the accept loop
+  briefly (the connections being served free theirs) instead of spinning;
+* client disconnects and resets are counted and logged once a minute; other
+  handler errors are logged (rate-limited) with their traceback.
+
+Handlers opt into the per-request deadline by inheriting ``GuardedHandler``.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from watchdog import logs
+
+MAX_CONNECTIONS = 256
+REQUEST_DEADLINE_S = 30.0
+LISTEN_BACKLOG = 128
+ACCEPT_PAUSE_S = 0.1
+_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+
+
+class GuardedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    max_connections = MAX_CONNECTIONS
+    request_deadline_s = REQUEST_DEADLINE_S
+    log_name = "watchdog.http"
+
+    def __init__(
+        self,
+        address: Any,
+        handler: Any,
+        *,
+        max_connections: int | None = None,
+        request_deadline_s: float | None = None,
+        log_name: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_connections is not None:
+            self.max_connections = max_connections
+        if request_deadline_s is not None:
+            self.request_deadline_s = request_deadline_s
+        self._sleep = sleep
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._deadlines: dict[socket.socket, float] = {}
+        self._dl_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._limit = logs.RateLimited(every_s=60.0)
+        self._log = logs.get(log_name or self.log_name)
+        # Counters (plain ints, read by tests and metrics).
+        self.refused_busy = self.deadline_closed = self.client_errors = self.handler_errors = self.accept_errors = 0
+        super().__init__(address, handler)
+        self._reaper = threading.Thread(target=self._reap, name="watchdog-http-deadlines", daemon=True)
+        self._reaper.start()
+
+    # -- connection cap ----------------------------------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused_busy += 1
+            self._once(
+                "busy",
+                "connection refused: too many open connections",
+                peer=client_address[0],
+                max_connections=self.max_connections,
+                refused=self.refused_busy,
+            )
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: give the slot back
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.disarm(request)
+            self._slots.release()
+
+    # -- per-request deadline --------------------------------------------------------
+
+    def arm(self, sock: socket.socket) -> None:
+        with self._dl_lock:
+            self._deadlines[sock] = time.monotonic() + self.request_deadline_s
+
+    def disarm(self, sock: socket.socket) -> None:
+        with self._dl_lock:
+            self._deadlines.pop(sock, None)
+
+    def _reap(self) -> None:
+        tick = max(0.05, min(1.0, self.request_deadline_s / 4))
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._dl_lock:
+                late = [s for s, d in self._deadlines.items() if d <= now]
+                for s in late:
+                    del self._deadlines[s]
+            for s in late:
+                self.deadline_closed += 1
+                self._once(
+                    "deadline",
+                    "connection closed: request not completed within its deadline",
+                    deadline_s=self.request_deadline_s,
+                    closed=self.deadline_closed,
+                )
+                try:
+                    s.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns; its thread ends
+                except OSError:
+                    pass
+
+    # -- accept at the descriptor limit ------------------------------------------------
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in _OUT_OF_FDS:
+                self.accept_errors += 1
+                self._once(
+                    "accept",
+                    "accept failed: out of file descriptors or memory; pausing the accept loop",
+                    error=str(exc),
+                    failures=self.accept_errors,
+                )
+                self._sleep(ACCEPT_PAUSE_S)
+            raise
+
+    # -- errors ----------------------------------------------------------------------
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) and client_address else ""
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            self.client_errors += 1
+            self._once(
+                "client",
+                "client disconnected mid-request",
+                peer=peer,
+                error=type(exc).__name__,
+                total=self.client_errors,
+            )
+            return
+        self.handler_errors += 1
+        first, suppressed = self._limit.should_log(f"handler:{type(exc).__name__}", time.monotonic())
+        if first:
+            self._log.error(
+                "request handler failed", peer=peer, error=repr(exc)[:300], suppressed=suppressed, exc_info=exc
+            )
+
+    def _once(self, key: str, event: str, **kw: Any) -> None:
+        first, suppressed = self._limit.should_log(key, time.monotonic())
+        if first:
+            self._log.warning(event, suppressed=suppressed, **kw)
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
+
+
+class GuardedServer6(GuardedServer):
+    address_family = socket.AF_INET6
+
+
+class GuardedHandler(BaseHTTPRequestHandler):
+    """Arms the server's deadline for each request on the connection."""
+
+    server: GuardedServer
+
+    def handle_one_request(self) -> None:
+        self.server.arm(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.disarm(self.connection)
+
+
+def server_class(host: str) -> type[GuardedServer]:
+    return GuardedServer6 if ":" in host else GuardedServer
