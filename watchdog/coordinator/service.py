@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, health, stack_gather, stack_plan, status, tracker
+from . import evidence_plan, fingerprint, health, stack_gather, stack_plan, status, tracker
 from . import journal_events as je
 from .control import JobController
 from .config import Config
@@ -245,6 +245,7 @@ class Coordinator:
             trig = rec["trigger"]
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
             self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
+            self.control.stacks(trig, fingerprint.culprit_frames(rec))
             while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self._stack_summary[next(iter(self._stack_summary))]
 
