@@ -95,6 +95,9 @@ class Coordinator:
                                      reported=sorted({r.world_size for r in report.ranks}), suppressed=suppressed)
             self._view, events = fold(view, report, now, self.cfg.detectors)
             for name, payload in events:
+                if name == je.HOST_SEEN and not payload.get("agent_restarted"):
+                    for kind in KINDS:  # at 0 from the start: see metrics.host_culprits
+                        self.metrics.host_culprits.labels(self._view.job, report.host, kind)
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
@@ -123,6 +126,8 @@ class Coordinator:
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
+            for host in f.hosts:  # culprit hosts only: a finding with no culprit names none
+                self.metrics.host_culprits.labels(view.job, host, f.kind).inc()
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
