@@ -10,9 +10,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 from prometheus_client import CollectorRegistry, make_wsgi_app
-
 from promserver import Prometheus
 from waiting import wait_for
+
 from watchdog.coordinator import hosts_cli
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal

@@ -21,7 +21,8 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from .. import flags
 from .metrics import HOST_CULPRITS
