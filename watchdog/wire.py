@@ -214,8 +214,17 @@ def slot_size(ring_capacity: int) -> int:
 
 
 def slot_filename(job: str, rank: int, pid: int) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:64] or "job"
-    return f"{safe}.rank{rank}.pid{pid}{SLOT_SUFFIX}"
+    return f"{_safe(job)}.rank{rank}.pid{pid}{SLOT_SUFFIX}"
+
+
+def rollback_filename(job: str) -> str:
+    """The job's rollback request in the run directory: JSON written by the agent
+    (``rollback`` command), read by the restarted script (watchdog.hook.rollback)."""
+    return f"{_safe(job)}.rollback.json"
+
+
+def _safe(job: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:64] or "job"
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ACTIONS = ("alert", "abort", "restart", "checkpoint_restart", "exclude_host_restart")
+ACTIONS = ("alert", "abort", "restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart")
 # Most drastic first: when several findings want different actions, the most
 # drastic wins (a hang that needs an abort is not fixed by a checkpoint).
 SEVERITY = {"abort": 4, "restart": 3, "exclude_host_restart": 2, "checkpoint_restart": 1, "alert": 0}
-RESTARTING_ACTIONS = frozenset({"restart", "checkpoint_restart", "exclude_host_restart"})
+SEVERITY["rollback_restart"] = 3  # a restart that also names the checkpoint (loss_anomaly)
+RESTARTING_ACTIONS = frozenset({"restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart"})
 
 
 class PolicyError(ValueError):
@@ -73,6 +74,8 @@ TRANSITIONS: dict[tuple[JobState, str], JobState] = {
     (S.DEGRADED, "restart"): S.RESTARTING,
     (S.RUNNING, "exclude_host_restart"): S.RESTARTING,
     (S.DEGRADED, "exclude_host_restart"): S.RESTARTING,
+    (S.RUNNING, "rollback_restart"): S.RESTARTING,
+    (S.DEGRADED, "rollback_restart"): S.RESTARTING,
     (S.RUNNING, "checkpoint_restart"): S.CHECKPOINTING,
     (S.DEGRADED, "checkpoint_restart"): S.CHECKPOINTING,
     (S.CHECKPOINTING, "checkpoint_done"): S.RESTARTING,
