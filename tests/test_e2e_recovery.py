@@ -36,7 +36,7 @@ def test_a_hang_that_comes_back_after_a_restart_escalates_instead_of_restarting_
         '[repeats]\nsame_host = "off"\n'
     )
     res = scenario.run(
-        ["hang:2@30"],
+        ["hang:2@35"],
         steps=400,
         timeout_s=240,
         work_dir=str(tmp_path),
@@ -47,11 +47,13 @@ def test_a_hang_that_comes_back_after_a_restart_escalates_instead_of_restarting_
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     actions = events(res, je.ACTION)
     assert [a["action"] for a in actions] == ["restart", "abort"], actions
+    # Resumed from the checkpoint at 30 (a hang before the first step after a restart
+    # would never count as resumed: the hang comes back a few steps later here).
     assert len(events(res, je.RESTART)) == 1 and events(res, je.RESUMED)[0]["step"] == 30
     (rep,) = events(res, je.REPEAT_FAILURE)
     assert (rep["rule"], rep["occurrences"], rep["action"], rep["ranks"]) == ("same_place", 2, "abort", [2]), rep
     assert actions[1]["reason"].startswith("deterministic: the same failure at the same place after 1 restart(s)")
-    assert actions[1]["fingerprint"]["step"] == 30 and rep["earlier"][0]["step"] == 30
+    assert actions[1]["fingerprint"]["step"] == 35 and rep["earlier"][0]["step"] == 35
     print(f"\nrepeat: {actions[1]['reason'][:160]}")
 
 
