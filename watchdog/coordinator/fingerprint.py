@@ -72,7 +72,8 @@ class Fingerprint:
 def of(finding: Any, frames: Iterable[str] = ()) -> Fingerprint:
     """The fingerprint of a Finding: what its evidence says, plus stack frames when known."""
     ev: Mapping[str, Any] = finding.evidence if isinstance(getattr(finding, "evidence", None), Mapping) else {}
-    culprits = ev.get("culprits") if isinstance(ev.get("culprits"), Mapping) else {}
+    raw = ev.get("culprits")
+    culprits: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     steps = {c.get("step") for c in culprits.values() if isinstance(c, Mapping) and _int(c.get("step"))}
     step = steps.pop() if len(steps) == 1 else (ev.get("step") if _int(ev.get("step")) else None)
     return Fingerprint(

@@ -169,7 +169,7 @@ def honour_rollback(mon, ckpt_dir: str | None) -> tuple[int, str | None]:
     rank marks the rollback done (the barrier), so they all load the same one."""
     rb = rollback.requested(mon)  # watchdog: None unless the coordinator rolled the job back
     marker = os.path.join(ckpt_dir, f"rollback-{rb.action}.done") if rb and ckpt_dir else ""
-    if not marker or os.path.exists(marker):
+    if rb is None or ckpt_dir is None or not marker or os.path.exists(marker):
         dist.barrier()
         return latest_checkpoint(ckpt_dir)
     step, path = latest_checkpoint(ckpt_dir, before=rb.before_step)
