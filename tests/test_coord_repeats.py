@@ -105,8 +105,12 @@ def test_escalation_rules():
     same = escalate(fpm.of(hang(hosts=("h1",))), (first,), rules)
     assert same is not None and (same.action, same.rule) == ("exclude_host_restart", "same_host")
     # A one-host job: excluding the host is no remedy, the place decides.
-    one_host = escalate(fpm.of(hang()), (first,), Repeats(same_host="off"))
+    off = escalate(fpm.of(hang()), (first,), Repeats(same_host="off"))
+    assert off is not None and (off.action, off.rule) == ("abort", "same_place")
+    one_host = escalate(fpm.of(hang()), (first,), rules, hosts_in_job=1)
     assert one_host is not None and (one_host.action, one_host.rule) == ("abort", "same_place")
+    # ... and a repeat elsewhere in the code on that one host is no repeat: restart, within the budget.
+    assert escalate(fpm.of(hang(step=50)), (first,), rules, hosts_in_job=1) is None
     # Another place on another host: a new failure, not a repeat.
     assert escalate(fpm.of(hang(hosts=("h2",), step=50)), (first,), rules) is None
     # after = 2: the third occurrence escalates.

@@ -70,7 +70,7 @@ class JobController:
                 self._move("findings_open", events)
             elif not findings and self.job.state is P.JobState.DEGRADED:
                 self._move("findings_clear", events)
-        p = P.plan(findings, self.job, now, self.policy, self._frames)
+        p = P.plan(findings, self.job, now, self.policy, self._frames, len(view.hosts))
         if p.action == "alert" or p.finding is None:
             # Once per (finding, why held): the reason's numbers change every tick.
             held = f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}" if p.held else ""

@@ -198,7 +198,7 @@ class Plan:
 
 
 def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Policy,
-         frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]] | None = None) -> Plan:
+         frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]] | None = None, hosts_in_job: int = 0) -> Plan:
     """The one action to take now, if any. Pure.
 
     ``findings`` are the active ones as first raised (``detected_mono`` is when).
@@ -223,7 +223,7 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
     reason = f"{f.kind}: {f.reason}"
     fp, esc = None, None
     if action in RESTARTING_ACTIONS:
-        action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {})
+        action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {}, hosts_in_job)
     if action in RESTARTING_ACTIONS:
         in_hour = sum(1 for t in job.restarts if now - t < 3600.0)
         if len(job.restarts) >= policy.max_restarts:
@@ -236,11 +236,11 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
 
 
 def _repeat(f: Finding, action: str, reason: str, job: JobControl, policy: Policy,
-            frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]]):
+            frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]], hosts_in_job: int):
     """The restart-loop breaker (repeats.py): a failure seen before a restart
     already escalates instead of spending the budget again."""
     fp = fingerprint.of(f, frames.get(f.key, ()))
-    esc = escalate(fp, job.history, policy.repeats)
+    esc = escalate(fp, job.history, policy.repeats, hosts_in_job)
     if esc is None:
         return action, reason, fp, None
     return esc.action, f"{esc.reason}; escalating to {esc.action}. {reason}", fp, esc

@@ -16,8 +16,10 @@ checked in this order:
    ``same_place`` (abort: "deterministic: the same failure at the same place
    after N restarts").
 2. same host: the host is the common factor; ``same_host`` (exclude it).
-3. same place on the same host, when ``same_host`` is off (a one-host job,
-   where excluding the host ends the job anyway): ``same_place``.
+3. same place on the same host, when ``same_host`` is off or the job has one
+   host (excluding it would end the job: the host cannot be told from the
+   code there): ``same_place``. A one-host job's repeat elsewhere in the code is
+   no repeat: it restarts as usual, within the budget.
 
 The history is the fingerprints of the findings restarts were spent on
 (``JobControl.history``); see fingerprint.py for what is compared when.
@@ -79,14 +81,18 @@ def parse_repeats(doc: Mapping[str, Any], source: str, error: type[Exception]) -
     return Repeats(**kw)
 
 
-def escalate(fp: Fingerprint, history: Sequence[Fingerprint], rules: Repeats) -> Escalation | None:
-    """The escalation this fingerprint earns given the earlier ones, or None. Pure."""
+def escalate(
+    fp: Fingerprint, history: Sequence[Fingerprint], rules: Repeats, hosts_in_job: int = 0
+) -> Escalation | None:
+    """The escalation this fingerprint earns given the earlier ones, or None. Pure.
+    ``hosts_in_job``: hosts the job runs on (0 = unknown)."""
+    one_host = hosts_in_job == 1
     place = [p for p in history if same_place(p, fp)]
     elsewhere = [p for p in place if not set(p.hosts) & set(fp.hosts)]
     host = [p for p in history if same_host(p, fp)]
     if rules.same_place != OFF and len(elsewhere) >= rules.after:
         return _deterministic(fp, elsewhere, rules.same_place)
-    if rules.same_host != OFF and len(host) >= rules.after:
+    if rules.same_host != OFF and not one_host and len(host) >= rules.after:
         hosts = sorted(set(fp.hosts) & {h for p in host for h in p.hosts})
         return Escalation(
             rules.same_host,
@@ -95,7 +101,7 @@ def escalate(fp: Fingerprint, history: Sequence[Fingerprint], rules: Repeats) ->
             f"again after {len(host)} restart(s) for it; the host is the common factor",
             tuple(host),
         )
-    if rules.same_place != OFF and rules.same_host == OFF and len(place) >= rules.after:
+    if rules.same_place != OFF and (rules.same_host == OFF or one_host) and len(place) >= rules.after:
         return _deterministic(fp, place, rules.same_place)
     return None
 
