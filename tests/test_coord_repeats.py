@@ -188,3 +188,20 @@ def test_the_timeline_tells_the_escalation_with_its_action():
     assert tl.is_action(rec)
     ((_, indent, text),) = tl.lines([rec])
     assert indent == 1 and text.startswith("repeat (same_place, occurrence 2): escalated to abort: deterministic")
+
+
+def test_the_restarted_group_failing_again_is_a_new_finding_not_the_restarts_effect():
+    from dataclasses import replace as _replace
+
+    from watchdog.coordinator import testing as T
+
+    c = JobController(POL)
+    v = T.view([T.rank(r, world_size=4) for r in range(4)], 100.0)
+    c.tick([hang(hosts=("host0",), detected=100.0)], v, 101.0)
+    assert [r for r, _ in c.op.workers] == [0, 1, 2, 3]
+    # The old rank 2, found dead within the window: the restart's own effect.
+    dead_old = _replace(dead(ranks=(2,), hosts=("host0",)), detected_mono=102.0)
+    assert c.caused_by(dead_old, 102.0, v) == c.op.id
+    # A new incarnation of rank 2 (torchrun restarted it) hanging again: a repeat, not an effect.
+    new = T.view([T.rank(2, world_size=4, pid=9002, proc_start_us=1_800_000_000_000_000)], 110.0, base=v, seq=2)
+    assert c.caused_by(_replace(hang(hosts=("host0",)), detected_mono=110.0), 110.0, new) == ""

@@ -49,11 +49,21 @@ def test_a_hang_that_comes_back_after_a_restart_escalates_instead_of_restarting_
     # Resumed from the checkpoint at 30 (a hang before the first step after a restart
     # would never count as resumed: the hang comes back a few steps later here).
     assert len(events(res, je.RESTART)) == 1 and events(res, je.RESUMED)[0]["step"] == 30
+    # The restarted group hanging again is a fault of its own (not the restart's effect).
+    assert [f["ranks"] for f in events(res, je.FINDING) if f["kind"] == "collective_hang"] == [[2], [2]]
     (rep,) = events(res, je.REPEAT_FAILURE)
     assert (rep["rule"], rep["occurrences"], rep["action"], rep["ranks"]) == ("same_place", 2, "abort", [2]), rep
     assert actions[1]["reason"].startswith("deterministic: the same failure at the same place after 1 restart(s)")
     assert actions[1]["fingerprint"]["step"] == 35 and rep["earlier"][0]["step"] == 35
-    print(f"\nrepeat: {actions[1]['reason'][:160]}")
+    print(
+        f"\nrepeat: second hang opened -> abort decided in {actions[1]['t_wall'] - rep_finding_t(res):.1f} s: "
+        f"{actions[1]['reason'][:160]}"
+    )
+
+
+def rep_finding_t(res):
+    """When the second collective_hang was journaled."""
+    return [r for r in events(res, je.FINDING) if r["kind"] == "collective_hang"][-1]["t_wall"]
 
 
 def test_a_nan_on_one_rank_rolls_back_to_the_checkpoint_before_it(tmp_path):
@@ -83,4 +93,8 @@ def test_a_nan_on_one_rank_rolls_back_to_the_checkpoint_before_it(tmp_path):
     log = (res.work_dir / "torchrun.log").read_text(errors="replace")
     checksum = re.search(r"done: 80 steps, parameter checksum (\S+)", log)
     assert checksum and math.isfinite(float(checksum.group(1))), log[-2000:]
-    print(f"\nnan: finding -> rollback to step {resumed['step']} {resumed['seconds']} s after the action")
+    first = res.first("loss_anomaly")
+    print(
+        f"\nnan: NaN -> loss_anomaly in {res.latency_s(first) if first else '?'} s; rollback to step "
+        f"{resumed['step']}, resumed {resumed['seconds']} s after the action"
+    )

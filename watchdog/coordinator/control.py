@@ -128,16 +128,23 @@ class JobController:
     STOPPED_KINDS = frozenset({"dead_rank", "frozen_rank", "collective_hang"})
     CAUSED_WINDOW_S = 30.0
 
-    def caused_by(self, f: Finding, now: float) -> str:
+    def caused_by(self, f: Finding, now: float, view: ClusterView | None = None) -> str:
         """The id of the action whose own signals explain this finding (workers it
         stopped are found dead), or "": the service journals such a finding as
-        ``expected_finding`` so nobody reads the action's effect as a new fault."""
+        ``expected_finding`` so nobody reads the action's effect as a new fault.
+        With the ``view``, a culprit must still be the incarnation the action
+        stopped: the restarted group failing again is a new fault (a repeat)."""
         for op, ended in ((self.op, now), self._last):
             if (op is None or op.phase in ("start", "stacks", "checkpoint") or now - ended > self.CAUSED_WINDOW_S
                     or f.kind not in self.STOPPED_KINDS or not f.ranks):
                 continue
-            if set(f.ranks) <= {r for r, _ in op.workers}:
-                return op.id
+            stopped = dict(op.workers)
+            if not set(f.ranks) <= set(stopped):
+                continue
+            if view is not None and any(r in view.ranks and view.ranks[r].incarnation != stopped[r][:2]
+                                        for r in f.ranks):
+                continue
+            return op.id
         return ""
 
     def stacks(self, trigger: dict[str, Any], frames: tuple[str, ...]) -> None:

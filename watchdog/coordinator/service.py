@@ -119,7 +119,7 @@ class Coordinator:
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
         faults = []
         for f in opened:
-            caused = self.control.caused_by(f, now)
+            caused = self.control.caused_by(f, now, view)
             if caused:  # the workers an action stopped, found dead: its effect, not a fault
                 self.log.info(je.EXPECTED_FINDING, kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
                 self._record(je.EXPECTED_FINDING, {**f.to_dict(), "caused_by_action": caused})
