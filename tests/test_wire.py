@@ -91,18 +91,41 @@ def test_init_slot_rejects_bad_capacity_and_short_buffer():
         wire.init_slot(bytearray(100), identity(), 4, wall_ns=0, mono_ns=0)
 
 
+DYNAMIC = wire.H_LAST_DYNAMIC - wire.H_STEP + 1
+
+
 @settings(max_examples=40, deadline=None)
-@given(values=st.lists(INT64, min_size=24, max_size=24))
+@given(values=st.lists(INT64, min_size=DYNAMIC, max_size=DYNAMIC))
 def test_dynamic_header_words_round_trip(tmp_path_factory, values):
     buf = fresh()
+    values[wire.H_RING_HEAD - wire.H_STEP] = 0  # keep the ring empty: only the header is under test
     for i, v in zip(range(wire.H_STEP, wire.H_LAST_DYNAMIC + 1), values):
         set_word(buf, i, v)
-    set_word(buf, wire.H_RING_HEAD, 0)  # keep the ring empty: only the header is under test
     path = write_file(tmp_path_factory.mktemp("w"), buf)
     snap = wire.read_slot(path)
     assert not snap.torn
-    got = snap.header.words[wire.H_STEP : wire.H_LAST_DYNAMIC]
-    assert list(got) == values[: wire.H_LAST_DYNAMIC - wire.H_STEP]
+    got = snap.header.words[wire.H_STEP : wire.H_LAST_DYNAMIC + 1]
+    assert list(got) == values
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=st.floats(allow_nan=True, allow_infinity=True), step=st.integers(1, 2**40))
+def test_loss_round_trips_through_its_words(tmp_path_factory, value, step):
+    buf = fresh()
+    for i, v in zip(wire.LOSS_WORDS, (wire.loss_bits(value), step, 0, 0)):
+        set_word(buf, i, v)
+    header = wire.read_slot(write_file(tmp_path_factory.mktemp("w"), buf)).header
+    got = header.loss
+    assert got is not None and (got == value or (got != got and value != value))
+    assert header[wire.H_LOSS_STEP] == step
+
+
+def test_a_slot_without_loss_words_reports_no_loss(tmp_path):
+    """Version 1 slots from hooks older than the loss words have them zero: no loss, not a 0.0 loss."""
+    header = wire.read_slot(write_file(tmp_path, fresh())).header
+    assert header.version == 1 and header.loss is None
+    assert wire.H_LAST_DYNAMIC < wire.H_HEARTBEAT_NS and all(wire.H_STEP <= w <= wire.H_LAST_DYNAMIC
+                                                             for w in wire.LOSS_WORDS)
 
 
 def test_records_round_trip_and_since(tmp_path):

@@ -28,6 +28,10 @@ Types (args):
 - ``checkpoint``     {"step": S, "ranks": [Target, ...]}: the agent writes
   CHECKPOINT_AT_STEP S into each rank's slot control block (identity checked);
   the hook's acknowledgement comes back in the reports (RankState.ctrl_ack_*).
+- ``rollback``       {"before_step": S, "action": "a-3"}: the agent writes the job's
+  rollback file in its run directory (``wire.rollback_filename``); a restarted
+  script resumes from its newest checkpoint before step S
+  (``watchdog.hook.rollback``). Sent before the restart's signals.
 
 Without a job token. A destructive type (``signal``) is always refused. Evidence
 types run unsigned only when *both* sides have no token, which they can only do
@@ -48,10 +52,11 @@ from typing import Any, Container, TypeGuard
 
 DOMAIN = b"rank-watchdog command v1\n"
 DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
-TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT)
+ROLLBACK = "rollback"
+TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT, ROLLBACK)
 EVIDENCE = frozenset({DUMP_STACKS, SNAPSHOT_SLOTS})
 # Never run unsigned: a checkpoint request makes every rank pause and write.
-DESTRUCTIVE = frozenset({SIGNAL, CHECKPOINT})
+DESTRUCTIVE = frozenset({SIGNAL, CHECKPOINT, ROLLBACK})
 MAX_STEP = 1 << 62
 SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGCONT", "SIGUSR1", "SIGUSR2")
 FIELDS = ("id", "job", "type", "host", "target", "args", "issued_wall", "expires_wall", "sig")
@@ -161,6 +166,9 @@ def _args_ok(cmd: dict[str, Any]) -> bool:
         ranks, step = args.get("ranks"), args.get("step")
         return (_is_int(step) and 0 <= step < MAX_STEP and isinstance(ranks, list) and 0 < len(ranks) <= MAX_TARGETS
                 and all(valid_target(t) and t["pid"] > 0 for t in ranks))
+    if cmd["type"] == ROLLBACK:
+        step, action = args.get("before_step"), args.get("action", "")
+        return _is_int(step) and 0 < step < MAX_STEP and isinstance(action, str) and len(action) <= MAX_ID_LEN
     return False
 
 

@@ -104,6 +104,14 @@ class RankState:
     ctrl_ack_seq: int = 0
     ctrl_ack_step: int = 0
     ctrl_ack_ok: bool = True
+    # Training health (wire H_LOSS_*), when the script passes mon.step(loss=...):
+    # the last loss (0.0 when it is not finite: JSON has no NaN), the step it
+    # ended (0 = no loss reported), and the first step / count of NaN-or-inf losses.
+    loss: float = 0.0
+    loss_finite: bool = True
+    loss_step: int = 0
+    loss_bad_step: int = 0
+    loss_bad_count: int = 0
 
     @property
     def last_compute_s(self) -> float:

@@ -90,7 +90,13 @@ H_PG_STATE = 36  # PgState
 H_PG_CHANGE_NS = 37
 H_HOOK_ERRORS = 38  # errors the hook caught (never raised into training)
 H_RING_HEAD = 39  # records ever written; the next goes to head % capacity
-H_LAST_DYNAMIC = 39
+# Training health, written only by ``mon.step(loss=...)`` (added in place, still
+# version 1: see LOSS_WORDS below).
+H_LOSS_BITS = 40  # the last loss reported, IEEE-754 double bits
+H_LOSS_STEP = 41  # the step that loss ended; 0 = no loss reported (an older hook, or none given)
+H_LOSS_BAD_STEP = 42  # first step whose loss was NaN or infinite in this process; 0 = none
+H_LOSS_BAD_COUNT = 43  # steps whose loss was NaN or infinite
+H_LAST_DYNAMIC = 43
 # Single-writer words, read outside the seqlock.
 H_HEARTBEAT_NS = 48  # hook heartbeat thread
 H_HEARTBEAT_COUNT = 49
@@ -101,6 +107,26 @@ H_CTRL_ACK_SEQ = 60  # hook: the CTRL_SEQ it acted on, written last
 H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
 H_CTRL_ACK_STEP = 62
 H_CTRL_ACK_NS = 63
+
+# Why the loss words did not bump VERSION: words 40..43 were reserved and zero
+# in every version-1 slot (init_slot zeroes the header, no hook wrote them), and
+# a version-1 reader never looks at them. So a new hook's slot is still read by
+# an old agent (the loss is simply not reported), and a new agent reading an old
+# hook's slot sees H_LOSS_STEP == 0: "no loss reported". A bump would have made
+# every agent older than the hook refuse every slot for a field it cannot use.
+LOSS_WORDS = (H_LOSS_BITS, H_LOSS_STEP, H_LOSS_BAD_STEP, H_LOSS_BAD_COUNT)
+_DOUBLE = struct.Struct("<d")
+_INT64 = struct.Struct("<q")
+
+
+def loss_bits(value: float) -> int:
+    """A float as the int64 word that holds its bits (NaN and inf included)."""
+    return _INT64.unpack(_DOUBLE.pack(value))[0]
+
+
+def loss_value(bits: int) -> float:
+    return _DOUBLE.unpack(_INT64.pack(bits))[0]
+
 
 # -- ring record word indices --------------------------------------------------
 R_INDEX = 0  # record number (== head at write time); validates against overwrite
@@ -190,8 +216,17 @@ def slot_size(ring_capacity: int) -> int:
 
 
 def slot_filename(job: str, rank: int, pid: int) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:64] or "job"
-    return f"{safe}.rank{rank}.pid{pid}{SLOT_SUFFIX}"
+    return f"{_safe(job)}.rank{rank}.pid{pid}{SLOT_SUFFIX}"
+
+
+def rollback_filename(job: str) -> str:
+    """The job's rollback request in the run directory: JSON written by the agent
+    (``rollback`` command), read by the restarted script (watchdog.hook.rollback)."""
+    return f"{_safe(job)}.rollback.json"
+
+
+def _safe(job: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:64] or "job"
 
 
 @dataclass(frozen=True)
@@ -315,6 +350,11 @@ class SlotHeader:
     @property
     def heartbeat_ns(self) -> int:
         return self.words[H_HEARTBEAT_NS]
+
+    @property
+    def loss(self) -> float | None:
+        """The last loss the hook was given (NaN/inf as such), or None: no loss reported."""
+        return loss_value(self.words[H_LOSS_BITS]) if self.words[H_LOSS_STEP] > 0 else None
 
     @property
     def in_collective(self) -> bool:

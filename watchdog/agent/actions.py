@@ -85,7 +85,8 @@ class Actions:
                  wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
                  tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
                  max_ack_bytes: int = MAX_ACK_BYTES, dump_parallel: int = dumpall.PARALLEL,
-                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S, pin: Callable[[int], Pin] = Pin) -> None:
+                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S, pin: Callable[[int], Pin] = Pin,
+                 run_dir: str = "") -> None:
         self.host = host
         self._incarnations, self._dumper, self._read = incarnations, dumper, read
         self._start_us, self._send_signal = start_us, send_signal
@@ -93,6 +94,7 @@ class Actions:
         self._tol, self._max_records, self._max_ack_bytes = tolerance_us, max_records, max_ack_bytes
         self._dump_parallel, self._dump_deadline_s = dump_parallel, dump_deadline_s
         self._pin = pin
+        self.run_dir = run_dir
 
     def run(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = cmd["type"]
@@ -104,6 +106,8 @@ class Actions:
             return self.signal(cmd)
         if kind == c.CHECKPOINT:
             return self.checkpoint(cmd)
+        if kind == c.ROLLBACK:
+            return self.rollback(cmd), []
         return ack(cmd, False, f"unknown type {kind!r}"), []  # verify() lets none through
 
     # -- evidence --------------------------------------------------------------
@@ -218,6 +222,24 @@ class Actions:
         out = ack(cmd, len(written) == len(cmd["args"]["ranks"]), "; ".join(errors))
         out["ranks"] = written
         return out, refusals
+
+    # -- rollback (for rollback_restart) -------------------------------------------
+
+    def rollback(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Write the job's rollback file into the run directory, atomically (tmp +
+        rename): the restarted ranks read it (watchdog.hook.rollback)."""
+        if not self.run_dir:
+            return ack(cmd, False, "this agent has no run directory to write the rollback file into")
+        doc = {"job": cmd["job"], "before_step": cmd["args"]["before_step"], "action": cmd["args"].get("action", ""),
+               "command_id": cmd["id"], "written_wall": self._wall()}
+        path = os.path.join(self.run_dir, wire.rollback_filename(cmd["job"]))
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            return ack(cmd, False, f"cannot write {path}: {exc.strerror or exc}")
+        return ack(cmd, True)
 
     # -- signal (for abort / restart actions) ------------------------------------
 

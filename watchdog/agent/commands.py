@@ -154,4 +154,6 @@ def _about(cmd: dict) -> dict:
         return {"ranks": [t["rank"] for t in cmd["args"]["ranks"]]}
     if cmd["type"] == c.CHECKPOINT:
         return {"ranks": [t["rank"] for t in cmd["args"]["ranks"]], "step": cmd["args"]["step"]}
+    if cmd["type"] == c.ROLLBACK:
+        return {"before_step": cmd["args"]["before_step"]}
     return {"target": cmd.get("target"), "signal": cmd["args"].get("signal")}

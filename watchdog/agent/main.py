@@ -56,7 +56,7 @@ class Agent:
                 self.commands = CommandHandler(
                     host=cfg.host, token=cfg.token, outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
-                    actions=Actions(cfg.host, self.tracker.incarnations, dumper, dump_parallel=cfg.stacks_parallel,
+                    actions=Actions(cfg.host, self.tracker.incarnations, dumper, run_dir=cfg.run_dir, dump_parallel=cfg.stacks_parallel,
                                     dump_deadline_s=cfg.stacks_host_deadline_s))
                 handle_commands = self.commands
             self.sender = Sender(

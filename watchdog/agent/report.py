@@ -3,6 +3,7 @@ an explicit ``now``. Ages are against the agent's monotonic clock at build time.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping, Sequence
 
 from watchdog import wire
@@ -51,7 +52,17 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         launcher_pid=v.launcher[0], launcher_start_us=v.launcher[1],
         ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
+        **_loss(h),
     )
+
+
+def _loss(h: wire.SlotHeader) -> dict:
+    value = h.loss
+    if value is None:
+        return {}
+    finite = math.isfinite(value)
+    return {"loss": value if finite else 0.0, "loss_finite": finite, "loss_step": h[wire.H_LOSS_STEP],
+            "loss_bad_step": h[wire.H_LOSS_BAD_STEP], "loss_bad_count": h[wire.H_LOSS_BAD_COUNT]}
 
 
 def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[LocalRank],

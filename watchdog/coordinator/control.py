@@ -11,7 +11,9 @@ Journal events: ``action`` (started, with the plan's reason; also a dry run),
 ``action_progress`` (signals sent), ``action_outcome``, ``state`` (job state
 transitions: ``{"job_state": to, "from": ..., "on": event}``; no ``rank`` key,
 which tells it from a rank's state change), ``checkpointed`` /
-``checkpoint_failed`` (checkpoint_restart), ``restart`` and ``resumed``.
+``checkpoint_failed`` (checkpoint_restart), ``restart`` and ``resumed``,
+``repeat_failure`` (the restart-loop breaker escalated: repeats.py; the
+``action`` line after it carries the finding's ``fingerprint``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class JobController:
         self._held: str = ""  # last held reason journaled (state changes, not ticks)
         self._last: tuple[Operation | None, float] = (None, 0.0)  # the last finished action, when
         self.errors = 0
+        self._frames: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}  # finding key -> culprit's top frames
 
     @property
     def state(self) -> P.JobState:
@@ -67,7 +70,7 @@ class JobController:
                 self._move("findings_open", events)
             elif not findings and self.job.state is P.JobState.DEGRADED:
                 self._move("findings_clear", events)
-        p = P.plan(findings, self.job, now, self.policy)
+        p = P.plan(findings, self.job, now, self.policy, self._frames, len(view.hosts))
         if p.action == "alert" or p.finding is None:
             # Once per (finding, why held): the reason's numbers change every tick.
             held = f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}" if p.held else ""
@@ -81,6 +84,12 @@ class JobController:
         started = {"action_id": op_id, "action": p.action, "reason": p.reason, "kind": p.finding.kind,
                    "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
                    "job_state": self.job.state.value}
+        if p.fingerprint is not None:
+            started["fingerprint"] = p.fingerprint.to_dict()
+        if p.escalation is not None:
+            events.append((je.REPEAT_FAILURE, {"action_id": op_id, "kind": p.finding.kind, "ranks": list(p.finding.ranks),
+                                               "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
+                                               "fingerprint": started.get("fingerprint"), **p.escalation.to_dict()}))
         if p.dry_run:
             events.append((je.ACTION, started))
             events.append((je.ACTION_OUTCOME, {"action_id": op_id, "action": p.action, "ok": True,
@@ -90,6 +99,8 @@ class JobController:
         restart_n = 0
         if p.action in P.RESTARTING_ACTIONS:
             self.job = self.job.restarted(now)
+            if p.fingerprint is not None:
+                self.job = self.job.remember(p.fingerprint)
             restart_n = len(self.job.restarts)
             started["restart"] = restart_n
         else:
@@ -117,17 +128,36 @@ class JobController:
     STOPPED_KINDS = frozenset({"dead_rank", "frozen_rank", "collective_hang"})
     CAUSED_WINDOW_S = 30.0
 
-    def caused_by(self, f: Finding, now: float) -> str:
+    def caused_by(self, f: Finding, now: float, view: ClusterView | None = None) -> str:
         """The id of the action whose own signals explain this finding (workers it
         stopped are found dead), or "": the service journals such a finding as
-        ``expected_finding`` so nobody reads the action's effect as a new fault."""
+        ``expected_finding`` so nobody reads the action's effect as a new fault.
+        With the ``view``, a culprit must still be the incarnation the action
+        stopped: the restarted group failing again is a new fault (a repeat)."""
         for op, ended in ((self.op, now), self._last):
             if (op is None or op.phase in ("start", "stacks", "checkpoint") or now - ended > self.CAUSED_WINDOW_S
                     or f.kind not in self.STOPPED_KINDS or not f.ranks):
                 continue
-            if set(f.ranks) <= {r for r, _ in op.workers}:
-                return op.id
+            stopped = dict(op.workers)
+            if not set(f.ranks) <= set(stopped):
+                continue
+            if view is not None and any(r in view.ranks and view.ranks[r].incarnation != stopped[r][:2]
+                                        for r in f.ranks):
+                continue
+            return op.id
         return ""
+
+    def stacks(self, trigger: dict[str, Any], frames: tuple[str, ...]) -> None:
+        """A ``stack_groups`` record arrived: the culprit's frames complete the
+        fingerprint of its finding, now and in the history (fingerprint.py)."""
+        ranks = tuple(r for r in trigger.get("ranks") or () if isinstance(r, int))
+        if not frames or not isinstance(trigger.get("kind"), str):
+            return
+        key = (trigger["kind"], ranks)
+        self._frames[key] = frames
+        while len(self._frames) > 64:
+            del self._frames[next(iter(self._frames))]
+        self.job = self.job.complete(key[0], ranks, frames)
 
     def note(self, name: str, payload: dict[str, Any]) -> None:
         """A command answer from the dispatch: an abort waits for its stacks."""

@@ -15,6 +15,7 @@ KINDS = (
     "straggler",
     "never_joined",
     "loader_starvation",
+    "loss_anomaly",
 )
 
 

@@ -36,6 +36,7 @@ RESUMED = "resumed"  # the new group is stepping
 ACTION_OUTCOME = "action_outcome"
 ACTION_HELD = "action_held"  # the policy waits (cooldown, budget, finding too young)
 ACTION_ERROR = "action_error"  # the policy or an action raised
+REPEAT_FAILURE = "repeat_failure"  # a failure came back after a restart: escalated (repeats.py)
 
 # Commands to agents and what came back.
 COMMAND = "command"
@@ -71,6 +72,7 @@ ALL = (
     ACTION_OUTCOME,
     ACTION_HELD,
     ACTION_ERROR,
+    REPEAT_FAILURE,
     COMMAND,
     COMMAND_DONE,
     COMMAND_REFUSED,
@@ -82,7 +84,7 @@ ALL = (
 )
 
 # Groups readers share. An action's story: decided, carried out, ended.
-ACTION_STEPS = (ACTION, ACTION_PROGRESS, ACTION_OUTCOME, RESTART, RESUMED)
+ACTION_STEPS = (ACTION, ACTION_PROGRESS, ACTION_OUTCOME, RESTART, RESUMED, REPEAT_FAILURE)
 # checkpoint_restart's save before the restart.
 CHECKPOINT_STEPS = (CHECKPOINTED, CHECKPOINT_FAILED)
 # The policy not acting: it holds back, or it failed.

@@ -24,6 +24,7 @@ DETECTOR_GAUGES = {STRAGGLER_SCORE: True, HANG_SECONDS: False, HANG_DEADLINE_SEC
 # name -> value, or for a labelled gauge {label value: value} (the series to export now: others are removed).
 GaugeValues = Mapping[str, Union[float, Mapping[str, float]]]
 
+HOST_CULPRITS = "watchdog_coordinator_host_culprit_findings"
 REJECT_REASONS = ("bad_json", "too_large", "no_length", "unauthorized", "version", "schema", "wrong_job", "timeout", "internal")
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -55,6 +56,12 @@ class CoordinatorMetrics:
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
         self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
+        # Hosts to avoid, across jobs: the shipped recording rules sum these over every
+        # coordinator into a decaying per-host suspicion score (`watchdog hosts`). Children
+        # are made at 0 when a host is first seen (``host_seen``), so the first culprit
+        # finding is an increase Prometheus sees, not a series that starts at 1.
+        self.host_culprits = Counter(HOST_CULPRITS, "Findings opened that named a culprit on this host, by cause "
+                                     "(the finding kind)", ["training_job", "host", "cause"], registry=r)
         self._detector_gauges = {STRAGGLER_SCORE: self.straggler, HANG_SECONDS: self.hang,
                                  HANG_DEADLINE_SECONDS: self.hang_deadline}
         self._labels_set: dict[str, set[str]] = {}  # labelled detector gauge -> label values exported

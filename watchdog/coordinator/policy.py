@@ -18,6 +18,11 @@ that kills healthy jobs, so destructive actions are opt-in through a policy file
     checkpoint_timeout_seconds = 120
     abort_grace_seconds = 10   # SIGTERM -> SIGKILL
 
+    [repeats]                  # the restart-loop breaker (repeats.py)
+    same_host = "exclude_host_restart"
+    same_place = "abort"
+    after = 1
+
 The job's own state machine (``JobState`` + ``TRANSITIONS``) says what may
 happen next; ``plan`` never starts an action while another is in flight, and a
 restart that the budget no longer allows becomes an abort, with the reason.
@@ -30,18 +35,21 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
+from . import fingerprint
 from .finding import KINDS, Finding
+from .repeats import Escalation, Repeats, escalate, parse_repeats
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-ACTIONS = ("alert", "abort", "restart", "checkpoint_restart", "exclude_host_restart")
+ACTIONS = ("alert", "abort", "restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart")
 # Most drastic first: when several findings want different actions, the most
 # drastic wins (a hang that needs an abort is not fixed by a checkpoint).
 SEVERITY = {"abort": 4, "restart": 3, "exclude_host_restart": 2, "checkpoint_restart": 1, "alert": 0}
-RESTARTING_ACTIONS = frozenset({"restart", "checkpoint_restart", "exclude_host_restart"})
+SEVERITY["rollback_restart"] = 3  # a restart that also names the checkpoint (loss_anomaly)
+RESTARTING_ACTIONS = frozenset({"restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart"})
 
 
 class PolicyError(ValueError):
@@ -66,6 +74,8 @@ TRANSITIONS: dict[tuple[JobState, str], JobState] = {
     (S.DEGRADED, "restart"): S.RESTARTING,
     (S.RUNNING, "exclude_host_restart"): S.RESTARTING,
     (S.DEGRADED, "exclude_host_restart"): S.RESTARTING,
+    (S.RUNNING, "rollback_restart"): S.RESTARTING,
+    (S.DEGRADED, "rollback_restart"): S.RESTARTING,
     (S.RUNNING, "checkpoint_restart"): S.CHECKPOINTING,
     (S.DEGRADED, "checkpoint_restart"): S.CHECKPOINTING,
     (S.CHECKPOINTING, "checkpoint_done"): S.RESTARTING,
@@ -98,6 +108,7 @@ class Policy:
     min_finding_age_s: float = 5.0
     checkpoint_timeout_s: float = 120.0
     abort_grace_s: float = 10.0
+    repeats: Repeats = field(default_factory=Repeats)
 
     def action_for(self, kind: str) -> str:
         return self.actions.get(kind, "alert")
@@ -120,9 +131,9 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"actions", "limits"}
+    unknown = set(doc) - {"actions", "limits", "repeats"}
     if unknown:
-        raise PolicyError(f"{source}: unknown section(s) {sorted(unknown)}; expected [actions] and [limits]")
+        raise PolicyError(f"{source}: unknown section(s) {sorted(unknown)}; expected [actions], [limits], [repeats]")
     actions = doc.get("actions", {})
     for kind, action in actions.items():
         if kind not in KINDS:
@@ -138,7 +149,10 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         if not ok or (typ is not bool and value < 0):
             raise PolicyError(f"{source}: [limits] {key} = {value!r} must be a {'boolean' if typ is bool else 'number >= 0'}")
         kw[attr] = typ(value)
-    return Policy(actions=dict(actions), **kw)
+    rep = doc.get("repeats", {})
+    if not isinstance(rep, dict):
+        raise PolicyError(f"{source}: [repeats] must be a table")
+    return Policy(actions=dict(actions), repeats=parse_repeats(rep, source, PolicyError), **kw)
 
 
 def load_policy(path: str) -> Policy:
@@ -156,9 +170,20 @@ class JobControl:
     state: JobState = S.RUNNING
     restarts: tuple[float, ...] = ()  # coordinator monotonic times of restarts started
     last_action_at: float | None = None
+    # Fingerprints of the findings restarts were spent on, oldest first (repeats.py).
+    history: tuple[fingerprint.Fingerprint, ...] = ()
 
     def restarted(self, now: float) -> "JobControl":
         return replace(self, restarts=self.restarts + (now,), last_action_at=now)
+
+    def remember(self, fp: fingerprint.Fingerprint) -> "JobControl":
+        return replace(self, history=(self.history + (fp,))[-64:])
+
+    def complete(self, kind: str, ranks: tuple[int, ...], frames: tuple[str, ...]) -> "JobControl":
+        """Stacks arrived for a finding: fill the frames of its fingerprints that lack them."""
+        hist = tuple(fp.with_frames(frames) if (fp.kind, fp.ranks) == (kind, ranks) and not fp.frames else fp
+                     for fp in self.history)
+        return replace(self, history=hist) if hist != self.history else self
 
 
 @dataclass(frozen=True)
@@ -168,9 +193,12 @@ class Plan:
     reason: str
     dry_run: bool = False
     held: bool = False  # a destructive action was wanted but held back (cooldown, age, in flight)
+    fingerprint: fingerprint.Fingerprint | None = None  # of the finding acted on (restarting actions)
+    escalation: Escalation | None = None  # set when the restart-loop breaker changed the action
 
 
-def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Policy) -> Plan:
+def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Policy,
+         frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]] | None = None, hosts_in_job: int = 0) -> Plan:
     """The one action to take now, if any. Pure.
 
     ``findings`` are the active ones as first raised (``detected_mono`` is when).
@@ -193,6 +221,9 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
         left = policy.cooldown_s - (now - job.last_action_at)
         return Plan("alert", f, f"{action} for {f.kind} held: cooldown, {left:.0f} s left", held=True)
     reason = f"{f.kind}: {f.reason}"
+    fp, esc = None, None
+    if action in RESTARTING_ACTIONS:
+        action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {}, hosts_in_job)
     if action in RESTARTING_ACTIONS:
         in_hour = sum(1 for t in job.restarts if now - t < 3600.0)
         if len(job.restarts) >= policy.max_restarts:
@@ -201,4 +232,15 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
         elif in_hour >= policy.max_restarts_per_hour:
             action, reason = "abort", (f"restart budget exhausted ({in_hour} restarts in the last hour, "
                                        f"limit {policy.max_restarts_per_hour}); aborting instead. {reason}")
-    return Plan(action, f, reason, dry_run=policy.dry_run)
+    return Plan(action, f, reason, dry_run=policy.dry_run, fingerprint=fp, escalation=esc)
+
+
+def _repeat(f: Finding, action: str, reason: str, job: JobControl, policy: Policy,
+            frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]], hosts_in_job: int):
+    """The restart-loop breaker (repeats.py): a failure seen before a restart
+    already escalates instead of spending the budget again."""
+    fp = fingerprint.of(f, frames.get(f.key, ()))
+    esc = escalate(fp, job.history, policy.repeats, hosts_in_job)
+    if esc is None:
+        return action, reason, fp, None
+    return esc.action, f"{esc.reason}; escalating to {esc.action}. {reason}", fp, esc

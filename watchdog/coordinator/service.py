@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, health, stack_gather, stack_plan, status, tracker
+from . import evidence_plan, fingerprint, health, stack_gather, stack_plan, status, tracker
 from . import journal_events as je
 from .control import JobController
 from .config import Config
@@ -95,6 +95,9 @@ class Coordinator:
                                      reported=sorted({r.world_size for r in report.ranks}), suppressed=suppressed)
             self._view, events = fold(view, report, now, self.cfg.detectors)
             for name, payload in events:
+                if name == je.HOST_SEEN and not payload.get("agent_restarted"):
+                    for kind in KINDS:  # at 0 from the start: see metrics.host_culprits
+                        self.metrics.host_culprits.labels(self._view.job, report.host, kind)
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
@@ -116,13 +119,15 @@ class Coordinator:
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
         faults = []
         for f in opened:
-            caused = self.control.caused_by(f, now)
+            caused = self.control.caused_by(f, now, view)
             if caused:  # the workers an action stopped, found dead: its effect, not a fault
                 self.log.info(je.EXPECTED_FINDING, kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
                 self._record(je.EXPECTED_FINDING, {**f.to_dict(), "caused_by_action": caused})
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
+            for host in f.hosts:  # culprit hosts only: a finding with no culprit names none
+                self.metrics.host_culprits.labels(view.job, host, f.kind).inc()
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
@@ -245,6 +250,7 @@ class Coordinator:
             trig = rec["trigger"]
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
             self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
+            self.control.stacks(trig, fingerprint.culprit_frames(rec))
             while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self._stack_summary[next(iter(self._stack_summary))]
 

@@ -23,6 +23,7 @@ from .config import DetectorConfig
 from .steps import StepStats, WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
+LOSS_HISTORY = 64
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class FoldedRank:
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None
+    # Finite losses seen (step, loss), oldest first, at most LOSS_HISTORY: one per
+    # report at most (the latest at read time), for loss_anomaly's robust bound.
+    losses: tuple[tuple[int, float], ...] = ()
 
     @property
     def rank(self) -> int:
@@ -189,6 +193,8 @@ def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg
             last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
         )
     rv = _death(rv, s, now)
+    if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
+        rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1):], (s.loss_step, s.loss)))
     st = add_samples(rv.step_stats, s.recent_steps, cfg)
     return rv if st is rv.step_stats else replace(rv, step_stats=st)
 

@@ -122,9 +122,12 @@ class Monitor:
     def stats(self) -> dict[str, int]:
         return {"errors": self._errors, "steps": self.recorder.steps, **self._counters}
 
-    def step(self) -> None:  # replaced per instance by the recorder's own step (see __init__)
-        """Mark the end of the step in progress (and the start of the next)."""
-        self.recorder.step()
+    def step(self, loss: float | None = None) -> None:  # replaced per instance by the recorder's own step (see __init__)
+        """Mark the end of the step in progress (and the start of the next).
+        ``loss``: the step's loss as a Python float (``loss.item()``, which the
+        training loop usually computes anyway; a GPU tensor is not synchronised,
+        it is ignored), for the coordinator's ``loss_anomaly`` detector."""
+        self.recorder.step(loss)
 
     def step_scope(self) -> StepScope:
         """``with mon.step_scope(): ...`` — the step ends when the block exits

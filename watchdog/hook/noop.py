@@ -29,7 +29,7 @@ class NullMonitor:
     def errors(self) -> int:
         return 0
 
-    def step(self) -> None:
+    def step(self, loss: float | None = None) -> None:
         pass
 
     def step_scope(self) -> nullcontext:

@@ -52,12 +52,16 @@ from watchdog.wire import (
     H_TOTAL_COLL_NS,
     H_TOTAL_DATA_NS,
     H_TOTAL_STEP_NS,
+    LOSS_WORDS,
     WORD,
     Phase,
     PgState,
     RecordKind,
     Status,
+    loss_bits,
 )
+
+_INF = float("inf")
 
 # Native-order packs (struct's explicit "<" takes a slower generic conversion
 # path; the slot is little-endian and so are the hosts, as in wire.init_slot).
@@ -77,7 +81,7 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # disabled, or a forked child): whoever holds the recorder (loader iterators,
 # scopes) then writes nothing and pays one call, and so do the holders of its
 # collective marks (wrappers, the DDP comm hook); no hot path asks "am I quiet?".
-_QUIET_METHODS = ("step", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
+_QUIET_METHODS = ("step", "loss", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
 
 
 def _unmarked(nxt: Callable[[], Any]) -> Any:
@@ -138,8 +142,11 @@ class Recorder:
 
     # -- steps ---------------------------------------------------------------------
 
-    def step(self) -> None:
-        """Mark the end of the step in progress (and the start of the next)."""
+    def step(self, loss: float | None = None) -> None:
+        """Mark the end of the step in progress (and the start of the next);
+        ``loss``, when given, is stored first (``loss``: a cold path of its own)."""
+        if loss is not None:
+            self.loss(loss)
         try:
             now = self._clock()
             slot = self._slot
@@ -186,6 +193,29 @@ class Recorder:
                 self.on_control_due(n)
         except Exception as exc:
             self.on_error("step", exc)
+
+    def loss(self, value: float) -> None:
+        """Store the loss of the step about to end (step number ``steps + 1``):
+        the latest value, and the first step and count of NaN/inf losses, so a
+        NaN between two agent reads is never missed. Only a Python number is
+        taken: ``float()`` of a GPU tensor would synchronise the device. Anything
+        else is ignored, counted in ``loss_ignored`` (not an error: it must not
+        disable the monitor). Costs a bracket (~1 us): only users who pass a
+        loss pay it."""
+        try:
+            if type(value) is not float:
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    self.__dict__["loss_ignored"] = self.__dict__.get("loss_ignored", 0) + 1
+                    return
+                value = float(value)
+            n = self._step + 1
+            d = self.__dict__
+            if value != value or value in (_INF, -_INF):
+                d["loss_bad_first"] = d.get("loss_bad_first") or n
+                d["loss_bad_n"] = d.get("loss_bad_n", 0) + 1
+            self._slot.write(zip(LOSS_WORDS, (loss_bits(value), n, d.get("loss_bad_first", 0), d.get("loss_bad_n", 0))))
+        except Exception as exc:
+            self.on_error("loss", exc)
 
     def scope_enter(self) -> None:
         """A step_scope block starts the step, unless waits were already recorded

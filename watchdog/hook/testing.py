@@ -178,6 +178,11 @@ class RankSlot:
         self._steps, self._totals = n, (tot_step, tot_data, tot_coll)
         return n
 
+    def loss(self, value: float, step: int | None = None, bad_first: int = 0, bad_count: int = 0) -> None:
+        """The loss words as ``mon.step(loss=value)`` leaves them (``step``: the step it ended)."""
+        n = self._steps if step is None else step
+        self.update(zip(wire.LOSS_WORDS, (wire.loss_bits(value), n, bad_first, bad_count)))
+
     def enter_collective(self, seq: int, op: wire.CollOp = wire.CollOp.ALL_REDUCE, now_ns: int | None = None) -> None:
         """Collective number ``seq`` (default group) entered at ``now_ns``."""
         now = time.monotonic_ns() if now_ns is None else now_ns

@@ -48,6 +48,9 @@ def label(rec: dict) -> str:
         return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks" + _took(rec)
     if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
+    if ev == je.REPEAT_FAILURE:
+        return f"repeat ({rec.get('rule', '?')}, occurrence {rec.get('occurrences', '?')}): escalated to " \
+               f"{rec.get('action', '?')}: {rec.get('reason', '')}"
     if ev == je.ACTION_PROGRESS:
         return (f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}"
                 + (f", launchers {rec['launchers']}" if rec.get("launchers") else ""))

@@ -12,9 +12,9 @@ of the coordinator's tick; the next tick tries again.
 
 from __future__ import annotations
 
-from . import abort, checkpoint_restart, restart
+from . import abort, checkpoint_restart, restart, rollback_restart
 
 # policy action -> module. exclude_host_restart shares the restart module: it
 # differs only in also stopping the culprit host's launcher.
 MODULES = {"abort": abort, "restart": restart, "checkpoint_restart": checkpoint_restart,
-           "exclude_host_restart": restart}
+           "exclude_host_restart": restart, "rollback_restart": rollback_restart}

@@ -20,6 +20,7 @@ from .collective_hang import CollectiveHang
 from .dead_rank import DeadRank
 from .frozen_rank import FrozenRank
 from .loader_starvation import LoaderStarvation
+from .loss_anomaly import LossAnomaly
 from .never_joined import NeverJoined
 from .straggler import Straggler
 
@@ -36,7 +37,7 @@ class WithGauges(Detector, Protocol):
         ...
 
 
-DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation)
+DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation, LossAnomaly)
 
 
 def build(cfg: DetectorConfig) -> tuple[Detector, ...]:

@@ -21,8 +21,16 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
     starve:all   every rank's data loader is slow
     loader-hang:R@S  rank R's data loader blocks forever fetching the batch of
                  step S (the others wait in that step's all-reduce)
+    nan:R@S      rank R's loss is NaN at step S (a corrupted batch or a flipped
+                 bit): its NaN gradient reaches every rank at the all-reduce
 
-Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0).
+Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0),
+unless --faults-every-attempt (a deterministic failure that comes back).
+
+Rollback. After a ``rollback_restart`` (the coordinator's answer to a NaN or a
+loss spike), the run directory holds a rollback file naming the first bad step
+(watchdog.hook.rollback); the script then resumes from its newest checkpoint
+strictly before that step, once per rollback (``honour_rollback``).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
-from watchdog.hook import install  # watchdog
+from watchdog.hook import install, rollback  # watchdog
 
 
 @dataclass
@@ -57,6 +65,7 @@ class Faults:
     starve: set[int] = field(default_factory=set)
     starve_all: bool = False
     loader_hang: dict[int, int] = field(default_factory=dict)  # rank -> step
+    nan: dict[int, int] = field(default_factory=dict)  # rank -> step
 
 
 def announce(kind: str, rank: int, step: int) -> None:
@@ -69,7 +78,7 @@ def parse_faults(specs: list[str]) -> Faults:
     for spec in specs:
         try:
             kind, _, rest = spec.partition(":")
-            if kind in ("kill", "stop", "hang", "loader-hang"):
+            if kind in ("kill", "stop", "hang", "loader-hang", "nan"):
                 rank, _, step = rest.partition("@")
                 getattr(faults, kind.replace("-", "_"))[int(rank)] = int(step)
             elif kind == "slow":
@@ -142,14 +151,37 @@ def init_process_group(timeout_s: float) -> None:
     )
 
 
-def latest_checkpoint(ckpt_dir: str | None) -> tuple[int, str | None]:
+def latest_checkpoint(ckpt_dir: str | None, before: int | None = None) -> tuple[int, str | None]:
+    """The newest checkpoint (strictly before step ``before``, when given)."""
     if not ckpt_dir or not os.path.isdir(ckpt_dir):
         return 0, None
     steps = [int(n[5:-3]) for n in os.listdir(ckpt_dir) if n.startswith("step-") and n.endswith(".pt")]
+    steps = [s for s in steps if before is None or s < before]
     if not steps:
         return 0, None
     best = max(steps)
     return best, os.path.join(ckpt_dir, f"step-{best:08d}.pt")
+
+
+def honour_rollback(mon, ckpt_dir: str | None) -> tuple[int, str | None]:
+    """The checkpoint to resume from: the newest, or after a rollback_restart the
+    newest before the anomaly, once per rollback. Every rank decides before any
+    rank marks the rollback done (the barrier), so they all load the same one."""
+    rb = rollback.requested(mon)  # watchdog: None unless the coordinator rolled the job back
+    marker = os.path.join(ckpt_dir, f"rollback-{rb.action}.done") if rb and ckpt_dir else ""
+    if rb is None or ckpt_dir is None or not marker or os.path.exists(marker):
+        dist.barrier()
+        return latest_checkpoint(ckpt_dir)
+    step, path = latest_checkpoint(ckpt_dir, before=rb.before_step)
+    print(f"[rank {dist.get_rank()}] rollback {rb.action}: resuming before step {rb.before_step}", flush=True)
+    dist.barrier()
+    if dist.get_rank() == 0:  # checkpoints from the anomaly on hold its state: set them aside
+        for name in os.listdir(ckpt_dir):
+            if name.startswith("step-") and name.endswith(".pt") and int(name[5:-3]) >= rb.before_step:
+                os.replace(os.path.join(ckpt_dir, name), os.path.join(ckpt_dir, name + ".rolled-back"))
+        with open(marker, "w") as f:
+            f.write(str(step))
+    return step, path
 
 
 def save_checkpoint(ckpt_dir: str, step: int, model: DDP, opt: torch.optim.Optimizer) -> None:
@@ -177,11 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="gloo timeout (default: gloo's 30 min)")
     p.add_argument("--fault", action="append", default=[], help="inject a fault (see above)")
+    p.add_argument("--faults-every-attempt", action="store_true",
+                   help="inject the faults after a restart too (a deterministic failure)")
     p.add_argument("--final-params", default=None,
                    help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
     args = p.parse_args(argv)
     faults = parse_faults(args.fault)
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not args.faults_every_attempt:
         faults = Faults()  # injected in the first attempt only: a restarted job is the recovered one
 
     rank = int(os.environ.get("RANK", "0"))
@@ -203,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     mon.watch_ddp(model)  # watchdog: times DDP's gradient all-reduce
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    start_step, path = latest_checkpoint(args.ckpt_dir)
+    with mon.phase("init"):
+        start_step, path = honour_rollback(mon, args.ckpt_dir)
     if path:
         state = torch.load(path, weights_only=True)
         model.module.load_state_dict(state["model"])
@@ -253,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
             announce("stop", rank, step)
             os.kill(os.getpid(), signal.SIGSTOP)
         loss = nn.functional.mse_loss(model(x), y)
+        if faults.nan.get(rank) == step:
+            announce("nan", rank, step)
+            loss = loss * float("nan")
         if compute_s:
             time.sleep(compute_s * (1 + jitter.uniform(-args.jitter, args.jitter)))
         if faults.hang.get(rank) == step:
@@ -268,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_checkpoint(args.ckpt_dir, step, model, opt)
                 if args.ckpt_pause_s:
                     time.sleep(args.ckpt_pause_s)
-        mon.step()  # watchdog: marks the step boundary
+        mon.step(loss=loss.item())  # watchdog: marks the step boundary (the loss is optional)
         if rank == 0 and step % 20 == 0:
             print(f"[rank 0] step {step} loss {loss.item():.4f}", flush=True)
 
