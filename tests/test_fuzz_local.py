@@ -120,7 +120,11 @@ class RecordingActions:
 
 def _signed(kind: str, i: int) -> dict:
     tgt = c.target(1, 4242, 7_000_000)
-    args = {c.SIGNAL: {"signal": "SIGTERM"}, c.CHECKPOINT: {"step": 10, "ranks": [tgt]}}.get(kind, {"ranks": [tgt]})
+    args = {
+        c.SIGNAL: {"signal": "SIGTERM"},
+        c.CHECKPOINT: {"step": 10, "ranks": [tgt]},
+        c.ROLLBACK: {"before_step": 10, "action": "a-1"},
+    }.get(kind, {"ranks": [tgt]})
     return c.sign(
         c.make(
             job="job",
@@ -154,6 +158,7 @@ PATHS = [
     ("args", "signal"),
     ("args", "ranks"),
     ("args", "step"),
+    ("args", "before_step"),
     ("issued_wall",),
     ("expires_wall",),
     ("sig",),
