@@ -51,6 +51,7 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         launcher_pid=v.launcher[0], launcher_start_us=v.launcher[1],
         ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
+        death=v.death,
     )
 
 

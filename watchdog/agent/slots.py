@@ -25,7 +25,7 @@ from typing import Callable
 import psutil
 
 from watchdog import flags, logs, rundir, wire
-from watchdog.agent import track
+from watchdog.agent import deathcause, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
@@ -59,6 +59,8 @@ class LocalRank:
     # The rank's pid in this agent's pid namespace when it differs from the one it
     # recorded (a hostPID agent, a training pod without hostPID); 0 = the same.
     host_pid: int = 0
+    # Why it died (deathcause.explain), once dead; empty while alive or unknown.
+    death: dict = field(default_factory=dict)
 
     @property
     def identity(self) -> wire.Identity:
@@ -89,6 +91,8 @@ class _Slot:
     error: str = ""  # reason of the read-error episode in progress
     launcher: tuple[int, int] = (0, 0)
     host_pid: int = 0
+    oom: deathcause.OomBaseline | None = None
+    death: dict = field(default_factory=dict)
 
     @property
     def header(self) -> wire.SlotHeader:
@@ -112,13 +116,14 @@ class SlotTracker:
                  procs: ProcessTable | None = None, read: Callable = wire.read_slot,
                  lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
                  stat: Callable = os.stat, log=None,
-                 parent: Callable[[int], tuple[int, int]] | None = None) -> None:
+                 parent: Callable[[int], tuple[int, int]] | None = None, death_causes: bool = True) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
         self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
         self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
+        self._causes = death_causes  # off: no /proc, cgroup or kernel-log reads at a death (tests with fakes)
         self.procs = procs or ProcessTable()
         self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
@@ -222,7 +227,8 @@ class SlotTracker:
         slot = _Slot(path=path, inode=inode, snap=snap, status=snap.header.status,
                      heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
                      launcher=self._parent(here) if proc.alive else (0, 0),
-                     host_pid=here if here != ident.pid else 0)
+                     host_pid=here if here != ident.pid else 0,
+                     oom=deathcause.OomBaseline.read(here) if proc.alive and self._causes else None)
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
@@ -262,11 +268,27 @@ class SlotTracker:
         state = track.rank_state(slot.status, proc)
         if state != slot.state:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
+            if state == track.DEAD and self._causes:
+                slot.death = self._death(slot)
             self._log.info(event, job=ident.job, rank=ident.rank, pid=ident.pid, proc_status=proc.status,
-                           step=slot.header[wire.H_STEP], path=slot.path)
+                           step=slot.header[wire.H_STEP], path=slot.path,
+                           **({"cause": slot.death["summary"]} if "summary" in slot.death else {}))
             slot.state = state
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
+
+    def _death(self, slot: _Slot) -> dict:
+        """Why it died, read once at the death (after the slot's final read)."""
+        ident = slot.header.identity
+        try:
+            exit_status = getattr(self.procs, "exit_status", None)
+            return deathcause.explain(
+                wait_status=exit_status(ident.pid, ident.proc_start_us) if exit_status else None,
+                hook_status=track.label(wire.Status, slot.status, "unknown"), slot_path=slot.path, oom=slot.oom,
+                host_pid=slot.host_pid or ident.pid)
+        except Exception as exc:  # a detail of the post-mortem, never the poll
+            self._log.warning("death cause unreadable", rank=ident.rank, pid=ident.pid, error=str(exc))
+            return {}
 
     def _absorb(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
         h = snap.header
@@ -353,7 +375,7 @@ class SlotTracker:
         """The ranks to export: one per (job, rank), sorted."""
         with self._lock:
             out = [LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
-                       s.host_pid)
+                             s.host_pid, s.death)
                    for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
 
@@ -362,7 +384,7 @@ class SlotTracker:
         is about the process a finding named, which may have been replaced since."""
         with self._lock:
             return tuple(LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps), s.launcher,
-                       s.host_pid)
+                                   s.host_pid, s.death)
                          for s in self._slots.values() if s.header.identity.job == job)
 
     def state_counts(self) -> dict[str, int]:
