@@ -59,7 +59,7 @@ class JobController:
         events: list[Event] = []
         reqs: list[CommandRequest] = []
         if self.op is not None:
-            self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now)
+            self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now, view)
         if self.job.state is P.JobState.FAILED:
             return reqs, events
         if self.job.state in P.IDLE:
@@ -76,17 +76,23 @@ class JobController:
             self._held = held
             return reqs, events
         self._held = ""
+        self._start(p, view, now, reqs, events)
+        return reqs, events
+
+    def _start(self, p: P.Plan, view: ClusterView, now: float, reqs: list[CommandRequest], events: list[Event],
+               **extra: Any) -> None:
+        assert p.finding is not None
         self._count += 1
         op_id = f"a-{self._count}"
         started = {"action_id": op_id, "action": p.action, "reason": p.reason, "kind": p.finding.kind,
                    "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
-                   "job_state": self.job.state.value}
+                   "job_state": self.job.state.value, **extra}
         if p.dry_run:
             events.append((je.ACTION, started))
             events.append((je.ACTION_OUTCOME, {"action_id": op_id, "action": p.action, "ok": True,
                                                "result": "dry run: nothing done"}))
             self.job = replace(self.job, last_action_at=now)
-            return reqs, events
+            return
         restart_n = 0
         if p.action in P.RESTARTING_ACTIONS:
             self.job = self.job.restarted(now)
@@ -98,16 +104,25 @@ class JobController:
         self._move(p.action, events)
         self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
                             grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now,
-                            extra={"timeout_s": self.policy.checkpoint_timeout_s})
-        self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now)
-        return reqs, events
+                            extra={"timeout_s": self.policy.checkpoint_timeout_s,
+                                   "resume_timeout_s": self.policy.resume_timeout_s})
+        self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now, view)
 
-    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float) -> None:
+    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float,
+               view: ClusterView) -> None:
         self.op = None if step.done else step.op
         if step.done:
             self._last = (step.op, now)
         reqs.extend(step.requests)
         events.extend(step.events)
+        if step.state_event == "restart_failed":
+            # Not a silence and not the end: the policy's escalation (abort with stacks)
+            # starts now, on the incarnations there are now.
+            result = next((pl.get("result", "") for name, pl in step.events if name == je.ACTION_OUTCOME), "")
+            finding = replace(step.op.finding, detected_mono=now)
+            self._start(P.after_failed_restart(finding, result or "restart failed", self.policy), view, now, reqs,
+                        events, escalated_from=step.op.id)
+            return
         if step.state_event:
             self._move(step.state_event, events)
         if step.done:

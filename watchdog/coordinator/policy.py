@@ -17,6 +17,7 @@ that kills healthy jobs, so destructive actions are opt-in through a policy file
     min_finding_age_seconds = 5   # a finding must persist this long first
     checkpoint_timeout_seconds = 120
     abort_grace_seconds = 10   # SIGTERM -> SIGKILL
+    resume_timeout_seconds = 300  # a restarted group not stepping by then: restart failed
 
 The job's own state machine (``JobState`` + ``TRANSITIONS``) says what may
 happen next; ``plan`` never starts an action while another is in flight, and a
@@ -98,6 +99,7 @@ class Policy:
     min_finding_age_s: float = 5.0
     checkpoint_timeout_s: float = 120.0
     abort_grace_s: float = 10.0
+    resume_timeout_s: float = 300.0
 
     def action_for(self, kind: str) -> str:
         return self.actions.get(kind, "alert")
@@ -111,6 +113,7 @@ _LIMITS = {
     "min_finding_age_seconds": ("min_finding_age_s", float),
     "checkpoint_timeout_seconds": ("checkpoint_timeout_s", float),
     "abort_grace_seconds": ("abort_grace_s", float),
+    "resume_timeout_seconds": ("resume_timeout_s", float),
 }
 
 
@@ -202,3 +205,12 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
             action, reason = "abort", (f"restart budget exhausted ({in_hour} restarts in the last hour, "
                                        f"limit {policy.max_restarts_per_hour}); aborting instead. {reason}")
     return Plan(action, f, reason, dry_run=policy.dry_run)
+
+
+def after_failed_restart(finding: Finding, result: str, policy: Policy) -> Plan:
+    """A restart that did not bring the job back is an outcome, and it escalates:
+    abort, whose first step takes every rank's stack (the evidence of why the
+    new group is stuck), instead of leaving the job stuck with a never_joined
+    finding and no decision. No budget or cooldown applies: the abort ends the
+    restart in flight, it does not start another."""
+    return Plan("abort", finding, f"{result}; escalating to abort (every rank's stack first)", dry_run=policy.dry_run)
