@@ -25,6 +25,7 @@ from .actions import MODULES
 from .actions.common import Event, Operation, Step
 from .evidence_plan import CommandRequest
 from .finding import Finding
+from .recover import Recovered
 from .view import ClusterView
 
 
@@ -37,6 +38,30 @@ class JobController:
         self._held: str = ""  # last held reason journaled (state changes, not ticks)
         self._last: tuple[Operation | None, float] = (None, 0.0)  # the last finished action, when
         self.errors = 0
+        self._recovered_at: float | None = None  # rebuilt from the journal: wait to hear from its hosts
+        self._start_again = False
+
+    RECOVER_WAIT_S = 15.0  # a rebuilt action waits this long at most for its hosts' first reports
+
+    def restore(self, rec: Recovered, now: float) -> None:
+        """Carry on from the journal (recover.replay) instead of from scratch."""
+        self.job, self._count, self.op = rec.job, rec.count, rec.op
+        self._start_again = rec.restart_op
+        self._recovered_at = now if rec.op is not None else None
+
+    def _waiting_for_hosts(self, view: ClusterView, now: float) -> bool:
+        """A rebuilt action acts on an empty view otherwise: every worker would look
+        gone (a restart would conclude at once) before any agent has reported."""
+        if self._recovered_at is None or self.op is None:
+            return False
+        hosts = {h for _, (_, _, h) in self.op.workers} | {h for _, _, h in self.op.launchers}
+        if not hosts:
+            hosts = set(self.op.finding.hosts)
+        unheard = (hosts and not hosts <= set(view.hosts)) or not view.hosts
+        if unheard and now - self._recovered_at < self.RECOVER_WAIT_S:
+            return True
+        self._recovered_at = None
+        return False
 
     @property
     def state(self) -> P.JobState:
@@ -58,7 +83,13 @@ class JobController:
         findings = list(findings)
         events: list[Event] = []
         reqs: list[CommandRequest] = []
-        if self.op is not None:
+        if self._waiting_for_hosts(view, now):
+            return reqs, events
+        if self.op is not None and self._start_again:  # an abort decided before the restart, nothing sent yet
+            self._start_again = False
+            self.op = replace(self.op, finding=replace(self.op.finding, detected_mono=now))
+            self._apply(MODULES[self.op.action].start(self.op, view, now), reqs, events, now, view)
+        elif self.op is not None:
             self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now, view)
         if self.job.state is P.JobState.FAILED:
             return reqs, events

@@ -21,7 +21,7 @@ from ..evidence_plan import CommandRequest
 from ..finding import ranks_phrase
 from ..stack_plan import MAX_PER_HOST
 from ..view import ClusterView
-from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
+from .common import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
 
 STACKS_WAIT_S = 15.0
 MAX_KILL_ROUNDS = 3
@@ -50,7 +50,7 @@ def _term(op: Operation, view: ClusterView, now: float) -> Step:
     op = op.at("term", now, last_sent=now)
     return Step(op, signals(op, "SIGTERM", live, op.launchers),
                 ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in op.launchers])),))
+                                            launchers=[p for p, _, _ in op.launchers], idents=idents(op))),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:

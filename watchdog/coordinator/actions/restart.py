@@ -21,7 +21,7 @@ from __future__ import annotations
 from .. import journal_events as je
 from ..finding import ranks_phrase, seconds
 from ..view import ClusterView
-from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
+from .common import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
 
@@ -36,7 +36,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     live = live_workers(op, view)
     return Step(op, signals(op, "SIGTERM", live, launchers),
                 ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in launchers])),))
+                                            launchers=[p for p, _, _ in launchers], idents=idents(op))),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
