@@ -132,3 +132,29 @@ def test_explain_without_an_exit_status_says_what_the_hook_saw(tmp_path):
     slot = crash_file(tmp_path, message="x", where="loader.py:3", thread="worker-2")
     d = deathcause.explain(wait_status=signal.SIGTERM, hook_status="running", slot_path=slot)
     assert d["summary"] == "last exception ZeroDivisionError: x at loader.py:3 (in thread worker-2), exit -15 (SIGTERM)"
+
+
+def test_an_oom_kill_counted_in_a_shared_cgroup_is_not_blamed_on_a_rank_whose_exit_is_unknown(tmp_path):
+    events = tmp_path / "memory.events"
+    events.write_text("oom_kill 1\n")
+    d = deathcause.explain(
+        wait_status=None,
+        hook_status="running",
+        slot_path="",
+        oom=deathcause.OomBaseline(str(events), 0),
+        host_pid=4243,
+        kmsg="/nonexistent",
+    )
+    assert (
+        d["summary"] == "its memory cgroup recorded an OOM kill (cgroup memory.events oom_kill 0 -> 1), possibly of "
+        "another process"
+    )
+    d = deathcause.explain(
+        wait_status=signal.SIGTERM,
+        hook_status="running",
+        slot_path="",
+        oom=deathcause.OomBaseline(str(events), 0),
+        host_pid=4243,
+        kmsg="/nonexistent",
+    )
+    assert d["summary"] == "exit -15 (SIGTERM)"  # torchrun's teardown of a victim: no OOM look at all

@@ -179,3 +179,12 @@ def test_deaths_named_together_say_each_cause_once():
     assert f.ranks == (1, 2, 3), f
     assert f.reason.endswith("; ranks 1,3: exit -9 (SIGKILL); rank 2: RuntimeError: Connection closed by peer at "
                              "train.py:88, exit 1"), f.reason
+
+
+def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
+    exc = {"summary": "ZeroDivisionError: float division by zero at train_ddp.py:104"}
+    v = t.view(t.with_rank(t.healthy(), 1, status="failed", heartbeat_age_s=4.0, death=exc), now=100.0)
+    (f,) = FrozenRank(CFG).check(100.5, v)
+    assert f.ranks == (1,)
+    assert "exiting after an uncaught exception (ZeroDivisionError: float division by zero at train_ddp.py:104)" \
+        in f.reason, f.reason

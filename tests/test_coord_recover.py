@@ -256,3 +256,9 @@ def test_the_coordinator_journals_what_it_recovered_and_continues_the_ids(tmp_pa
     assert summary["restarts_used"] == 1 and summary["in_flight"]["action_id"] == "a-1"
     assert summary["open_findings"] == []  # the finding itself was never journaled in this test
     coord.journal.close()
+
+
+def test_a_fresh_journal_recovers_nothing():
+    records = [{"event": je.START, "t_wall": WALL0, "job": "job"}, {"event": je.CONFIG, "t_wall": WALL0, "config": {}},
+               {"event": je.HOST_SEEN, "t_wall": WALL0, "host": "h"}]
+    assert recover.replay(records, 1.0, WALL0 + 1.0, "job", POLICY).empty

@@ -99,7 +99,8 @@ class RankState:
     ctrl_ack_ok: bool = True
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
-    # and ``summary``, the line for a person. Empty while alive or when unknown.
+    # and ``summary``, the line for a person. Empty while alive or when unknown;
+    # already set while a crashing rank (hook status failed) is still shutting down.
     death: dict = field(default_factory=dict, compare=False)
 
     @property

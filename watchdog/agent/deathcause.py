@@ -182,18 +182,21 @@ def explain(
     elif hook_status == "failed" and crash is None:
         parts.append("uncaught exception (hook status failed)")
     if code is None or sig == "SIGKILL":  # the OOM killer sends SIGKILL; nothing else needs the look
-        evidence = []
+        kernel = kernel_oom_line(host_pid, kmsg) if host_pid > 0 else ""
+        counted = ""
         if oom is not None and oom.counter_file:
             now = oom_kills(oom.counter_file)
             if now is not None and oom.kills is not None and now > oom.kills:
-                name = os.path.basename(oom.counter_file)
-                evidence.append(f"cgroup {name} oom_kill {oom.kills} -> {now}")
-        kernel = kernel_oom_line(host_pid, kmsg) if host_pid > 0 else ""
-        if kernel:
-            evidence.append(f"kernel: {kernel[:200]}")
-        if evidence:
+                counted = f"cgroup {os.path.basename(oom.counter_file)} oom_kill {oom.kills} -> {now}"
+        evidence = [e for e in (counted, f"kernel: {kernel[:200]}" if kernel else "") if e]
+        if kernel or (counted and sig == "SIGKILL"):
             out["oom"] = "; ".join(evidence)
-            parts.append(f"OOM-killed by the kernel ({'; '.join(evidence)})")
+            parts.append(f"OOM-killed by the kernel ({out['oom']})")
+        elif counted:
+            # Ranks often share a cgroup (one container): an OOM kill counted there may
+            # have been another process's. Said as a possibility, never as the cause.
+            out["oom"] = counted
+            parts.append(f"its memory cgroup recorded an OOM kill ({counted}), possibly of another process")
     if parts:
         out["summary"] = ", ".join(parts)
     return out

@@ -266,6 +266,10 @@ class SlotTracker:
                                rank=ident.rank, pid=ident.pid)
             slot.proc = proc
         state = track.rank_state(slot.status, proc)
+        if slot.status == wire.Status.FAILED and proc.alive and not slot.death and self._causes:
+            # Crashing but not gone yet (interpreter shutdown, a process group's teardown can
+            # take seconds): its heartbeat stops now, so say why before it is called frozen.
+            slot.death = deathcause.explain(wait_status=None, hook_status="failed", slot_path=slot.path)
         if state != slot.state:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
             if state == track.DEAD and self._causes:

@@ -44,6 +44,9 @@ from .actions.common import Operation
 from .finding import Finding
 
 RESTARTING = frozenset({"restart", "checkpoint_restart", "exclude_host_restart"})
+# The records a decision is rebuilt from; a journal with none of them is a fresh start.
+DECISIONS = frozenset({je.ACTION, je.ACTION_PROGRESS, je.RESTART, je.ACTION_OUTCOME, je.STATE, je.FINDING,
+                       je.EXPECTED_FINDING, je.RESOLVED})
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Recovered:
     restart_op: bool = False  # op must be started again (an abort that had sent nothing)
     interrupted: tuple[dict[str, Any], ...] = ()  # action_outcome payloads to journal: actions closed here
     active: dict[tracker.Key, tracker.Active] = field(default_factory=dict)
-    records: int = 0  # of this job, read
+    records: int = 0  # of this job's decision records (DECISIONS), read
 
     @property
     def empty(self) -> bool:
@@ -149,7 +152,7 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
         if event == je.START:
             ours = not job or not rec.get("job") or rec.get("job") == job
             continue
-        if not ours:
+        if not ours or event not in DECISIONS:
             continue
         n += 1
         aid = rec.get("action_id")

@@ -21,6 +21,13 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
     starve:all   every rank's data loader is slow
     loader-hang:R@S  rank R's data loader blocks forever fetching the batch of
                  step S (the others wait in that step's all-reduce)
+    raise:R@S    rank R raises ZeroDivisionError in its loss scaling at step S
+    oom:R@S      rank R allocates memory until it is stopped, at step S. With
+                 WATCHDOG_FAULT_CGROUP (a memory-limited cgroup directory) every
+                 rank joins it at start, as in a container, and the kernel
+                 OOM-kills rank R there; without it, rank R grows under an
+                 address-space limit 256 MiB above its size (a MemoryError).
+                 Never the whole machine's memory.
 
 Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0).
 """
@@ -57,6 +64,8 @@ class Faults:
     starve: set[int] = field(default_factory=set)
     starve_all: bool = False
     loader_hang: dict[int, int] = field(default_factory=dict)  # rank -> step
+    raise_: dict[int, int] = field(default_factory=dict)  # rank -> step
+    oom: dict[int, int] = field(default_factory=dict)
 
 
 def announce(kind: str, rank: int, step: int) -> None:
@@ -69,9 +78,10 @@ def parse_faults(specs: list[str]) -> Faults:
     for spec in specs:
         try:
             kind, _, rest = spec.partition(":")
-            if kind in ("kill", "stop", "hang", "loader-hang"):
+            if kind in ("kill", "stop", "hang", "loader-hang", "raise", "oom"):
                 rank, _, step = rest.partition("@")
-                getattr(faults, kind.replace("-", "_"))[int(rank)] = int(step)
+                attr = {"raise": "raise_"}.get(kind, kind.replace("-", "_"))
+                getattr(faults, attr)[int(rank)] = int(step)
             elif kind == "slow":
                 rank, _, factor = rest.partition(":")
                 faults.slow[int(rank)] = float(factor)
@@ -87,6 +97,32 @@ def parse_faults(specs: list[str]) -> Faults:
         except ValueError as exc:
             raise SystemExit(f"--fault {spec!r}: {exc} (see --help for the forms)") from None
     return faults
+
+
+def loss_scale(step: int, broken: bool) -> float:
+    """The raise fault's place: a bug in the user's own code."""
+    return 1.0 / (0 if broken else 1)
+
+
+def join_fault_cgroup() -> None:
+    """The oom fault's confinement: the job runs in a memory-limited cgroup."""
+    cgroup = os.environ.get("WATCHDOG_FAULT_CGROUP")
+    if cgroup:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+
+
+def blow_up_memory() -> None:
+    """The oom fault: grow until stopped, confined (see the module doc)."""
+    if not os.environ.get("WATCHDOG_FAULT_CGROUP"):
+        import resource
+
+        with open("/proc/self/statm") as fh:
+            size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+    hoard = []
+    while True:
+        hoard.append(bytearray(32 << 20))  # zero-filled: every page touched
 
 
 class SyntheticRegression(Dataset):
@@ -186,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.set_num_threads(1)  # 4 ranks share 2 cores
+    if faults.oom:
+        join_fault_cgroup()
     mon = install()  # watchdog: reads RANK/WORLD_SIZE and WATCHDOG_* from the env
 
     if rank in faults.never_join:
@@ -252,7 +290,14 @@ def main(argv: list[str] | None = None) -> int:
         if faults.stop.get(rank) == step:
             announce("stop", rank, step)
             os.kill(os.getpid(), signal.SIGSTOP)
+        if faults.oom.get(rank) == step:
+            announce("oom", rank, step)
+            blow_up_memory()
         loss = nn.functional.mse_loss(model(x), y)
+        if rank in faults.raise_:
+            if faults.raise_[rank] == step:
+                announce("raise", rank, step)
+            loss = loss * loss_scale(step, faults.raise_[rank] == step)
         if compute_s:
             time.sleep(compute_s * (1 + jitter.uniform(-args.jitter, args.jitter)))
         if faults.hang.get(rank) == step:
