@@ -259,6 +259,33 @@ def test_the_coordinator_journals_what_it_recovered_and_continues_the_ids(tmp_pa
 
 
 def test_a_fresh_journal_recovers_nothing():
-    records = [{"event": je.START, "t_wall": WALL0, "job": "job"}, {"event": je.CONFIG, "t_wall": WALL0, "config": {}},
-               {"event": je.HOST_SEEN, "t_wall": WALL0, "host": "h"}]
+    records = [
+        {"event": je.START, "t_wall": WALL0, "job": "job"},
+        {"event": je.CONFIG, "t_wall": WALL0, "config": {}},
+        {"event": je.HOST_SEEN, "t_wall": WALL0, "host": "h"},
+    ]
     assert recover.replay(records, 1.0, WALL0 + 1.0, "job", POLICY).empty
+
+
+def test_recovered_findings_are_not_resolved_before_any_agent_reported(tmp_path):
+    import json
+
+    from watchdog.coordinator import journal
+    from watchdog.coordinator.config import Config
+    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.service import Coordinator
+
+    path = str(tmp_path / "journal.jsonl")
+    recs = Journaled().records + [{"event": je.FINDING, "t_wall": WALL0 + 100.0, **finding().to_dict()}]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in recs)
+    coord = Coordinator(
+        Config(journal=path, job="job", world_size=4, policy=POLICY, resolve_grace_s=0.0),
+        Journal(path, lambda: (WALL0 + 200.0, 200.0)),
+    )
+    coord.recover(200.0, WALL0 + 200.0)
+    for k in range(10):
+        coord.tick(200.0 + k, WALL0 + 200.0 + k)
+    assert list(coord.active) == [("dead_rank", (1,))]
+    assert [r for r in journal.read(path) if r["event"] == je.RESOLVED] == []
+    coord.journal.close()

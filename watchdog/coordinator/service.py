@@ -136,7 +136,9 @@ class Coordinator:
         outcomes = self.runner.run(now, view)
         findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
                     for o in outcomes for f in o.findings]
-        ran = [o.name for o in outcomes if o.ok]
+        # Before any agent reported (a coordinator just restarted on its journal), no
+        # detector saw anything: the open findings it recovered are not resolved by that.
+        ran = [o.name for o in outcomes if o.ok] if view.hosts else []
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
         faults = []
         for f in opened:
