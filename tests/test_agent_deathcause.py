@@ -34,6 +34,9 @@ def test_the_wait_status_of_a_zombie_says_exit_code_or_signal():
         try:
             status = deathcause.zombie_status(proc.pid)
             assert status is not None and deathcause.decode(status) == expected
+            start = round(psutil.Process(proc.pid).create_time() * 1e6)
+            assert deathcause.zombie_status(proc.pid, start_us=start) == status
+            assert deathcause.zombie_status(proc.pid, start_us=start - 5_000_000) is None  # another process's pid
         finally:
             proc.wait()
         assert deathcause.zombie_status(proc.pid) is None  # reaped: gone with it

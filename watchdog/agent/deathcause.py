@@ -29,26 +29,35 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from watchdog.hook import crashrecord
 
 MAX_KMSG_RECORDS = 20000  # the kernel ring is 128 KiB - a few MiB: bounded either way
 MAX_DETAIL = 2000  # traceback / fatal dump tail carried in every report while the rank is exported
 
 
-def zombie_status(pid: int, proc_root: str = "/proc") -> int | None:
-    """The raw wait status of ``pid`` if it is a zombie now, else None."""
+def zombie_status(pid: int, proc_root: str = "/proc", start_us: int = 0, tolerance_us: int = 20_000) -> int | None:
+    """The raw wait status of ``pid`` if it is a zombie now, else None. With
+    ``start_us`` (the rank's recorded start time), only if the zombie is that
+    process and not a reused pid's."""
     try:
         with open(f"{proc_root}/{pid}/stat", "rb") as fh:
             raw = fh.read(4096).decode("ascii", "replace")
     except OSError:
         return None
     rest = raw[raw.rfind(")") + 2 :].split()  # comm may hold spaces and parens: cut after the last ')'
-    # rest[0] is field 3 (state); field 52 (exit_code) is rest[49].
+    # rest[0] is field 3 (state); field 22 (starttime, clock ticks after boot) is rest[19];
+    # field 52 (exit_code) is rest[49].
     if len(rest) < 50 or rest[0] != "Z":
         return None
     try:
+        if start_us:
+            started = psutil.boot_time() * 1e6 + int(rest[19]) * 1e6 / os.sysconf("SC_CLK_TCK")
+            if abs(started - start_us) > tolerance_us:
+                return None
         return int(rest[49])
-    except ValueError:
+    except (ValueError, OSError):
         return None
 
 

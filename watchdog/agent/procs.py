@@ -171,7 +171,7 @@ class ProcessTable:
         self._fds[key], self._fd_keys[fd] = fd, key
         self._poller.register(fd, select.POLLIN)
         if self._deathwatch is not None:
-            self._deathwatch.watch(key, fd, probe=functools.partial(deathcause.zombie_status, host))
+            self._deathwatch.watch(key, fd, probe=functools.partial(deathcause.zombie_status, host, start_us=key[1]))
 
     def _unpin(self, key: Key) -> None:
         fd = self._fds.pop(key, None)
@@ -189,7 +189,7 @@ class ProcessTable:
         key = (pid, start_us)
         status = self._deathwatch.info(key) if self._deathwatch is not None else None
         if status is None and self._factory is psutil.Process:
-            status = deathcause.zombie_status(self._host.get(key, pid))
+            status = deathcause.zombie_status(self._host.get(key, pid), start_us=start_us)
         return status
 
     def _bury(self, key: Key, now_ns: int, prev: ProcSample | None, status: str) -> ProcSample:
