@@ -331,3 +331,19 @@ def test_held_actions_are_journaled_once_per_reason_not_every_tick():
     c, v = JobController(replace(RESTART, min_finding_age_s=5)), old_view()
     held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == je.ACTION_HELD]
     assert len(held) == 1 and "finding is 1.0 s old" in held[0][1]["reason"]
+
+
+def test_a_restarted_group_that_died_again_fails_without_waiting_out_the_resume_timeout():
+    c, v = JobController(replace(RESTART, resume_timeout_s=300)), old_view()
+    c.tick([finding()], v, 101.0)
+    v = gone(v, 102.0)
+    c.tick([], v, 102.0)
+    v = stuck_in_init(v, 110.0)
+    crash = {"summary": "RuntimeError: Gloo connectFullMesh failed at train.py:12, exit 1"}
+    v = T.view([replace(v.ranks[r].state, alive=False, gone_age_s=0.5, death=crash) for r in range(4)], 111.0,
+               base=v, seq=4)
+    assert c.tick([], v, 125.0) == ([], [])  # torchrun may still start another attempt
+    _, events = c.tick([], v, 131.0)
+    assert events[0][1]["result"].startswith("restart failed: ranks 0-3 died again: RuntimeError: Gloo connectFullMesh"), \
+        events[0][1]
+    assert events[1][1]["action"] == "abort"

@@ -60,13 +60,28 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             (je.ACTION_OUTCOME, brief(op, ok=True, result=f"restart {op.restart_n}, resumed from step {step}",
                                       seconds=round(now - op.started, 3)))), done=True, state_event="resumed")
     limit = op.extra.get("resume_timeout_s", RESUME_TIMEOUT_S)
-    if now - op.phase_at >= limit:
+    if now - op.phase_at >= limit or all_died_again(op, view, now):
         why = why_not_resumed(op, view, now)
         return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=f"restart failed: {why}",
                                                        restart=op.restart_n, resume_timeout_s=limit,
                                                        seconds=round(now - op.started, 3))),),
                     done=True, ok=False, state_event="restart_failed")
     return Step(op)
+
+
+DIED_AGAIN_S = 20.0  # every new worker dead this long, none newer: the launcher gave up, not restarting
+
+
+def all_died_again(op: Operation, view: ClusterView, now: float) -> bool:
+    """Every rank's newest process is a new one that died (a restart that fails
+    at init), and none came since for DIED_AGAIN_S: no reason to wait out the
+    resume timeout. A launcher with restarts left makes newer ones sooner."""
+    old = {(pid, start) for _, (pid, start, _) in op.workers}
+    world = view.world_size or max((rv.state.world_size for rv in view.ranks.values()), default=0)
+    ranks = [view.ranks.get(r) for r in range(world)]
+    if not world or any(rv is None or rv.incarnation in old or rv.state.alive or rv.died_at is None for rv in ranks):
+        return False
+    return all(rv is not None and rv.died_at is not None and now - rv.died_at >= DIED_AGAIN_S for rv in ranks)
 
 
 def why_not_resumed(op: Operation, view: ClusterView, now: float) -> str:

@@ -162,10 +162,15 @@ class BlockingAt(Dataset):
         return self.inner[i]
 
 
-def init_process_group(timeout_s: float) -> None:
+def init_process_group(timeout_s: float, plain: bool = False) -> None:
     """gloo init on a store prefixed with torchelastic's restart count: restarted
     workers must not read the peer addresses the previous attempt left in the
-    agent's store (otherwise gloo's connectFullMesh is refused after a restart)."""
+    agent's store (otherwise gloo's connectFullMesh is refused after a restart).
+    ``plain``: what an unmodified script does, which cannot restart (tests of a
+    restart that fails)."""
+    if plain:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.TCPStore(
@@ -213,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="gloo timeout (default: gloo's 30 min)")
     p.add_argument("--fault", action="append", default=[], help="inject a fault (see above)")
+    p.add_argument("--plain-init", action="store_true",
+                   help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin")
     p.add_argument("--final-params", default=None,
                    help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
     args = p.parse_args(argv)
@@ -233,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
 
     with mon.phase("init"):
-        init_process_group(args.pg_timeout_s)
+        init_process_group(args.pg_timeout_s, plain=args.plain_init)
     world = dist.get_world_size()
 
     torch.manual_seed(args.seed)
