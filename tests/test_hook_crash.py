@@ -37,7 +37,7 @@ def test_exit_status_in_the_slot(tmp_path, how, status):
 RECORDED = """
 import os, signal, sys, threading
 from watchdog.hook import install
-mon = install(run_dir=sys.argv[1], job="crash")
+mon = install(run_dir=sys.argv[1], job="crash", patch_collectives=False)  # no torch: fast
 mon.step()
 how = sys.argv[2]
 if how == "thread":
@@ -110,3 +110,15 @@ def test_hostile_crash_files_are_refused(tmp_path):
         assert crashrecord.read_crash(slot) is None, raw
     (tmp_path / "x.slot.crash").write_bytes(b'{"type": "E", "message": ["x"], "pid": true}')
     assert crashrecord.read_crash(slot)["message"] == "" and crashrecord.read_crash(slot)["pid"] == 0
+
+
+def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared_at_install(tmp_path):
+    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), "raise"], capture_output=True, text=True,
+                         timeout=60)
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert os.path.exists(path + ".crash"), out.stderr
+    pid = int(path.rsplit(".pid", 1)[1].split(".")[0])
+    again = ("import sys, os\nos.getpid = lambda: %d\nfrom watchdog.hook import install\n"
+             "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n" % pid)
+    subprocess.run([sys.executable, "-c", again, str(tmp_path)], check=True, timeout=60)
+    assert not os.path.exists(path + ".crash")

@@ -73,6 +73,18 @@ def write(slot_path: str | None, exc_type: type, exc: BaseException | None, tb: 
         return False
 
 
+def clear(slot_path: str | None) -> None:
+    """At install: a slot file name (job, rank, pid) can come back with a reused
+    pid; the crash record left by its earlier owner must not be read as ours."""
+    if not slot_path:
+        return
+    for path in (crash_path(slot_path), fatal_path(slot_path)):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 class FatalDump:
     """faulthandler into ``<slot>.fatal`` for a segfault/abort (SIGSEGV, SIGABRT,
     SIGBUS, SIGFPE, SIGILL): the Python stack of every thread at the fatal

@@ -136,6 +136,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
     if not mon._disabled:
         mon.recorder.set_status(Status.RUNNING)
         if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
+            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
             _fatal.enable(mon.slot_path)
     return mon
 
