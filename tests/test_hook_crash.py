@@ -118,7 +118,7 @@ def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared
     (path,) = wire.list_slot_files(str(tmp_path))
     assert os.path.exists(path + ".crash"), out.stderr
     pid = int(path.rsplit(".pid", 1)[1].split(".")[0])
-    again = ("import sys, os\nos.getpid = lambda: %d\nfrom watchdog.hook import install\n"
-             "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n" % pid)
+    again = (f"import sys, os\nos.getpid = lambda: {pid}\nfrom watchdog.hook import install\n"
+             "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n")
     subprocess.run([sys.executable, "-c", again, str(tmp_path)], check=True, timeout=60)
     assert not os.path.exists(path + ".crash")
