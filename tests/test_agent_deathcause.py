@@ -161,3 +161,12 @@ def test_an_oom_kill_counted_in_a_shared_cgroup_is_not_blamed_on_a_rank_whose_ex
         kmsg="/nonexistent",
     )
     assert d["summary"] == "exit -15 (SIGTERM)"  # torchrun's teardown of a victim: no OOM look at all
+
+
+def test_a_long_wrapped_exception_message_is_cut_in_the_summary_and_kept_in_the_evidence(tmp_path):
+    message = "Got the following error when running the callback: " + "x" * 300 + "\nTraceback (most recent...)\n"
+    slot = crash_file(tmp_path, type="RuntimeError", message=message, where="graph.py:979", thread="MainThread")
+    d = deathcause.explain(wait_status=signal.SIGTERM, hook_status="failed", slot_path=slot)
+    line = d["summary"].split(" at graph.py:979")[0]
+    assert line.startswith("RuntimeError: Got the following error") and line.endswith("…") and len(line) < 200
+    assert d["exception"]["message"] == message

@@ -153,6 +153,15 @@ class OomBaseline:
         return cls(path, oom_kills(path))
 
 
+SUMMARY_MESSAGE = 160  # an exception message in the one-line summary (the evidence keeps it whole)
+
+
+def brief(message: str) -> str:
+    """First line, bounded: gloo and torch wrap whole tracebacks into their messages."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= SUMMARY_MESSAGE else first[: SUMMARY_MESSAGE - 1] + "…"
+
+
 def explain(
     *,
     wait_status: int | None,
@@ -172,7 +181,7 @@ def explain(
         thread = "" if crash["thread"] in ("", "MainThread") else f" (in thread {crash['thread']})"
         out["exception"] = {k: crash[k] for k in ("type", "message", "where", "function", "thread")}
         out["traceback"] = crash["traceback"][-MAX_DETAIL:]
-        line = f"{crash['type']}: {crash['message']}" if crash["message"] else crash["type"]
+        line = f"{crash['type']}: {brief(crash['message'])}" if crash["message"] else crash["type"]
         # An exception in the main thread is why it died; one in another thread is a clue.
         parts.append(
             f"{line}{where}{thread}"
