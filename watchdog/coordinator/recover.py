@@ -43,7 +43,9 @@ from . import tracker
 from .actions.common import Operation
 from .finding import Finding
 
-RESTARTING = frozenset({"restart", "checkpoint_restart", "exclude_host_restart"})
+# The actions rebuilt mid-flight: each goes through restart.py's ``term`` -> ``resume``
+# phases or abort's. Any other action found in flight is closed as interrupted.
+RECOVERABLE = frozenset({"abort", "restart", "checkpoint_restart", "exclude_host_restart"})
 # The records a decision is rebuilt from; a journal with none of them is a fresh start.
 DECISIONS = frozenset({je.ACTION, je.ACTION_PROGRESS, je.RESTART, je.ACTION_OUTCOME, je.STATE, je.FINDING,
                        je.EXPECTED_FINDING, je.RESOLVED})
@@ -163,7 +165,7 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
                 last_action = mono(rec.get("t_wall"))
                 continue
             last_action = mono(rec.get("t_wall"))
-            if isinstance(rec.get("restart"), int) and rec.get("action") in RESTARTING:
+            if isinstance(rec.get("restart"), int) and rec.get("action") in P.RESTARTING_ACTIONS:
                 restarts.append(last_action)
             actions[aid] = rec
         elif event == je.ACTION_PROGRESS and isinstance(aid, str) and aid in actions and "idents" in rec:
@@ -204,8 +206,12 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
                 "kind": rec.get("kind"),
                 "ranks": rec.get("ranks") or [],
                 "ok": False,
-                "result": "interrupted: the coordinator restarted before this action stopped anything; "
-                "nothing was done (its restart stays counted)",
+                "result": (
+                    "interrupted: the coordinator restarted before this action stopped anything; nothing was done"
+                    if rec.get("action") in RECOVERABLE and aid not in progress
+                    else "interrupted: the coordinator restarted and cannot carry this action on"
+                )
+                + " (a restart stays counted)",
             }
         )
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
@@ -228,7 +234,7 @@ def _operation(
     """(operation, start it again) for an action still in flight, or None: nothing
     to carry on (a restart that had not stopped anything yet)."""
     action = rec.get("action")
-    if action not in ("abort", *RESTARTING):
+    if action not in RECOVERABLE:
         return None
     finding = _finding({**rec, "reason": rec.get("reason", "")}, mono)
     if finding is None:
