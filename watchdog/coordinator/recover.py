@@ -47,8 +47,18 @@ from .finding import Finding
 # phases or abort's. Any other action found in flight is closed as interrupted.
 RECOVERABLE = frozenset({"abort", "restart", "checkpoint_restart", "exclude_host_restart"})
 # The records a decision is rebuilt from; a journal with none of them is a fresh start.
-DECISIONS = frozenset({je.ACTION, je.ACTION_PROGRESS, je.RESTART, je.ACTION_OUTCOME, je.STATE, je.FINDING,
-                       je.EXPECTED_FINDING, je.RESOLVED})
+DECISIONS = frozenset(
+    {
+        je.ACTION,
+        je.ACTION_PROGRESS,
+        je.RESTART,
+        je.ACTION_OUTCOME,
+        je.STATE,
+        je.FINDING,
+        je.EXPECTED_FINDING,
+        je.RESOLVED,
+    }
+)
 
 
 @dataclass(frozen=True)
