@@ -289,3 +289,25 @@ def test_recovered_findings_are_not_resolved_before_any_agent_reported(tmp_path)
     assert list(coord.active) == [("dead_rank", (1,))]
     assert [r for r in journal.read(path) if r["event"] == je.RESOLVED] == []
     coord.journal.close()
+
+
+def test_an_action_this_module_cannot_carry_on_is_closed_saying_so():
+    records = [
+        *Journaled().records,
+        {
+            "event": je.ACTION,
+            "t_wall": WALL0 + 1,
+            "action_id": "a-1",
+            "action": "some_newer_action",
+            "kind": "straggler",
+            "ranks": [2],
+            "hosts": ["host0"],
+        },
+        {"event": je.ACTION_PROGRESS, "t_wall": WALL0 + 1, "action_id": "a-1", "idents": [[2, 1002, 7, "host0"]]},
+        {"event": je.STATE, "t_wall": WALL0 + 1, "job_state": "restarting", "from": "degraded", "on": "restart"},
+    ]
+    rec = recover.replay(records, 10.0, WALL0 + 10.0, "job", POLICY)
+    assert rec.op is None and rec.job.state is S.RUNNING
+    assert rec.interrupted[0]["result"].startswith(
+        "interrupted: the coordinator restarted and cannot carry this action on"
+    )
