@@ -92,3 +92,24 @@ def test_one_job_per_report_and_dead_and_exited_ranks():
 def test_zero_times_mean_never_not_epoch():
     (r,) = build_report("j", "h", "a", 1, [view()], NOW, 0.0, 1.0).ranks
     assert r.coll.since_s == 0.0 and r.data_wait_age_s == 0.0 and not r.in_data_wait and r.pg_state == "none"
+
+
+def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
+    from dataclasses import replace
+
+    death = {"summary": "ZeroDivisionError: division by zero at train.py:120, exit 1", "exit_code": 1,
+             "exception": {"type": "ZeroDivisionError", "message": "division by zero", "where": "train.py:120",
+                           "function": "f", "thread": "MainThread"}, "traceback": "Traceback ..."}
+    dead = replace(view(rank=1, proc=GONE, state=track.DEAD), death=death)
+    rep = build_report("j", "h", "a", 1, [dead], NOW, 1.8e9, 1.0)
+    again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert again.ranks[0].death == death
+    raw = json.loads(json.dumps(rep.to_dict()))
+    for bad in ([], {"exit_code": "1"}, {"summary": 3}, {"exception": "x"}):
+        raw["ranks"][0]["death"] = bad
+        with pytest.raises(wire_report.ReportError, match="death"):
+            wire_report.HostReport.from_dict(raw)
+    raw["ranks"][0]["death"] = {"summary": "x" * 10_000, "newer_field": 1}
+    assert wire_report.HostReport.from_dict(raw).ranks[0].death == {"summary": "x" * 2000}
+    del raw["ranks"][0]["death"]  # an older agent
+    assert wire_report.HostReport.from_dict(raw).ranks[0].death == {}

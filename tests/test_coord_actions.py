@@ -100,15 +100,68 @@ def test_dead_workers_are_not_signalled_and_the_restart_is_seen_at_once():
     assert names(events) == ["restart"]
 
 
-def test_restart_that_never_resumes_fails_the_job():
-    c, v = JobController(RESTART), old_view()
+def stuck_in_init(view, now, ranks=range(4)):
+    """torchrun restarted the group; the new workers hang inside init_process_group
+    (a script without the attempt-prefixed store)."""
+    new = [T.rank(r, world_size=4, pid=2000 + r, proc_start_us=1_800_000_000_000_000, step=0, pg_state="initializing",
+                  pg_age_s=5.0, collective=T.coll(), **LAUNCHER) for r in ranks]
+    return T.view(new, now, base=view, seq=3)
+
+
+def test_restart_that_never_resumes_is_an_outcome_and_escalates_to_an_abort_with_stacks():
+    c, v = JobController(replace(RESTART, resume_timeout_s=60)), old_view()
     c.tick([finding()], v, 101.0)
     v = gone(v, 102.0)
     c.tick([], v, 102.0)
-    _, events = c.tick([], v, 102.0 + 301.0)
-    assert names(events) == [je.ACTION_OUTCOME, je.STATE] and events[0][1]["ok"] is False
-    assert c.state is S.FAILED
+    v = stuck_in_init(v, 110.0)
+    assert c.tick([], v, 161.0) == ([], [])  # within the resume timeout: still waiting
+    reqs, events = c.tick([], v, 162.5)
+    assert names(events) == [je.ACTION_OUTCOME, je.ACTION, je.STATE]
+    outcome, action = events[0][1], events[1][1]
+    assert outcome["ok"] is False and outcome["action_id"] == "a-1"
+    assert outcome["result"] == ("restart failed: ranks 0-3 stuck inside init_process_group (60.5 s after the old "
+                                 "workers were gone)"), outcome
+    assert (action["action"], action["action_id"], action["escalated_from"]) == ("abort", "a-2", "a-1")
+    assert action["reason"].startswith("restart failed: ranks 0-3 stuck inside init_process_group")
+    assert "escalating to abort" in action["reason"]
+    assert events[2][1] == {"job_state": "aborting", "from": "restarting", "on": "abort"}
+    # The abort's first step: every stuck rank's stack, the new incarnations (never the old pids).
+    (dump,) = [r for r in reqs if r.type == commands.DUMP_STACKS]
+    assert [(t["rank"], t["pid"]) for t in dump.targets] == [(r, 2000 + r) for r in range(4)]
+    # Then it stops them and the job has failed, with the reason on record.
+    reqs, events = c.tick([], v, 162.5 + abort.STACKS_WAIT_S)
+    assert ("SIGTERM", -1, 500) in signals(reqs) and ("SIGTERM", 2, 2002) in signals(reqs)
+    v = T.view([replace(v.ranks[r].state, alive=False) for r in range(4)], 180.0, base=v, seq=5)
+    _, events = c.tick([], v, 180.0)
+    assert names(events) == [je.ACTION_OUTCOME, je.STATE] and c.state is S.FAILED
     assert c.tick([finding(detected=500.0)], v, 1000.0) == ([], [])  # a failed job gets nothing more
+
+
+def test_restart_failed_says_which_ranks_never_came_back_and_which_died_again():
+    c, v = JobController(replace(RESTART, resume_timeout_s=30)), old_view()
+    c.tick([finding()], v, 101.0)
+    v = gone(v, 102.0)
+    c.tick([], v, 102.0)
+    v = stuck_in_init(v, 110.0, ranks=(0, 1))
+    v = T.view([replace(v.ranks[1].state, alive=False, death={"summary": "ValueError: bad shard at data.py:9, exit 1"})],
+               111.0, base=v, seq=4)
+    _, events = c.tick([], v, 133.0)
+    assert events[0][1]["result"] == ("restart failed: rank 0 stuck inside init_process_group; rank 1 died again: "
+                                      "ValueError: bad shard at data.py:9, exit 1; ranks 2-3 never came back (no new "
+                                      "process registered) (31.0 s after the old workers were gone)"), events[0][1]
+
+
+def test_an_abort_says_which_ranks_no_signal_can_stop():
+    c, v = JobController(replace(ABORT, abort_grace_s=3)), old_view()
+    c.tick([finding()], v, 101.0)
+    c.tick([], v, 101.0 + abort.STACKS_WAIT_S)  # no stacks came back: SIGTERM
+    v = T.view([replace(v.ranks[r].state, proc_status="disk-sleep" if r == 2 else "sleeping", alive=r == 2)
+                for r in range(4)], 120.0, base=v, seq=2)
+    reqs, _ = c.tick([], v, 120.0)
+    assert signals(reqs) == [("SIGKILL", -1, 500), ("SIGKILL", 2, 1002)]
+    _, events = c.tick([], v, 123.5)  # one round later, still in D state: reported, not waited on forever
+    assert names(events) == [je.ACTION_OUTCOME, je.STATE] and c.state is S.FAILED
+    assert events[0][1]["d_state"] == [2] and "rank 2 in uninterruptible sleep (D state)" in events[0][1]["result"]
 
 
 def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_workers():
@@ -278,3 +331,19 @@ def test_held_actions_are_journaled_once_per_reason_not_every_tick():
     c, v = JobController(replace(RESTART, min_finding_age_s=5)), old_view()
     held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == je.ACTION_HELD]
     assert len(held) == 1 and "finding is 1.0 s old" in held[0][1]["reason"]
+
+
+def test_a_restarted_group_that_died_again_fails_without_waiting_out_the_resume_timeout():
+    c, v = JobController(replace(RESTART, resume_timeout_s=300)), old_view()
+    c.tick([finding()], v, 101.0)
+    v = gone(v, 102.0)
+    c.tick([], v, 102.0)
+    v = stuck_in_init(v, 110.0)
+    crash = {"summary": "RuntimeError: Gloo connectFullMesh failed at train.py:12, exit 1"}
+    v = T.view([replace(v.ranks[r].state, alive=False, gone_age_s=0.5, death=crash) for r in range(4)], 111.0,
+               base=v, seq=4)
+    assert c.tick([], v, 125.0) == ([], [])  # torchrun may still start another attempt
+    _, events = c.tick([], v, 131.0)
+    assert events[0][1]["result"].startswith("restart failed: ranks 0-3 died again: RuntimeError: Gloo connectFullMesh"), \
+        events[0][1]
+    assert events[1][1]["action"] == "abort"

@@ -158,3 +158,33 @@ def test_sim_sigstop_names_the_stopped_rank_only():
     assert list(found) == [(5,)]
     stop_t = sim.steps[40].start
     assert found[(5,)] - stop_t < CFG.frozen_heartbeat_s + 1.5
+
+
+def test_dead_rank_reason_says_why_it_died():
+    oom = {"summary": "exit -9 (SIGKILL), OOM-killed by the kernel (cgroup memory.events oom_kill 0 -> 1)",
+           "exit_code": -9, "signal": "SIGKILL", "oom": "cgroup memory.events oom_kill 0 -> 1"}
+    v = t.view(t.with_rank(t.healthy(), 1, alive=False, death=oom), now=100.0)
+    (f,) = DeadRank(CFG).check(100.5, v)
+    assert f.reason.startswith("rank 1 (host host0, pid 1001) died: exit -9 (SIGKILL), OOM-killed by the kernel "
+                               "(cgroup memory.events oom_kill 0 -> 1), last seen"), f.reason
+    assert f.evidence["death"] == {"1": oom}
+
+
+def test_deaths_named_together_say_each_cause_once():
+    exc = {"summary": "RuntimeError: Connection closed by peer at train.py:88, exit 1"}
+    v = t.view(t.healthy(), now=100.0)
+    v = t.view([dead(r, death=exc if r == 2 else {"summary": "exit -9 (SIGKILL)"}) if r in (1, 2, 3) else t.rank(r)
+                for r in range(8)], now=101.0, base=v, seq=2)
+    (f,) = DeadRank(CFG).check(101.2, v)
+    assert f.ranks == (1, 2, 3), f
+    assert f.reason.endswith("; ranks 1,3: exit -9 (SIGKILL); rank 2: RuntimeError: Connection closed by peer at "
+                             "train.py:88, exit 1"), f.reason
+
+
+def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
+    exc = {"summary": "ZeroDivisionError: float division by zero at train_ddp.py:104"}
+    v = t.view(t.with_rank(t.healthy(), 1, status="failed", heartbeat_age_s=4.0, death=exc), now=100.0)
+    (f,) = FrozenRank(CFG).check(100.5, v)
+    assert f.ranks == (1,)
+    assert "exiting after an uncaught exception (ZeroDivisionError: float division by zero at train_ddp.py:104)" \
+        in f.reason, f.reason

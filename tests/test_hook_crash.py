@@ -3,6 +3,7 @@ the coordinator would otherwise not call it a death."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -31,3 +32,93 @@ def test_exit_status_in_the_slot(tmp_path, how, status):
         assert "RuntimeError: boom in training" in out.stderr  # the usual traceback still printed
     else:
         assert out.returncode == 0 and "Traceback" not in out.stderr
+
+
+RECORDED = """
+import os, signal, sys, threading
+from watchdog.hook import install
+mon = install(run_dir=sys.argv[1], job="crash", patch_collectives=False)  # no torch: fast
+mon.step()
+how = sys.argv[2]
+if how == "thread":
+    t = threading.Thread(target=lambda: {}["missing"], name="loader-thread")
+    t.start(); t.join()
+    sys.exit(0)
+if how == "segv":
+    os.kill(os.getpid(), signal.SIGSEGV)
+def train_step(x):
+    return 1 / x
+train_step(0)
+"""
+
+
+def run_recorded(tmp_path, how):
+    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), how], capture_output=True, text=True,
+                         timeout=60)
+    (path,) = wire.list_slot_files(str(tmp_path))
+    return out, path
+
+
+def test_uncaught_exception_is_recorded_beside_the_slot(tmp_path):
+    from watchdog.hook import crashrecord
+
+    out, path = run_recorded(tmp_path, "raise")
+    assert out.returncode == 1 and "ZeroDivisionError: division by zero" in out.stderr  # still printed as usual
+    rec = crashrecord.read_crash(path)
+    assert rec is not None, out.stderr
+    assert (rec["type"], rec["message"], rec["where"], rec["function"]) == (
+        "ZeroDivisionError", "division by zero", "<string>:14", "train_step")
+    assert rec["thread"] == "MainThread" and "1 / x" not in rec["traceback"]  # -c has no source lines
+    assert "ZeroDivisionError" in rec["traceback"]
+    assert not os.path.exists(crashrecord.fatal_path(path))  # no fatal signal: no empty file left behind
+
+
+def test_an_exception_in_another_thread_is_recorded_with_the_thread_name(tmp_path):
+    from watchdog.hook import crashrecord
+
+    out, path = run_recorded(tmp_path, "thread")
+    assert out.returncode == 0 and "KeyError" in out.stderr  # threading's own report still printed
+    rec = crashrecord.read_crash(path)
+    assert (rec["type"], rec["thread"]) == ("KeyError", "loader-thread"), rec
+    assert wire.Status(wire.read_slot(path).header.status) is wire.Status.EXITED  # the rank itself ended cleanly
+
+
+def test_a_fatal_signal_leaves_every_threads_stack(tmp_path):
+    from watchdog.hook import crashrecord
+
+    out, path = run_recorded(tmp_path, "segv")
+    assert out.returncode == -11
+    text = crashrecord.read_fatal(path)
+    assert "Fatal Python error: Segmentation fault" in text and "<module>" in text, text
+
+
+def test_the_users_faulthandler_is_left_alone(tmp_path):
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), "segv"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert "Fatal Python error" in out.stderr  # where the user asked for it
+    assert not os.path.exists(path + ".fatal")
+
+
+def test_hostile_crash_files_are_refused(tmp_path):
+    from watchdog.hook import crashrecord
+
+    slot = str(tmp_path / "x.slot")
+    for raw in (b"", b"not json", b"[1, 2]", b'{"type": 3}', b"{" + b" " * (crashrecord.MAX_BYTES + 10) + b"}"):
+        (tmp_path / "x.slot.crash").write_bytes(raw)
+        assert crashrecord.read_crash(slot) is None, raw
+    (tmp_path / "x.slot.crash").write_bytes(b'{"type": "E", "message": ["x"], "pid": true}')
+    assert crashrecord.read_crash(slot)["message"] == "" and crashrecord.read_crash(slot)["pid"] == 0
+
+
+def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared_at_install(tmp_path):
+    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), "raise"], capture_output=True, text=True,
+                         timeout=60)
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert os.path.exists(path + ".crash"), out.stderr
+    pid = int(path.rsplit(".pid", 1)[1].split(".")[0])
+    again = (f"import sys, os\nos.getpid = lambda: {pid}\nfrom watchdog.hook import install\n"
+             "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n")
+    subprocess.run([sys.executable, "-c", again, str(tmp_path)], check=True, timeout=60)
+    assert not os.path.exists(path + ".crash")

@@ -14,7 +14,7 @@ with a message naming the field.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 REPORT_VERSION = 1
@@ -112,6 +112,11 @@ class RankState:
     loss_step: int = 0
     loss_bad_step: int = 0
     loss_bad_count: int = 0
+    # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
+    # oom, exception {type, message, where, function, thread}, traceback, fatal,
+    # and ``summary``, the line for a person. Empty while alive or when unknown;
+    # already set while a crashing rank (hook status failed) is still shutting down.
+    death: dict = field(default_factory=dict, compare=False)
 
     @property
     def last_compute_s(self) -> float:
@@ -238,6 +243,7 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
             )
         )
     kw["recent_steps"] = tuple(samples)
+    kw["death"] = _death_from_dict(raw.get("death", {}), where)
     if not 0 <= kw["rank"] < kw["world_size"]:
         raise ReportError(f"{where}: rank {kw['rank']} outside world size {kw['world_size']}")
     return RankState(**kw)
@@ -317,6 +323,28 @@ def split_valid(ranks: tuple[RankState, ...]) -> tuple[tuple[RankState, ...], li
         problem = rank_problem(r)
         (bad.append((r, problem)) if problem else good.append(r))
     return tuple(good), bad
+
+
+# death: key -> (type, longest string); anything else a newer agent sends is dropped.
+_DEATH_FIELDS: dict[str, tuple[type, int]] = {"summary": (str, 2000), "exit_code": (int, 0), "signal": (str, 32),
+                                              "oom": (str, 1000), "traceback": (str, 8000), "fatal": (str, 8000)}
+_EXCEPTION_FIELDS = ("type", "message", "where", "function", "thread")
+
+
+def _death_from_dict(val: Any, where: str) -> dict:
+    if not isinstance(val, dict):
+        raise ReportError(f"{where}: death must be an object")
+    out: dict[str, Any] = {}
+    for key, (typ, limit) in _DEATH_FIELDS.items():
+        if key in val:
+            x = _get(val, key, typ, f"{where}.death")
+            out[key] = x[:limit] if isinstance(x, str) else x
+    exc = val.get("exception")
+    if exc is not None:
+        if not isinstance(exc, dict):
+            raise ReportError(f"{where}.death: exception must be an object")
+        out["exception"] = {k: str(exc.get(k, ""))[:1000] for k in _EXCEPTION_FIELDS}
+    return out
 
 
 # Fields with a default may be omitted by an older agent.

@@ -18,28 +18,32 @@ import os
 import select
 import threading
 import time
-from typing import Callable, Hashable
+from typing import Any, Callable, Hashable
 
 
 class DeathWatch:
     def __init__(self, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self._clock_ns = clock_ns
         self._lock = threading.Lock()
-        self._pending: list[tuple[Hashable, int]] = []
+        self._pending: list[tuple[Hashable, int, Callable[[], Any] | None]] = []
         self._exit_ns: dict[Hashable, int] = {}
+        self._info: dict[Hashable, Any] = {}
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._wfd, False)
         self._stop = False
         self._thread: threading.Thread | None = None
 
-    def watch(self, key: Hashable, pidfd: int) -> None:
-        """Start timing ``key``'s exit; ``pidfd`` stays the caller's (we dup it)."""
+    def watch(self, key: Hashable, pidfd: int, probe: Callable[[], Any] | None = None) -> None:
+        """Start timing ``key``'s exit; ``pidfd`` stays the caller's (we dup it).
+        ``probe`` runs on this thread the moment the exit is seen, while the process
+        is still a zombie its parent has not reaped (its exit status is readable
+        then, see deathcause.py); what it returns is ``info(key)``."""
         try:
             fd = os.dup(pidfd)
         except OSError:
             return
         with self._lock:
-            self._pending.append((key, fd))
+            self._pending.append((key, fd, probe))
             if self._thread is None:  # lazy: no thread until there is a rank to watch
                 self._thread = threading.Thread(target=self._run, name="watchdog-deathwatch", daemon=True)
                 self._thread.start()
@@ -50,9 +54,15 @@ class DeathWatch:
         with self._lock:
             return self._exit_ns.get(key)
 
+    def info(self, key: Hashable) -> Any:
+        """What the probe returned at ``key``'s exit (None: no probe, not yet, or it failed)."""
+        with self._lock:
+            return self._info.get(key)
+
     def forget(self, key: Hashable) -> None:
         with self._lock:
             self._exit_ns.pop(key, None)
+            self._info.pop(key, None)
 
     def close(self, timeout_s: float = 1.0) -> None:
         self._stop = True
@@ -69,7 +79,7 @@ class DeathWatch:
     def _run(self) -> None:
         poller = select.poll()
         poller.register(self._rfd, select.POLLIN)
-        keys: dict[int, Hashable] = {}
+        keys: dict[int, tuple[Hashable, Callable[[], Any] | None]] = {}
         while not self._stop:
             try:
                 ready = poller.poll(1000)
@@ -80,16 +90,25 @@ class DeathWatch:
                 if fd == self._rfd:
                     os.read(self._rfd, 4096)
                     continue
-                key = keys.pop(fd, None)
+                key, probe = keys.pop(fd, (None, None))
                 poller.unregister(fd)
                 os.close(fd)
-                if key is not None:
-                    with self._lock:
-                        self._exit_ns.setdefault(key, now)
+                if key is None:
+                    continue
+                info = None
+                if probe is not None:
+                    try:
+                        info = probe()
+                    except Exception:  # a post-mortem detail, never the thread
+                        info = None
+                with self._lock:
+                    self._exit_ns.setdefault(key, now)
+                    if info is not None:
+                        self._info.setdefault(key, info)
             with self._lock:
                 pending, self._pending = self._pending, []
-            for key, fd in pending:
-                keys[fd] = key
+            for key, fd, probe in pending:
+                keys[fd] = (key, probe)
                 poller.register(fd, select.POLLIN)
         for fd in keys:
             os.close(fd)

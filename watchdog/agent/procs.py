@@ -23,6 +23,7 @@ uses that pid, ``host_pid`` tells others (signals, py-spy, the launcher).
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any, Callable
 
 import psutil
 
+from watchdog.agent import deathcause
 from watchdog.agent.deathwatch import DeathWatch
 from watchdog.agent.nspid import PidMap
 
@@ -169,7 +171,7 @@ class ProcessTable:
         self._fds[key], self._fd_keys[fd] = fd, key
         self._poller.register(fd, select.POLLIN)
         if self._deathwatch is not None:
-            self._deathwatch.watch(key, fd)
+            self._deathwatch.watch(key, fd, probe=functools.partial(deathcause.zombie_status, host, start_us=key[1]))
 
     def _unpin(self, key: Key) -> None:
         fd = self._fds.pop(key, None)
@@ -178,6 +180,17 @@ class ProcessTable:
             self._poller.unregister(fd)
             os.close(fd)
         self._exited.discard(key)
+
+    def exit_status(self, pid: int, start_us: int) -> int | None:
+        """The raw wait status of the rank recorded as (pid, start_us), if it could
+        be read while the process was a zombie: by the deathwatch at its exit, or
+        now if its parent has not reaped it yet. None otherwise (then only the
+        parent knows)."""
+        key = (pid, start_us)
+        status = self._deathwatch.info(key) if self._deathwatch is not None else None
+        if status is None and self._factory is psutil.Process:
+            status = deathcause.zombie_status(self._host.get(key, pid), start_us=start_us)
+        return status
 
     def _bury(self, key: Key, now_ns: int, prev: ProcSample | None, status: str) -> ProcSample:
         # Keep the last CPU/RSS figures: a post-mortem wants the RSS at death.

@@ -53,6 +53,7 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
         **_loss(h),
+        death=v.death,
     )
 
 

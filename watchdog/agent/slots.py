@@ -25,7 +25,7 @@ from typing import Callable
 import psutil
 
 from watchdog import flags, logs, rundir, wire
-from watchdog.agent import track
+from watchdog.agent import deathcause, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.report import MAX_STEPS_PER_RANK
@@ -67,6 +67,8 @@ class LocalRank:
     # file (wire.write_control's ``expect``). -1 / 0 = unknown (tests, fakes).
     uid: int = -1
     inode: int = 0
+    # Why it died (deathcause.explain), once dead; empty while alive or unknown.
+    death: dict = field(default_factory=dict)
 
     @property
     def identity(self) -> wire.Identity:
@@ -98,6 +100,8 @@ class _Slot:
     launcher: tuple[int, int] = (0, 0)
     host_pid: int = 0
     uid: int = -1
+    oom: deathcause.OomBaseline | None = None
+    death: dict = field(default_factory=dict)
 
     @property
     def header(self) -> wire.SlotHeader:
@@ -132,7 +136,8 @@ class SlotTracker:
                  stat: Callable = os.lstat, log=None,
                  parent: Callable[[int], tuple[int, int]] | None = None,
                  owner: Callable[[int], frozenset[int] | None] | None = None,
-                 trusted_uids: frozenset[int] = frozenset(), check_dir: Callable[[str], str] | None = None) -> None:
+                 trusted_uids: frozenset[int] = frozenset(), check_dir: Callable[[str], str] | None = None,
+                 death_causes: bool = True) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
         self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
@@ -144,6 +149,7 @@ class SlotTracker:
         self._check_dir = check_dir or (lambda path: rundir.insecure(path, trusted=self._dir_owners()))
         self._dir_key: tuple[int, int, int] | None = None  # (ino, uid, mode) of the run dir last found safe
         self._dir_refused = ""
+        self._causes = death_causes  # off: no /proc, cgroup or kernel-log reads at a death (tests with fakes)
         self.procs = procs or ProcessTable()
         self._read, self._list = read, lister or CachedLister()
         self._resource_ns = int(resource_interval_s * 1e9)
@@ -278,7 +284,8 @@ class SlotTracker:
         slot = _Slot(path=path, inode=snap.inode or inode, snap=snap, status=snap.header.status,
                      heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
                      launcher=self._parent(here) if proc.alive else (0, 0),
-                     host_pid=here if here != ident.pid else 0, uid=snap.uid)
+                     host_pid=here if here != ident.pid else 0, uid=snap.uid,
+                     oom=deathcause.OomBaseline.read(here) if proc.alive and self._causes else None)
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
@@ -344,13 +351,33 @@ class SlotTracker:
                                rank=ident.rank, pid=ident.pid)
             slot.proc = proc
         state = track.rank_state(slot.status, proc)
+        if slot.status == wire.Status.FAILED and proc.alive and not slot.death and self._causes:
+            # Crashing but not gone yet (interpreter shutdown, a process group's teardown can
+            # take seconds): its heartbeat stops now, so say why before it is called frozen.
+            slot.death = deathcause.explain(wait_status=None, hook_status="failed", slot_path=slot.path)
         if state != slot.state:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
+            if state == track.DEAD and self._causes:
+                slot.death = self._death(slot)
             self._log.info(event, job=ident.job, rank=ident.rank, pid=ident.pid, proc_status=proc.status,
-                           step=slot.header[wire.H_STEP], path=slot.path)
+                           step=slot.header[wire.H_STEP], path=slot.path,
+                           **({"cause": slot.death["summary"]} if "summary" in slot.death else {}))
             slot.state = state
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
+
+    def _death(self, slot: _Slot) -> dict:
+        """Why it died, read once at the death (after the slot's final read)."""
+        ident = slot.header.identity
+        try:
+            exit_status = getattr(self.procs, "exit_status", None)
+            return deathcause.explain(
+                wait_status=exit_status(ident.pid, ident.proc_start_us) if exit_status else None,
+                hook_status=track.label(wire.Status, slot.status, "unknown"), slot_path=slot.path, oom=slot.oom,
+                host_pid=slot.host_pid or ident.pid)
+        except Exception as exc:  # a detail of the post-mortem, never the poll
+            self._log.warning("death cause unreadable", rank=ident.rank, pid=ident.pid, error=str(exc))
+            return {}
 
     def _absorb(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
         h = snap.header
@@ -448,7 +475,7 @@ class SlotTracker:
     @staticmethod
     def _local(s: _Slot) -> LocalRank:
         return LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps),
-                         s.launcher, s.host_pid, s.uid, s.inode)
+                         s.launcher, s.host_pid, s.uid, s.inode, s.death)
 
     def state_counts(self) -> dict[str, int]:
         with self._lock:

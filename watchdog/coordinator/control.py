@@ -27,6 +27,7 @@ from .actions import MODULES
 from .actions.common import Event, Operation, Step
 from .evidence_plan import CommandRequest
 from .finding import Finding
+from .recover import Recovered
 from .view import ClusterView
 
 
@@ -40,6 +41,30 @@ class JobController:
         self._last: tuple[Operation | None, float] = (None, 0.0)  # the last finished action, when
         self.errors = 0
         self._frames: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}  # finding key -> culprit's top frames
+        self._recovered_at: float | None = None  # rebuilt from the journal: wait to hear from its hosts
+        self._start_again = False
+
+    RECOVER_WAIT_S = 15.0  # a rebuilt action waits this long at most for its hosts' first reports
+
+    def restore(self, rec: Recovered, now: float) -> None:
+        """Carry on from the journal (recover.replay) instead of from scratch."""
+        self.job, self._count, self.op = rec.job, rec.count, rec.op
+        self._start_again = rec.restart_op
+        self._recovered_at = now if rec.op is not None else None
+
+    def _waiting_for_hosts(self, view: ClusterView, now: float) -> bool:
+        """A rebuilt action acts on an empty view otherwise: every worker would look
+        gone (a restart would conclude at once) before any agent has reported."""
+        if self._recovered_at is None or self.op is None:
+            return False
+        hosts = {h for _, (_, _, h) in self.op.workers} | {h for _, _, h in self.op.launchers}
+        if not hosts:
+            hosts = set(self.op.finding.hosts)
+        unheard = (hosts and not hosts <= set(view.hosts)) or not view.hosts
+        if unheard and now - self._recovered_at < self.RECOVER_WAIT_S:
+            return True
+        self._recovered_at = None
+        return False
 
     @property
     def state(self) -> P.JobState:
@@ -61,8 +86,14 @@ class JobController:
         findings = list(findings)
         events: list[Event] = []
         reqs: list[CommandRequest] = []
-        if self.op is not None:
-            self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now)
+        if self._waiting_for_hosts(view, now):
+            return reqs, events
+        if self.op is not None and self._start_again:  # an abort decided before the restart, nothing sent yet
+            self._start_again = False
+            self.op = replace(self.op, finding=replace(self.op.finding, detected_mono=now))
+            self._apply(MODULES[self.op.action].start(self.op, view, now), reqs, events, now, view)
+        elif self.op is not None:
+            self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now, view)
         if self.job.state is P.JobState.FAILED:
             return reqs, events
         if self.job.state in P.IDLE:
@@ -79,11 +110,17 @@ class JobController:
             self._held = held
             return reqs, events
         self._held = ""
+        self._start(p, view, now, reqs, events)
+        return reqs, events
+
+    def _start(self, p: P.Plan, view: ClusterView, now: float, reqs: list[CommandRequest], events: list[Event],
+               **extra: Any) -> None:
+        assert p.finding is not None
         self._count += 1
         op_id = f"a-{self._count}"
         started = {"action_id": op_id, "action": p.action, "reason": p.reason, "kind": p.finding.kind,
                    "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
-                   "job_state": self.job.state.value}
+                   "job_state": self.job.state.value, **extra}
         if p.fingerprint is not None:
             started["fingerprint"] = p.fingerprint.to_dict()
         if p.escalation is not None:
@@ -95,7 +132,7 @@ class JobController:
             events.append((je.ACTION_OUTCOME, {"action_id": op_id, "action": p.action, "ok": True,
                                                "result": "dry run: nothing done"}))
             self.job = replace(self.job, last_action_at=now)
-            return reqs, events
+            return
         restart_n = 0
         if p.action in P.RESTARTING_ACTIONS:
             self.job = self.job.restarted(now)
@@ -109,16 +146,25 @@ class JobController:
         self._move(p.action, events)
         self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
                             grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now,
-                            extra={"timeout_s": self.policy.checkpoint_timeout_s})
-        self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now)
-        return reqs, events
+                            extra={"timeout_s": self.policy.checkpoint_timeout_s,
+                                   "resume_timeout_s": self.policy.resume_timeout_s})
+        self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now, view)
 
-    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float) -> None:
+    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float,
+               view: ClusterView) -> None:
         self.op = None if step.done else step.op
         if step.done:
             self._last = (step.op, now)
         reqs.extend(step.requests)
         events.extend(step.events)
+        if step.state_event == "restart_failed":
+            # Not a silence and not the end: the policy's escalation (abort with stacks)
+            # starts now, on the incarnations there are now.
+            result = next((pl.get("result", "") for name, pl in step.events if name == je.ACTION_OUTCOME), "")
+            finding = replace(step.op.finding, detected_mono=now)
+            self._start(P.after_failed_restart(finding, result or "restart failed", self.policy), view, now, reqs,
+                        events, escalated_from=step.op.id)
+            return
         if step.state_event:
             self._move(step.state_event, events)
         if step.done:

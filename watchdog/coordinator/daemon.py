@@ -48,6 +48,8 @@ class Daemon:
         self.journal.write(je.START, {"pid": os.getpid(), "address": self.address, "job": self.cfg.job,
                                      "world_size": self.cfg.world_size})
         self.journal.write(je.CONFIG, {"config": loggable(self.cfg)})
+        # Before the first report or tick: a restarted coordinator carries on the job's decisions.
+        self.coordinator.recover(time.monotonic(), time.time())
         self._threads = [
             threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                              name="watchdog-coordinator-http", daemon=True),

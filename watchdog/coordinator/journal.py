@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterator
 from . import journal_events as je
 
 JOURNAL_MODE = 0o600
-DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION,
-                     je.COMMAND, je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
+# An action's decision, end and restart are what a restarted coordinator rebuilds its budget from (recover.py).
+DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION, je.ACTION_OUTCOME, je.RESTART,
+                     je.RECOVERED, je.COMMAND, je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
 
 
 def _default(obj: Any) -> Any:

@@ -50,6 +50,10 @@ EVIDENCE = "evidence"
 STACK_GROUPS = "stack_groups"
 STACKS_CAPPED = "stacks_capped"
 
+# What a coordinator started on an existing journal rebuilt from it (recover.py):
+# restart budget, cooldown, open findings, the action in flight.
+RECOVERED = "recovered"
+
 ALL = (
     START,
     CONFIG,
@@ -81,6 +85,7 @@ ALL = (
     EVIDENCE,
     STACK_GROUPS,
     STACKS_CAPPED,
+    RECOVERED,
 )
 
 # Groups readers share. An action's story: decided, carried out, ended.

@@ -17,6 +17,7 @@ that kills healthy jobs, so destructive actions are opt-in through a policy file
     min_finding_age_seconds = 5   # a finding must persist this long first
     checkpoint_timeout_seconds = 120
     abort_grace_seconds = 10   # SIGTERM -> SIGKILL
+    resume_timeout_seconds = 300  # a restarted group not stepping by then: restart failed
 
     [repeats]                  # the restart-loop breaker (repeats.py)
     same_host = "exclude_host_restart"
@@ -109,6 +110,7 @@ class Policy:
     checkpoint_timeout_s: float = 120.0
     abort_grace_s: float = 10.0
     repeats: Repeats = field(default_factory=Repeats)
+    resume_timeout_s: float = 300.0
 
     def action_for(self, kind: str) -> str:
         return self.actions.get(kind, "alert")
@@ -122,6 +124,7 @@ _LIMITS = {
     "min_finding_age_seconds": ("min_finding_age_s", float),
     "checkpoint_timeout_seconds": ("checkpoint_timeout_s", float),
     "abort_grace_seconds": ("abort_grace_s", float),
+    "resume_timeout_seconds": ("resume_timeout_s", float),
 }
 
 
@@ -244,3 +247,12 @@ def _repeat(f: Finding, action: str, reason: str, job: JobControl, policy: Polic
     if esc is None:
         return action, reason, fp, None
     return esc.action, f"{esc.reason}; escalating to {esc.action}. {reason}", fp, esc
+
+
+def after_failed_restart(finding: Finding, result: str, policy: Policy) -> Plan:
+    """A restart that did not bring the job back is an outcome, and it escalates:
+    abort, whose first step takes every rank's stack (the evidence of why the
+    new group is stuck), instead of leaving the job stuck with a never_joined
+    finding and no decision. No budget or cooldown applies: the abort ends the
+    restart in flight, it does not start another."""
+    return Plan("abort", finding, f"{result}; escalating to abort (every rank's stack first)", dry_run=policy.dry_run)

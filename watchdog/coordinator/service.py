@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, fingerprint, health, stack_gather, stack_plan, status, tracker
+from . import evidence_plan, fingerprint, health, recover, stack_gather, stack_plan, status, tracker
 from . import journal_events as je
 from .control import JobController
 from .config import Config
 from .detectors import build
 from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
-from .journal import Journal
+from .journal import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .runner import Outcome, Runner
 from .view import ClusterView, empty, fold
@@ -77,6 +77,30 @@ class Coordinator:
     def active(self) -> dict[tracker.Key, tracker.Active]:
         return dict(self._active)
 
+    # -- start on an existing journal -----------------------------------------------
+
+    def recover(self, now: float, wall: float) -> recover.Recovered:
+        """Rebuild the restart budget, cooldown, open findings and the action in
+        flight from this job's journal (recover.py), before the first report or tick.
+        A journal that cannot be read is a fresh start, said loudly."""
+        try:
+            rec = recover.replay(iter_records(self.journal.path), now, wall, self.cfg.job, self.cfg.policy)
+        except (OSError, ValueError) as exc:
+            self.log.error("recover_failed", journal=self.journal.path, error=str(exc))
+            return recover.Recovered()
+        if rec.empty:
+            return rec
+        with self._lock:
+            self._active = dict(rec.active)
+        self.control.restore(rec, now)
+        for outcome in rec.interrupted:
+            self.log.warning(je.ACTION_OUTCOME, **outcome)
+            self._record(je.ACTION_OUTCOME, outcome)
+        summary = rec.summary(now)
+        self.log.warning(je.RECOVERED, **summary)
+        self._record(je.RECOVERED, summary)
+        return rec
+
     # -- reports ---------------------------------------------------------------
 
     def accept(self, report: HostReport, now: float) -> dict[str, Any]:
@@ -115,7 +139,9 @@ class Coordinator:
         outcomes = self.runner.run(now, view)
         findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
                     for o in outcomes for f in o.findings]
-        ran = [o.name for o in outcomes if o.ok]
+        # Before any agent reported (a coordinator just restarted on its journal), no
+        # detector saw anything: the open findings it recovered are not resolved by that.
+        ran = [o.name for o in outcomes if o.ok] if view.hosts else []
         self._active, opened, resolved = tracker.update(self._active, findings, now, ran, self.cfg.resolve_grace_s)
         faults = []
         for f in opened:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from watchdog import wire
 from watchdog.hook import config as _config
-from watchdog.hook import slotfile
+from watchdog.hook import crashrecord, slotfile
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
 from watchdog.hook.slotwriter import SlotWriter
@@ -30,6 +30,7 @@ log = logging.getLogger("watchdog.hook")
 _lock = threading.Lock()
 _active: Monitor | None = None
 _process_hooks_registered = False
+_fatal = crashrecord.FatalDump()  # one per process: faulthandler has one target
 
 
 def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Monitor | NullMonitor:
@@ -134,6 +135,9 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
         mon._fail("heartbeat_start", exc)
     if not mon._disabled:
         mon.recorder.set_status(Status.RUNNING)
+        if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
+            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
+            _fatal.enable(mon.slot_path)
     return mon
 
 
@@ -149,6 +153,7 @@ def forget(mon: Monitor) -> None:
     with _lock:
         if _active is mon:
             _active = None
+    _fatal.disable()
 
 
 def _at_exit() -> None:
@@ -165,6 +170,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()  # another thread may have held it at the fork
     mon = _active
     _active = None
+    _fatal.forget_in_child()
     if mon is not None:
         mon._after_fork_in_child()
 
@@ -185,8 +191,28 @@ def _chain_excepthook() -> None:
                     mon._mark_failed()
                 except Exception:
                     pass
+                crashrecord.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)
 
     sys.excepthook = watchdog_excepthook
+
+
+def _chain_threading_excepthook() -> None:
+    """An exception that ends another thread (a data or checkpoint thread) does
+    not end the rank, but is often why it hangs or dies next: record it as the
+    rank's last exception (the agent says which thread). The previous hook runs
+    first, unchanged."""
+    previous = threading.excepthook
+
+    def watchdog_thread_excepthook(args) -> None:
+        try:
+            previous(args)
+        finally:
+            mon = _active
+            if mon is not None and args.exc_type is not SystemExit:
+                thread = args.thread.name if args.thread is not None else "?"
+                crashrecord.write(mon.slot_path, args.exc_type, args.exc_value, args.exc_traceback, thread)
+
+    threading.excepthook = watchdog_thread_excepthook
 
 
 def _register_process_hooks() -> None:
@@ -195,5 +221,6 @@ def _register_process_hooks() -> None:
         _process_hooks_registered = True
         atexit.register(_at_exit)
         _chain_excepthook()
+        _chain_threading_excepthook()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)

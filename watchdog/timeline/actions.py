@@ -41,7 +41,8 @@ def label(rec: dict) -> str:
     if ev == je.ACTION:
         dry = " (dry run)" if rec.get("dry_run") else ""
         cause = f" for {rec['kind']}" if rec.get("kind") else ""
-        return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip()
+        escalated = f" (escalated from {rec['escalated_from']})" if rec.get("escalated_from") else ""
+        return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip() + escalated
     if ev == je.RESTART:
         return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
     if ev == je.RESUMED:

@@ -199,6 +199,13 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
         elif ev == je.STATE and "job_state" in rec:  # the policy's job state machine, not a rank's
             sec.events.append(Event(_t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} "
                                                           f"(on {rec.get('on', '?')})"))
+        elif ev == je.RECOVERED:  # a coordinator restarted on this journal: what it carried on with
+            flight = rec.get("in_flight") if isinstance(rec.get("in_flight"), dict) else None
+            carried = f", {flight.get('action')} {flight.get('action_id')} carried on" if flight else ""
+            line = (f"coordinator recovered its decisions from the journal: {rec.get('restarts_used', '?')} restarts "
+                    f"used{carried}, {len(rec.get('open_findings') or ())} findings open")
+            sec.events.append(Event(_t(rec), "job_state", line))
+            sec.notes.append(line)
         elif ev == je.STOP:
             sec.stop = rec
             sec.events.append(Event(_t(rec), "stop", f"coordinator stopped ({rec.get('reason', '?')})"))

@@ -18,9 +18,10 @@ from watchdog import commands
 
 from .. import journal_events as je
 from ..evidence_plan import CommandRequest
+from ..finding import ranks_phrase
 from ..stack_plan import MAX_PER_HOST
 from ..view import ClusterView
-from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
+from .common import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
 
 STACKS_WAIT_S = 15.0
 MAX_KILL_ROUNDS = 3
@@ -49,7 +50,7 @@ def _term(op: Operation, view: ClusterView, now: float) -> Step:
     op = op.at("term", now, last_sent=now)
     return Step(op, signals(op, "SIGTERM", live, op.launchers),
                 ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in op.launchers])),))
+                                            launchers=[p for p, _, _ in op.launchers], idents=idents(op))),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -64,9 +65,17 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
                     done=True, ok=True, state_event="aborted")
     if now - op.last_sent < op.grace_s:
         return Step(op)
-    if op.kills >= MAX_KILL_ROUNDS:
-        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result="workers still alive after SIGKILL",
-                                                       alive=[r for r, _ in live])),),
+    # A process in uninterruptible sleep (D state: inside the kernel, a hung NFS or
+    # driver call) ignores even SIGKILL until the call returns, which may be never:
+    # say so after one SIGKILL round instead of waiting on it.
+    unkillable = [r for r, _ in live if view.ranks[r].state.proc_status == "disk-sleep"]
+    if op.kills >= MAX_KILL_ROUNDS or (op.kills >= 1 and len(unkillable) == len(live)):
+        result = "workers still alive after SIGKILL"
+        if unkillable:
+            result += (f": {ranks_phrase(unkillable)} in uninterruptible sleep (D state), which no signal ends "
+                       f"until the kernel call returns; the host needs attention")
+        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live],
+                                                       d_state=unkillable)),),
                     done=True, ok=False, state_event="aborted")
     op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
     return Step(op, signals(op, "SIGKILL", live, op.launchers),

@@ -94,5 +94,14 @@ def signals(op: Operation, name: str, workers: list[tuple[int, Ident]], launcher
     return tuple(reqs)
 
 
+def idents(op: Operation) -> list[list[Any]]:
+    """The processes an action is about, as journaled in its first signals' record:
+    [rank, pid, start us, host] per worker, [-1, pid, start us, host] per launcher.
+    A coordinator restarted mid-action rebuilds the action from them (recover.py)
+    and never signals anything else."""
+    return [[r, pid, start, host] for r, (pid, start, host) in op.workers] + \
+        [[-1, pid, start, host] for pid, start, host in op.launchers]
+
+
 def brief(op: Operation, **kw: Any) -> dict[str, Any]:
     return {"action_id": op.id, "action": op.action, "kind": op.finding.kind, "ranks": list(op.finding.ranks), **kw}

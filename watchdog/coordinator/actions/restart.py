@@ -11,14 +11,17 @@ too, so torchrun elastic (min:max nodes) re-rendezvouses without it.
 2. ``resume``: once they are gone (journal ``restart``), wait until every rank
    of the new incarnation has completed a step; the first step it reported
    is where it resumed (journal ``resumed``). RESUME_TIMEOUT_S without that:
-   the restart failed.
+   the restart failed, and the outcome says why (``why_not_resumed``: ranks
+   stuck inside init_process_group, never back, dead again): the controller
+   then escalates to an abort (policy.after_failed_restart).
 """
 
 from __future__ import annotations
 
 from .. import journal_events as je
+from ..finding import ranks_phrase, seconds
 from ..view import ClusterView
-from .common import Operation, Step, brief, launchers_of, live_workers, old_workers, signals
+from .common import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
 
@@ -33,7 +36,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     live = live_workers(op, view)
     return Step(op, signals(op, "SIGTERM", live, launchers),
                 ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in launchers])),))
+                                            launchers=[p for p, _, _ in launchers], idents=idents(op))),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -56,11 +59,59 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
                                seconds=round(now - op.started, 3))),
             (je.ACTION_OUTCOME, brief(op, ok=True, result=f"restart {op.restart_n}, resumed from step {step}",
                                       seconds=round(now - op.started, 3)))), done=True, state_event="resumed")
-    if now - op.phase_at >= RESUME_TIMEOUT_S:
-        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=f"no resumed worker group within "
-                                                       f"{RESUME_TIMEOUT_S:g} s of the restart")),),
+    limit = op.extra.get("resume_timeout_s", RESUME_TIMEOUT_S)
+    if now - op.phase_at >= limit or all_died_again(op, view, now):
+        why = why_not_resumed(op, view, now)
+        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=f"restart failed: {why}",
+                                                       restart=op.restart_n, resume_timeout_s=limit,
+                                                       seconds=round(now - op.started, 3))),),
                     done=True, ok=False, state_event="restart_failed")
     return Step(op)
+
+
+DIED_AGAIN_S = 20.0  # every new worker dead this long, none newer: the launcher gave up, not restarting
+
+
+def all_died_again(op: Operation, view: ClusterView, now: float) -> bool:
+    """Every rank's newest process is a new one that died (a restart that fails
+    at init), and none came since for DIED_AGAIN_S: no reason to wait out the
+    resume timeout. A launcher with restarts left makes newer ones sooner."""
+    old = {(pid, start) for _, (pid, start, _) in op.workers}
+    world = view.world_size or max((rv.state.world_size for rv in view.ranks.values()), default=0)
+    ranks = [view.ranks.get(r) for r in range(world)]
+    if not world or any(rv is None or rv.incarnation in old or rv.state.alive or rv.died_at is None for rv in ranks):
+        return False
+    return all(rv is not None and rv.died_at is not None and now - rv.died_at >= DIED_AGAIN_S for rv in ranks)
+
+
+def why_not_resumed(op: Operation, view: ClusterView, now: float) -> str:
+    """Where the new worker group stands, rank by rank, in one line: what a
+    person needs to tell a script that cannot restart (every rank stuck inside
+    init_process_group: a stale rendezvous store) from a rank that keeps dying."""
+    old = {(pid, start) for _, (pid, start, _) in op.workers}
+    world = view.world_size or max((rv.state.world_size for rv in view.ranks.values()), default=0)
+    new = {rv.rank: rv for rv in view.ranks.values() if rv.incarnation not in old}
+    groups: dict[str, list[int]] = {}
+    for r in range(world):
+        rv = new.get(r)
+        if rv is None:
+            key = "never came back (no new process registered)"
+        elif not rv.state.alive or rv.state.status in ("exited", "failed"):
+            cause = rv.state.death.get("summary", "")
+            key = f"died again{': ' + cause if cause else ''}"
+        elif rv.state.pg_state == "initializing":
+            key = "stuck inside init_process_group"
+        elif rv.state.pg_state == "none":
+            key = "alive but not yet at init_process_group"
+        elif rv.steps_seen == 0:
+            key = "joined the process group but completed no step"
+        else:
+            continue
+        groups.setdefault(key, []).append(r)
+    if not groups:
+        return f"no resumed worker group within {seconds(now - op.phase_at)} of the restart"
+    return "; ".join(f"{ranks_phrase(rs)} {why}" for why, rs in groups.items()) + \
+        f" ({seconds(now - op.phase_at)} after the old workers were gone)"
 
 
 def resumed_step(op: Operation, view: ClusterView) -> tuple[int, int] | None:

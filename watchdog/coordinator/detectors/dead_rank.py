@@ -87,19 +87,28 @@ class DeadRank:
         if blame and set(cluster) & set(blame.culprits) and live_waiters:
             waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
         rv = rvs[0]
+        causes = {x.rank: x.state.death.get("summary", "") for x in rvs if x.state.death.get("summary")}
         if len(rvs) == 1:
-            head = f"{who(rv)} died: process gone (hook status {rv.state.status}), last seen {where(rv, now)}"
+            cause = causes.get(rv.rank) or f"process gone (hook status {rv.state.status})"
+            head = f"{who(rv)} died: {cause}, last seen {where(rv, now)}"
         else:
             hosts = sorted({x.host for x in rvs})
             span = max(x.died_at for x in rvs) - first
             head = (f"{ranks_phrase(cluster)} (host {', '.join(hosts)}) died within {seconds(span)} of each other, "
                     f"order unknown: processes gone, rank {rv.rank} last seen {where(rv, now)}")
+            # Why each died, grouped: four ranks killed by one OOM read as one line.
+            by_cause: dict[str, list[int]] = {}
+            for r, c in sorted(causes.items()):
+                by_cause.setdefault(c, []).append(r)
+            head += "".join(f"; {ranks_phrase(rs)}: {c}" for c, rs in by_cause.items())
         return [Finding(
             kind=self.name, ranks=tuple(sorted(cluster)), hosts=tuple(sorted({x.host for x in rvs})),
             onset_mono=first, detected_mono=now, reason=head + waiting + then,
             evidence={"pids": {str(x.rank): x.state.pid for x in rvs}, "status": rv.state.status, "step": rv.state.step,
                       "phase": rv.state.phase, "last_heartbeat_age_s": round(rv.heartbeat_age(now), 3),
-                      "died_precise": all(x.died_precise for x in rvs), "followers": after},
+                      "died_precise": all(x.died_precise for x in rvs), "followers": after,
+                      **({"death": {str(x.rank): x.state.death for x in rvs if x.state.death}}
+                         if any(x.state.death for x in rvs) else {})},
         )]
 
     def _lost_hosts(self, now: float, view: ClusterView, health: dict[int, str]) -> list[Finding]:

@@ -37,7 +37,10 @@ class FrozenRank:
                 continue
             s = rv.state
             cpu = s.cpu_percent
-            if s.proc_status == "stopped":
+            if s.status == "failed":  # the hook saw an uncaught exception: shutting down, not hung
+                why = s.death.get("summary") or "hook status failed"
+                kind = f"exiting after an uncaught exception ({why})"
+            elif s.proc_status == "stopped":
                 kind = "stopped by a signal (SIGSTOP/SIGTSTP, or a debugger)"
             elif cpu < 5:
                 kind = f"not running (CPU ~0%, OS state {s.proc_status or 'unknown'})"

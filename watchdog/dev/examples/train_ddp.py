@@ -23,6 +23,13 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
                  step S (the others wait in that step's all-reduce)
     nan:R@S      rank R's loss is NaN at step S (a corrupted batch or a flipped
                  bit): its NaN gradient reaches every rank at the all-reduce
+    raise:R@S    rank R raises ZeroDivisionError in its loss scaling at step S
+    oom:R@S      rank R allocates memory until it is stopped, at step S. With
+                 WATCHDOG_FAULT_CGROUP (a memory-limited cgroup directory) every
+                 rank joins it at start, as in a container, and the kernel
+                 OOM-kills rank R there; without it, rank R grows under an
+                 address-space limit 256 MiB above its size (a MemoryError).
+                 Never the whole machine's memory.
 
 Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0),
 unless --faults-every-attempt (a deterministic failure that comes back).
@@ -66,6 +73,8 @@ class Faults:
     starve_all: bool = False
     loader_hang: dict[int, int] = field(default_factory=dict)  # rank -> step
     nan: dict[int, int] = field(default_factory=dict)  # rank -> step
+    raise_: dict[int, int] = field(default_factory=dict)  # rank -> step
+    oom: dict[int, int] = field(default_factory=dict)
 
 
 def announce(kind: str, rank: int, step: int) -> None:
@@ -78,9 +87,10 @@ def parse_faults(specs: list[str]) -> Faults:
     for spec in specs:
         try:
             kind, _, rest = spec.partition(":")
-            if kind in ("kill", "stop", "hang", "loader-hang", "nan"):
+            if kind in ("kill", "stop", "hang", "loader-hang", "nan", "raise", "oom"):
                 rank, _, step = rest.partition("@")
-                getattr(faults, kind.replace("-", "_"))[int(rank)] = int(step)
+                attr = {"raise": "raise_"}.get(kind, kind.replace("-", "_"))
+                getattr(faults, attr)[int(rank)] = int(step)
             elif kind == "slow":
                 rank, _, factor = rest.partition(":")
                 faults.slow[int(rank)] = float(factor)
@@ -96,6 +106,32 @@ def parse_faults(specs: list[str]) -> Faults:
         except ValueError as exc:
             raise SystemExit(f"--fault {spec!r}: {exc} (see --help for the forms)") from None
     return faults
+
+
+def loss_scale(step: int, broken: bool) -> float:
+    """The raise fault's place: a bug in the user's own code."""
+    return 1.0 / (0 if broken else 1)
+
+
+def join_fault_cgroup() -> None:
+    """The oom fault's confinement: the job runs in a memory-limited cgroup."""
+    cgroup = os.environ.get("WATCHDOG_FAULT_CGROUP")
+    if cgroup:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+
+
+def blow_up_memory() -> None:
+    """The oom fault: grow until stopped, confined (see the module doc)."""
+    if not os.environ.get("WATCHDOG_FAULT_CGROUP"):
+        import resource
+
+        with open("/proc/self/statm") as fh:
+            size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+    hoard = []
+    while True:
+        hoard.append(bytearray(32 << 20))  # zero-filled: every page touched
 
 
 class SyntheticRegression(Dataset):
@@ -135,10 +171,15 @@ class BlockingAt(Dataset):
         return self.inner[i]
 
 
-def init_process_group(timeout_s: float) -> None:
+def init_process_group(timeout_s: float, plain: bool = False) -> None:
     """gloo init on a store prefixed with torchelastic's restart count: restarted
     workers must not read the peer addresses the previous attempt left in the
-    agent's store (otherwise gloo's connectFullMesh is refused after a restart)."""
+    agent's store (otherwise gloo's connectFullMesh is refused after a restart).
+    ``plain``: what an unmodified script does, which cannot restart (tests of a
+    restart that fails)."""
+    if plain:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.TCPStore(
@@ -211,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault", action="append", default=[], help="inject a fault (see above)")
     p.add_argument("--faults-every-attempt", action="store_true",
                    help="inject the faults after a restart too (a deterministic failure)")
+    p.add_argument("--plain-init", action="store_true",
+                   help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin")
     p.add_argument("--final-params", default=None,
                    help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
     args = p.parse_args(argv)
@@ -220,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     torch.set_num_threads(1)  # 4 ranks share 2 cores
+    if faults.oom:
+        join_fault_cgroup()
     mon = install()  # watchdog: reads RANK/WORLD_SIZE and WATCHDOG_* from the env
 
     if rank in faults.never_join:
@@ -229,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
 
     with mon.phase("init"):
-        init_process_group(args.pg_timeout_s)
+        init_process_group(args.pg_timeout_s, plain=args.plain_init)
     world = dist.get_world_size()
 
     torch.manual_seed(args.seed)
@@ -287,10 +332,17 @@ def main(argv: list[str] | None = None) -> int:
         if faults.stop.get(rank) == step:
             announce("stop", rank, step)
             os.kill(os.getpid(), signal.SIGSTOP)
+        if faults.oom.get(rank) == step:
+            announce("oom", rank, step)
+            blow_up_memory()
         loss = nn.functional.mse_loss(model(x), y)
         if faults.nan.get(rank) == step:
             announce("nan", rank, step)
             loss = loss * float("nan")
+        if rank in faults.raise_:
+            if faults.raise_[rank] == step:
+                announce("raise", rank, step)
+            loss = loss * loss_scale(step, faults.raise_[rank] == step)
         if compute_s:
             time.sleep(compute_s * (1 + jitter.uniform(-args.jitter, args.jitter)))
         if faults.hang.get(rank) == step:

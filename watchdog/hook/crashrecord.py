@@ -1,0 +1,177 @@
+"""A rank's last words, beside its slot: the uncaught exception that ended it
+(``<slot>.crash``, JSON) and the C-level fatal-signal dump (``<slot>.fatal``,
+faulthandler's text).
+
+Why files: only a process's parent learns its exit status, and under torchrun
+that is the elastic agent, not ours. What the rank itself can say before it
+goes, it says here, and the agent reads it once it sees the process gone
+(``watchdog.agent.deathcause``).
+
+Rules: every function here is called from an excepthook or at install and
+never raises; a record is bounded (MAX_TEXT per field, MAX_BYTES per file) and
+replaced atomically (a reader never sees half a record); the user's
+faulthandler set-up wins (if faulthandler is already enabled we leave it alone).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import time
+import traceback
+from typing import IO, Any
+
+CRASH_SUFFIX = ".crash"
+FATAL_SUFFIX = ".fatal"
+RECORD_VERSION = 1
+MAX_TEXT = 1000  # one exception message
+MAX_TRACEBACK = 8000  # the traceback's tail: the innermost frames are the useful ones
+MAX_BYTES = 16384  # what a reader accepts from either file
+
+
+def crash_path(slot_path: str) -> str:
+    return slot_path + CRASH_SUFFIX
+
+
+def fatal_path(slot_path: str) -> str:
+    return slot_path + FATAL_SUFFIX
+
+
+def describe(exc_type: type, exc: BaseException | None, tb: Any, thread: str) -> dict[str, Any]:
+    """The record for one exception: type, message, where it was raised (the
+    innermost frame, ``file.py:line``), bounded traceback text."""
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    last = frames[-1] if frames else None
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return {
+        "v": RECORD_VERSION,
+        "type": getattr(exc_type, "__qualname__", str(exc_type))[:200],
+        "message": str(exc)[:MAX_TEXT] if exc is not None else "",
+        "where": f"{os.path.basename(last.filename)}:{last.lineno}" if last else "",
+        "function": last.name if last else "",
+        "thread": thread[:200],
+        "traceback": text[-MAX_TRACEBACK:],
+        "t_wall": round(time.time(), 6),
+        "pid": os.getpid(),
+    }
+
+
+def write(slot_path: str | None, exc_type: type, exc: BaseException | None, tb: Any, thread: str) -> bool:
+    """Record an uncaught exception; False (never an exception) when it could not be."""
+    if not slot_path:
+        return False
+    try:
+        data = json.dumps(describe(exc_type, exc, tb, thread), default=str).encode()[:MAX_BYTES]
+        path = crash_path(slot_path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return True
+    except Exception:  # an excepthook must not fail on top of the crash
+        return False
+
+
+def clear(slot_path: str | None) -> None:
+    """At install: a slot file name (job, rank, pid) can come back with a reused
+    pid; the crash record left by its earlier owner must not be read as ours."""
+    if not slot_path:
+        return
+    for path in (crash_path(slot_path), fatal_path(slot_path)):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class FatalDump:
+    """faulthandler into ``<slot>.fatal`` for a segfault/abort (SIGSEGV, SIGABRT,
+    SIGBUS, SIGFPE, SIGILL): the Python stack of every thread at the fatal
+    signal. Enabled only where faulthandler is not already on (the user's or
+    PYTHONFAULTHANDLER's target is kept)."""
+
+    def __init__(self) -> None:
+        self._fh: IO[bytes] | None = None
+        self.path = ""
+
+    def enable(self, slot_path: str | None) -> bool:
+        if not slot_path or self._fh is not None:
+            return False
+        try:
+            if faulthandler.is_enabled():
+                return False
+            path = fatal_path(slot_path)
+            fh = open(path, "wb")  # noqa: SIM115 - faulthandler writes to it until close
+            faulthandler.enable(file=fh, all_threads=True)
+        except Exception:  # a rank without it still trains
+            return False
+        self._fh, self.path = fh, path
+        return True
+
+    def forget_in_child(self) -> None:
+        """After fork: the child must not write into the parent's file (nor close
+        or unlink it: the descriptor and its offset are shared)."""
+        if self._fh is not None:
+            try:
+                faulthandler.disable()
+            except Exception:
+                pass
+            self._fh = None
+
+    def disable(self) -> None:
+        """At a clean close: stop, and leave no empty file behind."""
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            faulthandler.disable()
+            empty = fh.tell() == 0
+            fh.close()
+            if empty:
+                os.unlink(self.path)
+        except Exception:
+            pass
+
+
+def read_crash(slot_path: str) -> dict[str, Any] | None:
+    """The agent's side: the record, or None (absent, torn, hostile: bounded and validated)."""
+    try:
+        with open(crash_path(slot_path), "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_BYTES:
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        return None
+    out: dict[str, Any] = {}
+    for key, limit in (
+        ("type", 200),
+        ("message", MAX_TEXT),
+        ("where", 300),
+        ("function", 200),
+        ("thread", 200),
+        ("traceback", MAX_TRACEBACK),
+    ):
+        value = obj.get(key, "")
+        out[key] = value[:limit] if isinstance(value, str) else ""
+    pid = obj.get("pid")
+    out["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+    return out
+
+
+def read_fatal(slot_path: str) -> str:
+    """faulthandler's dump (its tail, bounded), or ""."""
+    try:
+        with open(fatal_path(slot_path), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - MAX_BYTES))
+            return fh.read(MAX_BYTES).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
