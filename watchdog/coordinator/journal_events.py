@@ -11,6 +11,8 @@ from __future__ import annotations
 START = "start"
 CONFIG = "config"
 STOP = "stop"
+# Records the journal could not write (disk full): how many, since when; written before the next one that fits.
+JOURNAL_GAP = "journal_gap"
 
 # Findings: opened, closed, and one an action in flight caused (its effect, not a fault).
 FINDING = "finding"
@@ -53,6 +55,7 @@ ALL = (
     START,
     CONFIG,
     STOP,
+    JOURNAL_GAP,
     FINDING,
     RESOLVED,
     EXPECTED_FINDING,
