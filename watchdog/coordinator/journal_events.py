@@ -13,6 +13,8 @@ CONFIG = "config"
 STOP = "stop"
 # Records the journal could not write (disk full): how many, since when; written before the next one that fits.
 JOURNAL_GAP = "journal_gap"
+# The coordinator was not running for a while (SIGSTOP, paused VM): detection held until the hosts report again.
+COORDINATOR_STALLED = "coordinator_stalled"
 
 # Findings: opened, closed, and one an action in flight caused (its effect, not a fault).
 FINDING = "finding"
@@ -56,6 +58,7 @@ ALL = (
     CONFIG,
     STOP,
     JOURNAL_GAP,
+    COORDINATOR_STALLED,
     FINDING,
     RESOLVED,
     EXPECTED_FINDING,
