@@ -1,7 +1,8 @@
 """The monitor's own faults during a real job: one 4-rank torchrun job (gloo, CPU)
 with a real agent and coordinator, shared by the tests below, which run in order:
 
-1. the agent is SIGKILLed and restarted: no finding, the new agent reads every rank
+1. the agent is SIGKILLed and restarted (without CAP_SYS_PTRACE, so py-spy is denied
+   from then on): no finding, the new agent reads every rank
    back from its slot;
 2. the coordinator is SIGSTOPped for 15 s (the issue says 30: the mechanism is the
    same, a stall longer than every deadline involved — the 10 s host-silence limit
@@ -9,7 +10,8 @@ with a real agent and coordinator, shared by the tests below, which run in order
    SIGCONT no host is named lost and nothing is found (before the stall guard, the
    host was journaled lost on this very run);
 3. the coordinator is SIGKILLed and restarted on the same address: no alert storm,
-   and detection is back: a rank SIGSTOPped right after is named, alone;
+   and detection is back: a rank SIGSTOPped right after is named, alone, and the
+   stack evidence says py-spy lacked ptrace rights;
 4. teardown with that rank still stopped ends every worker (before, the stopped one
    was left running: it never handles the SIGTERM torchrun forwards).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -35,7 +38,15 @@ from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
 from watchdog.dev import localjob
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("setpriv") is None,
+        reason="needs root and setpriv (util-linux) to run the agent without CAP_SYS_PTRACE",
+    ),
+]
+# The restarted agent runs without the right to ptrace the ranks: py-spy denied, during a real job.
+DROP_PTRACE = ("setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace")
 
 NPROC = 4
 REPORT_S = "0.5"
@@ -80,7 +91,7 @@ class Job:
             self.work, self.name, NPROC, self.journal, extra=extra, env=self.env
         )
 
-    def start_agent(self) -> None:
+    def start_agent(self, prefix: tuple[str, ...] = ()) -> None:
         assert self.coordinator is not None
         self.agent = localjob.start_agent(
             self.work,
@@ -88,6 +99,7 @@ class Job:
             self.name,
             env=self.env,
             extra=["--coordinator.url", self.coordinator.url, "--report.interval-seconds", REPORT_S],
+            prefix=prefix,
         )
 
     def records(self, since: float = 0.0) -> list[dict]:
@@ -152,7 +164,7 @@ def test_agent_sigkill_and_restart_no_false_dead_rank(job):
     assert old is not None
     old.popen.kill()
     old.popen.wait(10)
-    job.start_agent()
+    job.start_agent(DROP_PTRACE)  # and from here on, py-spy is denied: test 3 reads the evidence
     restarted = wait_for(
         lambda: [r for r in job.events(je.HOST_SEEN, t0) if r.get("agent_restarted")],
         60,
@@ -224,6 +236,14 @@ def test_coordinator_sigkill_and_restart_no_storm_and_detection_back(job):
     )
     took = found[0]["t_wall"] - t_fault
     print(f"detection after the coordinator restart: {found[0]['kind']} {found[0]['ranks']} in {took:.1f} s")
+    # py-spy is denied to this agent (test 1): the evidence says why, and the finding still stands.
+    stacks = wait_for(
+        lambda: [r for r in job.events(je.EVIDENCE, t_fault) if r.get("type") == "dump_stacks"],
+        60,
+        "the stack evidence",
+        log=job.agent.log_path,
+    )
+    assert "ptrace" in stacks[0]["error"], stacks[0]["error"]
     time.sleep(2.0)
     named = {tuple(r["ranks"]) for r in job.events(je.FINDING, t0)}
     assert named == {(2,)}, named  # the stopped rank, and no one else

@@ -110,19 +110,23 @@ def _await_address(proc: Process, address_file: Path, timeout_s: float) -> None:
 
 
 def start_daemon(
-    name: str, subcommand: str, flags: Sequence[str], work_dir: Path, env: dict | None = None, timeout_s: float = 30.0
+    name: str, subcommand: str, flags: Sequence[str], work_dir: Path, env: dict | None = None, timeout_s: float = 30.0,
+    prefix: Sequence[str] = (),
 ) -> Process:
+    """``prefix``: a command the daemon runs under (e.g. setpriv dropping a capability)."""
     address_file = work_dir / f"{name}.address"
     address_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "watchdog.cli", subcommand, "--web.listen-address", "127.0.0.1:0",
+    argv = [*prefix, sys.executable, "-m", "watchdog.cli", subcommand, "--web.listen-address", "127.0.0.1:0",
             "--web.address-file", str(address_file), *flags]
     proc = _spawn(name, argv, work_dir, env)
     _await_address(proc, address_file, timeout_s)
     return proc
 
 
-def start_agent(work_dir: Path, run_dir: Path, job: str, extra: Sequence[str] = (), env: dict | None = None) -> Process:
-    return start_daemon("agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env)
+def start_agent(work_dir: Path, run_dir: Path, job: str, extra: Sequence[str] = (), env: dict | None = None,
+                prefix: Sequence[str] = ()) -> Process:
+    return start_daemon("agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env,
+                        prefix=prefix)
 
 
 def start_coordinator(work_dir: Path, job: str, world_size: int, journal: Path, extra: Sequence[str] = (),
