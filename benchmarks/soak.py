@@ -42,6 +42,16 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     return sum((t - mx) * (v - my) for t, v in points) / var * 3600.0
 
 
+def _series(samples: list[tuple[float, dict[str, float | None]]], name: str, since: float) -> list[tuple[float, float]]:
+    """(seconds, MB) of one process from ``since`` on, samples where it was gone left out."""
+    out = []
+    for t, row in samples:
+        mb = row[name]
+        if t >= since and mb is not None:
+            out.append((t, mb))
+    return out
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         return psutil.Process(pid).memory_info().rss / MB
@@ -138,9 +148,7 @@ def main() -> int:
     warm = samples[0][0] + 0.1 * (samples[-1][0] - samples[0][0]) if samples else 0.0
     print(
         f"{'slope':>7} "
-        + " ".join(
-            f"{slope_per_hour([(t, row[n]) for t, row in samples if t >= warm and row[n]]):>+11.2f}" for n in names
-        )
+        + " ".join(f"{slope_per_hour(_series(samples, n, warm)):>+11.2f}" for n in names)
         + "   (MB/hour, after the first 10 %)"
     )
     print(f"findings: {len(findings)} " + ", ".join(f"{f.get('kind')} {f.get('ranks')}" for f in findings))
