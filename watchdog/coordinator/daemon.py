@@ -70,7 +70,7 @@ class Daemon:
             t0 = time.perf_counter()
             try:
                 if last is not None and is_stall(now - last, interval):  # we were stopped, not the hosts
-                    self.coordinator.stalled(now, now - last)
+                    self.coordinator.stalled(now, now - last, wall)
                 last = now
                 self.coordinator.tick(now, wall)
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking

@@ -148,9 +148,9 @@ class Coordinator:
         self._gauges(view, now, outcomes)
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
-    def stalled(self, now: float, gap_s: float) -> None:
-        """The daemon's loop was not running for ``gap_s`` until ``now``: hold detection (stall.py)."""
-        stall = self.stall_guard.begin(now, gap_s, self._view)
+    def stalled(self, now: float, gap_s: float, wall: float) -> None:
+        """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""
+        stall = self.stall_guard.begin(now, gap_s, self._view, wall)
         payload = {"gap_s": round(gap_s, 3), "hold_max_s": round(stall.limit_s, 3), "hosts": sorted(stall.seqs)}
         self.log.warning(je.COORDINATOR_STALLED, **payload)
         self._record(je.COORDINATOR_STALLED, payload)
