@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -43,3 +47,73 @@ def wheel(tmp_path_factory) -> Path:
     )
     (whl,) = out.glob("rank_watchdog-*.whl")
     return whl
+
+
+# -- nothing left running ----------------------------------------------------------------------------
+# Every process a test starts inherits this variable (subprocess copies os.environ; so do torchrun and its
+# workers), with a value unique to this session: at the end, whatever still carries it was left behind by
+# this session. Processes of other sessions (other checkouts, other engineers) carry another value or none,
+# so they are never touched. A child started with an environment built from scratch escapes the check.
+SESSION_MARK = "WATCHDOG_TEST_SESSION"
+_SESSION_VALUE = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def pytest_configure(config) -> None:
+    os.environ[SESSION_MARK] = _SESSION_VALUE
+
+
+def _marked_pids() -> list[int]:
+    needle = f"{SESSION_MARK}={_SESSION_VALUE}".encode() + b"\0"
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = b"\0" + fh.read()
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        if b"\0" + needle in env and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
+            out.append(int(name))
+    return out
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid}: {argv[:160]}"
+    except OSError:
+        return f"{pid}: (gone)"
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the run if a test left a process behind, and end them (SIGCONT first: a stopped
+    process would not act on anything else, and SIGKILL works on it but a stopped parent
+    would not reap it)."""
+    deadline = time.monotonic() + 10.0  # a daemon still handling its SIGTERM is not a leak yet
+    while (left := _marked_pids()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    lines = [_describe(pid) for pid in left]
+    for pid in left:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = f"{len(left)} process(es) started by this test session were still running at its end (killed now):"
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "processes left behind", red=True)
+        reporter.write_line(text)
+        for line in lines:
+            reporter.write_line(f"  {line}")
+    else:
+        print(text, *lines, sep="\n  ", file=sys.stderr)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -41,11 +41,15 @@ def test_durable_events_are_fsynced(tmp_path, monkeypatch):
     synced = []
     monkeypatch.setattr(journal.os, "fsync", lambda fd: synced.append(fd))
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
-    j.write(je.STATE, {})
+    j.write(je.RANK_JOINED, {})
     assert synced == []
     j.write(je.FINDING, {})
     j.write(je.RESOLVED, {})
     assert len(synced) == 2
+    # What an action did, the job's state and a lost host are what a post-mortem of a crash needs too.
+    for event in (je.ACTION_OUTCOME, je.STATE, je.HOST_LOST):
+        j.write(event, {})
+    assert len(synced) == 5
 
 
 def test_event_names_are_the_golden_ones():

@@ -52,7 +52,9 @@ class Agent:
         if cfg.coordinator_url:
             outbox = Outbox(log=self.log)
             if handle_commands is None:
-                dumper = StackDumper(find_py_spy(cfg.py_spy), timeout_s=cfg.stacks_timeout_s)
+                # "" when not found: None would make the dumper search again and, for a --stacks.py-spy path that
+                # does not exist, quietly run another py-spy than the one configured (and warned about below).
+                dumper = StackDumper(find_py_spy(cfg.py_spy) or "", timeout_s=cfg.stacks_timeout_s)
                 self.commands = CommandHandler(
                     host=cfg.host, token=cfg.token, outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),

@@ -63,12 +63,29 @@ def cap_text(text: str, max_bytes: int) -> str:
     return data[:max_bytes].decode("utf-8", "ignore") + note
 
 
+PTRACE_HINT = "py-spy needs ptrace rights: root, CAP_SYS_PTRACE, or the ranks' user with ptrace_scope=0"
+
+
+def ptrace_denied(pid: int, proc_root: str = "/proc") -> bool:
+    """True when this process may not inspect ``pid`` the way py-spy must. Reading
+    /proc/<pid>/exe takes the same kernel ptrace access check py-spy's first step
+    does; without the right (another user, CAP_SYS_PTRACE dropped, Yama) it fails
+    with EACCES, whatever words py-spy's own error uses."""
+    try:
+        os.readlink(f"{proc_root}/{pid}/exe")
+    except PermissionError:
+        return True
+    except OSError:
+        return False  # gone, or a kernel thread: not a rights problem
+    return False
+
+
 def _why(proc: subprocess.CompletedProcess) -> str:
     err = (proc.stderr or proc.stdout or "").split("Stack backtrace:")[0]  # anyhow's backtrace: noise
     lines = [ln for ln in err.splitlines() if ln.strip()][:4]
     msg = " / ".join(ln.strip() for ln in lines)[:500] or f"exit status {proc.returncode}"
     if "ermission" in msg or "not permitted" in msg:
-        msg += " (py-spy needs ptrace rights: root, CAP_SYS_PTRACE, or the ranks' user with ptrace_scope=0)"
+        msg += f" ({PTRACE_HINT})"
     return f"py-spy failed: {msg}"
 
 
@@ -78,10 +95,11 @@ class StackDumper:
     def __init__(self, py_spy: str | None = None, *, timeout_s: float = TIMEOUT_S, max_bytes: int = MAX_TEXT_BYTES,
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
                  state: Callable[[int], str | None] = proc_state,
-                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 denied: Callable[[int], bool] = ptrace_denied) -> None:
         self.py_spy = py_spy if py_spy is not None else find_py_spy()
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
-        self._run, self._state, self._mono, self._wall = run, state, mono, wall
+        self._run, self._state, self._mono, self._wall, self._denied = run, state, mono, wall, denied
 
     def dump(self, host: str, rank: int, pid: int, timeout_s: float | None = None) -> StackDump:
         """``timeout_s``: this dump's share of a host-wide deadline (``dumpall``);
@@ -105,6 +123,8 @@ class StackDumper:
         if not ok and method == BLOCKING and left > 0 and self._state(pid) in _STOPPED:  # stopped while we tried
             method = NONBLOCKING
             ok, text, error = self._once(pid, method, left)
+        if not ok and PTRACE_HINT not in error and self._denied(pid):  # py-spy's words may not say so
+            error = f"no ptrace rights over pid {pid} ({PTRACE_HINT}); {error}"
         return out(ok, cap_text(text, self.max_bytes) if ok else "", error, method)
 
     def _once(self, pid: int, method: str, timeout_s: float | None = None) -> tuple[bool, str, str]:

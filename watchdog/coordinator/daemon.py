@@ -19,6 +19,7 @@ from .config import Config, loggable
 from .journal import Journal
 from .server import bound_address, make_server
 from .service import Coordinator
+from .stall import is_stall
 
 
 def _clock() -> tuple[float, float]:
@@ -65,10 +66,14 @@ class Daemon:
     def _tick_loop(self) -> None:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
+        last = None
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
             t0 = time.perf_counter()
             try:
+                if last is not None and is_stall(now - last, interval):  # we were stopped, not the hosts
+                    self.coordinator.stalled(now, now - last, wall)
+                last = now
                 self.coordinator.tick(now, wall)
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)

@@ -87,7 +87,9 @@ class Blame:
 def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str] | None = None) -> Blame | None:
     """The collective most ranks wait in, and who holds it up. None if no rank waits."""
     health = classify_all(view, now, cfg) if health is None else health
-    wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] != EXITED}
+    # A lost host's ranks are not waiting "now": their last state is as old as the host's silence, so
+    # counting them as waiters would have the live ranks blamed for a wait seen on stale data.
+    wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] not in (EXITED, LOST)}
     if not wait:
         return None
     groups = Counter(rv.state.coll.group for rv in wait.values())

@@ -7,10 +7,18 @@ so what paged someone survives a crash. A kill mid-write leaves at most a torn
 last line: ``read`` skips lines that do not parse, and a writer reopening a
 journal that does not end in a newline first terminates the torn line, so it can
 never glue itself to the next record.
+
+A full disk (or a file size limit) makes ``write()`` store part of a record and
+return a short count, silently. That is an error here (``ShortWrite``, an
+OSError the coordinator counts): the torn bytes are cut off again, or if that
+fails the next record starts on a fresh line; and the first record that gets
+through afterwards is preceded by a ``journal_gap`` record saying how many were
+lost since when, so a post-mortem knows the hole is there.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -20,9 +28,17 @@ from typing import Any, Callable, Iterator
 from . import journal_events as je
 
 JOURNAL_MODE = 0o600
-# An action's decision, end and restart are what a restarted coordinator rebuilds its budget from (recover.py).
+# Fsync'd: what paged someone, and what a restarted coordinator rebuilds its decisions
+# from (recover.py: an action's decision, end and restart).
 DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION, je.ACTION_OUTCOME, je.RESTART,
-                     je.RECOVERED, je.COMMAND, je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
+                     je.RECOVERED, je.STATE, je.HOST_LOST, je.JOURNAL_GAP, je.COMMAND, je.EVIDENCE, je.COMMAND_DONE,
+                     je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
+
+class ShortWrite(OSError):
+    """``write()`` stored only part of a record (disk full, file size limit)."""
+
+    def __init__(self, wrote: int, wanted: int) -> None:
+        super().__init__(errno.ENOSPC, f"short write: {wrote} of {wanted} bytes (disk full?)")
 
 
 def _default(obj: Any) -> Any:
@@ -53,11 +69,34 @@ class Journal:
         # 0600: the journal holds stacks, slot contents and command ids of a job.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), JOURNAL_MODE)
         self._fh = os.fdopen(fd, "ab", buffering=0)
+        self._torn = False  # the file may end inside a record: start the next one on a fresh line
+        self.lost = 0  # records not written since the last one that was (journaled as journal_gap)
+        self._lost_since_wall = 0.0
+        self._first_error = ""
         if self._fh.tell() > 0:
             with open(path, "rb") as fh:
                 fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    self._fh.write(b"\n")
+                self._torn = fh.read(1) != b"\n"
+        self._good_end = self._fh.tell()  # the file's length after the last whole record
+
+    def _append(self, data: bytes, fsync: bool) -> None:
+        """One whole record or an OSError; never leaves a partial record behind if it can help it."""
+        if self._torn:
+            data = b"\n" + data
+        try:
+            wrote = self._fh.write(data)  # unbuffered: one write() per record
+            if wrote != len(data):
+                raise ShortWrite(wrote or 0, len(data))
+            if fsync:
+                os.fsync(self._fh.fileno())
+        except OSError:
+            try:  # cut the torn bytes off again (shrinking a file needs no free space); _torn stays as it was
+                os.ftruncate(self._fh.fileno(), self._good_end)
+            except OSError:
+                self._torn = True
+            raise
+        self._torn = False
+        self._good_end += len(data)
 
     def write(self, event: str, payload: dict[str, Any] | None = None, *, durable: bool | None = None) -> dict:
         wall, mono = self._clock()
@@ -66,10 +105,33 @@ class Journal:
         with self._lock:
             if self._fh.closed:
                 return record
-            self._fh.write(line)  # unbuffered: one write() per record
-            if (event in DURABLE) if durable is None else durable:
-                os.fsync(self._fh.fileno())
+            if self.lost:
+                gap = {
+                    "event": je.JOURNAL_GAP,
+                    "t_wall": round(wall, 6),
+                    "t_mono": round(mono, 6),
+                    "lost_records": self.lost,
+                    "since_wall": round(self._lost_since_wall, 6),
+                    "error": self._first_error,
+                }
+                try:
+                    self._append(json.dumps(gap, separators=(",", ":")).encode() + b"\n", fsync=True)
+                except OSError as exc:
+                    self._lose(wall, exc)
+                    raise
+                self.lost = 0
+            try:
+                self._append(line, fsync=(event in DURABLE) if durable is None else durable)
+            except OSError as exc:
+                self._lose(wall, exc)
+                raise
         return record
+
+    def _lose(self, wall: float, exc: OSError) -> None:
+        if not self.lost:  # the first failure says why; the ones after it repeat "disk full"
+            self._lost_since_wall = wall
+            self._first_error = str(exc)
+        self.lost += 1
 
     def close(self) -> None:
         with self._lock:

@@ -11,6 +11,10 @@ from __future__ import annotations
 START = "start"
 CONFIG = "config"
 STOP = "stop"
+# Records the journal could not write (disk full): how many, since when; written before the next one that fits.
+JOURNAL_GAP = "journal_gap"
+# The coordinator was not running for a while (SIGSTOP, paused VM): detection held until the hosts report again.
+COORDINATOR_STALLED = "coordinator_stalled"
 
 # Findings: opened, closed, and one an action in flight caused (its effect, not a fault).
 FINDING = "finding"
@@ -58,6 +62,8 @@ ALL = (
     START,
     CONFIG,
     STOP,
+    JOURNAL_GAP,
+    COORDINATOR_STALLED,
     FINDING,
     RESOLVED,
     EXPECTED_FINDING,

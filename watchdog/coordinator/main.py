@@ -34,6 +34,22 @@ def check_exposure(cfg: Config) -> str | None:
     return jobtoken.too_short(cfg.token, cfg.listen[0])
 
 
+def check_policy_token(cfg: Config) -> str | None:
+    """The error to exit with, or None. Agents refuse every signal and checkpoint
+    command that is not signed with the job token (``no_token``), so a policy with
+    destructive actions and no token would decide a restart and then watch it be
+    refused every few seconds while the job stays hung: refuse it at start instead."""
+    if cfg.token or cfg.policy.dry_run:
+        return None
+    destructive = sorted({a for a in cfg.policy.actions.values() if a != "alert"})
+    if not destructive:
+        return None
+    return (f"refusing to start: policy {cfg.policy_file or '(inline)'} asks for {', '.join(destructive)}, but "
+            f"there is no job token, and agents refuse every unsigned signal or checkpoint command (no_token): "
+            f"the action could never be carried out. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}) for the "
+            f"coordinator and the agents, or set dry_run = true in the policy's [limits].")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         values = flags.parse("watchdog coordinator", DESCRIPTION, FLAGS, argv)
@@ -45,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logs.get("watchdog.coordinator")
     for warning in flags.deprecations(FLAGS):
         log.warning("deprecated_env", detail=warning)
-    err = check_exposure(cfg)
+    err = check_exposure(cfg) or check_policy_token(cfg)
     if err:
         log.error("refused", error=err)
         print(f"watchdog coordinator: {err}", file=sys.stderr)

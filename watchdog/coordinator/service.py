@@ -27,6 +27,7 @@ from .finding import KINDS, Finding
 from .journal import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .runner import Outcome, Runner
+from .stall import StallGuard
 from .view import ClusterView, empty, fold
 
 
@@ -65,6 +66,8 @@ class Coordinator:
         self._stack_summary: dict[tuple[str, tuple[int, ...]], str] = {}  # finding key -> its stack groups in a line
         self.control = JobController(cfg.policy)
         self._control_failed = logs.RateLimited(every_s=60.0)
+        # After the coordinator itself was stopped, the hosts' silence is ours: hold detection (stall.py).
+        self.stall_guard = StallGuard(cfg.detectors)
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
@@ -135,6 +138,8 @@ class Coordinator:
 
     def tick(self, now: float, wall: float) -> TickResult:
         view = self._view
+        if self.stall_guard.holding(now, view):  # every host looks silent for as long as we were stopped
+            return TickResult((), (), ())
         self._hosts(view, now)
         outcomes = self.runner.run(now, view)
         findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
@@ -173,6 +178,13 @@ class Coordinator:
                 self.metrics.det_errors.labels(o.name).inc()
         self._gauges(view, now, outcomes)
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
+
+    def stalled(self, now: float, gap_s: float, wall: float) -> None:
+        """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""
+        stall = self.stall_guard.begin(now, gap_s, self._view, wall)
+        payload = {"gap_s": round(gap_s, 3), "hold_max_s": round(stall.limit_s, 3), "hosts": sorted(stall.seqs)}
+        self.log.warning(je.COORDINATOR_STALLED, **payload)
+        self._record(je.COORDINATOR_STALLED, payload)
 
     def _hosts(self, view: ClusterView, now: float) -> None:
         """Journal host loss and return as state changes (the finding is dead_rank's)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from watchdog import wire
+from watchdog import procstart, wire
 
 # The example job ships inside the package (a checkout's examples/train_ddp.py
 # links to it), so ``watchdog demo`` works from an installed wheel. Its directory
@@ -110,19 +110,23 @@ def _await_address(proc: Process, address_file: Path, timeout_s: float) -> None:
 
 
 def start_daemon(
-    name: str, subcommand: str, flags: Sequence[str], work_dir: Path, env: dict | None = None, timeout_s: float = 30.0
+    name: str, subcommand: str, flags: Sequence[str], work_dir: Path, env: dict | None = None, timeout_s: float = 30.0,
+    prefix: Sequence[str] = (),
 ) -> Process:
+    """``prefix``: a command the daemon runs under (e.g. setpriv dropping a capability)."""
     address_file = work_dir / f"{name}.address"
     address_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "watchdog.cli", subcommand, "--web.listen-address", "127.0.0.1:0",
+    argv = [*prefix, sys.executable, "-m", "watchdog.cli", subcommand, "--web.listen-address", "127.0.0.1:0",
             "--web.address-file", str(address_file), *flags]
     proc = _spawn(name, argv, work_dir, env)
     _await_address(proc, address_file, timeout_s)
     return proc
 
 
-def start_agent(work_dir: Path, run_dir: Path, job: str, extra: Sequence[str] = (), env: dict | None = None) -> Process:
-    return start_daemon("agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env)
+def start_agent(work_dir: Path, run_dir: Path, job: str, extra: Sequence[str] = (), env: dict | None = None,
+                prefix: Sequence[str] = ()) -> Process:
+    return start_daemon("agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env,
+                        prefix=prefix)
 
 
 def start_coordinator(work_dir: Path, job: str, world_size: int, journal: Path, extra: Sequence[str] = (),
@@ -164,8 +168,44 @@ class TorchrunJob:
         return self.proc.popen.wait(timeout_s)
 
     def stop(self) -> None:
+        """Stop torchrun and every worker, stopped ones included.
+
+        torchrun starts each worker in a session of its own, so signalling the
+        launcher's group misses them; a SIGSTOPped worker never handles the SIGTERM
+        torchrun forwards, and torchrun SIGKILLed before its own 30 s timeout leaves
+        it behind for good. So: SIGCONT the workers, stop the launcher, then SIGKILL
+        whichever worker (identified by pid and start time) is still there."""
+        if self.proc is None:
+            return
+        workers = self.worker_identities()
+        for pid, start in workers:
+            _signal_if_same(pid, start, signal.SIGCONT)
+        self.proc.stop(grace_s=3.0, group=True)
+        for pid, start in workers:
+            _signal_if_same(pid, start, signal.SIGCONT)
+            _signal_if_same(pid, start, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(_running(pid, start) for pid, start in workers):
+            time.sleep(0.05)
+
+    def worker_identities(self) -> list[tuple[int, int]]:
+        """(pid, start time in us) of the launcher's descendants and of every rank a
+        slot of this job names: a worker whose launcher was SIGKILLed has been
+        reparented, but its slot still names it."""
+        found: dict[int, int] = {}
         if self.proc is not None:
-            self.proc.stop(grace_s=3.0, group=True)
+            for pid in _descendants(self.proc.popen.pid):
+                start = procstart.start_us(pid)
+                if start is not None:
+                    found[pid] = start
+        for path in wire.list_slot_files(str(self.run_dir)):
+            try:
+                ident = wire.read_slot(path).header.identity
+            except (wire.SlotError, OSError):
+                continue
+            if ident.job == self.job and procstart.start_us(ident.pid) == ident.proc_start_us:
+                found[ident.pid] = ident.proc_start_us
+        return sorted(found.items())
 
     def rank_pids(self) -> dict[int, int]:
         """rank -> pid of the newest live-or-dead slot per rank of this job."""
@@ -194,6 +234,45 @@ class TorchrunJob:
             time.sleep(0.1)
         log = self.proc.log()[-3000:] if self.proc else ""
         raise RuntimeError(f"only ranks {sorted(pids)} of {self.nproc} registered within {timeout_s} s:\n{log}")
+
+
+def _descendants(pid: int, proc_root: str = "/proc") -> list[int]:
+    """Every live descendant of ``pid``, from /proc (standard library: the demo's
+    dependencies stay those of an agent install)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir(proc_root):
+        if not name.isdigit():
+            continue
+        stat = procstart.read_text(f"{proc_root}/{name}/stat")
+        if stat is None:
+            continue
+        try:
+            ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        except (IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _running(pid: int, start_us: int) -> bool:
+    """The process that started at ``start_us`` still exists and is not a zombie."""
+    stat = procstart.read_text(f"/proc/{pid}/stat") or ""
+    return bool(stat) and stat[stat.rfind(")") + 2 :][:1] != "Z" and procstart.start_us(pid) == start_us
+
+
+def _signal_if_same(pid: int, start_us: int, sig: int) -> None:
+    """Signal ``pid`` only while it is still the process that started at ``start_us`` (pid reuse)."""
+    if procstart.start_us(pid) != start_us:
+        return
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def http_get(url: str, timeout_s: float = 5.0, headers: dict | None = None) -> str:
