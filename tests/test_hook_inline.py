@@ -369,3 +369,29 @@ def test_wrappers_and_iterators_made_before_the_monitor_stopped_write_nothing(tm
         with open(path, "rb") as f:
             assert f.read() == stopped
         assert len(calls) == 3  # the collective itself always runs
+
+
+def test_a_monitor_closed_during_a_fetch_or_a_collective_is_no_error(tmp_path, monkeypatch):
+    """The copies keep the slot view they took at enter; close() releases it (slot
+    writer detach) while the batch or the collective is still running."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        sink = Sink()
+        sink.marks = mon.recorder.collectives
+
+        def closing_all_reduce(tensor, group=None, async_op=False):
+            mon.close()
+            return "reduced"
+
+        coll = make_wrapper(closing_all_reduce, CollOp.ALL_REDUCE, "tensor", False, sink, FakeWork)
+        assert coll(Payload(8)) == "reduced"
+        assert mon.errors == 0
+    with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+
+        def closing_loader():
+            mon.close()
+            yield "batch"
+
+        assert list(mon.wrap_loader(closing_loader())) == ["batch"]
+        assert mon.errors == 0

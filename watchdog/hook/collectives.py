@@ -153,7 +153,10 @@ def make_collective_wrapper(
         if ret is not None and work_type is not None and isinstance(ret, work_type):
             m.exit_on_completion(ret, (st, seq))
             return ret
-        if m.quiet:  # closed or disabled while the collective ran: like the generic exit, now a no-op
+        # Closed or disabled while the collective ran: like the generic exit, now a no-op.
+        # (A close racing past this check finds ``w`` released: a ValueError, reported
+        # to a closed monitor, which ignores it.)
+        if m.quiet:
             return ret
         # -- CollectiveMarks.exit, written out --------------------------------------
         try:
@@ -169,8 +172,7 @@ def make_collective_wrapper(
                 if seq > st.done:
                     st.done = seq
                 m._last_exit = now
-                w = slot._words
-                s = slot._seq + 1
+                s = slot._seq + 1  # w as at enter: see the note on quiet above
                 w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
                 try:
                     # DONE_SEQ describes H_COLL_GROUP: rewrite it with that group's value

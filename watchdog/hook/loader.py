@@ -67,7 +67,8 @@ class TimedIterator:
                 try:
                     r._acc_data += now - t0
                     r._n_data += 1
-                    w = slot._words
+                    # w as at enter: if the monitor closed meanwhile, the slot writer released
+                    # it and this store raises, reported to a closed monitor (a no-op)
                     s = slot._seq + 1
                     w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
                     try:
