@@ -94,15 +94,35 @@ def hook_ns_by_variant(output: str) -> dict[str, int]:
     return {m["label"].strip(): int(m["hook"]) for m in rows if m}
 
 
+def imported_tree(script: str) -> str | None:
+    """The checkout whose ``watchdog`` that benchmark script really imports (read
+    from ``python -v``): an editable install of another checkout, or a script
+    that does not put its own tree first on sys.path, must not stand in for it."""
+    cmd = [sys.executable, "-v", script, "--no-gloo", "--steps", "10", "--repeats", "1"]
+    err = subprocess.run(cmd, capture_output=True, text=True, check=False).stderr
+    m = re.search(r"(\S+/watchdog/hook/recorder\.py)$", err, re.M)
+    return os.path.realpath(os.path.join(os.path.dirname(m[1]), "..", "..")) if m else None
+
+
 def compare(other_tree: str, rounds: int, steps: int, repeats: int) -> int:
-    trees = {"before": os.path.abspath(other_tree), "after": os.path.join(os.path.dirname(__file__), "..")}
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    trees = {"before": os.path.realpath(other_tree), "after": os.path.realpath(here)}
+    for name, tree in trees.items():
+        found = imported_tree(os.path.join(tree, "benchmarks", "hook_overhead.py"))
+        if found != tree:
+            print(f"--against: the {name} tree's benchmark imports watchdog from {found}, not {tree}", file=sys.stderr)
+            return 2
     runs: dict[str, dict[str, list[int]]] = {name: {} for name in trees}
     for _ in range(rounds):
         for name, tree in trees.items():
             script = os.path.join(tree, "benchmarks", "hook_overhead.py")
             cmd = [sys.executable, script, "--no-gloo", "--steps", str(steps), "--repeats", str(repeats)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-            for label, ns in hook_ns_by_variant(out).items():
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            rows = hook_ns_by_variant(done.stdout)
+            if not rows:  # a crashed run must not leave the other tree compared with nothing
+                print(f"--against: no results from {script}:\n{done.stderr[-2000:]}", file=sys.stderr)
+                return 2
+            for label, ns in rows.items():
                 runs[name].setdefault(label, []).append(ns)
     print(f"hook ns per step, median over {rounds} alternating runs (before: {trees['before']}, after: this tree), "
           f"load average {os.getloadavg()[0]:.2f}")

@@ -8,6 +8,7 @@ import mmap
 import pytest
 
 from watchdog import wire
+from watchdog.hook.loader import TimedIterator
 from watchdog.hook.recorder import Recorder
 from watchdog.hook.slotwriter import SlotWriter
 from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
@@ -89,8 +90,9 @@ def test_late_writes_after_detach_land_in_scratch_memory(tmp_path):
 
 
 def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
-    """The recorder's step / fetch and the collective marks' enter / exit open the writer's
-    bracket inline for speed. Replaying the same events through
+    """The recorder's step, the loader's data-wait marks and the collective marks' enter / exit
+    open the writer's bracket inline for speed (the patched collectives' copy of enter / exit:
+    tests/test_hook_inline.py). Replaying the same events through
     SlotWriter.write, one bracket each, must leave a byte-identical slot: the
     same seq counts, header words, ring records and head."""
 
@@ -106,7 +108,7 @@ def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
     last_exit = 0
     for n in range(1, 7):  # wraps the 4-record ring
         t_data = clock.now
-        assert rec.fetch(lambda: clock.advance(30)) == t_data + 30  # the batch passes through
+        assert next(TimedIterator(iter(lambda: clock.advance(30), None), rec)) == t_data + 30  # passes through
         generic.write(((wire.H_DATA_ENTER_NS, t_data),))
         generic.write(((wire.H_DATA_EXIT_NS, t_data + 30),))
         t_in = clock.advance(100)
@@ -138,7 +140,8 @@ def test_a_forged_rank_slot_reads_like_the_hooks_own(tmp_path, monkeypatch):
     (tmp_path / "hook").mkdir()
     (tmp_path / "forged").mkdir()
     with installed(tmp_path / "hook", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
-        mon.recorder.fetch(lambda: clock.advance(30))
+        for _ in mon.wrap_loader(iter(lambda: clock.advance(30), None)):
+            break
         clock.advance(100)
         with mon.collective("all_reduce"):
             clock.advance(200)

@@ -1,12 +1,19 @@
 """Collective marks: "in collective #k of group g since t" for a live reader, and
 the collective time of the step in progress for the step's record.
 
-``enter`` and ``exit`` are what the patched torch collectives, ``mon.collective``
-and the DDP comm hook call; ``exit`` may run on the backend's thread (async
-work), hence the slot writer's lock around the counters too. Like the
-recorder's step, both open the SlotWriter's bracket inline: they run once per
-collective, and a call costs more than the stores it brackets
+``enter`` and ``exit`` are the one generic implementation, called by
+``mon.collective``, the DDP comm hook and the patched collectives' cold paths
+(async completion, a raising collective); ``exit`` may run on the backend's
+thread (async work), hence the slot writer's lock around the counters too. Like
+the recorder's step, both open the SlotWriter's bracket inline: they run once
+per collective, and a call costs more than the stores it brackets
 (tests/test_hook_slotwriter.py proves the bytes are the bracket's).
+
+Deliberate copy. The patched torch collectives (collectives.py,
+``make_collective_wrapper``) write ``enter`` and the synchronous ``exit`` out in
+their own body: two calls and a token tuple per collective were ~8% of a
+step's hook cost. The copy must change with this one:
+tests/test_hook_inline.py proves both leave identical slot bytes.
 
 The step's view. ``outstanding``, ``span_start``, ``this_step_ns``, ``this_step_count``
 and ``current`` are read, and the per-step ones reset, by ``Recorder.step``
@@ -55,7 +62,8 @@ class CollectiveMarks:
     # by go_quiet (and tests' monkeypatching).
     __slots__ = (
         "_slot", "_clock", "on_error", "groups", "_by_handle", "suppress_tid",
-        "outstanding", "span_start", "this_step_ns", "this_step_count", "current", "_last_exit", "__dict__",
+        "outstanding", "span_start", "this_step_ns", "this_step_count", "current", "_last_exit", "quiet",
+        "__dict__",
     )  # fmt: skip
 
     def __init__(self, slot: SlotWriter, clock: Callable[[], int], *, on_error: Callable[[str, BaseException], None]):
@@ -71,9 +79,11 @@ class CollectiveMarks:
         self.this_step_count = 0  # collectives entered this step
         self.current = GroupCounters(0)  # group of the last collective entered
         self._last_exit = 0
+        self.quiet = False  # read by the inlined copy in the patched collectives, which cannot be swapped
 
     def go_quiet(self) -> None:
         """Entry points become no-ops: enter() then returns None and callers skip the exit."""
+        self.quiet = True
         for name in ("enter", "exit", "reset_groups"):
             setattr(self, name, nop)
 

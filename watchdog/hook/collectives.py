@@ -24,7 +24,8 @@ import logging
 import threading
 from typing import Any, Callable
 
-from watchdog.wire import CollOp, PgState
+from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
+from watchdog.wire import H_SEQ, CollOp, PgState
 
 log = logging.getLogger("watchdog.hook")
 
@@ -80,6 +81,14 @@ def make_collective_wrapper(
     A Work returned by async_op=True is marked complete when its future is, on
     the backend's thread.
 
+    The marks are ``CollectiveMarks.enter`` and its synchronous ``exit`` written
+    out here, on the marks' and the slot writer's fields: the wrapper is the only
+    frame the hook adds to a collective (the calls and their token tuple cost ~8%
+    of a step's hook time). A deliberate copy of collective_marks.py's, which the
+    cold paths (async completion, a raising collective) still call;
+    tests/test_hook_inline.py proves both leave identical slot bytes, and that a
+    quiet marks object makes this a plain call of ``orig``.
+
     ``group_pos``/``size_pos``: positional index of ``group`` and of the tensor(s)
     to size (huge: keyword only); ``size_arg``: that argument's name (None: no
     payload, barrier); ``work_type``: what async_op=True returns (None: unknown)."""
@@ -87,8 +96,8 @@ def make_collective_wrapper(
     op = int(op)
 
     def wrapper(*args, **kwargs):
-        r = sink.marks
-        if r is None or (r.suppress_tid and r.suppress_tid == get_ident()):
+        m = sink.marks
+        if m is None or m.quiet or (m.suppress_tid and m.suppress_tid == get_ident()):
             return orig(*args, **kwargs)
         try:
             n = len(args)
@@ -104,21 +113,78 @@ def make_collective_wrapper(
                 nbytes = sum(getattr(x, "nbytes", 0) for x in t)
             else:
                 nbytes = getattr(t, "nbytes", 0)
+            # -- CollectiveMarks.enter, written out ---------------------------------
+            clock = m._clock  # callables kept in slots are called through a local (3.11 specialises that)
+            now = clock()
+            st = m._by_handle.get(group)
+            if st is None:
+                st = m.groups.add(group)
+            slot = m._slot
+            lock = slot.lock
+            lock.acquire()
+            try:
+                seq = st.seq + 1
+                st.seq = seq
+                out = m.outstanding + 1
+                if out == 1:
+                    m.span_start = now
+                m.outstanding = out
+                m.this_step_count += 1
+                m.current = st
+                w = slot._words
+                s = slot._seq + 1
+                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
+                try:
+                    _pack_coll(w, _COLL_OFF, st.key, seq, op, nbytes, now, m._last_exit, out, st.done)
+                finally:
+                    s += 1
+                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
+                    slot._seq = s
+            finally:
+                lock.release()
         except Exception as exc:
-            r.on_error("collective", exc)
-            return orig(*args, **kwargs)
-        token = r.enter(op, group, nbytes)
-        if token is None:  # the mark failed (reported), or the marks are quiet: call through unmarked
+            m.on_error("collective", exc)
             return orig(*args, **kwargs)
         try:
             ret = orig(*args, **kwargs) if kwargs else orig(*args)
         except BaseException:
-            r.exit(token)
+            m.exit((st, seq))
             raise
         if ret is not None and work_type is not None and isinstance(ret, work_type):
-            r.exit_on_completion(ret, token)
+            m.exit_on_completion(ret, (st, seq))
             return ret
-        r.exit(token)
+        # Closed or disabled while the collective ran: like the generic exit, now a no-op.
+        # (A close racing past this check finds ``w`` released: a ValueError, reported
+        # to a closed monitor, which ignores it.)
+        if m.quiet:
+            return ret
+        # -- CollectiveMarks.exit, written out --------------------------------------
+        try:
+            now = clock()
+            lock.acquire()
+            try:
+                out = m.outstanding
+                if out:
+                    out -= 1
+                    m.outstanding = out
+                    if not out:  # the union of overlapping collectives ends here
+                        m.this_step_ns += now - m.span_start
+                if seq > st.done:
+                    st.done = seq
+                m._last_exit = now
+                s = slot._seq + 1  # w as at enter: see the note on quiet above
+                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
+                try:
+                    # DONE_SEQ describes H_COLL_GROUP: rewrite it with that group's value
+                    _pack_exit(w, _EXIT_OFF, now, out, m.current.done)
+                finally:
+                    s += 1
+                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
+                    slot._seq = s
+            finally:
+                lock.release()
+        except Exception as exc:
+            m.on_error("collective", exc)
         return ret
 
     return wrapper

@@ -2,14 +2,19 @@
 group's state; collectives through its CollectiveMarks (collective_marks.py).
 Every store is made inside the SlotWriter's seqlock bracket (slotwriter.py).
 
-Hot paths. ``step`` and ``fetch`` (and the collective marks' ``enter`` and
-``exit``) run once per step or per event and open the writer's bracket inline
-(lock, odd H_SEQ, stores, even H_SEQ, unlock: ``SlotWriter.begin``/``end``
-written out) instead of calling it: each call costs ~50 ns here, and calling
-begin/end/append made a step 30% dearer (benchmarks/hook_overhead.py
---against). They are the writer's only friends; tests/test_hook_slotwriter.py
-proves they leave the same bytes as the same events written through
+Hot paths. ``step`` (and the collective marks' ``enter`` and ``exit``, the
+patched collectives' copy of them, and the loader's data-wait marks) run once
+per step or per event and open the writer's bracket inline (lock, odd H_SEQ,
+stores, even H_SEQ, unlock: ``SlotWriter.begin``/``end`` written out) instead
+of calling it: each call costs ~50 ns here, and calling begin/end/append made a
+step 30% dearer (benchmarks/hook_overhead.py --against). They are the writer's
+only friends; tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove
+they leave the same bytes as the same events written through
 ``SlotWriter.write``. Everything else calls the writer.
+
+Data waits are marked by the loader's iterator itself (loader.py
+``TimedIterator.__next__``, on this recorder's ``_acc_data``/``_n_data``): it
+is their only caller, and a call per batch is what the inlining saves.
 
 Cost. Per step the hook writes one ring record; a data wait or a collective only
 updates the few header words a live reader needs ("waiting on data since t", "in
@@ -29,14 +34,12 @@ comparison.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Callable
 
 from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.noop import nop
 from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
 from watchdog.wire import (
-    H_DATA_ENTER_NS,
-    H_DATA_EXIT_NS,
     H_LAST_COLL_NS,
     H_LAST_DATA_NS,
     H_LAST_STEP_NS,
@@ -78,14 +81,12 @@ if [H_STEP_START_NS, H_LAST_STEP_NS, H_LAST_DATA_NS, H_LAST_COLL_NS, H_TOTAL_STE
 NEVER = 1 << 62  # a step number never reached: "no control request due"
 
 # Entry points replaced by no-ops when the recorder goes quiet (monitor closed,
-# disabled, or a forked child): whoever holds the recorder (loader iterators,
-# scopes) then writes nothing and pays one call, and so do the holders of its
-# collective marks (wrappers, the DDP comm hook); no hot path asks "am I quiet?".
+# disabled, or a forked child): whoever holds the recorder (scopes) then writes
+# nothing and pays one call, and so do the holders of its collective marks
+# (mon.collective, the DDP comm hook). The two copies written out inline, the
+# loader's data-wait marks and the patched collectives, cannot be swapped: they
+# ask ``quiet`` (one slot read) instead.
 _QUIET_METHODS = ("step", "loss", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
-
-
-def _unmarked(nxt: Callable[[], Any]) -> Any:
-    return nxt()
 
 
 class Recorder:
@@ -95,7 +96,7 @@ class Recorder:
     __slots__ = (
         "_slot", "_clock", "on_error", "on_control_due", "control_due", "collectives",
         "_status", "_step", "_step_start", "_acc_data", "_n_data", "_tot_step", "_tot_data", "_tot_coll",
-        "_phase", "_phase_stack", "__dict__",
+        "_phase", "_phase_stack", "quiet", "__dict__",
     )  # fmt: skip
 
     def __init__(
@@ -124,6 +125,7 @@ class Recorder:
         self._tot_coll = 0
         self._phase = int(Phase.TRAIN)
         self._phase_stack: list[int] = []
+        self.quiet = False  # read by the loader's data-wait marks (loader.py), which cannot be swapped
 
     @property
     def steps(self) -> int:
@@ -135,9 +137,9 @@ class Recorder:
         return self._status
 
     def go_quiet(self) -> None:
+        self.quiet = True
         for name in _QUIET_METHODS:
             setattr(self, name, nop)
-        self.fetch = _unmarked
         self.collectives.go_quiet()
 
     # -- steps ---------------------------------------------------------------------
@@ -148,7 +150,10 @@ class Recorder:
         if loss is not None:
             self.loss(loss)
         try:
-            now = self._clock()
+            # A callable kept in a slot is called through a local: CPython 3.11
+            # specialises ``self._clock`` (a slot read) but not ``self._clock()``.
+            clock = self._clock
+            now = clock()
             slot = self._slot
             lock = slot.lock
             lock.acquire()
@@ -242,56 +247,6 @@ class Recorder:
             self._step = step
         finally:
             self._slot.end()
-
-    # -- data waits ------------------------------------------------------------------
-
-    def fetch(self, nxt: Callable[[], Any]) -> Any:
-        """``nxt()`` (a wrapped loader's fetch) timed as a data wait: "waiting on
-        data since t" while it runs. Whatever ``nxt`` returns or raises (a batch,
-        StopIteration, the loader's own error) passes through untouched."""
-        try:
-            clock = self._clock
-            t0 = clock()
-            slot = self._slot
-            lock = slot.lock
-            lock.acquire()
-            try:
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
-                    w[H_DATA_ENTER_NS] = t0
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
-            finally:
-                lock.release()
-        except Exception as exc:
-            self.on_error("data", exc)
-            return nxt()
-        try:
-            return nxt()
-        finally:
-            try:
-                now = clock()
-                lock.acquire()
-                try:
-                    self._acc_data += now - t0
-                    self._n_data += 1
-                    w = slot._words
-                    s = slot._seq + 1
-                    w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                    try:
-                        w[H_DATA_EXIT_NS] = now
-                    finally:
-                        s += 1
-                        w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                        slot._seq = s
-                finally:
-                    lock.release()
-            except Exception as exc:
-                self.on_error("data", exc)
 
     # -- phases, process group, status -------------------------------------------------
 

@@ -21,9 +21,13 @@ the two calls cost (benchmarks/hook_overhead.py).
 Single-writer words (status, heartbeat, control acks) sit outside the seqlock
 and are stored alone with ``put``.
 
-Friends: the recorder's four hot paths (recorder.py) open this same bracket
-inline, on this object's lock, ``_words``, ``_seq`` and ``_head``, because a
-call costs more than the stores it brackets. Nothing else touches those.
+Friends: the hot paths open this same bracket inline, on this object's lock,
+``_words``, ``_seq`` and ``_head``, because a call costs more than the stores it
+brackets: ``Recorder.step`` (recorder.py), ``CollectiveMarks.enter``/``exit``
+(collective_marks.py), their copy in the patched collectives (collectives.py)
+and the loader's data-wait marks (loader.py). Nothing else touches those;
+tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove they leave
+the bytes ``write`` would.
 """
 
 from __future__ import annotations
