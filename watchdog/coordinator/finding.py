@@ -15,7 +15,12 @@ KINDS = (
     "straggler",
     "never_joined",
     "loader_starvation",
+    "batch_changed",
 )
+# Kinds that explain rather than accuse: they name no culprit, the policy never
+# acts on them and no alert pages for them.
+ADVISORY_KINDS = frozenset({"batch_changed"})
+ACTIONABLE_KINDS = tuple(k for k in KINDS if k not in ADVISORY_KINDS)
 
 
 @dataclass(frozen=True)

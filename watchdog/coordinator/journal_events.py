@@ -48,6 +48,10 @@ EVIDENCE = "evidence"
 # per-host cap left out of a stack request (stack_plan).
 STACK_GROUPS = "stack_groups"
 STACKS_CAPPED = "stacks_capped"
+# Performance, never a fault: the job's bottleneck when it changes (verdict.py),
+# and where its wall time went so far (goodput.py), periodically and at stop.
+VERDICT = "verdict"
+GOODPUT = "goodput"
 
 ALL = (
     START,
@@ -79,6 +83,8 @@ ALL = (
     EVIDENCE,
     STACK_GROUPS,
     STACKS_CAPPED,
+    VERDICT,
+    GOODPUT,
 )
 
 # Groups readers share. An action's story: decided, carried out, ended.

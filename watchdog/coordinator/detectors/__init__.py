@@ -16,6 +16,7 @@ from ..config import DetectorConfig
 from ..finding import Finding
 from ..metrics import GaugeValues
 from ..view import ClusterView
+from .batch_changed import BatchChanged
 from .collective_hang import CollectiveHang
 from .dead_rank import DeadRank
 from .frozen_rank import FrozenRank
@@ -36,7 +37,7 @@ class WithGauges(Detector, Protocol):
         ...
 
 
-DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation)
+DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation, BatchChanged)
 
 
 def build(cfg: DetectorConfig) -> tuple[Detector, ...]:
