@@ -124,3 +124,12 @@ def test_communication_share_is_the_least_waiting_rank():
     m = V.measure(100.0, view)
     assert m.shares[V.COMMUNICATION] == pytest.approx(0.05)
     assert V.leader(m) == V.STRAGGLER
+
+
+def test_the_verdict_outlives_the_job_ending():
+    state = V.decide(V.Verdict(), _measure(0.3), 1.0)
+    assert state.verdict == V.DATA
+    gone = V.Measure({V.DATA: 0.0, V.COMMUNICATION: 0.0, V.STRAGGLER: 0.0, V.MEMORY: 0.0}, {}, False)
+    for i in range(2 * V.CONFIRM):
+        state = V.decide(state, gone, 2.0 + i)
+    assert state.verdict == V.DATA

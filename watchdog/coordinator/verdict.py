@@ -152,7 +152,8 @@ def decide(state: Verdict, m: Measure, now: float) -> Verdict:
     own share stays above EXIT of its threshold (unless the leader's is larger)."""
     new = leader(m)
     cur = state.verdict
-    keep = cur == new
+    # Too few steps to judge (the job ended, ranks restarting) is no evidence against the verdict.
+    keep = cur == new or new == UNKNOWN
     if not keep and cur in THRESHOLDS and m.ready:
         still = m.shares[cur] >= EXIT * THRESHOLDS[cur]
         stronger = new in THRESHOLDS and m.shares[new] / THRESHOLDS[new] > m.shares[cur] / THRESHOLDS[cur]
