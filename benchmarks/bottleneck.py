@@ -31,8 +31,24 @@ SCENARIOS = {
 
 
 def run(name: str, ranks: int, steps: int, demo_args: list[str], script_args: list[str], work: Path) -> dict:
-    cmd = [sys.executable, "-m", "watchdog.cli", "demo", "--json", "--ranks", str(ranks), "--steps", str(steps),
-           "--linger-seconds", "100000", "--timeout-seconds", "600", "--work-dir", str(work / name), *demo_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "watchdog.cli",
+        "demo",
+        "--json",
+        "--ranks",
+        str(ranks),
+        "--steps",
+        str(steps),
+        "--linger-seconds",
+        "100000",
+        "--timeout-seconds",
+        "600",
+        "--work-dir",
+        str(work / name),
+        *demo_args,
+    ]
     if script_args:
         cmd += ["--", *script_args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -63,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(SCENARIOS))
     p.add_argument("--work-dir", default=None)
     p.add_argument("--scaling", action="store_true", help="run the same job at 1, 2, 4 ranks for watchdog scaling")
-    p.add_argument("--scaling-args", default="--compute-ms 40 -- --comm-mb 4",
-                   help="demo args (and, after --, script args) for --scaling")
+    p.add_argument(
+        "--scaling-args",
+        default="--compute-ms 40 -- --comm-mb 4",
+        help="demo args (and, after --, script args) for --scaling",
+    )
     args = p.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="watchdog-bottleneck-")).resolve()
     if args.scaling:
@@ -76,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n} rank(s): {s['journal']}", flush=True)
         print("watchdog scaling " + " ".join(paths))
         return 0
-    print(f"| run | expected | verdicts journaled | goodput (final record) | counters vs journal span |")
+    print("| run | expected | verdicts journaled | goodput (final record) | counters vs journal span |")
     print("|---|---|---|---|---|")
     for name in args.only.split(","):
         want, demo, script = SCENARIOS[name]
@@ -84,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         r = read(s["journal"])
         f = r["final"]
         gap = (r["accounted_s"] - r["span_s"]) / r["span_s"] if r["span_s"] else float("nan")
-        print(f"| {name} | {want} | {' -> '.join(r['verdicts']) or '-'} | {f.get('summary', '-')} | "
-              f"{r['accounted_s']:.2f} s vs {r['span_s']:.2f} s ({gap:+.1%}) |", flush=True)
+        print(
+            f"| {name} | {want} | {' -> '.join(r['verdicts']) or '-'} | {f.get('summary', '-')} | "
+            f"{r['accounted_s']:.2f} s vs {r['span_s']:.2f} s ({gap:+.1%}) |",
+            flush=True,
+        )
     print(f"\njournals under {work}")
     return 0
 

@@ -133,3 +133,12 @@ def test_the_verdict_outlives_the_job_ending():
     for i in range(2 * V.CONFIRM):
         state = V.decide(state, gone, 2.0 + i)
     assert state.verdict == V.DATA
+
+
+def test_one_starving_rank_is_a_straggler_through_its_loader(tmp_path):
+    c = _coordinator(tmp_path)
+    sim = SimJob(jitter=0.05, seed=2)
+    sim.starve(4, 0.05)
+    sim.run_until(30.0, coordinator=c, tick_s=0.5)
+    assert c.verdict.verdict == V.STRAGGLER
+    assert "rank 4 waits 50 ms longer on its loader" in c.verdict.reason

@@ -10,8 +10,9 @@ this turns the split into one verdict per job:
 - ``communication``: the least-waiting rank still spends a large share of its
   step in collectives (that rank's wait is communication itself, not waiting for
   a slower peer).
-- ``straggler``: one rank's compute is well above the median, and the job runs at
-  its pace: (slowest - median) / step time is what it costs.
+- ``straggler``: one rank's own work (compute, or its loader's wait) is well
+  above the median, and the job runs at its pace: (slowest - median) / step
+  time is what it costs.
 - ``memory``: accelerator memory near full (shard, checkpoint activations).
 - ``compute``: none of the above: the job spends its time computing (healthy).
 
@@ -100,14 +101,18 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
     step = median([v[0] for v in per_rank.values()])
     computes = {r: v[3] for r, v in per_rank.items()}
     med_compute = median(list(computes.values()))
-    slow = max(computes, key=lambda r: computes[r])
+    med_data = median([v[1] for v in per_rank.values()])
+    # The rank the others wait for: its own work (compute, and its loader's wait) is the longest.
+    own = {r: v[3] + v[1] for r, v in per_rank.items()}
+    slow = max(own, key=lambda r: own[r])
+    extra_data = max(0.0, per_rank[slow][1] - med_data)
     # A rank that computes longer makes the others wait in the all-reduce; the rank
     # that waits least there shows what communication itself costs.
     coll_shares = {r: v[2] / v[0] for r, v in per_rank.items() if v[0] > 0}
     if step > 0:
         shares[DATA] = median([v[1] / v[0] for v in per_rank.values() if v[0] > 0])
         shares[COMMUNICATION] = min(coll_shares.values()) if coll_shares else 0.0
-        shares[STRAGGLER] = max(0.0, computes[slow] - med_compute) / step if len(per_rank) > 1 else 0.0
+        shares[STRAGGLER] = max(0.0, own[slow] - med_compute - med_data) / step if len(per_rank) > 1 else 0.0
     bytes_ = [view.ranks[r].state.coll.bytes for r in per_rank]
     evidence.update(
         step_s=round(step, 6),
@@ -120,6 +125,7 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
         slowest_rank=slow,
         slowest_compute_s=round(computes[slow], 6),
         slowest_factor=round(computes[slow] / med_compute, 4) if med_compute > 0 else None,
+        slowest_extra_data_s=round(extra_data, 6),
         last_collective_bytes=int(median(bytes_)) if bytes_ else 0,
     )
     return Measure(shares, evidence, ready)
@@ -181,6 +187,14 @@ def reason(verdict: str, m: Measure) -> str:
             f"rank that waits least ({seconds(e.get('coll_s', 0.0))} vs {seconds(e.get('compute_s', 0.0))} compute, "
             f"last collective {mb:.1f} MB): fewer, larger buckets, overlap, gradient compression or a faster "
             "interconnect before more workers"
+        )
+    if verdict == STRAGGLER and e.get("slowest_extra_data_s", 0.0) > e.get("slowest_compute_s", 0.0) - e.get(
+        "compute_s", 0.0
+    ):
+        return (
+            f"straggler-bound: rank {e.get('slowest_rank')} waits {seconds(e.get('slowest_extra_data_s', 0.0))} longer "
+            f"on its loader per step than the median rank, and every rank waits for it in the all-reduce, costing "
+            f"{s[STRAGGLER]:.0%} of every step: that rank's loader or host (CPU, disk, num_workers)"
         )
     if verdict == STRAGGLER:
         return (
