@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="watchdog-bottleneck-")).resolve()
     if args.scaling:
-        demo, _, script = args.scaling_args.partition("--")
+        demo, _, script = args.scaling_args.partition(" -- ")
         paths = []
         for n in (1, 2, 4):
             s = run(f"scale{n}", n, args.steps, demo.split(), script.split(), work)

@@ -60,9 +60,23 @@ COLORS = {
     "compute": "#4c78a8",
     "communication": "#f58518",
     "data": "#54a24b",
+    "slowest": "#b279a2",
     "ideal": "#999999",
     "measured": "#d62728",
 }
+LEGEND = {
+    "compute": "compute",
+    "communication": "communication",
+    "data": "data wait",
+    "slowest": "waiting on the slowest rank",
+}
+
+
+def _parts(r: Row) -> list[tuple[str, float]]:
+    """A step's time in stacked parts that add up to the step: the rest is the
+    wait for the slowest rank of each step (jitter, a straggler)."""
+    rest = max(0.0, r.step_s - r.compute_s - r.coll_s - r.data_s)
+    return [("compute", r.compute_s), ("communication", r.coll_s), ("data", r.data_s), ("slowest", rest)]
 
 
 def _efficiency_svg(rows: Sequence[Row], threshold: float) -> str:
@@ -95,13 +109,13 @@ def _efficiency_svg(rows: Sequence[Row], threshold: float) -> str:
 
 
 def _split_svg(rows: Sequence[Row]) -> str:
-    top = max(r.compute_s + r.coll_s + r.data_s for r in rows) * 1.1 or 1.0
+    top = max(r.step_s for r in rows) * 1.1 or 1.0
     bw = (W - 2 * PAD) / len(rows) * 0.6
     parts = []
     for i, r in enumerate(rows):
         cx = PAD + (W - 2 * PAD) * (i + 0.5) / len(rows)
-        base = H - PAD
-        for name, v in (("compute", r.compute_s), ("communication", r.coll_s), ("data", r.data_s)):
+        base: float = H - PAD
+        for name, v in _parts(r):
             h = (H - 2 * PAD) * v / top
             parts.append(
                 f'<rect x="{cx - bw / 2:.1f}" y="{base - h:.1f}" width="{bw:.1f}" height="{h:.1f}" '
@@ -112,10 +126,11 @@ def _split_svg(rows: Sequence[Row]) -> str:
         parts.append(
             f'<text x="{cx:.1f}" y="{base - 4:.1f}" font-size="10" text-anchor="middle">{r.step_s * 1000:.0f} ms</text>'
         )
-    for j, name in enumerate(("compute", "communication", "data")):
+    for j, name in enumerate(LEGEND):
+        x0, y0 = PAD + (j % 2) * 160, PAD - 26 + (j // 2) * 13
         parts.append(
-            f'<rect x="{PAD + j * 110}" y="{PAD - 30}" width="10" height="10" fill="{COLORS[name]}"/>'
-            f'<text x="{PAD + j * 110 + 14}" y="{PAD - 21}" font-size="11">{name}</text>'
+            f'<rect x="{x0}" y="{y0}" width="10" height="10" fill="{COLORS[name]}"/>'
+            f'<text x="{x0 + 14}" y="{y0 + 9}" font-size="11">{LEGEND[name]}</text>'
         )
     return _frame("time per step", "ranks", parts)
 
@@ -168,10 +183,11 @@ def png(rows: Sequence[Row], threshold: float, path: str) -> None:
     a.set_title("scaling efficiency")
     a.legend(loc="lower left")
     bottom = [0.0] * len(rows)
-    for name, key in (("compute", "compute_s"), ("communication", "coll_s"), ("data wait", "data_s")):
-        vals = [getattr(r, key) * 1000 for r in rows]
-        b.bar(labels, vals, bottom=bottom, label=name, color=COLORS[name.split()[0]])
+    for j, name in enumerate(LEGEND):
+        vals = [_parts(r)[j][1] * 1000 for r in rows]
+        b.bar(labels, vals, bottom=bottom, label=LEGEND[name], color=COLORS[name])
         bottom = [x + v for x, v in zip(bottom, vals)]
+    b.set_ylim(0, max(r.step_s for r in rows) * 1000 * 1.45)  # room for the legend above the bars
     b.set_xlabel("ranks")
     b.set_ylabel("ms per step")
     b.set_title("time per step")
