@@ -70,6 +70,9 @@ def _measure(data_share: float) -> V.Measure:
 
 def test_hysteresis_holds_through_noise_around_the_threshold():
     state = V.Verdict()
+    for i in range(V.CONFIRM):  # the first verdict too needs CONFIRM evaluations
+        assert state.verdict == V.UNKNOWN
+        state = V.decide(state, _measure(0.3), float(i - V.CONFIRM))
     verdicts = []
     # Data share wandering 0.16-0.26 around the 0.20 threshold: data-bound once, and it stays.
     for i, share in enumerate([0.25, 0.26, 0.19, 0.17, 0.22, 0.16, 0.18, 0.21, 0.17, 0.19]):
@@ -94,9 +97,9 @@ def test_one_outlier_evaluation_does_not_change_the_verdict():
 
 
 def test_unknown_until_every_live_rank_has_steps():
-    view = t.view([t.rank(r, world_size=2, recent_steps=t.steps(1, 5)) for r in range(2)])
+    view = t.view([t.rank(r, world_size=2, recent_steps=t.steps(1, V.MIN_STEPS)) for r in range(2)])
     assert V.leader(V.measure(100.0, view)) == V.UNKNOWN
-    view = t.view([t.rank(r, world_size=2, recent_steps=t.steps(1, 40)) for r in range(2)])
+    view = t.view([t.rank(r, world_size=2, recent_steps=t.steps(1, V.MIN_STEPS + 2)) for r in range(2)])
     assert V.leader(V.measure(100.0, view)) == V.COMPUTE
 
 
@@ -127,7 +130,9 @@ def test_communication_share_is_the_least_waiting_rank():
 
 
 def test_the_verdict_outlives_the_job_ending():
-    state = V.decide(V.Verdict(), _measure(0.3), 1.0)
+    state = V.Verdict()
+    for _ in range(V.CONFIRM):
+        state = V.decide(state, _measure(0.3), 1.0)
     assert state.verdict == V.DATA
     gone = V.Measure({V.DATA: 0.0, V.COMMUNICATION: 0.0, V.STRAGGLER: 0.0, V.MEMORY: 0.0}, {}, False)
     for i in range(2 * V.CONFIRM):
@@ -142,3 +147,23 @@ def test_one_starving_rank_is_a_straggler_through_its_loader(tmp_path):
     sim.run_until(30.0, coordinator=c, tick_s=0.5)
     assert c.verdict.verdict == V.STRAGGLER
     assert "rank 4 waits 50 ms longer on its loader" in c.verdict.reason
+
+
+def test_jitter_is_not_a_straggler(tmp_path):
+    # +-30% iid jitter on every rank: some rank is always the slowest by luck.
+    for seed in range(10):
+        c = _coordinator(tmp_path, f"j{seed}.jsonl")
+        sim = SimJob(world_size=4, jitter=0.3, seed=seed, compute_s=0.05)
+        sim.run_until(40.0, coordinator=c, tick_s=0.25)
+        got = [r["verdict"] for r in journal.read(c.journal.path) if r["event"] == je.VERDICT]
+        assert got == [V.COMPUTE], (seed, got)
+
+
+def test_one_spike_is_not_a_straggler():
+    steps = {r: [StepSample(step=i, step_s=0.1, data_s=0.0, coll_s=0.02) for i in range(1, 41)] for r in range(4)}
+    steps[1][5] = StepSample(step=6, step_s=1.0, data_s=0.0, coll_s=0.0)  # one 1 s step (a GC pause)
+    for r in (0, 2, 3):
+        steps[r][5] = StepSample(step=6, step_s=1.0, data_s=0.0, coll_s=0.92)  # the others wait for it
+    view = t.view([t.rank(r, world_size=4, recent_steps=steps[r]) for r in range(4)])
+    m = V.measure(100.0, view)
+    assert m.shares[V.STRAGGLER] == 0.0 and V.leader(m) == V.COMPUTE

@@ -18,19 +18,21 @@ this turns the split into one verdict per job:
 
 Pure: ``measure(now, view)`` reads the view, ``decide(state, m, now)`` applies
 hysteresis (a cause must lead for ``CONFIRM`` evaluations before the verdict
-changes, and the current one holds until its share falls below ``EXIT`` of its
+is given or changes, and the current one holds until its share falls below ``EXIT`` of its
 threshold), so the verdict moves only when the evidence does. Never a finding:
 it explains performance, it does not page.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import DetectorConfig
 from .finding import seconds
 from .health import OK, classify_all
+from . import stats
 from .stats import median
 from .view import ClusterView
 
@@ -50,7 +52,8 @@ THRESHOLDS = {DATA: 0.20, COMMUNICATION: 0.30, STRAGGLER: 0.08, MEMORY: 0.90}
 EXIT = 0.75  # the current verdict holds until its share falls below 75% of its threshold
 CONFIRM = 3  # evaluations a new leader must lead before the verdict changes
 WINDOW_STEPS = 50  # recent train steps per rank the shares are measured over
-MIN_STEPS = 10  # fewer than this on some live rank: "unknown"
+MIN_STEPS = 30  # fewer than this on some live rank: "unknown" (10 steps of +-30% jitter looked like a straggler)
+NOISE_SIGMAS = 3.0  # a straggler's extra work must stand this many standard errors above its own jitter
 _DEFAULTS = DetectorConfig()
 
 
@@ -76,6 +79,8 @@ class Verdict:
 def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> Measure:
     health = classify_all(view, now, cfg)
     per_rank: dict[int, tuple[float, float, float, float]] = {}  # rank -> mean step, data, coll, compute
+    noise: dict[int, float] = {}  # rank -> standard error of its mean own work (compute + data)
+    own_work: dict[int, float] = {}  # rank -> clipped mean of its own work per step
     ready = True
     for r, rv in view.ranks.items():
         if health[r] != OK:
@@ -91,6 +96,10 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
             sum(x.coll_s for x in xs) / n,
             sum(x.compute_s for x in xs) / n,
         )
+        work = [x.compute_s + x.data_s for x in xs]
+        # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
+        own_work[r] = stats.clipped_mean(work)
+        noise[r] = stats.clipped_stdev(work) / math.sqrt(n)
     mem = _memory(view)
     shares = {DATA: 0.0, COMMUNICATION: 0.0, STRAGGLER: 0.0, MEMORY: mem[0]}
     evidence: dict[str, Any] = {"ranks": len(per_rank), "world_size": view.world_size}
@@ -103,7 +112,7 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
     med_compute = median(list(computes.values()))
     med_data = median([v[1] for v in per_rank.values()])
     # The rank the others wait for: its own work (compute, and its loader's wait) is the longest.
-    own = {r: v[3] + v[1] for r, v in per_rank.items()}
+    own = own_work
     slow = max(own, key=lambda r: own[r])
     extra_data = max(0.0, per_rank[slow][1] - med_data)
     # A rank that computes longer makes the others wait in the all-reduce; the rank
@@ -112,7 +121,9 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
     if step > 0:
         shares[DATA] = median([v[1] / v[0] for v in per_rank.values() if v[0] > 0])
         shares[COMMUNICATION] = min(coll_shares.values()) if coll_shares else 0.0
-        shares[STRAGGLER] = max(0.0, own[slow] - med_compute - med_data) / step if len(per_rank) > 1 else 0.0
+        extra = own[slow] - median(list(own.values()))
+        if len(per_rank) > 1 and extra > NOISE_SIGMAS * noise[slow]:  # jitter's luck is not a straggler
+            shares[STRAGGLER] = extra / step
     bytes_ = [view.ranks[r].state.coll.bytes for r in per_rank]
     evidence.update(
         step_s=round(step, 6),
@@ -167,7 +178,7 @@ def decide(state: Verdict, m: Measure, now: float) -> Verdict:
     if keep:
         return Verdict(cur, state.since, reason(cur, m) if m.ready else state.reason, m.evidence, cur, 0)
     leading = state.leading + 1 if new == state.leader else 1
-    if leading < CONFIRM and cur != UNKNOWN:
+    if leading < CONFIRM:
         return Verdict(cur, state.since, reason(cur, m) if m.ready else state.reason, m.evidence, new, leading)
     return Verdict(new, now, reason(new, m), m.evidence, new, 0)
 
