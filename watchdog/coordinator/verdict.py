@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import stats
 from .config import DetectorConfig
 from .finding import seconds
 from .health import OK, classify_all
-from . import stats
 from .stats import median
 from .view import ClusterView
 
@@ -52,7 +52,7 @@ THRESHOLDS = {DATA: 0.20, COMMUNICATION: 0.30, STRAGGLER: 0.08, MEMORY: 0.90}
 EXIT = 0.75  # the current verdict holds until its share falls below 75% of its threshold
 CONFIRM = 3  # evaluations a new leader must lead before the verdict changes
 WINDOW_STEPS = 50  # recent train steps per rank the shares are measured over
-MIN_STEPS = 30  # fewer than this on some live rank: "unknown" (10 steps of +-30% jitter looked like a straggler)
+MIN_STEPS = 20  # fewer than this on some live rank: "unknown" (as loader_starvation; 10 steps of jitter misled)
 NOISE_SIGMAS = 3.0  # a straggler's extra work must stand this many standard errors above its own jitter
 _DEFAULTS = DetectorConfig()
 
