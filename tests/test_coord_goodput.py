@@ -123,3 +123,23 @@ def test_goodput_records_in_the_journal(tmp_path):
     final = c.goodput_record(final=True)
     assert final["final"] and final["verdict"] == "compute"
     assert abs(sum(final["seconds"].values()) - final["total_s"]) < 0.01
+
+
+def test_the_clock_stops_when_every_rank_exited():
+    led = G.Ledger()
+    v = t.view(_ranks(0, 20, 100), now=10.0, ranks_per_host=2)
+    led.tick(0.0, v)
+    led.tick(10.0, v)
+    v = t.view(_ranks(20, 30, 100), now=13.0, ranks_per_host=2, base=v, seq=2)
+    led.tick(13.0, v)
+    done = [
+        t.rank(r, world_size=2, pid=100 + r, step=55, status="exited", recent_steps=t.steps(51, 5, coll_s=0.01))
+        for r in range(2)
+    ]
+    v = t.view(done, now=14.0, ranks_per_host=2, base=v, seq=3)
+    led.tick(14.0, v)
+    assert led.ended and led.pending == 0.0
+    assert led.total() == pytest.approx(14.0)
+    led.tick(30.0, v)  # the coordinator lingers: not the job's time
+    assert led.total() == pytest.approx(14.0)
+    assert led.seconds[G.PRODUCTIVE] > 0.85 * (14.0 - led.seconds[G.STARTUP])

@@ -15,9 +15,13 @@ attributed by what the job was doing:
   slowest rank's compute beyond the median: everyone waits for it), and
   ``redone`` (steps a restart made the job do again).
 
+Once every rank has exited cleanly the job is over: what is pending goes by the
+last steps' proportions and the clock stops (a coordinator that outlives its
+job does not dilute the job's goodput).
+
 Pure: ``tick(now, view, restarting)`` with time as an argument; nothing here
-reads the clock. Counters sum to the time ticked minus ``pending`` (less than a
-step or a report interval).
+reads the clock. Counters sum to the time ticked (until the job ended) minus
+``pending`` (less than a step or a report interval).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from watchdog.report import StepSample
 
+from . import journal_events as je
 from .stats import median, quantile
 from .view import ClusterView
 
@@ -54,6 +59,8 @@ class Ledger:
     last_tick: float | None = None
     started: bool = False  # a step completed
     restarting: bool = False
+    ended: bool = False  # every rank exited: the clock stopped
+    last_parts: dict[str, float] = field(default_factory=dict)  # the last split's proportions
     steps: int = 0  # steps split so far
     max_step: int = -1  # highest step number split; a lower one later is redone
     incarnations: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pid, start)
@@ -69,6 +76,11 @@ class Ledger:
     def tick(self, now: float, view: ClusterView, restarting: bool = False) -> None:
         dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
         self.last_tick = now
+        # Every rank exited cleanly: the job is over, and a coordinator that lingers is not its time.
+        over = bool(view.ranks) and all(rv.state.status == "exited" for rv in view.ranks.values())
+        if over and self.ended:
+            return
+        self.ended = False
         live = self._follow(view)
         if restarting or self._incarnation_changed(view, live):
             self.restarting = True
@@ -88,6 +100,10 @@ class Ledger:
             self.pending += dt
         if ready:
             self._split(ready)
+        if over and self.started:
+            # The last steps' share of time still pending goes by the last proportions seen.
+            self._allocate(self.last_parts or {PRODUCTIVE: 1.0})
+            self.ended = True
 
     # -- bookkeeping ---------------------------------------------------------------
 
@@ -158,10 +174,16 @@ class Ledger:
             for key, val in (("step_s", step_s), ("compute_s", compute), ("coll_s", coll), ("data_s", data)):
                 self.profile[key] += (val - self.profile[key]) / n
             self.steps = n
+        if sum(parts.values()) > 0:
+            self.last_parts = parts
+        self._allocate(parts)
+
+    def _allocate(self, parts: dict[str, float]) -> None:
+        """The wall time pending, in the proportions of the steps it held."""
         total = sum(parts.values())
         if total <= 0 or self.pending <= 0:
             return
-        for c, v in parts.items():  # the wall time that passed, in the proportions of the steps it held
+        for c, v in parts.items():
             self.seconds[c] += self.pending * v / total
         self.pending = 0.0
 
@@ -196,3 +218,16 @@ def summary_line(s: dict[str, Any]) -> str:
         if c != PRODUCTIVE and v >= 0.001
     ]
     return f"goodput {s['goodput']:.1%} of {s['total_s']:.1f} s" + (f" (lost: {', '.join(parts)})" if parts else "")
+
+
+def job_span(records: list[dict[str, Any]]) -> float | None:
+    """From a journal's records: wall seconds from the coordinator's start to the
+    last rank's clean exit (what the counters should add up to, less the first
+    tick and plus at most a report interval); None when no rank exited cleanly."""
+    start = next((r["t_wall"] for r in records if r.get("event") == je.START), None)
+    ends = [
+        r["t_wall"]
+        for r in records
+        if r.get("event") == je.STATE and (r.get("changed") or {}).get("status", [""])[-1] == "exited"
+    ]
+    return max(ends) - start if start is not None and ends else None
