@@ -86,7 +86,7 @@ class Daemon:
         active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
         try:  # where the run's time went, once more at the end
             self.journal.write(je.GOODPUT, self.coordinator.goodput_record(final=True))
-        except Exception as exc:  # noqa: BLE001 - the stop record matters more
+        except Exception as exc:  # the stop record matters more
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
         self.journal.close()

@@ -212,7 +212,7 @@ class Coordinator:
                                          or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S):
                 self._goodput_journaled_at = now
                 self._record(je.GOODPUT, self.goodput_record(final=False))
-        except Exception as exc:  # noqa: BLE001 - performance reporting must never stop detection
+        except Exception as exc:  # performance reporting must never stop detection
             first, suppressed = self._performance_failed.should_log(type(exc).__name__, now)
             if first:
                 self.log.error("performance_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed,
