@@ -121,11 +121,12 @@ def ts(lay, title, desc, targets, w=12, h=8, unit="short", stack=False, **kw) ->
     return panel(lay, "timeseries", title, desc, targets, w, h, unit, opts, custom, **kw)
 
 
-def stat(lay, title, desc, expr, unit="short", w=4, h=4, thresholds=None) -> dict:
+def stat(lay, title, desc, expr, unit="short", w=4, h=4, thresholds=None, text="auto", legend="") -> dict:
+    """``text="name"`` shows the series' legend (a label value) instead of its number."""
     defaults = {"thresholds": {"mode": "absolute", "steps": thresholds or [{"color": "green", "value": None}]}}
     opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "value", "graphMode": "area", "textMode": "auto", "justifyMode": "auto", "orientation": "auto"}
-    return panel(lay, "stat", title, desc, [target(expr, instant=True)], w, h, unit, opts, defaults=defaults)
+            "colorMode": "value", "graphMode": "area", "textMode": text, "justifyMode": "auto", "orientation": "auto"}
+    return panel(lay, "stat", title, desc, [target(expr, legend, instant=True)], w, h, unit, opts, defaults=defaults)
 
 
 def variables(with_rank: bool) -> dict:
@@ -230,6 +231,27 @@ def job_dashboard() -> dict:
            "against the adaptive collective-hang deadline.",
            [target(of_job("watchdog_coordinator_hang_seconds"), "no progress", "A"),
             target(of_job("watchdog_coordinator_hang_deadline_seconds"), "deadline", "B")], unit="s"),
+        stat(lay, "Bottleneck", "The coordinator's live verdict: what limits each step (data, communication, "
+             "straggler, memory; compute = healthy). It changes only when the evidence does, and never pages; "
+             "`watchdog status` gives the reason with its numbers.",
+             f"max by (verdict) ({of_job('watchdog_coordinator_bottleneck')}) == 1", w=6, h=8, text="name",
+             legend="{{verdict}}"),
+        stat(lay, "Goodput", "Productive share of the job's wall time so far: the median rank's compute plus "
+             "the job's own baseline communication, against all of the wall time.",
+             of_job("watchdog_coordinator_goodput_ratio"), unit="percentunit", w=6, h=8,
+             thresholds=[{"color": "red", "value": None}, {"color": "yellow", "value": 0.6},
+                         {"color": "green", "value": 0.8}]),
+        ts(lay, "Bottleneck evidence: share of step time per cause", "Recent steps: data wait (median rank), "
+           "collective time of the rank that waits least (communication itself), the slowest rank's extra "
+           "compute (straggler); memory is the fullest accelerator's memory in use. Thresholds: 20%, 30%, 8%, 90%.",
+           [target(of_job("watchdog_coordinator_bottleneck_share"), "{{cause}}")], unit="percentunit",
+           defaults={"min": 0}),
+        ts(lay, "Where the wall time goes (goodput)", "The job's wall time by category, per second of wall time "
+           "(stacked, the top is 1): productive, data wait, collective wait beyond the job's baseline, "
+           "straggler, checkpoint/eval, restart downtime, redone steps, startup.",
+           [target(f"sum by (category) (rate(watchdog_coordinator_goodput_seconds_total[{RI}])"
+                   f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}})", "{{category}}")],
+           unit="percentunit", stack=True),
     ]
     return dashboard("rank-watchdog-job", "rank-watchdog / job",
                      "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",

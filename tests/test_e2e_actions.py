@@ -25,13 +25,13 @@ import torch
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import KINDS
+from watchdog.coordinator.finding import ACTIONABLE_KINDS
 from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
 
 STEPS = 60
-EVERYTHING = "\n".join(["[actions]", *(f'{k} = "restart"' for k in KINDS), "[limits]",
+EVERYTHING = "\n".join(["[actions]", *(f'{k} = "restart"' for k in ACTIONABLE_KINDS), "[limits]",
                         "min_finding_age_seconds = 0", "cooldown_seconds = 0"]) + "\n"
 
 

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 import pytest
 
+from watchdog.coordinator import goodput, journal
+from watchdog.coordinator import journal_events as je
 from watchdog.dev import scenario
 
 pytestmark = pytest.mark.integration
+
+# The same runs prove the bottleneck verdict (one real run per verdict, no extra CI time).
+VERDICTS = {"slow:2:1.3": "straggler", "starve:0": "straggler", "starve:all": "data"}
+
+
+def verdicts(res) -> list[str]:
+    return [r["verdict"] for r in journal.read(res.summary["journal"]) if r["event"] == je.VERDICT]
+
 
 CASES = [
     # fault,            kind,                culprits, detection bound after the fault (s)
@@ -37,6 +47,9 @@ def test_fault_is_named(fault, kind, culprits, bound, tmp_path):
         latency = res.latency_s(first)
         print(f"{fault}: {kind} {culprits} after {latency:.2f} s")
         assert 0 <= latency <= bound
+    if fault in VERDICTS:
+        got = verdicts(res)
+        assert got and got[-1] == VERDICTS[fault], got
 
 
 def test_never_joined_is_named_by_the_deadline(tmp_path):
@@ -54,3 +67,14 @@ def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
         "--jitter", "0.3", "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "60", "--ckpt-pause-s", "8"])
     assert res.summary["job_exit_code"] == 0, res.output[-2000:]
     assert res.findings == []
+    # Healthy: compute-bound from the first verdict to the last, checkpoint pauses included.
+    assert verdicts(res) == ["compute"]
+    # Goodput counters add up to the wall time the journal spans (less the first tick).
+    recs = journal.read(res.summary["journal"])
+    final = [r for r in recs if r["event"] == je.GOODPUT][-1]
+    assert final["final"]
+    span = goodput.job_span(recs)
+    assert span is not None, "no rank exited cleanly"
+    accounted = sum(final["seconds"].values()) + final["pending_s"]
+    assert abs(accounted - span) <= 0.01 * span + 0.5, (accounted, span)  # + a report interval and a tick
+    assert final["seconds"]["checkpoint_eval"] > 8.0, final  # 4 pauses of 8 s

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
     "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),
     "hosts": ("watchdog.coordinator.hosts_cli", "hosts that keep failing over all jobs, from Prometheus, with exclude lines"),
+    "scaling": ("watchdog.scaling.main", "scaling efficiency, compute vs communication per world size, from the journals of runs at 1, 2, 4, ... workers"),
     "timeline": ("watchdog.timeline.main", "post-mortem from a journal: root cause first, per-rank lanes (text/HTML/Perfetto)"),
 }
 

@@ -91,6 +91,10 @@ class Daemon:
         for t in self._threads:
             t.join(timeout=5.0)
         active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
+        try:  # where the run's time went, once more at the end
+            self.journal.write(je.GOODPUT, self.coordinator.goodput_record(final=True))
+        except Exception as exc:  # the stop record matters more
+            self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
         self.journal.close()
         self.log.info("stopped", reason=reason)

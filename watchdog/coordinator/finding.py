@@ -16,7 +16,12 @@ KINDS = (
     "never_joined",
     "loader_starvation",
     "loss_anomaly",
+    "batch_changed",
 )
+# Kinds that explain rather than accuse: they name no culprit, the policy never
+# acts on them and no alert pages for them.
+ADVISORY_KINDS = frozenset({"batch_changed"})
+ACTIONABLE_KINDS = tuple(k for k in KINDS if k not in ADVISORY_KINDS)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from watchdog.report import MAX_ACKS_PER_REPORT
 
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
+from .goodput import CATEGORIES as GOODPUT_CATEGORIES
+from .verdict import THRESHOLDS as VERDICT_SHARES
+from .verdict import VERDICTS
 
 # Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
 # keyed by these names: the detector that computes the value says which gauge it is.
@@ -55,6 +58,10 @@ class CoordinatorMetrics:
         self.acks_dropped = Counter("watchdog_coordinator_report_acks_dropped_total", f"Command acks beyond {MAX_ACKS_PER_REPORT} in one report, dropped unread", registry=r)
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
         self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
+        self.bottleneck = Gauge("watchdog_coordinator_bottleneck", "1 for the job's current bottleneck verdict (data, communication, straggler, memory, compute, unknown), 0 for the others", ["verdict"], registry=r)
+        self.bottleneck_share = Gauge("watchdog_coordinator_bottleneck_share", "Share of step time each cause takes over recent steps (memory: share of the fullest accelerator's memory in use)", ["cause"], registry=r)
+        self.goodput_seconds = Counter("watchdog_coordinator_goodput_seconds_total", "Job wall time by what it went to (productive, data_wait, collective_wait, straggler, checkpoint_eval, restart, redone, startup); the categories add up to wall time", ["category"], registry=r)
+        self.goodput_ratio = Gauge("watchdog_coordinator_goodput_ratio", "Productive share of the job's wall time so far", registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
         # Hosts to avoid, across jobs: the shipped recording rules sum these over every
         # coordinator into a decaying per-host suspicion score (`watchdog hosts`). Children
@@ -74,6 +81,12 @@ class CoordinatorMetrics:
             self.rejected.labels(reason)
         for name in detectors:
             self.det_errors.labels(name)
+        for v in VERDICTS:
+            self.bottleneck.labels(v).set(1 if v == "unknown" else 0)
+        for cause in VERDICT_SHARES:
+            self.bottleneck_share.labels(cause).set(0)
+        for cat in GOODPUT_CATEGORIES:
+            self.goodput_seconds.labels(cat)
         for kind in COMMAND_TYPES:
             for outcome in COMMAND_OUTCOMES:
                 self.commands.labels(kind, outcome)

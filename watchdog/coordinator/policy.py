@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from . import fingerprint
-from .finding import KINDS, Finding
+from .finding import ADVISORY_KINDS, KINDS, Finding
 from .repeats import Escalation, Repeats, escalate, parse_repeats
 
 if sys.version_info >= (3, 11):
@@ -143,6 +143,8 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
             raise PolicyError(f"{source}: [actions] unknown finding kind {kind!r}; kinds are {', '.join(KINDS)}")
         if action not in ACTIONS:
             raise PolicyError(f"{source}: [actions] {kind} = {action!r}; actions are {', '.join(ACTIONS)}")
+        if kind in ADVISORY_KINDS and action != "alert":
+            raise PolicyError(f"{source}: [actions] {kind} is advisory (nothing is broken): it can only be \"alert\"")
     kw = {}
     for key, value in doc.get("limits", {}).items():
         if key not in _LIMITS:

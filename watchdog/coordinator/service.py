@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, fingerprint, health, recover, stack_gather, stack_plan, status, tracker
+from . import evidence_plan, fingerprint, goodput, health, recover, stack_gather, stack_plan, status, tracker, verdict
 from . import journal_events as je
 from .control import JobController
 from .config import Config
@@ -26,6 +26,7 @@ from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
 from .journal import Journal, iter_records
 from .metrics import CoordinatorMetrics
+from .policy import JobState
 from .runner import Outcome, Runner
 from .stall import StallGuard
 from .view import ClusterView, empty, fold
@@ -71,6 +72,11 @@ class Coordinator:
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
+        self.verdict = verdict.Verdict()
+        self.goodput = goodput.Ledger()
+        self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
+        self._goodput_journaled_at: float | None = None
+        self._performance_failed = logs.RateLimited(every_s=600.0)
 
     @property
     def view(self) -> ClusterView:
@@ -177,6 +183,7 @@ class Coordinator:
             if not o.ok:
                 self.metrics.det_errors.labels(o.name).inc()
         self._gauges(view, now, outcomes)
+        self._performance(view, now)
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
@@ -215,6 +222,51 @@ class Coordinator:
             m.active.labels(kind).set(n)
         for o in outcomes:  # computed by each detector under the runner's isolation (a failed one has none)
             m.set_detector_gauges(o.gauges)
+
+    # -- performance: bottleneck verdict and goodput --------------------------------
+
+    GOODPUT_EVERY_S = 60.0  # a goodput record in the journal this often (and one at stop)
+
+    def _performance(self, view: ClusterView, now: float) -> None:
+        """Never a finding and never in the way of detection: a bug here is logged
+        rarely and the tick goes on."""
+        try:
+            m = verdict.measure(now, view, self.cfg.detectors)
+            new = verdict.decide(self.verdict, m, now)
+            if new.verdict != self.verdict.verdict:
+                self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
+                self._record(je.VERDICT, {"verdict": new.verdict, "previous": self.verdict.verdict,
+                                          "reason": new.reason, "shares": {k: round(v, 4) for k, v in m.shares.items()},
+                                          "evidence": new.evidence})
+            self.verdict = new
+            for v in verdict.VERDICTS:
+                self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
+            for cause, share in m.shares.items():
+                self.metrics.bottleneck_share.labels(cause).set(round(share, 4))
+            restarting = self.control.state == JobState.RESTARTING
+            self.goodput.tick(now, view, restarting)
+            for cat, secs in self.goodput.seconds.items():
+                delta = secs - self._goodput_exported[cat]
+                if delta > 0:
+                    self.metrics.goodput_seconds.labels(cat).inc(delta)
+                    self._goodput_exported[cat] = secs
+            self.metrics.goodput_ratio.set(round(self.goodput.goodput(), 4))
+            if self.goodput.started and (self._goodput_journaled_at is None
+                                         or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S):
+                self._goodput_journaled_at = now
+                self._record(je.GOODPUT, self.goodput_record(final=False))
+        except Exception as exc:  # performance reporting must never stop detection
+            first, suppressed = self._performance_failed.should_log(type(exc).__name__, now)
+            if first:
+                self.log.error("performance_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed,
+                               exc_info=True)
+
+    def goodput_record(self, final: bool) -> dict[str, Any]:
+        """The journal's goodput record: the ledger so far, and the verdict."""
+        rec = self.goodput.summary()
+        rec.update(final=final, summary=goodput.summary_line(rec), verdict=self.verdict.verdict,
+                   verdict_reason=self.verdict.reason, world_size=self._view.world_size)
+        return rec
 
     # -- evidence ----------------------------------------------------------------
 
@@ -315,6 +367,12 @@ class Coordinator:
 
     def status(self, now: float, wall: float) -> dict[str, Any]:
         doc = status.build(self._view, self._active, now, wall, self.cfg)
+        # Added fields: the bottleneck with its evidence, and goodput so far.
+        v = self.verdict
+        doc["bottleneck"] = {"verdict": v.verdict, "reason": v.reason, "since_s": round(now - v.since, 3) if v.since else None,
+                             "evidence": v.evidence}
+        g = self.goodput.summary()
+        doc["goodput"] = {**g, "summary": goodput.summary_line(g)}
         for f in doc["findings"]:  # added field: where every rank's stack put the ranks, once known
             line = self._stack_summary.get((f["kind"], tuple(f["ranks"])))
             if line:

@@ -60,6 +60,13 @@ def render(doc: dict[str, Any]) -> str:
                      f"{r.get('heartbeat_age_s', 0):.1f}s", ",".join(r.get("findings", [])) or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
     lines = [head, ""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    b, g = doc.get("bottleneck"), doc.get("goodput")
+    if b or g:
+        lines.append("")
+    if b:
+        lines.append(f"bottleneck: {b.get('reason', b.get('verdict', '?'))}")
+    if g and g.get("summary"):
+        lines.append(f"time: {g['summary']}")
     findings = doc.get("findings", [])
     if findings:
         lines += ["", f"active findings ({len(findings)}):"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import KINDS
+from watchdog.coordinator.finding import ACTIONABLE_KINDS
 from watchdog.coordinator.policy import ACTIONS, load_policy
 from watchdog.dev import localjob
 
@@ -162,7 +162,7 @@ ACTION_EVENTS = (*je.ACTION_STEPS, *je.CHECKPOINT_STEPS, je.STATE)
 
 def _write_policy(path: Path, action: str) -> Path:
     """Every finding kind -> ``action``; act after 1 s, cooldown 10 s, 3 s grace."""
-    lines = ["[actions]", *(f'{k} = "{action}"' for k in KINDS), "", "[limits]", "min_finding_age_seconds = 1",
+    lines = ["[actions]", *(f'{k} = "{action}"' for k in ACTIONABLE_KINDS), "", "[limits]", "min_finding_age_seconds = 1",
              "cooldown_seconds = 10", "abort_grace_seconds = 3", "max_restarts = 3", "max_restarts_per_hour = 3"]
     path.write_text("\n".join(lines) + "\n")
     return path

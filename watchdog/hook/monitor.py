@@ -159,6 +159,13 @@ class Monitor:
 
         register(self.recorder.collectives, model, hook=hook, state=state)
 
+    def watch_model(self, model: Any, optimizer: Any) -> Any:
+        """Opt-in finer split of compute: forward, backward, optimizer per step
+        (``watchdog.hook.model_split``); returns the ``ModelSplit`` to read."""
+        from watchdog.hook.model_split import ModelSplit
+
+        return ModelSplit().watch(model, optimizer)
+
     def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
         """``fn(step)`` saves a checkpoint; the agent can request one through the
         slot (Command.CHECKPOINT_AT_STEP); it runs on the training thread right

@@ -47,6 +47,11 @@ class NullMonitor:
     def watch_ddp(self, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
         pass
 
+    def watch_model(self, model: Any, optimizer: Any) -> Any:
+        from watchdog.hook.model_split import ModelSplit
+
+        return ModelSplit()  # never attached: reads zeros
+
     def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
         pass
 

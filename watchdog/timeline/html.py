@@ -178,7 +178,7 @@ def _events(sec: Section) -> str:
         if id(e) in skip:
             continue
         text = e.label
-        if e.kind == "finding":
+        if e.kind in ("finding", "verdict"):
             text += ": " + str(e.detail.get("reason", ""))
         items.append(f"<li><span class=\"mute\">{clock(e.t)}</span> <b>{escape(e.kind)}</b> {escape(text)}</li>")
     if skip:
@@ -194,6 +194,11 @@ def _events(sec: Section) -> str:
     clocks = "".join(f"<li>host {escape(c.host)}: {'agrees' if c.agree else 'DISAGREES'}; agent wall clock "
                      f"{c.offset_s:+.3f} s vs the coordinator's (report delay included), slot mapping drift "
                      f"{c.slot_drift_s:.3f} s</li>" for c in sec.clocks)
+    g = sec.goodput
+    if g and g.get("summary"):  # where the section's wall time went, and what limited its steps
+        last = sec.verdicts[-1].get("reason", "") if sec.verdicts else ""
+        done += (f"<h3>Where the time went</h3><p>{escape(str(g['summary']))}"
+                 + (f"<br>{escape(str(last))}" if last else "") + "</p>")
     return (done + f'<h3>Everything journaled in this section</h3><ul class="events">{"".join(items)}</ul>'
             + (f'<h3>Clocks</h3><ul class="events">{clocks}</ul>' if clocks else ""))
 

@@ -167,6 +167,11 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
         if ev == je.START:
             sec.job = rec.get("job") or sec.job
             sec.world_size = int(rec.get("world_size") or sec.world_size)
+        elif ev == je.VERDICT:
+            sec.verdicts.append(rec)
+            sec.events.append(Event(_t(rec), "verdict", f"bottleneck: {rec.get('verdict')}", (), rec))
+        elif ev == je.GOODPUT:
+            sec.goodput = rec
         elif ev == je.FINDING:
             sec.findings.append(rec)
             sec.events.append(Event(_detected(rec), "finding", f"{rec.get('kind')} {_who(rec)}",

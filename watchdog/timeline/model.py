@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.coordinator.finding import ADVISORY_KINDS
+
 
 @dataclass(frozen=True)
 class StepSpan:
@@ -182,13 +184,16 @@ class Section:
     notes: list[str] = field(default_factory=list)
     stop: dict | None = None
     stack_sets: list[StackSet] = field(default_factory=list)  # every rank's stack, grouped, per trigger
+    verdicts: list[dict] = field(default_factory=list)  # journal "verdict" records: the bottleneck as it changed
+    goodput: dict | None = None  # the section's last "goodput" record (the final one at a clean stop)
 
     @property
     def root(self) -> dict | None:
         """The root cause: the finding with the earliest onset (detection order on ties)."""
-        if not self.findings:
+        faults = [f for f in self.findings if f.get("kind") not in ADVISORY_KINDS]  # advice is never the root cause
+        if not faults:
             return None
-        return min(enumerate(self.findings), key=lambda p: (_onset(p[1]), p[0]))[1]
+        return min(enumerate(faults), key=lambda p: (_onset(p[1]), p[0]))[1]
 
     @property
     def has_slots(self) -> bool:

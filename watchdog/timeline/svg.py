@@ -25,7 +25,7 @@ EV_H = EV_ROW_H * EV_ROWS + 6
 CHAR_W = 6.4  # width of a character at the label font size, for fitting labels
 
 # Listed under the lanes; as lines they would crowd out the ones that matter.
-NOT_DRAWN = ("evidence_request", "action_step", "job_state")
+NOT_DRAWN = ("evidence_request", "action_step", "job_state", "verdict")
 EVENT_CLASS = {"finding": "ev-finding", "resolved": "ev-resolved", "action": "ev-action", "command": "ev-action",
                "evidence": "ev-evidence", "stop": "ev-stop", "rank_restarted": "ev-restart",
                "host_lost": "ev-finding", "host_back": "ev-resolved", "onset": "ev-onset"}

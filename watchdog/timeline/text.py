@@ -45,6 +45,7 @@ def _section(sec: Section, n_sections: int, steps: int, max_ranks: int) -> list[
     out.append("")
     out += _ranks(sec, steps, max_ranks)
     out.append("")
+    out += _performance(sec)
     out += _actions(sec)
     others = [f for f in sec.findings if f is not root]
     if others:
@@ -60,6 +61,17 @@ def _section(sec: Section, n_sections: int, steps: int, max_ranks: int) -> list[
                    f"slot mapping drift {c.slot_drift_s:.3f} s")
     out += [f"note: {n}" for n in sec.notes]
     return out
+
+
+def _performance(sec: Section) -> list[str]:
+    """Where the time went and what limited the steps: never a fault, told after the ranks."""
+    out = []
+    for v in sec.verdicts:
+        out.append(f"bottleneck {clock(float(v.get('t_wall', 0.0)))}: {v.get('reason') or v.get('verdict')}")
+    g = sec.goodput
+    if g and g.get("summary"):
+        out.append(f"time{' (final)' if g.get('final') else ''}: {g['summary']}")
+    return out + [""] if out else out
 
 
 def _root(sec: Section, root: dict) -> list[str]:

@@ -16,6 +16,7 @@ from ..config import DetectorConfig
 from ..finding import Finding
 from ..metrics import GaugeValues
 from ..view import ClusterView
+from .batch_changed import BatchChanged
 from .collective_hang import CollectiveHang
 from .dead_rank import DeadRank
 from .frozen_rank import FrozenRank
@@ -37,7 +38,7 @@ class WithGauges(Detector, Protocol):
         ...
 
 
-DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation, LossAnomaly)
+DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation, LossAnomaly, BatchChanged)
 
 
 def build(cfg: DetectorConfig) -> tuple[Detector, ...]:

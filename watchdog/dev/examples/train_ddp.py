@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jitter", type=float, default=0.0, help="random +-fraction on each rank's compute per step")
     p.add_argument("--starve-ms", type=float, default=0.0,
                    help="data delay per sample for starve faults (default: 4x compute per batch)")
+    p.add_argument("--comm-mb", type=float, default=0.0,
+                   help="an extra all-reduce of this many MB every step (a communication-bound job)")
     p.add_argument("--ckpt-dir", default=None, help="save/resume checkpoints here")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0 = never)")
     p.add_argument("--ckpt-pause-s", type=float, default=0.0, help="extra time a checkpoint takes (tests)")
@@ -324,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         announce("slow", rank, start_step)
     if starving:
         announce("starve", rank, start_step)
+    # A large all-reduce on a small compute: what a big model on a slow interconnect looks like.
+    comm = torch.zeros(int(args.comm_mb * (1 << 20)) // 4) if args.comm_mb > 0 else None
     step = start_step
     for x, y in mon.wrap_loader(loader):  # watchdog: times the data wait
         if faults.kill.get(rank) == step:
@@ -351,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3600)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradients in here
+        if comm is not None:
+            dist.all_reduce(comm)
         opt.step()
         step += 1
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:

@@ -1,0 +1,233 @@
+"""Goodput: where the job's wall time went, as counters that add up to it.
+
+Every tick hands the ledger the wall time since the previous one. That time is
+attributed by what the job was doing:
+
+- before the first step completes: ``startup``;
+- while a rank is in a checkpoint or eval phase: ``checkpoint_eval``;
+- from a rank's death or restart until the new incarnation completes its first
+  step: ``restart``;
+- otherwise it waits (``pending``) until the steps it contained arrive in the
+  reports, and is split by those steps: ``productive`` (the median rank's
+  compute, plus the collective time of the job's own baseline: communication the
+  job needs), ``data_wait``, ``collective_wait`` (beyond the baseline: the
+  low quantile of the job's collective time per step so far), ``straggler`` (the
+  slowest rank's compute beyond the median: everyone waits for it), and
+  ``redone`` (steps a restart made the job do again).
+
+Once every rank has exited cleanly the job is over: what is pending goes by the
+last steps' proportions and the clock stops (a coordinator that outlives its
+job does not dilute the job's goodput).
+
+Pure: ``tick(now, view, restarting)`` with time as an argument; nothing here
+reads the clock. Counters sum to the time ticked (until the job ended) minus
+``pending`` (less than a step or a report interval).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.report import StepSample
+
+from . import journal_events as je
+from .stats import median, quantile
+from .view import ClusterView
+
+PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = (
+    "productive",
+    "data_wait",
+    "collective_wait",
+    "straggler",
+    "checkpoint_eval",
+    "restart",
+    "redone",
+    "startup",
+)
+CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP)
+PAUSE_PHASES = ("checkpoint", "eval")
+BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
+BASELINE_SAMPLES = 512
+STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
+
+
+@dataclass
+class Ledger:
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    pending: float = 0.0
+    last_tick: float | None = None
+    started: bool = False  # a step completed
+    restarting: bool = False
+    ended: bool = False  # every rank exited: the clock stopped
+    last_parts: dict[str, float] = field(default_factory=dict)  # the last split's proportions
+    steps: int = 0  # steps split so far
+    max_step: int = -1  # highest step number split; a lower one later is redone
+    incarnations: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pid, start)
+    seen: dict[int, int] = field(default_factory=dict)  # rank -> last step number taken from its history
+    buffer: dict[int, dict[int, StepSample]] = field(default_factory=dict)  # step -> rank -> sample
+    coll_history: list[float] = field(default_factory=list)
+    world_sizes: set[int] = field(default_factory=set)
+    # Per-step means for the scaling report: step, compute (median rank), collective, data.
+    profile: dict[str, float] = field(
+        default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
+    )
+
+    def tick(self, now: float, view: ClusterView, restarting: bool = False) -> None:
+        dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
+        self.last_tick = now
+        # Every rank exited cleanly: the job is over, and a coordinator that lingers is not its time.
+        over = bool(view.ranks) and all(rv.state.status == "exited" for rv in view.ranks.values())
+        if over and self.ended:
+            return
+        self.ended = False
+        live = self._follow(view)
+        if restarting or self._incarnation_changed(view, live):
+            self.restarting = True
+        self._collect(view, live)
+        ready = self._ready_steps(live)
+        if not self.started:
+            self.seconds[STARTUP] += dt
+            self.started = bool(ready)
+        elif self.restarting:
+            # Down, then the new group's first step (its init included): all restart.
+            self.seconds[RESTART] += dt + self.pending
+            self.pending = 0.0
+            self.restarting = not ready
+        elif any(view.ranks[r].state.phase in PAUSE_PHASES for r in live):
+            self.seconds[CHECKPOINT_EVAL] += dt
+        else:
+            self.pending += dt
+        if ready:
+            self._split(ready)
+        if over and self.started:
+            # The last steps' share of time still pending goes by the last proportions seen.
+            self._allocate(self.last_parts or {PRODUCTIVE: 1.0})
+            self.ended = True
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def _follow(self, view: ClusterView) -> list[int]:
+        """Ranks whose process lives (the ones whose steps the job waits on)."""
+        return [r for r, rv in view.ranks.items() if rv.state.alive and rv.state.status != "exited"]
+
+    def _incarnation_changed(self, view: ClusterView, live: list[int]) -> bool:
+        changed = False
+        for r, rv in view.ranks.items():
+            inc = rv.incarnation
+            old = self.incarnations.get(r)
+            if old is not None and old != inc:
+                changed = True
+                self.seen.pop(r, None)
+            self.incarnations[r] = inc
+            if not rv.state.alive and self.started and rv.state.status != "exited":
+                changed = True  # a rank died: the job waits for the restart from here
+        return changed
+
+    def _collect(self, view: ClusterView, live: list[int]) -> None:
+        for r in live:
+            rv = view.ranks[r]
+            last = self.seen.get(r)
+            for x in rv.history:
+                if last is None or x.step > last:
+                    self.buffer.setdefault(x.step, {})[r] = x
+            if rv.history:
+                self.seen[r] = rv.history[-1].step
+            self.world_sizes.add(rv.state.world_size)
+
+    def _ready_steps(self, live: list[int]) -> list[dict[int, StepSample]]:
+        if not self.buffer:
+            return []
+        newest = max(self.buffer)
+        want = set(live)
+        out = []
+        for step in sorted(self.buffer):
+            got = self.buffer[step]
+            if want <= set(got) or step + STALE_STEPS <= newest:
+                out.append(self.buffer.pop(step))
+        return out
+
+    def _split(self, steps: list[dict[int, StepSample]]) -> None:
+        parts = dict.fromkeys(CATEGORIES, 0.0)
+        for got in steps:
+            xs = list(got.values())
+            number = xs[0].step
+            step_s = max(x.step_s for x in xs)
+            if number <= self.max_step:
+                parts[REDONE] += step_s
+                continue
+            self.max_step = number
+            if any(x.phase in PAUSE_PHASES for x in xs):
+                parts[CHECKPOINT_EVAL] += step_s
+                continue
+            data = median([x.data_s for x in xs])
+            compute = median([x.compute_s for x in xs])
+            slow = max(0.0, max(x.compute_s + x.data_s for x in xs) - compute - data)
+            coll = max(0.0, step_s - data - compute - slow)
+            self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]
+            base = min(coll, quantile(self.coll_history, BASELINE_QUANTILE))
+            parts[PRODUCTIVE] += compute + base
+            parts[DATA_WAIT] += data
+            parts[STRAGGLER] += slow
+            parts[COLLECTIVE_WAIT] += coll - base
+            n = self.steps + 1
+            for key, val in (("step_s", step_s), ("compute_s", compute), ("coll_s", coll), ("data_s", data)):
+                self.profile[key] += (val - self.profile[key]) / n
+            self.steps = n
+        if sum(parts.values()) > 0:
+            self.last_parts = parts
+        self._allocate(parts)
+
+    def _allocate(self, parts: dict[str, float]) -> None:
+        """The wall time pending, in the proportions of the steps it held."""
+        total = sum(parts.values())
+        if total <= 0 or self.pending <= 0:
+            return
+        for c, v in parts.items():
+            self.seconds[c] += self.pending * v / total
+        self.pending = 0.0
+
+    # -- reading -------------------------------------------------------------------
+
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    def goodput(self) -> float:
+        t = self.total()
+        return self.seconds[PRODUCTIVE] / t if t > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        t = self.total()
+        return {
+            "seconds": {c: round(v, 3) for c, v in self.seconds.items()},
+            "shares": {c: round(v / t, 4) if t > 0 else 0.0 for c, v in self.seconds.items()},
+            "total_s": round(t, 3),
+            "pending_s": round(self.pending, 3),
+            "goodput": round(self.goodput(), 4),
+            "steps": self.steps,
+            "world_sizes": sorted(self.world_sizes),
+            "profile": {k: round(v, 6) for k, v in self.profile.items()},
+        }
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """One line for a person: goodput, then the losses, largest first."""
+    parts = [
+        f"{c.replace('_', ' ')} {v:.1%}"
+        for c, v in sorted(s["shares"].items(), key=lambda kv: -kv[1])
+        if c != PRODUCTIVE and v >= 0.001
+    ]
+    return f"goodput {s['goodput']:.1%} of {s['total_s']:.1f} s" + (f" (lost: {', '.join(parts)})" if parts else "")
+
+
+def job_span(records: list[dict[str, Any]]) -> float | None:
+    """From a journal's records: wall seconds from the coordinator's start to the
+    last rank's clean exit (what the counters should add up to, less the first
+    tick and plus at most a report interval); None when no rank exited cleanly."""
+    start = next((r["t_wall"] for r in records if r.get("event") == je.START), None)
+    ends = [
+        r["t_wall"]
+        for r in records
+        if r.get("event") == je.STATE and (r.get("changed") or {}).get("status", [""])[-1] == "exited"
+    ]
+    return max(ends) - start if start is not None and ends else None

@@ -1,0 +1,226 @@
+"""The job's bottleneck, live: what limits each step, with the numbers behind it.
+
+Distributed training relieves a memory constraint or a time constraint; before
+adding workers a team should know which one it hits and where each step goes.
+The hook already splits every step into data wait, collective wait and compute;
+this turns the split into one verdict per job:
+
+- ``data``: the ranks wait on their loaders a large share of each step. More
+  workers multiply the starvation: fix the input pipeline.
+- ``communication``: the least-waiting rank still spends a large share of its
+  step in collectives (that rank's wait is communication itself, not waiting for
+  a slower peer).
+- ``straggler``: one rank's own work (compute, or its loader's wait) is well
+  above the median, and the job runs at its pace: (slowest - median) / step
+  time is what it costs.
+- ``memory``: accelerator memory near full (shard, checkpoint activations).
+- ``compute``: none of the above: the job spends its time computing (healthy).
+
+Pure: ``measure(now, view)`` reads the view, ``decide(state, m, now)`` applies
+hysteresis (a cause must lead for ``CONFIRM`` evaluations before the verdict
+is given or changes, and the current one holds until its share falls below ``EXIT`` of its
+threshold), so the verdict moves only when the evidence does. Never a finding:
+it explains performance, it does not page.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import stats
+from .config import DetectorConfig
+from .finding import seconds
+from .health import OK, classify_all
+from .stats import median
+from .view import ClusterView
+
+DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
+    "data",
+    "communication",
+    "straggler",
+    "memory",
+    "compute",
+    "unknown",
+)
+VERDICTS = (DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN)
+CAUSES = (DATA, COMMUNICATION, STRAGGLER)  # time lost per step, as a share of step time
+
+# Shares of step time (memory: share of accelerator memory) at which a cause is the verdict.
+THRESHOLDS = {DATA: 0.20, COMMUNICATION: 0.30, STRAGGLER: 0.08, MEMORY: 0.90}
+EXIT = 0.75  # the current verdict holds until its share falls below 75% of its threshold
+CONFIRM = 3  # evaluations a new leader must lead before the verdict changes
+WINDOW_STEPS = 50  # recent train steps per rank the shares are measured over
+MIN_STEPS = 20  # fewer than this on some live rank: "unknown" (as loader_starvation; 10 steps of jitter misled)
+NOISE_SIGMAS = 3.0  # a straggler's extra work must stand this many standard errors above its own jitter
+_DEFAULTS = DetectorConfig()
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What the recent steps say: shares of step time, and the evidence."""
+
+    shares: dict[str, float]  # cause -> share (memory: used / total of the fullest accelerator)
+    evidence: dict[str, Any]
+    ready: bool  # every live rank has MIN_STEPS steps
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str = UNKNOWN
+    since: float = 0.0
+    reason: str = "not enough steps yet"
+    evidence: dict[str, Any] = field(default_factory=dict, compare=False)
+    leader: str = UNKNOWN  # a challenger, and for how many evaluations in a row it could have replaced the verdict
+    leading: int = 0
+
+
+def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> Measure:
+    health = classify_all(view, now, cfg)
+    per_rank: dict[int, tuple[float, float, float, float]] = {}  # rank -> mean step, data, coll, compute
+    noise: dict[int, float] = {}  # rank -> standard error of its mean own work (compute + data)
+    own_work: dict[int, float] = {}  # rank -> clipped mean of its own work per step
+    ready = True
+    for r, rv in view.ranks.items():
+        if health[r] != OK:
+            continue
+        xs = [x for x in rv.history if x.phase == "train"][-WINDOW_STEPS:]
+        if len(xs) < MIN_STEPS:
+            ready = False
+            continue
+        n = len(xs)
+        per_rank[r] = (
+            sum(x.step_s for x in xs) / n,
+            sum(x.data_s for x in xs) / n,
+            sum(x.coll_s for x in xs) / n,
+            sum(x.compute_s for x in xs) / n,
+        )
+        work = [x.compute_s + x.data_s for x in xs]
+        # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
+        own_work[r] = stats.clipped_mean(work)
+        noise[r] = stats.clipped_stdev(work) / math.sqrt(n)
+    mem = _memory(view)
+    shares = {DATA: 0.0, COMMUNICATION: 0.0, STRAGGLER: 0.0, MEMORY: mem[0]}
+    evidence: dict[str, Any] = {"ranks": len(per_rank), "world_size": view.world_size}
+    if mem[0] > 0:
+        evidence.update(memory_share=round(mem[0], 4), memory_host=mem[1])
+    if not per_rank:
+        return Measure(shares, evidence, False)
+    step = median([v[0] for v in per_rank.values()])
+    computes = {r: v[3] for r, v in per_rank.items()}
+    med_compute = median(list(computes.values()))
+    med_data = median([v[1] for v in per_rank.values()])
+    # The rank the others wait for: its own work (compute, and its loader's wait) is the longest.
+    own = own_work
+    slow = max(own, key=lambda r: own[r])
+    extra_data = max(0.0, per_rank[slow][1] - med_data)
+    # A rank that computes longer makes the others wait in the all-reduce; the rank
+    # that waits least there shows what communication itself costs.
+    coll_shares = {r: v[2] / v[0] for r, v in per_rank.items() if v[0] > 0}
+    if step > 0:
+        shares[DATA] = median([v[1] / v[0] for v in per_rank.values() if v[0] > 0])
+        shares[COMMUNICATION] = min(coll_shares.values()) if coll_shares else 0.0
+        extra = own[slow] - median(list(own.values()))
+        if len(per_rank) > 1 and extra > NOISE_SIGMAS * noise[slow]:  # jitter's luck is not a straggler
+            shares[STRAGGLER] = extra / step
+    bytes_ = [view.ranks[r].state.coll.bytes for r in per_rank]
+    evidence.update(
+        step_s=round(step, 6),
+        compute_s=round(med_compute, 6),
+        data_s=round(median([v[1] for v in per_rank.values()]), 6),
+        coll_s=round(median([v[2] for v in per_rank.values()]), 6),
+        data_share=round(shares[DATA], 4),
+        coll_share=round(shares[COMMUNICATION], 4),
+        straggler_share=round(shares[STRAGGLER], 4),
+        slowest_rank=slow,
+        slowest_compute_s=round(computes[slow], 6),
+        slowest_factor=round(computes[slow] / med_compute, 4) if med_compute > 0 else None,
+        slowest_extra_data_s=round(extra_data, 6),
+        last_collective_bytes=int(median(bytes_)) if bytes_ else 0,
+    )
+    return Measure(shares, evidence, ready)
+
+
+def _memory(view: ClusterView) -> tuple[float, str]:
+    best, where = 0.0, ""
+    for host, hv in view.hosts.items():
+        for acc in hv.accelerators:
+            used, total = acc.get("mem_used_bytes"), acc.get("mem_total_bytes")
+            if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0 and used / total > best:
+                best, where = used / total, host
+    return best, where
+
+
+def leader(m: Measure) -> str:
+    """The cause with the largest share over its threshold; memory when no time
+    is lost; compute when nothing stands out."""
+    if not m.ready:
+        return UNKNOWN
+    over = {c: m.shares[c] for c in CAUSES if m.shares[c] >= THRESHOLDS[c]}
+    if over:
+        return max(over, key=lambda c: over[c] / THRESHOLDS[c])
+    return MEMORY if m.shares[MEMORY] >= THRESHOLDS[MEMORY] else COMPUTE
+
+
+def decide(state: Verdict, m: Measure, now: float) -> Verdict:
+    """Hysteresis: the verdict changes once another leader has been ready to
+    replace it for CONFIRM evaluations in a row; the current one holds while its
+    own share stays above EXIT of its threshold (unless the leader's is larger)."""
+    new = leader(m)
+    cur = state.verdict
+    # Too few steps to judge (the job ended, ranks restarting) is no evidence against the verdict.
+    keep = cur == new or new == UNKNOWN
+    if not keep and cur in THRESHOLDS and m.ready:
+        still = m.shares[cur] >= EXIT * THRESHOLDS[cur]
+        stronger = new in THRESHOLDS and m.shares[new] / THRESHOLDS[new] > m.shares[cur] / THRESHOLDS[cur]
+        keep = still and not stronger
+    if keep:
+        return Verdict(cur, state.since, reason(cur, m) if m.ready else state.reason, m.evidence, cur, 0)
+    leading = state.leading + 1 if new == state.leader else 1
+    if leading < CONFIRM:
+        return Verdict(cur, state.since, reason(cur, m) if m.ready else state.reason, m.evidence, new, leading)
+    return Verdict(new, now, reason(new, m), m.evidence, new, 0)
+
+
+def reason(verdict: str, m: Measure) -> str:
+    e, s = m.evidence, m.shares
+    step = seconds(e.get("step_s", 0.0))
+    if verdict == DATA:
+        return (
+            f"data-bound: {s[DATA]:.0%} of each {step} step waits on the loader; more workers multiply the "
+            "starvation: fix the input pipeline (loader workers, prefetch, storage)"
+        )
+    if verdict == COMMUNICATION:
+        mb = e.get("last_collective_bytes", 0) / 1e6
+        return (
+            f"communication-bound: {s[COMMUNICATION]:.0%} of each {step} step is spent in collectives even on the "
+            f"rank that waits least ({seconds(e.get('coll_s', 0.0))} vs {seconds(e.get('compute_s', 0.0))} compute, "
+            f"last collective {mb:.1f} MB): fewer, larger buckets, overlap, gradient compression or a faster "
+            "interconnect before more workers"
+        )
+    if verdict == STRAGGLER and e.get("slowest_extra_data_s", 0.0) > e.get("slowest_compute_s", 0.0) - e.get(
+        "compute_s", 0.0
+    ):
+        return (
+            f"straggler-bound: rank {e.get('slowest_rank')} waits {seconds(e.get('slowest_extra_data_s', 0.0))} longer "
+            f"on its loader per step than the median rank, and every rank waits for it in the all-reduce, costing "
+            f"{s[STRAGGLER]:.0%} of every step: that rank's loader or host (CPU, disk, num_workers)"
+        )
+    if verdict == STRAGGLER:
+        return (
+            f"straggler-bound: rank {e.get('slowest_rank')} computes {e.get('slowest_factor') or 0:.2f}x the median "
+            f"({seconds(e.get('slowest_compute_s', 0.0))} vs {seconds(e.get('compute_s', 0.0))}); the job runs at its "
+            f"pace, costing {s[STRAGGLER]:.0%} of every step"
+        )
+    if verdict == MEMORY:
+        return (
+            f"memory-bound: accelerator memory {s[MEMORY]:.0%} full on {e.get('memory_host')}: sharding "
+            "(FSDP/ZeRO) or activation checkpointing before a larger batch or model"
+        )
+    if verdict == COMPUTE:
+        return (
+            f"compute-bound (healthy): data wait {s[DATA]:.0%}, collectives {s[COMMUNICATION]:.0%}, straggler "
+            f"{s[STRAGGLER]:.0%} of a {step} step"
+        )
+    return "not enough steps yet"

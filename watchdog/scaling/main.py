@@ -1,0 +1,71 @@
+"""``watchdog scaling JOURNAL...``: the measured scaling curve of one job from
+the coordinator journals of its runs at 1, 2, 4, ... workers.
+
+    watchdog scaling run1.jsonl run2.jsonl run4.jsonl                  # table
+    watchdog scaling *.jsonl --html scaling.html --png scaling.png      # and the plot
+    watchdog scaling *.jsonl --strong --threshold 0.8                   # fixed global batch
+
+Each run's step split comes from its journal's last goodput record; runs at the
+same world size are combined by median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import render
+from .runs import RunError, read_run, table
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="watchdog scaling", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("journals", nargs="+", help="coordinator journals, one per run")
+    p.add_argument("--threshold", type=float, default=0.8, help="efficiency below this is flagged (default 0.8)")
+    p.add_argument("--strong", action="store_true", help="the runs kept the global batch (default: the per-rank batch)")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with the plots")
+    p.add_argument("--png", metavar="OUT.png", help="write the plots as PNG (needs matplotlib: rank-watchdog[plot])")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of the text one")
+    args = p.parse_args(argv)
+    if not 0 < args.threshold <= 1:
+        p.error("--threshold must be in (0, 1]")
+    return args
+
+
+def _write(path: str, data: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        runs = [read_run(p) for p in args.journals]
+    except RunError as exc:
+        print(f"watchdog scaling: {exc}", file=sys.stderr)
+        return 2
+    rows = table(runs, strong=args.strong)
+    sys.stdout.write(
+        render.markdown(rows, args.threshold) if args.markdown else render.text(rows, args.threshold, args.strong)
+    )
+    if args.html:
+        _write(args.html, render.html_page(rows, args.threshold, args.strong, args.journals))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.png:
+        try:
+            render.png(rows, args.threshold, args.png)
+        except ImportError:
+            print("watchdog scaling: --png needs matplotlib (pip install 'rank-watchdog[plot]')", file=sys.stderr)
+            return 2
+        print(f"wrote {args.png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
