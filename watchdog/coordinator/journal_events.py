@@ -53,14 +53,13 @@ EVIDENCE = "evidence"
 # per-host cap left out of a stack request (stack_plan).
 STACK_GROUPS = "stack_groups"
 STACKS_CAPPED = "stacks_capped"
+# What a coordinator started on an existing journal rebuilt from it (recover.py):
+# restart budget, cooldown, open findings, the action in flight.
+RECOVERED = "recovered"
 # Performance, never a fault: the job's bottleneck when it changes (verdict.py),
 # and where its wall time went so far (goodput.py), periodically and at stop.
 VERDICT = "verdict"
 GOODPUT = "goodput"
-
-# What a coordinator started on an existing journal rebuilt from it (recover.py):
-# restart budget, cooldown, open findings, the action in flight.
-RECOVERED = "recovered"
 
 ALL = (
     START,
