@@ -40,8 +40,20 @@ class _Coordinator(BaseHTTPRequestHandler):
 def measure(run: Path, work: Path, seconds: float, coordinator_url: str) -> dict:
     addr_file = work / "addr"
     addr_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "watchdog.cli", "agent", "--run-dir", str(run), "--web.listen-address",
-            "127.0.0.1:0", "--web.address-file", str(addr_file), "--log.level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "watchdog.cli",
+        "agent",
+        "--run-dir",
+        str(run),
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.address-file",
+        str(addr_file),
+        "--log.level",
+        "warning",
+    ]
     if coordinator_url:
         argv += ["--coordinator.url", coordinator_url]
     agent = subprocess.Popen(argv, env=ENV, stderr=subprocess.DEVNULL)
@@ -66,8 +78,13 @@ def measure(run: Path, work: Path, seconds: float, coordinator_url: str) -> dict
         polls = next(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("watchdog_agent_polls_total"))
         ranks = sum(1 for ln in body.splitlines() if ln.startswith("watchdog_rank_alive{") and ln.endswith(" 1.0"))
         cpu = (c1.user + c1.system - c0.user - c0.system) / (t1 - t0) * 100
-        return {"cpu_pct": cpu, "rss_mb": rss_max / 2**20, "uss_mb": proc.memory_full_info().uss / 2**20,
-                "polls": polls, "ranks": ranks}
+        return {
+            "cpu_pct": cpu,
+            "rss_mb": rss_max / 2**20,
+            "uss_mb": proc.memory_full_info().uss / 2**20,
+            "polls": polls,
+            "ranks": ranks,
+        }
     finally:
         agent.terminate()
         agent.wait(10)
@@ -82,25 +99,32 @@ def main() -> int:
         run, work = Path(tmp) / "run", Path(tmp)
         run.mkdir()
         writer = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run), "--job", "bench"]
-        writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", str(args.ranks)], env=ENV)
-                   for r in range(args.ranks)]
+        writers = [
+            subprocess.Popen([*writer, "--rank", str(r), "--world-size", str(args.ranks)], env=ENV)
+            for r in range(args.ranks)
+        ]
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Coordinator)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         try:
-            rows = [("poll 10 Hz, scrape 5 s", measure(run, work, args.seconds, "")),
-                    ("+ report 1 Hz", measure(run, work, args.seconds,
-                                             f"http://127.0.0.1:{srv.server_address[1]}"))]
+            rows = [
+                ("poll 10 Hz, scrape 5 s", measure(run, work, args.seconds, "")),
+                ("+ report 1 Hz", measure(run, work, args.seconds, f"http://127.0.0.1:{srv.server_address[1]}")),
+            ]
         finally:
             for w in writers:
                 w.terminate()
                 w.wait()
             srv.shutdown()
-    print(f"\nagent overhead: {args.ranks} ranks stepping at 10 Hz, {args.seconds:.0f} s each, "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(
+        f"\nagent overhead: {args.ranks} ranks stepping at 10 Hz, {args.seconds:.0f} s each, "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    )
     print(f"{'mode':<24} {'ranks':>5} {'polls/s':>8} {'CPU % core':>10} {'RSS MB':>7} {'USS MB':>7}")
     for name, r in rows:
-        print(f"{name:<24} {r['ranks']:>5} {r['polls'] / (args.seconds + 3):>8.1f} {r['cpu_pct']:>10.2f} "
-              f"{r['rss_mb']:>7.1f} {r['uss_mb']:>7.1f}")
+        print(
+            f"{name:<24} {r['ranks']:>5} {r['polls'] / (args.seconds + 3):>8.1f} {r['cpu_pct']:>10.2f} "
+            f"{r['rss_mb']:>7.1f} {r['uss_mb']:>7.1f}"
+        )
     print("budget: < 1 % of a core, < 80 MB RSS")
     return 0
 

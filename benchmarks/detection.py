@@ -59,8 +59,11 @@ def run_faults(repeats: int) -> list[tuple]:
                     latencies.append(first["t"] - (first.get("onset_t") or first["t"]))
                 else:
                     latencies.append(res.latency_s(first))
-            print(f"  {label}: {'ok' if ok else 'WRONG'} {[(f['kind'], f['ranks']) for f in res.findings]}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {label}: {'ok' if ok else 'WRONG'} {[(f['kind'], f['ranks']) for f in res.findings]}",
+                file=sys.stderr,
+                flush=True,
+            )
         med, mx = _fmt(latencies)
         rows.append((label, spec, kind, med, mx, f"{correct}/{runs}"))
     return rows
@@ -70,8 +73,23 @@ def run_healthy(repeats: int) -> tuple[int, int]:
     false_findings = 0
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            res = scenario.run([], steps=300, timeout_s=240, linger_s=2, work_dir=tmp, script_args=[
-                "--jitter", "0.3", "--ckpt-dir", f"{tmp}/ckpt", "--ckpt-every", "75", "--ckpt-pause-s", "5"])
+            res = scenario.run(
+                [],
+                steps=300,
+                timeout_s=240,
+                linger_s=2,
+                work_dir=tmp,
+                script_args=[
+                    "--jitter",
+                    "0.3",
+                    "--ckpt-dir",
+                    f"{tmp}/ckpt",
+                    "--ckpt-every",
+                    "75",
+                    "--ckpt-pause-s",
+                    "5",
+                ],
+            )
         false_findings += len(res.findings)
         print(f"  healthy: {[(f['kind'], f['ranks']) for f in res.findings]}", file=sys.stderr, flush=True)
     return false_findings, repeats
@@ -81,15 +99,27 @@ def run_grid() -> list[tuple]:
     rows = []
     for factor in GRID:
         with tempfile.TemporaryDirectory() as tmp:
-            res = scenario.run([f"slow:2:{factor}"], steps=800, timeout_s=150, linger_s=1, work_dir=tmp,
-                               script_args=["--jitter", "0.05"])
+            res = scenario.run(
+                [f"slow:2:{factor}"],
+                steps=800,
+                timeout_s=150,
+                linger_s=1,
+                work_dir=tmp,
+                script_args=["--jitter", "0.05"],
+            )
         first = res.first("straggler")
         detected = first is not None and first["ranks"] == [2]
         ev = (first or {}).get("evidence", {})
         steps = ev.get("last_step", None)
-        rows.append((f"{factor:.2f}", "yes" if detected else "no", str(steps + 1) if detected and steps is not None else "-",
-                     f"{ev.get('factor', 0):.3f}" if detected else "-",
-                     ", ".join(f"{f['kind']}{f['ranks']}" for f in res.findings if f is not first) or "none"))
+        rows.append(
+            (
+                f"{factor:.2f}",
+                "yes" if detected else "no",
+                str(steps + 1) if detected and steps is not None else "-",
+                f"{ev.get('factor', 0):.3f}" if detected else "-",
+                ", ".join(f"{f['kind']}{f['ranks']}" for f in res.findings if f is not first) or "none",
+            )
+        )
         print(f"  slow {factor}: {rows[-1]}", file=sys.stderr, flush=True)
     return rows
 
@@ -112,7 +142,9 @@ def main() -> int:
     false_findings, healthy_runs = run_healthy(max(1, repeats - 1))
     print("\nDetection: onset -> finding (s), 4 gloo ranks on CPU, ~0.07 s steps\n")
     print(table(("scenario", "fault", "kind", "median s", "max s", "culprit right"), rows))
-    print(f"\nHealthy runs (jitter +-30%, 5 s checkpoint pauses): {false_findings} false finding(s) in {healthy_runs} run(s)")
+    print(
+        f"\nHealthy runs (jitter +-30%, 5 s checkpoint pauses): {false_findings} false finding(s) in {healthy_runs} run(s)"
+    )
     if not args.quick:
         print("\nStraggler sensitivity (rank 2's simulated compute x F, jitter +-5%)\n")
         print(table(("F", "detected", "steps to detect", "measured factor", "other findings"), run_grid()))

@@ -35,12 +35,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
-from watchdog.hook import install  # noqa: E402
-from watchdog.hook.collectives import Sink, make_wrapper  # noqa: E402
-from watchdog.wire import CollOp  # noqa: E402
+from watchdog.hook import install
+from watchdog.hook.collectives import Sink, make_wrapper
+from watchdog.wire import CollOp
 
 BUDGET_NS = 3000
 
@@ -124,8 +124,10 @@ def compare(other_tree: str, rounds: int, steps: int, repeats: int) -> int:
                 return 2
             for label, ns in rows.items():
                 runs[name].setdefault(label, []).append(ns)
-    print(f"hook ns per step, median over {rounds} alternating runs (before: {trees['before']}, after: this tree), "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"hook ns per step, median over {rounds} alternating runs (before: {trees['before']}, after: this tree), "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'variant':36s} {'before':>8s} {'after':>8s} {'ratio':>6s}")
     for label, before in runs["before"].items():
         if label.startswith("bare") or label not in runs["after"]:

@@ -69,9 +69,19 @@ def main() -> int:
         if not runs:
             rows.append((label, fault, "-", "-", "-", "-", "-", "failed"))
             continue
-        med = lambda k: f"{statistics.median(r[k] for r in runs):.2f}"  # noqa: E731
-        rows.append((label, fault, med(je.FINDING), med(je.ACTION), med(je.RESTART), med(je.RESUMED),
-                     str(max(r["redone"] for r in runs)), "/".join(str(r["exit"]) for r in runs)))
+        med = lambda k, runs=runs: f"{statistics.median(r[k] for r in runs):.2f}"  # noqa: E731
+        rows.append(
+            (
+                label,
+                fault,
+                med(je.FINDING),
+                med(je.ACTION),
+                med(je.RESTART),
+                med(je.RESUMED),
+                str(max(r["redone"] for r in runs)),
+                "/".join(str(r["exit"]) for r in runs),
+            )
+        )
     print("\nRecovery: seconds after the fault's injection (median), 4 gloo ranks on CPU, ~0.06 s steps\n")
     headers = ("scenario", "fault", "detected", "action", "restart", "first step after", "steps redone", "exit")
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]

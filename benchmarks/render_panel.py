@@ -42,8 +42,12 @@ def generator():
 
 def panel_expr(dashboard: dict, title: str, job: str) -> str:
     p = next(p for p in dashboard["panels"] if p["title"] == title)
-    return (p["targets"][0]["expr"].replace("$__rate_interval", RATE_WINDOW)
-            .replace('"$training_job"', f'"{job}"').replace('"$host"', '".*"'))
+    return (
+        p["targets"][0]["expr"]
+        .replace("$__rate_interval", RATE_WINDOW)
+        .replace('"$training_job"', f'"{job}"')
+        .replace('"$host"', '".*"')
+    )
 
 
 def query_range(prom: Prometheus, expr: str, start: float, end: float, step: float) -> list[dict]:
@@ -58,8 +62,9 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
     job = "render-demo"
     run_dir = work / "run"
     run_dir.mkdir()
-    agent = localjob.start_agent(work, run_dir, job, extra=["--poll.interval-seconds", "0.1",
-                                                            "--collector.accelerator", "false"])
+    agent = localjob.start_agent(
+        work, run_dir, job, extra=["--poll.interval-seconds", "0.1", "--collector.accelerator", "false"]
+    )
     prom = Prometheus(work, [agent.address])
     cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "scrape" / "static.yml").read_text())
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
@@ -69,8 +74,13 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
     cfg["scrape_configs"][0]["static_configs"][0]["targets"] = [agent.address]
     (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     prom.start()
-    torchrun = localjob.TorchrunJob(nproc=4, run_dir=run_dir, job=job, work_dir=work, script_args=[
-        "--steps", "100000", "--compute-ms", "40", "--jitter", "0.1", "--fault", "slow:1:1.5"]).start()
+    torchrun = localjob.TorchrunJob(
+        nproc=4,
+        run_dir=run_dir,
+        job=job,
+        work_dir=work,
+        script_args=["--steps", "100000", "--compute-ms", "40", "--jitter", "0.1", "--fault", "slow:1:1.5"],
+    ).start()
     try:
         torchrun.wait_for_ranks(120)
         start = time.time()  # plotted from start + 30 s: the first steps (warm-up) dwarf the rest
@@ -78,7 +88,9 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
         end = time.time()
         dash = generator().job_dashboard()
         split = query_range(prom, panel_expr(dash, "Where step time goes", job), start + 30, end, 2)
-        heat = query_range(prom, panel_expr(dash, "Straggler heatmap: compute vs median, per rank", job), start + 30, end, 2)
+        heat = query_range(
+            prom, panel_expr(dash, "Straggler heatmap: compute vs median, per rank", job), start + 30, end, 2
+        )
         return {"split": split, "heat": heat}, dash, start, end
     finally:
         torchrun.stop()
@@ -88,6 +100,7 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
 
 def plot(data: dict, out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -106,8 +119,13 @@ def plot(data: dict, out: Path) -> None:
     series = sorted(data["split"], key=lambda s: order[s["metric"]["part"]])
     ts = np.array([float(v[0]) - t0 for v in series[0]["values"]])
     ys = [np.array([float(v[1]) * 1000 for v in s["values"]]) for s in series]
-    ax1.stackplot(ts, *ys, labels=[s["metric"]["part"] for s in series],
-                  colors=[colors[s["metric"]["part"]] for s in series], alpha=0.85)
+    ax1.stackplot(
+        ts,
+        *ys,
+        labels=[s["metric"]["part"] for s in series],
+        colors=[colors[s["metric"]["part"]] for s in series],
+        alpha=0.85,
+    )
     ax1.set_title("Where step time goes (ms per step, all ranks)", color="#ccccdc", fontsize=10, loc="left")
     ax1.set_xlabel("seconds", color="#ccccdc", fontsize=8)
     ax1.legend(loc="upper right", fontsize=8, facecolor="#222", labelcolor="#ccccdc", edgecolor="#444")
@@ -115,16 +133,28 @@ def plot(data: dict, out: Path) -> None:
     heat = sorted(data["heat"], key=lambda s: int(s["metric"]["rank"]))
     grid = np.array([[float(v[1]) for v in s["values"]] for s in heat])
     ht = [float(v[0]) - t0 for v in heat[0]["values"]]
-    im = ax2.imshow(grid, aspect="auto", cmap="RdYlGn_r", vmin=0.8, vmax=1.5, interpolation="nearest",
-                    extent=(ht[0], ht[-1], len(heat) - 0.5, -0.5))
+    im = ax2.imshow(
+        grid,
+        aspect="auto",
+        cmap="RdYlGn_r",
+        vmin=0.8,
+        vmax=1.5,
+        interpolation="nearest",
+        extent=(ht[0], ht[-1], len(heat) - 0.5, -0.5),
+    )
     ax2.set_yticks(range(len(heat)), [f"rank {s['metric']['rank']}" for s in heat])
     ax2.set_title("Straggler heatmap: compute vs median, per rank", color="#ccccdc", fontsize=10, loc="left")
     ax2.set_xlabel("seconds", color="#ccccdc", fontsize=8)
     cb = fig.colorbar(im, ax=ax2, fraction=0.04)
     cb.ax.tick_params(colors="#ccccdc", labelsize=8)
-    fig.text(0.01, 0.005, "Rendered with matplotlib from Prometheus range queries of the dashboard's PromQL over a "
-             "real 4-rank CPU torchrun job (rank 1: --fault slow:1:1.5). Not a Grafana screenshot.",
-             color="#8e8e8e", fontsize=7)
+    fig.text(
+        0.01,
+        0.005,
+        "Rendered with matplotlib from Prometheus range queries of the dashboard's PromQL over a "
+        "real 4-rank CPU torchrun job (rank 1: --fault slow:1:1.5). Not a Grafana screenshot.",
+        color="#8e8e8e",
+        fontsize=7,
+    )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, facecolor=fig.get_facecolor())

@@ -31,8 +31,14 @@ REPO = HERE.parent
 PROM_ALERTS = REPO / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml"
 DATASOURCE_UID = "watchdog-prometheus"  # grafana/provisioning/datasources/rank-watchdog.yml
 # The alerts teams page on, carried into Grafana-managed alerting.
-GRAFANA_ALERTS = ("RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogStraggler",
-                  "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation")
+GRAFANA_ALERTS = (
+    "RankWatchdogJobHang",
+    "RankWatchdogRankDead",
+    "RankWatchdogRankFrozen",
+    "RankWatchdogStraggler",
+    "RankWatchdogRankDataStarvation",
+    "RankWatchdogJobDataStarvation",
+)
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # The training job is the agents' label `training_job`; `job`/`instance` are the scrape
@@ -47,36 +53,45 @@ RI = "$__rate_interval"
 
 def per_step(part_sel: str, step_sel: str) -> str:
     """Seconds of a step part per step, per rank (a windowed mean)."""
-    return (f"rate(watchdog_rank_step_part_seconds_total{{{part_sel}}}[{RI}])"
-            f" / ignoring (part) group_left () rate(watchdog_rank_steps_total{{{step_sel}}}[{RI}])")
+    return (
+        f"rate(watchdog_rank_step_part_seconds_total{{{part_sel}}}[{RI}])"
+        f" / ignoring (part) group_left () rate(watchdog_rank_steps_total{{{step_sel}}}[{RI}])"
+    )
 
 
 def step_seconds(sel: str) -> str:
-    return (f"sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
-            f" / rate(watchdog_rank_steps_total{{{sel}}}[{RI}])")
+    return (
+        f"sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
+        f" / rate(watchdog_rank_steps_total{{{sel}}}[{RI}])"
+    )
 
 
 def compute_vs_median(sel: str) -> str:
     """A rank's compute per step over the median of all the job's ranks (1 = typical)."""
     compute = ', part="compute"'
-    return (f"({per_step(sel + compute, sel)})"
-            f" / on ({JOB_KEY}) group_left () quantile by ({JOB_KEY}) (0.5, {per_step(J + compute, J)})")
+    return (
+        f"({per_step(sel + compute, sel)})"
+        f" / on ({JOB_KEY}) group_left () quantile by ({JOB_KEY}) (0.5, {per_step(J + compute, J)})"
+    )
 
 
 def data_share(sel: str) -> str:
-    return (f"rate(watchdog_rank_step_part_seconds_total{{{sel}, part=\"data\"}}[{RI}])"
-            f" / ignoring (part) sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))")
+    return (
+        f'rate(watchdog_rank_step_part_seconds_total{{{sel}, part="data"}}[{RI}])'
+        f" / ignoring (part) sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
+    )
 
 
 def of_job(metric: str) -> str:
     """A coordinator series for the selected training job: only the coordinator's
     info metric carries the training job, joined on the scrape target."""
-    return f'{metric} * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}'
+    return f"{metric} * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}"
 
 
 PHASE_CODE = " + ignoring (phase) ".join(
     f'{i} * watchdog_rank_phase{{{JHR}, phase="{p}"}}'
-    for i, p in enumerate(("train", "init", "checkpoint", "eval", "shutdown", "other")))  # wire.Phase codes
+    for i, p in enumerate(("train", "init", "checkpoint", "eval", "shutdown", "other"))
+)  # wire.Phase codes
 
 
 class Layout:
@@ -102,225 +117,588 @@ def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -
     return t
 
 
-def panel(lay: Layout, kind: str, title: str, desc: str, targets: list[dict], w: int, h: int,
-          unit: str = "short", options: dict | None = None, custom: dict | None = None,
-          defaults: dict | None = None) -> dict:
+def panel(
+    lay: Layout,
+    kind: str,
+    title: str,
+    desc: str,
+    targets: list[dict],
+    w: int,
+    h: int,
+    unit: str = "short",
+    options: dict | None = None,
+    custom: dict | None = None,
+    defaults: dict | None = None,
+) -> dict:
     pid, pos = lay.place(w, h)
     fdefaults = {"unit": unit, **(defaults or {})}
     if custom:
         fdefaults["custom"] = custom
-    return {"id": pid, "type": kind, "title": title, "description": desc, "gridPos": pos, "datasource": DS,
-            "targets": targets, "fieldConfig": {"defaults": fdefaults, "overrides": []}, "options": options or {}}
+    return {
+        "id": pid,
+        "type": kind,
+        "title": title,
+        "description": desc,
+        "gridPos": pos,
+        "datasource": DS,
+        "targets": targets,
+        "fieldConfig": {"defaults": fdefaults, "overrides": []},
+        "options": options or {},
+    }
 
 
 def ts(lay, title, desc, targets, w=12, h=8, unit="short", stack=False, **kw) -> dict:
-    custom = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 30 if stack else 0, "showPoints": "never",
-              "stacking": {"mode": "normal" if stack else "none", "group": "A"}}
-    opts = {"legend": {"displayMode": "table", "placement": "right", "showLegend": True, "calcs": ["lastNotNull"]},
-            "tooltip": {"mode": "multi", "sort": "desc"}}
+    custom = {
+        "drawStyle": "line",
+        "lineWidth": 1,
+        "fillOpacity": 30 if stack else 0,
+        "showPoints": "never",
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+    }
+    opts = {
+        "legend": {"displayMode": "table", "placement": "right", "showLegend": True, "calcs": ["lastNotNull"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
     return panel(lay, "timeseries", title, desc, targets, w, h, unit, opts, custom, **kw)
 
 
 def stat(lay, title, desc, expr, unit="short", w=4, h=4, thresholds=None, text="auto", legend="") -> dict:
     """``text="name"`` shows the series' legend (a label value) instead of its number."""
     defaults = {"thresholds": {"mode": "absolute", "steps": thresholds or [{"color": "green", "value": None}]}}
-    opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "value", "graphMode": "area", "textMode": text, "justifyMode": "auto", "orientation": "auto"}
+    opts = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "value",
+        "graphMode": "area",
+        "textMode": text,
+        "justifyMode": "auto",
+        "orientation": "auto",
+    }
     return panel(lay, "stat", title, desc, [target(expr, legend, instant=True)], w, h, unit, opts, defaults=defaults)
 
 
 def variables(with_rank: bool) -> dict:
     def query_var(name: str, label: str, query: str, multi: bool) -> dict:
-        v = {"name": name, "label": label, "type": "query", "datasource": DS,
-             "query": {"query": query, "refId": f"var-{name}"}, "refresh": 2, "sort": 3, "hide": 0,
-             "multi": multi, "includeAll": multi}
+        v = {
+            "name": name,
+            "label": label,
+            "type": "query",
+            "datasource": DS,
+            "query": {"query": query, "refId": f"var-{name}"},
+            "refresh": 2,
+            "sort": 3,
+            "hide": 0,
+            "multi": multi,
+            "includeAll": multi,
+        }
         if multi:
             v["allValue"] = ".*"
         return v
 
-    out = [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-            "hide": 0, "refresh": 1},
-           query_var("training_job", "Training job", "label_values(watchdog_rank_alive, training_job)", False),
-           query_var("host", "Host", f"label_values(watchdog_rank_alive{{{J}}}, host)", True)]
+    out = [
+        {
+            "name": "datasource",
+            "label": "Data source",
+            "type": "datasource",
+            "query": "prometheus",
+            "hide": 0,
+            "refresh": 1,
+        },
+        query_var("training_job", "Training job", "label_values(watchdog_rank_alive, training_job)", False),
+        query_var("host", "Host", f"label_values(watchdog_rank_alive{{{J}}}, host)", True),
+    ]
     if with_rank:
         out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
     return {"list": out}
 
 
 def annotations() -> dict:
-    return {"list": [
-        {"name": "Annotations & Alerts", "builtIn": 1, "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-         "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "type": "dashboard"},
-        {"name": "Coordinator findings", "enable": True, "iconColor": "orange", "datasource": DS,
-         "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
-                 f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}) > 0",
-         "titleFormat": "finding: {{kind}}", "step": "60s"},
-        # Actions: the commands (stacks, signals, checkpoint requests) the job's agents ran.
-        {"name": "Actions", "enable": True, "iconColor": "purple", "datasource": DS,
-         "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
-                 f" and on ({TARGET}) watchdog_rank_alive{{{J}}}) > 0",
-         "titleFormat": "action: {{type}} ({{result}})", "step": "60s"},
-        {"name": "Firing alerts", "enable": True, "iconColor": "red", "datasource": DS,
-         "expr": f'ALERTS{{alertstate="firing", {J}}}', "titleFormat": "{{alertname}}",
-         "tagKeys": "severity,rank,host", "step": "60s"},
-    ]}
+    return {
+        "list": [
+            {
+                "name": "Annotations & Alerts",
+                "builtIn": 1,
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "type": "dashboard",
+            },
+            {
+                "name": "Coordinator findings",
+                "enable": True,
+                "iconColor": "orange",
+                "datasource": DS,
+                "expr": "sum by (kind) (increase(watchdog_coordinator_findings_total[2m])"
+                f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}}) > 0",
+                "titleFormat": "finding: {{kind}}",
+                "step": "60s",
+            },
+            # Actions: the commands (stacks, signals, checkpoint requests) the job's agents ran.
+            {
+                "name": "Actions",
+                "enable": True,
+                "iconColor": "purple",
+                "datasource": DS,
+                "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
+                f" and on ({TARGET}) watchdog_rank_alive{{{J}}}) > 0",
+                "titleFormat": "action: {{type}} ({{result}})",
+                "step": "60s",
+            },
+            {
+                "name": "Firing alerts",
+                "enable": True,
+                "iconColor": "red",
+                "datasource": DS,
+                "expr": f'ALERTS{{alertstate="firing", {J}}}',
+                "titleFormat": "{{alertname}}",
+                "tagKeys": "severity,rank,host",
+                "step": "60s",
+            },
+        ]
+    }
 
 
 def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_rank: bool, links: list[dict]) -> dict:
-    return {"uid": uid, "title": title, "description": desc, "tags": ["rank-watchdog", "training"],
-            "timezone": "browser", "editable": True, "graphTooltip": 1, "refresh": "30s", "schemaVersion": 39,
-            "time": {"from": "now-1h", "to": "now"}, "templating": variables(with_rank),
-            "annotations": annotations(), "links": links, "panels": panels}
+    return {
+        "uid": uid,
+        "title": title,
+        "description": desc,
+        "tags": ["rank-watchdog", "training"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": variables(with_rank),
+        "annotations": annotations(),
+        "links": links,
+        "panels": panels,
+    }
 
 
 def job_dashboard() -> dict:
     lay = Layout()
     thr_bad = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
     p = [
-        stat(lay, "Ranks alive", "Rank processes that exist (pid and start time), across the job's hosts.",
-             f"sum(watchdog_rank_alive{{{J}}})"),
+        stat(
+            lay,
+            "Ranks alive",
+            "Rank processes that exist (pid and start time), across the job's hosts.",
+            f"sum(watchdog_rank_alive{{{J}}})",
+        ),
         stat(lay, "Ranks expected", "World size the job's ranks declare.", f"max(watchdog_job_world_size{{{J}}})"),
-        stat(lay, "Dead ranks", "Processes gone without a clean exit (RankWatchdogRankDead).",
-             f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
-             thresholds=thr_bad),
-        stat(lay, "Frozen ranks", "Alive, heartbeat older than 30 s (RankWatchdogRankFrozen).",
-             f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
-             thresholds=thr_bad),
-        stat(lay, "Steps / s", "Training steps per second (the most advanced rank).",
-             f"max(rate(watchdog_rank_steps_total{{{J}}}[{RI}]))"),
-        stat(lay, "Active findings", "The coordinator's findings whose condition holds now.",
-             f"sum({of_job('watchdog_coordinator_findings_active')}) or vector(0)", thresholds=thr_bad),
-        ts(lay, "Step time across ranks", "Mean step time per rank over the rate window: median, p99 and the "
-           "slowest rank. In synchronous training they are nearly equal; see the split for where time goes.",
-           [target(f"quantile(0.5, {step_seconds(JH)})", "p50", "A"),
-            target(f"quantile(0.99, {step_seconds(JH)})", "p99", "B"),
-            target(f"max({step_seconds(JH)})", "max", "C")], unit="s"),
-        ts(lay, "Where step time goes", "Seconds per step, all selected ranks together, split into data wait, "
-           "collective wait and compute (compute = step - data - collective). Stacked: the top is the step time.",
-           [target(f"sum by (part) (rate(watchdog_rank_step_part_seconds_total{{{JH}}}[{RI}]))"
-                   f" / scalar(sum(rate(watchdog_rank_steps_total{{{JH}}}[{RI}])))", "{{part}}")],
-           unit="s", stack=True),
-        panel(lay, "heatmap", "Straggler heatmap: compute vs median, per rank",
-              "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
-              "A rank that stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min).",
-              [target(compute_vs_median(JH), "{{rank}}")], 12, 8, "none",
-              {"calculate": False, "cellGap": 1, "color": {"mode": "scheme", "scheme": "RdYlGn", "reverse": True,
-                                                           "min": 0.8, "max": 1.5, "steps": 64},
-               "yAxis": {"axisPlacement": "left", "reverse": False}, "rowsFrame": {"layout": "auto"},
-               "cellValues": {"decimals": 2}, "legend": {"show": True},
-               "tooltip": {"mode": "single", "yHistogram": False}}),
-        ts(lay, "Throughput", "Steps per second (the most advanced rank) and samples are steps x global batch.",
-           [target(f"max(rate(watchdog_rank_steps_total{{{JH}}}[{RI}]))", "steps/s")], unit="ops"),
-        ts(lay, "Accelerator utilisation per host", "Mean NVML utilisation of the hosts' accelerators. "
-           "Low utilisation next to a high data-wait share means the input pipeline starves the job.",
-           [target(f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
-                   "{{host}}")], unit="percentunit", defaults={"min": 0, "max": 1}),
-        ts(lay, "Data-wait share per rank", "Share of each rank's step time spent waiting on its data iterator. "
-           "One rank high: its host or loader (RankWatchdogRankDataStarvation); every rank high: the pipeline.",
-           [target(data_share(JH), "rank {{rank}}")], unit="percentunit", defaults={"min": 0}),
-        ts(lay, "Ranks alive vs expected", "Ranks whose process exists, against the declared world size.",
-           [target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
-            target(f"max(watchdog_job_world_size{{{J}}})", "expected", "B")]),
-        ts(lay, "Heartbeat age per rank", "Seconds since each rank's hook heartbeat (every 0.5 s). Above 30 s "
-           "with the process alive, the rank is frozen.", [target(f"watchdog_rank_heartbeat_age_seconds{{{JH}}}",
-                                                                   "rank {{rank}}")], unit="s"),
-        ts(lay, "Coordinator: straggler score per rank", "The coordinator's windowed compute ratio vs the median "
-           "of the other ranks (1 = typical).", [target(of_job("watchdog_coordinator_straggler_score"),
-                                                        "rank {{rank}}")]),
-        ts(lay, "Coordinator: time without progress vs deadline", "Seconds since any live rank made progress, "
-           "against the adaptive collective-hang deadline.",
-           [target(of_job("watchdog_coordinator_hang_seconds"), "no progress", "A"),
-            target(of_job("watchdog_coordinator_hang_deadline_seconds"), "deadline", "B")], unit="s"),
-        stat(lay, "Bottleneck", "The coordinator's live verdict: what limits each step (data, communication, "
-             "straggler, memory; compute = healthy). It changes only when the evidence does, and never pages; "
-             "`watchdog status` gives the reason with its numbers.",
-             f"max by (verdict) ({of_job('watchdog_coordinator_bottleneck')}) == 1", w=6, h=8, text="name",
-             legend="{{verdict}}"),
-        stat(lay, "Goodput", "Productive share of the job's wall time so far: the median rank's compute plus "
-             "the job's own baseline communication, against all of the wall time.",
-             of_job("watchdog_coordinator_goodput_ratio"), unit="percentunit", w=6, h=8,
-             thresholds=[{"color": "red", "value": None}, {"color": "yellow", "value": 0.6},
-                         {"color": "green", "value": 0.8}]),
-        ts(lay, "Bottleneck evidence: share of step time per cause", "Recent steps: data wait (median rank), "
-           "collective time of the rank that waits least (communication itself), the slowest rank's extra "
-           "compute (straggler); memory is the fullest accelerator's memory in use. Thresholds: 20%, 30%, 8%, 90%.",
-           [target(of_job("watchdog_coordinator_bottleneck_share"), "{{cause}}")], unit="percentunit",
-           defaults={"min": 0}),
-        ts(lay, "Where the wall time goes (goodput)", "The job's wall time by category, per second of wall time "
-           "(stacked, the top is 1): productive, data wait, collective wait beyond the job's baseline, "
-           "straggler, checkpoint/eval, restart downtime, redone steps, startup.",
-           [target(f"sum by (category) (rate(watchdog_coordinator_goodput_seconds_total[{RI}])"
-                   f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}})", "{{category}}")],
-           unit="percentunit", stack=True),
+        stat(
+            lay,
+            "Dead ranks",
+            "Processes gone without a clean exit (RankWatchdogRankDead).",
+            f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
+            thresholds=thr_bad,
+        ),
+        stat(
+            lay,
+            "Frozen ranks",
+            "Alive, heartbeat older than 30 s (RankWatchdogRankFrozen).",
+            f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
+            thresholds=thr_bad,
+        ),
+        stat(
+            lay,
+            "Steps / s",
+            "Training steps per second (the most advanced rank).",
+            f"max(rate(watchdog_rank_steps_total{{{J}}}[{RI}]))",
+        ),
+        stat(
+            lay,
+            "Active findings",
+            "The coordinator's findings whose condition holds now.",
+            f"sum({of_job('watchdog_coordinator_findings_active')}) or vector(0)",
+            thresholds=thr_bad,
+        ),
+        ts(
+            lay,
+            "Step time across ranks",
+            "Mean step time per rank over the rate window: median, p99 and the "
+            "slowest rank. In synchronous training they are nearly equal; see the split for where time goes.",
+            [
+                target(f"quantile(0.5, {step_seconds(JH)})", "p50", "A"),
+                target(f"quantile(0.99, {step_seconds(JH)})", "p99", "B"),
+                target(f"max({step_seconds(JH)})", "max", "C"),
+            ],
+            unit="s",
+        ),
+        ts(
+            lay,
+            "Where step time goes",
+            "Seconds per step, all selected ranks together, split into data wait, "
+            "collective wait and compute (compute = step - data - collective). Stacked: the top is the step time.",
+            [
+                target(
+                    f"sum by (part) (rate(watchdog_rank_step_part_seconds_total{{{JH}}}[{RI}]))"
+                    f" / scalar(sum(rate(watchdog_rank_steps_total{{{JH}}}[{RI}])))",
+                    "{{part}}",
+                )
+            ],
+            unit="s",
+            stack=True,
+        ),
+        panel(
+            lay,
+            "heatmap",
+            "Straggler heatmap: compute vs median, per rank",
+            "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
+            "A rank that stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min).",
+            [target(compute_vs_median(JH), "{{rank}}")],
+            12,
+            8,
+            "none",
+            {
+                "calculate": False,
+                "cellGap": 1,
+                "color": {"mode": "scheme", "scheme": "RdYlGn", "reverse": True, "min": 0.8, "max": 1.5, "steps": 64},
+                "yAxis": {"axisPlacement": "left", "reverse": False},
+                "rowsFrame": {"layout": "auto"},
+                "cellValues": {"decimals": 2},
+                "legend": {"show": True},
+                "tooltip": {"mode": "single", "yHistogram": False},
+            },
+        ),
+        ts(
+            lay,
+            "Throughput",
+            "Steps per second (the most advanced rank) and samples are steps x global batch.",
+            [target(f"max(rate(watchdog_rank_steps_total{{{JH}}}[{RI}]))", "steps/s")],
+            unit="ops",
+        ),
+        ts(
+            lay,
+            "Accelerator utilisation per host",
+            "Mean NVML utilisation of the hosts' accelerators. "
+            "Low utilisation next to a high data-wait share means the input pipeline starves the job.",
+            [
+                target(
+                    f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
+                    "{{host}}",
+                )
+            ],
+            unit="percentunit",
+            defaults={"min": 0, "max": 1},
+        ),
+        ts(
+            lay,
+            "Data-wait share per rank",
+            "Share of each rank's step time spent waiting on its data iterator. "
+            "One rank high: its host or loader (RankWatchdogRankDataStarvation); every rank high: the pipeline.",
+            [target(data_share(JH), "rank {{rank}}")],
+            unit="percentunit",
+            defaults={"min": 0},
+        ),
+        ts(
+            lay,
+            "Ranks alive vs expected",
+            "Ranks whose process exists, against the declared world size.",
+            [
+                target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
+                target(f"max(watchdog_job_world_size{{{J}}})", "expected", "B"),
+            ],
+        ),
+        ts(
+            lay,
+            "Heartbeat age per rank",
+            "Seconds since each rank's hook heartbeat (every 0.5 s). Above 30 s "
+            "with the process alive, the rank is frozen.",
+            [target(f"watchdog_rank_heartbeat_age_seconds{{{JH}}}", "rank {{rank}}")],
+            unit="s",
+        ),
+        ts(
+            lay,
+            "Coordinator: straggler score per rank",
+            "The coordinator's windowed compute ratio vs the median of the other ranks (1 = typical).",
+            [target(of_job("watchdog_coordinator_straggler_score"), "rank {{rank}}")],
+        ),
+        ts(
+            lay,
+            "Coordinator: time without progress vs deadline",
+            "Seconds since any live rank made progress, against the adaptive collective-hang deadline.",
+            [
+                target(of_job("watchdog_coordinator_hang_seconds"), "no progress", "A"),
+                target(of_job("watchdog_coordinator_hang_deadline_seconds"), "deadline", "B"),
+            ],
+            unit="s",
+        ),
+        stat(
+            lay,
+            "Bottleneck",
+            "The coordinator's live verdict: what limits each step (data, communication, "
+            "straggler, memory; compute = healthy). It changes only when the evidence does, and never pages; "
+            "`watchdog status` gives the reason with its numbers.",
+            f"max by (verdict) ({of_job('watchdog_coordinator_bottleneck')}) == 1",
+            w=6,
+            h=8,
+            text="name",
+            legend="{{verdict}}",
+        ),
+        stat(
+            lay,
+            "Goodput",
+            "Productive share of the job's wall time so far: the median rank's compute plus "
+            "the job's own baseline communication, against all of the wall time.",
+            of_job("watchdog_coordinator_goodput_ratio"),
+            unit="percentunit",
+            w=6,
+            h=8,
+            thresholds=[
+                {"color": "red", "value": None},
+                {"color": "yellow", "value": 0.6},
+                {"color": "green", "value": 0.8},
+            ],
+        ),
+        ts(
+            lay,
+            "Bottleneck evidence: share of step time per cause",
+            "Recent steps: data wait (median rank), "
+            "collective time of the rank that waits least (communication itself), the slowest rank's extra "
+            "compute (straggler); memory is the fullest accelerator's memory in use. Thresholds: 20%, 30%, 8%, 90%.",
+            [target(of_job("watchdog_coordinator_bottleneck_share"), "{{cause}}")],
+            unit="percentunit",
+            defaults={"min": 0},
+        ),
+        ts(
+            lay,
+            "Where the wall time goes (goodput)",
+            "The job's wall time by category, per second of wall time "
+            "(stacked, the top is 1): productive, data wait, collective wait beyond the job's baseline, "
+            "straggler, checkpoint/eval, restart downtime, redone steps, startup.",
+            [
+                target(
+                    f"sum by (category) (rate(watchdog_coordinator_goodput_seconds_total[{RI}])"
+                    f" * on ({TARGET}) group_left () watchdog_coordinator_info{{{J}}})",
+                    "{{category}}",
+                )
+            ],
+            unit="percentunit",
+            stack=True,
+        ),
     ]
-    return dashboard("rank-watchdog-job", "rank-watchdog / job",
-                     "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",
-                     p, False, [{"title": "Rank detail", "type": "link", "url": "/d/rank-watchdog-rank?${__url_time_range}&var-training_job=${training_job}&${host:queryparam}",
-                                 "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
-                                 "icon": "dashboard", "tags": [], "tooltip": ""}])
+    return dashboard(
+        "rank-watchdog-job",
+        "rank-watchdog / job",
+        "One training job: ranks alive, where step time goes, stragglers, starvation, accelerators.",
+        p,
+        False,
+        [
+            {
+                "title": "Rank detail",
+                "type": "link",
+                "url": "/d/rank-watchdog-rank?${__url_time_range}&var-training_job=${training_job}&${host:queryparam}",
+                "targetBlank": False,
+                "asDropdown": False,
+                "includeVars": False,
+                "keepTime": False,
+                "icon": "dashboard",
+                "tags": [],
+                "tooltip": "",
+            }
+        ],
+    )
 
 
 def rank_dashboard() -> dict:
     lay = Layout()
-    state_map = [{"type": "value", "options": {
-        "-2": {"text": "exited", "color": "blue", "index": 0}, "0": {"text": "dead", "color": "red", "index": 1},
-        "1": {"text": "running", "color": "green", "index": 2}, "2": {"text": "stopped", "color": "orange", "index": 3}}}]
-    phase_map = [{"type": "value", "options": {str(i): {"text": p, "color": c, "index": i} for i, (p, c) in enumerate(
-        (("train", "green"), ("init", "blue"), ("checkpoint", "purple"), ("eval", "yellow"), ("shutdown", "grey"),
-         ("other", "orange")))}}]
-    tl_opts = {"showValue": "never", "mergeValues": True, "rowHeight": 0.9, "alignValue": "left",
-               "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-               "tooltip": {"mode": "single", "sort": "none"}}
-    p = [
-        panel(lay, "state-timeline", "Process state", "running / stopped (SIGSTOP, tracer) / dead (gone without "
-              "a clean exit) / exited (clean interpreter exit).",
-              [target(f"watchdog_rank_alive{{{JHR}}} + watchdog_rank_process_stopped{{{JHR}}}"
-                      f" - 2 * watchdog_rank_exited{{{JHR}}}", "rank {{rank}}")],
-              12, 6, "none", tl_opts, defaults={"mappings": state_map}),
-        panel(lay, "state-timeline", "Phase", "The phase the hook marks: train, init, checkpoint, eval, shutdown.",
-              [target(f"max by ({JOB_KEY}, rank) ({PHASE_CODE})", "rank {{rank}}")], 12, 6, "none", tl_opts,
-              defaults={"mappings": phase_map}),
-        ts(lay, "Step time split", "Seconds per step in data wait, collective wait and compute, per rank "
-           "(windowed mean).", [target(per_step(JHR, JHR), "rank {{rank}} {{part}}")], unit="s"),
-        ts(lay, "Last step split", "The last completed step's parts, as the agent last saw them.",
-           [target(f"watchdog_rank_last_step_part_seconds{{{JHR}}}", "rank {{rank}} {{part}}")], unit="s"),
-        ts(lay, "Compute vs job median", "Compute per step over the median of all the job's ranks; 1 = typical.",
-           [target(compute_vs_median(JHR), "rank {{rank}}")]),
-        ts(lay, "Ages: heartbeat, step, collective", "Seconds since the heartbeat, since the step in progress "
-           "started, and inside the outstanding collective (0 when none).",
-           [target(f"watchdog_rank_heartbeat_age_seconds{{{JHR}}}", "rank {{rank}} heartbeat", "A"),
-            target(f"watchdog_rank_step_age_seconds{{{JHR}}}", "rank {{rank}} step", "B"),
-            target(f"watchdog_rank_collective_age_seconds{{{JHR}}}", "rank {{rank}} collective", "C")], unit="s"),
-        ts(lay, "Collective sequence", "Sequence number of the last collective each rank entered: in a hang the "
-           "culprit is the rank behind.", [target(f"watchdog_rank_collective_seq{{{JHR}}}", "rank {{rank}}")]),
-        ts(lay, "Steps completed", "The step counter per rank.", [target(f"watchdog_rank_step{{{JHR}}}", "rank {{rank}}")]),
-        ts(lay, "CPU", "CPU time of the rank's process per second (1 = one core).",
-           [target(f"rate(watchdog_rank_cpu_seconds_total{{{JHR}}}[{RI}])", "rank {{rank}}")]),
-        ts(lay, "Resident memory", "RSS of the rank's process.",
-           [target(f"watchdog_rank_resident_memory_bytes{{{JHR}}}", "rank {{rank}}")], unit="bytes"),
-        ts(lay, "Accelerator utilisation and memory", "NVML utilisation of the selected hosts' accelerators "
-           "(kernels and memory traffic).",
-           [target('watchdog_accelerator_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}}", "A"),
-            target('watchdog_accelerator_memory_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}} mem", "B")],
-           unit="percentunit"),
-        ts(lay, "Accelerator SM clock", "A straggler's GPU often runs at a lower clock (throttling).",
-           [target('watchdog_accelerator_sm_clock_hertz{host=~"$host"}', "{{host}} gpu {{gpu}}")], unit="hertz"),
-        ts(lay, "Accelerator temperature and power", "Core temperature and power draw.",
-           [target('watchdog_accelerator_temperature_celsius{host=~"$host"}', "{{host}} gpu {{gpu}} °C", "A"),
-            target('watchdog_accelerator_power_watts{host=~"$host"}', "{{host}} gpu {{gpu}} W", "B")]),
-        ts(lay, "Throttle reasons and XID errors", "NVML throttle-reason bitmask (0 or 1 = unthrottled) and "
-           "critical XID events in the window.",
-           [target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
-            target(f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])', "{{host}} gpu {{gpu}} xid",
-                   "B")]),
-        ts(lay, "Hook errors", "Errors the rank's hook caught (never raised into training).",
-           [target(f"increase(watchdog_rank_hook_errors_total{{{JHR}}}[{RI}])", "rank {{rank}}")], w=24, h=6),
+    state_map = [
+        {
+            "type": "value",
+            "options": {
+                "-2": {"text": "exited", "color": "blue", "index": 0},
+                "0": {"text": "dead", "color": "red", "index": 1},
+                "1": {"text": "running", "color": "green", "index": 2},
+                "2": {"text": "stopped", "color": "orange", "index": 3},
+            },
+        }
     ]
-    return dashboard("rank-watchdog-rank", "rank-watchdog / rank",
-                     "Selected ranks of one job: state, phase, step split, ages, resources and their host's accelerators.",
-                     p, True, [{"title": "Job overview", "type": "link", "url": "/d/rank-watchdog-job?${__url_time_range}&var-training_job=${training_job}",
-                                "targetBlank": False, "asDropdown": False, "includeVars": False, "keepTime": False,
-                                "icon": "dashboard", "tags": [], "tooltip": ""}])
+    phase_map = [
+        {
+            "type": "value",
+            "options": {
+                str(i): {"text": p, "color": c, "index": i}
+                for i, (p, c) in enumerate(
+                    (
+                        ("train", "green"),
+                        ("init", "blue"),
+                        ("checkpoint", "purple"),
+                        ("eval", "yellow"),
+                        ("shutdown", "grey"),
+                        ("other", "orange"),
+                    )
+                )
+            },
+        }
+    ]
+    tl_opts = {
+        "showValue": "never",
+        "mergeValues": True,
+        "rowHeight": 0.9,
+        "alignValue": "left",
+        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+        "tooltip": {"mode": "single", "sort": "none"},
+    }
+    p = [
+        panel(
+            lay,
+            "state-timeline",
+            "Process state",
+            "running / stopped (SIGSTOP, tracer) / dead (gone without a clean exit) / exited (clean interpreter exit).",
+            [
+                target(
+                    f"watchdog_rank_alive{{{JHR}}} + watchdog_rank_process_stopped{{{JHR}}}"
+                    f" - 2 * watchdog_rank_exited{{{JHR}}}",
+                    "rank {{rank}}",
+                )
+            ],
+            12,
+            6,
+            "none",
+            tl_opts,
+            defaults={"mappings": state_map},
+        ),
+        panel(
+            lay,
+            "state-timeline",
+            "Phase",
+            "The phase the hook marks: train, init, checkpoint, eval, shutdown.",
+            [target(f"max by ({JOB_KEY}, rank) ({PHASE_CODE})", "rank {{rank}}")],
+            12,
+            6,
+            "none",
+            tl_opts,
+            defaults={"mappings": phase_map},
+        ),
+        ts(
+            lay,
+            "Step time split",
+            "Seconds per step in data wait, collective wait and compute, per rank (windowed mean).",
+            [target(per_step(JHR, JHR), "rank {{rank}} {{part}}")],
+            unit="s",
+        ),
+        ts(
+            lay,
+            "Last step split",
+            "The last completed step's parts, as the agent last saw them.",
+            [target(f"watchdog_rank_last_step_part_seconds{{{JHR}}}", "rank {{rank}} {{part}}")],
+            unit="s",
+        ),
+        ts(
+            lay,
+            "Compute vs job median",
+            "Compute per step over the median of all the job's ranks; 1 = typical.",
+            [target(compute_vs_median(JHR), "rank {{rank}}")],
+        ),
+        ts(
+            lay,
+            "Ages: heartbeat, step, collective",
+            "Seconds since the heartbeat, since the step in progress "
+            "started, and inside the outstanding collective (0 when none).",
+            [
+                target(f"watchdog_rank_heartbeat_age_seconds{{{JHR}}}", "rank {{rank}} heartbeat", "A"),
+                target(f"watchdog_rank_step_age_seconds{{{JHR}}}", "rank {{rank}} step", "B"),
+                target(f"watchdog_rank_collective_age_seconds{{{JHR}}}", "rank {{rank}} collective", "C"),
+            ],
+            unit="s",
+        ),
+        ts(
+            lay,
+            "Collective sequence",
+            "Sequence number of the last collective each rank entered: in a hang the culprit is the rank behind.",
+            [target(f"watchdog_rank_collective_seq{{{JHR}}}", "rank {{rank}}")],
+        ),
+        ts(
+            lay,
+            "Steps completed",
+            "The step counter per rank.",
+            [target(f"watchdog_rank_step{{{JHR}}}", "rank {{rank}}")],
+        ),
+        ts(
+            lay,
+            "CPU",
+            "CPU time of the rank's process per second (1 = one core).",
+            [target(f"rate(watchdog_rank_cpu_seconds_total{{{JHR}}}[{RI}])", "rank {{rank}}")],
+        ),
+        ts(
+            lay,
+            "Resident memory",
+            "RSS of the rank's process.",
+            [target(f"watchdog_rank_resident_memory_bytes{{{JHR}}}", "rank {{rank}}")],
+            unit="bytes",
+        ),
+        ts(
+            lay,
+            "Accelerator utilisation and memory",
+            "NVML utilisation of the selected hosts' accelerators (kernels and memory traffic).",
+            [
+                target('watchdog_accelerator_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}}", "A"),
+                target('watchdog_accelerator_memory_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}} mem", "B"),
+            ],
+            unit="percentunit",
+        ),
+        ts(
+            lay,
+            "Accelerator SM clock",
+            "A straggler's GPU often runs at a lower clock (throttling).",
+            [target('watchdog_accelerator_sm_clock_hertz{host=~"$host"}', "{{host}} gpu {{gpu}}")],
+            unit="hertz",
+        ),
+        ts(
+            lay,
+            "Accelerator temperature and power",
+            "Core temperature and power draw.",
+            [
+                target('watchdog_accelerator_temperature_celsius{host=~"$host"}', "{{host}} gpu {{gpu}} °C", "A"),
+                target('watchdog_accelerator_power_watts{host=~"$host"}', "{{host}} gpu {{gpu}} W", "B"),
+            ],
+        ),
+        ts(
+            lay,
+            "Throttle reasons and XID errors",
+            "NVML throttle-reason bitmask (0 or 1 = unthrottled) and critical XID events in the window.",
+            [
+                target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
+                target(
+                    f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])',
+                    "{{host}} gpu {{gpu}} xid",
+                    "B",
+                ),
+            ],
+        ),
+        ts(
+            lay,
+            "Hook errors",
+            "Errors the rank's hook caught (never raised into training).",
+            [target(f"increase(watchdog_rank_hook_errors_total{{{JHR}}}[{RI}])", "rank {{rank}}")],
+            w=24,
+            h=6,
+        ),
+    ]
+    return dashboard(
+        "rank-watchdog-rank",
+        "rank-watchdog / rank",
+        "Selected ranks of one job: state, phase, step split, ages, resources and their host's accelerators.",
+        p,
+        True,
+        [
+            {
+                "title": "Job overview",
+                "type": "link",
+                "url": "/d/rank-watchdog-job?${__url_time_range}&var-training_job=${training_job}",
+                "targetBlank": False,
+                "asDropdown": False,
+                "includeVars": False,
+                "keepTime": False,
+                "icon": "dashboard",
+                "tags": [],
+                "tooltip": "",
+            }
+        ],
+    )
 
 
 # -- Grafana-managed alert rules from the Prometheus rules --------------------------
@@ -335,42 +713,70 @@ def grafana_text(text: str) -> str:
 
 
 def grafana_alerts() -> dict:
-    rules = {r["alert"]: r for g in yaml.safe_load(PROM_ALERTS.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    rules = {
+        r["alert"]: r for g in yaml.safe_load(PROM_ALERTS.read_text())["groups"] for r in g["rules"] if "alert" in r
+    }
     out = []
     for name in GRAFANA_ALERTS:
         r = rules[name]
         uid = re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()  # RankWatchdogJobHang -> rank-watchdog-job-hang
-        out.append({
-            "uid": uid, "title": name, "condition": "C",
-            "data": [
-                {"refId": "A", "relativeTimeRange": {"from": 900, "to": 0}, "datasourceUid": DATASOURCE_UID,
-                 "model": {"refId": "A", "expr": r["expr"], "instant": True, "range": False,
-                           "datasource": {"type": "prometheus", "uid": DATASOURCE_UID}}},
-                # The Prometheus expression already filters to the firing series, so
-                # every value it returns fires (Grafana's own import of Prometheus
-                # rules uses the same condition).
-                {"refId": "C", "datasourceUid": "__expr__",
-                 "model": {"refId": "C", "type": "math", "expression": "is_number($A) || is_nan($A) || is_inf($A)",
-                           "datasource": {"type": "__expr__", "uid": "__expr__"}}},
-            ],
-            "noDataState": "OK",  # no series = nothing firing
-            "execErrState": "Error",
-            "for": r.get("for", "0s"),
-            "labels": dict(r["labels"]),
-            "annotations": {"summary": r["annotations"]["summary"],
-                            "description": grafana_text(r["annotations"]["description"]),
-                            "runbook_url": r["annotations"]["runbook_url"]},
-            "isPaused": False,
-        })
-    return {"apiVersion": 1, "groups": [{"orgId": 1, "name": "rank-watchdog", "folder": "rank-watchdog",
-                                         "interval": "30s", "rules": out}]}
+        out.append(
+            {
+                "uid": uid,
+                "title": name,
+                "condition": "C",
+                "data": [
+                    {
+                        "refId": "A",
+                        "relativeTimeRange": {"from": 900, "to": 0},
+                        "datasourceUid": DATASOURCE_UID,
+                        "model": {
+                            "refId": "A",
+                            "expr": r["expr"],
+                            "instant": True,
+                            "range": False,
+                            "datasource": {"type": "prometheus", "uid": DATASOURCE_UID},
+                        },
+                    },
+                    # The Prometheus expression already filters to the firing series, so
+                    # every value it returns fires (Grafana's own import of Prometheus
+                    # rules uses the same condition).
+                    {
+                        "refId": "C",
+                        "datasourceUid": "__expr__",
+                        "model": {
+                            "refId": "C",
+                            "type": "math",
+                            "expression": "is_number($A) || is_nan($A) || is_inf($A)",
+                            "datasource": {"type": "__expr__", "uid": "__expr__"},
+                        },
+                    },
+                ],
+                "noDataState": "OK",  # no series = nothing firing
+                "execErrState": "Error",
+                "for": r.get("for", "0s"),
+                "labels": dict(r["labels"]),
+                "annotations": {
+                    "summary": r["annotations"]["summary"],
+                    "description": grafana_text(r["annotations"]["description"]),
+                    "runbook_url": r["annotations"]["runbook_url"],
+                },
+                "isPaused": False,
+            }
+        )
+    return {
+        "apiVersion": 1,
+        "groups": [{"orgId": 1, "name": "rank-watchdog", "folder": "rank-watchdog", "interval": "30s", "rules": out}],
+    }
 
 
 class _Dumper(yaml.SafeDumper):
     pass
 
 
-_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+_Dumper.add_representer(
+    str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+)
 
 ALERTS_HEADER = """\
 # Grafana-managed alert rules for rank-watchdog: GENERATED by grafana/generate.py from
@@ -387,8 +793,8 @@ def outputs() -> dict[Path, str]:
     return {
         HERE / "dashboards" / "rank-watchdog-job.json": dump(job_dashboard()),
         HERE / "dashboards" / "rank-watchdog-rank.json": dump(rank_dashboard()),
-        HERE / "provisioning" / "alerting" / "rank-watchdog-alerts.yml":
-            ALERTS_HEADER + yaml.dump(grafana_alerts(), Dumper=_Dumper, sort_keys=False, width=100_000, allow_unicode=True),
+        HERE / "provisioning" / "alerting" / "rank-watchdog-alerts.yml": ALERTS_HEADER
+        + yaml.dump(grafana_alerts(), Dumper=_Dumper, sort_keys=False, width=100_000, allow_unicode=True),
     }
 
 

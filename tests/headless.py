@@ -13,9 +13,20 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         "--proxy-server=http://127.0.0.1:9", "--enable-logging=stderr", "--v=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--proxy-server=http://127.0.0.1:9",
+    "--enable-logging=stderr",
+    "--v=0",
+]
 
 
 def chromium() -> str | None:
@@ -27,16 +38,25 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     if exe is None:
         raise RuntimeError("no chromium")
     with tempfile.TemporaryDirectory(prefix="wd-chromium-") as profile:
-        return subprocess.run([exe, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [exe, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=timeout
+        )
 
 
-def screenshot(page: Path, png: Path, size: tuple[int, int] = (1400, 900), fragment: str = "",
-               timeout: float = 90, netlog: Path | None = None) -> str:
+def screenshot(
+    page: Path,
+    png: Path,
+    size: tuple[int, int] = (1400, 900),
+    fragment: str = "",
+    timeout: float = 90,
+    netlog: Path | None = None,
+) -> str:
     """Render ``page`` and write ``png``; returns chromium's log (stderr)."""
     extra = [f"--log-net-log={netlog}"] if netlog else []
-    proc = _run([*extra, f"--screenshot={png}", f"--window-size={size[0]},{size[1]}",
-                 page.resolve().as_uri() + fragment], timeout)
+    proc = _run(
+        [*extra, f"--screenshot={png}", f"--window-size={size[0]},{size[1]}", page.resolve().as_uri() + fragment],
+        timeout,
+    )
     if not png.exists():
         raise RuntimeError(f"chromium wrote no screenshot (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc.stderr
@@ -61,7 +81,8 @@ def page_requests(netlog: Path) -> list[str]:
         p = e.get("params") or {}
         url = p.get("url", "")
         if url.startswith(("http:", "https:", "ws:", "wss:")) and (
-                str(p.get("network_isolation_key", "")).startswith("file://")
-                or "site=file://" in str(p.get("site_for_cookies", ""))):
+            str(p.get("network_isolation_key", "")).startswith("file://")
+            or "site=file://" in str(p.get("site_for_cookies", ""))
+        ):
             urls.add(url)
     return sorted(urls)

@@ -37,12 +37,18 @@ scrape_configs:
     def binary() -> str | None:
         return shutil.which("prometheus")
 
-    def start(self, timeout_s: float = 30.0) -> "Prometheus":
+    def start(self, timeout_s: float = 30.0) -> Prometheus:
         log = open(self.work_dir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [self.binary(), f"--config.file={self.work_dir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.work_dir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                self.binary(),
+                f"--config.file={self.work_dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.work_dir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
         deadline = time.monotonic() + timeout_s
@@ -56,7 +62,9 @@ scrape_configs:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.2)
-        raise RuntimeError("prometheus did not become ready:\n" + (self.work_dir / "prometheus.log").read_text()[-3000:])
+        raise RuntimeError(
+            "prometheus did not become ready:\n" + (self.work_dir / "prometheus.log").read_text()[-3000:]
+        )
 
     def query(self, promql: str) -> list[dict]:
         url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})

@@ -37,8 +37,15 @@ class Log:
 
 def command(type=c.DUMP_STACKS, token=TOKEN, **over):
     args = {"ranks": [c.target(1, 4242, 7_000_000)]} if type != c.SIGNAL else {"signal": "SIGTERM"}
-    d = c.make(job="job", type=type, host="node-a", args=args, issued_wall=NOW, ttl_s=30,
-               target=c.target(1, 4242, 7_000_000) if type == c.SIGNAL else None)
+    d = c.make(
+        job="job",
+        type=type,
+        host="node-a",
+        args=args,
+        issued_wall=NOW,
+        ttl_s=30,
+        target=c.target(1, 4242, 7_000_000) if type == c.SIGNAL else None,
+    )
     d.update(over)
     return c.sign(d, token)
 
@@ -55,8 +62,16 @@ class FakeActions:
 
 def handler(actions=None, token=TOKEN, loopback=False, **kw):
     log = Log()
-    h = CommandHandler(host="node-a", token=token, loopback=loopback, actions=actions or FakeActions(),
-                       outbox=Outbox(), wall=lambda: NOW + 1, log=log, **kw)
+    h = CommandHandler(
+        host="node-a",
+        token=token,
+        loopback=loopback,
+        actions=actions or FakeActions(),
+        outbox=Outbox(),
+        wall=lambda: NOW + 1,
+        log=log,
+        **kw,
+    )
     return h, log
 
 
@@ -77,14 +92,17 @@ def test_accepted_command_runs_on_the_worker_and_acks_running_then_result():
     h.stop()
 
 
-@pytest.mark.parametrize("make_cmd,job,reason", [
-    (lambda: {**command(), "sig": "ab" * 32}, "job", c.BAD_SIGNATURE),
-    (lambda: {**command(), "sig": ""}, "job", c.UNSIGNED),
-    (lambda: command(expires_wall=NOW - 1, issued_wall=NOW - 31), "job", c.EXPIRED),
-    (lambda: command(), "other-job", c.FOREIGN_JOB),
-    (lambda: command(host="node-b"), "job", c.WRONG_HOST),
-    (lambda: "not a command", "job", c.MALFORMED),
-])
+@pytest.mark.parametrize(
+    "make_cmd,job,reason",
+    [
+        (lambda: {**command(), "sig": "ab" * 32}, "job", c.BAD_SIGNATURE),
+        (lambda: {**command(), "sig": ""}, "job", c.UNSIGNED),
+        (lambda: command(expires_wall=NOW - 1, issued_wall=NOW - 31), "job", c.EXPIRED),
+        (lambda: command(), "other-job", c.FOREIGN_JOB),
+        (lambda: command(host="node-b"), "job", c.WRONG_HOST),
+        (lambda: "not a command", "job", c.MALFORMED),
+    ],
+)
 def test_refused_commands_are_counted_logged_acked_and_never_run(make_cmd, job, reason):
     fa = FakeActions()
     h, log = handler(fa)
@@ -124,7 +142,7 @@ def test_no_token_runs_evidence_only_from_loopback_and_never_signals():
 
 
 def test_execution_time_refusals_are_counted():
-    h, log = handler(FakeActions(refusals=[c.WRONG_IDENTITY]))
+    h, _log = handler(FakeActions(refusals=[c.WRONG_IDENTITY]))
     h("job", [command()])
     assert h.wait_idle(5.0)
     assert h.refused[c.WRONG_IDENTITY] == 1
@@ -139,7 +157,7 @@ def test_a_crashing_action_is_an_ack_not_a_dead_worker():
             Boom.calls += 1
             raise RuntimeError("bug")
 
-    h, log = handler(Boom())
+    h, _log = handler(Boom())
     h("job", [command(), command()])
     assert h.wait_idle(5.0)
     assert Boom.calls == 2
@@ -205,8 +223,20 @@ def test_outbox_is_bounded():
 
 def view_of(path, ident, alive=True, launcher=(0, 0)):
     snap = wire.read_slot(path) if path else testing.snapshot(ident)
-    return LocalRank(path, snap.header, 0, False, ProcSample(alive, "running" if alive else "gone"),
-                    track.ALIVE if alive else track.DEAD, 0.0, (), launcher, 0, snap.uid, snap.inode)
+    return LocalRank(
+        path,
+        snap.header,
+        0,
+        False,
+        ProcSample(alive, "running" if alive else "gone"),
+        track.ALIVE if alive else track.DEAD,
+        0.0,
+        (),
+        launcher,
+        0,
+        snap.uid,
+        snap.inode,
+    )
 
 
 class Dumper:
@@ -220,8 +250,15 @@ class Dumper:
 
 def actions_for(views, start_us, dumper=None, **kw):
     kw.setdefault("pin", testing.NoPin)  # fake pids: nothing to pin
-    return act.Actions("node-a", lambda job: tuple(v for v in views if v.identity.job == job), dumper or Dumper(),
-                       start_us=start_us, wall=lambda: NOW, mono_ns=lambda: 5_000_000_000, **kw)
+    return act.Actions(
+        "node-a",
+        lambda job: tuple(v for v in views if v.identity.job == job),
+        dumper or Dumper(),
+        start_us=start_us,
+        wall=lambda: NOW,
+        mono_ns=lambda: 5_000_000_000,
+        **kw,
+    )
 
 
 def test_dump_refuses_a_reused_pid_and_skips_a_gone_one(tmp_path):
@@ -250,8 +287,10 @@ def test_snapshot_reads_a_dead_ranks_file_and_the_current_slot(tmp_path):
     for wr, n in ((live, 5), (dead, 3)):
         for s in range(n):
             wr.step(100_000_000, 10_000_000, 20_000_000, now_ns=(s + 1) * 1_000_000_000)
-    views = [view_of(live.path, live_id := wire.read_slot(live.path).header.identity),
-             view_of(dead.path, wire.read_slot(dead.path).header.identity, alive=False)]
+    views = [
+        view_of(live.path, live_id := wire.read_slot(live.path).header.identity),
+        view_of(dead.path, wire.read_slot(dead.path).header.identity, alive=False),
+    ]
     a = actions_for(views, lambda pid: None)
     out = a.snapshot_slots(command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(0, 0, 0), c.target(1, 301, 2)]}))
     assert out["ok"] and out["error"] == ""
@@ -271,11 +310,13 @@ def test_snapshot_is_trimmed_to_fit_a_report(tmp_path):
         wr.step(1, now_ns=s + 1)
     views = [view_of(wr.path, wire.read_slot(wr.path).header.identity)]
     out = actions_for(views, lambda pid: None, max_records=400).snapshot_slots(
-        command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(0, 0, 0)]}))
+        command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(0, 0, 0)]})
+    )
     ev = SlotEvidence.from_dict(out["slots"][0])
     assert len(ev.records) == 400 and ev.records_dropped == 112 and ev.records[-1][0] == 599  # newest kept
     tight = actions_for(views, lambda pid: None, max_ack_bytes=8_000).snapshot_slots(
-        command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(0, 0, 0)]}))
+        command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(0, 0, 0)]})
+    )
     ev = SlotEvidence.from_dict(tight["slots"][0])
     assert 0 < len(ev.records) < 256 and ev.records[-1][0] == 599
     assert len(json.dumps(tight["slots"], separators=(",", ":"))) <= 8_000
@@ -327,6 +368,7 @@ def test_metrics_export_refusals_and_executions(tmp_path):
 
 def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_check(tmp_path):
     from watchdog.hook import control
+
     wrs = [testing.RankSlot(str(tmp_path), testing.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
     views = [view_of(w.path, wire.read_slot(w.path).header.identity) for w in wrs]
     a = actions_for(views, {500: 9, 501: 99_999_999}.get)  # rank 1's pid was reused

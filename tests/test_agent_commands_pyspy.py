@@ -118,13 +118,31 @@ def test_signal_through_pidfd_checks_identity_first(sleeper):
     view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
     a = act.Actions("node-a", lambda job: (view,), StackDumper(""))
     wrong = c.target(0, p.pid, ident.proc_start_us + 5_000_000)  # as if the pid had been reused
-    out, refusals = a.run(c.make(job="job", type=c.SIGNAL, host="node-a", target=wrong,
-                                 args={"signal": "SIGTERM"}, issued_wall=time.time(), ttl_s=30))
+    out, refusals = a.run(
+        c.make(
+            job="job",
+            type=c.SIGNAL,
+            host="node-a",
+            target=wrong,
+            args={"signal": "SIGTERM"},
+            issued_wall=time.time(),
+            ttl_s=30,
+        )
+    )
     assert not out["ok"] and refusals == [c.WRONG_IDENTITY]
     time.sleep(0.2)
     assert p.poll() is None
-    out, refusals = a.run(c.make(job="job", type=c.SIGNAL, host="node-a", args={"signal": "SIGTERM"},
-                                 target=c.target(0, p.pid, ident.proc_start_us), issued_wall=time.time(), ttl_s=30))
+    out, refusals = a.run(
+        c.make(
+            job="job",
+            type=c.SIGNAL,
+            host="node-a",
+            args={"signal": "SIGTERM"},
+            target=c.target(0, p.pid, ident.proc_start_us),
+            issued_wall=time.time(),
+            ttl_s=30,
+        )
+    )
     assert out["ok"], out
     assert p.wait(5) == -signal.SIGTERM
 
@@ -133,8 +151,23 @@ def test_signal_through_pidfd_checks_identity_first(sleeper):
 def test_agent_path_reply_to_ack_with_a_real_rank(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    rank = subprocess.Popen([sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run_dir),
-                             "--job", "job", "--rank", "0", "--world-size", "1", "--step-seconds", "0.05"])
+    rank = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "watchdog.agent.testing",
+            "--run-dir",
+            str(run_dir),
+            "--job",
+            "job",
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--step-seconds",
+            "0.05",
+        ]
+    )
     try:
         tracker = SlotTracker(str(run_dir), job="job")
         deadline = time.monotonic() + 10
@@ -143,14 +176,39 @@ def test_agent_path_reply_to_ack_with_a_real_rank(tmp_path):
             time.sleep(0.05)
         [v] = tracker.views()
         outbox = Outbox()
-        h = CommandHandler(host="node-a", token="tok", loopback=False, outbox=outbox,
-                           actions=act.Actions("node-a", tracker.incarnations, StackDumper(PY_SPY)))
+        h = CommandHandler(
+            host="node-a",
+            token="tok",
+            loopback=False,
+            outbox=outbox,
+            actions=act.Actions("node-a", tracker.incarnations, StackDumper(PY_SPY)),
+        )
         t = c.target(0, v.identity.pid, v.identity.proc_start_us)
         replies = [
-            [c.sign(c.make(job="job", type=c.DUMP_STACKS, host="node-a", args={"ranks": [t]},
-                           issued_wall=time.time(), ttl_s=30), "tok"),
-             c.sign(c.make(job="job", type=c.SNAPSHOT_SLOTS, host="node-a", args={"ranks": [t]},
-                           issued_wall=time.time(), ttl_s=30), "forged")],
+            [
+                c.sign(
+                    c.make(
+                        job="job",
+                        type=c.DUMP_STACKS,
+                        host="node-a",
+                        args={"ranks": [t]},
+                        issued_wall=time.time(),
+                        ttl_s=30,
+                    ),
+                    "tok",
+                ),
+                c.sign(
+                    c.make(
+                        job="job",
+                        type=c.SNAPSHOT_SLOTS,
+                        host="node-a",
+                        args={"ranks": [t]},
+                        issued_wall=time.time(),
+                        ttl_s=30,
+                    ),
+                    "forged",
+                ),
+            ],
         ]
         sent = []
 
@@ -158,8 +216,19 @@ def test_agent_path_reply_to_ack_with_a_real_rank(tmp_path):
             sent.append(json.loads(json.dumps(payload)))
             return {"ok": True, "commands": replies.pop(0) if replies else []}
 
-        s = Sender(url="http://coord:1", token="tok", job="job", host="node-a", agent_id="a", interval_s=1.0,
-                   timeout_s=1.0, views=tracker.views, post=post, handle_commands=h, outbox=outbox)
+        s = Sender(
+            url="http://coord:1",
+            token="tok",
+            job="job",
+            host="node-a",
+            agent_id="a",
+            interval_s=1.0,
+            timeout_s=1.0,
+            views=tracker.views,
+            post=post,
+            handle_commands=h,
+            outbox=outbox,
+        )
         s.send_once()
         assert h.wait_idle(15.0)
         s.send_once()

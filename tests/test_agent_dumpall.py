@@ -25,6 +25,7 @@ def test_up_to_parallel_dumps_run_at_once_and_results_keep_the_jobs_order():
             with lock:
                 active[0] -= 1
             return ("ok", i, left_s)
+
         return run
 
     out = dumpall.run([job(i) for i in range(8)], late, parallel=4, deadline_s=60.0)
@@ -41,6 +42,7 @@ def test_a_dump_not_started_by_the_deadline_is_reported_late_not_run():
             ran.append((i, left_s))
             now[0] += 4.0  # each dump takes 4 s of the 10 s deadline
             return ("ok", i)
+
         return run
 
     out = dumpall.run([job(i) for i in range(4)], late, parallel=1, deadline_s=10.0, mono=lambda: now[0])

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
 import watchdog
-from watchdog.agent import testing
 from watchdog.agent import metrics as m
+from watchdog.agent import testing
 
 pytestmark = pytest.mark.integration
 
@@ -71,27 +71,49 @@ def job(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     writer = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run), "--job", "itest"]
-    writers = [subprocess.Popen([*writer, "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"], env=env())
-               for r in range(3)]
+    writers = [
+        subprocess.Popen([*writer, "--rank", str(r), "--world-size", "3", "--step-seconds", "0.1"], env=env())
+        for r in range(3)
+    ]
     # An earlier job's leftover: its process is long gone, its last heartbeat 2 minutes old.
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     start_us = int(psutil.Process(child.pid).create_time() * 1e6)
     child.wait()
-    old = testing.RankSlot(str(run), testing.identity("oldjob", 0, 1, pid=child.pid, proc_start_us=start_us),
-                           mono_ns=time.monotonic_ns() - 120 * S, wall_ns=time.time_ns() - 120 * S)
+    old = testing.RankSlot(
+        str(run),
+        testing.identity("oldjob", 0, 1, pid=child.pid, proc_start_us=start_us),
+        mono_ns=time.monotonic_ns() - 120 * S,
+        wall_ns=time.time_ns() - 120 * S,
+    )
     old.close()
     wait_for(lambda: len(list(run.glob("itest.*.slot"))) == 3, 20, "3 writer slot files")
     coord = StubCoordinator()
     addr_file, log_file = tmp_path / "agent.address", tmp_path / "agent.log"
     with open(log_file, "wb") as log:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "watchdog.cli", "agent", "--run-dir", str(run), "--web.listen-address",
-             "127.0.0.1:0", "--web.address-file", str(addr_file), "--coordinator.url", coord.url,
-             "--report.interval-seconds", "0.25"],
-            env=dict(env(), WATCHDOG_JOB_TOKEN="t0ken"), stderr=log, stdout=log)
+            [
+                sys.executable,
+                "-m",
+                "watchdog.cli",
+                "agent",
+                "--run-dir",
+                str(run),
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--web.address-file",
+                str(addr_file),
+                "--coordinator.url",
+                coord.url,
+                "--report.interval-seconds",
+                "0.25",
+            ],
+            env=dict(env(), WATCHDOG_JOB_TOKEN="t0ken"),
+            stderr=log,
+            stdout=log,
+        )
     try:
         addr = wait_for(lambda: addr_file.exists() and addr_file.read_text().strip(), 20, "the agent's address")
-        yield dict(run=run, writers=writers, agent=agent, url=f"http://{addr}", log=log_file, coord=coord)
+        yield {"run": run, "writers": writers, "agent": agent, "url": f"http://{addr}", "log": log_file, "coord": coord}
     finally:
         for w in writers:
             if w.poll() is None:
@@ -114,7 +136,11 @@ def scrape(url):
     vals = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.labels.get("training_job") in ("itest", "oldjob") and "part" not in s.labels and "phase" not in s.labels:
+            if (
+                s.labels.get("training_job") in ("itest", "oldjob")
+                and "part" not in s.labels
+                and "phase" not in s.labels
+            ):
                 vals[(s.name, s.labels["training_job"], int(s.labels.get("rank", -1)))] = s.value
             elif s.name == "watchdog_agent_slots":
                 vals[(s.name, s.labels["state"])] = s.value
@@ -126,9 +152,12 @@ def log_events(path):
 
 
 def test_real_agent_sees_stopped_killed_and_stale_ranks(job, record_property):
-    url, (w0, w1, w2) = job["url"], job["writers"]
-    text, v = wait_for(lambda: (r := scrape(url)) and all(r[1].get(("watchdog_rank_alive", "itest", k)) == 1
-                                                           for k in range(3)) and r, 10, "3 live ranks")
+    url, (_w0, w1, w2) = job["url"], job["writers"]
+    text, v = wait_for(
+        lambda: (r := scrape(url)) and all(r[1].get(("watchdog_rank_alive", "itest", k)) == 1 for k in range(3)) and r,
+        10,
+        "3 live ranks",
+    )
     assert not any(k[1] == "oldjob" for k in v if len(k) == 3), "stale leftover must not be exported"
     assert v[("watchdog_agent_slots", "stale")] == 1
     assert v[("watchdog_rank_steps_total", "itest", 0)] >= 1
@@ -142,8 +171,11 @@ def test_real_agent_sees_stopped_killed_and_stale_ranks(job, record_property):
     print(f"\nSIGKILL -> watchdog_rank_alive 0 observed after {kill_latency:.3f}s (scrape every 50 ms)")
     assert kill_latency < 2.0, f"alive went to 0 {kill_latency:.2f}s after SIGKILL; the target is < 1 s"
 
-    _, v = wait_for(lambda: (r := scrape(url)) and r[1][("watchdog_rank_heartbeat_age_seconds", "itest", 1)] > 3
-                    and r, 8, "stopped rank's heartbeat age > 3 s")
+    _, v = wait_for(
+        lambda: (r := scrape(url)) and r[1][("watchdog_rank_heartbeat_age_seconds", "itest", 1)] > 3 and r,
+        8,
+        "stopped rank's heartbeat age > 3 s",
+    )
     assert v[("watchdog_rank_alive", "itest", 1)] == 1 and v[("watchdog_rank_process_stopped", "itest", 1)] == 1
     assert v[("watchdog_rank_heartbeat_age_seconds", "itest", 0)] < 1.0  # the healthy one keeps beating
     assert v[("watchdog_rank_alive", "itest", 2)] == 0  # the dead one is still exported, frozen
@@ -152,12 +184,15 @@ def test_real_agent_sees_stopped_killed_and_stale_ranks(job, record_property):
     text, _ = scrape(url)
     golden = [ln for ln in text.splitlines() if ln.startswith(("# HELP ", "# TYPE "))]
     assert golden == GOLDEN.read_text().splitlines(), "live names differ from tests/golden/agent_metrics.txt"
-    per_rank = [s for f in text_string_to_metric_families(text) for s in f.samples
-                if s.labels.get("training_job") == "itest" and s.labels.get("rank") == "1"]
+    per_rank = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("training_job") == "itest" and s.labels.get("rank") == "1"
+    ]
     assert len(per_rank) == m.SERIES_PER_RANK
     if shutil.which("promtool"):
-        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
-                             timeout=30)
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         assert res.returncode == 0, res.stdout + res.stderr
     assert get(url + "/healthz") == (200, "ok\n")
 

@@ -22,8 +22,19 @@ GOLDEN = Path(__file__).parent / "golden" / "agent_metrics.txt"
 REGEN = "WATCHDOG_REGEN_GOLDEN=1 python -m pytest tests/test_agent_metrics.py -k golden"
 MS = 1_000_000
 
-GPU = dict(name="Fake H100", uuid="GPU-0000", util=87, mem_util=40, mem_used=30 << 30, mem_total=80 << 30,
-           temp=61, power_mw=350_000, sm_mhz=1980, throttle=0, pids=[])
+GPU = {
+    "name": "Fake H100",
+    "uuid": "GPU-0000",
+    "util": 87,
+    "mem_util": 40,
+    "mem_used": 30 << 30,
+    "mem_total": 80 << 30,
+    "temp": 61,
+    "power_mw": 350_000,
+    "sm_mhz": 1980,
+    "throttle": 0,
+    "pids": [],
+}
 
 
 @pytest.fixture
@@ -54,7 +65,8 @@ def test_golden_names_types_and_help(exposition):
     golden = GOLDEN.read_text().splitlines()
     assert lines == golden, (
         f"the agent's metric names/HELP/TYPE changed; metric names are an API. If intended, regenerate with:\n"
-        f"    {REGEN}\nand review the diff of {GOLDEN.relative_to(Path(__file__).parent.parent)}")
+        f"    {REGEN}\nand review the diff of {GOLDEN.relative_to(Path(__file__).parent.parent)}"
+    )
 
 
 def test_every_family_is_namespaced_and_defined_in_metrics_module(exposition):
@@ -65,8 +77,12 @@ def test_every_family_is_namespaced_and_defined_in_metrics_module(exposition):
 
 
 def per_rank_samples(text, job="train", rank="0"):
-    return [s for f in text_string_to_metric_families(text) for s in f.samples
-            if s.labels.get("training_job") == job and s.labels.get("rank") == rank and "local_rank" in s.labels]
+    return [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("training_job") == job and s.labels.get("rank") == rank and "local_rank" in s.labels
+    ]
 
 
 def test_no_series_carries_prometheus_target_labels(exposition):
@@ -117,8 +133,7 @@ def test_accelerator_series_from_fake_nvml(exposition):
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed (Debian package 'prometheus')")
 def test_promtool_check_metrics(exposition):
-    res = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True,
-                         timeout=30)
+    res = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res.stdout + res.stderr
 
 

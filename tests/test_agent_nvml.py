@@ -18,8 +18,19 @@ class Log:
 
 
 def gpu(i, **kw):
-    d = dict(name=b"Fake H100", uuid=f"GPU-{i}", util=50 + i, mem_util=10, mem_used=1 << 30, mem_total=80 << 30,
-             temp=55, power_mw=123_456, sm_mhz=1500, throttle=0x4, pids=[4242])
+    d = {
+        "name": b"Fake H100",
+        "uuid": f"GPU-{i}",
+        "util": 50 + i,
+        "mem_util": 10,
+        "mem_used": 1 << 30,
+        "mem_total": 80 << 30,
+        "temp": 55,
+        "power_mw": 123_456,
+        "sm_mhz": 1500,
+        "throttle": 0x4,
+        "pids": [4242],
+    }
     d.update(kw)
     return d
 

@@ -7,8 +7,8 @@ import sys
 import psutil
 import pytest
 
-from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.agent.procs import ProcessTable
+from watchdog.agent.testing import FakeProcess, FakeProcesses
 
 START_S = 1000.0
 START_US = int(START_S * 1e6)
@@ -79,8 +79,7 @@ def test_access_denied_counts_and_keeps_alive():
 
 
 def test_zombie_status_is_dead():
-    assert not table(FakeProcess(7, START_S, status_=psutil.STATUS_ZOMBIE)).check(7, START_US, 1,
-                                                                                     resources=True).alive
+    assert not table(FakeProcess(7, START_S, status_=psutil.STATUS_ZOMBIE)).check(7, START_US, 1, resources=True).alive
 
 
 def test_stopped_is_alive_and_flagged():

@@ -16,23 +16,50 @@ NOW = 1_000 * S
 MS = 1_000_000
 
 
-def view(rank=0, job="j", *, proc=None, state=track.ALIVE, words=None, records=(), hb=NOW - S // 2,
-         status=wire.Status.RUNNING, path=None):
+def view(
+    rank=0,
+    job="j",
+    *,
+    proc=None,
+    state=track.ALIVE,
+    words=None,
+    records=(),
+    hb=NOW - S // 2,
+    status=wire.Status.RUNNING,
+    path=None,
+):
     ident = testing.identity(job, rank, 4, pid=100 + rank, proc_start_us=7, local_rank=rank % 2)
-    snap = testing.snapshot(ident, words, path=path or f"/run/{job}.{rank}.slot", wall_ns=1_700_000_000 * S,
-                          mono_ns=NOW - 100 * S, status=status)
+    snap = testing.snapshot(
+        ident,
+        words,
+        path=path or f"/run/{job}.{rank}.slot",
+        wall_ns=1_700_000_000 * S,
+        mono_ns=NOW - 100 * S,
+        status=status,
+    )
     proc = proc or ProcSample(True, "sleeping", cpu_seconds=12.5, rss_bytes=300 << 20, sampled_ns=NOW)
     return LocalRank(snap.path, snap.header, hb, False, proc, state, 87.5, tuple(records))
 
 
 WORDS = {
-    wire.H_STEP: 41, wire.H_STEP_START_NS: NOW - 250 * MS,
-    wire.H_LAST_STEP_NS: 400 * MS, wire.H_LAST_DATA_NS: 50 * MS, wire.H_LAST_COLL_NS: 150 * MS,
-    wire.H_PHASE: int(wire.Phase.CHECKPOINT), wire.H_PHASE_SINCE_NS: NOW - 3 * S,
-    wire.H_PG_STATE: int(wire.PgState.JOINED), wire.H_PG_CHANGE_NS: NOW - 90 * S,
-    wire.H_DATA_ENTER_NS: NOW - 2 * S, wire.H_DATA_EXIT_NS: NOW - 3 * S,  # waiting on data for 2 s
-    wire.H_COLL_GROUP: 0, wire.H_COLL_SEQ: 1234, wire.H_COLL_DONE_SEQ: 1233, wire.H_COLL_OP: int(wire.CollOp.BARRIER),
-    wire.H_COLL_BYTES: 4096, wire.H_COLL_ENTER_NS: NOW - 7 * S, wire.H_COLL_OUTSTANDING: 1,
+    wire.H_STEP: 41,
+    wire.H_STEP_START_NS: NOW - 250 * MS,
+    wire.H_LAST_STEP_NS: 400 * MS,
+    wire.H_LAST_DATA_NS: 50 * MS,
+    wire.H_LAST_COLL_NS: 150 * MS,
+    wire.H_PHASE: int(wire.Phase.CHECKPOINT),
+    wire.H_PHASE_SINCE_NS: NOW - 3 * S,
+    wire.H_PG_STATE: int(wire.PgState.JOINED),
+    wire.H_PG_CHANGE_NS: NOW - 90 * S,
+    wire.H_DATA_ENTER_NS: NOW - 2 * S,
+    wire.H_DATA_EXIT_NS: NOW - 3 * S,  # waiting on data for 2 s
+    wire.H_COLL_GROUP: 0,
+    wire.H_COLL_SEQ: 1234,
+    wire.H_COLL_DONE_SEQ: 1233,
+    wire.H_COLL_OP: int(wire.CollOp.BARRIER),
+    wire.H_COLL_BYTES: 4096,
+    wire.H_COLL_ENTER_NS: NOW - 7 * S,
+    wire.H_COLL_OUTSTANDING: 1,
     wire.H_HOOK_ERRORS: 2,
 }
 
@@ -41,7 +68,13 @@ def test_rank_numbers():
     recs = [testing.step_record(i, i + 1, 400 * MS, 50 * MS, 150 * MS) for i in range(3)]
     rep = build_report("j", "host1", "agent1", 5, [view(words=WORDS, records=recs)], NOW, 1.8e9, 1.0)
     assert (rep.job, rep.host, rep.agent_id, rep.seq, rep.sent_wall, rep.interval_s) == (
-        "j", "host1", "agent1", 5, 1.8e9, 1.0)
+        "j",
+        "host1",
+        "agent1",
+        5,
+        1.8e9,
+        1.0,
+    )
     (r,) = rep.ranks
     assert (r.rank, r.local_rank, r.world_size, r.pid, r.proc_start_us) == (0, 0, 4, 100, 7)
     assert r.alive and r.status == "running" and r.proc_status == "sleeping"
@@ -51,8 +84,9 @@ def test_rank_numbers():
     assert (r.phase, r.phase_age_s) == ("checkpoint", pytest.approx(3.0))
     assert (r.pg_state, r.pg_age_s) == ("joined", pytest.approx(90.0))
     assert r.in_data_wait and r.data_wait_age_s == pytest.approx(2.0)
-    assert r.coll == wire_report.CollectiveState(group=0, seq=1234, done_seq=1233, op="barrier", bytes=4096,
-                                                 outstanding=1, since_s=pytest.approx(7.0))
+    assert r.coll == wire_report.CollectiveState(
+        group=0, seq=1234, done_seq=1233, op="barrier", bytes=4096, outstanding=1, since_s=pytest.approx(7.0)
+    )
     assert (r.last_step_s, r.last_data_s, r.last_coll_s) == (0.4, 0.05, 0.15)
     assert r.last_compute_s == pytest.approx(0.2)
     assert (r.hook_errors, r.cpu_percent, r.rss_bytes) == (2, 87.5, 300 << 20)
@@ -63,15 +97,24 @@ def test_rank_numbers():
 
 def test_round_trips_through_the_coordinators_parser():
     recs = [testing.step_record(0, 1, 400 * MS, 50 * MS, 150 * MS)]
-    rep = build_report("j", "h", "a", 1, [view(words=WORDS, records=recs), view(rank=1)], NOW, 1.8e9, 1.0,
-                       accelerators=[{"index": 0, "name": "gpu"}])
+    rep = build_report(
+        "j",
+        "h",
+        "a",
+        1,
+        [view(words=WORDS, records=recs), view(rank=1)],
+        NOW,
+        1.8e9,
+        1.0,
+        accelerators=[{"index": 0, "name": "gpu"}],
+    )
     again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert again == rep
 
 
 def test_recent_steps_are_those_since_the_previous_report_and_capped():
     recs = [testing.step_record(i, i + 1, 100 * MS) for i in range(300)]
-    v = view(records=recs[-wire_report.MAX_STEPS_PER_RANK:])
+    v = view(records=recs[-wire_report.MAX_STEPS_PER_RANK :])
     first = build_report("j", "h", "a", 1, [v], NOW, 0.0, 1.0)
     assert len(first.ranks[0].recent_steps) == wire_report.MAX_STEPS_PER_RANK
     assert marks([v]) == {v.path: 300}
@@ -82,11 +125,16 @@ def test_recent_steps_are_those_since_the_previous_report_and_capped():
 
 
 def test_one_job_per_report_and_dead_and_exited_ranks():
-    views = [view(0, "a", proc=GONE, state=track.DEAD), view(1, "a", proc=GONE, state=track.EXITED,
-                                                           status=wire.Status.EXITED), view(0, "b")]
+    views = [
+        view(0, "a", proc=GONE, state=track.DEAD),
+        view(1, "a", proc=GONE, state=track.EXITED, status=wire.Status.EXITED),
+        view(0, "b"),
+    ]
     rep = build_report("a", "h", "x", 1, views, NOW, 0.0, 1.0)
     assert [(r.rank, r.alive, r.status, r.proc_status) for r in rep.ranks] == [
-        (0, False, "running", "gone"), (1, False, "exited", "gone")]
+        (0, False, "running", "gone"),
+        (1, False, "exited", "gone"),
+    ]
 
 
 def test_zero_times_mean_never_not_epoch():
@@ -97,9 +145,18 @@ def test_zero_times_mean_never_not_epoch():
 def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
     from dataclasses import replace
 
-    death = {"summary": "ZeroDivisionError: division by zero at train.py:120, exit 1", "exit_code": 1,
-             "exception": {"type": "ZeroDivisionError", "message": "division by zero", "where": "train.py:120",
-                           "function": "f", "thread": "MainThread"}, "traceback": "Traceback ..."}
+    death = {
+        "summary": "ZeroDivisionError: division by zero at train.py:120, exit 1",
+        "exit_code": 1,
+        "exception": {
+            "type": "ZeroDivisionError",
+            "message": "division by zero",
+            "where": "train.py:120",
+            "function": "f",
+            "thread": "MainThread",
+        },
+        "traceback": "Traceback ...",
+    }
     dead = replace(view(rank=1, proc=GONE, state=track.DEAD), death=death)
     rep = build_report("j", "h", "a", 1, [dead], NOW, 1.8e9, 1.0)
     again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))

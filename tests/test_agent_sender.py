@@ -19,8 +19,7 @@ S = 1_000_000_000
 def view(job, rank, records=()):
     ident = testing.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
     snap = testing.snapshot(ident, path=f"/run/{job}.{rank}.slot")
-    return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0,
-                    tuple(records))
+    return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, tuple(records))
 
 
 class Log:
@@ -35,10 +34,22 @@ def make(views, post, job="", handled=None, **kw):
     def as_json(url, payload, token, timeout):  # what the coordinator would receive
         return post(url, json.loads(json.dumps(payload)), token, timeout)
 
-    return Sender(url="http://coord:1", token="tok", job=job, host="h", agent_id="a1", interval_s=1.0,
-                  timeout_s=2.0, views=lambda: views, post=as_json, log=kw.pop("log", Log()),
-                  handle_commands=((lambda job, c: handled.extend(c)) if handled is not None else lambda job, c: None),
-                  mono_ns=lambda: 10 * S, wall=lambda: 1.8e9, **kw)
+    return Sender(
+        url="http://coord:1",
+        token="tok",
+        job=job,
+        host="h",
+        agent_id="a1",
+        interval_s=1.0,
+        timeout_s=2.0,
+        views=lambda: views,
+        post=as_json,
+        log=kw.pop("log", Log()),
+        handle_commands=((lambda job, c: handled.extend(c)) if handled is not None else lambda job, c: None),
+        mono_ns=lambda: 10 * S,
+        wall=lambda: 1.8e9,
+        **kw,
+    )
 
 
 def test_one_report_per_job_with_token_and_commands():
@@ -113,8 +124,18 @@ def test_a_real_post_to_a_loopback_server():
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         poster = JsonPoster()
-        s = Sender(url=url, token="tok", job="", host="h", agent_id="a", interval_s=1.0, timeout_s=2.0,
-                   views=lambda: [view("j", 0)], post=poster, log=Log())
+        s = Sender(
+            url=url,
+            token="tok",
+            job="",
+            host="h",
+            agent_id="a",
+            interval_s=1.0,
+            timeout_s=2.0,
+            views=lambda: [view("j", 0)],
+            post=poster,
+            log=Log(),
+        )
         s.send_once()
         s.send_once()
         assert s.ok == 2 and got["path"] == "/api/v1/report" and got["auth"] == "Bearer tok"
@@ -130,8 +151,17 @@ def test_a_real_post_to_a_loopback_server():
 
 def test_http_errors_and_dead_coordinators_are_failures_not_crashes():
     log = Log()
-    s = Sender(url="http://127.0.0.1:9", token="", job="", host="h", agent_id="a", interval_s=1.0,
-               timeout_s=0.5, views=lambda: [view("j", 0)], log=log)
+    s = Sender(
+        url="http://127.0.0.1:9",
+        token="",
+        job="",
+        host="h",
+        agent_id="a",
+        interval_s=1.0,
+        timeout_s=0.5,
+        views=lambda: [view("j", 0)],
+        log=log,
+    )
     s.send_once()
     assert s.failed == 1 and log.events[0][1] == "report failed"
 
@@ -149,8 +179,17 @@ def test_plain_is_asdict_for_json():
     from watchdog.agent.sender import plain
 
     recs = [testing.step_record(i, i + 1, S // 10, S // 100, S // 50) for i in range(5)]
-    rep = build_report("j", "h", "a", 3, [view("j", 0, recs), view("j", 1)], 10 * S, 1.8e9, 1.0,
-                       accelerators=[{"index": 0, "pids": (1, 2)}])
+    rep = build_report(
+        "j",
+        "h",
+        "a",
+        3,
+        [view("j", 0, recs), view("j", 1)],
+        10 * S,
+        1.8e9,
+        1.0,
+        accelerators=[{"index": 0, "pids": (1, 2)}],
+    )
     assert json.dumps(plain(rep)) == json.dumps(rep.to_dict())
 
 

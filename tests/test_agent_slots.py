@@ -12,10 +12,10 @@ import pytest
 
 from watchdog import wire
 from watchdog.agent import testing, track
-from watchdog.agent.testing import FakeProcess, FakeProcesses
-from watchdog.agent.procs import ProcessTable
 from watchdog.agent.listing import CachedLister
+from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import SlotTracker
+from watchdog.agent.testing import FakeProcess, FakeProcesses
 
 S = 1_000_000_000
 T0 = 5_000 * S  # monotonic
@@ -62,20 +62,39 @@ class World:
         return dataclasses.replace(value, records=tuple(r for r in value.records if r.index >= since))
 
 
-def slot(path, rank=0, pid=100, *, hb=T0, created_wall=None, job="j", status=wire.Status.RUNNING, words=None,
-         records=(), torn=False):
+def slot(
+    path,
+    rank=0,
+    pid=100,
+    *,
+    hb=T0,
+    created_wall=None,
+    job="j",
+    status=wire.Status.RUNNING,
+    words=None,
+    records=(),
+    torn=False,
+):
     ident = testing.identity(job, rank, 4, pid=pid, proc_start_us=int(1000.0 * 1e6))
     created_mono = hb - S
     w = {wire.H_HEARTBEAT_NS: hb, **(words or {})}
-    return testing.snapshot(ident, w, path=path, mono_ns=created_mono,
-                          wall_ns=W0 - (T0 - created_mono) if created_wall is None else created_wall,
-                          records=records, torn=torn, status=status)
+    return testing.snapshot(
+        ident,
+        w,
+        path=path,
+        mono_ns=created_mono,
+        wall_ns=W0 - (T0 - created_mono) if created_wall is None else created_wall,
+        records=records,
+        torn=torn,
+        status=status,
+    )
 
 
 def tracker(world, *procs, **kw):
     log = Log()
-    t = SlotTracker("/run", procs=ProcessTable(FakeProcesses(*procs)), read=world.read, lister=world.lister,
-                    log=log, **kw)
+    t = SlotTracker(
+        "/run", procs=ProcessTable(FakeProcesses(*procs)), read=world.read, lister=world.lister, log=log, **kw
+    )
     return t, log
 
 
@@ -292,7 +311,7 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     good = open(wr.path, "rb").read()
     (tmp_path / "trunc.slot").write_bytes(good[:300])
     future = bytearray(good)
-    future[wire.H_VERSION * 8: wire.H_VERSION * 8 + 8] = (2).to_bytes(8, "little")
+    future[wire.H_VERSION * 8 : wire.H_VERSION * 8 + 8] = (2).to_bytes(8, "little")
     (tmp_path / "v2.slot").write_bytes(bytes(future))
     (tmp_path / "not-a-slot.txt").write_bytes(b"ignored")
     log = Log()
@@ -314,8 +333,14 @@ def test_a_slot_being_formatted_is_not_an_error():
     w.put("/run/new.slot", wire.CorruptSlot("bad magic (not formatted yet)"))
     mtime = {"/run/new.slot": W0 - S // 2}
     log = Log()
-    t = SlotTracker("/run", procs=ProcessTable(FakeProcesses(proc())), read=w.read, lister=w.lister, log=log,
-                    stat=lambda p: SimpleNamespace(st_mtime_ns=mtime[p]))
+    t = SlotTracker(
+        "/run",
+        procs=ProcessTable(FakeProcesses(proc())),
+        read=w.read,
+        lister=w.lister,
+        log=log,
+        stat=lambda p: SimpleNamespace(st_mtime_ns=mtime[p]),
+    )
     t.poll(T0, W0)
     assert t.read_errors["corrupt"] == 0 and not log.events and t.state_counts()[track.INVALID] == 0
     w.put("/run/new.slot", slot("/run/new.slot"))  # formatted now

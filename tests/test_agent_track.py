@@ -16,8 +16,13 @@ def header(hb_mono, *, created_mono=None, created_wall=None, status=wire.Status.
     created_mono = hb_mono - S if created_mono is None else created_mono
     # By default the wall clock agrees with the monotonic one (no reboot in between).
     created_wall = NOW_WALL - (NOW_MONO - created_mono) if created_wall is None else created_wall
-    snap = testing.snapshot(testing.identity(job, rank, 4, pid=123, proc_start_us=1), {wire.H_HEARTBEAT_NS: hb_mono},
-                          mono_ns=created_mono, wall_ns=created_wall, status=status)
+    snap = testing.snapshot(
+        testing.identity(job, rank, 4, pid=123, proc_start_us=1),
+        {wire.H_HEARTBEAT_NS: hb_mono},
+        mono_ns=created_mono,
+        wall_ns=created_wall,
+        status=status,
+    )
     return snap.header
 
 

@@ -28,14 +28,14 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import yaml
-
 from promserver import Prometheus
 from waiting import wait_for
+
 from watchdog.dev import localjob
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
-from test_grafana_dashboards import dashboard_exprs  # noqa: E402
+import promcheck
+from test_grafana_dashboards import dashboard_exprs
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +62,9 @@ def fast_rules(dst: Path) -> Path:
 def webhook_alertmanager_config(dst: Path, webhook_url: str) -> Path:
     doc = yaml.safe_load((promcheck.REPO / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
     doc.pop("templates", None)  # the webhook sends JSON; templates are for chat and pager text
-    doc["receivers"] = [{"name": r["name"], "webhook_configs": [{"url": webhook_url, "send_resolved": False}]}
-                        for r in doc["receivers"]]
+    doc["receivers"] = [
+        {"name": r["name"], "webhook_configs": [{"url": webhook_url, "send_resolved": False}]} for r in doc["receivers"]
+    ]
     routes = [doc["route"], *doc["route"].get("routes", [])]
     for r in routes:
         r.update(group_wait="0s", group_interval="1s")
@@ -130,9 +131,17 @@ class Alertmanager:
             pytest.fail("Debian's prometheus-alertmanager is not installed (run .ci/setup)")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.path={work_dir / 'am-data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.path={work_dir / 'am-data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--cluster.listen-address=",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         wait_for(lambda: self._ready(), 30, what="alertmanager ready", interval_s=0.2, log=self.log_path)
 
     def _ready(self) -> bool:
@@ -183,16 +192,37 @@ def live(tmp_path_factory):
         stack.append(am.stop)
         coord = localjob.start_coordinator(tmp_path, JOB, 2, tmp_path / "journal.jsonl")
         stack.append(coord.stop)
-        agent = localjob.start_agent(tmp_path, run_dir, JOB, extra=[
-            "--poll.interval-seconds", "0.1", "--collector.accelerator", "false", "--coordinator.url", coord.url])
+        agent = localjob.start_agent(
+            tmp_path,
+            run_dir,
+            JOB,
+            extra=[
+                "--poll.interval-seconds",
+                "0.1",
+                "--collector.accelerator",
+                "false",
+                "--coordinator.url",
+                coord.url,
+            ],
+        )
         stack.append(agent.stop)
         prom = Prometheus(tmp_path, [agent.address])
-        prometheus_config(tmp_path / "prometheus.yml", agent.address, coord.address,
-                          fast_rules(tmp_path / "rules.yml"), f"127.0.0.1:{am.port}")
+        prometheus_config(
+            tmp_path / "prometheus.yml",
+            agent.address,
+            coord.address,
+            fast_rules(tmp_path / "rules.yml"),
+            f"127.0.0.1:{am.port}",
+        )
         prom.start()
         stack.append(prom.stop)
-        torchrun = localjob.TorchrunJob(nproc=2, run_dir=run_dir, job=JOB, work_dir=tmp_path, script_args=[
-            "--steps", "100000", "--compute-ms", "40", "--fault", f"stop:1@{STOP_STEP}"]).start()
+        torchrun = localjob.TorchrunJob(
+            nproc=2,
+            run_dir=run_dir,
+            job=JOB,
+            work_dir=tmp_path,
+            script_args=["--steps", "100000", "--compute-ms", "40", "--fault", f"stop:1@{STOP_STEP}"],
+        ).start()
         stack.append(torchrun.stop)
         pids = torchrun.wait_for_ranks(90)
 
@@ -201,6 +231,7 @@ def live(tmp_path_factory):
                 os.kill(pids[1], signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
         stack.append(cont_rank1)
 
         # The rank stops itself at step STOP_STEP: that instant is the fault's onset.
@@ -208,7 +239,9 @@ def live(tmp_path_factory):
             try:
                 return time.monotonic() if psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED else None
             except psutil.NoSuchProcess:
-                raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:])
+                # the job's log says why, not psutil's error
+                raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:]) from None
+
         stopped_at = wait_for(stopped, 90, what="rank 1 stopped", interval_s=0.05)
         yield SimpleNamespace(prom=prom, am=am, webhook=webhook, stopped_at=stopped_at, log=tmp_path / "prometheus.log")
     finally:
@@ -220,16 +253,26 @@ def after_stop(live, name: str, **labels):
     """A predicate for webhook.first: this alert, arrived after the stop. Earlier
     ones do not count: with a 2 s threshold, a rank whose heartbeat thread starves
     while torch starts up on 2 busy cores can blip."""
-    return lambda at, a: (at > live.stopped_at - 0.2 and a["labels"].get("alertname") == name
-                          and all(a["labels"].get(k) == v for k, v in labels.items()))
+    return lambda at, a: (
+        at > live.stopped_at - 0.2
+        and a["labels"].get("alertname") == name
+        and all(a["labels"].get(k) == v for k, v in labels.items())
+    )
 
 
 def test_frozen_rank_pages_with_its_rank(live):
-    arrived_at, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogRankFrozen")), 45,
-                                 what="RankWatchdogRankFrozen at the webhook", interval_s=0.2, log=live.log)
+    arrived_at, alert = wait_for(
+        lambda: live.webhook.first(after_stop(live, "RankWatchdogRankFrozen")),
+        45,
+        what="RankWatchdogRankFrozen at the webhook",
+        interval_s=0.2,
+        log=live.log,
+    )
     latency = arrived_at - live.stopped_at
-    print(f"\nSIGSTOP -> RankWatchdogRankFrozen at the webhook after {latency:.1f} s "
-          f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)")
+    print(
+        f"\nSIGSTOP -> RankWatchdogRankFrozen at the webhook after {latency:.1f} s "
+        f"(thresholds: heartbeat > {FROZEN_AFTER_S} s, for 0s; scrape and evaluation every 1 s)"
+    )
     assert alert["status"] == "firing"
     assert alert["labels"]["rank"] == "1", alert
     assert alert["labels"]["training_job"] == JOB and alert["labels"]["severity"] == "critical", alert
@@ -240,21 +283,40 @@ def test_frozen_rank_pages_with_its_rank(live):
     assert alert["annotations"]["runbook_url"].endswith("/RankWatchdogRankFrozen.md"), alert
     assert latency < 30, latency  # generous: 2 s threshold + 1 s scrape + 1 s eval on a busy 2-core box
     # Rank 0 is alive and waiting, not frozen: only rank 1 was paged.
-    assert live.webhook.first(lambda at, a: after_stop(live, "RankWatchdogRankFrozen")(at, a)
-                              and a["labels"].get("rank") != "1") is None
+    assert (
+        live.webhook.first(
+            lambda at, a: after_stop(live, "RankWatchdogRankFrozen")(at, a) and a["labels"].get("rank") != "1"
+        )
+        is None
+    )
 
 
 def test_hang_names_the_culprit_and_is_inhibited(live):
     # The hang the frozen rank causes: Prometheus names rank 1 as the one behind, and
     # the shipped inhibition keeps it off the pager while the frozen rank's alert fires.
-    hang = wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogJobHang"), 30, what="RankWatchdogJobHang firing",
-                    interval_s=0.2)
+    hang = wait_for(
+        lambda: prometheus_alert(live.prom, "RankWatchdogJobHang"),
+        30,
+        what="RankWatchdogJobHang firing",
+        interval_s=0.2,
+    )
     assert hang["labels"]["training_job"] == JOB and "job" not in hang["labels"], hang["labels"]
     assert re.search(r"culprits\): rank 1 on ", hang["annotations"]["description"]), hang["annotations"]
     suppressed = wait_for(
-        lambda: next((a for a in live.am.alerts() if a["labels"]["alertname"] == "RankWatchdogJobHang"
-                      and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]), None),
-        20, what="RankWatchdogJobHang inhibited in Alertmanager", interval_s=0.2)
+        lambda: next(
+            (
+                a
+                for a in live.am.alerts()
+                if a["labels"]["alertname"] == "RankWatchdogJobHang"
+                and a["status"]["state"] == "suppressed"
+                and a["status"]["inhibitedBy"]
+            ),
+            None,
+        ),
+        20,
+        what="RankWatchdogJobHang inhibited in Alertmanager",
+        interval_s=0.2,
+    )
     assert suppressed["labels"]["training_job"] == JOB
     assert live.webhook.first(after_stop(live, "RankWatchdogJobHang")) is None
 
@@ -262,9 +324,13 @@ def test_hang_names_the_culprit_and_is_inhibited(live):
 def test_coordinator_finding_arrives_with_the_training_job(live):
     # The coordinator's metrics carry no training job (it adopts it from the first
     # report); the rule joins watchdog_coordinator_info's training_job on the target.
-    _, alert = wait_for(lambda: live.webhook.first(after_stop(live, "RankWatchdogCoordinatorFinding",
-                                                              training_job=JOB)), 45,
-                        what="RankWatchdogCoordinatorFinding at the webhook", interval_s=0.2, log=live.log)
+    _, alert = wait_for(
+        lambda: live.webhook.first(after_stop(live, "RankWatchdogCoordinatorFinding", training_job=JOB)),
+        45,
+        what="RankWatchdogCoordinatorFinding at the webhook",
+        interval_s=0.2,
+        log=live.log,
+    )
     assert alert["labels"]["kind"] in ("frozen_rank", "collective_hang"), alert["labels"]
     assert alert["labels"]["severity"] == "critical"
     assert alert["labels"]["job"] == "rank-watchdog-coordinator", alert["labels"]
@@ -275,8 +341,12 @@ def test_dashboard_panels_return_data(live):
     except the accelerator panels (no NVML on this machine), the coordinator's
     straggler score (it needs straggler.windows x straggler.window-steps steps; this
     job stops at step 30) and the actions annotation (only after a command ran)."""
-    wait_for(lambda: prometheus_alert(live.prom, "RankWatchdogRankFrozen"), 30, what="alerts for the annotations",
-             interval_s=0.2)
+    wait_for(
+        lambda: prometheus_alert(live.prom, "RankWatchdogRankFrozen"),
+        30,
+        what="alerts for the annotations",
+        interval_s=0.2,
+    )
     time.sleep(3)  # at least a few rate windows of data; the job has run for several seconds already
     empty = []
     for path in sorted((promcheck.REPO / "grafana" / "dashboards").glob("*.json")):

@@ -49,21 +49,49 @@ def test_config_and_templates_load(config_with_local_templates: Path):
 @pytest.mark.parametrize("rule", promcheck.alert_rules(), ids=lambda r: r["alert"])
 def test_each_alert_routes_by_severity(rule: dict):
     severity = rule["labels"]["severity"]
-    res = promcheck.run([amtool(), "config", "routes", "test", f"--config.file={CONFIG}",
-                         f"--verify.receivers={RECEIVER_FOR[severity]}",
-                         f"alertname={rule['alert']}", f"severity={severity}", "training_job=train", "rank=1"])
+    res = promcheck.run(
+        [
+            amtool(),
+            "config",
+            "routes",
+            "test",
+            f"--config.file={CONFIG}",
+            f"--verify.receivers={RECEIVER_FOR[severity]}",
+            f"alertname={rule['alert']}",
+            f"severity={severity}",
+            "training_job=train",
+            "rank=1",
+        ]
+    )
     assert res.returncode == 0, f"{rule['alert']} ({severity}): {res.stdout}{res.stderr}"
 
 
 def test_the_routes_test_can_fail():
-    res = promcheck.run([amtool(), "config", "routes", "test", f"--config.file={CONFIG}",
-                         "--verify.receivers=oncall-pager", "alertname=RankWatchdogStraggler", "severity=warning"])
+    res = promcheck.run(
+        [
+            amtool(),
+            "config",
+            "routes",
+            "test",
+            f"--config.file={CONFIG}",
+            "--verify.receivers=oncall-pager",
+            "alertname=RankWatchdogStraggler",
+            "severity=warning",
+        ]
+    )
     assert res.returncode != 0
 
 
 def test_templates_render():
-    res = promcheck.run([amtool(), "template", "render", f"--template.glob={TEMPLATE}",
-                         '--template.text={{ template "watchdog.title" . }}|{{ template "watchdog.text" . }}'])
+    res = promcheck.run(
+        [
+            amtool(),
+            "template",
+            "render",
+            f"--template.glob={TEMPLATE}",
+            '--template.text={{ template "watchdog.title" . }}|{{ template "watchdog.text" . }}',
+        ]
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Runbook:" in res.stdout
 
@@ -110,16 +138,23 @@ def merged_with_kube_prometheus(tmp_path: Path) -> Path:
 
 
 def routes_test(config: Path, receiver: str, *labels: str) -> subprocess.CompletedProcess:
-    return promcheck.run([amtool(), "config", "routes", "test", f"--config.file={config}",
-                          f"--verify.receivers={receiver}", *labels])
+    return promcheck.run(
+        [amtool(), "config", "routes", "test", f"--config.file={config}", f"--verify.receivers={receiver}", *labels]
+    )
 
 
 @pytest.mark.parametrize("rule", promcheck.alert_rules(), ids=lambda r: r["alert"])
 def test_kube_prometheus_watchdog_routes_do_not_catch_ours(merged_with_kube_prometheus: Path, rule: dict):
     severity = rule["labels"]["severity"]
     assert not rule["alert"].startswith("Watchdog"), rule["alert"]
-    res = routes_test(merged_with_kube_prometheus, RECEIVER_FOR[severity], f"alertname={rule['alert']}",
-                      f"severity={severity}", "training_job=train", "rank=1")
+    res = routes_test(
+        merged_with_kube_prometheus,
+        RECEIVER_FOR[severity],
+        f"alertname={rule['alert']}",
+        f"severity={severity}",
+        "training_job=train",
+        "rank=1",
+    )
     assert res.returncode == 0, f"{rule['alert']}: {res.stdout}{res.stderr}"
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alerts"
 TEST_FILES = sorted(FIXTURES.glob("*.test.yml"))
@@ -21,8 +21,9 @@ ALERT_NAMES = [r["alert"] for r in ALERTS]
 
 
 def test_rules_load_with_promtool():
-    res = promcheck.run([promcheck.promtool(), "check", "rules",
-                         str(promcheck.ALERT_RULES), str(promcheck.RECORDING_RULES)])
+    res = promcheck.run(
+        [promcheck.promtool(), "check", "rules", str(promcheck.ALERT_RULES), str(promcheck.RECORDING_RULES)]
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -72,7 +73,9 @@ def test_alerts_have_severity_summary_description_and_runbook():
         assert ann["runbook_url"] == f"{promcheck.RUNBOOK_BASE}{name}.md", name
         assert (docs / f"{name}.md").is_file(), f"{name}: docs/runbooks/{name}.md missing"
         summary = ann["summary"]
-        assert "{{ $labels.training_job }}" in summary or "{{ $labels.host }}" in summary or "$labels.instance" in summary, name
+        assert (
+            "{{ $labels.training_job }}" in summary or "{{ $labels.host }}" in summary or "$labels.instance" in summary
+        ), name
         # An alert whose series name a rank must say which rank and where.
         if any("rank" in labels for labels in cases[name]["fires"]):
             assert "{{ $labels.rank }}" in summary and "{{ $labels.host }}" in summary, name
@@ -96,11 +99,18 @@ def test_rules_use_only_golden_metrics():
 
 
 def test_metric_name_extraction():
-    expr = ('min by (job) (watchdog_rank_step_age_seconds{phase=~"a|b"} and watchdog_rank_alive == 1) '
-            '> on (job) clamp_min(10 * max by (job) (rate(x_total[5m] offset 1m)), 1.2e3) '
-            '* on (instance) group_left (job) label_replace(up, "a", "$1", "b", "(.*)") unless foo:bar:rate1m')
+    expr = (
+        'min by (job) (watchdog_rank_step_age_seconds{phase=~"a|b"} and watchdog_rank_alive == 1) '
+        "> on (job) clamp_min(10 * max by (job) (rate(x_total[5m] offset 1m)), 1.2e3) "
+        '* on (instance) group_left (job) label_replace(up, "a", "$1", "b", "(.*)") unless foo:bar:rate1m'
+    )
     assert promcheck.metric_names(expr) == {
-        "watchdog_rank_step_age_seconds", "watchdog_rank_alive", "x_total", "up", "foo:bar:rate1m"}
+        "watchdog_rank_step_age_seconds",
+        "watchdog_rank_alive",
+        "x_total",
+        "up",
+        "foo:bar:rate1m",
+    }
     assert promcheck.metric_names("sum(rate(a[1m])) by (job) / ignoring (part) group_right () b") == {"a", "b"}
 
 
@@ -120,4 +130,6 @@ def test_fixture_series_carry_the_labels_a_scrape_gives_them():
                 if name.startswith(("watchdog_rank_", "watchdog_job_")):
                     assert 'training_job="' in labels, f"{path.name}: {series['series']}"
                 if name.startswith("watchdog_"):
-                    assert re.search(r'\bjob="watchdog-(agent|coordinator)"', labels), f"{path.name}: {series['series']}"
+                    assert re.search(r'\bjob="watchdog-(agent|coordinator)"', labels), (
+                        f"{path.name}: {series['series']}"
+                    )

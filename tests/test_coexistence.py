@@ -54,8 +54,9 @@ def test_both_packages_import_in_one_env(tmp_path, wheel, order):
     # The console scripts must be ours (PyPI watchdog ships `watchmedo`, not `watchdog`); `rank-watchdog`
     # is the same CLI under a name Debian's hardware watchdog daemon (/usr/sbin/watchdog) cannot shadow.
     for script in ("watchdog", "rank-watchdog"):
-        helptext = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True, text=True,
-                                  cwd=tmp_path)
+        helptext = subprocess.run(
+            [str(env_dir / "bin" / script), "--help"], capture_output=True, text=True, cwd=tmp_path
+        )
         assert helptext.returncode == 0, f"{script}: {helptext.stderr}"
         assert "agent" in helptext.stdout and "coordinator" in helptext.stdout, script
     if order == "ours-first":
@@ -95,13 +96,15 @@ for ep in dist.entry_points:
 def _every_console_script_tells_the_version(env_dir: Path, cwd: Path) -> list[str]:
     """``--version`` of each console script of the installed distribution (``watchdog``,
     and any other the distribution declares) is ``rank-watchdog <its metadata version>``."""
-    out = subprocess.run([str(env_dir / "bin" / "python"), "-c", SCRIPTS], capture_output=True, text=True,
-                         check=True, cwd=cwd)
+    out = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", SCRIPTS], capture_output=True, text=True, check=True, cwd=cwd
+    )
     version, *scripts = out.stdout.split()
     assert "watchdog" in scripts
     for name in scripts:
-        got = subprocess.run([str(env_dir / "bin" / name), "--version"], capture_output=True, text=True, cwd=cwd,
-                             timeout=60)
+        got = subprocess.run(
+            [str(env_dir / "bin" / name), "--version"], capture_output=True, text=True, cwd=cwd, timeout=60
+        )
         assert got.returncode == 0, got.stderr
         assert got.stdout.strip() == f"rank-watchdog {version}", name
     return scripts
@@ -134,10 +137,12 @@ def test_the_hook_installs_and_records_without_any_dependency(tmp_path, wheel):
     env_dir = tmp_path / "light"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = str(env_dir / "bin" / "python")
-    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", str(wheel)],
-                   check=True, timeout=300)
-    out = subprocess.run([py, "-c", LIGHT_HOOK, str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300
+    )
+    out = subprocess.run(
+        [py, "-c", LIGHT_HOOK, str(tmp_path / "run")], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert "light-ok" in out.stdout
     # (that the stdlib start time equals psutil's: tests/test_agent_nspid.py)
@@ -153,9 +158,21 @@ def _agent_runs_without_torch(env_dir: Path, tmp_path: Path) -> None:
     addr_file = tmp_path / "agent.address"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = subprocess.Popen([str(env_dir / "bin" / "watchdog"), "agent", "--run-dir", str(run_dir),
-                             "--web.listen-address", "127.0.0.1:0", "--web.address-file", str(addr_file)],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            str(env_dir / "bin" / "watchdog"),
+            "agent",
+            "--run-dir",
+            str(run_dir),
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--web.address-file",
+            str(addr_file),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (addr_file.exists() and addr_file.read_text().strip()):

@@ -15,9 +15,16 @@ NOW = 1_700_000_000.0
 
 
 def cmd(type=c.DUMP_STACKS, **over):
-    base = c.make(job="job", type=type, host="node-a", issued_wall=NOW, ttl_s=30.0, id="c-1",
-                  args={"ranks": [c.target(2, 4242, 111)]} if type != c.SIGNAL else {"signal": "SIGTERM"},
-                  target=c.target(2, 4242, 111) if type == c.SIGNAL else None)
+    base = c.make(
+        job="job",
+        type=type,
+        host="node-a",
+        issued_wall=NOW,
+        ttl_s=30.0,
+        id="c-1",
+        args={"ranks": [c.target(2, 4242, 111)]} if type != c.SIGNAL else {"signal": "SIGTERM"},
+        target=c.target(2, 4242, 111) if type == c.SIGNAL else None,
+    )
     base.update(over)
     return c.sign(base, TOKEN)
 
@@ -56,26 +63,40 @@ CASES = [
     ("lifetime over the cap", lambda: resigned({**cmd(), "expires_wall": NOW + c.MAX_TTL_S + 1}), {}, c.MALFORMED),
     ("no ranks", lambda: resigned({**cmd(), "args": {"ranks": []}}), {}, c.MALFORMED),
     ("rank not a target", lambda: resigned({**cmd(), "args": {"ranks": [2]}}), {}, c.MALFORMED),
-    ("bool pid", lambda: resigned({**cmd(), "args": {"ranks": [{"rank": 0, "pid": True, "proc_start_us": 1}]}}),
-     {}, c.MALFORMED),
-    ("NaN in args", lambda: {**cmd(), "args": {"ranks": [c.target(2, 4242, 111)], "x": float("nan")}}, {},
-     c.MALFORMED),
+    (
+        "bool pid",
+        lambda: resigned({**cmd(), "args": {"ranks": [{"rank": 0, "pid": True, "proc_start_us": 1}]}}),
+        {},
+        c.MALFORMED,
+    ),
+    ("NaN in args", lambda: {**cmd(), "args": {"ranks": [c.target(2, 4242, 111)], "x": float("nan")}}, {}, c.MALFORMED),
     ("not JSON at all", lambda: {**cmd(), "args": {"ranks": [c.target(2, 4242, 111)], "x": {1, 2}}}, {}, c.MALFORMED),
     ("signal without target", lambda: resigned({**cmd(c.SIGNAL), "target": None}), {}, c.MALFORMED),
     ("signal not allowed", lambda: resigned({**cmd(c.SIGNAL), "args": {"signal": "SIGSEGV"}}), {}, c.MALFORMED),
     # Without a token on the agent.
     ("no token: evidence from loopback", lambda: c.sign(cmd(), ""), {"token": "", "loopback": True}, ""),
     ("no token: evidence from afar", lambda: c.sign(cmd(), ""), {"token": "", "loopback": False}, c.NO_TOKEN),
-    ("no token: signal even on loopback", lambda: c.sign(cmd(c.SIGNAL), ""), {"token": "", "loopback": True},
-     c.NO_TOKEN),
+    (
+        "no token: signal even on loopback",
+        lambda: c.sign(cmd(c.SIGNAL), ""),
+        {"token": "", "loopback": True},
+        c.NO_TOKEN,
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,make_cmd,kw,want", CASES, ids=[x[0] for x in CASES])
 def test_verify_table(name, make_cmd, kw, want):
     args = {"token": TOKEN, "job": "job", "host": "node-a", "now_wall": NOW + 1.0, "seen_ids": set(), **kw}
-    ok, reason = c.verify(make_cmd(), args.pop("token"), args.pop("job"), args.pop("host"), args.pop("now_wall"),
-                          args.pop("seen_ids"), **args)
+    ok, reason = c.verify(
+        make_cmd(),
+        args.pop("token"),
+        args.pop("job"),
+        args.pop("host"),
+        args.pop("now_wall"),
+        args.pop("seen_ids"),
+        **args,
+    )
     assert (ok, reason) == (want == "", want)
     assert reason in ("",) + c.REFUSALS
 
@@ -87,8 +108,15 @@ def test_signature_survives_a_json_round_trip_and_key_order():
 
 
 def test_sign_does_not_mutate_and_is_deterministic():
-    d = c.make(job="j", type=c.SNAPSHOT_SLOTS, host="h", args={"ranks": [c.target(0, 1, 2)]}, issued_wall=NOW,
-               ttl_s=5, id="c-x")
+    d = c.make(
+        job="j",
+        type=c.SNAPSHOT_SLOTS,
+        host="h",
+        args={"ranks": [c.target(0, 1, 2)]},
+        issued_wall=NOW,
+        ttl_s=5,
+        id="c-x",
+    )
     before = copy.deepcopy(d)
     assert c.sign(d, TOKEN) == c.sign(d, TOKEN) and d == before
     assert c.sign(d, "")["sig"] == ""
@@ -115,7 +143,18 @@ def test_replay_cache_keeps_ids_until_expiry_and_stays_bounded():
     assert len(rc) == 1 and "e" in rc
 
 
-@pytest.mark.parametrize("host,want", [("127.0.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
-                                       ("10.0.0.1", False), ("coord", False), ("", False), (None, False)])
+@pytest.mark.parametrize(
+    "host,want",
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("10.0.0.1", False),
+        ("coord", False),
+        ("", False),
+        (None, False),
+    ],
+)
 def test_is_loopback(host, want):
     assert c.is_loopback(host) is want

@@ -18,8 +18,14 @@ LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}
 
 
 def finding(kind="collective_hang", ranks=(2,), detected=100.0):
-    return Finding(kind=kind, ranks=ranks, hosts=("host0",), reason=f"{kind} on {list(ranks)}", onset_mono=95.0,
-                   detected_mono=detected)
+    return Finding(
+        kind=kind,
+        ranks=ranks,
+        hosts=("host0",),
+        reason=f"{kind} on {list(ranks)}",
+        onset_mono=95.0,
+        detected_mono=detected,
+    )
 
 
 def old_view(now=100.0, **changes):
@@ -32,8 +38,18 @@ def gone(view, now, ranks=range(4)):
 
 
 def resumed(view, now, at_step=30):
-    new = [T.rank(r, world_size=4, pid=2000 + r, proc_start_us=1_800_000_000_000_000, step=at_step + 2,
-                  recent_steps=T.steps(at_step + 1, 2), **LAUNCHER) for r in range(4)]
+    new = [
+        T.rank(
+            r,
+            world_size=4,
+            pid=2000 + r,
+            proc_start_us=1_800_000_000_000_000,
+            step=at_step + 2,
+            recent_steps=T.steps(at_step + 1, 2),
+            **LAUNCHER,
+        )
+        for r in range(4)
+    ]
     return T.view(new, now, base=view, seq=3)
 
 
@@ -45,8 +61,9 @@ def signals(reqs):
     return [(r.args["signal"], r.target["rank"], r.target["pid"]) for r in reqs if r.type == commands.SIGNAL]
 
 
-RESTART = Policy(actions={"collective_hang": "restart", "dead_rank": "restart"}, min_finding_age_s=0,
-                 cooldown_s=30, abort_grace_s=5)
+RESTART = Policy(
+    actions={"collective_hang": "restart", "dead_rank": "restart"}, min_finding_age_s=0, cooldown_s=30, abort_grace_s=5
+)
 ABORT = replace(RESTART, actions={"collective_hang": "abort"})
 
 
@@ -103,8 +120,20 @@ def test_dead_workers_are_not_signalled_and_the_restart_is_seen_at_once():
 def stuck_in_init(view, now, ranks=range(4)):
     """torchrun restarted the group; the new workers hang inside init_process_group
     (a script without the attempt-prefixed store)."""
-    new = [T.rank(r, world_size=4, pid=2000 + r, proc_start_us=1_800_000_000_000_000, step=0, pg_state="initializing",
-                  pg_age_s=5.0, collective=T.coll(), **LAUNCHER) for r in ranks]
+    new = [
+        T.rank(
+            r,
+            world_size=4,
+            pid=2000 + r,
+            proc_start_us=1_800_000_000_000_000,
+            step=0,
+            pg_state="initializing",
+            pg_age_s=5.0,
+            collective=T.coll(),
+            **LAUNCHER,
+        )
+        for r in ranks
+    ]
     return T.view(new, now, base=view, seq=3)
 
 
@@ -119,8 +148,9 @@ def test_restart_that_never_resumes_is_an_outcome_and_escalates_to_an_abort_with
     assert names(events) == [je.ACTION_OUTCOME, je.ACTION, je.STATE]
     outcome, action = events[0][1], events[1][1]
     assert outcome["ok"] is False and outcome["action_id"] == "a-1"
-    assert outcome["result"] == ("restart failed: ranks 0-3 stuck inside init_process_group (60.5 s after the old "
-                                 "workers were gone)"), outcome
+    assert outcome["result"] == (
+        "restart failed: ranks 0-3 stuck inside init_process_group (60.5 s after the old workers were gone)"
+    ), outcome
     assert (action["action"], action["action_id"], action["escalated_from"]) == ("abort", "a-2", "a-1")
     assert action["reason"].startswith("restart failed: ranks 0-3 stuck inside init_process_group")
     assert "escalating to abort" in action["reason"]
@@ -143,20 +173,30 @@ def test_restart_failed_says_which_ranks_never_came_back_and_which_died_again():
     v = gone(v, 102.0)
     c.tick([], v, 102.0)
     v = stuck_in_init(v, 110.0, ranks=(0, 1))
-    v = T.view([replace(v.ranks[1].state, alive=False, death={"summary": "ValueError: bad shard at data.py:9, exit 1"})],
-               111.0, base=v, seq=4)
+    v = T.view(
+        [replace(v.ranks[1].state, alive=False, death={"summary": "ValueError: bad shard at data.py:9, exit 1"})],
+        111.0,
+        base=v,
+        seq=4,
+    )
     _, events = c.tick([], v, 133.0)
-    assert events[0][1]["result"] == ("restart failed: rank 0 stuck inside init_process_group; rank 1 died again: "
-                                      "ValueError: bad shard at data.py:9, exit 1; ranks 2-3 never came back (no new "
-                                      "process registered) (31.0 s after the old workers were gone)"), events[0][1]
+    assert events[0][1]["result"] == (
+        "restart failed: rank 0 stuck inside init_process_group; rank 1 died again: "
+        "ValueError: bad shard at data.py:9, exit 1; ranks 2-3 never came back (no new "
+        "process registered) (31.0 s after the old workers were gone)"
+    ), events[0][1]
 
 
 def test_an_abort_says_which_ranks_no_signal_can_stop():
     c, v = JobController(replace(ABORT, abort_grace_s=3)), old_view()
     c.tick([finding()], v, 101.0)
     c.tick([], v, 101.0 + abort.STACKS_WAIT_S)  # no stacks came back: SIGTERM
-    v = T.view([replace(v.ranks[r].state, proc_status="disk-sleep" if r == 2 else "sleeping", alive=r == 2)
-                for r in range(4)], 120.0, base=v, seq=2)
+    v = T.view(
+        [replace(v.ranks[r].state, proc_status="disk-sleep" if r == 2 else "sleeping", alive=r == 2) for r in range(4)],
+        120.0,
+        base=v,
+        seq=2,
+    )
     reqs, _ = c.tick([], v, 120.0)
     assert signals(reqs) == [("SIGKILL", -1, 500), ("SIGKILL", 2, 1002)]
     _, events = c.tick([], v, 123.5)  # one round later, still in D state: reported, not waited on forever
@@ -169,8 +209,10 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     c = JobController(ABORT)
     reqs, events = c.tick([finding()], v, 101.0)
     assert c.state is S.ABORTING
-    assert [(r.type, r.host, r.ranks) for r in reqs] == [("dump_stacks", "host0", [0, 1, 2, 3]),
-                                                        ("dump_stacks", "host1", [4, 5, 6, 7])]
+    assert [(r.type, r.host, r.ranks) for r in reqs] == [
+        ("dump_stacks", "host0", [0, 1, 2, 3]),
+        ("dump_stacks", "host1", [4, 5, 6, 7]),
+    ]
     assert reqs[0].trigger["action"] == events[1][1]["action_id"]
     assert c.tick([finding()], v, 102.0) == ([], [])  # waiting for the stacks
     aid = c.op.id
@@ -224,18 +266,23 @@ def test_exclude_host_restart_also_stops_the_culprit_hosts_launcher():
 
 # -- wired into the coordinator ---------------------------------------------------
 
+
 def coordinator(tmp_path, **kw):
     from watchdog.coordinator.config import Config
     from watchdog.coordinator.journal import Journal
     from watchdog.coordinator.service import Coordinator
+
     path = str(tmp_path / "journal.jsonl")
-    return Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5, token="secret", **kw),
-                       Journal(path, lambda: (1.7e9, 0.0)))
+    return Coordinator(
+        Config(journal=path, job="job", world_size=8, tick_s=0.5, token="secret", **kw),
+        Journal(path, lambda: (1.7e9, 0.0)),
+    )
 
 
 def test_coordinator_journals_the_action_and_queues_signed_signals(tmp_path):
     from watchdog.coordinator import journal
     from watchdog.coordinator.testing import SimJob
+
     c = coordinator(tmp_path, policy=RESTART)
     sim = SimJob(jitter=0.1, seed=11)
     sim.hang(3, 40)
@@ -267,6 +314,7 @@ def test_a_broken_action_never_stops_detection(tmp_path):
 
 def test_a_bad_policy_file_is_a_clear_startup_error(tmp_path, capsys):
     from watchdog.coordinator.main import main
+
     bad = tmp_path / "p.toml"
     bad.write_text('[actions]\ndead_rank = "reboot"\n')
     assert main(["--policy.file", str(bad), "--journal", str(tmp_path / "j")]) == 2
@@ -276,13 +324,18 @@ def test_a_bad_policy_file_is_a_clear_startup_error(tmp_path, capsys):
 
 # -- checkpoint_restart -------------------------------------------------------------
 
-CKPT = Policy(actions={"straggler": "checkpoint_restart"}, min_finding_age_s=0, checkpoint_timeout_s=60,
-              abort_grace_s=5)
+CKPT = Policy(
+    actions={"straggler": "checkpoint_restart"}, min_finding_age_s=0, checkpoint_timeout_s=60, abort_grace_s=5
+)
 
 
 def acked(view, now, step, ok=True, ranks=range(4), at=None):
-    states = [replace(view.ranks[r].state, ctrl_ack_seq=1, ctrl_ack_step=step if at is None else at, ctrl_ack_ok=ok)
-              if r in ranks else view.ranks[r].state for r in range(4)]
+    states = [
+        replace(view.ranks[r].state, ctrl_ack_seq=1, ctrl_ack_step=step if at is None else at, ctrl_ack_ok=ok)
+        if r in ranks
+        else view.ranks[r].state
+        for r in range(4)
+    ]
     return T.view(states, now, base=view, seq=2)
 
 
@@ -340,10 +393,12 @@ def test_a_restarted_group_that_died_again_fails_without_waiting_out_the_resume_
     c.tick([], v, 102.0)
     v = stuck_in_init(v, 110.0)
     crash = {"summary": "RuntimeError: Gloo connectFullMesh failed at train.py:12, exit 1"}
-    v = T.view([replace(v.ranks[r].state, alive=False, gone_age_s=0.5, death=crash) for r in range(4)], 111.0,
-               base=v, seq=4)
+    v = T.view(
+        [replace(v.ranks[r].state, alive=False, gone_age_s=0.5, death=crash) for r in range(4)], 111.0, base=v, seq=4
+    )
     assert c.tick([], v, 125.0) == ([], [])  # torchrun may still start another attempt
     _, events = c.tick([], v, 131.0)
-    assert events[0][1]["result"].startswith("restart failed: ranks 0-3 died again: RuntimeError: Gloo connectFullMesh"), \
-        events[0][1]
+    assert events[0][1]["result"].startswith(
+        "restart failed: ranks 0-3 died again: RuntimeError: Gloo connectFullMesh"
+    ), events[0][1]
     assert events[1][1]["action"] == "abort"

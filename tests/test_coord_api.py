@@ -22,8 +22,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def coord(tmp_path):
-    c = Coordinator(Config(job="job", token=TOKEN, journal=str(tmp_path / "j.jsonl")),
-                    Journal(str(tmp_path / "j.jsonl"), lambda: (time.time(), time.monotonic())))
+    c = Coordinator(
+        Config(job="job", token=TOKEN, journal=str(tmp_path / "j.jsonl")),
+        Journal(str(tmp_path / "j.jsonl"), lambda: (time.time(), time.monotonic())),
+    )
     yield c
     c.journal.close()
 
@@ -70,15 +72,28 @@ def good():
 CASES = [
     ("no token", {}, json.dumps(good()).encode(), 401, "unauthorized", "bearer token"),
     ("wrong token", {"Authorization": "Bearer nope"}, json.dumps(good()).encode(), 401, "unauthorized", "bearer token"),
-    ("token without Bearer", {"Authorization": TOKEN}, json.dumps(good()).encode(), 401, "unauthorized", "bearer token"),
+    (
+        "token without Bearer",
+        {"Authorization": TOKEN},
+        json.dumps(good()).encode(),
+        401,
+        "unauthorized",
+        "bearer token",
+    ),
     ("not json", AUTH, b"{nope", 400, "bad_json", "not valid JSON"),
     ("not utf-8", AUTH, b"\xff\xfe", 400, "bad_json", "not valid JSON"),
     ("NaN", AUTH, b'{"v": NaN}', 400, "bad_json", "NaN"),
     ("array", AUTH, b"[1, 2]", 400, "schema", "JSON object"),
     ("wrong version", AUTH, json.dumps({**good(), "v": 99}).encode(), 400, "version", "unsupported report version 99"),
     ("ranks not a list", AUTH, json.dumps({**good(), "ranks": {}}).encode(), 400, "schema", "'ranks' must be list"),
-    ("interval below the floor", AUTH, json.dumps({**good(), "interval_s": 0.001}).encode(), 400, "schema",
-     "interval_s must be in 0.05"),
+    (
+        "interval below the floor",
+        AUTH,
+        json.dumps({**good(), "interval_s": 0.001}).encode(),
+        400,
+        "schema",
+        "interval_s must be in 0.05",
+    ),
     ("negative seq", AUTH, json.dumps({**good(), "seq": -5}).encode(), 400, "schema", "seq must be an integer"),
     ("other job", AUTH, json.dumps(other_job(good())).encode(), 409, "wrong_job", "serves job 'job'"),
 ]
@@ -97,6 +112,7 @@ def out_of_range(field, value):
     def f(obj):
         mutate(obj, ("ranks", 0, *field), value)
         return obj
+
     return f
 
 
@@ -127,6 +143,7 @@ def test_one_bad_rank_is_dropped_and_the_host_kept(coord, name, bad, message):
 
 def test_acks_beyond_the_bound_are_dropped_and_unknown_ones_journaled_a_few(coord, tmp_path):
     from watchdog.coordinator import journal as jr
+
     obj = good()
     obj["acks"] = [{"id": f"c-{i:06d}", "type": "dump_stacks", "ok": True} for i in range(50_000)]
     status, _, _ = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
@@ -171,9 +188,24 @@ def mutate(obj, path, value):
     return obj
 
 
-FIELDS = [("v",), ("job",), ("host",), ("seq",), ("interval_s",), ("ranks",), ("ranks", 0), ("ranks", 0, "rank"),
-          ("ranks", 0, "world_size"), ("ranks", 0, "coll"), ("ranks", 0, "coll", "seq"), ("ranks", 0, "recent_steps"),
-          ("ranks", 0, "step_age_s"), ("ranks", 0, "alive"), ("accelerators",), ("sent_wall",)]
+FIELDS = [
+    ("v",),
+    ("job",),
+    ("host",),
+    ("seq",),
+    ("interval_s",),
+    ("ranks",),
+    ("ranks", 0),
+    ("ranks", 0, "rank"),
+    ("ranks", 0, "world_size"),
+    ("ranks", 0, "coll"),
+    ("ranks", 0, "coll", "seq"),
+    ("ranks", 0, "recent_steps"),
+    ("ranks", 0, "step_age_s"),
+    ("ranks", 0, "alive"),
+    ("accelerators",),
+    ("sent_wall",),
+]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -193,13 +225,26 @@ def test_fuzz_accepted_reports_keep_the_view_usable(coord, data):
     """Whatever valid numbers arrive, the tick (all detectors) still runs clean."""
     n = data.draw(st.integers(1, 6))
     ages = st.floats(0, 1e6, allow_nan=False)
-    states = [t.rank(r, world_size=n, heartbeat_age_s=data.draw(ages), step_age_s=data.draw(ages),
-                     alive=data.draw(st.booleans()), step=data.draw(st.integers(0, 10**9)),
-                     collective=t.coll(seq=data.draw(st.integers(0, 10**6)), outstanding=data.draw(st.integers(0, 3)),
-                                       since_s=data.draw(ages)),
-                     recent_steps=t.steps(data.draw(st.integers(0, 10**6)), data.draw(st.integers(0, 60)),
-                                          step_s=data.draw(st.floats(0, 100)), data_s=data.draw(st.floats(0, 100))))
-              for r in range(n)]
+    states = [
+        t.rank(
+            r,
+            world_size=n,
+            heartbeat_age_s=data.draw(ages),
+            step_age_s=data.draw(ages),
+            alive=data.draw(st.booleans()),
+            step=data.draw(st.integers(0, 10**9)),
+            collective=t.coll(
+                seq=data.draw(st.integers(0, 10**6)), outstanding=data.draw(st.integers(0, 3)), since_s=data.draw(ages)
+            ),
+            recent_steps=t.steps(
+                data.draw(st.integers(0, 10**6)),
+                data.draw(st.integers(0, 60)),
+                step_s=data.draw(st.floats(0, 100)),
+                data_s=data.draw(st.floats(0, 100)),
+            ),
+        )
+        for r in range(n)
+    ]
     seq = int(coord.registry.get_sample_value("watchdog_coordinator_reports_received_total") or 0) + 1
     status, _, _ = ReportHandler(coord, TOKEN).handle(AUTH, body(t.report("a", states, seq=seq)), 10.0 + seq)
     assert status == 200

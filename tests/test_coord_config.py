@@ -26,8 +26,10 @@ def test_flag_defaults_are_the_dataclass_defaults():
 
 
 def test_flags_land_in_their_fields():
-    c = load(["--hang.floor-seconds", "7", "--job.world-size", "4", "--evidence.collect", "0"],
-             {"WATCHDOG_TICK_INTERVAL_SECONDS": "0.5"})
+    c = load(
+        ["--hang.floor-seconds", "7", "--job.world-size", "4", "--evidence.collect", "0"],
+        {"WATCHDOG_TICK_INTERVAL_SECONDS": "0.5"},
+    )
     assert (c.detectors.hang_floor_s, c.world_size, c.evidence, c.tick_s) == (7.0, 4, False, 0.5)
 
 
@@ -72,6 +74,9 @@ def test_job_name_reads_the_deprecated_hook_variable_with_a_warning():
 
 
 def test_log_level_and_format_are_validated():
-    assert (load(["--log.format", "logfmt", "--log.level", "DEBUG"]).log_format, load([]).log_level) == ("logfmt", "info")
+    assert (load(["--log.format", "logfmt", "--log.level", "DEBUG"]).log_format, load([]).log_level) == (
+        "logfmt",
+        "info",
+    )
     with pytest.raises(FlagError, match=r"--log.level='chatty'"):
         load(["--log.level", "chatty"])

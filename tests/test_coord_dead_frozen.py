@@ -29,12 +29,20 @@ DEAD_CASES = [
     ("clean exit is not a death", t.with_rank(t.healthy(), 3, alive=False, status="exited"), []),
     ("healthy", t.healthy(), []),
     ("disabled hook, process alive", t.with_rank(t.healthy(), 3, status="disabled", heartbeat_age_s=60.0), []),
-    ("victims died waiting in the collective the dead rank never entered",
-     [dead(r, collective=WAIT, step_age_s=2.5) if r != 3 else dead(3, collective=IDLE, step_age_s=2.5) for r in range(8)],
-     [("dead_rank", (3,))]),
-    ("died inside the collective: no one to blame but itself",
-     [dead(3, collective=WAIT, step_age_s=2.5)] + [t.rank(r, collective=WAIT, step_age_s=2.5) for r in range(8) if r != 3],
-     [("dead_rank", (3,))]),
+    (
+        "victims died waiting in the collective the dead rank never entered",
+        [
+            dead(r, collective=WAIT, step_age_s=2.5) if r != 3 else dead(3, collective=IDLE, step_age_s=2.5)
+            for r in range(8)
+        ],
+        [("dead_rank", (3,))],
+    ),
+    (
+        "died inside the collective: no one to blame but itself",
+        [dead(3, collective=WAIT, step_age_s=2.5)]
+        + [t.rank(r, collective=WAIT, step_age_s=2.5) for r in range(8) if r != 3],
+        [("dead_rank", (3,))],
+    ),
 ]
 
 
@@ -72,16 +80,22 @@ def test_deaths_that_cannot_be_ordered_are_named_together():
 def test_a_death_waits_for_the_other_hosts_to_be_heard():
     """host1 reports rank 5 dead before host0 (holding an earlier death) reports."""
     v = t.view(t.healthy(), now=100.0)
-    v, _ = fold(v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG)
+    v, _ = fold(
+        v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG
+    )
     assert DeadRank(CFG).check(100.7, v) == []  # host0 not heard from since rank 5 died
-    v, _ = fold(v, t.report("host0", [dead(r, gone_age_s=0.8) if r == 3 else t.rank(r) for r in range(4)], seq=2), 101.0, CFG)
+    v, _ = fold(
+        v, t.report("host0", [dead(r, gone_age_s=0.8) if r == 3 else t.rank(r) for r in range(4)], seq=2), 101.0, CFG
+    )
     (f,) = DeadRank(CFG).check(101.1, v)
     assert f.ranks == (3,) and f.evidence["followers"] == [5]
 
 
 def test_patience_has_a_limit():
     v = t.view(t.healthy(), now=100.0)
-    v, _ = fold(v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG)
+    v, _ = fold(
+        v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG
+    )
     assert [f.ranks for f in DeadRank(CFG).check(102.2, v)] == [(5,)]
 
 
@@ -118,16 +132,30 @@ def test_sim_kill_with_torchrun_teardown_blames_the_killed_rank():
 
 
 FROZEN_CASES = [
-    ("sigstop: stale heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=4.0, cpu_percent=0.0), [("frozen_rank", (2,))]),
-    ("os says stopped: a third of the threshold", t.with_rank(t.healthy(), 2, heartbeat_age_s=1.5, proc_status="stopped"), [("frozen_rank", (2,))]),
+    (
+        "sigstop: stale heartbeat",
+        t.with_rank(t.healthy(), 2, heartbeat_age_s=4.0, cpu_percent=0.0),
+        [("frozen_rank", (2,))],
+    ),
+    (
+        "os says stopped: a third of the threshold",
+        t.with_rank(t.healthy(), 2, heartbeat_age_s=1.5, proc_status="stopped"),
+        [("frozen_rank", (2,))],
+    ),
     ("fresh heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0), []),
     ("hook disabled itself", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, status="disabled"), []),
     ("dead is not frozen", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, alive=False), []),
     ("clean exit", t.with_rank(t.healthy(), 2, heartbeat_age_s=60.0, status="exited"), []),
-    ("waiters froze (GIL-holding wait) after the culprit froze outside it",
-     [t.rank(r, heartbeat_age_s=4.0, collective=WAIT, step_age_s=5.0) if r != 2
-      else t.rank(2, heartbeat_age_s=5.0, collective=IDLE, step_age_s=5.0) for r in range(8)],
-     [("frozen_rank", (2,))]),
+    (
+        "waiters froze (GIL-holding wait) after the culprit froze outside it",
+        [
+            t.rank(r, heartbeat_age_s=4.0, collective=WAIT, step_age_s=5.0)
+            if r != 2
+            else t.rank(2, heartbeat_age_s=5.0, collective=IDLE, step_age_s=5.0)
+            for r in range(8)
+        ],
+        [("frozen_rank", (2,))],
+    ),
 ]
 
 
@@ -161,24 +189,38 @@ def test_sim_sigstop_names_the_stopped_rank_only():
 
 
 def test_dead_rank_reason_says_why_it_died():
-    oom = {"summary": "exit -9 (SIGKILL), OOM-killed by the kernel (cgroup memory.events oom_kill 0 -> 1)",
-           "exit_code": -9, "signal": "SIGKILL", "oom": "cgroup memory.events oom_kill 0 -> 1"}
+    oom = {
+        "summary": "exit -9 (SIGKILL), OOM-killed by the kernel (cgroup memory.events oom_kill 0 -> 1)",
+        "exit_code": -9,
+        "signal": "SIGKILL",
+        "oom": "cgroup memory.events oom_kill 0 -> 1",
+    }
     v = t.view(t.with_rank(t.healthy(), 1, alive=False, death=oom), now=100.0)
     (f,) = DeadRank(CFG).check(100.5, v)
-    assert f.reason.startswith("rank 1 (host host0, pid 1001) died: exit -9 (SIGKILL), OOM-killed by the kernel "
-                               "(cgroup memory.events oom_kill 0 -> 1), last seen"), f.reason
+    assert f.reason.startswith(
+        "rank 1 (host host0, pid 1001) died: exit -9 (SIGKILL), OOM-killed by the kernel "
+        "(cgroup memory.events oom_kill 0 -> 1), last seen"
+    ), f.reason
     assert f.evidence["death"] == {"1": oom}
 
 
 def test_deaths_named_together_say_each_cause_once():
     exc = {"summary": "RuntimeError: Connection closed by peer at train.py:88, exit 1"}
     v = t.view(t.healthy(), now=100.0)
-    v = t.view([dead(r, death=exc if r == 2 else {"summary": "exit -9 (SIGKILL)"}) if r in (1, 2, 3) else t.rank(r)
-                for r in range(8)], now=101.0, base=v, seq=2)
+    v = t.view(
+        [
+            dead(r, death=exc if r == 2 else {"summary": "exit -9 (SIGKILL)"}) if r in (1, 2, 3) else t.rank(r)
+            for r in range(8)
+        ],
+        now=101.0,
+        base=v,
+        seq=2,
+    )
     (f,) = DeadRank(CFG).check(101.2, v)
     assert f.ranks == (1, 2, 3), f
-    assert f.reason.endswith("; ranks 1,3: exit -9 (SIGKILL); rank 2: RuntimeError: Connection closed by peer at "
-                             "train.py:88, exit 1"), f.reason
+    assert f.reason.endswith(
+        "; ranks 1,3: exit -9 (SIGKILL); rank 2: RuntimeError: Connection closed by peer at train.py:88, exit 1"
+    ), f.reason
 
 
 def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
@@ -186,5 +228,7 @@ def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
     v = t.view(t.with_rank(t.healthy(), 1, status="failed", heartbeat_age_s=4.0, death=exc), now=100.0)
     (f,) = FrozenRank(CFG).check(100.5, v)
     assert f.ranks == (1,)
-    assert "exiting after an uncaught exception (ZeroDivisionError: float division by zero at train_ddp.py:104)" \
-        in f.reason, f.reason
+    assert (
+        "exiting after an uncaught exception (ZeroDivisionError: float division by zero at train_ddp.py:104)"
+        in f.reason
+    ), f.reason

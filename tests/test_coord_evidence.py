@@ -26,8 +26,16 @@ TOKEN = "job-token"
 
 
 def finding(kind, ranks, wants=(), **evidence):
-    return Finding(kind=kind, ranks=tuple(ranks), hosts=(), reason="r", onset_mono=0.0, detected_mono=1.0,
-                   evidence=evidence, wants_stacks=tuple(wants))
+    return Finding(
+        kind=kind,
+        ranks=tuple(ranks),
+        hosts=(),
+        reason="r",
+        onset_mono=0.0,
+        detected_mono=1.0,
+        evidence=evidence,
+        wants_stacks=tuple(wants),
+    )
 
 
 def summary(reqs):
@@ -41,8 +49,11 @@ def test_hang_snapshots_and_dumps_every_rank():
     view = t.view(t.healthy(8), ranks_per_host=4)
     f = finding("collective_hang", [5], wants=[5], waiters=[0, 1, 2, 3, 4, 6, 7])
     assert summary(plan(f, view)) == [
-        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7]),
-        ("host0", "dump_stacks", [0, 1, 2, 3]), ("host1", "dump_stacks", [4, 5, 6, 7])]
+        ("host0", "snapshot_slots", [0, 1, 2, 3]),
+        ("host1", "snapshot_slots", [4, 5, 6, 7]),
+        ("host0", "dump_stacks", [0, 1, 2, 3]),
+        ("host1", "dump_stacks", [4, 5, 6, 7]),
+    ]
     req = plan(f, view)[-1]
     assert req.targets[1] == commands.target(5, 1005, 1_700_000_000_000_000)
     assert req.trigger == {"kind": "collective_hang", "ranks": [5]}
@@ -58,13 +69,17 @@ def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
     view = t.view(t.with_rank(t.healthy(8), 6, alive=False), ranks_per_host=4)
     # Every lane: the dead rank's file and what the others were doing.
     assert summary(plan(finding("dead_rank", [6]), view)) == [
-        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host1", "snapshot_slots", [4, 5, 6, 7])]
+        ("host0", "snapshot_slots", [0, 1, 2, 3]),
+        ("host1", "snapshot_slots", [4, 5, 6, 7]),
+    ]
 
 
 def test_frozen_rank_gets_snapshots_and_every_ranks_stack():
     view = t.view(t.healthy(4), ranks_per_host=4)
     assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
-        ("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0, 1, 2, 3])]
+        ("host0", "snapshot_slots", [0, 1, 2, 3]),
+        ("host0", "dump_stacks", [0, 1, 2, 3]),
+    ]
 
 
 def test_dumps_are_capped_and_unknown_ranks_skipped():
@@ -72,7 +87,9 @@ def test_dumps_are_capped_and_unknown_ranks_skipped():
     f = finding("straggler", [], wants=range(16), waiters=list(range(16)))
     dumps = [r for r in plan(f, view) if r.type == "dump_stacks"]
     assert [len(r.targets) for r in dumps] == [8]
-    hang = [r for r in plan(replace(f, kind="collective_hang"), view, max_stacks_per_host=12) if r.type == "dump_stacks"]
+    hang = [
+        r for r in plan(replace(f, kind="collective_hang"), view, max_stacks_per_host=12) if r.type == "dump_stacks"
+    ]
     assert [len(r.targets) for r in hang] == [12]  # per host, at a hang
     # An unregistered rank has neither stack nor slot; the registered ones are snapshotted.
     assert summary(plan(finding("never_joined", [20]), view)) == [("host0", "snapshot_slots", list(range(16)))]
@@ -87,17 +104,22 @@ def test_snapshots_are_capped_culprits_first():
 # -- decide ----------------------------------------------------------------------------
 
 CFG = DispatchConfig(give_up_s=60.0, resend_intervals=3.0, resend_min_s=2.0, max_attempts=3)
-REQ = CommandRequest(host="h", type="dump_stacks", targets=(commands.target(0, 1, 2),), trigger={"kind": "k", "ranks": [0]})
+REQ = CommandRequest(
+    host="h", type="dump_stacks", targets=(commands.target(0, 1, 2),), trigger={"kind": "k", "ranks": [0]}
+)
 
 
-@pytest.mark.parametrize("pending,now,want", [
-    (Pending(REQ, created=0.0), 0.0, SEND),
-    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 2.9, WAIT),
-    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 3.0, SEND),  # 3 intervals of 1 s, no answer
-    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 30.0, WAIT),  # agent is on it
-    (Pending(REQ, created=0.0, ids=["a", "b", "c"], sent_at=10.0), 30.0, WAIT),  # attempts used up
-    (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 60.0, GIVE_UP),
-])
+@pytest.mark.parametrize(
+    "pending,now,want",
+    [
+        (Pending(REQ, created=0.0), 0.0, SEND),
+        (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 2.9, WAIT),
+        (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0), 3.0, SEND),  # 3 intervals of 1 s, no answer
+        (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 30.0, WAIT),  # agent is on it
+        (Pending(REQ, created=0.0, ids=["a", "b", "c"], sent_at=10.0), 30.0, WAIT),  # attempts used up
+        (Pending(REQ, created=0.0, ids=["a"], sent_at=0.0, running=True), 60.0, GIVE_UP),
+    ],
+)
 def test_decide(pending, now, want):
     assert decide(pending, now, 1.0, CFG) == want
 
@@ -120,8 +142,14 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
     assert d.outgoing("job", "h", 5e8, 1.0, 1.0)[0] == []  # too early to re-send
     [again], _ = d.outgoing("job", "h", 5e8, 1.0, 3.5)  # the reply was lost
     assert again["id"] != cmd["id"] and again["args"] == cmd["args"]
-    ack = {"id": cmd["id"], "type": "dump_stacks", "ok": True, "error": "",
-           "stacks": [StackDump(host="h", rank=0, pid=1, ok=True, text="main (x.py:1)").to_dict()], "slots": []}
+    ack = {
+        "id": cmd["id"],
+        "type": "dump_stacks",
+        "ok": True,
+        "error": "",
+        "stacks": [StackDump(host="h", rank=0, pid=1, ok=True, text="main (x.py:1)").to_dict()],
+        "slots": [],
+    }
     [(name, ev)] = d.acked("h", [ack], 4.0)
     assert name == je.EVIDENCE and ev["command_id"] == cmd["id"] and ev["stacks"][0]["text"] == "main (x.py:1)"
     assert d.acked("h", [{**ack, "id": again["id"]}], 5.0) == []  # the second attempt's answer: ignored
@@ -137,8 +165,11 @@ def test_running_ack_stops_resends_until_the_result_or_give_up():
     [(name, ev)] = d.expire(60.0, lambda host: 1.0)
     assert name == je.COMMAND_EXPIRED and ev["ids"] == [cmd["id"]] and ev["acknowledged"] is True
     # A result after we gave up is still evidence, marked late.
-    [(name, ev)] = d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out",
-                                  "stacks": [], "slots": []}], 61.0)
+    [(name, ev)] = d.acked(
+        "h",
+        [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out", "stacks": [], "slots": []}],
+        61.0,
+    )
     assert name == je.EVIDENCE and ev["late"] is True and ev["ok"] is False and "timed out" in ev["error"]
 
 
@@ -146,15 +177,37 @@ def test_refusal_unknown_ack_and_malformed_evidence():
     d = Dispatch(TOKEN, CFG, new_id=ids())
     d.request([REQ, replace(REQ, type="snapshot_slots")], now=0.0)
     (a, b), _ = d.outgoing("job", "h", 0.0, 1.0, 0.0)
-    events = d.acked("h", [
-        {"id": a["id"], "type": a["type"], "ok": False, "error": "refused: expired", "refused": "expired"},
-        {"id": b["id"], "type": b["type"], "ok": True, "error": "", "stacks": [],
-         "slots": [{"rank": 1}, "junk", SlotEvidence(host="h", rank=0, pid=1, proc_start_us=2, taken_wall=3.0,
-                                                     taken_mono_ns=4, created_wall_ns=5, created_mono_ns=6,
-                                                     header={"step": 7}).to_dict()]},
-        {"id": "c-999", "type": "dump_stacks", "ok": True},
-        {"id": a["id"], "type": a["type"], "ok": True, "from": "another host"},
-    ], 1.0)
+    events = d.acked(
+        "h",
+        [
+            {"id": a["id"], "type": a["type"], "ok": False, "error": "refused: expired", "refused": "expired"},
+            {
+                "id": b["id"],
+                "type": b["type"],
+                "ok": True,
+                "error": "",
+                "stacks": [],
+                "slots": [
+                    {"rank": 1},
+                    "junk",
+                    SlotEvidence(
+                        host="h",
+                        rank=0,
+                        pid=1,
+                        proc_start_us=2,
+                        taken_wall=3.0,
+                        taken_mono_ns=4,
+                        created_wall_ns=5,
+                        created_mono_ns=6,
+                        header={"step": 7},
+                    ).to_dict(),
+                ],
+            },
+            {"id": "c-999", "type": "dump_stacks", "ok": True},
+            {"id": a["id"], "type": a["type"], "ok": True, "from": "another host"},
+        ],
+        1.0,
+    )
     names = [n for n, _ in events]
     assert names == [je.COMMAND_REFUSED, je.EVIDENCE, je.COMMAND_UNKNOWN_ACK]
     assert events[0][1]["reason"] == "expired"
@@ -188,8 +241,9 @@ class FakeAgents:
         reply = self.c.accept(rep, now)
         for cmd in reply["commands"]:
             self.commands.append(cmd)
-            ok, why = commands.verify(cmd, self.token, rep.job, rep.host, rep.sent_wall + 0.01, self.seen,
-                                      loopback=not self.token)
+            ok, why = commands.verify(
+                cmd, self.token, rep.job, rep.host, rep.sent_wall + 0.01, self.seen, loopback=not self.token
+            )
             assert ok, why
             self.seen.add(cmd["id"])
             if self.lose > 0:
@@ -204,13 +258,39 @@ class FakeAgents:
         if self.refuse:
             return {"id": cmd["id"], "type": cmd["type"], "ok": False, "error": "refused", "refused": self.refuse}
         targets = cmd["args"]["ranks"]
-        stacks = [StackDump(host=host, rank=x["rank"], pid=x["pid"], ok=True,
-                            text=f"Thread {x['pid']} (idle)\n    main (train.py:{self.lines.get(x['rank'], 212)})\n").to_dict()
-                  for x in targets] if cmd["type"] == "dump_stacks" else []
-        slots = [SlotEvidence(host=host, rank=x["rank"], pid=x["pid"], proc_start_us=x["proc_start_us"],
-                              taken_wall=1.0, taken_mono_ns=1, created_wall_ns=0, created_mono_ns=0,
-                              header={"step": 40}, records=[[0, 1, 2, 3]]).to_dict()
-                 for x in targets] if cmd["type"] == "snapshot_slots" else []
+        stacks = (
+            [
+                StackDump(
+                    host=host,
+                    rank=x["rank"],
+                    pid=x["pid"],
+                    ok=True,
+                    text=f"Thread {x['pid']} (idle)\n    main (train.py:{self.lines.get(x['rank'], 212)})\n",
+                ).to_dict()
+                for x in targets
+            ]
+            if cmd["type"] == "dump_stacks"
+            else []
+        )
+        slots = (
+            [
+                SlotEvidence(
+                    host=host,
+                    rank=x["rank"],
+                    pid=x["pid"],
+                    proc_start_us=x["proc_start_us"],
+                    taken_wall=1.0,
+                    taken_mono_ns=1,
+                    created_wall_ns=0,
+                    created_mono_ns=0,
+                    header={"step": 40},
+                    records=[[0, 1, 2, 3]],
+                ).to_dict()
+                for x in targets
+            ]
+            if cmd["type"] == "snapshot_slots"
+            else []
+        )
         return {"id": cmd["id"], "type": cmd["type"], "ok": True, "error": "", "stacks": stacks, "slots": slots}
 
 
@@ -220,8 +300,10 @@ def make(tmp_path):
 
     def _make(**kw):
         path = str(tmp_path / f"journal{len(made)}.jsonl")
-        c = Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5, token=kw.pop("token", TOKEN), **kw),
-                        Journal(path, lambda: (1.7e9, 0.0)))
+        c = Coordinator(
+            Config(journal=path, job="job", world_size=8, tick_s=0.5, token=kw.pop("token", TOKEN), **kw),
+            Journal(path, lambda: (1.7e9, 0.0)),
+        )
         made.append(c)
         return c
 
@@ -243,18 +325,26 @@ def test_hang_evidence_follows_the_finding_once_from_every_host(make):
     recs = events(c, je.FINDING, je.COMMAND, je.EVIDENCE)
     kinds = [r["event"] for r in recs]
     assert kinds[0] == je.FINDING and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
-    assert kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 4 and kinds.count(je.EVIDENCE) == 4  # never re-asked
+    assert (
+        kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 4 and kinds.count(je.EVIDENCE) == 4
+    )  # never re-asked
     ev = {(r["host"], r["type"]): r for r in recs if r["event"] == je.EVIDENCE}
-    assert sorted(ev) == [("host0", "dump_stacks"), ("host0", "snapshot_slots"), ("host1", "dump_stacks"),
-                          ("host1", "snapshot_slots")]
+    assert sorted(ev) == [
+        ("host0", "dump_stacks"),
+        ("host0", "snapshot_slots"),
+        ("host1", "dump_stacks"),
+        ("host1", "snapshot_slots"),
+    ]
     assert [s["rank"] for s in ev[("host0", "dump_stacks")]["stacks"]] == [0, 1, 2, 3]  # every rank at a hang
     assert [s["rank"] for s in ev[("host1", "dump_stacks")]["stacks"]] == [4, 5, 6, 7]
     assert sorted(s["rank"] for k, r in ev.items() if k[1] == "snapshot_slots" for s in r["slots"]) == list(range(8))
     assert all(r["trigger"] == {"kind": "collective_hang", "ranks": [3]} for r in ev.values())
     first_finding_t = recs[0]["t_mono"]
     assert all(r["t_mono"] >= first_finding_t for r in recs)
-    assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
-                                       {"type": "dump_stacks", "outcome": "done"}) == 2
+    assert (
+        c.registry.get_sample_value("watchdog_coordinator_commands_total", {"type": "dump_stacks", "outcome": "done"})
+        == 2
+    )
 
 
 def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_out(make):
@@ -269,7 +359,10 @@ def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_
     assert rec["asked"] == 6 and rec["hosts_answered"] == 2 and rec["ranks"] == 6
     # The culprit always makes the cut; the cap drops the highest other ranks of each host.
     assert [(g["ranks"], g["brief"]) for g in rec["groups"]] == [
-        ([[3, 3]], "main (train.py:220)"), ([[6, 6]], "main (train.py:190)"), ([[0, 1], [4, 5]], "main (train.py:212)")]
+        ([[3, 3]], "main (train.py:220)"),
+        ([[6, 6]], "main (train.py:190)"),
+        ([[0, 1], [4, 5]], "main (train.py:212)"),
+    ]
     assert rec["summary"].startswith("odd ones out: rank 3 in main (train.py:220); rank 6 in main (train.py:190)")
     assert rec["t_mono"] >= events(c, je.FINDING)[0]["t_mono"]
     [st] = c.status(40.0, 1.7e9 + 40)["findings"]  # watchdog status says it too, under the finding
@@ -305,10 +398,13 @@ def test_refused_commands_are_journaled_and_counted(make):
     sim.kill(3, 40, victims_die_after=0.15)
     sim.run_until(30.0, coordinator=FakeAgents(c, refuse="bad_signature"), tick_s=0.5)
     refs = events(c, je.COMMAND_REFUSED)
-    assert refs and all(ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots"
-                        and ref["trigger"]["kind"] == "dead_rank" for ref in refs)
-    assert c.registry.get_sample_value("watchdog_coordinator_commands_total",
-                                       {"type": "snapshot_slots", "outcome": "refused"}) == len(refs)
+    assert refs and all(
+        ref["reason"] == "bad_signature" and ref["type"] == "snapshot_slots" and ref["trigger"]["kind"] == "dead_rank"
+        for ref in refs
+    )
+    assert c.registry.get_sample_value(
+        "watchdog_coordinator_commands_total", {"type": "snapshot_slots", "outcome": "refused"}
+    ) == len(refs)
 
 
 def test_no_commands_without_a_token_off_loopback(make):

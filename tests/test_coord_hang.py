@@ -37,7 +37,8 @@ def test_realistic_hang_reason():
     assert f.reason == (
         "rank 3 (host host0, pid 1003) never entered all_reduce #812 on the default group; "
         "ranks 0-2,4-7 waiting 12.4 s; rank 3 last seen in the data loader (waiting 12.9 s) at step 811, "
-        "heartbeat fresh (200 ms)")
+        "heartbeat fresh (200 ms)"
+    )
     assert f.wants_stacks == (3,)
     assert f.evidence["culprits"]["3"]["in_data_wait"] is True and f.evidence["waiters"] == [0, 1, 2, 4, 5, 6, 7]
     assert f.onset_mono == pytest.approx(100.0 - 12.45)  # the last progress: the waiters finished step 811
@@ -47,15 +48,21 @@ CASES = [
     ("under the floor", job(waiter_kw={"since": 4.0}, culprit_kw={"age": 4.5}), []),
     ("healthy", [t.rank(r, recent_steps=HISTORY) for r in range(8)], []),
     ("culprit in eval phase", job(culprit_kw={"phase": "eval"}), []),
-    ("everyone in checkpoint, rank 0 saving while the rest sit in a barrier",
-     [stuck(0, age=60.0, phase="checkpoint")] + [waiting(r, since=59.0, phase="checkpoint") for r in range(1, 8)], []),
+    (
+        "everyone in checkpoint, rank 0 saving while the rest sit in a barrier",
+        [stuck(0, age=60.0, phase="checkpoint")] + [waiting(r, since=59.0, phase="checkpoint") for r in range(1, 8)],
+        [],
+    ),
     ("first steps: no history yet", job(waiter_kw={"recent_steps": ()}, culprit_kw={"recent_steps": ()}), []),
     ("init phase", job(culprit_kw={"phase": "init"}), []),
     ("culprit exited early (uneven inputs)", job(culprit_kw={"status": "exited", "alive": False}), [(3,)]),
     ("culprit frozen: named here too", job(culprit_kw={"heartbeat_age_s": 12.0}), [(3,)]),
     ("two culprits", [stuck(r) if r in (2, 6) else waiting(r) for r in range(8)], [(2, 6)]),
-    ("a rank killed half-way through its buckets is behind",
-     [waiting(r, seq=815) if r != 5 else waiting(5, seq=813, alive=False) for r in range(8)], [(5,)]),
+    (
+        "a rank killed half-way through its buckets is behind",
+        [waiting(r, seq=815) if r != 5 else waiting(5, seq=813, alive=False) for r in range(8)],
+        [(5,)],
+    ),
     ("everyone inside, nobody missing: no culprit to name", [waiting(r) for r in range(8)], [()]),
     ("nobody in a collective, nobody progressing", [stuck(r) for r in range(8)], [tuple(range(8))]),
     ("all dead: dead_rank's business", [stuck(r, alive=False) for r in range(8)], []),
@@ -82,8 +89,10 @@ def test_deadline_adapts_to_step_time():
 
 def test_leaked_outstanding_while_stepping_is_not_a_wait():
     # outstanding stuck at 1 since long ago, but steps keep completing.
-    states = [t.rank(r, step_age_s=0.05, collective=t.coll(seq=50, outstanding=1, since_s=30.0), recent_steps=HISTORY)
-              for r in range(8)]
+    states = [
+        t.rank(r, step_age_s=0.05, collective=t.coll(seq=50, outstanding=1, since_s=30.0), recent_steps=HISTORY)
+        for r in range(8)
+    ]
     assert run(states) == []
 
 
@@ -114,8 +123,13 @@ def test_sim_checkpoint_pause_is_not_a_hang():
 def test_mismatched_collective_names_the_odd_rank():
     """Same seq on the same group, but rank 4 broadcasts while the rest all-reduce."""
     states = [waiting(r) for r in range(8)]
-    states[4] = t.rank(4, step=811, step_age_s=12.5, recent_steps=HISTORY,
-                       collective=t.coll(seq=812, outstanding=1, since_s=12.4, op="broadcast"))
+    states[4] = t.rank(
+        4,
+        step=811,
+        step_age_s=12.5,
+        recent_steps=HISTORY,
+        collective=t.coll(seq=812, outstanding=1, since_s=12.4, op="broadcast"),
+    )
     (f,) = run(states)
     assert f.ranks == (4,) and f.evidence["how"] == "mismatched"
     assert "called a different collective" in f.reason

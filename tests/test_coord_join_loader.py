@@ -20,12 +20,26 @@ def joining(r, pg="initializing"):
 JOIN_CASES = [
     ("all joined", t.healthy(), 8, []),
     ("rank never registered", [t.rank(r) for r in range(8) if r != 5], 8, [(5,)]),
-    ("rank never called init: not the ones waiting in rendezvous",
-     [joining(r, "none" if r == 2 else "initializing") for r in range(4)], 4, [(2,)]),
-    ("missing and un-called together", [joining(r, "none" if r == 1 else "initializing") for r in range(3)], 4, [(1, 3)]),
+    (
+        "rank never called init: not the ones waiting in rendezvous",
+        [joining(r, "none" if r == 2 else "initializing") for r in range(4)],
+        4,
+        [(2,)],
+    ),
+    (
+        "missing and un-called together",
+        [joining(r, "none" if r == 1 else "initializing") for r in range(3)],
+        4,
+        [(1, 3)],
+    ),
     ("everyone registered, all stuck in rendezvous", [joining(r) for r in range(4)], 4, [(0, 1, 2, 3)]),
-    ("a rank that died before joining is dead_rank's", [joining(r, "none") if r != 1 else joining(1, "none") for r in range(2)]
-     + [t.rank(2, alive=False, pg_state="none")], 3, [(0, 1)]),
+    (
+        "a rank that died before joining is dead_rank's",
+        [joining(r, "none") if r != 1 else joining(1, "none") for r in range(2)]
+        + [t.rank(2, alive=False, pg_state="none")],
+        3,
+        [(0, 1)],
+    ),
 ]
 
 
@@ -42,7 +56,9 @@ def test_never_joined_reason_names_host():
     v = t.view(states, now=161.0, base=t.view(states, now=100.0, world_size=4), seq=2)
     (f,) = NeverJoined(CFG).check(161.0, v)
     assert f.hosts == ("host0",)
-    assert f.reason.startswith("rank 2 on host host0 has not called init_process_group 61.0 s after the first rank registered")
+    assert f.reason.startswith(
+        "rank 2 on host host0 has not called init_process_group 61.0 s after the first rank registered"
+    )
     assert "ranks 0-1,3 waiting in rendezvous" in f.reason
 
 
@@ -60,8 +76,12 @@ def test_late_registering_uncalled_rank_is_not_shadowed_by_the_waiters():
 
 def test_restarted_rank_gets_a_fresh_join_deadline():
     v = t.view(t.healthy(world_size=4), now=100.0)
-    v = t.view([t.rank(1, world_size=4, pid=99, proc_start_us=1_800_000_000_000_000, step=0, pg_state="initializing")],
-               now=200.0, base=v, seq=2)
+    v = t.view(
+        [t.rank(1, world_size=4, pid=99, proc_start_us=1_800_000_000_000_000, step=0, pg_state="initializing")],
+        now=200.0,
+        base=v,
+        seq=2,
+    )
     assert NeverJoined(CFG).check(230.0, v) == []
 
 
@@ -74,9 +94,19 @@ LOADER_CASES = [
     ("one rank", [starving(r, 0.1 if r == 5 else 0.0) for r in range(8)], [((5,), "ranks")]),
     ("all ranks", [starving(r, 0.08) for r in range(8)], [(tuple(range(8)), "all")]),
     ("too few steps yet", [starving(r, 0.1, n=12) for r in range(8)], []),
-    ("one slow first batch of an epoch is not starvation",
-     [t.rank(r, recent_steps=t.steps(1, 30, step_s=0.2, coll_s=0.0) + t.steps(31, 1, step_s=10.0, data_s=9.8, coll_s=0.0)
-             + t.steps(32, 10, step_s=0.2, coll_s=0.0)) for r in range(8)], []),
+    (
+        "one slow first batch of an epoch is not starvation",
+        [
+            t.rank(
+                r,
+                recent_steps=t.steps(1, 30, step_s=0.2, coll_s=0.0)
+                + t.steps(31, 1, step_s=10.0, data_s=9.8, coll_s=0.0)
+                + t.steps(32, 10, step_s=0.2, coll_s=0.0),
+            )
+            for r in range(8)
+        ],
+        [],
+    ),
 ]
 
 
@@ -87,7 +117,9 @@ def test_loader_starvation_table(name, states, want):
 
 
 def test_one_rank_reason_points_at_its_host():
-    (f,) = LoaderStarvation(CFG).check(100.0, t.view([starving(r, 0.1 if r == 5 else 0.0) for r in range(8)], now=100.0))
+    (f,) = LoaderStarvation(CFG).check(
+        100.0, t.view([starving(r, 0.1 if r == 5 else 0.0) for r in range(8)], now=100.0)
+    )
     assert f.reason.startswith("rank 5 on host host1 waits on data 50% of step time")
     (g,) = LoaderStarvation(CFG).check(100.0, t.view([starving(r, 0.08) for r in range(8)], now=100.0))
     assert "more training workers will not help" in g.reason

@@ -25,8 +25,14 @@ def test_round_trip(tmp_path):
     recs = journal.read(str(path))
     assert recs == [
         {"event": je.START, "t_wall": 1_700_000_000.5, "t_mono": 42.25, "pid": 1},
-        {"event": je.FINDING, "t_wall": 1_700_000_000.5, "t_mono": 42.25, "kind": "dead_rank", "ranks": [3],
-         "evidence": {"x": None}},
+        {
+            "event": je.FINDING,
+            "t_wall": 1_700_000_000.5,
+            "t_mono": 42.25,
+            "kind": "dead_rank",
+            "ranks": [3],
+            "evidence": {"x": None},
+        },
     ]
 
 

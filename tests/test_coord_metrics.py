@@ -46,7 +46,9 @@ def test_every_name_is_namespaced_and_suffixed():
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_lint():
-    out = subprocess.run(["promtool", "check", "metrics"], input=exposition(), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["promtool", "check", "metrics"], input=exposition(), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -6,19 +6,33 @@ import pytest
 
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.policy import (
-    IDLE, TRANSITIONS, JobControl, JobState, Policy, PolicyError, parse_policy, plan, transition,
+    IDLE,
+    TRANSITIONS,
+    JobControl,
+    JobState,
+    Policy,
+    PolicyError,
+    parse_policy,
+    plan,
+    transition,
 )
 
 S = JobState
 
 
 def finding(kind="dead_rank", ranks=(1,), onset=90.0, detected=95.0):
-    return Finding(kind=kind, ranks=ranks, hosts=("h",), reason=f"{kind} on {ranks}", onset_mono=onset,
-                   detected_mono=detected)
+    return Finding(
+        kind=kind, ranks=ranks, hosts=("h",), reason=f"{kind} on {ranks}", onset_mono=onset, detected_mono=detected
+    )
 
 
-RESTART_ALL = Policy(actions={k: "restart" for k in ("dead_rank", "frozen_rank", "collective_hang")},
-                     min_finding_age_s=2.0, cooldown_s=60.0, max_restarts=3, max_restarts_per_hour=2)
+RESTART_ALL = Policy(
+    actions=dict.fromkeys(("dead_rank", "frozen_rank", "collective_hang"), "restart"),
+    min_finding_age_s=2.0,
+    cooldown_s=60.0,
+    max_restarts=3,
+    max_restarts_per_hour=2,
+)
 
 
 def test_default_policy_only_alerts():
@@ -34,7 +48,14 @@ CASES = [
     ("failed job: nothing more", [finding()], JobControl(state=S.FAILED), 200.0, "alert", True),
     ("cooldown after the last action", [finding()], JobControl(last_action_at=150.0), 200.0, "alert", True),
     ("cooldown over", [finding()], JobControl(last_action_at=100.0), 200.0, "restart", False),
-    ("budget: 3 restarts used -> abort", [finding()], JobControl(restarts=(0.0, 4000.0, 8000.0)), 9000.0, "abort", False),
+    (
+        "budget: 3 restarts used -> abort",
+        [finding()],
+        JobControl(restarts=(0.0, 4000.0, 8000.0)),
+        9000.0,
+        "abort",
+        False,
+    ),
     ("budget: 2 in the last hour -> abort", [finding()], JobControl(restarts=(8000.0, 8500.0)), 9000.0, "abort", False),
     ("one old restart is fine", [finding()], JobControl(restarts=(100.0,)), 9000.0, "restart", False),
     ("alert-only kinds are ignored", [finding("straggler", (3,))], JobControl(), 200.0, "alert", False),
@@ -53,8 +74,10 @@ def test_budget_reason_says_why():
 
 
 def test_most_drastic_action_wins_then_root_cause_first():
-    pol = Policy(actions={"straggler": "checkpoint_restart", "dead_rank": "restart", "collective_hang": "abort"},
-                 min_finding_age_s=0)
+    pol = Policy(
+        actions={"straggler": "checkpoint_restart", "dead_rank": "restart", "collective_hang": "abort"},
+        min_finding_age_s=0,
+    )
     later_dead, earlier_dead = finding(ranks=(2,), onset=50.0), finding(ranks=(1,), onset=40.0)
     p = plan([finding("straggler", (3,)), later_dead, earlier_dead], JobControl(), 200.0, pol)
     assert p.action == "restart" and p.finding.ranks == (1,)  # the earliest death is the root cause
@@ -95,15 +118,18 @@ cooldown_seconds = 30
     assert pol.dry_run and pol.max_restarts == 5 and pol.cooldown_s == 30.0
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("[actions]\nded_rank = 'restart'", "unknown finding kind 'ded_rank'"),
-    ("[actions]\ndead_rank = 'reboot'", "dead_rank = 'reboot'; actions are"),
-    ("[limits]\nmax_restarts = -1", "must be a number >= 0"),
-    ("[limits]\ndry_run = 'yes'", "must be a boolean"),
-    ("[limits]\ncooldown = 3", "unknown key 'cooldown'"),
-    ("[action]\n", "unknown section"),
-    ("[actions\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("[actions]\nded_rank = 'restart'", "unknown finding kind 'ded_rank'"),
+        ("[actions]\ndead_rank = 'reboot'", "dead_rank = 'reboot'; actions are"),
+        ("[limits]\nmax_restarts = -1", "must be a number >= 0"),
+        ("[limits]\ndry_run = 'yes'", "must be a boolean"),
+        ("[limits]\ncooldown = 3", "unknown key 'cooldown'"),
+        ("[action]\n", "unknown section"),
+        ("[actions\n", "not valid TOML"),
+    ],
+)
 def test_parse_policy_errors_are_clear(text, msg):
     with pytest.raises(PolicyError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         parse_policy(text)

@@ -32,8 +32,16 @@ HISTORY = t.steps(1, 50, step_s=0.1)
 @pytest.fixture
 def daemon(tmp_path, monkeypatch):
     monkeypatch.setattr(server, "BODY_TIMEOUT_S", 0.5)
-    cfg = Config(listen=("127.0.0.1", 0), job="job", world_size=8, token=TOKEN, journal=str(tmp_path / "journal.jsonl"),
-                 tick_s=0.25, max_body_bytes=64 * 1024, address_file=str(tmp_path / "addr"))
+    cfg = Config(
+        listen=("127.0.0.1", 0),
+        job="job",
+        world_size=8,
+        token=TOKEN,
+        journal=str(tmp_path / "journal.jsonl"),
+        tick_s=0.25,
+        max_body_bytes=64 * 1024,
+        address_file=str(tmp_path / "addr"),
+    )
     d = Daemon(cfg).start()
     yield d
     d.stop()
@@ -123,18 +131,36 @@ def test_hang_reports_end_in_a_journaled_finding_naming_the_culprit(daemon, tmp_
         out = []
         for r in range(8):
             if r == 5:  # stuck in its data loader, never entered all-reduce #812
-                out.append(t.rank(r, step=811, step_age_s=age + 0.5, in_data_wait=True, data_wait_age_s=age,
-                                  collective=t.coll(seq=811, done_seq=811), recent_steps=HISTORY))
+                out.append(
+                    t.rank(
+                        r,
+                        step=811,
+                        step_age_s=age + 0.5,
+                        in_data_wait=True,
+                        data_wait_age_s=age,
+                        collective=t.coll(seq=811, done_seq=811),
+                        recent_steps=HISTORY,
+                    )
+                )
             else:
-                out.append(t.rank(r, step=811, step_age_s=age + 0.1, collective=t.coll(seq=812, outstanding=1, since_s=age),
-                                  recent_steps=HISTORY))
+                out.append(
+                    t.rank(
+                        r,
+                        step=811,
+                        step_age_s=age + 0.1,
+                        collective=t.coll(seq=812, outstanding=1, since_s=age),
+                        recent_steps=HISTORY,
+                    )
+                )
         return out
 
     for seq, age in enumerate((11.0, 12.0), start=1):
         for h in (0, 1):
-            assert post(daemon, report_bytes(states(age)[4 * h: 4 * h + 4], seq=seq, host=f"host{h}"))[0] == 200
+            assert post(daemon, report_bytes(states(age)[4 * h : 4 * h + 4], seq=seq, host=f"host{h}"))[0] == 200
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not metric(daemon, "watchdog_coordinator_findings_total", kind="collective_hang"):
+    while time.monotonic() < deadline and not metric(
+        daemon, "watchdog_coordinator_findings_total", kind="collective_hang"
+    ):
         time.sleep(0.05)
     recs = [r for r in journal.read(daemon.cfg.journal) if r["event"] == je.FINDING]
     assert [(r["kind"], r["ranks"], r["hosts"]) for r in recs] == [("collective_hang", [5], ["host1"])]
@@ -162,8 +188,14 @@ def test_status_cli_errors(daemon, capsys):
 def run_cli(*args, timeout=30):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "watchdog.cli", "coordinator", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog.cli", "coordinator", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_refuses_non_loopback_without_token(tmp_path):
@@ -183,10 +215,30 @@ def test_process_start_report_stop(tmp_path):
     token_file.write_text("secret\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog.cli", "coordinator", "--web.listen-address", "127.0.0.1:0",
-         "--web.address-file", str(addr), "--job.world-size", "2", "--journal", str(tmp_path / "j.jsonl"),
-         "--job.token-file", str(token_file), "--tick.interval-seconds", "0.25"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "watchdog.cli",
+            "coordinator",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--web.address-file",
+            str(addr),
+            "--job.world-size",
+            "2",
+            "--journal",
+            str(tmp_path / "j.jsonl"),
+            "--job.token-file",
+            str(token_file),
+            "--tick.interval-seconds",
+            "0.25",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not addr.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -194,8 +246,12 @@ def test_process_start_report_stop(tmp_path):
         assert addr.exists(), proc.stderr.read() if proc.poll() is not None else "no address file"
         url = f"http://{addr.read_text().strip()}/api/v1/report"
         body = json.dumps(t.report("h", [t.rank(0, world_size=2)]).to_dict()).encode()
-        req = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Authorization": "Bearer secret", "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Authorization": "Bearer secret", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert json.load(resp) == {"ok": True, "commands": []}
     finally:

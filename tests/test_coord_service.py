@@ -147,7 +147,10 @@ def test_host_loss_is_journaled_once(make):
     for now in (15.5, 16.0, 16.5):
         c.tick(now, 1.7e9)
     events = [r for r in journal.read(c.journal.path) if r["event"] in (je.HOST_LOST, je.FINDING)]
-    assert [(r["event"], r.get("host") or r.get("hosts")) for r in events] == [(je.HOST_LOST, "host1"), (je.FINDING, ["host1"])]
+    assert [(r["event"], r.get("host") or r.get("hosts")) for r in events] == [
+        (je.HOST_LOST, "host1"),
+        (je.FINDING, ["host1"]),
+    ]
     assert count(c, "watchdog_coordinator_hosts", state="lost") == 1
 
 
@@ -181,8 +184,19 @@ def test_status_table_renders_missing_ranks_and_lost_hosts(make):
     text = render(c.status(10.5, 1.7e9))
     lines = text.splitlines()
     assert lines[0] == "job job: 5/6 ranks registered, 2 hosts (1 lost: host1)"
-    assert lines[2].split() == ["RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS",
-                                "HB_AGE", "FINDINGS"]
+    assert lines[2].split() == [
+        "RANK",
+        "HOST",
+        "HEALTH",
+        "STEP",
+        "PHASE",
+        "STEP_MS",
+        "DATA_MS",
+        "COMP_MS",
+        "COLL_MS",
+        "HB_AGE",
+        "FINDINGS",
+    ]
     row = {ln.split()[0]: ln.split() for ln in lines[3:9]}
     assert row["1"][4] == "train/data" and row["4"][2] == "lost" and row["4"][-1] == "dead_rank"
     assert row["5"][1:3] == ["-", "missing"]

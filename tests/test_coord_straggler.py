@@ -50,8 +50,10 @@ def test_healthy_jittery_ranks_never_fire_over_10k_steps(world, seed):
 
 def test_wall_time_is_equal_so_only_compute_tells():
     """A slow rank's wall step equals everyone's; its collective wait is shorter."""
+
     def rank(r, compute):
         return t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.2 - compute))
+
     states = [rank(r, 0.15 if r == 6 else 0.10) for r in range(8)]
     (f,) = Straggler(CFG).check(100.0, t.view(states, now=100.0))
     assert f.ranks == (6,) and f.evidence["factor"] == pytest.approx(1.5)
@@ -61,12 +63,14 @@ def test_wall_time_is_equal_so_only_compute_tells():
 
 def test_one_burst_window_is_not_sustained():
     """Slow for one window only (a neighbour's backup job, a GC storm)."""
+
     def samples(r):
         out = []
-        for i, x in enumerate(t.steps(1, 120, step_s=0.2, coll_s=0.1)):
+        for _i, x in enumerate(t.steps(1, 120, step_s=0.2, coll_s=0.1)):
             burst = r == 2 and 100 <= x.step < 120
             out.append(x if not burst else type(x)(x.step, x.step_s, x.data_s, 0.0, x.phase))  # compute 0.2 vs 0.1
         return out
+
     states = [t.rank(r, recent_steps=samples(r)) for r in range(8)]
     view = t.view(states, now=100.0)
     assert scores(view, 100.0, CFG)[2]["factor"] > 1.2  # the aggregate alone would fire
@@ -90,6 +94,8 @@ def test_restarted_rank_starts_over():
 
 
 def test_eval_steps_are_not_compared():
-    states = [t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.0 if r == 6 else 0.1, phase="eval"))
-              for r in range(8)]
+    states = [
+        t.rank(r, recent_steps=t.steps(1, 120, step_s=0.2, coll_s=0.0 if r == 6 else 0.1, phase="eval"))
+        for r in range(8)
+    ]
     assert Straggler(CFG).check(100.0, t.view(states, now=100.0)) == []

@@ -19,7 +19,9 @@ def test_open_once_while_it_lasts_then_resolve_with_duration():
     active, opened, resolved = update({}, [finding()], 12.0, ["frozen_rank"])
     assert [f.ranks for f in opened] == [(3,)] and resolved == []
     for now in (13.0, 14.0, 15.0):  # same kind + ranks: not new, even with a new reason
-        active, opened, resolved = update(active, [finding(now=now, onset=now - 1, reason=f"r{now}")], now, ["frozen_rank"])
+        active, opened, resolved = update(
+            active, [finding(now=now, onset=now - 1, reason=f"r{now}")], now, ["frozen_rank"]
+        )
         assert opened == [] and resolved == []
     (a,) = active.values()
     assert a.latest.reason == "r15.0" and a.latest.onset_mono == 10.0  # first onset kept
@@ -73,8 +75,11 @@ class WrongKind:
 def test_runner_isolates_each_detector():
     ticks = iter(range(100))
     outcomes = Runner([Boom(), Fine(), WrongKind()], timer=lambda: next(ticks)).run(1.0, t.view(t.healthy()))
-    assert [(o.name, o.ok, len(o.findings)) for o in outcomes] == [("frozen_rank", False, 0), ("dead_rank", True, 1),
-                                                                    ("straggler", False, 0)]
+    assert [(o.name, o.ok, len(o.findings)) for o in outcomes] == [
+        ("frozen_rank", False, 0),
+        ("dead_rank", True, 1),
+        ("straggler", False, 0),
+    ]
     assert outcomes[0].error == "RuntimeError: bug" and outcomes[1].duration_s == 1
 
 
@@ -106,8 +111,13 @@ class UnlabelledScores(Gauged):
 def test_runner_hands_out_gauges_and_isolates_them_like_check():
     dets = [Gauged(), BadGauges(), UnknownGauge(), UnlabelledScores(), Fine()]
     outcomes = Runner(dets).run(7.0, t.view(t.healthy()))
-    assert [(o.ok, dict(o.gauges)) for o in outcomes] == [(True, {HANG_SECONDS: 7.0}), (False, {}), (False, {}),
-                                                          (False, {}), (True, {})]
+    assert [(o.ok, dict(o.gauges)) for o in outcomes] == [
+        (True, {HANG_SECONDS: 7.0}),
+        (False, {}),
+        (False, {}),
+        (False, {}),
+        (True, {}),
+    ]
     assert outcomes[1].error == "KeyError: 'internals'" and "watchdog_made_up" in outcomes[2].error
     assert "needs {label: value}" in outcomes[3].error
 

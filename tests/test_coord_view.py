@@ -51,8 +51,12 @@ def test_retried_report_is_folded_once():
 def test_state_changes_are_events():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], seq=1), 10.0, CFG)
     _, events = fold(v, t.report("a", [t.rank(0, alive=False, status="running")], seq=2), 11.0, CFG)
-    assert events == [(je.STATE, {"rank": 0, "host": "a", "pid": 1000, "local_rank": 0, "step": 100,
-                                 "changed": {"alive": [True, False]}})]
+    assert events == [
+        (
+            je.STATE,
+            {"rank": 0, "host": "a", "pid": 1000, "local_rank": 0, "step": 100, "changed": {"alive": [True, False]}},
+        )
+    ]
 
 
 def test_new_agent_id_is_an_agent_restart():
@@ -67,8 +71,18 @@ def test_new_pid_is_a_restart_that_resets_rank_state():
     assert v.ranks[0].windows and v.ranks[0].history
     new = t.rank(0, pid=4242, proc_start_us=1_700_000_100_000_000, step=0)
     v, events = fold(v, t.report("host0", [new], seq=2), 20.0, CFG)
-    assert (je.RANK_RESTARTED, {"rank": 0, "host": "host0", "pid": 4242, "local_rank": 0, "old_pid": 1000,
-                               "old_host": "host0", "old_step": 100}) in events
+    assert (
+        je.RANK_RESTARTED,
+        {
+            "rank": 0,
+            "host": "host0",
+            "pid": 4242,
+            "local_rank": 0,
+            "old_pid": 1000,
+            "old_host": "host0",
+            "old_step": 100,
+        },
+    ) in events
     rv = v.ranks[0]
     assert rv.history == () and rv.windows == () and rv.registered_at == 20.0 and rv.steps_seen == 0
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 from watchdog import flags
 from watchdog.agent import config as agent_config
@@ -70,8 +70,11 @@ def test_manifests_found():
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("name,doc", [(n, d) for n, d in DOCS if not d["apiVersion"].startswith(CRD_GROUPS)],
-                         ids=lambda x: x if isinstance(x, str) else x["kind"])
+@pytest.mark.parametrize(
+    "name,doc",
+    [(n, d) for n, d in DOCS if not d["apiVersion"].startswith(CRD_GROUPS)],
+    ids=lambda x: x if isinstance(x, str) else x["kind"],
+)
 def test_builtin_kinds_validate(name: str, doc: dict, version: str):
     kubernetes_validate.validate(doc, version, strict=True)
 
@@ -85,16 +88,29 @@ def test_crd_pod_templates_validate_as_core_pod_templates(version: str):
         specs = job["spec"]["pytorchReplicaSpecs"]
         assert set(specs) <= {"Master", "Worker"} and "Master" in specs
         for role, spec in specs.items():
-            assert isinstance(spec["replicas"], int) and spec["restartPolicy"] in ("OnFailure", "Never", "Always", "ExitCode")
+            assert isinstance(spec["replicas"], int) and spec["restartPolicy"] in (
+                "OnFailure",
+                "Never",
+                "Always",
+                "ExitCode",
+            )
             assert any(c["name"] == "pytorch" for c in spec["template"]["spec"]["containers"]), role
-            wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"{role.lower()}"},
-                       "template": spec["template"]}
+            wrapped = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": f"{role.lower()}"},
+                "template": spec["template"],
+            }
             kubernetes_validate.validate(wrapped, version, strict=True)
 
 
 def test_validation_can_fail():
-    bad = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
-           "template": {"spec": {"containers": [{"name": "c", "image": "i", "bogusField": 1}]}}}
+    bad = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "x"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "i", "bogusField": 1}]}},
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
 
@@ -115,8 +131,11 @@ def test_monitors_select_what_exists_and_keep_prometheus_labels():
             assert ep["port"] in ports, (owner, ep["port"], ports)
 
     (svcmon,) = by_kind("ServiceMonitor")
-    services = [s for s in by_kind("Service")
-                if svcmon["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+    services = [
+        s
+        for s in by_kind("Service")
+        if svcmon["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
     assert services
     for ep in svcmon["spec"]["endpoints"]:
         assert not ep.get("honorLabels"), "job/instance stay Prometheus'; the training job is training_job"
@@ -153,7 +172,9 @@ def test_environments_load_through_the_real_parsers(tmp_path: Path):
     for owner, t in pod_templates():
         for c in containers(t):
             args = c.get("args", [])
-            assert not any("--job.token" in a and "--job.token-file" not in a for a in args + c.get("command", [])), owner
+            assert not any("--job.token" in a and "--job.token-file" not in a for a in args + c.get("command", [])), (
+                owner
+            )
             env = env_of(c, tmp_path)
             assert "WATCHDOG_JOB_TOKEN" not in env, f"{owner}/{c['name']}: the token must come from a file"
             watchdog_vars = {k for k in env if k.startswith("WATCHDOG_")}
@@ -164,7 +185,9 @@ def test_environments_load_through_the_real_parsers(tmp_path: Path):
                 seen.add("agent")
             elif args[:1] == ["coordinator"]:
                 assert watchdog_vars <= coord_envs, (owner, watchdog_vars - coord_envs)
-                cfg = coord_config.from_values(flags.parse("watchdog coordinator", "", coord_config.FLAGS, args[1:], env))
+                cfg = coord_config.from_values(
+                    flags.parse("watchdog coordinator", "", coord_config.FLAGS, args[1:], env)
+                )
                 assert cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and cfg.world_size > 0, owner
                 seen.add("coordinator")
             else:  # a training container: the hook's variables only

@@ -58,8 +58,11 @@ def test_no_file_uses_the_old_ports():
         except UnicodeDecodeError:
             continue
         # A line that names dcgm-exporter is the docs explaining the choice, not a use.
-        hits += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1)
-                 if old.search(line) and "dcgm" not in line]
+        hits += [
+            f"{path.relative_to(REPO)}:{n}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if old.search(line) and "dcgm" not in line
+        ]
     assert not hits, f"dcgm-exporter's port 9400/9401 still used: {hits}"
 
 

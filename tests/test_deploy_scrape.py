@@ -16,7 +16,7 @@ import yaml
 from watchdog.agent.metrics import GPU_LABELS, RANK_LABELS
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 SCRAPE = promcheck.REPO / "deploy" / "prometheus" / "scrape"
 CONFIGS = sorted(SCRAPE.glob("*.yml"))
@@ -37,9 +37,15 @@ def test_scrape_config_is_valid(path: Path, tmp_path: Path):
         # rejects the key itself: stand in a static target carrying the pod meta
         # labels, which still checks every relabel rule and the rest of the file.
         if sc.pop("kubernetes_sd_configs", None) is not None:
-            sc["static_configs"] = [{"targets": ["10.0.0.1:19400"], "labels": {
-                "__meta_kubernetes_pod_container_port_name": "watchdog-agent",
-                "__meta_kubernetes_pod_node_name": "node-1"}}]
+            sc["static_configs"] = [
+                {
+                    "targets": ["10.0.0.1:19400"],
+                    "labels": {
+                        "__meta_kubernetes_pod_container_port_name": "watchdog-agent",
+                        "__meta_kubernetes_pod_node_name": "node-1",
+                    },
+                }
+            ]
     check_config(doc, tmp_path)
 
 

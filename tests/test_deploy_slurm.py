@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 from watchdog.agent import config as agent_config
 from watchdog.coordinator import config as coord_config
@@ -54,8 +54,8 @@ def test_bash_syntax():
 def test_daemon_flags_exist_and_no_token_on_a_command_line():
     agent_flags = {f"--{f.name}" for f in agent_config.FLAGS}
     coord_flags = {f"--{f.name}" for f in coord_config.FLAGS}
-    coord_call = TEXT[TEXT.index('"$WATCHDOG" coordinator'):].split("&\n")[0]
-    agent_call = TEXT[TEXT.index('exec "$0" agent'):].split("&\n")[0]
+    coord_call = TEXT[TEXT.index('"$WATCHDOG" coordinator') :].split("&\n")[0]
+    agent_call = TEXT[TEXT.index('exec "$0" agent') :].split("&\n")[0]
     used_coord = set(re.findall(r"(--[a-z][a-z.-]+)", coord_call))
     used_agent = set(re.findall(r"(--[a-z][a-z.-]+)", agent_call.split("' ")[0]))
     assert used_coord and used_coord <= coord_flags, used_coord - coord_flags
@@ -75,15 +75,33 @@ def test_runs_end_to_end_with_stand_ins(tmp_path: Path):
     sd_dir.mkdir()
     work.mkdir()
     venv_bin = Path(sys.executable).parent
-    env = dict(os.environ, PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", SLURM_JOB_ID="4242",
-               SLURM_JOB_NAME="sbatch-test", SLURM_JOB_NODELIST="127.0.0.1", SLURM_NNODES="1",
-               GPUS_PER_NODE="2", TRAIN_SCRIPT=str(localjob.EXAMPLE_SCRIPT), WATCHDOG_SD_DIR=str(sd_dir),
-               WATCHDOG_TOKEN_DIR=str(token_dir), WATCHDOG_RUN_DIR=str(tmp_path / "run"),
-               WATCHDOG_AGENT_PORT=str(localjob.free_port()), WATCHDOG_COORD_PORT=str(localjob.free_port()),
-               RDZV_PORT=str(localjob.free_port()), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}",
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="sbatch-test",
+        SLURM_JOB_NODELIST="127.0.0.1",
+        SLURM_NNODES="1",
+        GPUS_PER_NODE="2",
+        TRAIN_SCRIPT=str(localjob.EXAMPLE_SCRIPT),
+        WATCHDOG_SD_DIR=str(sd_dir),
+        WATCHDOG_TOKEN_DIR=str(token_dir),
+        WATCHDOG_RUN_DIR=str(tmp_path / "run"),
+        WATCHDOG_AGENT_PORT=str(localjob.free_port()),
+        WATCHDOG_COORD_PORT=str(localjob.free_port()),
+        RDZV_PORT=str(localjob.free_port()),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
     log = open(tmp_path / "sbatch.log", "wb")
-    proc = subprocess.Popen(["bash", str(SBATCH), "--steps", "60", "--compute-ms", "40"], cwd=work, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(SBATCH), "--steps", "60", "--compute-ms", "40"],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     try:
         sd_file = sd_dir / "4242.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 from watchdog import flags
 from watchdog.agent import config as agent_config
@@ -75,7 +75,7 @@ def env_file(path: Path) -> dict[str, str]:
 
 
 def exec_args(unit: str, instance: str = "job1") -> list[str]:
-    line = next(l for l in (SYSTEMD / unit).read_text().splitlines() if l.startswith("ExecStart="))
+    line = next(ln for ln in (SYSTEMD / unit).read_text().splitlines() if ln.startswith("ExecStart="))
     argv = shlex.split(line.partition("=")[2].replace("%i", instance))
     return argv[2:]  # after `watchdog <subcommand>`
 
@@ -87,7 +87,11 @@ def test_agent_env_file_loads(tmp_path: Path):
     token.write_text("s3cret-of-32-bytes-s3cret-s3cret\n")
     env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
     cfg = agent_config.load(exec_args("rank-watchdog-agent.service"), env)
-    assert cfg.run_dir == "/run/rank-watchdog" and cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and not cfg.token_from_argv
+    assert (
+        cfg.run_dir == "/run/rank-watchdog"
+        and cfg.token == "s3cret-of-32-bytes-s3cret-s3cret"
+        and not cfg.token_from_argv
+    )
     assert cfg.listen == ("0.0.0.0", 19400)
 
 
@@ -97,8 +101,9 @@ def test_coordinator_env_file_loads(tmp_path: Path):
     token = tmp_path / "job.token"
     token.write_text("s3cret-of-32-bytes-s3cret-s3cret\n")
     env["WATCHDOG_JOB_TOKEN_FILE"] = str(token)
-    values = flags.parse("watchdog coordinator", "", coord_config.FLAGS,
-                         exec_args("rank-watchdog-coordinator@.service"), env)
+    values = flags.parse(
+        "watchdog coordinator", "", coord_config.FLAGS, exec_args("rank-watchdog-coordinator@.service"), env
+    )
     cfg = coord_config.from_values(values)
     assert cfg.job == "job1" and cfg.journal == "/var/lib/rank-watchdog/job1.jsonl"
     assert cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and cfg.world_size == 64

@@ -31,8 +31,18 @@ from watchdog.dev import localjob, scenario
 pytestmark = pytest.mark.integration
 
 STEPS = 60
-EVERYTHING = "\n".join(["[actions]", *(f'{k} = "restart"' for k in ACTIONABLE_KINDS), "[limits]",
-                        "min_finding_age_seconds = 0", "cooldown_seconds = 0"]) + "\n"
+EVERYTHING = (
+    "\n".join(
+        [
+            "[actions]",
+            *(f'{k} = "restart"' for k in ACTIONABLE_KINDS),
+            "[limits]",
+            "min_finding_age_seconds = 0",
+            "cooldown_seconds = 0",
+        ]
+    )
+    + "\n"
+)
 
 
 def params(path) -> dict[str, torch.Tensor]:
@@ -51,9 +61,25 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
     policy = tmp / "policy.toml"
     policy.write_text(EVERYTHING)
-    res = scenario.run([], steps=STEPS, timeout_s=240, work_dir=str(tmp), policy=str(policy), script_args=[
-        "--jitter", "0.3", "--ckpt-dir", str(tmp / "ckpt"), "--ckpt-every", "20", "--ckpt-pause-s", "8",
-        "--final-params", str(tmp / "final.pt")])
+    res = scenario.run(
+        [],
+        steps=STEPS,
+        timeout_s=240,
+        work_dir=str(tmp),
+        policy=str(policy),
+        script_args=[
+            "--jitter",
+            "0.3",
+            "--ckpt-dir",
+            str(tmp / "ckpt"),
+            "--ckpt-every",
+            "20",
+            "--ckpt-pause-s",
+            "8",
+            "--final-params",
+            str(tmp / "final.pt"),
+        ],
+    )
     return res, params(tmp / "final.pt")
 
 
@@ -64,24 +90,39 @@ def test_healthy_run_under_a_restart_everything_policy_takes_no_action(reference
 
 
 def journal_events(res, *names):
-    return [r for r in journal.read(res.summary["journal"]) if r["event"] in names
-            and (r["event"] != je.STATE or "job_state" in r)]
+    return [
+        r
+        for r in journal.read(res.summary["journal"])
+        if r["event"] in names and (r["event"] != je.STATE or "job_state" in r)
+    ]
 
 
-@pytest.mark.parametrize("fault,kind,resume_step", [("kill:1@20", "dead_rank", 20),
-                                                     ("hang:2@30", "collective_hang", 30)])
+@pytest.mark.parametrize(
+    "fault,kind,resume_step", [("kill:1@20", "dead_rank", 20), ("hang:2@30", "collective_hang", 30)]
+)
 def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_path):
     _, ref = reference
-    res = scenario.run([fault], steps=STEPS, timeout_s=240, work_dir=str(tmp_path), action="restart",
-                       script_args=["--final-params", str(tmp_path / "final.pt")])
+    res = scenario.run(
+        [fault],
+        steps=STEPS,
+        timeout_s=240,
+        work_dir=str(tmp_path),
+        action="restart",
+        script_args=["--final-params", str(tmp_path / "final.pt")],
+    )
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
-    story = [(r["event"], r.get("action") or r.get("kind")) for r in journal_events(res, je.FINDING, je.ACTION, je.RESTART,
-                                                                                    je.RESUMED)]
+    story = [
+        (r["event"], r.get("action") or r.get("kind"))
+        for r in journal_events(res, je.FINDING, je.ACTION, je.RESTART, je.RESUMED)
+    ]
     # Detection -> action -> restart -> resumed. Dead-rank findings for the workers
     # the restart stopped (or torchrun tore down) may come in between.
     assert story[0] == (je.FINDING, kind), story
-    assert [e for e in story if e[0] != je.FINDING] == [(je.ACTION, "restart"), (je.RESTART, "restart"),
-                                                       (je.RESUMED, "restart")], story
+    assert [e for e in story if e[0] != je.FINDING] == [
+        (je.ACTION, "restart"),
+        (je.RESTART, "restart"),
+        (je.RESUMED, "restart"),
+    ], story
     resumed = res.events(je.RESUMED)[0]
     assert (resumed["restart"], resumed["step"]) == (1, resume_step), resumed
     assert res.events(je.ACTION_OUTCOME)[0]["ok"] is True
@@ -91,8 +132,13 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_pat
 
 def all_gone(res) -> None:
     log = (res.work_dir / "torchrun.log").read_text(errors="replace")
-    pids = {int(p) for p in __import__("re").findall(r"pid (\d+)", " ".join(
-        f"pid {r['pid']}" for r in journal.read(res.summary["journal"]) if r["event"] == je.RANK_JOINED))}
+    pids = {
+        int(p)
+        for p in __import__("re").findall(
+            r"pid (\d+)",
+            " ".join(f"pid {r['pid']}" for r in journal.read(res.summary["journal"]) if r["event"] == je.RANK_JOINED),
+        )
+    }
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, (alive, log[-2000:])
 
@@ -100,16 +146,22 @@ def all_gone(res) -> None:
 @pytest.mark.skipif(find_py_spy() is None, reason="py-spy not installed")
 def test_hang_abort_takes_every_stack_then_stops_everything(tmp_path):
     policy = tmp_path / "policy.toml"
-    policy.write_text('[actions]\ncollective_hang = "abort"\n[limits]\nmin_finding_age_seconds = 0\n'
-                      'abort_grace_seconds = 3\n')
-    res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy),
-                       max_restarts=3)
+    policy.write_text(
+        '[actions]\ncollective_hang = "abort"\n[limits]\nmin_finding_age_seconds = 0\nabort_grace_seconds = 3\n'
+    )
+    res = scenario.run(
+        ["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy), max_restarts=3
+    )
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     recs = journal.read(res.summary["journal"])
     action = next(r for r in recs if r["event"] == je.ACTION)
     assert action["action"] == "abort" and action["reason"].startswith("collective_hang"), action
-    stacks = {s["rank"]: s for r in recs if r["event"] == je.EVIDENCE and r["trigger"].get("action") == action["action_id"]
-              for s in r["stacks"]}
+    stacks = {
+        s["rank"]: s
+        for r in recs
+        if r["event"] == je.EVIDENCE and r["trigger"].get("action") == action["action_id"]
+        for s in r["stacks"]
+    }
     assert sorted(stacks) == [0, 1, 2, 3] and all(s["ok"] for s in stacks.values()), stacks
     lines = localjob.EXAMPLE_SCRIPT.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if 'announce("hang"' in ln)
@@ -127,8 +179,10 @@ def test_hang_abort_takes_every_stack_then_stops_everything(tmp_path):
 
 def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
     policy = tmp_path / "policy.toml"
-    policy.write_text('[actions]\ncollective_hang = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
-                      'max_restarts = 0\nabort_grace_seconds = 3\n')
+    policy.write_text(
+        '[actions]\ncollective_hang = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+        "max_restarts = 0\nabort_grace_seconds = 3\n"
+    )
     res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy))
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     action = res.events(je.ACTION)[0]
@@ -140,11 +194,23 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
 def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(tmp_path):
     steps = 300
     # The fault-free reference runs to the end whatever it finds (linger): only its parameters matter.
-    ref = scenario.run([], steps=steps, timeout_s=240, linger_s=1000, work_dir=str(tmp_path / "ref"),
-                       script_args=["--final-params", str(tmp_path / "ref.pt")])
+    ref = scenario.run(
+        [],
+        steps=steps,
+        timeout_s=240,
+        linger_s=1000,
+        work_dir=str(tmp_path / "ref"),
+        script_args=["--final-params", str(tmp_path / "ref.pt")],
+    )
     assert ref.summary["job_exit_code"] == 0, ref.output[-2000:]
-    res = scenario.run(["slow:2:1.3"], steps=steps, timeout_s=240, work_dir=str(tmp_path / "run"),
-                       action="checkpoint_restart", script_args=["--final-params", str(tmp_path / "final.pt")])
+    res = scenario.run(
+        ["slow:2:1.3"],
+        steps=steps,
+        timeout_s=240,
+        work_dir=str(tmp_path / "run"),
+        action="checkpoint_restart",
+        script_args=["--final-params", str(tmp_path / "final.pt")],
+    )
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
     action = res.events(je.ACTION)[0]
     assert (action["action"], action["kind"], action["ranks"]) == ("checkpoint_restart", "straggler", [2])
@@ -162,19 +228,44 @@ def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_b
 
 # -- exclude_host_restart: two torchrun "nodes" on this machine ------------------------
 
+
 def start_node(name, run_dir, job, work, port, ckpt, token_env, fault=()):
     import subprocess
     import sys
-    env = {**os.environ, **token_env, "WATCHDOG_RUN_DIR": str(run_dir), "WATCHDOG_JOB_NAME": job,
-           "WATCHDOG_HOST_NAME": name, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=2",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", "--max-restarts=3",
-            "--rdzv-conf=is_host=false,last_call_timeout=3,join_timeout=120",
-            str(localjob.EXAMPLE_SCRIPT), "--steps", "150", "--ckpt-dir", str(ckpt), "--ckpt-every", "10",
-            *[f"--fault={f}" for f in fault]]
+
+    env = {
+        **os.environ,
+        **token_env,
+        "WATCHDOG_RUN_DIR": str(run_dir),
+        "WATCHDOG_JOB_NAME": job,
+        "WATCHDOG_HOST_NAME": name,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1:2",
+        "--nproc_per_node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={job}",
+        "--max-restarts=3",
+        "--rdzv-conf=is_host=false,last_call_timeout=3,join_timeout=120",
+        str(localjob.EXAMPLE_SCRIPT),
+        "--steps",
+        "150",
+        "--ckpt-dir",
+        str(ckpt),
+        "--ckpt-every",
+        "10",
+        *[f"--fault={f}" for f in fault],
+    ]
     log = open(work / f"torchrun-{name}.log", "ab")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL
+    )
     log.close()
     return localjob.Process(name=f"torchrun-{name}", popen=proc, log_path=work / f"torchrun-{name}.log")
 
@@ -184,36 +275,67 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
     import subprocess
     import sys
     import time as _time
+
     job = "exclude-" + secrets.token_hex(3)
     token = tmp_path / "token"
     token.write_text(secrets.token_hex(16))
     env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
     policy = tmp_path / "policy.toml"
-    policy.write_text('[actions]\ncollective_hang = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0\n'
-                      'abort_grace_seconds = 3\n')
+    policy.write_text(
+        '[actions]\ncollective_hang = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+        "abort_grace_seconds = 3\n"
+    )
     jpath = tmp_path / "journal.jsonl"
     procs = []
     try:
-        coord = localjob.start_coordinator(tmp_path, job, 0, jpath, env=env, extra=[
-            "--tick.interval-seconds", "0.25", "--policy.file", str(policy)])
+        coord = localjob.start_coordinator(
+            tmp_path, job, 0, jpath, env=env, extra=["--tick.interval-seconds", "0.25", "--policy.file", str(policy)]
+        )
         procs.append(coord)
         for name in ("node-a", "node-b"):
             (tmp_path / name).mkdir()
-            procs.append(localjob.start_daemon(f"agent-{name}", "agent", [
-                "--run-dir", str(tmp_path / name), "--job.name", job, "--host.name", name,
-                "--coordinator.url", coord.url, "--report.interval-seconds", "0.25"], tmp_path, env))
+            procs.append(
+                localjob.start_daemon(
+                    f"agent-{name}",
+                    "agent",
+                    [
+                        "--run-dir",
+                        str(tmp_path / name),
+                        "--job.name",
+                        job,
+                        "--host.name",
+                        name,
+                        "--coordinator.url",
+                        coord.url,
+                        "--report.interval-seconds",
+                        "0.25",
+                    ],
+                    tmp_path,
+                    env,
+                )
+            )
         port = localjob.free_port()
         # The rendezvous store lives apart from both nodes: a c10d store hosted by the
         # excluded node's launcher would go down with it and take the survivor's
         # rendezvous along (torchrun: "The connection to the C10d store has failed").
-        store = subprocess.Popen([sys.executable, "-c", "import time, torch.distributed as d; "
-                                  f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
-                                  "time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL)
+        store = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import time, torch.distributed as d; "
+                f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+                "time.sleep(3600)",
+            ],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         procs.append(localjob.Process(name="store", popen=store, log_path=tmp_path / "store.log"))
         # The hang is injected on global rank 1 wherever it lands; node-a's hook only
         # matters through WATCHDOG_HOST_NAME, so both nodes get the same fault spec.
-        nodes = [start_node(n, tmp_path / n, job, tmp_path, port, tmp_path / "ckpt", env, ["hang:1@30"])
-                 for n in ("node-a", "node-b")]
+        nodes = [
+            start_node(n, tmp_path / n, job, tmp_path, port, tmp_path / "ckpt", env, ["hang:1@30"])
+            for n in ("node-a", "node-b")
+        ]
         procs += nodes
         deadline = _time.monotonic() + 240
         while _time.monotonic() < deadline and all(n.alive() for n in nodes):
@@ -227,13 +349,15 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
         action = next(r for r in recs if r["event"] == je.ACTION)
         assert action["action"] == "exclude_host_restart", action
         culprit_host = action["hosts"][0]
-        stopped = [n for n in nodes if n is not survivor][0]
+        stopped = next(n for n in nodes if n is not survivor)
         assert stopped.name == f"torchrun-{culprit_host}"
         resumed = next(r for r in recs if r["event"] == je.RESUMED)
         assert resumed["world_size"] == 2, resumed
         assert "done: 150 steps" in survivor.log()
-        print(f"\nexclude_host_restart: {culprit_host} stopped; world 4 -> {resumed['world_size']}, "
-              f"resumed from step {resumed['step']} {resumed['seconds']} s after the action")
+        print(
+            f"\nexclude_host_restart: {culprit_host} stopped; world 4 -> {resumed['world_size']}, "
+            f"resumed from step {resumed['step']} {resumed['seconds']} s after the action"
+        )
     finally:
         for p in reversed(procs):
             p.stop(grace_s=3.0, group=p.name.startswith("torchrun"))

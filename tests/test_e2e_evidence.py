@@ -15,8 +15,10 @@ from watchdog.coordinator import journal_events as je
 from watchdog.dev import localjob, scenario
 from watchdog.evidence import SlotEvidence, StackDump
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(find_py_spy() is None, reason="py-spy not installed (pip install py-spy)")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(find_py_spy() is None, reason="py-spy not installed (pip install py-spy)"),
+]
 
 
 def line_of(after: str, text: str) -> int:

@@ -54,8 +54,13 @@ def test_fault_is_named(fault, kind, culprits, bound, tmp_path):
 
 def test_never_joined_is_named_by_the_deadline(tmp_path):
     deadline = 15.0
-    res = scenario.run(["never-join:3"], steps=400, timeout_s=120, work_dir=str(tmp_path),
-                       env={"WATCHDOG_JOIN_DEADLINE_SECONDS": str(deadline)})
+    res = scenario.run(
+        ["never-join:3"],
+        steps=400,
+        timeout_s=120,
+        work_dir=str(tmp_path),
+        env={"WATCHDOG_JOIN_DEADLINE_SECONDS": str(deadline)},
+    )
     first = res.first()
     assert first is not None and (first["kind"], first["ranks"]) == ("never_joined", [3]), res.findings
     assert {r for f in res.findings for r in f["ranks"]} == {3}
@@ -63,8 +68,22 @@ def test_never_joined_is_named_by_the_deadline(tmp_path):
 
 
 def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
-    res = scenario.run([], steps=250, timeout_s=240, work_dir=str(tmp_path), script_args=[
-        "--jitter", "0.3", "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "60", "--ckpt-pause-s", "8"])
+    res = scenario.run(
+        [],
+        steps=250,
+        timeout_s=240,
+        work_dir=str(tmp_path),
+        script_args=[
+            "--jitter",
+            "0.3",
+            "--ckpt-dir",
+            str(tmp_path / "ckpt"),
+            "--ckpt-every",
+            "60",
+            "--ckpt-pause-s",
+            "8",
+        ],
+    )
     assert res.summary["job_exit_code"] == 0, res.output[-2000:]
     assert res.findings == []
     # Healthy: compute-bound from the first verdict to the last, checkpoint pauses included.

@@ -61,21 +61,46 @@ class Stack:
         self.run_dir.mkdir()
         self.port = localjob.free_port()
         self.procs: list[localjob.Process] = []
-        self.torchrun = localjob.TorchrunJob(nproc=4, run_dir=self.run_dir, job=self.job, work_dir=tmp_path,
-                                             env={**self.env, **(job_env or {})}, torchrun_args=["--max-restarts=1"],
-                                             script_args=script_args)
+        self.torchrun = localjob.TorchrunJob(
+            nproc=4,
+            run_dir=self.run_dir,
+            job=self.job,
+            work_dir=tmp_path,
+            env={**self.env, **(job_env or {})},
+            torchrun_args=["--max-restarts=1"],
+            script_args=script_args,
+        )
 
     def start_coordinator(self) -> localjob.Process:
-        coord = localjob.start_coordinator(self.tmp, self.job, 4, self.jpath, env=self.env, extra=[
-            "--web.listen-address", f"127.0.0.1:{self.port}", "--tick.interval-seconds", "0.25",
-            "--policy.file", str(self.tmp / "policy.toml")])
+        coord = localjob.start_coordinator(
+            self.tmp,
+            self.job,
+            4,
+            self.jpath,
+            env=self.env,
+            extra=[
+                "--web.listen-address",
+                f"127.0.0.1:{self.port}",
+                "--tick.interval-seconds",
+                "0.25",
+                "--policy.file",
+                str(self.tmp / "policy.toml"),
+            ],
+        )
         self.procs.append(coord)
         return coord
 
     def start(self) -> Stack:
         self.start_coordinator()
-        self.procs.append(localjob.start_agent(self.tmp, self.run_dir, self.job, env=self.env, extra=[
-            "--coordinator.url", f"http://127.0.0.1:{self.port}", "--report.interval-seconds", "0.25"]))
+        self.procs.append(
+            localjob.start_agent(
+                self.tmp,
+                self.run_dir,
+                self.job,
+                env=self.env,
+                extra=["--coordinator.url", f"http://127.0.0.1:{self.port}", "--report.interval-seconds", "0.25"],
+            )
+        )
         self.torchrun.start()
         return self
 
@@ -89,14 +114,28 @@ class Stack:
 
 
 def test_exception_cause_and_a_coordinator_killed_mid_restart_carries_on(tmp_path):
-    stack = Stack(tmp_path, '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
-                            "cooldown_seconds = 0\nabort_grace_seconds = 3\nmax_restarts = 1\n",
-                  ["--steps", "60", "--compute-ms", "50", "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10",
-                   "--fault", "raise:1@20"])
+    stack = Stack(
+        tmp_path,
+        '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+        "cooldown_seconds = 0\nabort_grace_seconds = 3\nmax_restarts = 1\n",
+        [
+            "--steps",
+            "60",
+            "--compute-ms",
+            "50",
+            "--ckpt-dir",
+            str(tmp_path / "ckpt"),
+            "--ckpt-every",
+            "10",
+            "--fault",
+            "raise:1@20",
+        ],
+    )
     jpath, job_proc = stack.jpath, stack.torchrun
     try:
         stack.start()
         coord = stack.procs[0]
+
         # Kill the coordinator in the middle of the restart: once it journaled which
         # workers it stops (the action's first progress, with their identities), or
         # once the group resumed. Killed between the action line and that one, the
@@ -142,8 +181,9 @@ def test_exception_cause_and_a_coordinator_killed_mid_restart_carries_on(tmp_pat
     starts = [r for r in recs if r["event"] == je.START]
     assert len(starts) == 2 and starts[0]["address"] == starts[1]["address"]
     # The timeline tells it.
-    out = subprocess.run([sys.executable, "-m", "watchdog.cli", "timeline", str(jpath)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "watchdog.cli", "timeline", str(jpath)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert cause in out.stdout and "coordinator recovered its decisions from the journal" in out.stdout, out.stdout
     print(f"\nexception: {finding['reason'][:160]}\nrecovered: {json.dumps(recovered)[:300]}")
@@ -176,16 +216,35 @@ def test_an_oom_killed_rank_is_named_and_a_restart_that_cannot_come_back_escalat
     with a plain init_process_group (which cannot rejoin under torchrun with gloo)
     ends as "restart failed" with where the ranks stand, and escalates to an abort."""
     cg = memory_cgroup(f"watchdog-test-{secrets.token_hex(3)}", 400 << 20)
-    stack = Stack(tmp_path, '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
-                            "cooldown_seconds = 0\nabort_grace_seconds = 3\nresume_timeout_seconds = 30\n",
-                  ["--steps", "200", "--compute-ms", "50", "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10",
-                   "--plain-init", "--fault", "oom:2@15"], job_env={"WATCHDOG_FAULT_CGROUP": str(cg)})
+    stack = Stack(
+        tmp_path,
+        '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+        "cooldown_seconds = 0\nabort_grace_seconds = 3\nresume_timeout_seconds = 30\n",
+        [
+            "--steps",
+            "200",
+            "--compute-ms",
+            "50",
+            "--ckpt-dir",
+            str(tmp_path / "ckpt"),
+            "--ckpt-every",
+            "10",
+            "--plain-init",
+            "--fault",
+            "oom:2@15",
+        ],
+        job_env={"WATCHDOG_FAULT_CGROUP": str(cg)},
+    )
     try:
         stack.start()
         stack.torchrun.wait(200)  # torchrun's own restart fails at init too, and it gives up
         # The coordinator does not wait out the resume timeout for a group that died again.
-        wait_for(lambda: [r for r in records(stack.jpath, je.ACTION) if r["action"] == "abort"], timeout_s=90,
-                 what="the escalated abort", log=stack.procs[0].log_path)
+        wait_for(
+            lambda: [r for r in records(stack.jpath, je.ACTION) if r["action"] == "abort"],
+            timeout_s=90,
+            what="the escalated abort",
+            log=stack.procs[0].log_path,
+        )
         wait_for(lambda: len(records(stack.jpath, je.ACTION_OUTCOME)) >= 2, timeout_s=60, what="the abort's outcome")
     finally:
         stack.stop()
@@ -210,8 +269,9 @@ def test_an_oom_killed_rank_is_named_and_a_restart_that_cannot_come_back_escalat
     assert failed["ok"] is False and failed["result"].startswith("restart failed: "), failed
     # With gloo, the stale peer addresses either refuse the connection (the ranks die
     # again) or leave every rank waiting in init_process_group: both seen here.
-    assert ("stuck inside init_process_group" in failed["result"]
-            or ("died again" in failed["result"] and "Gloo connectFullMesh failed" in failed["result"])), failed
+    assert "stuck inside init_process_group" in failed["result"] or (
+        "died again" in failed["result"] and "Gloo connectFullMesh failed" in failed["result"]
+    ), failed
     assert actions[1]["escalated_from"] == "a-1" and actions[1]["reason"].startswith(failed["result"])
     assert [r["job_state"] for r in recs if r["event"] == je.STATE and "job_state" in r][-1] == "failed"
     print(f"\noom: {finding['reason'][:240]}\nrestart failed: {failed['result'][:240]}")

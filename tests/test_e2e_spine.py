@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from promserver import Prometheus
+from waiting import wait_for
 
 from watchdog import wire
 from watchdog.dev import localjob
-from promserver import Prometheus
-from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +47,13 @@ def running_job(tmp_path: Path):
     run_dir.mkdir()
     job = "spine-test"
     agent = localjob.start_agent(tmp_path, run_dir, job, extra=["--poll.interval-seconds", "0.1"])
-    torchrun = localjob.TorchrunJob(nproc=NPROC, run_dir=run_dir, job=job, work_dir=tmp_path,
-                                    script_args=["--steps", "100000", "--compute-ms", "40"]).start()
+    torchrun = localjob.TorchrunJob(
+        nproc=NPROC,
+        run_dir=run_dir,
+        job=job,
+        work_dir=tmp_path,
+        script_args=["--steps", "100000", "--compute-ms", "40"],
+    ).start()
     try:
         pids = torchrun.wait_for_ranks(120)
         yield agent, torchrun, pids, job, tmp_path
@@ -67,8 +72,14 @@ def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
     agent, torchrun, pids, job, _ = running_job
 
     # All four ranks with advancing steps.
-    first = wait_for(lambda: (lambda s: s if len(s) == NPROC and min(s.values()) >= 5 else None)(
-        per_rank(scrape(agent), "watchdog_rank_steps_total", job)), 120, what="4 ranks with >= 5 steps", interval_s=0.2)
+    first = wait_for(
+        lambda: (lambda s: s if len(s) == NPROC and min(s.values()) >= 5 else None)(
+            per_rank(scrape(agent), "watchdog_rank_steps_total", job)
+        ),
+        120,
+        what="4 ranks with >= 5 steps",
+        interval_s=0.2,
+    )
     time.sleep(2.0)
     samples = scrape(agent)
     later = per_rank(samples, "watchdog_rank_steps_total", job)
@@ -76,8 +87,10 @@ def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
 
     # The data / collective / compute split adds up to the step time, per rank.
     last_step = per_rank(samples, "watchdog_rank_last_step_seconds", job)
-    parts = {p: per_rank(samples, "watchdog_rank_last_step_part_seconds", job, part=p)
-             for p in ("data", "collective", "compute")}
+    parts = {
+        p: per_rank(samples, "watchdog_rank_last_step_part_seconds", job, part=p)
+        for p in ("data", "collective", "compute")
+    }
     for r in range(NPROC):
         total = sum(parts[p][r] for p in parts)
         assert last_step[r] > 0
@@ -90,12 +103,16 @@ def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
     # Fresh heartbeats, every rank alive.
     hb = per_rank(samples, "watchdog_rank_heartbeat_age_seconds", job)
     assert all(age < 2.0 for age in hb.values()), hb
-    assert per_rank(samples, "watchdog_rank_alive", job) == {r: 1.0 for r in range(NPROC)}
+    assert per_rank(samples, "watchdog_rank_alive", job) == dict.fromkeys(range(NPROC), 1.0)
 
     # SIGSTOP rank 1: its heartbeat age grows past 3 s while it stays alive.
     os.kill(pids[1], signal.SIGSTOP)
-    wait_for(lambda: per_rank(scrape(agent), "watchdog_rank_heartbeat_age_seconds", job).get(1, 0) > 3.0,
-             30, what="rank 1 heartbeat age > 3 s after SIGSTOP", interval_s=0.2)
+    wait_for(
+        lambda: per_rank(scrape(agent), "watchdog_rank_heartbeat_age_seconds", job).get(1, 0) > 3.0,
+        30,
+        what="rank 1 heartbeat age > 3 s after SIGSTOP",
+        interval_s=0.2,
+    )
     samples = scrape(agent)
     assert per_rank(samples, "watchdog_rank_alive", job)[1] == 1.0
     assert per_rank(samples, "watchdog_rank_process_stopped", job)[1] == 1.0
@@ -104,8 +121,12 @@ def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
     # file keeps its last state and events for the post-mortem.
     killed_at = time.monotonic()
     os.kill(pids[2], signal.SIGKILL)
-    wait_for(lambda: per_rank(scrape(agent), "watchdog_rank_alive", job).get(2) == 0.0, 10,
-             interval_s=0.05, what="rank 2 alive == 0 after SIGKILL")
+    wait_for(
+        lambda: per_rank(scrape(agent), "watchdog_rank_alive", job).get(2) == 0.0,
+        10,
+        interval_s=0.05,
+        what="rank 2 alive == 0 after SIGKILL",
+    )
     latency = time.monotonic() - killed_at
     print(f"SIGKILL -> alive=0 seen on /metrics after {latency:.3f} s")
     assert latency < 5.0  # generous on a busy 2-core machine; the goal (< 1 s) is measured in benchmarks

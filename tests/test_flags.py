@@ -63,5 +63,9 @@ def test_unmatched_names_what_drifted():
     assert flags.unmatched(_Cfg, TABLE, not_from_flags=("derived",)) == []
     table = (flags.Flag("a", "", "no field"), flags.Flag("b", "", "bad field", field="nope"))
     assert flags.unmatched(_Cfg, table) == [
-        "flag --a fills no field", "flag --b names _Cfg.nope, which does not exist",
-        "_Cfg.derived has no flag", "_Cfg.listen has no flag", "_Cfg.poll_s has no flag"]
+        "flag --a fills no field",
+        "flag --b names _Cfg.nope, which does not exist",
+        "_Cfg.derived has no flag",
+        "_Cfg.listen has no flag",
+        "_Cfg.poll_s has no flag",
+    ]

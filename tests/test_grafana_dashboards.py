@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 GRAFANA = promcheck.REPO / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
@@ -59,11 +59,15 @@ def docs() -> dict[str, dict]:
 
 def test_committed_files_match_the_generator():
     for path, text in load_generator().outputs().items():
-        assert path.read_text() == text, f"{path.relative_to(promcheck.REPO)} is stale: run .venv/bin/python grafana/generate.py"
+        assert path.read_text() == text, (
+            f"{path.relative_to(promcheck.REPO)} is stale: run .venv/bin/python grafana/generate.py"
+        )
 
 
 def test_every_expression_parses(docs, tmp_path):
-    exprs = {f"{name}: {where}": substitute(e) for name, doc in docs.items() for where, e in dashboard_exprs(doc).items()}
+    exprs = {
+        f"{name}: {where}": substitute(e) for name, doc in docs.items() for where, e in dashboard_exprs(doc).items()
+    }
     assert len(exprs) > 40
     assert promcheck.check_exprs(exprs, tmp_path) == ""
 
@@ -110,8 +114,14 @@ def test_job_overview_has_what_the_issue_asks(docs):
     exprs = " ".join(dashboard_exprs(job).values())
     kinds = {p["type"] for p in job["panels"]}
     assert "heatmap" in kinds  # straggler heatmap per rank
-    for needle in ("watchdog_rank_alive", "watchdog_job_world_size", "watchdog_rank_step_part_seconds_total",
-                   "watchdog_rank_steps_total", "watchdog_accelerator_utilization_ratio", 'part="data"'):
+    for needle in (
+        "watchdog_rank_alive",
+        "watchdog_job_world_size",
+        "watchdog_rank_step_part_seconds_total",
+        "watchdog_rank_steps_total",
+        "watchdog_accelerator_utilization_ratio",
+        'part="data"',
+    ):
         assert needle in exprs, needle
     annotations = {a["name"] for a in job["annotations"]["list"]}
     assert {"Coordinator findings", "Actions", "Firing alerts"} <= annotations
@@ -136,7 +146,9 @@ def _diff(orig, back, path="$") -> list[str]:
 # Grafana's Prometheus annotation queries keep these at the annotation's top level
 # (the annotation editor writes them); the SDK's AnnotationQuery schema has no place
 # for them. Any other dropped key fails.
-SDK_UNMODELLED = re.compile(r"^\$\.annotations\.list\[\d+\]\.(titleFormat|textFormat|tagKeys|step|useValueForTime): dropped$")
+SDK_UNMODELLED = re.compile(
+    r"^\$\.annotations\.list\[\d+\]\.(titleFormat|textFormat|tagKeys|step|useValueForTime): dropped$"
+)
 
 
 def test_sdk_round_trip_drops_nothing(docs):
@@ -153,4 +165,6 @@ def test_sdk_round_trip_drops_nothing(docs):
 
 def test_round_trip_check_can_fail():
     assert _diff({"panels": [{"bogus": 1, "a": 2}]}, {"panels": [{"a": 3}]}) == [
-        "$.panels[0].bogus: dropped", "$.panels[0].a: 2 -> 3"]
+        "$.panels[0].bogus: dropped",
+        "$.panels[0].a: 2 -> 3",
+    ]

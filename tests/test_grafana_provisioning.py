@@ -13,12 +13,18 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
-import promcheck  # noqa: E402
+import promcheck
 
 PROV = promcheck.REPO / "grafana" / "provisioning"
 DATASOURCE_UID = "watchdog-prometheus"
-KEY_ALERTS = {"RankWatchdogJobHang", "RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogStraggler",
-              "RankWatchdogRankDataStarvation", "RankWatchdogJobDataStarvation"}
+KEY_ALERTS = {
+    "RankWatchdogJobHang",
+    "RankWatchdogRankDead",
+    "RankWatchdogRankFrozen",
+    "RankWatchdogStraggler",
+    "RankWatchdogRankDataStarvation",
+    "RankWatchdogJobDataStarvation",
+}
 DURATION = re.compile(r"^(\d+[smhd])+$")
 
 
@@ -75,7 +81,7 @@ def test_alert_rule_exprs_parse_and_use_golden_metrics(grafana_rules, tmp_path):
 def test_grafana_alerts_match_the_prometheus_rules(grafana_rules):
     prom = {r["alert"]: r for r in promcheck.alert_rules()}
     titles = {r["title"] for r in grafana_rules}
-    assert KEY_ALERTS <= titles, f"missing in Grafana: {KEY_ALERTS - titles}"
+    assert titles >= KEY_ALERTS, f"missing in Grafana: {KEY_ALERTS - titles}"
     for r in grafana_rules:
         p = prom.get(r["title"])
         assert p is not None, f"{r['title']}: no Prometheus rule of that name"
@@ -93,7 +99,8 @@ def test_sync_check_notices_drift(grafana_rules):
     prom = {r["alert"]: r for r in promcheck.alert_rules()}
     drifted = dict(grafana_rules[0], data=[{"model": {"expr": prom[grafana_rules[0]["title"]]["expr"] + " > 1"}}])
     assert promcheck.normalize(drifted["data"][0]["model"]["expr"]) != promcheck.normalize(
-        prom[drifted["title"]]["expr"])
+        prom[drifted["title"]]["expr"]
+    )
 
 
 def test_notifications_mirror_alertmanager_and_keep_secrets_in_files():
@@ -111,6 +118,7 @@ def test_notifications_mirror_alertmanager_and_keep_secrets_in_files():
 
     am = yaml.safe_load((promcheck.REPO / "deploy" / "alertmanager" / "alertmanager.yml").read_text())["route"]
     assert policy["receiver"] == am["receiver"] and policy["group_by"] == am["group_by"]
+
     def route(routes: list[dict], matchers_key: str, severity: str) -> tuple:
         return next((r["receiver"], r.get("group_by")) for r in routes if f"{severity}" in str(r[matchers_key]))
 

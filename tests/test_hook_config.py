@@ -79,8 +79,9 @@ def test_new_job_name_wins_over_the_deprecated_one_and_the_warning_says_so(caplo
     env = {"WATCHDOG_JOB": "old", "WATCHDOG_JOB_NAME": "new"}
     with caplog.at_level("WARNING", logger="watchdog.hook"):
         assert load_config(env, {}).job == "new"
-    assert any("WATCHDOG_JOB is deprecated and ignored: WATCHDOG_JOB_NAME is set" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "WATCHDOG_JOB is deprecated and ignored: WATCHDOG_JOB_NAME is set" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_current_names_give_no_warning(caplog):

@@ -23,8 +23,7 @@ if sys.argv[2] == "crash":
 
 @pytest.mark.parametrize("how,status", [("crash", wire.Status.FAILED), ("clean", wire.Status.EXITED)])
 def test_exit_status_in_the_slot(tmp_path, how, status):
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), how], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), how], capture_output=True, text=True, timeout=60)
     (path,) = wire.list_slot_files(str(tmp_path))
     assert wire.Status(wire.read_slot(path).header.status) is status
     if how == "crash":
@@ -53,8 +52,9 @@ train_step(0)
 
 
 def run_recorded(tmp_path, how):
-    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), how], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", RECORDED, str(tmp_path), how], capture_output=True, text=True, timeout=60
+    )
     (path,) = wire.list_slot_files(str(tmp_path))
     return out, path
 
@@ -67,7 +67,11 @@ def test_uncaught_exception_is_recorded_beside_the_slot(tmp_path):
     rec = crashrecord.read_crash(path)
     assert rec is not None, out.stderr
     assert (rec["type"], rec["message"], rec["where"], rec["function"]) == (
-        "ZeroDivisionError", "division by zero", "<string>:14", "train_step")
+        "ZeroDivisionError",
+        "division by zero",
+        "<string>:14",
+        "train_step",
+    )
     assert rec["thread"] == "MainThread" and "1 / x" not in rec["traceback"]  # -c has no source lines
     assert "ZeroDivisionError" in rec["traceback"]
     assert not os.path.exists(crashrecord.fatal_path(path))  # no fatal signal: no empty file left behind
@@ -94,8 +98,9 @@ def test_a_fatal_signal_leaves_every_threads_stack(tmp_path):
 
 def test_the_users_faulthandler_is_left_alone(tmp_path):
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), "segv"], capture_output=True, text=True,
-                         timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", RECORDED, str(tmp_path), "segv"], capture_output=True, text=True, timeout=60, env=env
+    )
     (path,) = wire.list_slot_files(str(tmp_path))
     assert "Fatal Python error" in out.stderr  # where the user asked for it
     assert not os.path.exists(path + ".fatal")
@@ -113,12 +118,15 @@ def test_hostile_crash_files_are_refused(tmp_path):
 
 
 def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared_at_install(tmp_path):
-    out = subprocess.run([sys.executable, "-c", RECORDED, str(tmp_path), "raise"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", RECORDED, str(tmp_path), "raise"], capture_output=True, text=True, timeout=60
+    )
     (path,) = wire.list_slot_files(str(tmp_path))
     assert os.path.exists(path + ".crash"), out.stderr
     pid = int(path.rsplit(".pid", 1)[1].split(".")[0])
-    again = (f"import sys, os\nos.getpid = lambda: {pid}\nfrom watchdog.hook import install\n"
-             "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n")
+    again = (
+        f"import sys, os\nos.getpid = lambda: {pid}\nfrom watchdog.hook import install\n"
+        "install(run_dir=sys.argv[1], job='crash', patch_collectives=False).close()\n"
+    )
     subprocess.run([sys.executable, "-c", again, str(tmp_path)], check=True, timeout=60)
     assert not os.path.exists(path + ".crash")

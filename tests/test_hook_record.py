@@ -209,9 +209,8 @@ def test_phase_at_step_end_is_in_the_step_record(mon):
 
 
 def test_phase_restored_when_the_block_raises(mon):
-    with pytest.raises(KeyError):
-        with mon.phase("checkpoint"):
-            raise KeyError("user error")
+    with pytest.raises(KeyError), mon.phase("checkpoint"):
+        raise KeyError("user error")
     assert read_monitor(mon).header[wire.H_PHASE] == Phase.TRAIN
 
 
@@ -227,9 +226,8 @@ def test_step_scope(mon, clock):
         break
     s = step_splits(read_monitor(mon))[-1]
     assert (s.step_ns, s.data_ns) == (100, 30)
-    with pytest.raises(RuntimeError):
-        with mon.step_scope():
-            raise RuntimeError("a failed step is not a completed step")
+    with pytest.raises(RuntimeError), mon.step_scope():
+        raise RuntimeError("a failed step is not a completed step")
     assert read_monitor(mon).header[wire.H_STEP] == 2
 
 

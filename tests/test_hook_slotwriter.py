@@ -154,8 +154,16 @@ def test_a_forged_rank_slot_reads_like_the_hooks_own(tmp_path, monkeypatch):
     forged_slot.step(430, 30, 200, now_ns=T0 + 430)
     forged = wire.read_slot(forged_slot.path)
     forged_slot.close()
-    same = [*range(wire.H_STEP, wire.H_TOTAL_COLL_NS + 1), wire.H_COLL_SEQ, wire.H_COLL_OP, wire.H_COLL_ENTER_NS,
-            wire.H_COLL_EXIT_NS, wire.H_COLL_OUTSTANDING, wire.H_COLL_DONE_SEQ, wire.H_RING_HEAD]
+    same = [
+        *range(wire.H_STEP, wire.H_TOTAL_COLL_NS + 1),
+        wire.H_COLL_SEQ,
+        wire.H_COLL_OP,
+        wire.H_COLL_ENTER_NS,
+        wire.H_COLL_EXIT_NS,
+        wire.H_COLL_OUTSTANDING,
+        wire.H_COLL_DONE_SEQ,
+        wire.H_RING_HEAD,
+    ]
     assert [forged.header[i] for i in same] == [hook.header[i] for i in same]
     assert forged.header.identity == hook.header.identity and not forged.torn
     (h,), (f,) = records_of(hook, RecordKind.STEP_END), records_of(forged, RecordKind.STEP_END)

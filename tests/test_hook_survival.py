@@ -108,13 +108,13 @@ def test_failing_bookkeeping_is_counted_then_the_monitor_disables_itself(tmp_pat
             raise RuntimeError("bug in the hook")
 
         monkeypatch.setattr(recorder_mod, "_pack_step", broken)
-        for i in range(3):
+        for _i in range(3):
             mon.step()  # never raises
         assert mon.errors == 3
         h = read_monitor(mon).header
         assert h[wire.H_HOOK_ERRORS] == 3 and h[wire.H_SEQ] % 2 == 0  # bracket closed again
         assert h.status == Status.RUNNING
-        for i in range(10):
+        for _i in range(10):
             mon.step()
         assert mon.errors == 5  # disabled at 5: later calls are no-ops, not errors
         snap = read_monitor(mon)
@@ -151,6 +151,7 @@ def test_collective_bookkeeping_failure_still_calls_the_collective(tmp_path, mon
         monkeypatch.setattr(mon.recorder.collectives.groups, "add", lambda g: 1 / 0)
         calls = []
         sink = type("Sink", (), {"marks": mon.recorder.collectives})
+
         def orig(*a):
             calls.append(a)
             return "result"

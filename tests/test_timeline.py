@@ -10,8 +10,8 @@ import re
 from dataclasses import replace
 
 import pytest
-
 from timeline_support import check_trace, fake_stack, hang_records, hook_slot, write_journal
+
 from watchdog import cli
 from watchdog.coordinator import journal_events as je
 from watchdog.hook.testing import ENV_VARS
@@ -99,23 +99,61 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
     t = first[0].created_wall_ns / 1e9
 
     def ev(slots, at):
-        return {"event": je.EVIDENCE, "t_wall": at, "t_mono": 0, "host": "node-a", "slots": [s.to_dict() for s in slots],
-                "stacks": []}
+        return {
+            "event": je.EVIDENCE,
+            "t_wall": at,
+            "t_mono": 0,
+            "host": "node-a",
+            "slots": [s.to_dict() for s in slots],
+            "stacks": [],
+        }
 
     recs = [{"event": je.START, "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": world}]
-    recs += [{"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": r, "host": "node-a", "pid": 100 + r}
-             for r in range(world)]
-    recs.append({"event": je.FINDING, "t_wall": t + 5, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
-                 "onset_wall": t + 4, "detected_wall": t + 5, "reason": "rank 1 died",
-                 "evidence": {"pids": {"1": 101}, "step": 4}})
-    recs.append({"event": "action", "t_wall": t + 6, "t_mono": 0, "action": "restart", "ranks": [0, 1],
-                 "outcome": "ok"})
-    recs += [{"event": je.RANK_RESTARTED, "t_wall": t + 8 + r, "t_mono": 0, "rank": r, "host": "node-a",
-              "pid": 200 + r, "old_pid": 100 + r} for r in range(world)]
+    recs += [
+        {"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": r, "host": "node-a", "pid": 100 + r}
+        for r in range(world)
+    ]
+    recs.append(
+        {
+            "event": je.FINDING,
+            "t_wall": t + 5,
+            "t_mono": 0,
+            "kind": "dead_rank",
+            "ranks": [1],
+            "onset_wall": t + 4,
+            "detected_wall": t + 5,
+            "reason": "rank 1 died",
+            "evidence": {"pids": {"1": 101}, "step": 4},
+        }
+    )
+    recs.append(
+        {"event": "action", "t_wall": t + 6, "t_mono": 0, "action": "restart", "ranks": [0, 1], "outcome": "ok"}
+    )
+    recs += [
+        {
+            "event": je.RANK_RESTARTED,
+            "t_wall": t + 8 + r,
+            "t_mono": 0,
+            "rank": r,
+            "host": "node-a",
+            "pid": 200 + r,
+            "old_pid": 100 + r,
+        }
+        for r in range(world)
+    ]
     # the coordinator notices the old rank 1 gone only now: a record about a process
     # of section 1 must not claim it for section 2 (seen on a real hang -> restart)
-    recs.append({"event": je.STATE, "t_wall": t + 10.5, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 101,
-                 "changed": {"alive": [True, False]}})
+    recs.append(
+        {
+            "event": je.STATE,
+            "t_wall": t + 10.5,
+            "t_mono": 0,
+            "rank": 1,
+            "host": "node-a",
+            "pid": 101,
+            "changed": {"alive": [True, False]},
+        }
+    )
     # the old group's snapshot lands after the new processes were seen: it is still section 1's
     recs.append(ev(first, max(s.taken_wall for s in first) + 0.1))
     recs.append(ev(second, max(s.taken_wall for s in second) + 0.1))
@@ -153,8 +191,14 @@ def test_a_host_whose_clock_disagrees_is_named(tmp_path):
 
 def test_missing_rank_stands_out_in_the_collective_matrix_and_lanes(hang):
     page = html.render(load.load(str(hang)))
-    states = {int(r): c for c, r in re.findall(r'<g class="mx (\w+)" data-seq="13"><rect[^>]*/><text[^>]*>[^<]*'
-                                                r'</text><title>rank (\d)', page)}
+    states = {
+        int(r): c
+        for c, r in re.findall(
+            r'<g class="mx (\w+)" data-seq="13"><rect[^>]*/><text[^>]*>[^<]*'
+            r"</text><title>rank (\d)",
+            page,
+        )
+    }
     assert states == {2: "missing", 0: "waiting", 1: "waiting", 3: "waiting"}
     assert page.count('class="missing"') == 1 and "never entered ddp_all_reduce #13" in page
     assert re.search(r'class="lane culprit-label"[^>]*data-rank="2">rank 2', page)
@@ -176,8 +220,11 @@ def test_perfetto_is_a_valid_trace_one_process_per_host_one_track_per_rank(hang)
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert sorted(procs.values()) == ["coordinator (journal)", "node-a"]
     host_pid = next(p for p, n in procs.items() if n == "node-a")
-    threads = {e["tid"]: e["args"]["name"] for e in events
-               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == host_pid}
+    threads = {
+        e["tid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == host_pid
+    }
     assert threads == {r: f"rank {r}" for r in range(4)}
     steps = [e for e in events if e["ph"] == "X" and e["cat"] == "step" and e["tid"] == 0 and e["pid"] == host_pid]
     assert len(steps) == 13 and steps[-1]["name"] == "step 13 (in progress)"
@@ -193,26 +240,102 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
     trig = {"kind": "collective_hang", "ranks": [2], "action": "a-1"}
     common = {"t_mono": 0, "action_id": "a-1", "action": "restart", "kind": "collective_hang", "ranks": [2]}
     recs += [
-        {"event": je.COMMAND, "t_wall": t - 3, "t_mono": 0, "id": "c1", "type": "dump_stacks", "host": "node-a",
-         "ranks": [2, 0]},
-        {"event": je.COMMAND_REFUSED, "t_wall": t - 2.9, "t_mono": 0, "command_id": "c1", "type": "dump_stacks",
-         "host": "node-a", "reason": "unsigned"},
-        *[{"event": je.ACTION_HELD, "t_wall": t - 2.5 + i / 10, "t_mono": 0, "kind": "collective_hang",
-           "reason": f"restart for collective_hang held: finding is 0.{i} s old, policy waits 1 s"} for i in range(3)],
+        {
+            "event": je.COMMAND,
+            "t_wall": t - 3,
+            "t_mono": 0,
+            "id": "c1",
+            "type": "dump_stacks",
+            "host": "node-a",
+            "ranks": [2, 0],
+        },
+        {
+            "event": je.COMMAND_REFUSED,
+            "t_wall": t - 2.9,
+            "t_mono": 0,
+            "command_id": "c1",
+            "type": "dump_stacks",
+            "host": "node-a",
+            "reason": "unsigned",
+        },
+        *[
+            {
+                "event": je.ACTION_HELD,
+                "t_wall": t - 2.5 + i / 10,
+                "t_mono": 0,
+                "kind": "collective_hang",
+                "reason": f"restart for collective_hang held: finding is 0.{i} s old, policy waits 1 s",
+            }
+            for i in range(3)
+        ],
         {**common, "event": je.ACTION, "t_wall": t - 2, "reason": "collective_hang: ...", "dry_run": False},
-        {"event": je.STATE, "t_wall": t - 2, "t_mono": 0, "job_state": "restarting", "from": "degraded", "on": "restart"},
-        {**common, "event": je.ACTION_PROGRESS, "t_wall": t - 2, "phase": "term", "signal": "SIGTERM",
-         "workers": [0, 1, 2, 3], "launchers": []},
-        *[{"event": je.COMMAND, "t_wall": t - 1.9, "t_mono": 0, "id": f"s{r}", "type": "signal", "host": "node-a",
-           "ranks": [r], "trigger": trig, "args": {"signal": "SIGTERM"}} for r in range(4)],
-        *[{"event": je.COMMAND_DONE, "t_wall": t - 1.8, "t_mono": 0, "command_id": f"s{r}", "type": "signal",
-           "host": "node-a", "trigger": trig, "ok": r != 3, "error": ""} for r in range(4)],
+        {
+            "event": je.STATE,
+            "t_wall": t - 2,
+            "t_mono": 0,
+            "job_state": "restarting",
+            "from": "degraded",
+            "on": "restart",
+        },
+        {
+            **common,
+            "event": je.ACTION_PROGRESS,
+            "t_wall": t - 2,
+            "phase": "term",
+            "signal": "SIGTERM",
+            "workers": [0, 1, 2, 3],
+            "launchers": [],
+        },
+        *[
+            {
+                "event": je.COMMAND,
+                "t_wall": t - 1.9,
+                "t_mono": 0,
+                "id": f"s{r}",
+                "type": "signal",
+                "host": "node-a",
+                "ranks": [r],
+                "trigger": trig,
+                "args": {"signal": "SIGTERM"},
+            }
+            for r in range(4)
+        ],
+        *[
+            {
+                "event": je.COMMAND_DONE,
+                "t_wall": t - 1.8,
+                "t_mono": 0,
+                "command_id": f"s{r}",
+                "type": "signal",
+                "host": "node-a",
+                "trigger": trig,
+                "ok": r != 3,
+                "error": "",
+            }
+            for r in range(4)
+        ],
         {**common, "event": je.RESTART, "t_wall": t - 1.5, "restart": 1, "stopped": [0, 1, 2, 3], "seconds": 0.5},
-        *[{"event": je.RANK_RESTARTED, "t_wall": t - 1, "t_mono": 0, "rank": r, "host": "node-a", "pid": 5000 + r,
-           "old_pid": 1000 + r} for r in range(4)],
+        *[
+            {
+                "event": je.RANK_RESTARTED,
+                "t_wall": t - 1,
+                "t_mono": 0,
+                "rank": r,
+                "host": "node-a",
+                "pid": 5000 + r,
+                "old_pid": 1000 + r,
+            }
+            for r in range(4)
+        ],
         {**common, "event": je.RESUMED, "t_wall": t, "restart": 1, "step": 12, "world_size": 4, "seconds": 7.0},
-        {**common, "event": je.ACTION_OUTCOME, "t_wall": t, "ok": True, "result": "restart 1, resumed from step 12",
-         "seconds": 7.0},
+        {
+            **common,
+            "event": je.ACTION_OUTCOME,
+            "t_wall": t,
+            "ok": True,
+            "result": "restart 1, resumed from step 12",
+            "seconds": 7.0,
+        },
         stop,
     ]
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
@@ -220,8 +343,8 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
     assert second.opened_by == "restart" and not second.actions  # the restart's story stays with its cause
     assert any("evidence request dump_stacks to host node-a refused: unsigned" in n for n in first.notes)
     out = text.render(tl)
-    after = out[out.index("actions:\n"):].splitlines()[1:]
-    story = "\n".join(after[:next(i for i, x in enumerate(after) if not x.startswith("  "))])
+    after = out[out.index("actions:\n") :].splitlines()[1:]
+    story = "\n".join(after[: next(i for i, x in enumerate(after) if not x.startswith("  "))])
     lines = [x.split(" ", 3)[-1].strip() for x in story.splitlines()]
     assert lines[:6] == [
         "held 3 time(s) from here: restart for collective_hang held: finding is 0.2 s old, policy waits 1 s",
@@ -237,7 +360,10 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
     assert "<h3>What was done</h3>" in page and "outcome ok: restart 1, resumed from step 12" in page
     assert "job degraded -&gt; restarting (on restart)" in page
     drawn = re.findall(r'<g class="ev ev-action"[^>]*>.*?<text[^>]*>([^<]*)</text>', page)
-    assert drawn[:2] == ["restart for collective_hang rank 2", "restart 1: workers 0-3 stopped, 500 ms after the action"]
+    assert drawn[:2] == [
+        "restart for collective_hang rank 2",
+        "restart 1: workers 0-3 stopped, 500 ms after the action",
+    ]
 
 
 def test_ranks_that_never_registered_get_a_lane(tmp_path):
@@ -256,16 +382,45 @@ def test_ranks_that_never_registered_get_a_lane(tmp_path):
 def test_a_gone_rank_ends_at_its_last_sign_of_life(tmp_path):
     slot = hook_slot(tmp_path, 1, 2, steps=5, end="code", pid=301)
     t = slot.created_wall_ns / 1e9
-    recs = [{"event": je.START, "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": 2},
-            {"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301},
-            {"event": je.STATE, "t_wall": slot.taken_wall - 1, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301,
-             "step": 5, "changed": {"alive": [True, False]}},
-            {"event": je.FINDING, "t_wall": slot.taken_wall - 0.9, "t_mono": 0, "kind": "dead_rank", "ranks": [1],
-             "onset_wall": slot.taken_wall - 1.2, "detected_wall": slot.taken_wall - 0.9, "reason": "rank 1 died"},
-            {"event": je.EVIDENCE, "t_wall": slot.taken_wall, "t_mono": 0, "host": "node-a",
-             "slots": [slot.to_dict()], "stacks": [replace(fake_stack("node-a", 1, 301, "x", 0), ok=False, text="",
-                                                           error="Error: Failed to get process executable name."
-                                                                 "\n\nCaused by:").to_dict()]}]
+    recs = [
+        {"event": je.START, "t_wall": t - 1, "t_mono": 0, "job": "j", "world_size": 2},
+        {"event": je.RANK_JOINED, "t_wall": t, "t_mono": 0, "rank": 1, "host": "node-a", "pid": 301},
+        {
+            "event": je.STATE,
+            "t_wall": slot.taken_wall - 1,
+            "t_mono": 0,
+            "rank": 1,
+            "host": "node-a",
+            "pid": 301,
+            "step": 5,
+            "changed": {"alive": [True, False]},
+        },
+        {
+            "event": je.FINDING,
+            "t_wall": slot.taken_wall - 0.9,
+            "t_mono": 0,
+            "kind": "dead_rank",
+            "ranks": [1],
+            "onset_wall": slot.taken_wall - 1.2,
+            "detected_wall": slot.taken_wall - 0.9,
+            "reason": "rank 1 died",
+        },
+        {
+            "event": je.EVIDENCE,
+            "t_wall": slot.taken_wall,
+            "t_mono": 0,
+            "host": "node-a",
+            "slots": [slot.to_dict()],
+            "stacks": [
+                replace(
+                    fake_stack("node-a", 1, 301, "x", 0),
+                    ok=False,
+                    text="",
+                    error="Error: Failed to get process executable name.\n\nCaused by:",
+                ).to_dict()
+            ],
+        },
+    ]
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
     lane = tl.sections[0].lanes[1]
     assert lane.now.activity == "gone" and lane.now.where.startswith("process gone; last seen in training code")

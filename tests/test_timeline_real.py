@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import headless
+import pytest
 from timeline_support import check_trace, torn, without_evidence
+
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.dev import scenario
 from watchdog.timeline import html, load, perfetto, text
@@ -50,9 +50,29 @@ def restarted(tmp_path_factory) -> Path:
     group back from its checkpoint, the journal gets a second incarnation."""
     work = tmp_path_factory.mktemp("restart")
     proc = subprocess.run(
-        [sys.executable, "-m", "watchdog.cli", "demo", "--json", "--fault=hang:2@10", "--action", "restart",
-         "--steps", "20", "--linger-seconds", "2", "--timeout-seconds", "90", "--work-dir", str(work)],
-        capture_output=True, text=True, timeout=200, env=os.environ.copy())
+        [
+            sys.executable,
+            "-m",
+            "watchdog.cli",
+            "demo",
+            "--json",
+            "--fault=hang:2@10",
+            "--action",
+            "restart",
+            "--steps",
+            "20",
+            "--linger-seconds",
+            "2",
+            "--timeout-seconds",
+            "90",
+            "--work-dir",
+            str(work),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=os.environ.copy(),
+    )
     summary = next((json.loads(x) for x in proc.stdout.splitlines() if '"event": "summary"' in x), None)
     assert proc.returncode == 0 and summary, proc.stdout[-3000:] + proc.stderr[-3000:]
     return Path(summary["journal"])
@@ -83,7 +103,7 @@ def test_text_names_the_culprit_first(runs, fault):
     header = next(i for i, x in enumerate(lines) if x.startswith("  rank  host"))
     first_row = lines[header + 1].split()
     assert first_row[0] == f"{ranks[0]}*"  # culprit rows first
-    order = [int(x.split()[0].rstrip("*")) for x in lines[header + 1: header + 5]]
+    order = [int(x.split()[0].rstrip("*")) for x in lines[header + 1 : header + 5]]
     assert order.index(culprit) < len(ranks) and sorted(order) == [0, 1, 2, 3]
     assert f"watchdog timeline {_journal(res)}" == res.summary["timeline"]  # what the demo prints
 
@@ -107,8 +127,11 @@ def test_the_hang_post_mortem_has_every_rank_and_both_stacks(runs):
 def test_perfetto_is_a_valid_trace(runs, fault, tmp_path):
     tl = load.load(str(_journal(runs[fault])))
     events = check_trace(json.loads(json.dumps(perfetto.render(tl))))
-    hosts = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"
-             and e["args"]["name"] != "coordinator (journal)"}
+    hosts = {
+        e["pid"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"] != "coordinator (journal)"
+    }
     assert len(hosts) == 1
     threads = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] in hosts}
     assert threads == {0, 1, 2, 3}
@@ -153,9 +176,14 @@ def test_a_restarted_job_has_a_section_per_incarnation_and_the_restart_story(res
     assert {lane.pid for lane in first.lanes.values()}.isdisjoint({lane.pid for lane in second.lanes.values()})
     assert sorted(second.lanes) == [0, 1, 2, 3]
     out = text.render(tl)
-    story = out[out.index("actions:\n", out.index("== section 1")):out.index("== section 2")]
-    for line in ("restart for collective_hang rank 2", "signal SIGTERM sent to ranks 0-3", "restart 1: workers 0-3 "
-                 "stopped", "resumed from step 10 with 4 ranks", "outcome ok: restart 1, resumed from step 10"):
+    story = out[out.index("actions:\n", out.index("== section 1")) : out.index("== section 2")]
+    for line in (
+        "restart for collective_hang rank 2",
+        "signal SIGTERM sent to ranks 0-3",
+        "restart 1: workers 0-3 stopped",
+        "resumed from step 10 with 4 ranks",
+        "outcome ok: restart 1, resumed from step 10",
+    ):
         assert line in story, story
     assert "== section 2 of" in out and "ranks restarted" in out
     events = check_trace(perfetto.render(tl))
@@ -186,9 +214,11 @@ def test_chromium_renders_the_report_without_console_errors(runs, tmp_path):
     colours = len(set(pixels))
     ink = sum(1 for p in pixels if min(p) < 235) / len(pixels)
     assert colours > 50 and ink > 0.15, (colours, ink)
+
     # the report's own colours made it to the screen: culprit red, collective orange
     def near(c, ref, tol=40):
         return all(abs(a - b) <= tol for a, b in zip(c, ref))
+
     full = _pixels(img)
     assert sum(near(p, (0xD6, 0x27, 0x28)) for p in full) > 200
     assert sum(near(p, (0xF2, 0x8E, 0x2B)) for p in full) > 2000

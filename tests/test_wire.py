@@ -19,7 +19,16 @@ TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=(
 
 
 def identity(**kw) -> wire.Identity:
-    base = dict(job="job", host="h", rank=0, local_rank=0, world_size=1, pid=1234, proc_start_us=99, run_id="r:0")
+    base = {
+        "job": "job",
+        "host": "h",
+        "rank": 0,
+        "local_rank": 0,
+        "world_size": 1,
+        "pid": 1234,
+        "proc_start_us": 99,
+        "run_id": "r:0",
+    }
     base.update(kw)
     return wire.Identity(**base)
 
@@ -124,8 +133,9 @@ def test_a_slot_without_loss_words_reports_no_loss(tmp_path):
     """Version 1 slots from hooks older than the loss words have them zero: no loss, not a 0.0 loss."""
     header = wire.read_slot(write_file(tmp_path, fresh())).header
     assert header.version == 1 and header.loss is None
-    assert wire.H_LAST_DYNAMIC < wire.H_HEARTBEAT_NS and all(wire.H_STEP <= w <= wire.H_LAST_DYNAMIC
-                                                             for w in wire.LOSS_WORDS)
+    assert wire.H_LAST_DYNAMIC < wire.H_HEARTBEAT_NS and all(
+        wire.H_STEP <= w <= wire.H_LAST_DYNAMIC for w in wire.LOSS_WORDS
+    )
 
 
 def test_records_round_trip_and_since(tmp_path):

@@ -20,9 +20,12 @@ from watchdog.evidence import SlotEvidence, StackDump
 
 def without_evidence(src: Path, dst: Path) -> Path:
     """The same journal as a coordinator without evidence collection would have left it."""
-    lines = [x for x in src.read_bytes().splitlines(keepends=True)
-             if json.loads(x).get("event") not in (je.EVIDENCE, je.COMMAND, je.COMMAND_DONE, je.COMMAND_REFUSED,
-                                                     je.COMMAND_EXPIRED)]
+    lines = [
+        x
+        for x in src.read_bytes().splitlines(keepends=True)
+        if json.loads(x).get("event")
+        not in (je.EVIDENCE, je.COMMAND, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED)
+    ]
     dst.write_bytes(b"".join(lines))
     return dst
 
@@ -38,9 +41,19 @@ def torn(src: Path, dst: Path) -> Path:
 # -- journals built in-process, for the fast tests ------------------------------------
 
 
-def hook_slot(run_dir: Path, rank: int, world: int, *, steps: int, end: str, host: str = "node-a",
-              start_ns: int = 10**12, stuck_ns: int = 5 * 10**9, wall_offset_s: float = 0.0,
-              pid: int | None = None) -> SlotEvidence:
+def hook_slot(
+    run_dir: Path,
+    rank: int,
+    world: int,
+    *,
+    steps: int,
+    end: str,
+    host: str = "node-a",
+    start_ns: int = 10**12,
+    stuck_ns: int = 5 * 10**9,
+    wall_offset_s: float = 0.0,
+    pid: int | None = None,
+) -> SlotEvidence:
     """A real slot written by the real hook (FakeClock: exact times), read the way
     the agent reads it. ``end``: "code" (stopped in its own code after ``steps``
     steps) or "collective" (inside collective #steps+1 since then). The snapshot is
@@ -50,8 +63,17 @@ def hook_slot(run_dir: Path, rank: int, world: int, *, steps: int, end: str, hos
     from watchdog.hook.testing import FakeClock, installed
 
     clock = FakeClock(start_ns)
-    with installed(run_dir, clock=clock, rank=rank, world_size=world, job="unit", host=host,
-                   patch_collectives=False, heartbeat_interval_s=3600) as mon:
+    with installed(
+        run_dir,
+        clock=clock,
+        rank=rank,
+        world_size=world,
+        job="unit",
+        host=host,
+        patch_collectives=False,
+        heartbeat_interval_s=3600,
+    ) as mon:
+
         def batches():
             while True:
                 clock.advance(1_000_000)  # each fetch waits 1 ms on the "loader"
@@ -96,8 +118,9 @@ Thread 99 (idle): "watchdog-heartbeat"
 
 
 def fake_stack(host: str, rank: int, pid: int, frame: str, taken_wall: float) -> StackDump:
-    return StackDump(host=host, rank=rank, pid=pid, ok=True, text=PY_SPY_TEXT.format(pid=pid, frame=frame),
-                     taken_wall=taken_wall)
+    return StackDump(
+        host=host, rank=rank, pid=pid, ok=True, text=PY_SPY_TEXT.format(pid=pid, frame=frame), taken_wall=taken_wall
+    )
 
 
 def write_journal(path: Path, records: list[dict]) -> Path:
@@ -105,36 +128,92 @@ def write_journal(path: Path, records: list[dict]) -> Path:
     return path
 
 
-def hang_records(tmp: Path, *, world: int = 4, culprit: int = 2, steps: int = 12, evidence: bool = True,
-                 pid0: int = 1000) -> list[dict]:
+def hang_records(
+    tmp: Path, *, world: int = 4, culprit: int = 2, steps: int = 12, evidence: bool = True, pid0: int = 1000
+) -> list[dict]:
     """A coordinator journal of a hang (rank ``culprit`` never enters the next
     all-reduce), with the slots the real hook wrote and py-spy-shaped stacks."""
-    slots = [hook_slot(tmp / f"r{r}", r, world, steps=steps, end="code" if r == culprit else "collective",
-                       pid=pid0 + r) for r in range(world)]
+    slots = [
+        hook_slot(tmp / f"r{r}", r, world, steps=steps, end="code" if r == culprit else "collective", pid=pid0 + r)
+        for r in range(world)
+    ]
     taken = max(s.taken_wall for s in slots)
     t0 = min(s.created_wall_ns for s in slots) / 1e9 - 5.0  # the coordinator started before the ranks
     seq = steps + 1
     recs: list[dict] = [{"event": je.START, "t_wall": t0, "t_mono": 1.0, "job": "unit", "world_size": world}]
-    recs += [{"event": je.RANK_JOINED, "t_wall": t0 + 1, "t_mono": 2.0, "rank": r, "host": "node-a", "pid": pid0 + r,
-              "status": "running", "pg_state": "joined"} for r in range(world)]
+    recs += [
+        {
+            "event": je.RANK_JOINED,
+            "t_wall": t0 + 1,
+            "t_mono": 2.0,
+            "rank": r,
+            "host": "node-a",
+            "pid": pid0 + r,
+            "status": "running",
+            "pg_state": "joined",
+        }
+        for r in range(world)
+    ]
     waiters = [r for r in range(world) if r != culprit]
-    recs.append({"event": je.FINDING, "t_wall": taken - 0.1, "t_mono": 9.0, "kind": "collective_hang",
-                 "ranks": [culprit], "hosts": ["node-a"], "onset_wall": taken - 5.0, "detected_wall": taken - 0.1,
-                 "reason": f"rank {culprit} (host node-a, pid {pid0 + culprit}) never entered ddp_all_reduce #{seq}",
-                 "evidence": {"group": 0, "seq": seq, "op": "ddp_all_reduce", "waiters": waiters, "how": "missing",
-                              "culprits": {str(culprit): {"host": "node-a", "pid": pid0 + culprit, "step": steps,
-                                                          "phase": "train", "in_data_wait": False, "coll_seq": steps,
-                                                          "coll_outstanding": 0, "heartbeat_age_s": 0.2,
-                                                          "health": "ok"}}},
-                 "wants_stacks": [culprit]})
+    recs.append(
+        {
+            "event": je.FINDING,
+            "t_wall": taken - 0.1,
+            "t_mono": 9.0,
+            "kind": "collective_hang",
+            "ranks": [culprit],
+            "hosts": ["node-a"],
+            "onset_wall": taken - 5.0,
+            "detected_wall": taken - 0.1,
+            "reason": f"rank {culprit} (host node-a, pid {pid0 + culprit}) never entered ddp_all_reduce #{seq}",
+            "evidence": {
+                "group": 0,
+                "seq": seq,
+                "op": "ddp_all_reduce",
+                "waiters": waiters,
+                "how": "missing",
+                "culprits": {
+                    str(culprit): {
+                        "host": "node-a",
+                        "pid": pid0 + culprit,
+                        "step": steps,
+                        "phase": "train",
+                        "in_data_wait": False,
+                        "coll_seq": steps,
+                        "coll_outstanding": 0,
+                        "heartbeat_age_s": 0.2,
+                        "health": "ok",
+                    }
+                },
+            },
+            "wants_stacks": [culprit],
+        }
+    )
     if evidence:
-        stacks = [fake_stack("node-a", culprit, pid0 + culprit, "stuck_here (train.py:213)", taken),
-                  fake_stack("node-a", waiters[0], pid0 + waiters[0], "backward (torch/autograd/__init__.py:395)", taken)]
-        recs.append({"event": je.EVIDENCE, "t_wall": taken + 0.2, "t_mono": 10.0, "host": "node-a",
-                     "trigger": {"kind": "collective_hang", "ranks": [culprit]},
-                     "stacks": [s.to_dict() for s in stacks], "slots": [s.to_dict() for s in slots]})
-    recs.append({"event": je.STOP, "t_wall": taken + 3.0, "t_mono": 13.0, "reason": "SIGTERM",
-                 "active_findings": [{"kind": "collective_hang", "ranks": [culprit]}]})
+        stacks = [
+            fake_stack("node-a", culprit, pid0 + culprit, "stuck_here (train.py:213)", taken),
+            fake_stack("node-a", waiters[0], pid0 + waiters[0], "backward (torch/autograd/__init__.py:395)", taken),
+        ]
+        recs.append(
+            {
+                "event": je.EVIDENCE,
+                "t_wall": taken + 0.2,
+                "t_mono": 10.0,
+                "host": "node-a",
+                "trigger": {"kind": "collective_hang", "ranks": [culprit]},
+                "stacks": [s.to_dict() for s in stacks],
+                "slots": [s.to_dict() for s in slots],
+            }
+        )
+    recs.append(
+        {
+            "event": je.STOP,
+            "t_wall": taken + 3.0,
+            "t_mono": 13.0,
+            "reason": "SIGTERM",
+            "active_findings": [{"kind": "collective_hang", "ranks": [culprit]}],
+        }
+    )
     return recs
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 from importlib import metadata
-from typing import Sequence
 
 DISTRIBUTION = "rank-watchdog"
 
@@ -20,9 +20,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
     "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),
-    "hosts": ("watchdog.coordinator.hosts_cli", "hosts that keep failing over all jobs, from Prometheus, with exclude lines"),
-    "scaling": ("watchdog.scaling.main", "scaling efficiency, compute vs communication per world size, from the journals of runs at 1, 2, 4, ... workers"),
-    "timeline": ("watchdog.timeline.main", "post-mortem from a journal: root cause first, per-rank lanes (text/HTML/Perfetto)"),
+    "hosts": (
+        "watchdog.coordinator.hosts_cli",
+        "hosts that keep failing over all jobs, from Prometheus, with exclude lines",
+    ),
+    "scaling": (
+        "watchdog.scaling.main",
+        "scaling efficiency, compute vs communication per world size, from the journals of runs at 1, 2, 4, ... workers",
+    ),
+    "timeline": (
+        "watchdog.timeline.main",
+        "post-mortem from a journal: root cause first, per-rank lanes (text/HTML/Perfetto)",
+    ),
 }
 
 
@@ -36,8 +45,12 @@ def package_version() -> str:
 
 def _usage() -> str:
     width = max(len(n) for n in SUBCOMMANDS)
-    lines = ["usage: watchdog <command> [flags]   (watchdog <command> --help for its flags)",
-             "       watchdog --version", "", "commands:"]
+    lines = [
+        "usage: watchdog <command> [flags]   (watchdog <command> --help for its flags)",
+        "       watchdog --version",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<{width}}  {helptext}" for name, (_, helptext) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 

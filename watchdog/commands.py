@@ -48,7 +48,8 @@ import ipaddress
 import json
 import math
 import secrets
-from typing import Any, Container, TypeGuard
+from collections.abc import Container
+from typing import Any, TypeGuard
 
 DOMAIN = b"rank-watchdog command v1\n"
 DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
@@ -74,8 +75,20 @@ NOT_YET_VALID = "not_yet_valid"  # issued further in the future than clock skew 
 REPLAYED = "replayed"  # an id this agent has already seen
 WRONG_IDENTITY = "wrong_identity"  # the target's pid is gone or now another process
 UNKNOWN_TARGET = "unknown_target"  # signal: the pid is neither a rank of the job nor its launcher
-REFUSALS = (MALFORMED, UNKNOWN_TYPE, UNSIGNED, BAD_SIGNATURE, NO_TOKEN, FOREIGN_JOB, WRONG_HOST, EXPIRED,
-            NOT_YET_VALID, REPLAYED, WRONG_IDENTITY, UNKNOWN_TARGET)
+REFUSALS = (
+    MALFORMED,
+    UNKNOWN_TYPE,
+    UNSIGNED,
+    BAD_SIGNATURE,
+    NO_TOKEN,
+    FOREIGN_JOB,
+    WRONG_HOST,
+    EXPIRED,
+    NOT_YET_VALID,
+    REPLAYED,
+    WRONG_IDENTITY,
+    UNKNOWN_TARGET,
+)
 
 MAX_TTL_S = 600.0  # a longer-lived command is refused: it bounds the replay cache and a leak's use
 MAX_FUTURE_S = 60.0  # tolerated skew between issued_wall and the agent's clock
@@ -87,11 +100,29 @@ def new_id() -> str:
     return "c-" + secrets.token_hex(8)
 
 
-def make(*, job: str, type: str, host: str, args: dict[str, Any], issued_wall: float, ttl_s: float,
-         target: dict[str, int] | None = None, id: str | None = None) -> dict[str, Any]:
+def make(
+    *,
+    job: str,
+    type: str,
+    host: str,
+    args: dict[str, Any],
+    issued_wall: float,
+    ttl_s: float,
+    target: dict[str, int] | None = None,
+    id: str | None = None,
+) -> dict[str, Any]:
     """An unsigned envelope (``sign`` adds ``sig``)."""
-    return {"id": id or new_id(), "job": job, "type": type, "host": host, "target": target, "args": args,
-            "issued_wall": round(issued_wall, 6), "expires_wall": round(issued_wall + ttl_s, 6), "sig": ""}
+    return {
+        "id": id or new_id(),
+        "job": job,
+        "type": type,
+        "host": host,
+        "target": target,
+        "args": args,
+        "issued_wall": round(issued_wall, 6),
+        "expires_wall": round(issued_wall + ttl_s, 6),
+        "sig": "",
+    }
 
 
 def target(rank: int, pid: int, proc_start_us: int) -> dict[str, int]:
@@ -100,8 +131,9 @@ def target(rank: int, pid: int, proc_start_us: int) -> dict[str, int]:
 
 def canonical(cmd: dict[str, Any]) -> bytes:
     body = {k: v for k, v in cmd.items() if k != "sig"}
-    return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                               allow_nan=False).encode("ascii")
+    return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode(
+        "ascii"
+    )
 
 
 def signature(cmd: dict[str, Any], token: str) -> str:
@@ -135,8 +167,12 @@ def _is_int(v: Any) -> bool:
 
 
 def valid_target(t: Any) -> TypeGuard[dict[str, Any]]:
-    return (isinstance(t, dict) and all(_is_int(t.get(k)) for k in ("rank", "pid", "proc_start_us"))
-            and t["pid"] >= 0 and t["rank"] >= -1)
+    return (
+        isinstance(t, dict)
+        and all(_is_int(t.get(k)) for k in ("rank", "pid", "proc_start_us"))
+        and t["pid"] >= 0
+        and t["rank"] >= -1
+    )
 
 
 def _envelope_ok(cmd: Any) -> bool:
@@ -147,8 +183,9 @@ def _envelope_ok(cmd: Any) -> bool:
             return False
     if len(cmd["id"]) > MAX_ID_LEN or not isinstance(cmd.get("args"), dict):
         return False
-    if not isinstance(cmd.get("sig", ""), str) or ("target" in cmd and cmd["target"] is not None
-                                                     and not valid_target(cmd["target"])):
+    if not isinstance(cmd.get("sig", ""), str) or (
+        "target" in cmd and cmd["target"] is not None and not valid_target(cmd["target"])
+    ):
         return False
     issued, expires = cmd.get("issued_wall"), cmd.get("expires_wall")
     return _is_time(issued) and _is_time(expires) and 0 <= expires - issued <= MAX_TTL_S
@@ -158,22 +195,28 @@ def _args_ok(cmd: dict[str, Any]) -> bool:
     args = cmd["args"]
     if cmd["type"] in EVIDENCE:
         ranks = args.get("ranks")
-        return (isinstance(ranks, list) and 0 < len(ranks) <= MAX_TARGETS and all(valid_target(t) for t in ranks))
+        return isinstance(ranks, list) and 0 < len(ranks) <= MAX_TARGETS and all(valid_target(t) for t in ranks)
     if cmd["type"] == SIGNAL:
         t = cmd.get("target")
         return args.get("signal") in SIGNALS and valid_target(t) and t["pid"] > 0
     if cmd["type"] == CHECKPOINT:
         ranks, step = args.get("ranks"), args.get("step")
-        return (_is_int(step) and 0 <= step < MAX_STEP and isinstance(ranks, list) and 0 < len(ranks) <= MAX_TARGETS
-                and all(valid_target(t) and t["pid"] > 0 for t in ranks))
+        return (
+            _is_int(step)
+            and 0 <= step < MAX_STEP
+            and isinstance(ranks, list)
+            and 0 < len(ranks) <= MAX_TARGETS
+            and all(valid_target(t) and t["pid"] > 0 for t in ranks)
+        )
     if cmd["type"] == ROLLBACK:
         step, action = args.get("before_step"), args.get("action", "")
         return _is_int(step) and 0 < step < MAX_STEP and isinstance(action, str) and len(action) <= MAX_ID_LEN
     return False
 
 
-def verify(cmd: Any, token: str, job: str, host: str, now_wall: float, seen_ids: Container[str], *,
-           loopback: bool = False) -> tuple[bool, str]:
+def verify(
+    cmd: Any, token: str, job: str, host: str, now_wall: float, seen_ids: Container[str], *, loopback: bool = False
+) -> tuple[bool, str]:
     """(True, "") if the agent may run ``cmd``, else (False, reason in REFUSALS).
 
     ``token``: this agent's job token ("" = none). ``job``: the job whose report
@@ -218,7 +261,10 @@ def identity_ok(t: dict[str, int], start_us_now: int | None, tolerance_us: int) 
     if start_us_now is None:
         return False, f"pid {t['pid']} is gone"
     if abs(start_us_now - t["proc_start_us"]) > tolerance_us:
-        return False, f"pid {t['pid']} now belongs to another process (started {start_us_now}, expected {t['proc_start_us']})"
+        return (
+            False,
+            f"pid {t['pid']} now belongs to another process (started {start_us_now}, expected {t['proc_start_us']})",
+        )
     return True, ""
 
 

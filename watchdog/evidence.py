@@ -42,7 +42,7 @@ class StackDump:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StackDump":
+    def from_dict(cls, d: dict[str, Any]) -> StackDump:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -68,11 +68,11 @@ class SlotEvidence:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SlotEvidence":
+    def from_dict(cls, d: dict[str, Any]) -> SlotEvidence:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     @classmethod
-    def from_snapshot(cls, snap: wire.SlotSnapshot, host: str, taken_wall: float, taken_mono_ns: int) -> "SlotEvidence":
+    def from_snapshot(cls, snap: wire.SlotSnapshot, host: str, taken_wall: float, taken_mono_ns: int) -> SlotEvidence:
         h = snap.header
         return cls(
             host=host,

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -200,8 +201,11 @@ def unmatched(cls: type, flags: Sequence[Flag], not_from_flags: Sequence[str] = 
     in ``not_from_flags``. For tests: adding a flag or a field cannot forget the other."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     problems = [f"flag --{f.name} fills no field" for f in flags if not f.field]
-    problems += [f"flag --{f.name} names {cls.__name__}.{f.field}, which does not exist"
-                 for f in flags if f.field and f.field not in names]
+    problems += [
+        f"flag --{f.name} names {cls.__name__}.{f.field}, which does not exist"
+        for f in flags
+        if f.field and f.field not in names
+    ]
     filled = {f.field for f in flags} | set(not_from_flags)
     problems += [f"{cls.__name__}.{n} has no flag" for n in sorted(names - filled)]
     return problems

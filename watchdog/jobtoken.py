@@ -70,9 +70,11 @@ def too_short(token: str, listen_host: str) -> str | None:
     """The error for a token too short to protect a non-loopback listener, or None."""
     if not token or len(token.encode("utf-8")) >= MIN_BYTES or _loopback(listen_host):
         return None
-    return (f"refusing to listen on {listen_host} with a job token of {len(token.encode('utf-8'))} bytes: anyone who "
-            f"can reach the port could guess it; use at least {MIN_BYTES} random bytes (e.g. "
-            f"`od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'`), or listen on 127.0.0.1")
+    return (
+        f"refusing to listen on {listen_host} with a job token of {len(token.encode('utf-8'))} bytes: anyone who "
+        f"can reach the port could guess it; use at least {MIN_BYTES} random bytes (e.g. "
+        f"`od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'`), or listen on 127.0.0.1"
+    )
 
 
 def file_warning(values: Mapping[str, Any], stat_fn: Any = os.stat) -> str | None:
@@ -85,8 +87,10 @@ def file_warning(values: Mapping[str, Any], stat_fn: Any = os.stat) -> str | Non
     except OSError:
         return None
     if mode & stat.S_IROTH:
-        return (f"the job token file {path} is readable by every user on this host (mode {stat.filemode(mode)}): "
-                f"anyone here can sign commands and send reports; chmod o-r it (0600, or 0640 for a group)")
+        return (
+            f"the job token file {path} is readable by every user on this host (mode {stat.filemode(mode)}): "
+            f"anyone here can sign commands and send reports; chmod o-r it (0600, or 0640 for a group)"
+        )
     return None
 
 

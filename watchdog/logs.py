@@ -43,8 +43,9 @@ def format_flag() -> Flag:
 
 def _renderer(fmt: str):
     if fmt == "logfmt":
-        return structlog.processors.LogfmtRenderer(key_order=["timestamp", "level", "event"], drop_missing=True,
-                                                    bool_as_flag=False)
+        return structlog.processors.LogfmtRenderer(
+            key_order=["timestamp", "level", "event"], drop_missing=True, bool_as_flag=False
+        )
     return structlog.processors.JSONRenderer(sort_keys=False)
 
 

@@ -140,7 +140,7 @@ class HostReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, obj: Any, dropped: list[tuple[int, Any, str]] | None = None) -> "HostReport":
+    def from_dict(cls, obj: Any, dropped: list[tuple[int, Any, str]] | None = None) -> HostReport:
         """``dropped``: when given, a rank entry that cannot be accepted is left out and
         noted there as (index, its "rank" field as sent, why) instead of failing the
         whole report: one bad rank must not make its host look lost."""
@@ -196,8 +196,7 @@ def _opt_list_of_dicts(obj: dict, key: str) -> list[dict]:
 
 _NUM = (int, float)
 _RANK_TYPES = {
-    f.name: {"int": int, "float": _NUM, "bool": bool, "str": str}.get(str(f.type))
-    for f in fields(RankState)
+    f.name: {"int": int, "float": _NUM, "bool": bool, "str": str}.get(str(f.type)) for f in fields(RankState)
 }
 
 
@@ -215,9 +214,7 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
         kw[name] = float(val) if typ is _NUM else val
     coll = _get(raw, "coll", dict, where)
     try:
-        kw["coll"] = CollectiveState(
-            **{f.name: coll[f.name] for f in fields(CollectiveState) if f.name in coll}
-        )
+        kw["coll"] = CollectiveState(**{f.name: coll[f.name] for f in fields(CollectiveState) if f.name in coll})
     except TypeError as exc:  # pragma: no cover - defensive
         raise ReportError(f"{where}.coll: {exc}") from None
     for f in fields(CollectiveState):
@@ -276,10 +273,29 @@ def _seconds_ok(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v < MAX_SECONDS
 
 
-_COUNTS = ("local_rank", "pid", "proc_start_us", "step", "hook_errors", "rss_bytes", "launcher_pid",
-           "launcher_start_us", "ctrl_ack_seq", "ctrl_ack_step")
-_AGES = ("step_age_s", "heartbeat_age_s", "phase_age_s", "pg_age_s", "data_wait_age_s", "last_step_s",
-         "last_data_s", "last_coll_s", "gone_age_s")
+_COUNTS = (
+    "local_rank",
+    "pid",
+    "proc_start_us",
+    "step",
+    "hook_errors",
+    "rss_bytes",
+    "launcher_pid",
+    "launcher_start_us",
+    "ctrl_ack_seq",
+    "ctrl_ack_step",
+)
+_AGES = (
+    "step_age_s",
+    "heartbeat_age_s",
+    "phase_age_s",
+    "pg_age_s",
+    "data_wait_age_s",
+    "last_step_s",
+    "last_data_s",
+    "last_coll_s",
+    "gone_age_s",
+)
 
 
 def rank_problem(r: RankState) -> str:
@@ -326,8 +342,14 @@ def split_valid(ranks: tuple[RankState, ...]) -> tuple[tuple[RankState, ...], li
 
 
 # death: key -> (type, longest string); anything else a newer agent sends is dropped.
-_DEATH_FIELDS: dict[str, tuple[type, int]] = {"summary": (str, 2000), "exit_code": (int, 0), "signal": (str, 32),
-                                              "oom": (str, 1000), "traceback": (str, 8000), "fatal": (str, 8000)}
+_DEATH_FIELDS: dict[str, tuple[type, int]] = {
+    "summary": (str, 2000),
+    "exit_code": (int, 0),
+    "signal": (str, 32),
+    "oom": (str, 1000),
+    "traceback": (str, 8000),
+    "fatal": (str, 8000),
+}
 _EXCEPTION_FIELDS = ("type", "message", "where", "function", "thread")
 
 

@@ -83,8 +83,9 @@ def fallback_note(chosen: str, system: str | None = None, exists: Callable[[str]
     )
 
 
-def insecure(path: str, *, trusted: frozenset[int] | None = None, stat: Callable = os.stat,
-             lstat: Callable = os.lstat) -> str:
+def insecure(
+    path: str, *, trusted: frozenset[int] | None = None, stat: Callable = os.stat, lstat: Callable = os.lstat
+) -> str:
     """Why ``path`` must not be used as a run directory, or "" (also when it does
     not exist yet: whoever creates it then owns it). ``trusted``: uids that may own
     it (default: this user and root)."""
@@ -104,9 +105,13 @@ def insecure(path: str, *, trusted: frozenset[int] | None = None, stat: Callable
     if not _stat.S_ISDIR(st.st_mode):
         return "is not a directory"
     if st.st_uid not in trusted:
-        return (f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}) or root: another user may have "
-                f"created it first to plant slot files")
+        return (
+            f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}) or root: another user may have "
+            f"created it first to plant slot files"
+        )
     if st.st_mode & _stat.S_IWOTH and not st.st_mode & _stat.S_ISVTX:
-        return (f"is writable by every user without the sticky bit (mode {_stat.filemode(st.st_mode)}): anyone could "
-                f"replace the slot files in it")
+        return (
+            f"is writable by every user without the sticky bit (mode {_stat.filemode(st.st_mode)}): anyone could "
+            f"replace the slot files in it"
+        )
     return ""

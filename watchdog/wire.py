@@ -33,8 +33,8 @@ import os
 import stat
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 MAGIC = int.from_bytes(b"RWDSLOT\x00", "little")
 VERSION = 1
@@ -515,14 +515,14 @@ def read_slot(path: str, since: int = 0) -> SlotSnapshot:
             elif seq_now != header[H_SEQ]:
                 since = max(since, head_now - cap)
             records = decode_records(raw_ring, cap, head, since)
-        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn, uid=st.st_uid,
-                            inode=st.st_ino)
+        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn, uid=st.st_uid, inode=st.st_ino)
     finally:
         os.close(fd)
 
 
-def write_control(path: str, ctrl_seq: int | None, command: Command, arg: int, *,
-                  expect: SlotSnapshot | None = None) -> int:
+def write_control(
+    path: str, ctrl_seq: int | None, command: Command, arg: int, *, expect: SlotSnapshot | None = None
+) -> int:
     """Agent side of the control block: command and argument first, the sequence
     number last, so the hook never acts on a half-written command.
 
@@ -537,11 +537,17 @@ def write_control(path: str, ctrl_seq: int | None, command: Command, arg: int, *
         if expect is not None:
             want = expect.header.identity
             got = header.identity
-            if (st.st_ino != expect.inode or st.st_uid != expect.uid or st.st_nlink != 1
-                    or (got.pid, got.proc_start_us, got.rank, got.job) != (want.pid, want.proc_start_us, want.rank,
-                                                                          want.job)):
-                raise ForeignSlot(f"{path} is no longer the slot of rank {want.rank} pid {want.pid} that was "
-                                  f"validated (replaced, relinked or another owner): not written")
+            if (
+                st.st_ino != expect.inode
+                or st.st_uid != expect.uid
+                or st.st_nlink != 1
+                or (got.pid, got.proc_start_us, got.rank, got.job)
+                != (want.pid, want.proc_start_us, want.rank, want.job)
+            ):
+                raise ForeignSlot(
+                    f"{path} is no longer the slot of rank {want.rank} pid {want.pid} that was "
+                    f"validated (replaced, relinked or another owner): not written"
+                )
         if ctrl_seq is None:
             ctrl_seq = header.words[H_CTRL_SEQ] + 1
         os.pwrite(fd, struct.pack("<q", int(command)), H_CTRL_CMD * WORD)

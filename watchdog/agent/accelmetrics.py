@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
-from watchdog.agent.nvml import AccelSnapshot, Accelerators, Disabled
+from watchdog.agent.nvml import Accelerators, AccelSnapshot, Disabled
 
 
 def accelerator_families(snap: AccelSnapshot, host: str) -> list[Metric]:
@@ -16,10 +16,17 @@ def accelerator_families(snap: AccelSnapshot, host: str) -> list[Metric]:
     avail.add_metric([], float(snap.available))
     count.add_metric([], len(snap.devices))
     fams = {s: s.family() for s in m.ACCEL_SPECS}
-    fields = ((m.ACCEL_UTIL, "util_ratio"), (m.ACCEL_MEM_UTIL, "mem_util_ratio"),
-              (m.ACCEL_MEM_USED, "mem_used_bytes"), (m.ACCEL_MEM_TOTAL, "mem_total_bytes"),
-              (m.ACCEL_TEMP, "temperature_c"), (m.ACCEL_POWER, "power_w"), (m.ACCEL_SM_CLOCK, "sm_clock_hz"),
-              (m.ACCEL_THROTTLE, "throttle_reasons"), (m.ACCEL_XID, "xid_errors"))
+    fields = (
+        (m.ACCEL_UTIL, "util_ratio"),
+        (m.ACCEL_MEM_UTIL, "mem_util_ratio"),
+        (m.ACCEL_MEM_USED, "mem_used_bytes"),
+        (m.ACCEL_MEM_TOTAL, "mem_total_bytes"),
+        (m.ACCEL_TEMP, "temperature_c"),
+        (m.ACCEL_POWER, "power_w"),
+        (m.ACCEL_SM_CLOCK, "sm_clock_hz"),
+        (m.ACCEL_THROTTLE, "throttle_reasons"),
+        (m.ACCEL_XID, "xid_errors"),
+    )
     for d in snap.devices:
         lab = [host, str(d.index)]
         fams[m.ACCEL_INFO].add_metric(lab + [d.name, d.uuid], 1.0)

@@ -22,8 +22,9 @@ import json
 import os
 import signal as _signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -78,15 +79,25 @@ def _pidfd_signal(pid: int, signum: int, check: Callable[[], tuple[bool, str]]) 
 
 
 class Actions:
-    def __init__(self, host: str, incarnations: Callable[[str], tuple[LocalRank, ...]], dumper: StackDumper, *,
-                 read: Callable[[str, int], wire.SlotSnapshot] = wire.read_slot,
-                 start_us: Callable[[int], int | None] = process_start_us,
-                 send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
-                 wall: Callable[[], float] = time.time, mono_ns: Callable[[], int] = time.monotonic_ns,
-                 tolerance_us: int = START_TOLERANCE_US, max_records: int = MAX_SLOT_RECORDS,
-                 max_ack_bytes: int = MAX_ACK_BYTES, dump_parallel: int = dumpall.PARALLEL,
-                 dump_deadline_s: float = dumpall.HOST_DEADLINE_S, pin: Callable[[int], Pin] = Pin,
-                 run_dir: str = "") -> None:
+    def __init__(
+        self,
+        host: str,
+        incarnations: Callable[[str], tuple[LocalRank, ...]],
+        dumper: StackDumper,
+        *,
+        read: Callable[[str, int], wire.SlotSnapshot] = wire.read_slot,
+        start_us: Callable[[int], int | None] = process_start_us,
+        send_signal: Callable[[int, int, Callable[[], tuple[bool, str]]], tuple[bool, str]] = _pidfd_signal,
+        wall: Callable[[], float] = time.time,
+        mono_ns: Callable[[], int] = time.monotonic_ns,
+        tolerance_us: int = START_TOLERANCE_US,
+        max_records: int = MAX_SLOT_RECORDS,
+        max_ack_bytes: int = MAX_ACK_BYTES,
+        dump_parallel: int = dumpall.PARALLEL,
+        dump_deadline_s: float = dumpall.HOST_DEADLINE_S,
+        pin: Callable[[int], Pin] = Pin,
+        run_dir: str = "",
+    ) -> None:
         self.host = host
         self._incarnations, self._dumper, self._read = incarnations, dumper, read
         self._start_us, self._send_signal = start_us, send_signal
@@ -117,8 +128,14 @@ class Actions:
         mine = [v for v in self._incarnations(job) if v.identity.rank == t["rank"]]
         if t["pid"] == 0:
             return max(mine, key=lambda v: v.header.created_wall_ns, default=None)
-        return next((v for v in mine if v.identity.pid == t["pid"]
-                     and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), None)
+        return next(
+            (
+                v
+                for v in mine
+                if v.identity.pid == t["pid"] and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol
+            ),
+            None,
+        )
 
     def dump_stacks(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """Every target at once (``dumpall``: at most ``dump_parallel`` py-spy at a
@@ -130,28 +147,36 @@ class Actions:
         def job(t: dict[str, int]):
             def run(left_s: float) -> StackDump:
                 return self._dump_one(cmd["job"], t, left_s, refusals)
+
             return run
 
         def late(i: int, why: str) -> StackDump:
             return self._no_stack(targets[i], why)
 
-        done = dumpall.run([job(t) for t in targets], late, parallel=self._dump_parallel,
-                           deadline_s=self._dump_deadline_s)
+        done = dumpall.run(
+            [job(t) for t in targets], late, parallel=self._dump_parallel, deadline_s=self._dump_deadline_s
+        )
         stacks = done.results
         errors = [f"rank {s.rank}: {s.error}" for s in stacks if not s.ok]
         out = ack(cmd, any(s.ok for s in stacks), "; ".join(errors), stacks=[s.to_dict() for s in stacks])
         # Added to the ack (and journaled with the evidence): the bound this host
         # worked under, and which ranks it could not dump within it.
-        out["bound"] = {"parallel": self._dump_parallel, "deadline_s": self._dump_deadline_s,
-                        "duration_s": done.duration_s, "late": [targets[i]["rank"] for i in done.late]}
+        out["bound"] = {
+            "parallel": self._dump_parallel,
+            "deadline_s": self._dump_deadline_s,
+            "duration_s": done.duration_s,
+            "late": [targets[i]["rank"] for i in done.late],
+        }
         return out, sorted(refusals)
 
     def _dump_one(self, job: str, t: dict[str, int], left_s: float, refusals: list[str]) -> StackDump:
         view = self._slot(job, t) if t["pid"] else None
         if view is None:
             refusals.append(c.UNKNOWN_TARGET)
-            return self._no_stack(t, f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} "
-                                     f"has no slot of job {job} on this host")
+            return self._no_stack(
+                t,
+                f"refused ({c.UNKNOWN_TARGET}): rank {t['rank']} pid {t['pid']} has no slot of job {job} on this host",
+            )
         pid = view.pid_here
         if pid <= 1:
             refusals.append(c.UNKNOWN_TARGET)
@@ -167,14 +192,18 @@ class Actions:
             dump = self._dumper.dump(self.host, t["rank"], pid, timeout_s=left_s)
             after = None if pin.pinned else self._start_us(pid)
             if pin.exited() or (not pin.pinned and (after is None or abs(after - start) > self._tol)):
-                return self._no_stack(t, "process exited during the dump: its pid may belong to another process "
-                                         "now, so the stack is discarded")
+                return self._no_stack(
+                    t,
+                    "process exited during the dump: its pid may belong to another process "
+                    "now, so the stack is discarded",
+                )
         # The evidence names the rank's process as the rank recorded it (its namespace).
         return replace(dump, pid=t["pid"]) if dump.pid != t["pid"] else dump
 
     def _no_stack(self, t: dict[str, int], error: str) -> StackDump:
-        return StackDump(host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error,
-                         taken_wall=self._wall())
+        return StackDump(
+            host=self.host, rank=t["rank"], pid=t["pid"], ok=False, text="", error=error, taken_wall=self._wall()
+        )
 
     def snapshot_slots(self, cmd: dict[str, Any]) -> dict[str, Any]:
         slots, errors = [], []
@@ -203,8 +232,10 @@ class Actions:
             view = self._slot(cmd["job"], t)
             if view is None:
                 refusals.append(c.UNKNOWN_TARGET)
-                errors.append(f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} "
-                              f"for pid {t['pid']} on this host")
+                errors.append(
+                    f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} "
+                    f"for pid {t['pid']} on this host"
+                )
                 continue
             ok, why = c.identity_ok(t, self._start_us(view.pid_here), self._tol)
             if not ok:
@@ -213,8 +244,11 @@ class Actions:
             try:
                 # One open, by fd, no symlinks; written only if it is still the file
                 # validated when the rank registered, naming the same process.
-                expect = wire.SlotSnapshot(view.path, view.header, (), uid=view.uid, inode=view.inode) \
-                    if view.inode else None
+                expect = (
+                    wire.SlotSnapshot(view.path, view.header, (), uid=view.uid, inode=view.inode)
+                    if view.inode
+                    else None
+                )
                 wire.write_control(view.path, None, wire.Command.CHECKPOINT_AT_STEP, step, expect=expect)
                 written.append(t["rank"])
             except (wire.SlotError, OSError) as exc:
@@ -230,8 +264,13 @@ class Actions:
         rename): the restarted ranks read it (watchdog.hook.rollback)."""
         if not self.run_dir:
             return ack(cmd, False, "this agent has no run directory to write the rollback file into")
-        doc = {"job": cmd["job"], "before_step": cmd["args"]["before_step"], "action": cmd["args"].get("action", ""),
-               "command_id": cmd["id"], "written_wall": self._wall()}
+        doc = {
+            "job": cmd["job"],
+            "before_step": cmd["args"]["before_step"],
+            "action": cmd["args"].get("action", ""),
+            "command_id": cmd["id"],
+            "written_wall": self._wall(),
+        }
         path = os.path.join(self.run_dir, wire.rollback_filename(cmd["job"]))
         try:
             with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -253,16 +292,30 @@ class Actions:
         allowed = {v.pid_here: v.identity.proc_start_us for v in every if v.proc.alive}
         allowed.update({v.launcher[0]: v.launcher[1] for v in every if v.launcher[0] > 1})
         # A rank target names the pid the rank recorded; act on that process's pid here.
-        pid = next((v.pid_here for v in every if v.identity.pid == t["pid"]
-                    and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol), t["pid"])
+        pid = next(
+            (
+                v.pid_here
+                for v in every
+                if v.identity.pid == t["pid"] and abs(v.identity.proc_start_us - t["proc_start_us"]) <= self._tol
+            ),
+            t["pid"],
+        )
         if pid <= 1 or pid not in allowed:
-            return ack(cmd, False, f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
-                                   f"{cmd['job']} on this host nor the launcher recorded when a rank registered",
-                       refused=c.UNKNOWN_TARGET), [c.UNKNOWN_TARGET]
+            return ack(
+                cmd,
+                False,
+                f"refused ({c.UNKNOWN_TARGET}): pid {t['pid']} is neither a live rank of job "
+                f"{cmd['job']} on this host nor the launcher recorded when a rank registered",
+                refused=c.UNKNOWN_TARGET,
+            ), [c.UNKNOWN_TARGET]
         if abs(allowed[pid] - t["proc_start_us"]) > self._tol:
-            return ack(cmd, False, f"refused ({c.WRONG_IDENTITY}): pid {t['pid']} started at {allowed[pid]} when it "
-                                   f"registered, the command names {t['proc_start_us']}", refused=c.WRONG_IDENTITY), \
-                [c.WRONG_IDENTITY]
+            return ack(
+                cmd,
+                False,
+                f"refused ({c.WRONG_IDENTITY}): pid {t['pid']} started at {allowed[pid]} when it "
+                f"registered, the command names {t['proc_start_us']}",
+                refused=c.WRONG_IDENTITY,
+            ), [c.WRONG_IDENTITY]
         checked: list[str] = []
 
         def check() -> tuple[bool, str]:
@@ -280,10 +333,23 @@ class Actions:
         return ack(cmd, ok, why), []
 
 
-def ack(cmd: dict[str, Any], ok: bool, error: str = "", *, stacks: list | None = None, slots: list | None = None,
-        refused: str = "") -> dict[str, Any]:
-    out = {"id": cmd.get("id", ""), "type": cmd.get("type", ""), "ok": ok, "error": error[:2000],
-           "stacks": stacks or [], "slots": slots or []}
+def ack(
+    cmd: dict[str, Any],
+    ok: bool,
+    error: str = "",
+    *,
+    stacks: list | None = None,
+    slots: list | None = None,
+    refused: str = "",
+) -> dict[str, Any]:
+    out = {
+        "id": cmd.get("id", ""),
+        "type": cmd.get("type", ""),
+        "ok": ok,
+        "error": error[:2000],
+        "stacks": stacks or [],
+        "slots": slots or [],
+    }
     if refused:
         out["refused"] = refused
     return out

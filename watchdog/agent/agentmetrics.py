@@ -11,10 +11,10 @@ import psutil
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
-from watchdog.cli import package_version
 from watchdog.agent.commands import RESULTS
-from watchdog.commands import REFUSALS, TYPES
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
+from watchdog.cli import package_version
+from watchdog.commands import REFUSALS, TYPES
 
 
 @dataclass
@@ -27,8 +27,9 @@ class LoopStats:
 class AgentCollector:
     name = "agent"
 
-    def __init__(self, tracker: SlotTracker, loop: LoopStats, sender: Any = None,
-                 self_proc: Any = None, commands: Any = None) -> None:
+    def __init__(
+        self, tracker: SlotTracker, loop: LoopStats, sender: Any = None, self_proc: Any = None, commands: Any = None
+    ) -> None:
         self._tracker, self._loop, self._sender, self._commands = tracker, loop, sender, commands
         self._self = self_proc or psutil.Process()
         self._version = package_version()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog import commands as c
 from watchdog import logs
@@ -30,8 +31,18 @@ RESULTS = ("ok", "failed")
 
 
 class CommandHandler:
-    def __init__(self, *, host: str, token: str, loopback: bool, actions: Actions, outbox: Outbox,
-                 wall: Callable[[], float] = time.time, log: Any = None, queue_max: int = QUEUE_MAX) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        token: str,
+        loopback: bool,
+        actions: Actions,
+        outbox: Outbox,
+        wall: Callable[[], float] = time.time,
+        log: Any = None,
+        queue_max: int = QUEUE_MAX,
+    ) -> None:
         self.host, self._token, self._loopback = host, token, loopback
         self._actions, self.outbox, self._wall = actions, outbox, wall
         self._log = log or logs.get("watchdog.agent.commands")
@@ -75,13 +86,15 @@ class CommandHandler:
         d = cmd if isinstance(cmd, dict) else {}
         cid, kind = d.get("id"), d.get("type")
         cid, kind = cid if isinstance(cid, str) else "", kind if isinstance(kind, str) else ""
-        self._log.warning("command refused", job=job, id=cid, type=kind, reason=reason,
-                          cmd_job=d.get("job"), cmd_host=d.get("host"))
+        self._log.warning(
+            "command refused", job=job, id=cid, type=kind, reason=reason, cmd_job=d.get("job"), cmd_host=d.get("host")
+        )
         # Acked so the coordinator journals it too; a replay is not acked again
         # (the original's ack is the answer, and a flood must not fill the outbox).
         if cid and reason != c.REPLAYED:
-            self.outbox.put(job, ack({"id": cid[:c.MAX_ID_LEN], "type": kind[:32]}, False, f"refused: {reason}",
-                                     refused=reason))
+            self.outbox.put(
+                job, ack({"id": cid[: c.MAX_ID_LEN], "type": kind[:32]}, False, f"refused: {reason}", refused=reason)
+            )
 
     def _count_refused(self, reason: str) -> None:
         with self._lock:
@@ -110,8 +123,7 @@ class CommandHandler:
         try:
             result, refusals = self._actions.run(cmd)
         except Exception as exc:  # a bug in one command must not kill the worker
-            self._log.error("command crashed", job=job, id=cmd["id"], type=cmd["type"], error=repr(exc),
-                            exc_info=exc)
+            self._log.error("command crashed", job=job, id=cmd["id"], type=cmd["type"], error=repr(exc), exc_info=exc)
             result, refusals = ack(cmd, False, f"agent error: {type(exc).__name__}: {exc}"), []
         for reason in refusals:
             self._count_refused(reason)
@@ -122,9 +134,17 @@ class CommandHandler:
         with self._lock:
             key = (cmd["type"], "ok" if result["ok"] else "failed")
             self.executed[key] = self.executed.get(key, 0) + 1
-        self._log.info("command done", job=job, id=cmd["id"], type=cmd["type"], ok=result["ok"],
-                       error=result["error"][:300], duration_s=round(duration_s, 3),
-                       stacks=len(result["stacks"]), slots=len(result["slots"]))
+        self._log.info(
+            "command done",
+            job=job,
+            id=cmd["id"],
+            type=cmd["type"],
+            ok=result["ok"],
+            error=result["error"][:300],
+            duration_s=round(duration_s, 3),
+            stacks=len(result["stacks"]),
+            slots=len(result["slots"]),
+        )
         self.outbox.put(job, result)
 
     def stop(self, timeout_s: float = 2.0) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import socket
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from watchdog import flags, jobtoken, logs, rundir
 from watchdog.flags import Flag
@@ -52,44 +53,119 @@ def _url(text: str) -> str:
 
 # Each flag names the AgentConfig field it fills (see flags.build).
 FLAGS: tuple[Flag, ...] = (
-    Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files; the ranks' {rundir.RUN_DIR_ENV} must name "
-         f"the same (empty: the hook's default, {rundir.DEFAULT_RULE})", field="run_dir"),
-    Flag("slots.trusted-uids", "", "users (names or uids, comma-separated) whose slot files are believed for any "
-         "process and who may own the run dir; otherwise a slot counts only if its file belongs to the user of the "
-         "process it names", _uids, field="trusted_uids"),
-    Flag("web.listen-address", "0.0.0.0:19400", "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
-         flags.listen_address, field="listen"),
-    Flag("web.address-file", "", "write the bound HOST:PORT to this file once listening (for tests and demos)",
-         field="address_file"),
-    Flag(flags.JOB_NAME, "", "only watch slots of this job (empty = every job on this host)", field="job",
-         old_env=flags.OLD_ENV[flags.JOB_NAME]),
-    Flag(flags.HOST_NAME, "", "host label and report host (empty = this machine's hostname)", field="host",
-         old_env=flags.OLD_ENV[flags.HOST_NAME]),
-    Flag("poll.interval-seconds", 0.1, "how often the slot files and rank processes are read", flags.positive_float,
-         field="poll_interval_s"),
-    Flag("stale.after-seconds", 30.0,
-         "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
-         flags.positive_float, field="stale_after_s"),
-    Flag("stale.job-expiry-seconds", JOB_EXPIRY_DEFAULT_S,
-         "slots of a job none of whose processes on this host is alive stop being exported this long after the "
-         "last one ended (the rank-dead alert resolves); never while any rank of the job here lives",
-         flags.positive_float, field="job_expiry_s"),
-    Flag("coordinator.url", "", "coordinator base URL, e.g. http://coord:19401 (empty = do not report)", _url,
-         field="coordinator_url"),
-    Flag("report.interval-seconds", 1.0, "how often a report is sent to the coordinator", _report_interval,
-         field="report_interval_s"),
-    Flag("coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float,
-         field="report_timeout_s"),
+    Flag(
+        flags.RUN_DIR,
+        "",
+        f"directory holding the ranks' slot files; the ranks' {rundir.RUN_DIR_ENV} must name "
+        f"the same (empty: the hook's default, {rundir.DEFAULT_RULE})",
+        field="run_dir",
+    ),
+    Flag(
+        "slots.trusted-uids",
+        "",
+        "users (names or uids, comma-separated) whose slot files are believed for any "
+        "process and who may own the run dir; otherwise a slot counts only if its file belongs to the user of the "
+        "process it names",
+        _uids,
+        field="trusted_uids",
+    ),
+    Flag(
+        "web.listen-address",
+        "0.0.0.0:19400",
+        "HOST:PORT for /metrics and /healthz; port 0 picks a free port",
+        flags.listen_address,
+        field="listen",
+    ),
+    Flag(
+        "web.address-file",
+        "",
+        "write the bound HOST:PORT to this file once listening (for tests and demos)",
+        field="address_file",
+    ),
+    Flag(
+        flags.JOB_NAME,
+        "",
+        "only watch slots of this job (empty = every job on this host)",
+        field="job",
+        old_env=flags.OLD_ENV[flags.JOB_NAME],
+    ),
+    Flag(
+        flags.HOST_NAME,
+        "",
+        "host label and report host (empty = this machine's hostname)",
+        field="host",
+        old_env=flags.OLD_ENV[flags.HOST_NAME],
+    ),
+    Flag(
+        "poll.interval-seconds",
+        0.1,
+        "how often the slot files and rank processes are read",
+        flags.positive_float,
+        field="poll_interval_s",
+    ),
+    Flag(
+        "stale.after-seconds",
+        30.0,
+        "a slot whose process is gone when first seen and whose last heartbeat is older than this is ignored",
+        flags.positive_float,
+        field="stale_after_s",
+    ),
+    Flag(
+        "stale.job-expiry-seconds",
+        JOB_EXPIRY_DEFAULT_S,
+        "slots of a job none of whose processes on this host is alive stop being exported this long after the "
+        "last one ended (the rank-dead alert resolves); never while any rank of the job here lives",
+        flags.positive_float,
+        field="job_expiry_s",
+    ),
+    Flag(
+        "coordinator.url",
+        "",
+        "coordinator base URL, e.g. http://coord:19401 (empty = do not report)",
+        _url,
+        field="coordinator_url",
+    ),
+    Flag(
+        "report.interval-seconds",
+        1.0,
+        "how often a report is sent to the coordinator",
+        _report_interval,
+        field="report_interval_s",
+    ),
+    Flag(
+        "coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float, field="report_timeout_s"
+    ),
     jobtoken.file_flag(f"file holding the shared job token (preferred over --{jobtoken.INLINE})"),
-    jobtoken.inline_flag(f"shared job token; prefer --{jobtoken.FILE} or {jobtoken.INLINE_ENV} (argv is world-readable)"),
-    Flag("stacks.py-spy", "", "path of the py-spy binary for stack dumps (empty = next to this Python, then PATH)",
-         field="py_spy"),
-    Flag("stacks.timeout-seconds", 10.0, "a py-spy dump taking longer than this is abandoned", flags.positive_float,
-         field="stacks_timeout_s"),
-    Flag("stacks.parallel", 8, "py-spy dumps run at once when the coordinator asks for many ranks of this host",
-         flags.positive_int, field="stacks_parallel"),
-    Flag("stacks.host-deadline-seconds", 10.0, "all of one request's dumps on this host end within this; ranks not "
-         "dumped by then are reported late", flags.positive_float, field="stacks_host_deadline_s"),
+    jobtoken.inline_flag(
+        f"shared job token; prefer --{jobtoken.FILE} or {jobtoken.INLINE_ENV} (argv is world-readable)"
+    ),
+    Flag(
+        "stacks.py-spy",
+        "",
+        "path of the py-spy binary for stack dumps (empty = next to this Python, then PATH)",
+        field="py_spy",
+    ),
+    Flag(
+        "stacks.timeout-seconds",
+        10.0,
+        "a py-spy dump taking longer than this is abandoned",
+        flags.positive_float,
+        field="stacks_timeout_s",
+    ),
+    Flag(
+        "stacks.parallel",
+        8,
+        "py-spy dumps run at once when the coordinator asks for many ranks of this host",
+        flags.positive_int,
+        field="stacks_parallel",
+    ),
+    Flag(
+        "stacks.host-deadline-seconds",
+        10.0,
+        "all of one request's dumps on this host end within this; ranks not dumped by then are reported late",
+        flags.positive_float,
+        field="stacks_host_deadline_s",
+    ),
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
     logs.level_flag(),
     logs.format_flag(),
@@ -137,7 +213,9 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     if short:  # the coordinator there refuses such a token too: say so here, at start
         raise flags.FlagError(short.replace("refusing to listen on", "refusing to report to"))
     return flags.build(
-        AgentConfig, FLAGS, v,
+        AgentConfig,
+        FLAGS,
+        v,
         run_dir=run_dir,
         host=v["host_name"] or socket.gethostname(),
         deprecations=tuple(flags.deprecations(FLAGS, environ)),

@@ -18,7 +18,8 @@ import os
 import select
 import threading
 import time
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 
 class DeathWatch:

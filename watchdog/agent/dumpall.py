@@ -32,9 +32,15 @@ class Outcome(Generic[T]):
     duration_s: float
 
 
-def run(jobs: Sequence[Callable[[float], T]], late: Callable[[int, str], T], *, parallel: int = PARALLEL,
-        deadline_s: float = HOST_DEADLINE_S, grace_s: float = KILL_GRACE_S,
-        mono: Callable[[], float] = time.monotonic) -> Outcome[T]:
+def run(
+    jobs: Sequence[Callable[[float], T]],
+    late: Callable[[int, str], T],
+    *,
+    parallel: int = PARALLEL,
+    deadline_s: float = HOST_DEADLINE_S,
+    grace_s: float = KILL_GRACE_S,
+    mono: Callable[[], float] = time.monotonic,
+) -> Outcome[T]:
     """``jobs[i](remaining_s)`` runs one dump with ``remaining_s`` as its timeout;
     ``late(i, why)`` stands in for a job that missed the deadline."""
     t0 = mono()
@@ -60,9 +66,12 @@ def run(jobs: Sequence[Callable[[float], T]], late: Callable[[int, str], T], *, 
                 else:  # still running past deadline + grace, or crashed: never a crash of the command
                     missed.add(i)
                     exc = fut.exception() if fut.done() else None
-                    results[i] = late(i, f"dump failed: {type(exc).__name__}: {exc}" if exc else
-                                      f"not dumped: still running {deadline_s + grace_s:g} s after the start")
+                    results[i] = late(
+                        i,
+                        f"dump failed: {type(exc).__name__}: {exc}"
+                        if exc
+                        else f"not dumped: still running {deadline_s + grace_s:g} s after the start",
+                    )
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-    return Outcome(results=[r for r in results if r is not None], late=sorted(missed),
-                   duration_s=round(mono() - t0, 4))
+    return Outcome(results=[r for r in results if r is not None], late=sorted(missed), duration_s=round(mono() - t0, 4))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Protocol, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from prometheus_client.core import Metric
 
@@ -22,8 +23,9 @@ class Collector(Protocol):
 
 
 class Exporter:
-    def __init__(self, collectors: Sequence[Collector], *, log=None,
-                 timer: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, collectors: Sequence[Collector], *, log=None, timer: Callable[[], float] = time.perf_counter
+    ) -> None:
         names = [c.name for c in collectors]
         if len(set(names)) != len(names):
             raise ValueError(f"collector names must be unique: {names}")
@@ -55,8 +57,7 @@ class Exporter:
         with self._lock:
             if exc is not None and name not in self._failing:
                 self._failing.add(name)
-                self._log.error("collector failed", collector=name, error=f"{type(exc).__name__}: {exc}",
-                                exc_info=exc)
+                self._log.error("collector failed", collector=name, error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             elif exc is None and name in self._failing:
                 self._failing.discard(name)
                 self._log.info("collector recovered", collector=name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from watchdog import wire
 
@@ -20,8 +20,9 @@ class CachedLister:
     an entry bumps its mtime, and a stat is far cheaper than a scan. A full scan
     every ``rescan_s`` anyway covers filesystems with coarse timestamps."""
 
-    def __init__(self, rescan_s: float = 1.0, scan: Callable[[str], dict[str, int]] = list_slots,
-                 stat: Callable = os.stat) -> None:
+    def __init__(
+        self, rescan_s: float = 1.0, scan: Callable[[str], dict[str, int]] = list_slots, stat: Callable = os.stat
+    ) -> None:
         self._rescan_ns, self._scan, self._stat = int(rescan_s * 1e9), scan, stat
         self._key: tuple | None = None
         self._at = 0

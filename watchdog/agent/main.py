@@ -14,37 +14,47 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
 from watchdog import jobtoken, logs
 from watchdog.agent import config
-from watchdog.agent.actions import Actions
-from watchdog.agent.commands import CommandHandler
-from watchdog.agent.outbox import Outbox
-from watchdog.agent.stacks import StackDumper, find_py_spy
-from watchdog.commands import is_loopback
-from watchdog.agent.agentmetrics import AgentCollector, LoopStats
-from watchdog.agent.exporter import Exporter
 from watchdog.agent.accelmetrics import AcceleratorCollector
+from watchdog.agent.actions import Actions
+from watchdog.agent.agentmetrics import AgentCollector, LoopStats
+from watchdog.agent.commands import CommandHandler
+from watchdog.agent.exporter import Exporter
 from watchdog.agent.nvml import Accelerators, Disabled
+from watchdog.agent.outbox import Outbox
 from watchdog.agent.rankmetrics import RanksCollector
 from watchdog.agent.sender import Sender
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
+from watchdog.agent.stacks import StackDumper, find_py_spy
+from watchdog.commands import is_loopback
 from watchdog.flags import FlagError
 
 
 class Agent:
-    def __init__(self, cfg: config.AgentConfig, *, tracker: SlotTracker | None = None,
-                 accelerators: Accelerators | Disabled | None = None,
-                 handle_commands: Callable[[str, list[dict]], None] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: config.AgentConfig,
+        *,
+        tracker: SlotTracker | None = None,
+        accelerators: Accelerators | Disabled | None = None,
+        handle_commands: Callable[[str, list[dict]], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.log = logs.get("watchdog.agent")
-        self.tracker = tracker or SlotTracker(cfg.run_dir, job=cfg.job, stale_after_s=cfg.stale_after_s,
-                                              job_expiry_s=cfg.job_expiry_s, trusted_uids=cfg.trusted_uids,
-                                              resource_interval_s=min(1.0, cfg.report_interval_s))
+        self.tracker = tracker or SlotTracker(
+            cfg.run_dir,
+            job=cfg.job,
+            stale_after_s=cfg.stale_after_s,
+            job_expiry_s=cfg.job_expiry_s,
+            trusted_uids=cfg.trusted_uids,
+            resource_interval_s=min(1.0, cfg.report_interval_s),
+        )
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
         self.agent_id = secrets.token_hex(8)
@@ -56,21 +66,43 @@ class Agent:
                 # does not exist, quietly run another py-spy than the one configured (and warned about below).
                 dumper = StackDumper(find_py_spy(cfg.py_spy) or "", timeout_s=cfg.stacks_timeout_s)
                 self.commands = CommandHandler(
-                    host=cfg.host, token=cfg.token, outbox=outbox,
+                    host=cfg.host,
+                    token=cfg.token,
+                    outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
-                    actions=Actions(cfg.host, self.tracker.incarnations, dumper, run_dir=cfg.run_dir, dump_parallel=cfg.stacks_parallel,
-                                    dump_deadline_s=cfg.stacks_host_deadline_s))
+                    actions=Actions(
+                        cfg.host,
+                        self.tracker.incarnations,
+                        dumper,
+                        run_dir=cfg.run_dir,
+                        dump_parallel=cfg.stacks_parallel,
+                        dump_deadline_s=cfg.stacks_host_deadline_s,
+                    ),
+                )
                 handle_commands = self.commands
             self.sender = Sender(
-                url=cfg.coordinator_url, token=cfg.token, job=cfg.job, host=cfg.host, agent_id=self.agent_id,
-                interval_s=cfg.report_interval_s, timeout_s=cfg.report_timeout_s, views=self.tracker.views,
-                accelerators=self.accelerator_dicts, handle_commands=handle_commands, outbox=outbox)
+                url=cfg.coordinator_url,
+                token=cfg.token,
+                job=cfg.job,
+                host=cfg.host,
+                agent_id=self.agent_id,
+                interval_s=cfg.report_interval_s,
+                timeout_s=cfg.report_timeout_s,
+                views=self.tracker.views,
+                accelerators=self.accelerator_dicts,
+                handle_commands=handle_commands,
+                outbox=outbox,
+            )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(Exporter((
-            RanksCollector(self.tracker.views, cfg.host),
-            AgentCollector(self.tracker, self.loop, self.sender, commands=self.commands),
-            AcceleratorCollector(self.accelerators, cfg.host),
-        )))
+        self.registry.register(
+            Exporter(
+                (
+                    RanksCollector(self.tracker.views, cfg.host),
+                    AgentCollector(self.tracker, self.loop, self.sender, commands=self.commands),
+                    AcceleratorCollector(self.accelerators, cfg.host),
+                )
+            )
+        )
         self._last_poll_ns = 0
         self._errors = logs.RateLimited(60.0)
 
@@ -147,16 +179,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logs.get("watchdog.agent")
     for warning in cfg.deprecations:
         log.warning("deprecated variable", detail=warning)
-    log.info("config", **{**cfg.effective, "host.name": cfg.host,
-                          "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"})
+    log.info(
+        "config", **{**cfg.effective, "host.name": cfg.host, "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"}
+    )
     if cfg.coordinator_url and not find_py_spy(cfg.py_spy):
-        log.warning("py-spy not found: stack dumps requested by the coordinator will fail "
-                    "(pip install py-spy, or --stacks.py-spy PATH)", **{"stacks.py-spy": cfg.py_spy})
+        log.warning(
+            "py-spy not found: stack dumps requested by the coordinator will fail "
+            "(pip install py-spy, or --stacks.py-spy PATH)",
+            **{"stacks.py-spy": cfg.py_spy},
+        )
     if cfg.token_warning:
         log.warning("token file readable by every user", detail=cfg.token_warning)
     if cfg.token_from_argv:
-        log.warning(f"job token given with --{jobtoken.INLINE} is visible to every local user; "
-                    f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}")
+        log.warning(
+            f"job token given with --{jobtoken.INLINE} is visible to every local user; "
+            f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}"
+        )
     agent = Agent(cfg)
     stop = threading.Event()
 

@@ -72,24 +72,50 @@ RANK_STEP = _g("rank_step", "Steps completed so far (the counter as a gauge, to 
 RANK_STEP_AGE = _g("rank_step_age_seconds", "Seconds since the step in progress started.", R)
 RANK_LAST_STEP = _g("rank_last_step_seconds", "Duration of the last completed step.", R)
 RANK_WINDOW_STEP = _g("rank_window_step_seconds", "Mean step duration over the last 32 completed steps.", R)
-RANK_LAST_PART = _g("rank_last_step_part_seconds",
-                    "Last completed step split into data wait, collective wait and compute.", R + ("part",))
-RANK_PART_TOTAL = _c("rank_step_part_seconds_total",
-                     "Step time spent in data wait, collective wait and compute, summed over steps.", R + ("part",))
+RANK_LAST_PART = _g(
+    "rank_last_step_part_seconds",
+    "Last completed step split into data wait, collective wait and compute.",
+    R + ("part",),
+)
+RANK_PART_TOTAL = _c(
+    "rank_step_part_seconds_total",
+    "Step time spent in data wait, collective wait and compute, summed over steps.",
+    R + ("part",),
+)
 RANK_PHASE = _g("rank_phase", "1 for the phase the rank is in, 0 for the others.", R + ("phase",))
 RANK_IN_DATA = _g("rank_in_data_wait", "1 while the rank waits on its data iterator.", R)
 RANK_IN_COLL = _g("rank_in_collective", "1 while the rank has a collective outstanding.", R)
 RANK_COLL_SEQ = _g("rank_collective_seq", "Sequence number of the last collective the rank entered.", R)
-RANK_COLL_AGE = _g("rank_collective_age_seconds",
-                   "Seconds inside the outstanding collective (0 when none is outstanding).", R)
+RANK_COLL_AGE = _g(
+    "rank_collective_age_seconds", "Seconds inside the outstanding collective (0 when none is outstanding).", R
+)
 RANK_PG_JOINED = _g("rank_pg_joined", "1 once the rank finished init_process_group (and until destroyed).", R)
 RANK_HOOK_ERRORS = _c("rank_hook_errors_total", "Errors the rank's hook caught (never raised into training).", R)
 RANK_CPU = _c("rank_cpu_seconds_total", "User plus system CPU time of the rank's process.", R)
 RANK_RSS = _g("rank_resident_memory_bytes", "Resident memory of the rank's process.", R)
 
-RANK_SPECS = (RANK_ALIVE, RANK_STOPPED, RANK_EXITED, RANK_HEARTBEAT_AGE, RANK_STEPS, RANK_STEP, RANK_STEP_AGE,
-              RANK_LAST_STEP, RANK_WINDOW_STEP, RANK_LAST_PART, RANK_PART_TOTAL, RANK_PHASE, RANK_IN_DATA,
-              RANK_IN_COLL, RANK_COLL_SEQ, RANK_COLL_AGE, RANK_PG_JOINED, RANK_HOOK_ERRORS, RANK_CPU, RANK_RSS)
+RANK_SPECS = (
+    RANK_ALIVE,
+    RANK_STOPPED,
+    RANK_EXITED,
+    RANK_HEARTBEAT_AGE,
+    RANK_STEPS,
+    RANK_STEP,
+    RANK_STEP_AGE,
+    RANK_LAST_STEP,
+    RANK_WINDOW_STEP,
+    RANK_LAST_PART,
+    RANK_PART_TOTAL,
+    RANK_PHASE,
+    RANK_IN_DATA,
+    RANK_IN_COLL,
+    RANK_COLL_SEQ,
+    RANK_COLL_AGE,
+    RANK_PG_JOINED,
+    RANK_HOOK_ERRORS,
+    RANK_CPU,
+    RANK_RSS,
+)
 _FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
 SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 
@@ -97,22 +123,29 @@ SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("training_job", "host"))
 
 # -- the agent -------------------------------------------------------------------
-SLOT_READ_ERRORS = _c("agent_slot_read_errors_total",
-                      "Slot files that entered an unreadable state, by reason (corrupt, version, torn, io).",
-                      ("reason",))
+SLOT_READ_ERRORS = _c(
+    "agent_slot_read_errors_total",
+    "Slot files that entered an unreadable state, by reason (corrupt, version, torn, io).",
+    ("reason",),
+)
 SLOTS = _g("agent_slots", "Slot files in the run directory by state.", ("state",))
 POLLS = _c("agent_polls_total", "Polls of the run directory.")
 POLL_DURATION = _g("agent_poll_duration_seconds", "Duration of the last poll.")
 PROC_ERRORS = _c("agent_process_read_errors_total", "Rank processes that exist but could not be read.")
 REPORTS = _c("agent_reports_total", "Reports sent to the coordinator, by result (ok, error).", ("result",))
-REPORT_RANKS_DROPPED = _c("agent_report_ranks_dropped_total",
-                          "Ranks left out of reports because their slot held out-of-range values (the rest is sent).")
+REPORT_RANKS_DROPPED = _c(
+    "agent_report_ranks_dropped_total",
+    "Ranks left out of reports because their slot held out-of-range values (the rest is sent).",
+)
 COMMANDS = _c("agent_commands_received_total", "Commands received from the coordinator.")
-COMMANDS_REFUSED = _c("agent_commands_refused_total",
-                      "Commands refused, by reason (bad signature, expired, replayed, wrong identity, ...).",
-                      ("reason",))
-COMMANDS_EXECUTED = _c("agent_commands_executed_total", "Commands run, by type and result (ok, failed).",
-                       ("type", "result"))
+COMMANDS_REFUSED = _c(
+    "agent_commands_refused_total",
+    "Commands refused, by reason (bad signature, expired, replayed, wrong identity, ...).",
+    ("reason",),
+)
+COMMANDS_EXECUTED = _c(
+    "agent_commands_executed_total", "Commands run, by type and result (ok, failed).", ("type", "result")
+)
 AGENT_CPU = _c("agent_cpu_seconds_total", "User plus system CPU time of the agent itself.")
 AGENT_RSS = _g("agent_resident_memory_bytes", "Resident memory of the agent itself.")
 BUILD_INFO = _g("agent_build_info", "Always 1; labels carry the agent's version.", ("version", "python_version"))
@@ -124,16 +157,31 @@ ACCEL_AVAILABLE = _g("accelerator_available", "1 if NVML is usable on this host.
 ACCELERATORS = _g("accelerators", "Accelerators NVML reports on this host.")
 ACCEL_INFO = _g("accelerator_info", "Always 1; labels name the device.", GPU_LABELS + ("name", "uuid"))
 ACCEL_UTIL = _g("accelerator_utilization_ratio", "Share of the last sample period a kernel ran (0-1).", GPU_LABELS)
-ACCEL_MEM_UTIL = _g("accelerator_memory_utilization_ratio",
-                    "Share of the last sample period device memory was read or written (0-1).", GPU_LABELS)
+ACCEL_MEM_UTIL = _g(
+    "accelerator_memory_utilization_ratio",
+    "Share of the last sample period device memory was read or written (0-1).",
+    GPU_LABELS,
+)
 ACCEL_MEM_USED = _g("accelerator_memory_used_bytes", "Device memory in use.", GPU_LABELS)
 ACCEL_MEM_TOTAL = _g("accelerator_memory_total_bytes", "Device memory installed.", GPU_LABELS)
 ACCEL_TEMP = _g("accelerator_temperature_celsius", "GPU core temperature.", GPU_LABELS)
 ACCEL_POWER = _g("accelerator_power_watts", "Power draw.", GPU_LABELS)
 ACCEL_SM_CLOCK = _g("accelerator_sm_clock_hertz", "Current SM clock.", GPU_LABELS)
-ACCEL_THROTTLE = _g("accelerator_throttle_reasons",
-                    "NVML clock event (throttle) reasons bitmask; 0 or 1 (GPU idle) is unthrottled.", GPU_LABELS)
-ACCEL_XID = _c("accelerator_xid_errors_total", "Critical XID error events seen since the agent started.",
-               GPU_LABELS)
-ACCEL_SPECS = (ACCEL_INFO, ACCEL_UTIL, ACCEL_MEM_UTIL, ACCEL_MEM_USED, ACCEL_MEM_TOTAL, ACCEL_TEMP, ACCEL_POWER,
-               ACCEL_SM_CLOCK, ACCEL_THROTTLE, ACCEL_XID)
+ACCEL_THROTTLE = _g(
+    "accelerator_throttle_reasons",
+    "NVML clock event (throttle) reasons bitmask; 0 or 1 (GPU idle) is unthrottled.",
+    GPU_LABELS,
+)
+ACCEL_XID = _c("accelerator_xid_errors_total", "Critical XID error events seen since the agent started.", GPU_LABELS)
+ACCEL_SPECS = (
+    ACCEL_INFO,
+    ACCEL_UTIL,
+    ACCEL_MEM_UTIL,
+    ACCEL_MEM_USED,
+    ACCEL_MEM_TOTAL,
+    ACCEL_TEMP,
+    ACCEL_POWER,
+    ACCEL_SM_CLOCK,
+    ACCEL_THROTTLE,
+    ACCEL_XID,
+)

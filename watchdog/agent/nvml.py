@@ -11,8 +11,9 @@ blocking (timeout 0) at each sample.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from watchdog import logs
 
@@ -48,8 +49,7 @@ class AccelSnapshot:
 
 
 class Accelerators:
-    def __init__(self, nvml: Any = None, *, retry_s: float = 60.0, min_interval_s: float = 0.5,
-                 log=None) -> None:
+    def __init__(self, nvml: Any = None, *, retry_s: float = 60.0, min_interval_s: float = 0.5, log=None) -> None:
         self._nvml = nvml
         self._retry_s, self._min_interval_s = retry_s, min_interval_s
         self._log = log or logs.get("watchdog.agent.nvml")
@@ -104,15 +104,20 @@ class Accelerators:
         self._xid_counts = [0 if s is not None else None for s in self._xid_sets]
         self._last_xid = [0] * len(handles)
         self._ready = True
-        self._log.info("accelerators found", count=len(handles), names=[n for n, _ in self._static],
-                       xid_events=[s is not None for s in self._xid_sets])
+        self._log.info(
+            "accelerators found",
+            count=len(handles),
+            names=[n for n, _ in self._static],
+            xid_events=[s is not None for s in self._xid_sets],
+        )
         return True
 
     def _unavailable(self, first: bool, reason: str, *, quiet: bool) -> bool:
         self._reason = reason
         if first:  # once: "no GPU here" is a state, not a recurring error
-            (self._log.info if quiet else self._log.warning)("no accelerator", reason=reason,
-                                                             retry_every_s=self._retry_s)
+            (self._log.info if quiet else self._log.warning)(
+                "no accelerator", reason=reason, retry_every_s=self._retry_s
+            )
         return False
 
     def _register_xid(self, handle: Any) -> Any:
@@ -152,10 +157,13 @@ class Accelerators:
         clock_mhz = _try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         # The "throttle reasons" call was renamed "clock event reasons" in newer NVML.
         reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         procs = _try(nv.nvmlDeviceGetComputeRunningProcesses, h) or ()
         return Device(
-            index=i, name=self._static[i][0], uuid=self._static[i][1],
+            index=i,
+            name=self._static[i][0],
+            uuid=self._static[i][1],
             util_ratio=util.gpu / 100.0 if util is not None else None,
             mem_util_ratio=util.memory / 100.0 if util is not None else None,
             mem_used_bytes=int(mem.used) if mem is not None else None,
@@ -164,7 +172,8 @@ class Accelerators:
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             sm_clock_hz=clock_mhz * 1e6 if clock_mhz is not None else None,
             throttle_reasons=_try(reasons_fn, h) if reasons_fn else None,
-            xid_errors=self._xid_counts[i], last_xid=self._last_xid[i],
+            xid_errors=self._xid_counts[i],
+            last_xid=self._last_xid[i],
             pids=tuple(int(p.pid) for p in procs),
         )
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import functools
 import os
 import select
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -65,14 +66,20 @@ class ProcessTable:
     """One psutil.Process per (pid, start) reused across polls; a process found dead
     stays dead: its identity cannot come back."""
 
-    def __init__(self, factory: Callable[[int], Any] = psutil.Process, tolerance_us: int = START_TOLERANCE_US,
-                 pidfd: bool | None = None, pids: PidMap | None = None) -> None:
+    def __init__(
+        self,
+        factory: Callable[[int], Any] = psutil.Process,
+        tolerance_us: int = START_TOLERANCE_US,
+        pidfd: bool | None = None,
+        pids: PidMap | None = None,
+    ) -> None:
         self._factory = factory
         self._tolerance_us = tolerance_us
         # Recorded pid -> ours. The real /proc goes with real processes; a fake
         # factory without an explicit PidMap numbers processes as they were recorded.
-        self._pids = pids if pids is not None else (PidMap(tolerance_us=tolerance_us) if factory is psutil.Process
-                                                    else None)
+        self._pids = (
+            pids if pids is not None else (PidMap(tolerance_us=tolerance_us) if factory is psutil.Process else None)
+        )
         self._host: dict[Key, int] = {}
         self._use_pidfd = (factory is psutil.Process and hasattr(os, "pidfd_open")) if pidfd is None else pidfd
         self._procs: dict[Key, Any] = {}
@@ -196,8 +203,12 @@ class ProcessTable:
         # Keep the last CPU/RSS figures: a post-mortem wants the RSS at death.
         exited = self._deathwatch.exit_ns(key) if self._deathwatch is not None else None
         gone_ns = min(exited, now_ns) if exited else now_ns
-        sample = ProcSample(False, status, *(prev.cpu_seconds, prev.rss_bytes, prev.sampled_ns) if prev else (0.0, 0, 0),
-                            gone_ns=gone_ns)
+        sample = ProcSample(
+            False,
+            status,
+            *(prev.cpu_seconds, prev.rss_bytes, prev.sampled_ns) if prev else (0.0, 0, 0),
+            gone_ns=gone_ns,
+        )
         self._dead[key] = sample
         self._procs.pop(key, None)
         self._last.pop(key, None)

@@ -4,7 +4,7 @@ of (views, host, now), wrapped in a one-method collector."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import Metric
 
@@ -29,7 +29,7 @@ def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
         h, ident = v.header, v.identity
         lab = [ident.job, str(ident.rank), str(ident.local_rank), host]
 
-        def put(spec: m.Spec, value: float, *extra: str) -> None:
+        def put(spec: m.Spec, value: float, *extra: str, lab: list[str] = lab) -> None:
             fams[spec].add_metric(lab + list(extra), value)
 
         put(m.RANK_ALIVE, float(v.proc.alive))
@@ -66,8 +66,9 @@ def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
 class RanksCollector:
     name = "ranks"
 
-    def __init__(self, views: Callable[[], Iterable[LocalRank]], host: str,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self, views: Callable[[], Iterable[LocalRank]], host: str, clock: Callable[[], int] = time.monotonic_ns
+    ) -> None:
         self._views, self._host, self._clock = views, host, clock
 
     def collect(self) -> list[Metric]:

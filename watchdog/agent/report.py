@@ -4,7 +4,7 @@ an explicit ``now``. Ages are against the agent's monotonic clock at build time.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from watchdog import wire
 from watchdog.agent import track
@@ -16,14 +16,20 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
     """``since``: the first STEP_END record index not yet reported for this slot."""
     h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
     coll = CollectiveState(
-        group=h[wire.H_COLL_GROUP], seq=h[wire.H_COLL_SEQ], done_seq=h[wire.H_COLL_DONE_SEQ],
-        op=track.label(wire.CollOp, h[wire.H_COLL_OP], "other"), bytes=h[wire.H_COLL_BYTES],
+        group=h[wire.H_COLL_GROUP],
+        seq=h[wire.H_COLL_SEQ],
+        done_seq=h[wire.H_COLL_DONE_SEQ],
+        op=track.label(wire.CollOp, h[wire.H_COLL_OP], "other"),
+        bytes=h[wire.H_COLL_BYTES],
         outstanding=h[wire.H_COLL_OUTSTANDING],
         since_s=age(wire.H_COLL_ENTER_NS),
     )
     fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:]
     return RankState(
-        rank=ident.rank, local_rank=ident.local_rank, world_size=ident.world_size, pid=ident.pid,
+        rank=ident.rank,
+        local_rank=ident.local_rank,
+        world_size=ident.world_size,
+        pid=ident.pid,
         proc_start_us=ident.proc_start_us,
         alive=v.proc.alive,
         status=track.label(wire.Status, h.status, "unknown") if v.state != track.EXITED else "exited",
@@ -49,8 +55,10 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         proc_status=v.proc.status,
         # > 0 marks the time as measured (the coordinator orders deaths by it).
         gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
-        launcher_pid=v.launcher[0], launcher_start_us=v.launcher[1],
-        ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ], ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
+        launcher_pid=v.launcher[0],
+        launcher_start_us=v.launcher[1],
+        ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ],
+        ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
         **_loss(h),
         death=v.death,
@@ -62,21 +70,44 @@ def _loss(h: wire.SlotHeader) -> dict:
     if value is None:
         return {}
     finite = math.isfinite(value)
-    return {"loss": value if finite else 0.0, "loss_finite": finite, "loss_step": h[wire.H_LOSS_STEP],
-            "loss_bad_step": h[wire.H_LOSS_BAD_STEP], "loss_bad_count": h[wire.H_LOSS_BAD_COUNT]}
+    return {
+        "loss": value if finite else 0.0,
+        "loss_finite": finite,
+        "loss_step": h[wire.H_LOSS_STEP],
+        "loss_bad_step": h[wire.H_LOSS_BAD_STEP],
+        "loss_bad_count": h[wire.H_LOSS_BAD_COUNT],
+    }
 
 
-def build_report(job: str, host: str, agent_id: str, seq: int, tracked_ranks: Iterable[LocalRank],
-                 now_mono_ns: int, now_wall: float, interval_s: float, *,
-                 since: Mapping[str, int] | None = None, accelerators: Sequence[dict] = (),
-                 acks: Sequence[dict] = ()) -> HostReport:
+def build_report(
+    job: str,
+    host: str,
+    agent_id: str,
+    seq: int,
+    tracked_ranks: Iterable[LocalRank],
+    now_mono_ns: int,
+    now_wall: float,
+    interval_s: float,
+    *,
+    since: Mapping[str, int] | None = None,
+    accelerators: Sequence[dict] = (),
+    acks: Sequence[dict] = (),
+) -> HostReport:
     """One job's report. ``since`` maps a slot path to the first step record index
     not yet reported (see ``marks``); missing paths report every retained record."""
     since = since or {}
-    ranks = tuple(rank_state(v, now_mono_ns, since.get(v.path, 0)) for v in tracked_ranks
-                  if v.identity.job == job)
-    return HostReport(job=job, host=host, agent_id=agent_id, seq=seq, sent_wall=now_wall,
-                      interval_s=interval_s, ranks=ranks, accelerators=tuple(accelerators), acks=tuple(acks))
+    ranks = tuple(rank_state(v, now_mono_ns, since.get(v.path, 0)) for v in tracked_ranks if v.identity.job == job)
+    return HostReport(
+        job=job,
+        host=host,
+        agent_id=agent_id,
+        seq=seq,
+        sent_wall=now_wall,
+        interval_s=interval_s,
+        ranks=ranks,
+        accelerators=tuple(accelerators),
+        acks=tuple(acks),
+    )
 
 
 def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, int]:

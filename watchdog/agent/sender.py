@@ -17,7 +17,8 @@ import json
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from watchdog import logs
 from watchdog.agent import report
@@ -27,6 +28,7 @@ from watchdog.report import split_valid
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
 
+
 class JsonPoster:
     """POST JSON, return the decoded JSON reply, over one kept-alive connection (the
     coordinator speaks HTTP/1.1): no TCP handshake per report. http.client, not
@@ -34,8 +36,7 @@ class JsonPoster:
     environment (agents talk to an in-cluster coordinator). Not thread-safe: one
     per sender thread."""
 
-    _STALE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError,
-              BrokenPipeError)
+    _STALE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError)
 
     def __init__(self) -> None:
         self._conn: http.client.HTTPConnection | None = None
@@ -113,11 +114,25 @@ def log_commands(job: str, commands: list[dict]) -> None:
 
 
 class Sender:
-    def __init__(self, *, url: str, token: str, job: str, host: str, agent_id: str, interval_s: float,
-                 timeout_s: float, views: Callable[[], Sequence[LocalRank]],
-                 accelerators: Callable[[], list[dict]] = list, post: Callable | None = None,
-                 handle_commands: Callable[[str, list[dict]], None] = log_commands, outbox: Any = None, log=None,
-                 mono_ns: Callable[[], int] = time.monotonic_ns, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str,
+        job: str,
+        host: str,
+        agent_id: str,
+        interval_s: float,
+        timeout_s: float,
+        views: Callable[[], Sequence[LocalRank]],
+        accelerators: Callable[[], list[dict]] = list,
+        post: Callable | None = None,
+        handle_commands: Callable[[str, list[dict]], None] = log_commands,
+        outbox: Any = None,
+        log=None,
+        mono_ns: Callable[[], int] = time.monotonic_ns,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
@@ -142,8 +157,19 @@ class Sender:
             seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
             mine = [v for v in views if v.identity.job == job]
             acks = self._outbox.take(job) if self._outbox is not None else []
-            rep = report.build_report(job, self._host, self._agent_id, seq, mine, self._mono_ns(), self._wall(),
-                                      self._interval_s, since=self._since, accelerators=acc, acks=acks)
+            rep = report.build_report(
+                job,
+                self._host,
+                self._agent_id,
+                seq,
+                mine,
+                self._mono_ns(),
+                self._wall(),
+                self._interval_s,
+                since=self._since,
+                accelerators=acc,
+                acks=acks,
+            )
             rep = self._drop_invalid(rep, mine)
             try:
                 reply = self._post(self._url, plain(rep), self._token, self._timeout_s)
@@ -177,8 +203,15 @@ class Sender:
         for r, why in bad:
             ok, suppressed = self._limit.should_log(f"drop:{rep.job}:{r.rank}:{r.pid}", time.monotonic())
             if ok:
-                self._log.warning("rank dropped from report", job=rep.job, rank=r.rank, pid=r.pid, reason=why,
-                                  path=paths.get((r.rank, r.pid), ""), suppressed=suppressed)
+                self._log.warning(
+                    "rank dropped from report",
+                    job=rep.job,
+                    rank=r.rank,
+                    pid=r.pid,
+                    reason=why,
+                    path=paths.get((r.rank, r.pid), ""),
+                    suppressed=suppressed,
+                )
         return dataclasses.replace(rep, ranks=good)
 
     def _failed(self, job: str, exc: BaseException) -> None:
@@ -186,8 +219,9 @@ class Sender:
         self._failing = True
         ok, suppressed = self._limit.should_log("report", time.monotonic())
         if ok:
-            self._log.warning("report failed", url=self._url, job=job, error=f"{type(exc).__name__}: {exc}",
-                              suppressed=suppressed)
+            self._log.warning(
+                "report failed", url=self._url, job=job, error=f"{type(exc).__name__}: {exc}", suppressed=suppressed
+            )
 
     def _run(self) -> None:
         interval_ns = int(self._interval_s * 1e9)

@@ -52,10 +52,15 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
 
 
 class Server:
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")) -> None:
-        self._httpd = httpguard.server_class(address[0])(address, make_handler(registry, healthy),
-                                                         log_name="watchdog.agent")
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+    ) -> None:
+        self._httpd = httpguard.server_class(address[0])(
+            address, make_handler(registry, healthy), log_name="watchdog.agent"
+        )
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="watchdog-agent-http", daemon=True)
 
     @property

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import psutil
 
@@ -130,14 +130,25 @@ def parent_identity(pid: int) -> tuple[int, int]:
 
 
 class SlotTracker:
-    def __init__(self, run_dir: str, *, job: str = "", stale_after_s: float = 30.0, job_expiry_s: float = 900.0,
-                 procs: ProcessTable | None = None, read: Callable = wire.read_slot,
-                 lister: Callable[[str, int], dict[str, int]] | None = None, resource_interval_s: float = 1.0,
-                 stat: Callable = os.lstat, log=None,
-                 parent: Callable[[int], tuple[int, int]] | None = None,
-                 owner: Callable[[int], frozenset[int] | None] | None = None,
-                 trusted_uids: frozenset[int] = frozenset(), check_dir: Callable[[str], str] | None = None,
-                 death_causes: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        *,
+        job: str = "",
+        stale_after_s: float = 30.0,
+        job_expiry_s: float = 900.0,
+        procs: ProcessTable | None = None,
+        read: Callable = wire.read_slot,
+        lister: Callable[[str, int], dict[str, int]] | None = None,
+        resource_interval_s: float = 1.0,
+        stat: Callable = os.lstat,
+        log=None,
+        parent: Callable[[int], tuple[int, int]] | None = None,
+        owner: Callable[[int], frozenset[int] | None] | None = None,
+        trusted_uids: frozenset[int] = frozenset(),
+        check_dir: Callable[[str], str] | None = None,
+        death_causes: bool = True,
+    ) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
         self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
@@ -213,9 +224,13 @@ class SlotTracker:
         why = self._check_dir(self.run_dir)
         if why:
             if why != self._dir_refused:
-                self._log.error("run dir refused", run_dir=self.run_dir, reason=why,
-                                detail="slot files here are not read: anyone able to create or replace them could "
-                                       "make this agent report, dump or signal arbitrary processes")
+                self._log.error(
+                    "run dir refused",
+                    run_dir=self.run_dir,
+                    reason=why,
+                    detail="slot files here are not read: anyone able to create or replace them could "
+                    "make this agent report, dump or signal arbitrary processes",
+                )
             self._dir_refused, self._dir_key = why, None
             return False
         if self._dir_refused:
@@ -281,17 +296,33 @@ class SlotTracker:
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
         here = self.procs.host_pid(ident.pid, ident.proc_start_us)
-        slot = _Slot(path=path, inode=snap.inode or inode, snap=snap, status=snap.header.status,
-                     heartbeat_ns=snap.header.heartbeat_ns, proc=proc, res_prev=proc,
-                     launcher=self._parent(here) if proc.alive else (0, 0),
-                     host_pid=here if here != ident.pid else 0, uid=snap.uid,
-                     oom=deathcause.OomBaseline.read(here) if proc.alive and self._causes else None)
+        slot = _Slot(
+            path=path,
+            inode=snap.inode or inode,
+            snap=snap,
+            status=snap.header.status,
+            heartbeat_ns=snap.header.heartbeat_ns,
+            proc=proc,
+            res_prev=proc,
+            launcher=self._parent(here) if proc.alive else (0, 0),
+            host_pid=here if here != ident.pid else 0,
+            uid=snap.uid,
+            oom=deathcause.OomBaseline.read(here) if proc.alive and self._causes else None,
+        )
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
-        self._log.info("rank appeared", job=ident.job, rank=ident.rank, pid=ident.pid, state=slot.state,
-                       proc_status=proc.status, path=path, **({"host_pid": here} if slot.host_pid else {}))
+        self._log.info(
+            "rank appeared",
+            job=ident.job,
+            rank=ident.rank,
+            pid=ident.pid,
+            state=slot.state,
+            proc_status=proc.status,
+            path=path,
+            **({"host_pid": here} if slot.host_pid else {}),
+        )
 
     def _owned_by_its_process(self, path: str, inode: int, snap: wire.SlotSnapshot, prev_error: str) -> bool:
         """A slot names a process by pid and start time, both public in /proc: anyone
@@ -311,10 +342,18 @@ class SlotTracker:
         ident = snap.header.identity
         if prev_error != "owner":
             self.read_errors["owner"] += 1
-            self._log.warning("slot refused", path=path, reason="owner", job=ident.job, rank=ident.rank,
-                              pid=ident.pid, file_uid=snap.uid, process_uids=sorted(uids),
-                              detail="the file's owner is not the user of the process it names: a forged "
-                                     "identity; the file is ignored (see --slots.trusted-uids)")
+            self._log.warning(
+                "slot refused",
+                path=path,
+                reason="owner",
+                job=ident.job,
+                rank=ident.rank,
+                pid=ident.pid,
+                file_uid=snap.uid,
+                process_uids=sorted(uids),
+                detail="the file's owner is not the user of the process it names: a forged "
+                "identity; the file is ignored (see --slots.trusted-uids)",
+            )
         self._skipped[path] = (inode, "owner")
         return False
 
@@ -347,8 +386,9 @@ class SlotTracker:
             if resources and proc.alive:
                 slot.cpu_pct, slot.res_prev = track.cpu_percent(slot.res_prev, proc), proc
             if proc.stopped != prev.stopped:
-                self._log.info("rank stopped" if proc.stopped else "rank resumed", job=ident.job,
-                               rank=ident.rank, pid=ident.pid)
+                self._log.info(
+                    "rank stopped" if proc.stopped else "rank resumed", job=ident.job, rank=ident.rank, pid=ident.pid
+                )
             slot.proc = proc
         state = track.rank_state(slot.status, proc)
         if slot.status == wire.Status.FAILED and proc.alive and not slot.death and self._causes:
@@ -359,9 +399,16 @@ class SlotTracker:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
             if state == track.DEAD and self._causes:
                 slot.death = self._death(slot)
-            self._log.info(event, job=ident.job, rank=ident.rank, pid=ident.pid, proc_status=proc.status,
-                           step=slot.header[wire.H_STEP], path=slot.path,
-                           **({"cause": slot.death["summary"]} if "summary" in slot.death else {}))
+            self._log.info(
+                event,
+                job=ident.job,
+                rank=ident.rank,
+                pid=ident.pid,
+                proc_status=proc.status,
+                step=slot.header[wire.H_STEP],
+                path=slot.path,
+                **({"cause": slot.death["summary"]} if "summary" in slot.death else {}),
+            )
             slot.state = state
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
@@ -373,8 +420,11 @@ class SlotTracker:
             exit_status = getattr(self.procs, "exit_status", None)
             return deathcause.explain(
                 wait_status=exit_status(ident.pid, ident.proc_start_us) if exit_status else None,
-                hook_status=track.label(wire.Status, slot.status, "unknown"), slot_path=slot.path, oom=slot.oom,
-                host_pid=slot.host_pid or ident.pid)
+                hook_status=track.label(wire.Status, slot.status, "unknown"),
+                slot_path=slot.path,
+                oom=slot.oom,
+                host_pid=slot.host_pid or ident.pid,
+            )
         except Exception as exc:  # a detail of the post-mortem, never the poll
             self._log.warning("death cause unreadable", rank=ident.rank, pid=ident.pid, error=str(exc))
             return {}
@@ -399,8 +449,9 @@ class SlotTracker:
         slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
 
     def _resolve(self) -> None:
-        winners = set(map(id, track.newest_per_rank(
-            self._slots.values(), lambda s: s.header, lambda s: s.path).values()))
+        winners = set(
+            map(id, track.newest_per_rank(self._slots.values(), lambda s: s.header, lambda s: s.path).values())
+        )
         for slot in self._slots.values():
             now_superseded = id(slot) not in winners
             if now_superseded and not slot.superseded:
@@ -423,20 +474,25 @@ class SlotTracker:
         self._said_empty = True
         skipped = {k: n for k, n in self._counts_locked().items() if n}
         self._log.warning(
-            "no rank slots found", run_dir=self.run_dir, waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
-            files=files, skipped=skipped,
+            "no rank slots found",
+            run_dir=self.run_dir,
+            waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
+            files=files,
+            skipped=skipped,
             detail=f"ranks write their slot files to {rundir.RUN_DIR_ENV} or, when it is unset, to the default: "
-                   f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
-                   f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
-                   f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
-                   f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
-                   f"directory; watchdog_agent_slots shows what this agent finds")
+            f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
+            f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
+            f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
+            f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
+            f"directory; watchdog_agent_slots shows what this agent finds",
+        )
 
     def _expire(self, now_mono_ns: int) -> None:
         """Stop exporting the slots of jobs whose processes here all ended long ago.
         The files stay (a post-mortem may want them); they are not read again."""
-        expired = track.expired_jobs(((s.header.identity.job, s.proc) for s in self._slots.values()),
-                                     now_mono_ns, self.job_expiry_s)
+        expired = track.expired_jobs(
+            ((s.header.identity.job, s.proc) for s in self._slots.values()), now_mono_ns, self.job_expiry_s
+        )
         for job, gone_for_s in expired.items():
             paths = sorted(p for p, s in self._slots.items() if s.header.identity.job == job)
             for path in paths:
@@ -446,10 +502,16 @@ class SlotTracker:
                 self.procs.forget(ident.pid, ident.proc_start_us)
             self._membership_changed = True
             self._log.warning(
-                "job expired", job=job, slots=len(paths), gone_for_s=round(gone_for_s), after_s=self.job_expiry_s,
+                "job expired",
+                job=job,
+                slots=len(paths),
+                gone_for_s=round(gone_for_s),
+                after_s=self.job_expiry_s,
                 detail="every process of this job on this host ended longer ago than --stale.job-expiry-seconds: "
-                       "its ranks are no longer exported (their rank-dead alerts resolve); the slot files stay "
-                       "for post-mortems, delete them to clean up", run_dir=self.run_dir)
+                "its ranks are no longer exported (their rank-dead alerts resolve); the slot files stay "
+                "for post-mortems, delete them to clean up",
+                run_dir=self.run_dir,
+            )
 
     def _forget(self, path: str) -> None:
         slot = self._slots.pop(path)
@@ -474,8 +536,21 @@ class SlotTracker:
 
     @staticmethod
     def _local(s: _Slot) -> LocalRank:
-        return LocalRank(s.path, s.header, s.heartbeat_ns, s.torn, s.proc, s.state, s.cpu_pct, tuple(s.steps),
-                         s.launcher, s.host_pid, s.uid, s.inode, s.death)
+        return LocalRank(
+            s.path,
+            s.header,
+            s.heartbeat_ns,
+            s.torn,
+            s.proc,
+            s.state,
+            s.cpu_pct,
+            tuple(s.steps),
+            s.launcher,
+            s.host_pid,
+            s.uid,
+            s.inode,
+            s.death,
+        )
 
     def state_counts(self) -> dict[str, int]:
         with self._lock:

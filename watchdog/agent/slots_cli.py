@@ -9,8 +9,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Callable, Sequence
 
 from watchdog import flags, rundir, wire
 from watchdog.agent import report, track
@@ -19,16 +19,26 @@ from watchdog.agent.slots import LocalRank
 from watchdog.flags import Flag, FlagError
 
 FLAGS = (
-    Flag(flags.RUN_DIR, "", f"directory holding the ranks' slot files (empty: the hook's default, {rundir.DEFAULT_RULE})"),
+    Flag(
+        flags.RUN_DIR, "", f"directory holding the ranks' slot files (empty: the hook's default, {rundir.DEFAULT_RULE})"
+    ),
     Flag(flags.JOB_NAME, "", "only this job (empty = all)", old_env=flags.OLD_ENV[flags.JOB_NAME]),
-    Flag("stale.after-seconds", 30.0, "mark slots of gone processes with older heartbeats as stale",
-         flags.positive_float),
+    Flag(
+        "stale.after-seconds", 30.0, "mark slots of gone processes with older heartbeats as stale", flags.positive_float
+    ),
     Flag("json", False, "print JSON instead of a table (a bare --json works too)", flags.boolean),
 )
 
 
-def collect(run_dir: str, job: str, stale_after_s: float, now_mono_ns: int, now_wall_ns: int,
-            procs: ProcessTable, read: Callable = wire.read_slot) -> tuple[list[dict], list[dict]]:
+def collect(
+    run_dir: str,
+    job: str,
+    stale_after_s: float,
+    now_mono_ns: int,
+    now_wall_ns: int,
+    procs: ProcessTable,
+    read: Callable = wire.read_slot,
+) -> tuple[list[dict], list[dict]]:
     """(rows, errors): a row is a report.RankState as a dict plus job, state and path."""
     found, errors = [], []
     for path in wire.list_slot_files(run_dir):
@@ -63,8 +73,22 @@ def collect(run_dir: str, job: str, stale_after_s: float, now_mono_ns: int, now_
     return rows, errors
 
 
-COLUMNS = ("job", "rank", "pid", "state", "proc", "step", "phase", "hb_age", "last_step", "data", "coll",
-           "compute", "collective", "errors")
+COLUMNS = (
+    "job",
+    "rank",
+    "pid",
+    "state",
+    "proc",
+    "step",
+    "phase",
+    "hb_age",
+    "last_step",
+    "data",
+    "coll",
+    "compute",
+    "collective",
+    "errors",
+)
 
 
 def _cells(r: dict) -> tuple[str, ...]:
@@ -74,9 +98,22 @@ def _cells(r: dict) -> tuple[str, ...]:
     else:
         coll = f"done #{c['done_seq']}" if c["seq"] else "-"
     compute = max(0.0, r["last_step_s"] - r["last_data_s"] - r["last_coll_s"])
-    return (r["job"], str(r["rank"]), str(r["pid"]), r["state"], r["proc_status"], str(r["step"]), r["phase"],
-            f"{r['heartbeat_age_s']:.1f}s", f"{r['last_step_s']:.3f}", f"{r['last_data_s']:.3f}",
-            f"{r['last_coll_s']:.3f}", f"{compute:.3f}", coll, str(r["hook_errors"]))
+    return (
+        r["job"],
+        str(r["rank"]),
+        str(r["pid"]),
+        r["state"],
+        r["proc_status"],
+        str(r["step"]),
+        r["phase"],
+        f"{r['heartbeat_age_s']:.1f}s",
+        f"{r['last_step_s']:.3f}",
+        f"{r['last_data_s']:.3f}",
+        f"{r['last_coll_s']:.3f}",
+        f"{compute:.3f}",
+        coll,
+        str(r["hook_errors"]),
+    )
 
 
 def table(rows: list[dict], errors: list[dict]) -> str:
@@ -103,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not run_dir:
         run_dir = rundir.default_run_dir(os.environ)
         print(f"watchdog slots: no --run-dir, reading the hook's default: {run_dir}", file=sys.stderr)
-    rows, errors = collect(run_dir, v["job_name"], v["stale_after_seconds"], time.monotonic_ns(),
-                           time.time_ns(), ProcessTable())
+    rows, errors = collect(
+        run_dir, v["job_name"], v["stale_after_seconds"], time.monotonic_ns(), time.time_ns(), ProcessTable()
+    )
     print(json.dumps({"ranks": rows, "errors": errors}, indent=1) if v["json"] else table(rows, errors))
     return 0

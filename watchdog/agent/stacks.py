@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from watchdog.evidence import StackDump
 
@@ -51,7 +51,7 @@ def proc_state(pid: int, proc_root: str = "/proc") -> str | None:
     except OSError:
         return None
     # comm (field 2) may contain spaces and parentheses: the state follows the last ")".
-    tail = raw[raw.rfind(b")") + 2:]
+    tail = raw[raw.rfind(b")") + 2 :]
     return tail[:1].decode("ascii", "replace") or None
 
 
@@ -92,11 +92,18 @@ def _why(proc: subprocess.CompletedProcess) -> str:
 class StackDumper:
     """One ``dump`` per call, on the caller's thread (the agent's command worker)."""
 
-    def __init__(self, py_spy: str | None = None, *, timeout_s: float = TIMEOUT_S, max_bytes: int = MAX_TEXT_BYTES,
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-                 state: Callable[[int], str | None] = proc_state,
-                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 denied: Callable[[int], bool] = ptrace_denied) -> None:
+    def __init__(
+        self,
+        py_spy: str | None = None,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        max_bytes: int = MAX_TEXT_BYTES,
+        run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+        state: Callable[[int], str | None] = proc_state,
+        mono: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        denied: Callable[[int], bool] = ptrace_denied,
+    ) -> None:
         self.py_spy = py_spy if py_spy is not None else find_py_spy()
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self._run, self._state, self._mono, self._wall, self._denied = run, state, mono, wall, denied
@@ -110,14 +117,25 @@ class StackDumper:
         method = NONBLOCKING if state in _STOPPED else BLOCKING
 
         def out(ok: bool, text: str = "", error: str = "", how: str = method) -> StackDump:
-            return StackDump(host=host, rank=rank, pid=pid, ok=ok, text=text, error=error, method=how,
-                             taken_wall=taken, duration_s=round(self._mono() - t0, 4))
+            return StackDump(
+                host=host,
+                rank=rank,
+                pid=pid,
+                ok=ok,
+                text=text,
+                error=error,
+                method=how,
+                taken_wall=taken,
+                duration_s=round(self._mono() - t0, 4),
+            )
 
         if state is None or state == "Z":
             return out(False, error="process gone: no stack to take")
         if not self.py_spy:
-            return out(False, error="py-spy not found: install it on the agent's host (pip install py-spy) "
-                                    "or pass --stacks.py-spy")
+            return out(
+                False,
+                error="py-spy not found: install it on the agent's host (pip install py-spy) or pass --stacks.py-spy",
+            )
         ok, text, error = self._once(pid, method, limit)
         left = limit - (self._mono() - t0)
         if not ok and method == BLOCKING and left > 0 and self._state(pid) in _STOPPED:  # stopped while we tried
@@ -131,8 +149,9 @@ class StackDumper:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         argv = [self.py_spy, "dump", "--pid", str(pid)] + (["--nonblocking"] if method == NONBLOCKING else [])
         try:
-            proc = self._run(argv, capture_output=True, text=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL, errors="replace")
+            proc = self._run(
+                argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, errors="replace"
+            )
         except subprocess.TimeoutExpired:  # run() killed it; the kernel detaches a dead tracer
             return False, "", f"py-spy timed out after {timeout_s:.3g} s"
         except OSError as exc:

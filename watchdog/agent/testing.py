@@ -35,19 +35,42 @@ __all__ = [
 # -- slots ---------------------------------------------------------------------------
 
 
-def identity(job: str = "job", rank: int = 0, world_size: int = 1, *, pid: int | None = None,
-             proc_start_us: int | None = None, local_rank: int | None = None, host: str = "h") -> wire.Identity:
+def identity(
+    job: str = "job",
+    rank: int = 0,
+    world_size: int = 1,
+    *,
+    pid: int | None = None,
+    proc_start_us: int | None = None,
+    local_rank: int | None = None,
+    host: str = "h",
+) -> wire.Identity:
     """An Identity for this process by default (pid and its real start time)."""
     pid = os.getpid() if pid is None else pid
     if proc_start_us is None:
         proc_start_us = int(psutil.Process(pid).create_time() * 1e6)
-    return wire.Identity(job=job, host=host, rank=rank, local_rank=rank if local_rank is None else local_rank,
-                         world_size=world_size, pid=pid, proc_start_us=proc_start_us)
+    return wire.Identity(
+        job=job,
+        host=host,
+        rank=rank,
+        local_rank=rank if local_rank is None else local_rank,
+        world_size=world_size,
+        pid=pid,
+        proc_start_us=proc_start_us,
+    )
 
 
-def snapshot(ident: wire.Identity, words: dict[int, int] | None = None, *, wall_ns: int = 1_000_000_000_000,
-             mono_ns: int = 1_000_000_000, path: str = "/run/x.slot", records=(), torn: bool = False,
-             status: wire.Status = wire.Status.RUNNING) -> wire.SlotSnapshot:
+def snapshot(
+    ident: wire.Identity,
+    words: dict[int, int] | None = None,
+    *,
+    wall_ns: int = 1_000_000_000_000,
+    mono_ns: int = 1_000_000_000,
+    path: str = "/run/x.slot",
+    records=(),
+    torn: bool = False,
+    status: wire.Status = wire.Status.RUNNING,
+) -> wire.SlotSnapshot:
     """A real, decoded SlotSnapshot built in memory by the hook's SlotWriter, for
     pure tests: seqlocked ``words`` in one bracket, the others stored alone.
     ``records`` and ``torn`` are attached as given (the ring is not written)."""
@@ -62,10 +85,22 @@ def snapshot(ident: wire.Identity, words: dict[int, int] | None = None, *, wall_
     return wire.SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn)
 
 
-def step_record(index: int, step: int, step_ns: int, data_ns: int = 0, coll_ns: int = 0, t_ns: int = 0,
-                phase: wire.Phase = wire.Phase.TRAIN) -> wire.Record:
-    return wire.Record(index=index, kind=int(wire.RecordKind.STEP_END), t_ns=t_ns, step=step,
-                       payload=(step_ns, data_ns, coll_ns, 1, 0, int(phase), 1) + (0,) * 5)
+def step_record(
+    index: int,
+    step: int,
+    step_ns: int,
+    data_ns: int = 0,
+    coll_ns: int = 0,
+    t_ns: int = 0,
+    phase: wire.Phase = wire.Phase.TRAIN,
+) -> wire.Record:
+    return wire.Record(
+        index=index,
+        kind=int(wire.RecordKind.STEP_END),
+        t_ns=t_ns,
+        step=step,
+        payload=(step_ns, data_ns, coll_ns, 1, 0, int(phase), 1) + (0,) * 5,
+    )
 
 
 # -- a fake rank process -------------------------------------------------------------
@@ -178,8 +213,14 @@ class FakeNvml:
     deliver; ``unsupported`` names functions that raise NVMLError_NotSupported;
     ``init_error`` makes nvmlInit raise that NVML error code."""
 
-    def __init__(self, gpus: list[dict], *, init_error: int | None = None, xid: dict[int, list[int]] | None = None,
-                 unsupported: set[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        gpus: list[dict],
+        *,
+        init_error: int | None = None,
+        xid: dict[int, list[int]] | None = None,
+        unsupported: set[str] = frozenset(),
+    ) -> None:
         import pynvml
 
         self._p = pynvml
@@ -215,11 +256,20 @@ class FakeNvml:
         self._call(name)
         return self.gpus[h][key]
 
-    def nvmlDeviceGetName(self, h): return self._get("nvmlDeviceGetName", h, "name")  # noqa: E704
-    def nvmlDeviceGetUUID(self, h): return self._get("nvmlDeviceGetUUID", h, "uuid")  # noqa: E704
-    def nvmlDeviceGetTemperature(self, h, sensor): return self._get("nvmlDeviceGetTemperature", h, "temp")  # noqa
-    def nvmlDeviceGetPowerUsage(self, h): return self._get("nvmlDeviceGetPowerUsage", h, "power_mw")  # noqa: E704
-    def nvmlDeviceGetClockInfo(self, h, clk): return self._get("nvmlDeviceGetClockInfo", h, "sm_mhz")  # noqa: E704
+    def nvmlDeviceGetName(self, h):
+        return self._get("nvmlDeviceGetName", h, "name")
+
+    def nvmlDeviceGetUUID(self, h):
+        return self._get("nvmlDeviceGetUUID", h, "uuid")
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._get("nvmlDeviceGetTemperature", h, "temp")
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._get("nvmlDeviceGetPowerUsage", h, "power_mw")
+
+    def nvmlDeviceGetClockInfo(self, h, clk):
+        return self._get("nvmlDeviceGetClockInfo", h, "sm_mhz")
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return self._get("nvmlDeviceGetCurrentClocksEventReasons", h, "throttle")
@@ -248,8 +298,9 @@ class FakeNvml:
         self._call("nvmlEventSetWait_v2")
         for h in es["devices"]:
             if self.xid.get(h):
-                return SimpleNamespace(device=h, eventType=self._p.nvmlEventTypeXidCriticalError,
-                                       eventData=self.xid[h].pop(0))
+                return SimpleNamespace(
+                    device=h, eventType=self._p.nvmlEventTypeXidCriticalError, eventData=self.xid[h].pop(0)
+                )
         raise self._p.NVMLError(self._p.NVML_ERROR_TIMEOUT)
 
     def nvmlEventSetFree(self, es) -> None:
@@ -276,7 +327,7 @@ class NoPin:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "NoPin":
+    def __enter__(self) -> NoPin:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,7 +4,8 @@ a rank's state, windowed step statistics. Everything takes ``now`` explicitly.""
 from __future__ import annotations
 
 import enum
-from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
 
 from watchdog import wire
 from watchdog.agent.procs import ProcSample
@@ -25,8 +26,9 @@ WINDOW_STEPS = 32
 FUTURE_SLACK_NS = 1_000_000_000
 
 
-def stale_reason(header: wire.SlotHeader, proc: ProcSample, now_mono_ns: int, now_wall_ns: int,
-                 stale_after_s: float) -> str | None:
+def stale_reason(
+    header: wire.SlotHeader, proc: ProcSample, now_mono_ns: int, now_wall_ns: int, stale_after_s: float
+) -> str | None:
     """Why a slot seen for the first time is an earlier job's leftover, or None.
 
     Only a slot whose process is gone can be stale. Its last heartbeat is judged on
@@ -62,8 +64,11 @@ def expired_jobs(procs: Iterable[tuple[str, ProcSample]], now_mono_ns: int, expi
         else:
             last_gone[job] = max(last_gone.get(job, 0), proc.gone_ns)
     limit_ns = expiry_s * 1e9
-    return {job: (now_mono_ns - gone) / 1e9 for job, gone in last_gone.items()
-            if job not in alive and now_mono_ns - gone > limit_ns}
+    return {
+        job: (now_mono_ns - gone) / 1e9
+        for job, gone in last_gone.items()
+        if job not in alive and now_mono_ns - gone > limit_ns
+    }
 
 
 def rank_state(status: int, proc: ProcSample) -> str:
@@ -76,8 +81,9 @@ def rank_state(status: int, proc: ProcSample) -> str:
 T = TypeVar("T")
 
 
-def newest_per_rank(slots: Iterable[T], header_of: Callable[[T], wire.SlotHeader],
-                    path_of: Callable[[T], str]) -> dict[Hashable, T]:
+def newest_per_rank(
+    slots: Iterable[T], header_of: Callable[[T], wire.SlotHeader], path_of: Callable[[T], str]
+) -> dict[Hashable, T]:
     """(job, rank) -> the slot that speaks for it: the newest by creation wall time
     (a torchrun restart leaves the old worker's file behind). Ties break on the
     monotonic creation time, then the path, so the choice is deterministic."""
@@ -117,8 +123,9 @@ def label(enum_cls: type[enum.IntEnum], code: int, unknown: str) -> str:
 
 def step_sample(rec: wire.Record) -> StepSample:
     p = rec.payload  # STEP_END: A step_ns, B data_ns, C coll_ns, ..., F phase
-    return StepSample(step=rec.step, step_s=p[0] / 1e9, data_s=p[1] / 1e9, coll_s=p[2] / 1e9,
-                      phase=label(wire.Phase, p[5], "other"))
+    return StepSample(
+        step=rec.step, step_s=p[0] / 1e9, data_s=p[1] / 1e9, coll_s=p[2] / 1e9, phase=label(wire.Phase, p[5], "other")
+    )
 
 
 def age_s(now_ns: int, then_ns: int) -> float:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hmac
 import json
 import math
+from collections.abc import Mapping
 from email.message import Message
-from typing import Any, Mapping, Union
+from typing import Any
 
 from .. import logs
 from ..report import (
@@ -29,7 +30,7 @@ from .service import Coordinator, WrongJob
 
 __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]
 # request headers: a plain dict in tests, http.server's message on the wire
-Headers = Union[Mapping[str, str], Message]
+Headers = Mapping[str, str] | Message
 Reply = tuple[int, dict[str, Any], str]  # (HTTP status, JSON body, counter reason or "" if accepted)
 
 
@@ -49,7 +50,10 @@ def authorized(token: str, headers: Headers) -> bool:
     got = header(headers, "Authorization")
     scheme, _, cred = got.partition(" ")
     # compare_digest: the time taken must not tell an attacker how much matched.
-    return hmac.compare_digest(cred.strip().encode("utf-8", "replace"), token.encode("utf-8")) and scheme.lower() == "bearer"
+    return (
+        hmac.compare_digest(cred.strip().encode("utf-8", "replace"), token.encode("utf-8"))
+        and scheme.lower() == "bearer"
+    )
 
 
 def _reject_constant(name: str) -> Any:
@@ -66,8 +70,9 @@ def validate(report: HostReport) -> None:
     (Each rank is range-checked on its own, ``report.rank_problem``, and dropped
     alone.)"""
     if not (math.isfinite(report.interval_s) and MIN_INTERVAL_S <= report.interval_s <= MAX_INTERVAL_S):
-        raise ReportError(f"report: interval_s must be in {MIN_INTERVAL_S}..{MAX_INTERVAL_S:.0f} s, "
-                          f"got {report.interval_s!r}")
+        raise ReportError(
+            f"report: interval_s must be in {MIN_INTERVAL_S}..{MAX_INTERVAL_S:.0f} s, got {report.interval_s!r}"
+        )
     if not (math.isfinite(report.sent_wall) and 0 <= report.sent_wall < 1e11):
         raise ReportError("report: sent_wall must be a finite epoch time")
     if not 0 <= report.seq < MAX_COUNT:
@@ -89,7 +94,9 @@ class ReportHandler:
         self.coordinator.metrics.rejected.labels(reason).inc()
         first, suppressed = self._limit.should_log(reason, now)
         if first:
-            self.log.warning("report_rejected", reason=reason, status=status, error=message[:300], peer=peer, suppressed=suppressed)
+            self.log.warning(
+                "report_rejected", reason=reason, status=status, error=message[:300], peer=peer, suppressed=suppressed
+            )
         return status, {"error": message}, reason
 
     def _dropped(self, report: HostReport, dropped: list[tuple[int, Any, str]], now: float, peer: str) -> None:
@@ -98,16 +105,29 @@ class ReportHandler:
         self.coordinator.metrics.ranks_dropped.inc(len(dropped))
         first, suppressed = self._limit.should_log(f"ranks_dropped:{report.host[:80]}", now)
         if first:
-            self.log.warning("report_ranks_dropped", host=report.host, peer=peer, dropped=len(dropped),
-                             kept=len(report.ranks), ranks=[str(r)[:20] for _, r, _ in dropped[:16]],
-                             error=dropped[0][2], suppressed=suppressed)
+            self.log.warning(
+                "report_ranks_dropped",
+                host=report.host,
+                peer=peer,
+                dropped=len(dropped),
+                kept=len(report.ranks),
+                ranks=[str(r)[:20] for _, r, _ in dropped[:16]],
+                error=dropped[0][2],
+                suppressed=suppressed,
+            )
 
     def _too_many_acks(self, n: int, now: float, peer: str, host: Any) -> None:
         self.coordinator.metrics.acks_dropped.inc(n - MAX_ACKS_PER_REPORT)
         first, suppressed = self._limit.should_log(f"acks_dropped:{str(host)[:80]}", now)
         if first:
-            self.log.warning("report_acks_dropped", host=str(host)[:80], peer=peer, acks=n, kept=MAX_ACKS_PER_REPORT,
-                             suppressed=suppressed)
+            self.log.warning(
+                "report_acks_dropped",
+                host=str(host)[:80],
+                peer=peer,
+                acks=n,
+                kept=MAX_ACKS_PER_REPORT,
+                suppressed=suppressed,
+            )
 
     def handle(self, headers: Headers, body: bytes, now: float, peer: str = "") -> Reply:
         if not authorized(self.token, headers):
@@ -120,7 +140,13 @@ class ReportHandler:
             return self.reject(400, "schema", "report must be a JSON object", now, peer)
         v = obj.get("v")
         if type(v) is not int or v != REPORT_VERSION:  # 1.0 and true are not version 1
-            return self.reject(400, "version", f"unsupported report version {obj.get('v')!r}; this coordinator speaks {REPORT_VERSION}", now, peer)
+            return self.reject(
+                400,
+                "version",
+                f"unsupported report version {obj.get('v')!r}; this coordinator speaks {REPORT_VERSION}",
+                now,
+                peer,
+            )
         dropped: list[tuple[int, Any, str]] = []
         acks = obj.get("acks")
         if isinstance(acks, list) and len(acks) > MAX_ACKS_PER_REPORT:
@@ -140,6 +166,7 @@ class ReportHandler:
             return self.reject(409, "wrong_job", str(exc), now, peer)
         if dropped:  # added field: the agent can see which entries were left out and why
             self._dropped(report, dropped, now, peer)
-            reply["dropped"] = [{"index": i, "rank": r if isinstance(r, int) else None, "error": e[:200]}
-                                for i, r, e in dropped[:16]]
+            reply["dropped"] = [
+                {"index": i, "rank": r if isinstance(r, int) else None, "error": e[:200]} for i, r, e in dropped[:16]
+            ]
         return 200, reply, ""

@@ -7,8 +7,9 @@ never read flags or the environment themselves.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from watchdog import flags, jobtoken, logs
 from watchdog.coordinator.policy import Policy, load_policy
@@ -101,22 +102,118 @@ _D = DetectorConfig()
 
 # Each flag names the DetectorConfig field it fills (flags.build): one table, so flags and config cannot drift.
 DETECTOR_FLAGS: tuple[Flag, ...] = (
-    Flag("dead.host-silence-intervals", _D.host_silence_intervals, "a host whose agent sent nothing for this many of its report intervals is lost", positive_float, field="host_silence_intervals"),
-    Flag("frozen.heartbeat-age-seconds", _D.frozen_heartbeat_s, "a live rank whose heartbeat is older than this is frozen", positive_float, field="frozen_heartbeat_s"),
-    Flag("hang.floor-seconds", _D.hang_floor_s, "collective hang deadline: at least this long without progress", positive_float, field="hang_floor_s"),
-    Flag("hang.step-multiple", _D.hang_step_multiple, "collective hang deadline: this many times the p99 recent step time", positive_float, field="hang_step_multiple"),
-    Flag("hang.phase-allowance-seconds", _D.hang_phase_allowance_s, "extra deadline while a rank is in a checkpoint or eval phase", non_negative_float, field="hang_phase_allowance_s"),
-    Flag("hang.warmup-allowance-seconds", _D.hang_warmup_allowance_s, "extra deadline during init and a rank's first steps", non_negative_float, field="hang_warmup_allowance_s"),
-    Flag("straggler.window-steps", _D.straggler_window_steps, "steps per straggler window", positive_int, field="straggler_window_steps"),
-    Flag("straggler.windows", _D.straggler_windows, "consecutive windows a straggler must be slow in", positive_int, field="straggler_windows"),
-    Flag("straggler.factor", _D.straggler_factor, "smallest compute slowdown vs the median of the other ranks ever reported", _factor, field="straggler_factor"),
-    Flag("straggler.sigmas", _D.straggler_sigmas, "slowdown must exceed the job's own noise by this many standard deviations", positive_float, field="straggler_sigmas"),
-    Flag("straggler.window-factor", _D.straggler_window_factor, "slowdown every single window must show", _factor, field="straggler_window_factor"),
-    Flag("join.deadline-seconds", _D.join_deadline_s, "ranks must register and finish process-group init this long after the first one registered", positive_float, field="join_deadline_s"),
-    Flag("starvation.data-share", _D.starvation_share, "share of step time waiting on data that counts as starving", _share, field="starvation_share"),
-    Flag("starvation.window-steps", _D.starvation_window_steps, "steps the data share is measured over", positive_int, field="starvation_window_steps"),
-    Flag("starvation.min-steps", _D.starvation_min_steps, "steps needed before starvation is judged", positive_int, field="starvation_min_steps"),
-    Flag("view.warmup-steps", _D.warmup_steps, "a rank's first steps after (re)start that are ignored as evidence", _non_negative_int, field="warmup_steps"),
+    Flag(
+        "dead.host-silence-intervals",
+        _D.host_silence_intervals,
+        "a host whose agent sent nothing for this many of its report intervals is lost",
+        positive_float,
+        field="host_silence_intervals",
+    ),
+    Flag(
+        "frozen.heartbeat-age-seconds",
+        _D.frozen_heartbeat_s,
+        "a live rank whose heartbeat is older than this is frozen",
+        positive_float,
+        field="frozen_heartbeat_s",
+    ),
+    Flag(
+        "hang.floor-seconds",
+        _D.hang_floor_s,
+        "collective hang deadline: at least this long without progress",
+        positive_float,
+        field="hang_floor_s",
+    ),
+    Flag(
+        "hang.step-multiple",
+        _D.hang_step_multiple,
+        "collective hang deadline: this many times the p99 recent step time",
+        positive_float,
+        field="hang_step_multiple",
+    ),
+    Flag(
+        "hang.phase-allowance-seconds",
+        _D.hang_phase_allowance_s,
+        "extra deadline while a rank is in a checkpoint or eval phase",
+        non_negative_float,
+        field="hang_phase_allowance_s",
+    ),
+    Flag(
+        "hang.warmup-allowance-seconds",
+        _D.hang_warmup_allowance_s,
+        "extra deadline during init and a rank's first steps",
+        non_negative_float,
+        field="hang_warmup_allowance_s",
+    ),
+    Flag(
+        "straggler.window-steps",
+        _D.straggler_window_steps,
+        "steps per straggler window",
+        positive_int,
+        field="straggler_window_steps",
+    ),
+    Flag(
+        "straggler.windows",
+        _D.straggler_windows,
+        "consecutive windows a straggler must be slow in",
+        positive_int,
+        field="straggler_windows",
+    ),
+    Flag(
+        "straggler.factor",
+        _D.straggler_factor,
+        "smallest compute slowdown vs the median of the other ranks ever reported",
+        _factor,
+        field="straggler_factor",
+    ),
+    Flag(
+        "straggler.sigmas",
+        _D.straggler_sigmas,
+        "slowdown must exceed the job's own noise by this many standard deviations",
+        positive_float,
+        field="straggler_sigmas",
+    ),
+    Flag(
+        "straggler.window-factor",
+        _D.straggler_window_factor,
+        "slowdown every single window must show",
+        _factor,
+        field="straggler_window_factor",
+    ),
+    Flag(
+        "join.deadline-seconds",
+        _D.join_deadline_s,
+        "ranks must register and finish process-group init this long after the first one registered",
+        positive_float,
+        field="join_deadline_s",
+    ),
+    Flag(
+        "starvation.data-share",
+        _D.starvation_share,
+        "share of step time waiting on data that counts as starving",
+        _share,
+        field="starvation_share",
+    ),
+    Flag(
+        "starvation.window-steps",
+        _D.starvation_window_steps,
+        "steps the data share is measured over",
+        positive_int,
+        field="starvation_window_steps",
+    ),
+    Flag(
+        "starvation.min-steps",
+        _D.starvation_min_steps,
+        "steps needed before starvation is judged",
+        positive_int,
+        field="starvation_min_steps",
+    ),
+    Flag(
+        "view.warmup-steps",
+        _D.warmup_steps,
+        "a rank's first steps after (re)start that are ignored as evidence",
+        _non_negative_int,
+        field="warmup_steps",
+    ),
 )
 
 # DetectorConfig fields no flag sets (the view's memory, not a threshold to tune).
@@ -124,32 +221,75 @@ DETECTOR_NOT_FROM_FLAGS = ("history_steps",)
 
 # Each flag names the Config field it fills; the two token flags both feed Config.token.
 CONFIG_FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:19401", "HOST:PORT for reports, /metrics and the status API", listen_address,
-         field="listen"),
-    Flag("web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)",
-         field="address_file"),
-    Flag("web.max-body-bytes", 4 << 20, "reports larger than this are refused (413)", positive_int,
-         field="max_body_bytes"),
-    Flag(flags.JOB_NAME, "", "job name reports must carry (empty: the first report's)", field="job",
-         old_env=flags.OLD_ENV[flags.JOB_NAME]),
-    Flag("job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int,
-         field="world_size"),
+    Flag(
+        "web.listen-address",
+        "127.0.0.1:19401",
+        "HOST:PORT for reports, /metrics and the status API",
+        listen_address,
+        field="listen",
+    ),
+    Flag(
+        "web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)", field="address_file"
+    ),
+    Flag(
+        "web.max-body-bytes",
+        4 << 20,
+        "reports larger than this are refused (413)",
+        positive_int,
+        field="max_body_bytes",
+    ),
+    Flag(
+        flags.JOB_NAME,
+        "",
+        "job name reports must carry (empty: the first report's)",
+        field="job",
+        old_env=flags.OLD_ENV[flags.JOB_NAME],
+    ),
+    Flag(
+        "job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int, field="world_size"
+    ),
     jobtoken.inline_flag("shared secret agents send as 'Authorization: Bearer'"),
     jobtoken.file_flag(f"file holding the job token (wins over --{jobtoken.INLINE})"),
     Flag("journal", "watchdog-journal.jsonl", "append-only JSONL journal of events and findings", field="journal"),
     Flag("tick.interval-seconds", 1.0, "how often the detectors run", positive_float, field="tick_s"),
-    Flag("findings.resolve-grace-seconds", 2.0, "a finding is resolved after its condition is gone this long",
-         non_negative_float, field="resolve_grace_s"),
+    Flag(
+        "findings.resolve-grace-seconds",
+        2.0,
+        "a finding is resolved after its condition is gone this long",
+        non_negative_float,
+        field="resolve_grace_s",
+    ),
     logs.level_flag(),
     logs.format_flag(),
-    Flag("evidence.collect", True, "when a finding opens, ask the agents for slot snapshots and Python stacks "
-         "(py-spy) of the ranks it concerns", boolean, field="evidence"),
-    Flag("commands.give-up-seconds", 60.0, "a command an agent has not answered this long is journaled as expired",
-         positive_float, field="commands_give_up_s"),
-    Flag("stacks.max-ranks-per-host", 64, "at a hang every live rank's stack is asked for; at most this many per "
-         "host (the rest is journaled as stacks_capped)", positive_int, field="stacks_max_per_host"),
-    Flag("policy.file", "", "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
-         "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)", field="policy_file"),
+    Flag(
+        "evidence.collect",
+        True,
+        "when a finding opens, ask the agents for slot snapshots and Python stacks (py-spy) of the ranks it concerns",
+        boolean,
+        field="evidence",
+    ),
+    Flag(
+        "commands.give-up-seconds",
+        60.0,
+        "a command an agent has not answered this long is journaled as expired",
+        positive_float,
+        field="commands_give_up_s",
+    ),
+    Flag(
+        "stacks.max-ranks-per-host",
+        64,
+        "at a hang every live rank's stack is asked for; at most this many per "
+        "host (the rest is journaled as stacks_capped)",
+        positive_int,
+        field="stacks_max_per_host",
+    ),
+    Flag(
+        "policy.file",
+        "",
+        "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
+        "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)",
+        field="policy_file",
+    ),
 )
 # Config fields from_values derives: the thresholds (from DETECTOR_FLAGS) and the policy the file holds.
 CONFIG_NOT_FROM_FLAGS = ("detectors", "policy")
@@ -174,6 +314,8 @@ def loggable(cfg: Config) -> dict[str, Any]:
     out["listen"] = f"{cfg.listen[0]}:{cfg.listen[1]}"
     out["token"] = "<set>" if cfg.token else "<unset>"
     out["detectors"] = {f.name: getattr(cfg.detectors, f.name) for f in fields(cfg.detectors)}
-    out["policy"] = {f.name: (dict(getattr(cfg.policy, f.name)) if f.name == "actions" else getattr(cfg.policy, f.name))
-                     for f in fields(cfg.policy)}
+    out["policy"] = {
+        f.name: (dict(getattr(cfg.policy, f.name)) if f.name == "actions" else getattr(cfg.policy, f.name))
+        for f in fields(cfg.policy)
+    }
     return out

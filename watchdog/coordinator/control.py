@@ -18,8 +18,9 @@ which tells it from a rank's state change), ``checkpointed`` /
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from . import journal_events as je
 from . import policy as P
@@ -82,7 +83,9 @@ class JobController:
             self.job = replace(self.job, state=new)
             events.append((je.STATE, {"job_state": new.value, "from": old.value, "on": event}))
 
-    def tick(self, findings: Iterable[Finding], view: ClusterView, now: float) -> tuple[list[CommandRequest], list[Event]]:
+    def tick(
+        self, findings: Iterable[Finding], view: ClusterView, now: float
+    ) -> tuple[list[CommandRequest], list[Event]]:
         findings = list(findings)
         events: list[Event] = []
         reqs: list[CommandRequest] = []
@@ -104,7 +107,11 @@ class JobController:
         p = P.plan(findings, self.job, now, self.policy, self._frames, len(view.hosts))
         if p.action == "alert" or p.finding is None:
             # Once per (finding, why held): the reason's numbers change every tick.
-            held = f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}" if p.held else ""
+            held = (
+                f"{p.finding.key if p.finding else ''} {p.reason.partition(' held: ')[2].split(' ')[0]}"
+                if p.held
+                else ""
+            )
             if held and held != self._held and self.job.state in P.IDLE:
                 events.append((je.ACTION_HELD, {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
             self._held = held
@@ -113,24 +120,48 @@ class JobController:
         self._start(p, view, now, reqs, events)
         return reqs, events
 
-    def _start(self, p: P.Plan, view: ClusterView, now: float, reqs: list[CommandRequest], events: list[Event],
-               **extra: Any) -> None:
+    def _start(
+        self, p: P.Plan, view: ClusterView, now: float, reqs: list[CommandRequest], events: list[Event], **extra: Any
+    ) -> None:
         assert p.finding is not None
         self._count += 1
         op_id = f"a-{self._count}"
-        started = {"action_id": op_id, "action": p.action, "reason": p.reason, "kind": p.finding.kind,
-                   "ranks": list(p.finding.ranks), "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
-                   "job_state": self.job.state.value, **extra}
+        started = {
+            "action_id": op_id,
+            "action": p.action,
+            "reason": p.reason,
+            "kind": p.finding.kind,
+            "ranks": list(p.finding.ranks),
+            "hosts": list(p.finding.hosts),
+            "dry_run": p.dry_run,
+            "job_state": self.job.state.value,
+            **extra,
+        }
         if p.fingerprint is not None:
             started["fingerprint"] = p.fingerprint.to_dict()
         if p.escalation is not None:
-            events.append((je.REPEAT_FAILURE, {"action_id": op_id, "kind": p.finding.kind, "ranks": list(p.finding.ranks),
-                                               "hosts": list(p.finding.hosts), "dry_run": p.dry_run,
-                                               "fingerprint": started.get("fingerprint"), **p.escalation.to_dict()}))
+            events.append(
+                (
+                    je.REPEAT_FAILURE,
+                    {
+                        "action_id": op_id,
+                        "kind": p.finding.kind,
+                        "ranks": list(p.finding.ranks),
+                        "hosts": list(p.finding.hosts),
+                        "dry_run": p.dry_run,
+                        "fingerprint": started.get("fingerprint"),
+                        **p.escalation.to_dict(),
+                    },
+                )
+            )
         if p.dry_run:
             events.append((je.ACTION, started))
-            events.append((je.ACTION_OUTCOME, {"action_id": op_id, "action": p.action, "ok": True,
-                                               "result": "dry run: nothing done"}))
+            events.append(
+                (
+                    je.ACTION_OUTCOME,
+                    {"action_id": op_id, "action": p.action, "ok": True, "result": "dry run: nothing done"},
+                )
+            )
             self.job = replace(self.job, last_action_at=now)
             return
         restart_n = 0
@@ -144,14 +175,22 @@ class JobController:
             self.job = replace(self.job, last_action_at=now)
         events.append((je.ACTION, started))
         self._move(p.action, events)
-        self.op = Operation(id=op_id, action=p.action, reason=p.reason, finding=p.finding, started=now,
-                            grace_s=self.policy.abort_grace_s, restart_n=restart_n, phase_at=now,
-                            extra={"timeout_s": self.policy.checkpoint_timeout_s,
-                                   "resume_timeout_s": self.policy.resume_timeout_s})
+        self.op = Operation(
+            id=op_id,
+            action=p.action,
+            reason=p.reason,
+            finding=p.finding,
+            started=now,
+            grace_s=self.policy.abort_grace_s,
+            restart_n=restart_n,
+            phase_at=now,
+            extra={"timeout_s": self.policy.checkpoint_timeout_s, "resume_timeout_s": self.policy.resume_timeout_s},
+        )
         self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now, view)
 
-    def _apply(self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float,
-               view: ClusterView) -> None:
+    def _apply(
+        self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float, view: ClusterView
+    ) -> None:
         self.op = None if step.done else step.op
         if step.done:
             self._last = (step.op, now)
@@ -162,8 +201,14 @@ class JobController:
             # starts now, on the incarnations there are now.
             result = next((pl.get("result", "") for name, pl in step.events if name == je.ACTION_OUTCOME), "")
             finding = replace(step.op.finding, detected_mono=now)
-            self._start(P.after_failed_restart(finding, result or "restart failed", self.policy), view, now, reqs,
-                        events, escalated_from=step.op.id)
+            self._start(
+                P.after_failed_restart(finding, result or "restart failed", self.policy),
+                view,
+                now,
+                reqs,
+                events,
+                escalated_from=step.op.id,
+            )
             return
         if step.state_event:
             self._move(step.state_event, events)
@@ -181,14 +226,20 @@ class JobController:
         With the ``view``, a culprit must still be the incarnation the action
         stopped: the restarted group failing again is a new fault (a repeat)."""
         for op, ended in ((self.op, now), self._last):
-            if (op is None or op.phase in ("start", "stacks", "checkpoint") or now - ended > self.CAUSED_WINDOW_S
-                    or f.kind not in self.STOPPED_KINDS or not f.ranks):
+            if (
+                op is None
+                or op.phase in ("start", "stacks", "checkpoint")
+                or now - ended > self.CAUSED_WINDOW_S
+                or f.kind not in self.STOPPED_KINDS
+                or not f.ranks
+            ):
                 continue
             stopped = dict(op.workers)
             if not set(f.ranks) <= set(stopped):
                 continue
-            if view is not None and any(r in view.ranks and view.ranks[r].incarnation != stopped[r][:2]
-                                        for r in f.ranks):
+            if view is not None and any(
+                r in view.ranks and view.ranks[r].incarnation != stopped[r][:2] for r in f.ranks
+            ):
                 continue
             return op.id
         return ""

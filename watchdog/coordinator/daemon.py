@@ -45,15 +45,21 @@ class Daemon:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self) -> "Daemon":
-        self.journal.write(je.START, {"pid": os.getpid(), "address": self.address, "job": self.cfg.job,
-                                     "world_size": self.cfg.world_size})
+    def start(self) -> Daemon:
+        self.journal.write(
+            je.START,
+            {"pid": os.getpid(), "address": self.address, "job": self.cfg.job, "world_size": self.cfg.world_size},
+        )
         self.journal.write(je.CONFIG, {"config": loggable(self.cfg)})
         # Before the first report or tick: a restarted coordinator carries on the job's decisions.
         self.coordinator.recover(time.monotonic(), time.time())
         self._threads = [
-            threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
-                             name="watchdog-coordinator-http", daemon=True),
+            threading.Thread(
+                target=self.server.serve_forever,
+                kwargs={"poll_interval": 0.2},
+                name="watchdog-coordinator-http",
+                daemon=True,
+            ),
             threading.Thread(target=self._tick_loop, name="watchdog-coordinator-tick", daemon=True),
         ]
         for t in self._threads:

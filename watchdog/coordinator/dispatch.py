@@ -17,8 +17,9 @@ its lock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from watchdog import commands
 from watchdog.evidence import SlotEvidence, StackDump
@@ -67,8 +68,9 @@ def decide(p: Pending, now: float, interval_s: float, cfg: DispatchConfig) -> st
 
 
 class Dispatch:
-    def __init__(self, token: str, cfg: DispatchConfig = DispatchConfig(),
-                 new_id: Callable[[], str] = commands.new_id) -> None:
+    def __init__(
+        self, token: str, cfg: DispatchConfig = DispatchConfig(), new_id: Callable[[], str] = commands.new_id
+    ) -> None:
         self._token, self.cfg, self._new_id = token, cfg, new_id
         self._lock = threading.Lock()
         self._pending: list[Pending] = []  # oldest first
@@ -82,7 +84,9 @@ class Dispatch:
         with self._lock:
             return list(self._pending)
 
-    def outgoing(self, job: str, host: str, agent_wall: float, interval_s: float, now: float) -> tuple[list[dict], list[Event]]:
+    def outgoing(
+        self, job: str, host: str, agent_wall: float, interval_s: float, now: float
+    ) -> tuple[list[dict], list[Event]]:
         """Signed commands for this host's reply. ``agent_wall``: the report's
         sent_wall, so the envelope's times are in the agent's own clock."""
         out: list[dict] = []
@@ -93,18 +97,39 @@ class Dispatch:
                     continue
                 if decide(p, now, interval_s, self.cfg) != SEND:
                     continue
-                cmd = commands.sign(commands.make(
-                    job=job, type=p.req.type, host=host,
-                    args=p.req.args if p.req.args is not None else {"ranks": list(p.req.targets)},
-                    target=p.req.target, issued_wall=agent_wall, ttl_s=self.cfg.ttl_s, id=self._new_id()), self._token)
+                cmd = commands.sign(
+                    commands.make(
+                        job=job,
+                        type=p.req.type,
+                        host=host,
+                        args=p.req.args if p.req.args is not None else {"ranks": list(p.req.targets)},
+                        target=p.req.target,
+                        issued_wall=agent_wall,
+                        ttl_s=self.cfg.ttl_s,
+                        id=self._new_id(),
+                    ),
+                    self._token,
+                )
                 p.ids.append(cmd["id"])
                 p.sent_at = now
                 self._by_id[cmd["id"]] = p
                 out.append(cmd)
-                events.append((je.COMMAND, {"id": cmd["id"], "type": cmd["type"], "host": host,
-                                            "ranks": p.req.ranks, "trigger": p.req.trigger, "attempt": len(p.ids),
-                                            "signed": bool(cmd["sig"]), "expires_wall": cmd["expires_wall"],
-                                            **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {})}))
+                events.append(
+                    (
+                        je.COMMAND,
+                        {
+                            "id": cmd["id"],
+                            "type": cmd["type"],
+                            "host": host,
+                            "ranks": p.req.ranks,
+                            "trigger": p.req.trigger,
+                            "attempt": len(p.ids),
+                            "signed": bool(cmd["sig"]),
+                            "expires_wall": cmd["expires_wall"],
+                            **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {}),
+                        },
+                    )
+                )
         return out, events
 
     def acked(self, host: str, acks: tuple[dict, ...] | list[dict], now: float) -> list[Event]:
@@ -119,8 +144,12 @@ class Dispatch:
                     # made-up ids must not become thousands of journal lines.
                     unknown += 1
                     if unknown <= MAX_UNKNOWN_ACK_EVENTS:
-                        events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": str(cid)[:80],
-                                                                "type": str(a.get("type"))[:40]}))
+                        events.append(
+                            (
+                                je.COMMAND_UNKNOWN_ACK,
+                                {"host": host, "id": str(cid)[:80], "type": str(a.get("type"))[:40]},
+                            )
+                        )
                     continue
                 if p.state == "done":
                     continue  # another attempt already answered
@@ -131,8 +160,9 @@ class Dispatch:
                 self._finish(p, "done", now)
                 events.append(self._outcome(p, cid, host, a, late))
         if unknown > MAX_UNKNOWN_ACK_EVENTS:  # added field: how many more were left out of the journal
-            events.append((je.COMMAND_UNKNOWN_ACK, {"host": host, "id": "", "type": "",
-                                                    "more": unknown - MAX_UNKNOWN_ACK_EVENTS}))
+            events.append(
+                (je.COMMAND_UNKNOWN_ACK, {"host": host, "id": "", "type": "", "more": unknown - MAX_UNKNOWN_ACK_EVENTS})
+            )
         return events
 
     def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:
@@ -150,8 +180,10 @@ class Dispatch:
         if bad or bad2:
             error = (error + "; " if error else "") + f"{bad + bad2} malformed entries dropped"
         bound = _bound(a.get("bound"))
-        return (je.EVIDENCE, {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots,
-                              **({"bound": bound} if bound else {})})
+        return (
+            je.EVIDENCE,
+            {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots, **({"bound": bound} if bound else {})},
+        )
 
     def _finish(self, p: Pending, state: str, now: float) -> None:
         p.state, p.ended = state, now
@@ -165,10 +197,20 @@ class Dispatch:
             for p in list(self._pending):
                 if decide(p, now, interval_of(p.req.host), self.cfg) == GIVE_UP:
                     self._finish(p, "expired", now)
-                    events.append((je.COMMAND_EXPIRED, {"type": p.req.type, "host": p.req.host, "ids": p.ids,
-                                                        "ranks": p.req.ranks, "trigger": p.req.trigger,
-                                                        "acknowledged": p.running,
-                                                        "waited_s": round(now - p.created, 3)}))
+                    events.append(
+                        (
+                            je.COMMAND_EXPIRED,
+                            {
+                                "type": p.req.type,
+                                "host": p.req.host,
+                                "ids": p.ids,
+                                "ranks": p.req.ranks,
+                                "trigger": p.req.trigger,
+                                "acknowledged": p.running,
+                                "waited_s": round(now - p.created, 3),
+                            },
+                        )
+                    )
             stale = [i for i, p in self._by_id.items() if p.state != "pending" and now - p.ended > self.cfg.keep_s]
             for i in stale:
                 del self._by_id[i]

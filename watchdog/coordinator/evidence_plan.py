@@ -13,8 +13,9 @@ One request per (host, type): an agent answers for its own ranks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from watchdog import commands
 
@@ -59,7 +60,7 @@ def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> li
         waiters = [w for w in f.evidence.get("waiters") or () if isinstance(w, int)]
         extra = next((w for w in sorted(waiters) if w not in wanted and w in view.ranks and _live(view.ranks[w])), None)
         if extra is not None:
-            wanted = wanted[:max_dumps - 1] + [extra]
+            wanted = wanted[: max_dumps - 1] + [extra]
     return sorted(set(wanted))
 
 
@@ -72,13 +73,17 @@ def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPS
     return sorted(named + others[: max(0, max_snapshots - len(named))])
 
 
-def plan(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS,
-         max_stacks_per_host: int = stack_plan.MAX_PER_HOST) -> list[CommandRequest]:
+def plan(
+    f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, max_stacks_per_host: int = stack_plan.MAX_PER_HOST
+) -> list[CommandRequest]:
     """A hang asks for every live rank's stack (``stack_plan``), anything else
     for the culprits' and one waiter's."""
     out = []
-    stacks = (stack_plan.every_rank(f, view, max_stacks_per_host)[0] if f.kind in stack_plan.ALL_RANKS_KINDS
-              else stack_ranks(f, view, max_dumps))
+    stacks = (
+        stack_plan.every_rank(f, view, max_stacks_per_host)[0]
+        if f.kind in stack_plan.ALL_RANKS_KINDS
+        else stack_ranks(f, view, max_dumps)
+    )
     for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)):
         for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)

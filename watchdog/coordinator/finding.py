@@ -5,8 +5,9 @@ Kinds are an API (alerts, journals, dashboards key on them); see KINDS.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 KINDS = (
     "dead_rank",

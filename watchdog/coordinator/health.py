@@ -123,21 +123,35 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
     # 4. Failed while inside the collective itself.
     inside = [r for r in wait if health[r] in FAULTY]
     how, culprits = "unknown", list[int]()
-    for how, culprits in (("missing", missing), ("behind", behind), ("mismatched", mismatched),
-                          ("failed_inside", inside), ("other_group", list(elsewhere))):
+    # The first non-empty (how, culprits) pair is the blame: the loop variables are the result.
+    for how, culprits in (  # noqa: B007
+        ("missing", missing),
+        ("behind", behind),
+        ("mismatched", mismatched),
+        ("failed_inside", inside),
+        ("other_group", list(elsewhere)),
+    ):
         if culprits:
             break
     else:
         how = "unknown"
     waiters = tuple(sorted(r for r in on if r not in culprits))
     return Blame(
-        group=group, seq=seq, op=ops.most_common(1)[0][0], waiters=waiters, culprits=tuple(sorted(culprits)),
+        group=group,
+        seq=seq,
+        op=ops.most_common(1)[0][0],
+        waiters=waiters,
+        culprits=tuple(sorted(culprits)),
         elsewhere=tuple(r for r in elsewhere if r not in culprits),
-        waiting_since=min(rv.coll_enter() for rv in on.values()), latest_enter=latest_enter, how=how,
+        waiting_since=min(rv.coll_enter() for rv in on.values()),
+        latest_enter=latest_enter,
+        how=how,
     )
 
 
-def victims(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str], blame: Blame | None) -> set[int]:
+def victims(
+    view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str], blame: Blame | None
+) -> set[int]:
     """Failed ranks that were waiting for someone else when they failed: they are
     not the root cause and get no finding of their own."""
     if blame is None or not blame.culprits or blame.how in ("failed_inside", "unknown"):

@@ -23,16 +23,36 @@ import json
 import math
 import os
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import journal_events as je
 
 JOURNAL_MODE = 0o600
 # Fsync'd: what paged someone, and what a restarted coordinator rebuilds its decisions
 # from (recover.py: an action's decision, end and restart).
-DURABLE = frozenset({je.START, je.CONFIG, je.FINDING, je.RESOLVED, je.STOP, je.ACTION, je.ACTION_OUTCOME, je.RESTART,
-                     je.RECOVERED, je.STATE, je.HOST_LOST, je.JOURNAL_GAP, je.COMMAND, je.EVIDENCE, je.COMMAND_DONE,
-                     je.COMMAND_REFUSED, je.COMMAND_EXPIRED})
+DURABLE = frozenset(
+    {
+        je.START,
+        je.CONFIG,
+        je.FINDING,
+        je.RESOLVED,
+        je.STOP,
+        je.ACTION,
+        je.ACTION_OUTCOME,
+        je.RESTART,
+        je.RECOVERED,
+        je.STATE,
+        je.HOST_LOST,
+        je.JOURNAL_GAP,
+        je.COMMAND,
+        je.EVIDENCE,
+        je.COMMAND_DONE,
+        je.COMMAND_REFUSED,
+        je.COMMAND_EXPIRED,
+    }
+)
+
 
 class ShortWrite(OSError):
     """``write()`` stored only part of a record (disk full, file size limit)."""

@@ -8,7 +8,7 @@ import ipaddress
 import signal
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from .. import flags, jobtoken, logs
 from .config import FLAGS, Config, from_values, loggable
@@ -29,8 +29,10 @@ def check_exposure(cfg: Config) -> str | None:
     """The error to exit with, or None. Reports steer actions on the job, so
     anyone who can reach the port must prove they hold the job token."""
     if not cfg.token and not is_loopback(cfg.listen[0]):
-        return (f"refusing to listen on {cfg.listen[0]}:{cfg.listen[1]} without a job token: anyone who can reach it "
-                f"could feed fake reports. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}), or listen on 127.0.0.1.")
+        return (
+            f"refusing to listen on {cfg.listen[0]}:{cfg.listen[1]} without a job token: anyone who can reach it "
+            f"could feed fake reports. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}), or listen on 127.0.0.1."
+        )
     return jobtoken.too_short(cfg.token, cfg.listen[0])
 
 
@@ -44,10 +46,12 @@ def check_policy_token(cfg: Config) -> str | None:
     destructive = sorted({a for a in cfg.policy.actions.values() if a != "alert"})
     if not destructive:
         return None
-    return (f"refusing to start: policy {cfg.policy_file or '(inline)'} asks for {', '.join(destructive)}, but "
-            f"there is no job token, and agents refuse every unsigned signal or checkpoint command (no_token): "
-            f"the action could never be carried out. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}) for the "
-            f"coordinator and the agents, or set dry_run = true in the policy's [limits].")
+    return (
+        f"refusing to start: policy {cfg.policy_file or '(inline)'} asks for {', '.join(destructive)}, but "
+        f"there is no job token, and agents refuse every unsigned signal or checkpoint command (no_token): "
+        f"the action could never be carried out. Set --{jobtoken.FILE} (or {jobtoken.INLINE_ENV}) for the "
+        f"coordinator and the agents, or set dry_run = true in the policy's [limits]."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@ tests can run several coordinators in one process.
 
 from __future__ import annotations
 
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -25,10 +25,20 @@ HANG_SECONDS = "watchdog_coordinator_hang_seconds"
 HANG_DEADLINE_SECONDS = "watchdog_coordinator_hang_deadline_seconds"
 DETECTOR_GAUGES = {STRAGGLER_SCORE: True, HANG_SECONDS: False, HANG_DEADLINE_SECONDS: False}  # name -> labelled
 # name -> value, or for a labelled gauge {label value: value} (the series to export now: others are removed).
-GaugeValues = Mapping[str, Union[float, Mapping[str, float]]]
+GaugeValues = Mapping[str, float | Mapping[str, float]]
 
 HOST_CULPRITS = "watchdog_coordinator_host_culprit_findings"
-REJECT_REASONS = ("bad_json", "too_large", "no_length", "unauthorized", "version", "schema", "wrong_job", "timeout", "internal")
+REJECT_REASONS = (
+    "bad_json",
+    "too_large",
+    "no_length",
+    "unauthorized",
+    "version",
+    "schema",
+    "wrong_job",
+    "timeout",
+    "internal",
+)
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -38,39 +48,124 @@ class CoordinatorMetrics:
         # The training job is known only once the first report arrives, so it is a label of
         # this one series (joined on the scrape target by rules and dashboards), not of all.
         # Never `job`: that is the scrape job's label.
-        self.info = Gauge("watchdog_coordinator_info", "Always 1; labels identify the job this coordinator serves", ["training_job"], registry=r)
+        self.info = Gauge(
+            "watchdog_coordinator_info",
+            "Always 1; labels identify the job this coordinator serves",
+            ["training_job"],
+            registry=r,
+        )
         self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
-        self.active = Gauge("watchdog_coordinator_findings_active", "Findings whose condition currently holds, by kind", ["kind"], registry=r)
-        self.resolved = Counter("watchdog_coordinator_findings_resolved_total", "Findings whose condition ended, by kind", ["kind"], registry=r)
-        self.ranks_expected = Gauge("watchdog_coordinator_ranks_expected", "Ranks the job should have (configured or reported world size)", registry=r)
-        self.ranks_registered = Gauge("watchdog_coordinator_ranks_registered", "Ranks some agent has reported", registry=r)
-        self.ranks_alive = Gauge("watchdog_coordinator_ranks_alive", "Reported ranks whose process exists, not exited, host not lost", registry=r)
-        self.hosts = Gauge("watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r)
-        self.straggler = Gauge(STRAGGLER_SCORE, "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r)
-        self.hang = Gauge(HANG_SECONDS, "Seconds since any live rank completed a step or a collective, or since ranks entered the collective they still wait in; a hang when above the deadline", registry=r)
+        self.active = Gauge(
+            "watchdog_coordinator_findings_active",
+            "Findings whose condition currently holds, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.resolved = Counter(
+            "watchdog_coordinator_findings_resolved_total",
+            "Findings whose condition ended, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.ranks_expected = Gauge(
+            "watchdog_coordinator_ranks_expected",
+            "Ranks the job should have (configured or reported world size)",
+            registry=r,
+        )
+        self.ranks_registered = Gauge(
+            "watchdog_coordinator_ranks_registered", "Ranks some agent has reported", registry=r
+        )
+        self.ranks_alive = Gauge(
+            "watchdog_coordinator_ranks_alive",
+            "Reported ranks whose process exists, not exited, host not lost",
+            registry=r,
+        )
+        self.hosts = Gauge(
+            "watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r
+        )
+        self.straggler = Gauge(
+            STRAGGLER_SCORE, "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r
+        )
+        self.hang = Gauge(
+            HANG_SECONDS,
+            "Seconds since any live rank completed a step or a collective, or since ranks entered the collective they still wait in; a hang when above the deadline",
+            registry=r,
+        )
         self.hang_deadline = Gauge(HANG_DEADLINE_SECONDS, "Current adaptive collective-hang deadline", registry=r)
-        self.det_success = Gauge("watchdog_detector_success", "1 if the detector's last run succeeded", ["detector"], registry=r)
-        self.det_duration = Gauge("watchdog_detector_duration_seconds", "Duration of the detector's last run", ["detector"], registry=r)
-        self.det_errors = Counter("watchdog_detector_errors_total", "Detector runs that raised", ["detector"], registry=r)
+        self.det_success = Gauge(
+            "watchdog_detector_success", "1 if the detector's last run succeeded", ["detector"], registry=r
+        )
+        self.det_duration = Gauge(
+            "watchdog_detector_duration_seconds", "Duration of the detector's last run", ["detector"], registry=r
+        )
+        self.det_errors = Counter(
+            "watchdog_detector_errors_total", "Detector runs that raised", ["detector"], registry=r
+        )
         self.received = Counter("watchdog_coordinator_reports_received_total", "Host reports accepted", registry=r)
-        self.rejected = Counter("watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r)
-        self.ranks_dropped = Counter("watchdog_coordinator_report_ranks_dropped_total", "Rank entries left out of accepted reports as invalid (the rest of the report is kept)", registry=r)
-        self.acks_dropped = Counter("watchdog_coordinator_report_acks_dropped_total", f"Command acks beyond {MAX_ACKS_PER_REPORT} in one report, dropped unread", registry=r)
-        self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
-        self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
-        self.bottleneck = Gauge("watchdog_coordinator_bottleneck", "1 for the job's current bottleneck verdict (data, communication, straggler, memory, compute, unknown), 0 for the others", ["verdict"], registry=r)
-        self.bottleneck_share = Gauge("watchdog_coordinator_bottleneck_share", "Share of step time each cause takes over recent steps (memory: share of the fullest accelerator's memory in use)", ["cause"], registry=r)
-        self.goodput_seconds = Counter("watchdog_coordinator_goodput_seconds_total", "Job wall time by what it went to (productive, data_wait, collective_wait, straggler, checkpoint_eval, restart, redone, startup); the categories add up to wall time", ["category"], registry=r)
-        self.goodput_ratio = Gauge("watchdog_coordinator_goodput_ratio", "Productive share of the job's wall time so far", registry=r)
-        self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
+        self.rejected = Counter(
+            "watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r
+        )
+        self.ranks_dropped = Counter(
+            "watchdog_coordinator_report_ranks_dropped_total",
+            "Rank entries left out of accepted reports as invalid (the rest of the report is kept)",
+            registry=r,
+        )
+        self.acks_dropped = Counter(
+            "watchdog_coordinator_report_acks_dropped_total",
+            f"Command acks beyond {MAX_ACKS_PER_REPORT} in one report, dropped unread",
+            registry=r,
+        )
+        self.tick = Histogram(
+            "watchdog_coordinator_tick_duration_seconds",
+            "Time one tick (all detectors and bookkeeping) took",
+            buckets=TICK_BUCKETS,
+            registry=r,
+        )
+        self.commands = Counter(
+            "watchdog_coordinator_commands_total",
+            "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.bottleneck = Gauge(
+            "watchdog_coordinator_bottleneck",
+            "1 for the job's current bottleneck verdict (data, communication, straggler, memory, compute, unknown), 0 for the others",
+            ["verdict"],
+            registry=r,
+        )
+        self.bottleneck_share = Gauge(
+            "watchdog_coordinator_bottleneck_share",
+            "Share of step time each cause takes over recent steps (memory: share of the fullest accelerator's memory in use)",
+            ["cause"],
+            registry=r,
+        )
+        self.goodput_seconds = Counter(
+            "watchdog_coordinator_goodput_seconds_total",
+            "Job wall time by what it went to (productive, data_wait, collective_wait, straggler, checkpoint_eval, restart, redone, startup); the categories add up to wall time",
+            ["category"],
+            registry=r,
+        )
+        self.goodput_ratio = Gauge(
+            "watchdog_coordinator_goodput_ratio", "Productive share of the job's wall time so far", registry=r
+        )
+        self.journal_errors = Counter(
+            "watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r
+        )
         # Hosts to avoid, across jobs: the shipped recording rules sum these over every
         # coordinator into a decaying per-host suspicion score (`watchdog hosts`). Children
         # are made at 0 when a host is first seen (``host_seen``), so the first culprit
         # finding is an increase Prometheus sees, not a series that starts at 1.
-        self.host_culprits = Counter(HOST_CULPRITS, "Findings opened that named a culprit on this host, by cause "
-                                     "(the finding kind)", ["training_job", "host", "cause"], registry=r)
-        self._detector_gauges = {STRAGGLER_SCORE: self.straggler, HANG_SECONDS: self.hang,
-                                 HANG_DEADLINE_SECONDS: self.hang_deadline}
+        self.host_culprits = Counter(
+            HOST_CULPRITS,
+            "Findings opened that named a culprit on this host, by cause (the finding kind)",
+            ["training_job", "host", "cause"],
+            registry=r,
+        )
+        self._detector_gauges = {
+            STRAGGLER_SCORE: self.straggler,
+            HANG_SECONDS: self.hang,
+            HANG_DEADLINE_SECONDS: self.hang_deadline,
+        }
         self._labels_set: dict[str, set[str]] = {}  # labelled detector gauge -> label values exported
         # Children exist from the start, so a zero is a zero and not a missing series.
         for kind in KINDS:

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
 
 from . import fingerprint
 from .finding import ADVISORY_KINDS, KINDS, Finding
@@ -144,7 +144,7 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         if action not in ACTIONS:
             raise PolicyError(f"{source}: [actions] {kind} = {action!r}; actions are {', '.join(ACTIONS)}")
         if kind in ADVISORY_KINDS and action != "alert":
-            raise PolicyError(f"{source}: [actions] {kind} is advisory (nothing is broken): it can only be \"alert\"")
+            raise PolicyError(f'{source}: [actions] {kind} is advisory (nothing is broken): it can only be "alert"')
     kw = {}
     for key, value in doc.get("limits", {}).items():
         if key not in _LIMITS:
@@ -152,7 +152,9 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         attr, typ = _LIMITS[key]
         ok = isinstance(value, bool) if typ is bool else isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok or (typ is not bool and value < 0):
-            raise PolicyError(f"{source}: [limits] {key} = {value!r} must be a {'boolean' if typ is bool else 'number >= 0'}")
+            raise PolicyError(
+                f"{source}: [limits] {key} = {value!r} must be a {'boolean' if typ is bool else 'number >= 0'}"
+            )
         kw[attr] = typ(value)
     rep = doc.get("repeats", {})
     if not isinstance(rep, dict):
@@ -178,16 +180,18 @@ class JobControl:
     # Fingerprints of the findings restarts were spent on, oldest first (repeats.py).
     history: tuple[fingerprint.Fingerprint, ...] = ()
 
-    def restarted(self, now: float) -> "JobControl":
+    def restarted(self, now: float) -> JobControl:
         return replace(self, restarts=self.restarts + (now,), last_action_at=now)
 
-    def remember(self, fp: fingerprint.Fingerprint) -> "JobControl":
+    def remember(self, fp: fingerprint.Fingerprint) -> JobControl:
         return replace(self, history=(self.history + (fp,))[-64:])
 
-    def complete(self, kind: str, ranks: tuple[int, ...], frames: tuple[str, ...]) -> "JobControl":
+    def complete(self, kind: str, ranks: tuple[int, ...], frames: tuple[str, ...]) -> JobControl:
         """Stacks arrived for a finding: fill the frames of its fingerprints that lack them."""
-        hist = tuple(fp.with_frames(frames) if (fp.kind, fp.ranks) == (kind, ranks) and not fp.frames else fp
-                     for fp in self.history)
+        hist = tuple(
+            fp.with_frames(frames) if (fp.kind, fp.ranks) == (kind, ranks) and not fp.frames else fp
+            for fp in self.history
+        )
         return replace(self, history=hist) if hist != self.history else self
 
 
@@ -202,8 +206,14 @@ class Plan:
     escalation: Escalation | None = None  # set when the restart-loop breaker changed the action
 
 
-def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Policy,
-         frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]] | None = None, hosts_in_job: int = 0) -> Plan:
+def plan(
+    findings: Iterable[Finding],
+    job: JobControl,
+    now: float,
+    policy: Policy,
+    frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]] | None = None,
+    hosts_in_job: int = 0,
+) -> Plan:
     """The one action to take now, if any. Pure.
 
     ``findings`` are the active ones as first raised (``detected_mono`` is when).
@@ -220,8 +230,12 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
         return Plan("alert", f, f"{action} for {f.kind} held: job is {job.state.value}", held=True)
     age = now - f.detected_mono
     if age < policy.min_finding_age_s:
-        return Plan("alert", f, f"{action} for {f.kind} held: finding is {age:.1f} s old, "
-                                f"policy waits {policy.min_finding_age_s:g} s", held=True)
+        return Plan(
+            "alert",
+            f,
+            f"{action} for {f.kind} held: finding is {age:.1f} s old, policy waits {policy.min_finding_age_s:g} s",
+            held=True,
+        )
     if job.last_action_at is not None and now - job.last_action_at < policy.cooldown_s:
         left = policy.cooldown_s - (now - job.last_action_at)
         return Plan("alert", f, f"{action} for {f.kind} held: cooldown, {left:.0f} s left", held=True)
@@ -232,16 +246,33 @@ def plan(findings: Iterable[Finding], job: JobControl, now: float, policy: Polic
     if action in RESTARTING_ACTIONS:
         in_hour = sum(1 for t in job.restarts if now - t < 3600.0)
         if len(job.restarts) >= policy.max_restarts:
-            action, reason = "abort", (f"restart budget exhausted ({len(job.restarts)} of {policy.max_restarts} "
-                                       f"restarts used); aborting instead. {reason}")
+            action, reason = (
+                "abort",
+                (
+                    f"restart budget exhausted ({len(job.restarts)} of {policy.max_restarts} "
+                    f"restarts used); aborting instead. {reason}"
+                ),
+            )
         elif in_hour >= policy.max_restarts_per_hour:
-            action, reason = "abort", (f"restart budget exhausted ({in_hour} restarts in the last hour, "
-                                       f"limit {policy.max_restarts_per_hour}); aborting instead. {reason}")
+            action, reason = (
+                "abort",
+                (
+                    f"restart budget exhausted ({in_hour} restarts in the last hour, "
+                    f"limit {policy.max_restarts_per_hour}); aborting instead. {reason}"
+                ),
+            )
     return Plan(action, f, reason, dry_run=policy.dry_run, fingerprint=fp, escalation=esc)
 
 
-def _repeat(f: Finding, action: str, reason: str, job: JobControl, policy: Policy,
-            frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]], hosts_in_job: int):
+def _repeat(
+    f: Finding,
+    action: str,
+    reason: str,
+    job: JobControl,
+    policy: Policy,
+    frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]],
+    hosts_in_job: int,
+):
     """The restart-loop breaker (repeats.py): a failure seen before a restart
     already escalates instead of spending the budget again."""
     fp = fingerprint.of(f, frames.get(f.key, ()))

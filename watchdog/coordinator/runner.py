@@ -10,8 +10,8 @@ fails as a whole, and the gauges keep their last values.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from .. import logs
 from .detectors import Detector
@@ -52,13 +52,17 @@ class Runner:
                     if name not in DETECTOR_GAUGES:
                         raise ValueError(f"detector {det.name} handed out unknown gauge {name!r}")
                     if isinstance(value, Mapping) != DETECTOR_GAUGES[name]:
-                        raise ValueError(f"detector {det.name}: gauge {name!r} needs "
-                                         + ("{label: value}" if DETECTOR_GAUGES[name] else "a number"))
+                        raise ValueError(
+                            f"detector {det.name}: gauge {name!r} needs "
+                            + ("{label: value}" if DETECTOR_GAUGES[name] else "a number")
+                        )
                 out.append(Outcome(det.name, True, self._timer() - t0, found, gauges=values))
             except Exception as exc:  # noqa: BLE001 - isolation is the point
                 err = f"{type(exc).__name__}: {exc}"
                 out.append(Outcome(det.name, False, self._timer() - t0, (), err))
                 first, suppressed = self._limit.should_log(f"{det.name}:{err}", now)
                 if first:
-                    self._log.error("detector_failed", detector=det.name, error=err, suppressed=suppressed, exc_info=True)
+                    self._log.error(
+                        "detector_failed", detector=det.name, error=err, suppressed=suppressed, exc_info=True
+                    )
         return out

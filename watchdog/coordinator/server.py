@@ -27,9 +27,16 @@ STATUS_PATH = "/api/v1/status"
 BODY_TIMEOUT_S = 10.0
 
 
-def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_body: int, *,
-                max_connections: int = httpguard.MAX_CONNECTIONS,
-                request_deadline_s: float = httpguard.REQUEST_DEADLINE_S) -> ThreadingHTTPServer:
+def make_server(
+    host: str,
+    port: int,
+    coordinator: Coordinator,
+    token: str,
+    max_body: int,
+    *,
+    max_connections: int = httpguard.MAX_CONNECTIONS,
+    request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
+) -> ThreadingHTTPServer:
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
 
@@ -99,8 +106,13 @@ def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_
 
         do_HEAD = do_GET
 
-    return httpguard.server_class(host)((host, port), Handler, max_connections=max_connections,
-                                        request_deadline_s=request_deadline_s, log_name="watchdog.coordinator")
+    return httpguard.server_class(host)(
+        (host, port),
+        Handler,
+        max_connections=max_connections,
+        request_deadline_s=request_deadline_s,
+        log_name="watchdog.coordinator",
+    )
 
 
 def bound_address(server: ThreadingHTTPServer) -> str:

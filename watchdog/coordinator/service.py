@@ -19,8 +19,8 @@ from .. import commands, logs
 from ..report import HostReport
 from . import evidence_plan, fingerprint, goodput, health, recover, stack_gather, stack_plan, status, tracker, verdict
 from . import journal_events as je
-from .control import JobController
 from .config import Config
+from .control import JobController
 from .detectors import build
 from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
@@ -124,8 +124,13 @@ class Coordinator:
             if view.world_size_fixed and any(r.world_size != view.world_size for r in report.ranks):
                 first, suppressed = self._mismatch.should_log(report.host, now)
                 if first:  # elastic jobs resize; say so, but keep the configured expectation
-                    self.log.warning("world_size_mismatch", host=report.host, expected=view.world_size,
-                                     reported=sorted({r.world_size for r in report.ranks}), suppressed=suppressed)
+                    self.log.warning(
+                        "world_size_mismatch",
+                        host=report.host,
+                        expected=view.world_size,
+                        reported=sorted({r.world_size for r in report.ranks}),
+                        suppressed=suppressed,
+                    )
             self._view, events = fold(view, report, now, self.cfg.detectors)
             for name, payload in events:
                 if name == je.HOST_SEEN and not payload.get("agent_restarted"):
@@ -148,8 +153,9 @@ class Coordinator:
             return TickResult((), (), ())
         self._hosts(view, now)
         outcomes = self.runner.run(now, view)
-        findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
-                    for o in outcomes for f in o.findings]
+        findings = [
+            replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall) for o in outcomes for f in o.findings
+        ]
         # Before any agent reported (a coordinator just restarted on its journal), no
         # detector saw anything: the open findings it recovered are not resolved by that.
         ran = [o.name for o in outcomes if o.ok] if view.hosts else []
@@ -173,10 +179,20 @@ class Coordinator:
         self._stack_groups(now)
         for r in resolved:
             self.metrics.resolved.labels(r.finding.kind).inc()
-            self.log.info(je.RESOLVED, kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3))
-            self._record(je.RESOLVED, {"kind": r.finding.kind, "ranks": list(r.finding.ranks), "hosts": list(r.finding.hosts),
-                                      "duration_s": round(r.duration_s, 3), "reason": r.finding.reason,
-                                      "opened_wall": r.opened.detected_wall})
+            self.log.info(
+                je.RESOLVED, kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3)
+            )
+            self._record(
+                je.RESOLVED,
+                {
+                    "kind": r.finding.kind,
+                    "ranks": list(r.finding.ranks),
+                    "hosts": list(r.finding.hosts),
+                    "duration_s": round(r.duration_s, 3),
+                    "reason": r.finding.reason,
+                    "opened_wall": r.opened.detected_wall,
+                },
+            )
         for o in outcomes:
             self.metrics.det_success.labels(o.name).set(1 if o.ok else 0)
             self.metrics.det_duration.labels(o.name).set(o.duration_s)
@@ -201,7 +217,9 @@ class Coordinator:
             if lost and host not in self._lost:
                 self._lost.add(host)
                 self.log.warning(je.HOST_LOST, host=host, silent_s=round(now - hv.received_at, 3))
-                self._record(je.HOST_LOST, {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)})
+                self._record(
+                    je.HOST_LOST, {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)}
+                )
             elif not lost and host in self._lost:
                 self._lost.discard(host)
                 self.log.info(je.HOST_BACK, host=host)
@@ -215,7 +233,7 @@ class Coordinator:
         m.ranks_alive.set(sum(1 for h in hl.values() if h in (health.OK, health.FROZEN)))
         m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
         m.hosts.labels("lost").set(len(self._lost))
-        counts = {k: 0 for k in KINDS}
+        counts = dict.fromkeys(KINDS, 0)
         for kind, _ in self._active:
             counts[kind] = counts.get(kind, 0) + 1
         for kind, n in counts.items():
@@ -235,9 +253,16 @@ class Coordinator:
             new = verdict.decide(self.verdict, m, now)
             if new.verdict != self.verdict.verdict:
                 self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
-                self._record(je.VERDICT, {"verdict": new.verdict, "previous": self.verdict.verdict,
-                                          "reason": new.reason, "shares": {k: round(v, 4) for k, v in m.shares.items()},
-                                          "evidence": new.evidence})
+                self._record(
+                    je.VERDICT,
+                    {
+                        "verdict": new.verdict,
+                        "previous": self.verdict.verdict,
+                        "reason": new.reason,
+                        "shares": {k: round(v, 4) for k, v in m.shares.items()},
+                        "evidence": new.evidence,
+                    },
+                )
             self.verdict = new
             for v in verdict.VERDICTS:
                 self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
@@ -251,21 +276,28 @@ class Coordinator:
                     self.metrics.goodput_seconds.labels(cat).inc(delta)
                     self._goodput_exported[cat] = secs
             self.metrics.goodput_ratio.set(round(self.goodput.goodput(), 4))
-            if self.goodput.started and (self._goodput_journaled_at is None
-                                         or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S):
+            if self.goodput.started and (
+                self._goodput_journaled_at is None or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S
+            ):
                 self._goodput_journaled_at = now
                 self._record(je.GOODPUT, self.goodput_record(final=False))
         except Exception as exc:  # performance reporting must never stop detection
             first, suppressed = self._performance_failed.should_log(type(exc).__name__, now)
             if first:
-                self.log.error("performance_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed,
-                               exc_info=True)
+                self.log.error(
+                    "performance_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed, exc_info=True
+                )
 
     def goodput_record(self, final: bool) -> dict[str, Any]:
         """The journal's goodput record: the ledger so far, and the verdict."""
         rec = self.goodput.summary()
-        rec.update(final=final, summary=goodput.summary_line(rec), verdict=self.verdict.verdict,
-                   verdict_reason=self.verdict.reason, world_size=self._view.world_size)
+        rec.update(
+            final=final,
+            summary=goodput.summary_line(rec),
+            verdict=self.verdict.verdict,
+            verdict_reason=self.verdict.reason,
+            world_size=self._view.world_size,
+        )
         return rec
 
     # -- evidence ----------------------------------------------------------------
@@ -282,8 +314,10 @@ class Coordinator:
             if not self._commands_ok:
                 if not self._no_evidence_logged:
                     self._no_evidence_logged = True
-                    self.log.warning("evidence_disabled", reason="no job token and not listening on loopback: "
-                                     "agents would refuse unsigned commands")
+                    self.log.warning(
+                        "evidence_disabled",
+                        reason="no job token and not listening on loopback: agents would refuse unsigned commands",
+                    )
                 return
             cap = self.cfg.stacks_max_per_host
             reqs = evidence_plan.plan(f, view, max_stacks_per_host=cap)
@@ -297,8 +331,12 @@ class Coordinator:
                 self._collected[f.key] = now
                 self._expect_stacks(reqs, now)
                 self.dispatch.request(reqs, now)
-                self.log.info("evidence_requested", kind=f.kind, ranks=list(f.ranks),
-                              requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs])
+                self.log.info(
+                    "evidence_requested",
+                    kind=f.kind,
+                    ranks=list(f.ranks),
+                    requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs],
+                )
 
     # -- actions ---------------------------------------------------------------
 
@@ -311,8 +349,9 @@ class Coordinator:
             self.control.errors += 1
             first, suppressed = self._control_failed.should_log("control", now)
             if first:
-                self.log.error("action_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed,
-                               exc_info=True)
+                self.log.error(
+                    "action_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed, exc_info=True
+                )
             return
         if reqs:
             self._expect_stacks(reqs, now)
@@ -334,8 +373,13 @@ class Coordinator:
 
     def _stack_groups(self, now: float) -> None:
         for rec in self.stacks.due(now):
-            self.log.warning(je.STACK_GROUPS, trigger=rec["trigger"], ranks=rec["ranks"],
-                             groups=len(rec["groups"]), summary=rec["summary"])
+            self.log.warning(
+                je.STACK_GROUPS,
+                trigger=rec["trigger"],
+                ranks=rec["ranks"],
+                groups=len(rec["groups"]),
+                summary=rec["summary"],
+            )
             self._record(je.STACK_GROUPS, rec)
             trig = rec["trigger"]
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
@@ -357,10 +401,15 @@ class Coordinator:
                 self.metrics.commands.labels(kind, outcome).inc()
             brief = {k: v for k, v in payload.items() if k not in ("stacks", "slots")}
             if name == je.EVIDENCE:
-                brief.update(stacks=[s["rank"] for s in payload["stacks"] if s.get("ok")],
-                             slots=[s["rank"] for s in payload["slots"]])
-            (self.log.warning if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)
-             else self.log.info)(name, **brief)
+                brief.update(
+                    stacks=[s["rank"] for s in payload["stacks"] if s.get("ok")],
+                    slots=[s["rank"] for s in payload["slots"]],
+                )
+            (
+                self.log.warning
+                if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)
+                else self.log.info
+            )(name, **brief)
             self._record(name, payload)
 
     # -- status ----------------------------------------------------------------
@@ -369,8 +418,12 @@ class Coordinator:
         doc = status.build(self._view, self._active, now, wall, self.cfg)
         # Added fields: the bottleneck with its evidence, and goodput so far.
         v = self.verdict
-        doc["bottleneck"] = {"verdict": v.verdict, "reason": v.reason, "since_s": round(now - v.since, 3) if v.since else None,
-                             "evidence": v.evidence}
+        doc["bottleneck"] = {
+            "verdict": v.verdict,
+            "reason": v.reason,
+            "since_s": round(now - v.since, 3) if v.since else None,
+            "evidence": v.evidence,
+        }
         g = self.goodput.summary()
         doc["goodput"] = {**g, "summary": goodput.summary_line(g)}
         for f in doc["findings"]:  # added field: where every rank's stack put the ranks, once known

@@ -4,7 +4,7 @@ need numpy)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -3,7 +3,8 @@ the active findings. ``watchdog status`` renders it as a table."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import health
 from .config import Config
@@ -20,9 +21,18 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
         for r in ranks:
             by_rank.setdefault(r, []).append(kind)
         f = a.latest
-        findings.append({"kind": kind, "ranks": list(ranks), "hosts": list(f.hosts), "reason": f.reason,
-                         "since_s": round(now - a.first.onset_mono, 3), "onset_wall": a.first.onset_wall,
-                         "detected_wall": a.first.detected_wall, "evidence": f.evidence})
+        findings.append(
+            {
+                "kind": kind,
+                "ranks": list(ranks),
+                "hosts": list(f.hosts),
+                "reason": f.reason,
+                "since_s": round(now - a.first.onset_mono, 3),
+                "onset_wall": a.first.onset_wall,
+                "detected_wall": a.first.detected_wall,
+                "evidence": f.evidence,
+            }
+        )
     rows: list[dict[str, Any]] = []  # one per rank, missing ones included
     for r in range(max([view.world_size, *(x + 1 for x in view.ranks)])):
         rv = view.ranks.get(r)
@@ -30,23 +40,55 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
             rows.append({"rank": r, "health": "missing", "findings": by_rank.get(r, [])})
             continue
         s = rv.state
-        rows.append({
-            "rank": r, "host": rv.host, "local_rank": s.local_rank, "pid": s.pid, "health": hl[r],
-            "alive": s.alive, "status": s.status, "pg_state": s.pg_state, "step": s.step, "phase": s.phase,
-            "in_data_wait": s.in_data_wait,
-            "step_s": s.last_step_s, "data_s": s.last_data_s, "coll_s": s.last_coll_s, "compute_s": s.last_compute_s,
-            "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
-            "report_age_s": round(now - rv.received_at, 3),
-            "coll": {"group": s.coll.group, "seq": s.coll.seq, "done_seq": s.coll.done_seq, "op": s.coll.op,
-                     "outstanding": s.coll.outstanding},
-            "cpu_percent": s.cpu_percent, "rss_bytes": s.rss_bytes,
-            "findings": by_rank.get(r, []),
-        })
+        rows.append(
+            {
+                "rank": r,
+                "host": rv.host,
+                "local_rank": s.local_rank,
+                "pid": s.pid,
+                "health": hl[r],
+                "alive": s.alive,
+                "status": s.status,
+                "pg_state": s.pg_state,
+                "step": s.step,
+                "phase": s.phase,
+                "in_data_wait": s.in_data_wait,
+                "step_s": s.last_step_s,
+                "data_s": s.last_data_s,
+                "coll_s": s.last_coll_s,
+                "compute_s": s.last_compute_s,
+                "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
+                "report_age_s": round(now - rv.received_at, 3),
+                "coll": {
+                    "group": s.coll.group,
+                    "seq": s.coll.seq,
+                    "done_seq": s.coll.done_seq,
+                    "op": s.coll.op,
+                    "outstanding": s.coll.outstanding,
+                },
+                "cpu_percent": s.cpu_percent,
+                "rss_bytes": s.rss_bytes,
+                "findings": by_rank.get(r, []),
+            }
+        )
     lost = health.lost_hosts(view, now, det)
-    hosts = [{"host": h, "agent_id": hv.agent_id, "seq": hv.seq, "report_age_s": round(now - hv.received_at, 3),
-              "lost": h in lost, "ranks": list(hv.ranks)}
-             for h, hv in sorted(view.hosts.items())]
+    hosts = [
+        {
+            "host": h,
+            "agent_id": hv.agent_id,
+            "seq": hv.seq,
+            "report_age_s": round(now - hv.received_at, 3),
+            "lost": h in lost,
+            "ranks": list(hv.ranks),
+        }
+        for h, hv in sorted(view.hosts.items())
+    ]
     return {
-        "job": view.job, "world_size": view.world_size, "registered": len(view.ranks), "t_wall": wall,
-        "hosts": hosts, "ranks": rows, "findings": findings,
+        "job": view.job,
+        "world_size": view.world_size,
+        "registered": len(view.ranks),
+        "t_wall": wall,
+        "hosts": hosts,
+        "ranks": rows,
+        "findings": findings,
     }

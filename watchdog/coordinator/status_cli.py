@@ -1,6 +1,6 @@
 """``watchdog status``: a live per-rank table from a coordinator's status API.
 
-    watchdog status --coordinator.url http://127.0.0.1:19401 [--watch] [--json]
+watchdog status --coordinator.url http://127.0.0.1:19401 [--watch] [--json]
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from .. import flags, jobtoken
 from .server import STATUS_PATH
@@ -42,22 +43,38 @@ def _ms(x: Any) -> str:
 
 def render(doc: dict[str, Any]) -> str:
     lost = [h["host"] for h in doc.get("hosts", []) if h.get("lost")]
-    head = (f"job {doc.get('job') or '?'}: {doc.get('registered', 0)}/{doc.get('world_size', 0)} ranks registered, "
-            f"{len(doc.get('hosts', []))} hosts" + (f" ({len(lost)} lost: {', '.join(lost)})" if lost else ""))
+    head = (
+        f"job {doc.get('job') or '?'}: {doc.get('registered', 0)}/{doc.get('world_size', 0)} ranks registered, "
+        f"{len(doc.get('hosts', []))} hosts" + (f" ({len(lost)} lost: {', '.join(lost)})" if lost else "")
+    )
     cols = ("RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS", "HB_AGE", "FINDINGS")
     rows = [cols]
     for r in doc.get("ranks", []):
         if r.get("health") == "missing":
-            rows.append((str(r["rank"]), "-", "missing", "-", "-", "-", "-", "-", "-", "-", ",".join(r.get("findings", []))))
+            rows.append(
+                (str(r["rank"]), "-", "missing", "-", "-", "-", "-", "-", "-", "-", ",".join(r.get("findings", [])))
+            )
             continue
         phase = r.get("phase", "")
         if r.get("in_data_wait"):
             phase += "/data"
         elif r.get("coll", {}).get("outstanding"):
             phase += f"/{r['coll']['op']}#{r['coll']['seq']}"
-        rows.append((str(r["rank"]), r.get("host", ""), r.get("health", ""), str(r.get("step", "")), phase,
-                     _ms(r.get("step_s")), _ms(r.get("data_s")), _ms(r.get("compute_s")), _ms(r.get("coll_s")),
-                     f"{r.get('heartbeat_age_s', 0):.1f}s", ",".join(r.get("findings", [])) or "-"))
+        rows.append(
+            (
+                str(r["rank"]),
+                r.get("host", ""),
+                r.get("health", ""),
+                str(r.get("step", "")),
+                phase,
+                _ms(r.get("step_s")),
+                _ms(r.get("data_s")),
+                _ms(r.get("compute_s")),
+                _ms(r.get("coll_s")),
+                f"{r.get('heartbeat_age_s', 0):.1f}s",
+                ",".join(r.get("findings", [])) or "-",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
     lines = [head, ""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     b, g = doc.get("bottleneck"), doc.get("goodput")
@@ -84,8 +101,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     switches.add_argument("--json", action="store_true")
     known, rest = switches.parse_known_args(argv)
     try:
-        values = flags.parse("watchdog status", DESCRIPTION + " Switches: --watch (refresh until Ctrl-C), --json (raw document).",
-                             FLAGS, rest)
+        values = flags.parse(
+            "watchdog status",
+            DESCRIPTION + " Switches: --watch (refresh until Ctrl-C), --json (raw document).",
+            FLAGS,
+            rest,
+        )
         token = jobtoken.read(values)
     except flags.FlagError as exc:
         print(f"watchdog status: {exc}", file=sys.stderr)

@@ -51,12 +51,22 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     if not history:
         return replace(st, steps_seen=seen + len(fresh), history=history)
     p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
-    train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][-cfg.starvation_window_steps :]
-    return StepStats(steps_seen=seen + len(fresh), history=history, windows=_close_windows(st.windows, history, cfg),
-                     p99_step_s=p99, train_steps=len(train), data_share=stats.data_share(train))
+    train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
+        -cfg.starvation_window_steps :
+    ]
+    return StepStats(
+        steps_seen=seen + len(fresh),
+        history=history,
+        windows=_close_windows(st.windows, history, cfg),
+        p99_step_s=p99,
+        train_steps=len(train),
+        data_share=stats.data_share(train),
+    )
 
 
-def _close_windows(windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig) -> tuple[WindowStat, ...]:
+def _close_windows(
+    windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig
+) -> tuple[WindowStat, ...]:
     """Summarise every window that the newest sample has moved past."""
     size = cfg.straggler_window_steps
     newest = history[-1].step // size
@@ -76,7 +86,14 @@ def _close_windows(windows: tuple[WindowStat, ...], history: tuple[StepSample, .
         if len(xs) >= max(2, size // 2):  # a window mostly outside training is no evidence
             comp = [x.compute_s for x in xs]
             mean = stats.clipped_mean(comp)
-            out.append(WindowStat(w, len(xs), mean, sum(x.step_s for x in xs) / len(xs),
-                                  stats.clipped_stdev(comp) / mean if mean > 0 else 0.0))
+            out.append(
+                WindowStat(
+                    w,
+                    len(xs),
+                    mean,
+                    sum(x.step_s for x in xs) / len(xs),
+                    stats.clipped_stdev(comp) / mean if mean > 0 else 0.0,
+                )
+            )
     keep = max(16, 2 * cfg.straggler_windows)
     return tuple(out[-keep:])

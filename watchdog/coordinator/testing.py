@@ -13,8 +13,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from watchdog.report import CollectiveState, HostReport, RankState, StepSample
 
@@ -24,50 +25,118 @@ from .view import ClusterView, empty, fold
 _agent_ids = itertools.count(1)
 
 
-def coll(seq: int = 0, done_seq: int | None = None, outstanding: int = 0, since_s: float = 0.0,
-         group: int = 0, op: str = "all_reduce", nbytes: int = 0) -> CollectiveState:
+def coll(
+    seq: int = 0,
+    done_seq: int | None = None,
+    outstanding: int = 0,
+    since_s: float = 0.0,
+    group: int = 0,
+    op: str = "all_reduce",
+    nbytes: int = 0,
+) -> CollectiveState:
     """``done_seq`` defaults to ``seq - outstanding``."""
     done = seq - outstanding if done_seq is None else done_seq
-    return CollectiveState(group=group, seq=seq, done_seq=done, op=op, bytes=nbytes, outstanding=outstanding, since_s=since_s)
+    return CollectiveState(
+        group=group, seq=seq, done_seq=done, op=op, bytes=nbytes, outstanding=outstanding, since_s=since_s
+    )
 
 
-def steps(first: int, n: int, step_s: float = 0.1, data_s: float = 0.0, coll_s: float = 0.02,
-          phase: str = "train") -> tuple[StepSample, ...]:
+def steps(
+    first: int, n: int, step_s: float = 0.1, data_s: float = 0.0, coll_s: float = 0.02, phase: str = "train"
+) -> tuple[StepSample, ...]:
     """``n`` completed steps numbered ``first`` ... ``first + n - 1``."""
     return tuple(StepSample(step=first + i, step_s=step_s, data_s=data_s, coll_s=coll_s, phase=phase) for i in range(n))
 
 
-def rank(r: int, *, world_size: int = 8, local_rank: int | None = None, pid: int | None = None,
-         proc_start_us: int = 1_700_000_000_000_000, alive: bool = True, status: str = "running", step: int = 100,
-         step_age_s: float = 0.05, heartbeat_age_s: float = 0.2, phase: str = "train", pg_state: str = "joined",
-         in_data_wait: bool = False, data_wait_age_s: float = 0.0, collective: CollectiveState | None = None,
-         last_step_s: float = 0.1, last_data_s: float = 0.0, last_coll_s: float = 0.02,
-         recent_steps: Sequence[StepSample] = (), cpu_percent: float = 90.0, **extra: Any) -> RankState:
+def rank(
+    r: int,
+    *,
+    world_size: int = 8,
+    local_rank: int | None = None,
+    pid: int | None = None,
+    proc_start_us: int = 1_700_000_000_000_000,
+    alive: bool = True,
+    status: str = "running",
+    step: int = 100,
+    step_age_s: float = 0.05,
+    heartbeat_age_s: float = 0.2,
+    phase: str = "train",
+    pg_state: str = "joined",
+    in_data_wait: bool = False,
+    data_wait_age_s: float = 0.0,
+    collective: CollectiveState | None = None,
+    last_step_s: float = 0.1,
+    last_data_s: float = 0.0,
+    last_coll_s: float = 0.02,
+    recent_steps: Sequence[StepSample] = (),
+    cpu_percent: float = 90.0,
+    **extra: Any,
+) -> RankState:
     """A healthy running rank, between collectives, unless told otherwise."""
     return RankState(
-        rank=r, local_rank=r % 8 if local_rank is None else local_rank, world_size=world_size,
-        pid=1000 + r if pid is None else pid, proc_start_us=proc_start_us, alive=alive, status=status, step=step,
-        step_age_s=step_age_s, heartbeat_age_s=heartbeat_age_s, phase=phase, phase_age_s=extra.pop("phase_age_s", 10.0),
-        pg_state=pg_state, pg_age_s=extra.pop("pg_age_s", 30.0), in_data_wait=in_data_wait,
-        data_wait_age_s=data_wait_age_s, coll=collective if collective is not None else coll(seq=step, done_seq=step),
-        last_step_s=last_step_s, last_data_s=last_data_s, last_coll_s=last_coll_s, cpu_percent=cpu_percent,
-        recent_steps=tuple(recent_steps), **extra,
+        rank=r,
+        local_rank=r % 8 if local_rank is None else local_rank,
+        world_size=world_size,
+        pid=1000 + r if pid is None else pid,
+        proc_start_us=proc_start_us,
+        alive=alive,
+        status=status,
+        step=step,
+        step_age_s=step_age_s,
+        heartbeat_age_s=heartbeat_age_s,
+        phase=phase,
+        phase_age_s=extra.pop("phase_age_s", 10.0),
+        pg_state=pg_state,
+        pg_age_s=extra.pop("pg_age_s", 30.0),
+        in_data_wait=in_data_wait,
+        data_wait_age_s=data_wait_age_s,
+        coll=collective if collective is not None else coll(seq=step, done_seq=step),
+        last_step_s=last_step_s,
+        last_data_s=last_data_s,
+        last_coll_s=last_coll_s,
+        cpu_percent=cpu_percent,
+        recent_steps=tuple(recent_steps),
+        **extra,
     )
 
 
-def report(host: str, ranks: Iterable[RankState], *, job: str = "job", agent_id: str | None = None, seq: int = 1,
-           interval_s: float = 1.0, sent_wall: float = 1_700_000_000.0) -> HostReport:
-    return HostReport(job=job, host=host, agent_id=agent_id or f"agent-{host}", seq=seq, sent_wall=sent_wall,
-                      interval_s=interval_s, ranks=tuple(ranks))
+def report(
+    host: str,
+    ranks: Iterable[RankState],
+    *,
+    job: str = "job",
+    agent_id: str | None = None,
+    seq: int = 1,
+    interval_s: float = 1.0,
+    sent_wall: float = 1_700_000_000.0,
+) -> HostReport:
+    return HostReport(
+        job=job,
+        host=host,
+        agent_id=agent_id or f"agent-{host}",
+        seq=seq,
+        sent_wall=sent_wall,
+        interval_s=interval_s,
+        ranks=tuple(ranks),
+    )
 
 
 def host_of(r: int, ranks_per_host: int = 4) -> str:
     return f"host{r // ranks_per_host}"
 
 
-def view(ranks: Iterable[RankState], now: float = 100.0, *, ranks_per_host: int = 4, job: str = "job",
-         world_size: int = 0, base: ClusterView | None = None, cfg: DetectorConfig = DetectorConfig(),
-         seq: int = 1, received: dict[str, float] | None = None) -> ClusterView:
+def view(
+    ranks: Iterable[RankState],
+    now: float = 100.0,
+    *,
+    ranks_per_host: int = 4,
+    job: str = "job",
+    world_size: int = 0,
+    base: ClusterView | None = None,
+    cfg: DetectorConfig = DetectorConfig(),
+    seq: int = 1,
+    received: dict[str, float] | None = None,
+) -> ClusterView:
     """Fold the given rank states, grouped into hosts of ``ranks_per_host``, into
     a view as if every host reported at ``now`` (or at ``received[host]``)."""
     v = base if base is not None else empty(job, world_size)
@@ -199,9 +268,14 @@ class SimJob:
         kind, _ = self.faults.get(r, ("", -1))
         fault_t = self._fault_time(r)
         faulted = fault_t is not None and t >= fault_t
-        victim_dead = (self.victims_die_after is not None and r not in self.faults
-                       and any(k == "kill" and self._fault_time(q) is not None and t >= self._fault_time(q) + self.victims_die_after
-                               for q, (k, _) in self.faults.items()))
+        victim_dead = (
+            self.victims_die_after is not None
+            and r not in self.faults
+            and any(
+                k == "kill" and self._fault_time(q) is not None and t >= self._fault_time(q) + self.victims_die_after
+                for q, (k, _) in self.faults.items()
+            )
+        )
         frozen_at = fault_t if faulted and kind in ("kill", "stop", "exit") else None
         if victim_dead:
             q = next(q for q, (k, _) in self.faults.items() if k == "kill")
@@ -209,9 +283,19 @@ class SimJob:
         view_t = min(t, frozen_at) if frozen_at is not None else t  # a dead/stopped rank's slot stops changing
         cur = next((s for s in reversed(self.steps) if s.start <= view_t), None)
         if cur is None:  # still in init
-            return rank(r, world_size=self.world_size, pid=self._pids[r], step=0, step_age_s=t - self.start,
-                                heartbeat_age_s=t % self.heartbeat_s, phase="init", pg_state="initializing",
-                                collective=coll(), last_step_s=0.0, last_coll_s=0.0)
+            return rank(
+                r,
+                world_size=self.world_size,
+                pid=self._pids[r],
+                step=0,
+                step_age_s=t - self.start,
+                heartbeat_age_s=t % self.heartbeat_s,
+                phase="init",
+                pg_state="initializing",
+                collective=coll(),
+                last_step_s=0.0,
+                last_coll_s=0.0,
+            )
         k, seq_base = cur.k, cur.k  # one all-reduce per step: seq k+1 is step k's
         enter = cur.enter.get(r)
         in_data = view_t < cur.start + cur.data[r]
@@ -225,13 +309,20 @@ class SimJob:
                 if cur.ckpt_s:
                     phase = "checkpoint"
                     if r != 0:  # the others wait in a barrier while rank 0 saves
-                        collective = coll(seq=seq_base + 2, outstanding=1, since_s=t - (cur.end - cur.ckpt_s), op="barrier")
+                        collective = coll(
+                            seq=seq_base + 2, outstanding=1, since_s=t - (cur.end - cur.ckpt_s), op="barrier"
+                        )
         hb_last = view_t - (view_t % self.heartbeat_s)
         prev = self.steps[k - 1] if k > 0 else None
         lo = bisect.bisect_right(self.steps, since, key=lambda s: s.end if s.end is not None else float("inf"))
         samples = tuple(
-            StepSample(step=s.k + 1, step_s=s.end - s.start, data_s=s.data[r], coll_s=s.end - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
-                       phase="train")
+            StepSample(
+                step=s.k + 1,
+                step_s=s.end - s.start,
+                data_s=s.data[r],
+                coll_s=s.end - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
+                phase="train",
+            )
             for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
         )
         dead = (faulted and kind in ("kill", "exit")) or victim_dead
@@ -240,19 +331,34 @@ class SimJob:
             seen = (int(view_t / self.agent_poll_s) + 1) * self.agent_poll_s  # the next poll after the death
             gone_age = max(0.0, t - seen)
         return rank(
-            r, world_size=self.world_size, pid=self._pids[r], step=k, step_age_s=t - cur.start,
-            heartbeat_age_s=t - hb_last if (faulted and kind in ("stop", "kill", "exit")) or victim_dead else t % self.heartbeat_s,
-            alive=not dead, status="exited" if faulted and kind == "exit" else "running", phase=phase,
-            in_data_wait=in_data, data_wait_age_s=(t - cur.start) if in_data else 0.0, collective=collective,
-            last_step_s=(prev.end - prev.start) if prev else 0.0, last_data_s=prev.data[r] if prev else 0.0,
+            r,
+            world_size=self.world_size,
+            pid=self._pids[r],
+            step=k,
+            step_age_s=t - cur.start,
+            heartbeat_age_s=t - hb_last
+            if (faulted and kind in ("stop", "kill", "exit")) or victim_dead
+            else t % self.heartbeat_s,
+            alive=not dead,
+            status="exited" if faulted and kind == "exit" else "running",
+            phase=phase,
+            in_data_wait=in_data,
+            data_wait_age_s=(t - cur.start) if in_data else 0.0,
+            collective=collective,
+            last_step_s=(prev.end - prev.start) if prev else 0.0,
+            last_data_s=prev.data[r] if prev else 0.0,
             last_coll_s=(prev.end - prev.enter[r]) if prev else 0.0,
-            cpu_percent=0.0 if faulted and kind == "stop" else 95.0, recent_steps=samples, gone_age_s=gone_age,
+            cpu_percent=0.0 if faulted and kind == "stop" else 95.0,
+            recent_steps=samples,
+            gone_age_s=gone_age,
             proc_status="gone" if dead else ("stopped" if faulted and kind == "stop" else "running"),
         )
 
     def report(self, host: str, t: float) -> HostReport:
         since = self._last_report.get(host, -1e18)
-        ranks = [self.rank_state(r, t, since) for r in range(self.world_size) if host_of(r, self.ranks_per_host) == host]
+        ranks = [
+            self.rank_state(r, t, since) for r in range(self.world_size) if host_of(r, self.ranks_per_host) == host
+        ]
         self._last_report[host] = t
         self._seq[host] = self._seq.get(host, 0) + 1
         return report(host, ranks, job=self.job, seq=self._seq[host], interval_s=self.report_interval)
@@ -264,14 +370,15 @@ class SimJob:
         for i, host in enumerate(self.hosts):
             offset = self.report_interval * (i + 0.5) / n  # hosts are not in phase
             last = self._last_report.get(host)
-            j = 0 if last is None else int(round((last - self.start - offset) / self.report_interval)) + 1
+            j = 0 if last is None else round((last - self.start - offset) / self.report_interval) + 1
             while (at := self.start + offset + j * self.report_interval) <= until:
                 out.append((at, host))
                 j += 1
         return sorted(out)
 
-    def run_until(self, until: float, coordinator: Any = None, tick_s: float | None = None,
-                  silent_hosts: tuple[str, ...] = ()) -> ClusterView:
+    def run_until(
+        self, until: float, coordinator: Any = None, tick_s: float | None = None, silent_hosts: tuple[str, ...] = ()
+    ) -> ClusterView:
         """Advance to ``until``. With a coordinator, reports go to ``accept`` and
         ``tick`` runs every ``tick_s``; the returned view is the coordinator's."""
         events: list[tuple[float, int, str]] = [(at, 0, h) for at, h in self._report_times(until)]

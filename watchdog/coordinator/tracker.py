@@ -9,8 +9,8 @@ this tick.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping
 
 from .finding import Finding
 
@@ -54,8 +54,11 @@ def update(
             out[f.key] = Active(first=f, latest=f, last_seen=now)
         else:
             # Keep the first onset: a re-estimate must not make a long fault look young.
-            out[f.key] = Active(first=prev.first, latest=replace(f, onset_mono=prev.first.onset_mono,
-                                                                   onset_wall=prev.first.onset_wall), last_seen=now)
+            out[f.key] = Active(
+                first=prev.first,
+                latest=replace(f, onset_mono=prev.first.onset_mono, onset_wall=prev.first.onset_wall),
+                last_seen=now,
+            )
     resolved: list[Resolved] = []
     for key, prev in active.items():
         if key in out:

@@ -12,9 +12,10 @@ time since the coordinator received it; network latency is ignored (ms).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from watchdog.report import HostReport, RankState, StepSample
 
@@ -131,7 +132,9 @@ def empty(job: str = "", world_size: int = 0) -> ClusterView:
 Event = tuple[str, dict[str, Any]]
 
 
-def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> tuple[ClusterView, list[Event]]:
+def fold(
+    view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()
+) -> tuple[ClusterView, list[Event]]:
     """Fold one accepted report into the view. Returns the new view and the state
     changes worth journaling (never one per report when nothing changed)."""
     events: list[Event] = []
@@ -139,17 +142,29 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
     if prev_host is not None and prev_host.agent_id == report.agent_id and report.seq <= prev_host.seq:
         return view, events  # a retried or reordered report: already folded
     if prev_host is None or prev_host.agent_id != report.agent_id:
-        events.append((je.HOST_SEEN, {
-            "host": report.host, "agent_id": report.agent_id,
-            "agent_restarted": prev_host is not None,
-            "previous_agent_id": prev_host.agent_id if prev_host else None,
-        }))
+        events.append(
+            (
+                je.HOST_SEEN,
+                {
+                    "host": report.host,
+                    "agent_id": report.agent_id,
+                    "agent_restarted": prev_host is not None,
+                    "previous_agent_id": prev_host.agent_id if prev_host else None,
+                },
+            )
+        )
     hosts = view.hosts.copy()  # mappingproxy.copy() is the fast C dict copy; dict(proxy) is not
     hosts[report.host] = HostView(
-        host=report.host, agent_id=report.agent_id, seq=report.seq, interval_s=report.interval_s,
-        received_at=now, first_seen=prev_host.first_seen if prev_host else now,
-        sent_wall=report.sent_wall, ranks=tuple(r.rank for r in report.ranks),
-        reports=(prev_host.reports + 1) if prev_host else 1, accelerators=report.accelerators,
+        host=report.host,
+        agent_id=report.agent_id,
+        seq=report.seq,
+        interval_s=report.interval_s,
+        received_at=now,
+        first_seen=prev_host.first_seen if prev_host else now,
+        sent_wall=report.sent_wall,
+        ranks=tuple(r.rank for r in report.ranks),
+        reports=(prev_host.reports + 1) if prev_host else 1,
+        accelerators=report.accelerators,
     )
     ranks = view.ranks.copy()
     world = view.world_size
@@ -162,19 +177,32 @@ def fold(view: ClusterView, report: HostReport, now: float, cfg: DetectorConfig 
     return replace(view, hosts=MappingProxyType(hosts), ranks=MappingProxyType(ranks), world_size=world), events
 
 
-def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]) -> FoldedRank | None:
+def _fold_rank(
+    prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]
+) -> FoldedRank | None:
     ident = {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
     if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
         if s.proc_start_us < prev.state.proc_start_us:
             return None  # an older incarnation still reported somewhere: the newer one wins
-        events.append((je.RANK_RESTARTED, {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step}))
+        events.append(
+            (
+                je.RANK_RESTARTED,
+                {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
+            )
+        )
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
-        events.append((je.RANK_JOINED, {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state}))
+        events.append(
+            (je.RANK_JOINED, {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state})
+        )
     step_start = now - s.step_age_s
     if prev is None:
         rv = FoldedRank(
-            state=s, host=host, received_at=now, registered_at=now, progress_at=step_start,
+            state=s,
+            host=host,
+            received_at=now,
+            registered_at=now,
+            progress_at=step_start,
             last_alive_at=now if s.alive else now - s.heartbeat_age_s,
             # At step 0 the step start is the slot's creation, when the heartbeat
             # word was initialised: a younger heartbeat has beaten since.
@@ -189,12 +217,17 @@ def _fold_rank(prev: FoldedRank | None, s: RankState, host: str, now: float, cfg
             progress = max(progress, prev.received_at)
         moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
         rv = replace(
-            prev, state=s, host=host, received_at=now, progress_at=progress,
-            last_alive_at=now if s.alive else prev.last_alive_at, heartbeat_moved=moved,
+            prev,
+            state=s,
+            host=host,
+            received_at=now,
+            progress_at=progress,
+            last_alive_at=now if s.alive else prev.last_alive_at,
+            heartbeat_moved=moved,
         )
     rv = _death(rv, s, now)
     if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
-        rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1):], (s.loss_step, s.loss)))
+        rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss)))
     st = add_samples(rv.step_stats, s.recent_steps, cfg)
     return rv if st is rv.step_stats else replace(rv, step_stats=st)
 

@@ -15,8 +15,8 @@ import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import ACTIONABLE_KINDS
@@ -29,24 +29,40 @@ SUMMARY = "summary"
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="watchdog demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="watchdog demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--ranks", type=int, default=4, help="worker processes (default 4)")
-    p.add_argument("--fault", action="append", default=[],
-                   help="fault to inject, e.g. hang:2@30, kill:1@20, stop:3@25, slow:1:1.5, never-join:3, "
-                        "starve:0, starve:all (see examples/train_ddp.py)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        help="fault to inject, e.g. hang:2@30, kill:1@20, stop:3@25, slow:1:1.5, never-join:3, "
+        "starve:0, starve:all (see examples/train_ddp.py)",
+    )
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--compute-ms", type=float, default=50.0, help="simulated compute per step (default 50)")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     p.add_argument("--work-dir", default=None, help="keep logs, slots and the journal here (default: a temp dir)")
-    p.add_argument("--linger-seconds", type=float, default=8.0,
-                   help="after the first finding, keep watching this long before stopping the job")
+    p.add_argument(
+        "--linger-seconds",
+        type=float,
+        default=8.0,
+        help="after the first finding, keep watching this long before stopping the job",
+    )
     p.add_argument("--timeout-seconds", type=float, default=180.0, help="stop everything after this long")
-    p.add_argument("--action", choices=[a for a in ACTIONS if a != "alert"], default=None,
-                   help="act on every finding with this action (a generated policy: no cooldown wait, findings "
-                        "acted on after 1 s); the job runs under torchrun --max-restarts with checkpoints")
-    p.add_argument("--policy", default=None, help="coordinator policy file (TOML, see watchdog/coordinator/policy.py); "
-                                                  "wins over --action")
+    p.add_argument(
+        "--action",
+        choices=[a for a in ACTIONS if a != "alert"],
+        default=None,
+        help="act on every finding with this action (a generated policy: no cooldown wait, findings "
+        "acted on after 1 s); the job runs under torchrun --max-restarts with checkpoints",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="coordinator policy file (TOML, see watchdog/coordinator/policy.py); wins over --action",
+    )
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")
     p.add_argument("script_args", nargs="*", help="extra arguments for the training script (after --)")
@@ -73,8 +89,13 @@ class Printer:
     def finding(self, rec: dict) -> None:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         if self.as_json:
-            out = {"event": je.FINDING, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t,
-                   "reason": rec.get("reason", "")}
+            out = {
+                "event": je.FINDING,
+                "kind": rec.get("kind"),
+                "ranks": rec.get("ranks", []),
+                "t": t,
+                "reason": rec.get("reason", ""),
+            }
             if isinstance(rec.get("evidence"), dict):
                 out["evidence"] = rec["evidence"]
             if isinstance(rec.get("onset_wall"), (int, float)):
@@ -87,24 +108,48 @@ class Printer:
         """action / action_outcome / restart / resumed / job state lines."""
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         ev = rec.get("event")
-        keep = ("action_id", "action", "kind", "ranks", "reason", "ok", "result", "restart", "step", "seconds",
-                "job_state", "from", "on", "phase", "signal", "workers", "launchers", "dry_run", "error")
+        keep = (
+            "action_id",
+            "action",
+            "kind",
+            "ranks",
+            "reason",
+            "ok",
+            "result",
+            "restart",
+            "step",
+            "seconds",
+            "job_state",
+            "from",
+            "on",
+            "phase",
+            "signal",
+            "workers",
+            "launchers",
+            "dry_run",
+            "error",
+        )
         if self.as_json:
             print(json.dumps({"event": ev, "t": t, **{k: rec[k] for k in keep if k in rec}}), flush=True)
             return
         if ev == je.ACTION:
             text = f"ACTION {rec.get('action')} ({rec.get('action_id')}{', dry run' if rec.get('dry_run') else ''}): {rec.get('reason')}"
         elif ev == je.ACTION_PROGRESS:
-            text = (f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
-                    if rec.get("phase") == "checkpoint" else
-                    f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
-                    if rec.get("workers") or rec.get("launchers") else "  no worker left to stop (torchrun tore the group down)")
+            text = (
+                f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
+                if rec.get("phase") == "checkpoint"
+                else f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
+                if rec.get("workers") or rec.get("launchers")
+                else "  no worker left to stop (torchrun tore the group down)"
+            )
         elif ev == je.ACTION_OUTCOME:
             text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
         elif ev == je.CHECKPOINTED:
             text = f"CHECKPOINTED at step {rec.get('step')} on ranks {rec.get('ranks')}"
         elif ev == je.CHECKPOINT_FAILED:
-            text = f"CHECKPOINT FAILED (step {rec.get('step')}): {rec.get('error')}; restarting from the last checkpoint"
+            text = (
+                f"CHECKPOINT FAILED (step {rec.get('step')}): {rec.get('error')}; restarting from the last checkpoint"
+            )
         elif ev == je.RESTART:
             text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
         elif ev == je.RESUMED:
@@ -116,8 +161,10 @@ class Printer:
     def resolved(self, rec: dict) -> None:
         t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
         if self.as_json:
-            print(json.dumps({"event": je.RESOLVED, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
-                  flush=True)
+            print(
+                json.dumps({"event": je.RESOLVED, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
+                flush=True,
+            )
         else:
             print(f"[t+{t:6.2f}s] resolved {rec.get('kind')} ranks {rec.get('ranks')}", flush=True)
 
@@ -162,8 +209,17 @@ ACTION_EVENTS = (*je.ACTION_STEPS, *je.CHECKPOINT_STEPS, je.STATE)
 
 def _write_policy(path: Path, action: str) -> Path:
     """Every finding kind -> ``action``; act after 1 s, cooldown 10 s, 3 s grace."""
-    lines = ["[actions]", *(f'{k} = "{action}"' for k in ACTIONABLE_KINDS), "", "[limits]", "min_finding_age_seconds = 1",
-             "cooldown_seconds = 10", "abort_grace_seconds = 3", "max_restarts = 3", "max_restarts_per_hour = 3"]
+    lines = [
+        "[actions]",
+        *(f'{k} = "{action}"' for k in ACTIONABLE_KINDS),
+        "",
+        "[limits]",
+        "min_finding_age_seconds = 1",
+        "cooldown_seconds = 10",
+        "abort_grace_seconds = 3",
+        "max_restarts = 3",
+        "max_restarts_per_hour = 3",
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -197,26 +253,47 @@ def main(argv: Sequence[str] | None = None) -> int:
             every = "0" if args.action == "checkpoint_restart" else "10"
             script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", every]
     torchrun = localjob.TorchrunJob(
-        nproc=args.ranks, run_dir=run_dir, job=job, work_dir=work, script=Path(args.script),
-        script_args=["--steps", str(args.steps), "--compute-ms", str(args.compute_ms),
-                     *[f"--fault={f}" for f in args.fault], *script_args],
+        nproc=args.ranks,
+        run_dir=run_dir,
+        job=job,
+        work_dir=work,
+        script=Path(args.script),
+        script_args=[
+            "--steps",
+            str(args.steps),
+            "--compute-ms",
+            str(args.compute_ms),
+            *[f"--fault={f}" for f in args.fault],
+            *script_args,
+        ],
         torchrun_args=torchrun_args,
     )
     actions: list[dict] = []
     findings: list[dict] = []
     exit_code = None
     try:
-        coordinator = localjob.start_coordinator(work, job, args.ranks, journal,
-                                                 extra=["--tick.interval-seconds", "0.25",
-                                                        *(["--policy.file", str(policy_file)] if acting else [])],
-                                                 env=env)
-        agent = localjob.start_agent(work, run_dir, job, env=env, extra=[
-            "--coordinator.url", coordinator.url, "--report.interval-seconds", "0.25"])
+        coordinator = localjob.start_coordinator(
+            work,
+            job,
+            args.ranks,
+            journal,
+            extra=["--tick.interval-seconds", "0.25", *(["--policy.file", str(policy_file)] if acting else [])],
+            env=env,
+        )
+        agent = localjob.start_agent(
+            work,
+            run_dir,
+            job,
+            env=env,
+            extra=["--coordinator.url", coordinator.url, "--report.interval-seconds", "0.25"],
+        )
         out.info(f"coordinator {coordinator.url}, agent {agent.url}, work dir {work}")
         t0_wall = out.t0_wall = time.time()
         torchrun.start()
-        out.info(f"torchrun --nproc_per_node={args.ranks} {Path(args.script).name} "
-                 f"--steps {args.steps} {' '.join('--fault=' + f for f in args.fault)}".rstrip())
+        out.info(
+            f"torchrun --nproc_per_node={args.ranks} {Path(args.script).name} "
+            f"--steps {args.steps} {' '.join('--fault=' + f for f in args.fault)}".rstrip()
+        )
         tail = JournalTail(journal)
         first_finding_at = None
         deadline = time.monotonic() + args.timeout_seconds
@@ -265,8 +342,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "job": job,
         "job_exit_code": exit_code,
         "findings": [{"kind": f.get("kind"), "ranks": f.get("ranks", [])} for f in findings],
-        "actions": [{k: a[k] for k in ("event", "action_id", "action", "ok", "result", "restart", "step", "job_state",
-                                          "reason") if k in a} for a in actions],
+        "actions": [
+            {
+                k: a[k]
+                for k in ("event", "action_id", "action", "ok", "result", "restart", "step", "job_state", "reason")
+                if k in a
+            }
+            for a in actions
+        ],
         "journal": str(journal),
         "work_dir": str(work),
         "t0_wall": round(t0_wall, 6),  # job start; finding "t" values count from here
@@ -280,8 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nsummary: {len(findings)} finding(s): {kinds}")
         for a in summary["actions"]:
             if a["event"] in (je.ACTION, je.ACTION_OUTCOME, je.RESUMED):
-                text = (f"restart {a.get('restart')}, resumed from step {a.get('step')}" if a["event"] == je.RESUMED
-                        else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}")
+                text = (
+                    f"restart {a.get('restart')}, resumed from step {a.get('step')}"
+                    if a["event"] == je.RESUMED
+                    else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}"
+                )
                 print(f"{a['event']}: {text}".rstrip())
         print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
         print(f"journal: {journal}")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from watchdog import procstart, wire
 
@@ -81,13 +81,19 @@ class Process:
             pass
 
 
-def _spawn(name: str, argv: Sequence[str], log_dir: Path, env: dict | None = None, new_session: bool = False) -> Process:
+def _spawn(
+    name: str, argv: Sequence[str], log_dir: Path, env: dict | None = None, new_session: bool = False
+) -> Process:
     log_path = log_dir / f"{name}.log"
     log = open(log_path, "ab")
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     popen = subprocess.Popen(
-        list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=new_session,
+        list(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=full_env,
+        start_new_session=new_session,
         stdin=subprocess.DEVNULL,
     )
     log.close()
@@ -103,34 +109,59 @@ def _await_address(proc: Process, address_file: Path, timeout_s: float) -> None:
                 proc.address = text
                 return
         if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} before listening:\n{proc.log()[-3000:]}")
+            raise RuntimeError(
+                f"{proc.name} exited with {proc.popen.returncode} before listening:\n{proc.log()[-3000:]}"
+            )
         time.sleep(0.05)
     proc.stop()
     raise RuntimeError(f"{proc.name} did not write {address_file} within {timeout_s} s:\n{proc.log()[-3000:]}")
 
 
 def start_daemon(
-    name: str, subcommand: str, flags: Sequence[str], work_dir: Path, env: dict | None = None, timeout_s: float = 30.0,
+    name: str,
+    subcommand: str,
+    flags: Sequence[str],
+    work_dir: Path,
+    env: dict | None = None,
+    timeout_s: float = 30.0,
     prefix: Sequence[str] = (),
 ) -> Process:
     """``prefix``: a command the daemon runs under (e.g. setpriv dropping a capability)."""
     address_file = work_dir / f"{name}.address"
     address_file.unlink(missing_ok=True)
-    argv = [*prefix, sys.executable, "-m", "watchdog.cli", subcommand, "--web.listen-address", "127.0.0.1:0",
-            "--web.address-file", str(address_file), *flags]
+    argv = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "watchdog.cli",
+        subcommand,
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.address-file",
+        str(address_file),
+        *flags,
+    ]
     proc = _spawn(name, argv, work_dir, env)
     _await_address(proc, address_file, timeout_s)
     return proc
 
 
-def start_agent(work_dir: Path, run_dir: Path, job: str, extra: Sequence[str] = (), env: dict | None = None,
-                prefix: Sequence[str] = ()) -> Process:
-    return start_daemon("agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env,
-                        prefix=prefix)
+def start_agent(
+    work_dir: Path,
+    run_dir: Path,
+    job: str,
+    extra: Sequence[str] = (),
+    env: dict | None = None,
+    prefix: Sequence[str] = (),
+) -> Process:
+    return start_daemon(
+        "agent", "agent", ["--run-dir", str(run_dir), "--job.name", job, *extra], work_dir, env, prefix=prefix
+    )
 
 
-def start_coordinator(work_dir: Path, job: str, world_size: int, journal: Path, extra: Sequence[str] = (),
-                      env: dict | None = None) -> Process:
+def start_coordinator(
+    work_dir: Path, job: str, world_size: int, journal: Path, extra: Sequence[str] = (), env: dict | None = None
+) -> Process:
     flags = ["--job.name", job, "--job.world-size", str(world_size), "--journal", str(journal), *extra]
     return start_daemon("coordinator", "coordinator", flags, work_dir, env)
 
@@ -149,7 +180,7 @@ class TorchrunJob:
     env: dict = field(default_factory=dict)
     proc: Process | None = None
 
-    def start(self) -> "TorchrunJob":
+    def start(self) -> TorchrunJob:
         env = dict(os.environ)
         env.update(
             WATCHDOG_RUN_DIR=str(self.run_dir),
@@ -158,8 +189,16 @@ class TorchrunJob:
             PYTHONUNBUFFERED="1",
         )
         env.update(self.env)
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}",
-                *self.torchrun_args, str(self.script), *self.script_args]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={self.nproc}",
+            *self.torchrun_args,
+            str(self.script),
+            *self.script_args,
+        ]
         self.proc = _spawn("torchrun", argv, self.work_dir, env, new_session=True)
         return self
 

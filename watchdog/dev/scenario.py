@@ -13,9 +13,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from watchdog.coordinator import journal_events as je
 from watchdog.dev.demo import ACTION_EVENTS, SUMMARY
@@ -60,7 +60,7 @@ def _fault_marks(log_path: Path) -> list[dict]:
         idx = line.find(FAULT_MARK)
         if idx >= 0:
             try:
-                marks.append(json.loads(line[idx + len(FAULT_MARK):]))
+                marks.append(json.loads(line[idx + len(FAULT_MARK) :]))
             except ValueError:
                 continue
     return marks
@@ -88,17 +88,33 @@ def run(
     checkpoints unless ``script_args`` says where. ``watchdog``: the command that
     runs the CLI (another environment's ``watchdog`` console script, say)."""
     work_dir = work_dir or tempfile.mkdtemp(prefix="watchdog-scenario-")
-    argv = [*watchdog, "demo", "--json", "--ranks", str(ranks), "--steps", str(steps),
-            "--compute-ms", str(compute_ms), "--linger-seconds", str(linger_s), "--timeout-seconds", str(timeout_s),
-            "--work-dir", work_dir, *[f"--fault={f}" for f in faults]]
+    argv = [
+        *watchdog,
+        "demo",
+        "--json",
+        "--ranks",
+        str(ranks),
+        "--steps",
+        str(steps),
+        "--compute-ms",
+        str(compute_ms),
+        "--linger-seconds",
+        str(linger_s),
+        "--timeout-seconds",
+        str(timeout_s),
+        "--work-dir",
+        work_dir,
+        *[f"--fault={f}" for f in faults],
+    ]
     if action:
         argv += ["--action", action, "--max-restarts", str(max_restarts)]
     if policy:
         argv += ["--policy", policy, "--max-restarts", str(max_restarts)]
     if script_args:
         argv += ["--", *script_args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 120,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s + 120, env={**os.environ, **(env or {})}, cwd=cwd
+    )
     findings, summary, actions = [], {}, []
     for line in proc.stdout.splitlines():
         try:

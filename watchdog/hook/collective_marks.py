@@ -25,7 +25,8 @@ is split between the two steps.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog.hook.groups import GroupCounters, GroupTable
 from watchdog.hook.noop import nop
@@ -51,9 +52,15 @@ _COLL_OFF = H_COLL_GROUP * WORD
 _pack_exit = struct.Struct("3q").pack_into
 _EXIT_OFF = H_COLL_EXIT_NS * WORD
 
-if [H_COLL_SEQ, H_COLL_OP, H_COLL_BYTES, H_COLL_ENTER_NS, H_COLL_EXIT_NS, H_COLL_OUTSTANDING, H_COLL_DONE_SEQ] != list(
-    range(H_COLL_GROUP + 1, H_COLL_GROUP + 8)
-):  # pragma: no cover
+if list(range(H_COLL_GROUP + 1, H_COLL_GROUP + 8)) != [
+    H_COLL_SEQ,
+    H_COLL_OP,
+    H_COLL_BYTES,
+    H_COLL_ENTER_NS,
+    H_COLL_EXIT_NS,
+    H_COLL_OUTSTANDING,
+    H_COLL_DONE_SEQ,
+]:  # pragma: no cover
     raise ImportError("watchdog.hook.collective_marks: wire layout changed; update the packed stores")
 
 
@@ -61,9 +68,20 @@ class CollectiveMarks:
     # Slots for cheap attribute access; ``__dict__`` for the methods swapped out
     # by go_quiet (and tests' monkeypatching).
     __slots__ = (
-        "_slot", "_clock", "on_error", "groups", "_by_handle", "suppress_tid",
-        "outstanding", "span_start", "this_step_ns", "this_step_count", "current", "_last_exit", "quiet",
         "__dict__",
+        "_by_handle",
+        "_clock",
+        "_last_exit",
+        "_slot",
+        "current",
+        "groups",
+        "on_error",
+        "outstanding",
+        "quiet",
+        "span_start",
+        "suppress_tid",
+        "this_step_count",
+        "this_step_ns",
     )  # fmt: skip
 
     def __init__(self, slot: SlotWriter, clock: Callable[[], int], *, on_error: Callable[[str, BaseException], None]):

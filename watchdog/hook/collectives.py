@@ -22,7 +22,8 @@ import functools
 import inspect
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
 from watchdog.wire import H_SEQ, CollOp, PgState

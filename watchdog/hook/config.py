@@ -16,8 +16,9 @@ import logging
 import math
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, get_type_hints
+from typing import Any, get_type_hints
 
 from watchdog import flags, rundir, wire
 

@@ -102,7 +102,7 @@ class FatalDump:
             if faulthandler.is_enabled():
                 return False
             path = fatal_path(slot_path)
-            fh = open(path, "wb")  # noqa: SIM115 - faulthandler writes to it until close
+            fh = open(path, "wb")
             faulthandler.enable(file=fh, all_threads=True)
         except Exception:  # a rank without it still trains
             return False

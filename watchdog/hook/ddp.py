@@ -16,7 +16,8 @@ DDP's process group.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog.wire import CollOp
 

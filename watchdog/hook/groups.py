@@ -5,7 +5,8 @@ what names the rank that has not entered the collective the others wait in.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog import wire
 
@@ -13,7 +14,7 @@ from watchdog import wire
 class GroupCounters:
     """Collective counters of one process group (shared by every handle to it)."""
 
-    __slots__ = ("key", "seq", "done")
+    __slots__ = ("done", "key", "seq")
 
     def __init__(self, key: int) -> None:
         self.key = key  # wire.group_key of the group's name: equal on every rank

@@ -9,7 +9,7 @@ rank (SIGSTOP, a C call holding the GIL) stops beating: that is the signal.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from watchdog.wire import H_HEARTBEAT_COUNT, H_HEARTBEAT_NS
 

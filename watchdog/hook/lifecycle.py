@@ -10,12 +10,13 @@ counted and logged by the monitor and never stops training.
 from __future__ import annotations
 
 import atexit
-import sys
 import logging
 import os
+import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from watchdog import wire
 from watchdog.hook import config as _config

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from watchdog.hook.recorder import Recorder
 from watchdog.wire import H_DATA_ENTER_NS, H_DATA_EXIT_NS, H_SEQ

@@ -23,7 +23,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from watchdog import wire
 from watchdog.hook import control
@@ -122,7 +123,9 @@ class Monitor:
     def stats(self) -> dict[str, int]:
         return {"errors": self._errors, "steps": self.recorder.steps, **self._counters}
 
-    def step(self, loss: float | None = None) -> None:  # replaced per instance by the recorder's own step (see __init__)
+    def step(
+        self, loss: float | None = None
+    ) -> None:  # replaced per instance by the recorder's own step (see __init__)
         """Mark the end of the step in progress (and the start of the next).
         ``loss``: the step's loss as a Python float (``loss.item()``, which the
         training loop usually computes anyway; a GPU tensor is not synchronised,

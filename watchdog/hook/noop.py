@@ -8,8 +8,9 @@ Same API as Monitor; context managers are shared singletons.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

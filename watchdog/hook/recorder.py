@@ -34,7 +34,7 @@ comparison.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.noop import nop
@@ -57,8 +57,8 @@ from watchdog.wire import (
     H_TOTAL_STEP_NS,
     LOSS_WORDS,
     WORD,
-    Phase,
     PgState,
+    Phase,
     RecordKind,
     Status,
     loss_bits,
@@ -74,8 +74,15 @@ _STEP_OFF = H_STEP * WORD
 _STEP_END = int(RecordKind.STEP_END)
 
 # The packs rely on wire's word order: fail at import, not with a garbled slot.
-if [H_STEP_START_NS, H_LAST_STEP_NS, H_LAST_DATA_NS, H_LAST_COLL_NS, H_TOTAL_STEP_NS, H_TOTAL_DATA_NS,
-        H_TOTAL_COLL_NS] != list(range(H_STEP + 1, H_STEP + 8)):  # pragma: no cover
+if list(range(H_STEP + 1, H_STEP + 8)) != [
+    H_STEP_START_NS,
+    H_LAST_STEP_NS,
+    H_LAST_DATA_NS,
+    H_LAST_COLL_NS,
+    H_TOTAL_STEP_NS,
+    H_TOTAL_DATA_NS,
+    H_TOTAL_COLL_NS,
+]:  # pragma: no cover
     raise ImportError("watchdog.hook.recorder: wire layout changed; update the packed stores")
 
 NEVER = 1 << 62  # a step number never reached: "no control request due"
@@ -94,9 +101,24 @@ class Recorder:
     # to a few instructions each. ``__dict__`` remains for the methods swapped out
     # when the recorder goes quiet (and for tests' monkeypatching).
     __slots__ = (
-        "_slot", "_clock", "on_error", "on_control_due", "control_due", "collectives",
-        "_status", "_step", "_step_start", "_acc_data", "_n_data", "_tot_step", "_tot_data", "_tot_coll",
-        "_phase", "_phase_stack", "quiet", "__dict__",
+        "__dict__",
+        "_acc_data",
+        "_clock",
+        "_n_data",
+        "_phase",
+        "_phase_stack",
+        "_slot",
+        "_status",
+        "_step",
+        "_step_start",
+        "_tot_coll",
+        "_tot_data",
+        "_tot_step",
+        "collectives",
+        "control_due",
+        "on_control_due",
+        "on_error",
+        "quiet",
     )  # fmt: skip
 
     def __init__(

@@ -54,7 +54,7 @@ class StepScope:
 
 
 class PhaseScope:
-    __slots__ = ("_rec", "_phase")
+    __slots__ = ("_phase", "_rec")
 
     def __init__(self, rec: Any, phase: int) -> None:
         self._rec = rec
@@ -68,7 +68,7 @@ class PhaseScope:
 
 
 class CollScope:
-    __slots__ = ("_marks", "_args", "_token")
+    __slots__ = ("_args", "_marks", "_token")
 
     def __init__(self, marks: Any, args: tuple) -> None:
         self._marks = marks  # the recorder's CollectiveMarks

@@ -70,8 +70,11 @@ def open_slot(run_dir: str, filename: str, size: int) -> SlotMapping:
         os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
         why = rundir.insecure(run_dir)
         if why:
-            raise PermissionError(errno.EPERM, f"run dir refused: {run_dir} {why}; this rank's slot is kept in "
-                                               f"memory only, invisible to the agent", run_dir)
+            raise PermissionError(
+                errno.EPERM,
+                f"run dir refused: {run_dir} {why}; this rank's slot is kept in memory only, invisible to the agent",
+                run_dir,
+            )
         return SlotMapping(_create_file(path, size), path, None)
     except OSError as exc:
         return SlotMapping(mmap.mmap(-1, size), None, exc)

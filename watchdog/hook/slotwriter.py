@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from watchdog import wire
 from watchdog.wire import H_LAST_DYNAMIC, H_RING_HEAD, H_SEQ, H_STEP, R_A, R_G, R_INDEX, R_KIND, R_STEP, R_T_NS, WORD
@@ -53,7 +53,7 @@ class SlotWriter:
     """Owns the mapping, its int64 view, the seqlock counter, the ring head and
     the lock. ``buf`` must already be formatted (``format`` does both)."""
 
-    __slots__ = ("lock", "_buf", "_words", "_seq", "_head", "_cap", "_ring0")
+    __slots__ = ("_buf", "_cap", "_head", "_ring0", "_seq", "_words", "lock")
 
     def __init__(self, buf, ring_capacity: int) -> None:
         self.lock = threading.RLock()

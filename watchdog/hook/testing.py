@@ -12,9 +12,10 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from watchdog import wire
 from watchdog.hook import config as _config

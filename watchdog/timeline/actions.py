@@ -50,11 +50,14 @@ def label(rec: dict) -> str:
     if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
     if ev == je.REPEAT_FAILURE:
-        return f"repeat ({rec.get('rule', '?')}, occurrence {rec.get('occurrences', '?')}): escalated to " \
-               f"{rec.get('action', '?')}: {rec.get('reason', '')}"
+        return (
+            f"repeat ({rec.get('rule', '?')}, occurrence {rec.get('occurrences', '?')}): escalated to "
+            f"{rec.get('action', '?')}: {rec.get('reason', '')}"
+        )
     if ev == je.ACTION_PROGRESS:
-        return (f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}"
-                + (f", launchers {rec['launchers']}" if rec.get("launchers") else ""))
+        return f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}" + (
+            f", launchers {rec['launchers']}" if rec.get("launchers") else ""
+        )
     name = next((str(rec[k]) for k in ("action", "command", "name", "kind", "type") if rec.get(k)), "")
     parts = [ev.replace("_", " ")] + ([name] if name else [])
     if ranks:

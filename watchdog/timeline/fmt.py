@@ -8,7 +8,7 @@ from watchdog.coordinator.finding import seconds
 
 from .model import Lane, Section, StepSpan
 
-__all__ = ["clock", "date", "seconds", "step_summary", "ordered_lanes", "finding_times"]
+__all__ = ["clock", "date", "finding_times", "ordered_lanes", "seconds", "step_summary"]
 
 
 def clock(t: float | None) -> str:
@@ -29,8 +29,10 @@ def step_summary(steps: list[StepSpan]) -> str:
     n = len(steps)
     mean = lambda f: sum(f(s) for s in steps) / n  # noqa: E731
     total = mean(lambda s: s.end - s.start)
-    return (f"{seconds(total)} = data {seconds(mean(lambda s: s.data_s))} + coll {seconds(mean(lambda s: s.coll_s))}"
-            f" + compute {seconds(mean(lambda s: s.compute_s))}")
+    return (
+        f"{seconds(total)} = data {seconds(mean(lambda s: s.data_s))} + coll {seconds(mean(lambda s: s.coll_s))}"
+        f" + compute {seconds(mean(lambda s: s.compute_s))}"
+    )
 
 
 def ordered_lanes(sec: Section) -> list[Lane]:

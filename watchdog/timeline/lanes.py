@@ -23,8 +23,16 @@ def _label(enum, value: int) -> str:
         return f"#{value}"
 
 
-LIFE_SIGNS = ("heartbeat_ns", "step_start_ns", "data_enter_ns", "data_exit_ns", "coll_enter_ns", "coll_exit_ns",
-              "phase_since_ns", "pg_change_ns")
+LIFE_SIGNS = (
+    "heartbeat_ns",
+    "step_start_ns",
+    "data_enter_ns",
+    "data_exit_ns",
+    "coll_enter_ns",
+    "coll_exit_ns",
+    "phase_since_ns",
+    "pg_change_ns",
+)
 STALE_HEARTBEAT_S = 1.0  # the hook beats several times a second: a longer silence is worth drawing
 
 
@@ -40,8 +48,13 @@ def build(slots: list[SlotEvidence], alive: bool | None = None, gone_seen: float
         for words in snap.records:
             if len(words) >= wire.RECORD_WORDS:
                 records[words[wire.R_INDEX]] = words
-    lane = Lane(rank=latest.rank, host=latest.host, pid=latest.pid, torn=latest.torn,
-                incarnations=len({(s.pid, s.proc_start_us) for s in slots}))
+    lane = Lane(
+        rank=latest.rank,
+        host=latest.host,
+        pid=latest.pid,
+        torn=latest.torn,
+        incarnations=len({(s.pid, s.proc_start_us) for s in slots}),
+    )
     wall = latest.to_wall
     phase_changes: list[tuple[float, str]] = []
     for index in sorted(records):
@@ -49,24 +62,36 @@ def build(slots: list[SlotEvidence], alive: bool | None = None, gone_seen: float
         kind, t = w[wire.R_KIND], wall(w[wire.R_T_NS])
         if kind == wire.RecordKind.STEP_END:
             step_s = w[wire.R_A] / 1e9
-            lane.steps.append(StepSpan(
-                step=w[wire.R_STEP], start=t - step_s, end=t, data_s=w[wire.R_B] / 1e9, coll_s=w[wire.R_C] / 1e9,
-                n_coll=w[wire.R_D], last_seq=w[wire.R_E], phase=_label(wire.Phase, w[wire.R_F])))
+            lane.steps.append(
+                StepSpan(
+                    step=w[wire.R_STEP],
+                    start=t - step_s,
+                    end=t,
+                    data_s=w[wire.R_B] / 1e9,
+                    coll_s=w[wire.R_C] / 1e9,
+                    n_coll=w[wire.R_D],
+                    last_seq=w[wire.R_E],
+                    phase=_label(wire.Phase, w[wire.R_F]),
+                )
+            )
         elif kind == wire.RecordKind.PHASE:
             phase_changes.append((t, _label(wire.Phase, w[wire.R_A])))
         elif kind == wire.RecordKind.PG:
             lane.marks.append(Mark(t, "pg", f"process group {_label(wire.PgState, w[wire.R_A])}"))
         elif kind == wire.RecordKind.CONTROL:
             result = "ok" if w[wire.R_C] == 0 else f"failed ({w[wire.R_C]})"
-            lane.marks.append(Mark(t, "control", f"control #{w[wire.R_A]} {_label(wire.Command, w[wire.R_B])}: {result}"))
+            lane.marks.append(
+                Mark(t, "control", f"control #{w[wire.R_A]} {_label(wire.Command, w[wire.R_B])}: {result}")
+            )
         elif kind == wire.RecordKind.ERROR:
             lane.marks.append(Mark(t, "error", f"hook errors: {w[wire.R_A]}"))
     h = latest.header
     t_end = wall(latest.taken_mono_ns)
     for snap in same:  # every snapshot saw one heartbeat: a frozen rank's stop moving
         if snap.header.get("heartbeat_ns"):
-            mark = Mark(wall(snap.header["heartbeat_ns"]), "heartbeat",
-                        f"heartbeat #{snap.header.get('heartbeat_count', 0)}")
+            mark = Mark(
+                wall(snap.header["heartbeat_ns"]), "heartbeat", f"heartbeat #{snap.header.get('heartbeat_count', 0)}"
+            )
             if mark not in lane.marks:
                 lane.marks.append(mark)
     lane.marks.sort(key=lambda m: m.t)
@@ -117,12 +142,16 @@ def _in_flight(h: dict, wall, t_end: float) -> list[Span]:
         before = max(start, data_out)
         if coll_in > before:  # in the step, before entering the collective it waits in
             out.append(Span("code", wall(before), wall(coll_in), "own code"))
-        out.append(Span("collective", wall(coll_in), t_end, f"{op} #{h.get('coll_seq', 0)}", open=True,
-                        seq=h.get("coll_seq", 0)))
+        out.append(
+            Span(
+                "collective", wall(coll_in), t_end, f"{op} #{h.get('coll_seq', 0)}", open=True, seq=h.get("coll_seq", 0)
+            )
+        )
         return out
     if coll_in >= start and coll_out > coll_in:
-        out.append(Span("collective", wall(coll_in), wall(coll_out), f"{op} #{h.get('coll_seq', 0)}",
-                        seq=h.get("coll_seq", 0)))
+        out.append(
+            Span("collective", wall(coll_in), wall(coll_out), f"{op} #{h.get('coll_seq', 0)}", seq=h.get("coll_seq", 0))
+        )
     if data_in > data_out:
         out.append(Span("data", wall(data_in), t_end, "data wait", open=True))
     else:
@@ -160,21 +189,34 @@ def _now(snap: SlotEvidence, h: dict, wall, t_end: float, alive: bool | None) ->
         where, activity = f"in the data loader{dur(h.get('data_enter_ns', mono))} at step {step}", "data"
         brief = f"in the data loader{dur(h.get('data_enter_ns', mono))}"
     elif out > 0:
-        where = (f"in {op} #{seq} on {group_name(h.get('coll_group', 0))}{dur(h.get('coll_enter_ns', mono))} "
-                 f"at step {step}")
+        where = (
+            f"in {op} #{seq} on {group_name(h.get('coll_group', 0))}{dur(h.get('coll_enter_ns', mono))} at step {step}"
+        )
         activity, brief = "collective", f"in {op} #{seq}{dur(h.get('coll_enter_ns', mono))}"
     else:
         since = max(h.get("step_start_ns", 0), h.get("coll_exit_ns", 0), h.get("data_exit_ns", 0))
         place = "in training code" if phase == "train" else f"in {phase}"
-        where = (f"{place}, outside collectives and data loading{dur(since)}, at step {step} "
-                 f"(last collective #{done} done)")
+        where = (
+            f"{place}, outside collectives and data loading{dur(since)}, at step {step} (last collective #{done} done)"
+        )
         activity, brief = "code", f"{place}{dur(since)}, not in a collective"
     if gone:
         where, activity, brief = f"process gone; last seen {where}", "gone", f"process gone; was {brief}"
     hb = h.get("heartbeat_ns")
     return RankNow(
-        t=t_end, source="slot", step=step, phase=phase, where=where, brief=brief, activity=activity, coll_op=op,
-        coll_group=h.get("coll_group", 0), coll_seq=seq, coll_done_seq=done, coll_outstanding=out,
-        heartbeat_age_s=round((mono - hb) / 1e9, 3) if hb else None, alive=alive,
+        t=t_end,
+        source="slot",
+        step=step,
+        phase=phase,
+        where=where,
+        brief=brief,
+        activity=activity,
+        coll_op=op,
+        coll_group=h.get("coll_group", 0),
+        coll_seq=seq,
+        coll_done_seq=done,
+        coll_outstanding=out,
+        heartbeat_age_s=round((mono - hb) / 1e9, 3) if hb else None,
+        alive=alive,
         status=_label(wire.Status, h.get("status", 0)),
     )

@@ -57,15 +57,24 @@ def load(path: str) -> Timeline:
                 for d in rec.get("stacks") or ():
                     st = _parse(StackDump, d)
                     if st is not None:
-                        stack = Stack(rank=st.rank, host=st.host, pid=st.pid, ok=st.ok, text=st.text, error=st.error,
-                                      method=st.method, taken_wall=st.taken_wall or float(rec.get("t_wall", 0.0)))
+                        stack = Stack(
+                            rank=st.rank,
+                            host=st.host,
+                            pid=st.pid,
+                            ok=st.ok,
+                            text=st.text,
+                            error=st.error,
+                            method=st.method,
+                            taken_wall=st.taken_wall or float(rec.get("t_wall", 0.0)),
+                        )
                         owner = _owner(raws, i, st.rank, st.pid)
                         stacks[owner].append(stack)
                         triggered[owner].append((rec, stack))
     sections = [_build(raw, slots[i], stacks[i]) for i, raw in enumerate(raws)]
     for i, sec in enumerate(sections):
         sec.stack_sets, notes = stacksets.build(
-            triggered[i], [r for r in raws[i].records if r["event"] in stacksets.EVENTS])
+            triggered[i], [r for r in raws[i].records if r["event"] in stacksets.EVENTS]
+        )
         sec.notes += notes
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
 
@@ -87,8 +96,11 @@ def _split(records: list[dict]) -> list[_Raw]:
             cur = _new(raws, t, "start" if ev == je.START else "journal", rec)
         elif ev == je.RANK_RESTARTED:
             rank = rec.get("rank")
-            same = (cur.section.opened_by == "restart" and rank not in cur.restarted
-                    and t - first_restart_t <= RESTART_WINDOW_S)
+            same = (
+                cur.section.opened_by == "restart"
+                and rank not in cur.restarted
+                and t - first_restart_t <= RESTART_WINDOW_S
+            )
             if not same:
                 cur = _new(raws, t, "restart", rec, prev=cur.section)
                 first_restart_t = t
@@ -98,8 +110,11 @@ def _split(records: list[dict]) -> list[_Raw]:
             if (rank, pid) not in cur.older:
                 cur.pids.setdefault(rank, set()).add(pid)
     for i, raw in enumerate(raws):
-        raw.section.end = raws[i + 1].section.start if i + 1 < len(raws) else max(
-            (_t(r) for r in raw.records), default=raw.section.start)
+        raw.section.end = (
+            raws[i + 1].section.start
+            if i + 1 < len(raws)
+            else max((_t(r) for r in raw.records), default=raw.section.start)
+        )
     return raws
 
 
@@ -121,9 +136,14 @@ def _follow_actions(raws: list[_Raw]) -> None:
 
 
 def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | None = None) -> _Raw:
-    sec = Section(index=len(raws), start=t, end=t, opened_by=opened_by,
-                  job=rec.get("job") or (prev.job if prev else ""),
-                  world_size=int(rec.get("world_size") or (prev.world_size if prev else 0)))
+    sec = Section(
+        index=len(raws),
+        start=t,
+        end=t,
+        opened_by=opened_by,
+        job=rec.get("job") or (prev.job if prev else ""),
+        world_size=int(rec.get("world_size") or (prev.world_size if prev else 0)),
+    )
     raw = _Raw(sec)
     if opened_by == "restart":  # a new incarnation: the processes before it are history
         raw.older = {(rank, pid) for r in raws for rank, pids in r.pids.items() for pid in pids}
@@ -174,41 +194,63 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             sec.goodput = rec
         elif ev == je.FINDING:
             sec.findings.append(rec)
-            sec.events.append(Event(_detected(rec), "finding", f"{rec.get('kind')} {_who(rec)}",
-                                    tuple(rec.get("ranks") or ()), rec))
+            sec.events.append(
+                Event(_detected(rec), "finding", f"{rec.get('kind')} {_who(rec)}", tuple(rec.get("ranks") or ()), rec)
+            )
         elif ev == je.RESOLVED:
-            sec.events.append(Event(_t(rec), "resolved", f"resolved {rec.get('kind')} {_who(rec)}",
-                                    tuple(rec.get("ranks") or ()), rec))
+            sec.events.append(
+                Event(
+                    _t(rec), "resolved", f"resolved {rec.get('kind')} {_who(rec)}", tuple(rec.get("ranks") or ()), rec
+                )
+            )
         elif actions.is_action(rec):
             sec.actions.append(rec)
             kind = "action" if ev in actions.DRAWN else "action_step"
             sec.events.append(Event(_t(rec), kind, actions.label(rec), tuple(rec.get("ranks") or ()), rec))
         elif ev in actions.COMMAND_EVENTS:  # evidence collection's own bookkeeping: listed, not drawn
-            sec.events.append(Event(_t(rec), "evidence_request", actions.label(rec), tuple(rec.get("ranks") or ()), rec))
+            sec.events.append(
+                Event(_t(rec), "evidence_request", actions.label(rec), tuple(rec.get("ranks") or ()), rec)
+            )
             if ev in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
-                sec.notes.append(f"evidence request {rec.get('type')} to host {rec.get('host', '?')} "
-                                 f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}")
+                sec.notes.append(
+                    f"evidence request {rec.get('type')} to host {rec.get('host', '?')} "
+                    f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}"
+                )
         elif ev == je.EVIDENCE:
             n_slots, n_stacks = len(rec.get("slots") or ()), len(rec.get("stacks") or ())
-            what = " + ".join(x for x in (f"{n_slots} slot snapshots" if n_slots else "",
-                                          f"{n_stacks} stacks" if n_stacks else "") if x) or "nothing"
+            what = (
+                " + ".join(
+                    x
+                    for x in (f"{n_slots} slot snapshots" if n_slots else "", f"{n_stacks} stacks" if n_stacks else "")
+                    if x
+                )
+                or "nothing"
+            )
             sec.events.append(Event(_t(rec), "evidence", f"evidence from {rec.get('host', '?')}: {what}"))
             if rec.get("ok") is False or rec.get("error"):
-                sec.notes.append(f"evidence from host {rec.get('host', '?')} incomplete: "
-                                 f"{rec.get('error') or 'the agent reported failure'}")
+                sec.notes.append(
+                    f"evidence from host {rec.get('host', '?')} incomplete: "
+                    f"{rec.get('error') or 'the agent reported failure'}"
+                )
         elif ev in (je.HOST_LOST, je.HOST_BACK):
             sec.events.append(Event(_t(rec), ev, f"{ev.replace('_', ' ')}: {rec.get('host')}"))
         elif ev == je.RANK_RESTARTED:
-            sec.events.append(Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})",
-                                    (rec.get("rank"),)))
+            sec.events.append(
+                Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})", (rec.get("rank"),))
+            )
         elif ev == je.STATE and "job_state" in rec:  # the policy's job state machine, not a rank's
-            sec.events.append(Event(_t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} "
-                                                          f"(on {rec.get('on', '?')})"))
+            sec.events.append(
+                Event(
+                    _t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} (on {rec.get('on', '?')})"
+                )
+            )
         elif ev == je.RECOVERED:  # a coordinator restarted on this journal: what it carried on with
             flight = rec.get("in_flight") if isinstance(rec.get("in_flight"), dict) else None
             carried = f", {flight.get('action')} {flight.get('action_id')} carried on" if flight else ""
-            line = (f"coordinator recovered its decisions from the journal: {rec.get('restarts_used', '?')} restarts "
-                    f"used{carried}, {len(rec.get('open_findings') or ())} findings open")
+            line = (
+                f"coordinator recovered its decisions from the journal: {rec.get('restarts_used', '?')} restarts "
+                f"used{carried}, {len(rec.get('open_findings') or ())} findings open"
+            )
             sec.events.append(Event(_t(rec), "job_state", line))
             sec.notes.append(line)
         elif ev == je.STOP:
@@ -260,33 +302,47 @@ def _clocks(slots: list[tuple[dict, SlotEvidence]]) -> list[ClockNote]:
         # agent - coordinator = offset - delay, delay >= 0: the largest sample is the tightest bound.
         off = max(per[host])
         agree = -REPORT_DELAY_S - CLOCK_SLACK_S <= off <= CLOCK_SLACK_S and drift.get(host, 0.0) <= CLOCK_SLACK_S
-        out.append(ClockNote(host=host, offset_s=round(off, 3), slot_drift_s=round(drift.get(host, 0.0), 3), agree=agree))
+        out.append(
+            ClockNote(host=host, offset_s=round(off, 3), slot_drift_s=round(drift.get(host, 0.0), 3), agree=agree)
+        )
     return out
 
 
 def _notes(sec: Section, slots: list) -> None:
     if not slots and not sec.findings:
-        sec.notes.append("no finding in this section, so no evidence was collected: the lanes show the "
-                         "coordinator's last known view of each rank")
+        sec.notes.append(
+            "no finding in this section, so no evidence was collected: the lanes show the "
+            "coordinator's last known view of each rank"
+        )
     elif not slots:
-        why = ("no evidence event in this section (a journal from before evidence collection, or collection "
-               "failed)" if not sec.evidence_events else "evidence events carry no slot snapshot")
+        why = (
+            "no evidence event in this section (a journal from before evidence collection, or collection failed)"
+            if not sec.evidence_events
+            else "evidence events carry no slot snapshot"
+        )
         sec.notes.append(f"slot evidence missing: {why}; showing the coordinator's last known view of each rank")
     else:
         without = sorted(r for r, lane in sec.lanes.items() if lane.now is None or lane.now.source != "slot")
         if without:
-            sec.notes.append(f"no slot snapshot of {ranks_phrase(without)}: their lanes show the coordinator's last "
-                             "known view only")
+            sec.notes.append(
+                f"no slot snapshot of {ranks_phrase(without)}: their lanes show the coordinator's last known view only"
+            )
     torn = sorted(r for r, lane in sec.lanes.items() if lane.torn)
     if torn:
-        sec.notes.append(f"{ranks_phrase(torn)}: slot header read mid-update (the process stopped inside a write); "
-                         "its state may mix two moments")
+        sec.notes.append(
+            f"{ranks_phrase(torn)}: slot header read mid-update (the process stopped inside a write); "
+            "its state may mix two moments"
+        )
     for c in sec.clocks:
         if not c.agree:
-            sec.notes.append(f"clock: host {c.host} disagrees: agent wall clock {c.offset_s:+.3f} s vs the "
-                             f"coordinator's (after up to {REPORT_DELAY_S:.0f} s report delay), slot mapping drift "
-                             f"{c.slot_drift_s:.3f} s; its lanes are drawn on its own clock, not corrected")
+            sec.notes.append(
+                f"clock: host {c.host} disagrees: agent wall clock {c.offset_s:+.3f} s vs the "
+                f"coordinator's (after up to {REPORT_DELAY_S:.0f} s report delay), slot mapping drift "
+                f"{c.slot_drift_s:.3f} s; its lanes are drawn on its own clock, not corrected"
+            )
     hosts = {c.host: c.offset_s for c in sec.clocks}
     if len(hosts) > 1 and max(hosts.values()) - min(hosts.values()) > REPORT_DELAY_S:
-        sec.notes.append("clock: hosts disagree by more than the report delay: "
-                         + ", ".join(f"{h} {o:+.3f} s" for h, o in sorted(hosts.items())))
+        sec.notes.append(
+            "clock: hosts disagree by more than the report delay: "
+            + ", ".join(f"{h} {o:+.3f} s" for h, o in sorted(hosts.items()))
+        )

@@ -15,21 +15,27 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import html, load, perfetto, stacksets, text
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="watchdog timeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="watchdog timeline", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("journal", help="the coordinator's JSONL journal")
     p.add_argument("--html", metavar="OUT.html", help="write the self-contained HTML report here")
     p.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace event JSON here")
-    p.add_argument("--stacks", metavar="DIR", help="write every rank's stacks, one collapsed-stack file per hang "
-                   "('frame;frame;frame count': speedscope, flamegraph.pl, inferno) into this directory")
-    p.add_argument("--text", action="store_true",
-                   help="print the text report (the default without --html/--perfetto/--stacks)")
+    p.add_argument(
+        "--stacks",
+        metavar="DIR",
+        help="write every rank's stacks, one collapsed-stack file per hang "
+        "('frame;frame;frame count': speedscope, flamegraph.pl, inferno) into this directory",
+    )
+    p.add_argument(
+        "--text", action="store_true", help="print the text report (the default without --html/--perfetto/--stacks)"
+    )
     p.add_argument("--steps", type=int, default=20, help="steps per rank shown in the HTML lanes (default 20)")
     p.add_argument("--text-steps", type=int, default=5, help="steps averaged per rank in the text table (default 5)")
     p.add_argument("--max-ranks", type=int, default=64, help="ranks drawn as lanes / listed in full (default 64)")

@@ -20,8 +20,10 @@ def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int
     entered = {s for s in seqs for lane in rows if _state(lane, s) in ("done", "waiting")}
     cw, ch, x0, y0 = 44, 20, LABEL_W, 22
     width, height = x0 + cw * len(seqs) + 10, y0 + ch * len(rows) + 8
-    out = [f'<svg class="matrix" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="matrix" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg">'
+    ]
     for j, s in enumerate(seqs):
         out.append(f'<text class="mx-h" x="{x0 + j * cw + cw / 2}" y="{y0 - 6}" text-anchor="middle">#{s}</text>')
     for i, lane in enumerate(rows):
@@ -33,11 +35,17 @@ def matrix_svg(sec: Section, lanes: list[Lane], culprits: set[int], columns: int
             if st == "none" and s in entered:
                 st = "missing"
             label = {"done": "", "waiting": "wait", "missing": "✗", "none": ""}[st]
-            tip = {"done": "completed", "waiting": "inside it, waiting for the others", "missing": "never entered it "
-                   "while others did", "none": "nobody has reached it"}[st]
-            out.append(f'<g class="mx {st}" data-seq="{s}"><rect x="{x0 + j * cw + 2}" y="{y + 2}" width="{cw - 4}" '
-                       f'height="{ch - 4}" rx="3"/><text x="{x0 + j * cw + cw / 2}" y="{y + 14}" '
-                       f'text-anchor="middle">{label}</text>{title(f"rank {lane.rank} collective #{s}: {tip}")}</g>')
+            tip = {
+                "done": "completed",
+                "waiting": "inside it, waiting for the others",
+                "missing": "never entered it while others did",
+                "none": "nobody has reached it",
+            }[st]
+            out.append(
+                f'<g class="mx {st}" data-seq="{s}"><rect x="{x0 + j * cw + 2}" y="{y + 2}" width="{cw - 4}" '
+                f'height="{ch - 4}" rx="3"/><text x="{x0 + j * cw + cw / 2}" y="{y + 14}" '
+                f'text-anchor="middle">{label}</text>{title(f"rank {lane.rank} collective #{s}: {tip}")}</g>'
+            )
     out.append("</svg>")
     return "\n".join(out)
 

@@ -110,7 +110,7 @@ class Stack:
         return "\n".join(blocks[0]) if blocks else self.text
 
 
-def brief(now: "RankNow | None") -> str:
+def brief(now: RankNow | None) -> str:
     return "?" if now is None else (now.brief or now.where)
 
 

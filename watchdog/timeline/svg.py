@@ -26,9 +26,18 @@ CHAR_W = 6.4  # width of a character at the label font size, for fitting labels
 
 # Listed under the lanes; as lines they would crowd out the ones that matter.
 NOT_DRAWN = ("evidence_request", "action_step", "job_state", "verdict")
-EVENT_CLASS = {"finding": "ev-finding", "resolved": "ev-resolved", "action": "ev-action", "command": "ev-action",
-               "evidence": "ev-evidence", "stop": "ev-stop", "rank_restarted": "ev-restart",
-               "host_lost": "ev-finding", "host_back": "ev-resolved", "onset": "ev-onset"}
+EVENT_CLASS = {
+    "finding": "ev-finding",
+    "resolved": "ev-resolved",
+    "action": "ev-action",
+    "command": "ev-action",
+    "evidence": "ev-evidence",
+    "stop": "ev-stop",
+    "rank_restarted": "ev-restart",
+    "host_lost": "ev-finding",
+    "host_back": "ev-resolved",
+    "onset": "ev-onset",
+}
 
 
 def window(sec: Section, lanes: list[Lane], steps: int) -> tuple[float, float]:
@@ -82,14 +91,18 @@ def title(text: str) -> str:
 
 def _rect(cls: str, t0: float, t1: float, y: float, h: float, sc: Scale, tip: str, extra: str = "") -> str:
     x0, x1 = sc.x(t0), sc.x(t1)
-    return (f'<rect class="{cls}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" x="{x0}" y="{y}" '
-            f'width="{max(0.5, round(x1 - x0, 2))}" height="{h}"{extra}>{title(tip)}</rect>')
+    return (
+        f'<rect class="{cls}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" x="{x0}" y="{y}" '
+        f'width="{max(0.5, round(x1 - x0, 2))}" height="{h}"{extra}>{title(tip)}</rect>'
+    )
 
 
 def _in_rect_label(text: str, t0: float, t1: float, y: float, sc: Scale, cls: str = "rl") -> str:
     hidden = "" if (sc.x(t1) - sc.x(t0)) > len(text) * CHAR_W + 6 else ' display="none"'
-    return (f'<text class="{cls}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" x="{sc.x(t0) + 3}" y="{y}"'
-            f'{hidden}>{escape(text)}</text>')
+    return (
+        f'<text class="{cls}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" x="{sc.x(t0) + 3}" y="{y}"'
+        f"{hidden}>{escape(text)}</text>"
+    )
 
 
 def _step(st: StepSpan, y: float, sc: Scale, rank: int) -> list[str]:
@@ -98,17 +111,21 @@ def _step(st: StepSpan, y: float, sc: Scale, rank: int) -> list[str]:
     out = []
     t = st.start
     seqs = f"#{st.seqs.start}" + (f"-#{st.seqs.stop - 1}" if len(st.seqs) > 1 else "") if st.n_coll else "none"
-    tip = (f"rank {rank} step {st.step} ({st.phase}): {seconds(st.end - st.start)} = data {seconds(st.data_s)} + "
-           f"compute {seconds(st.compute_s)} + collective {seconds(st.coll_s)} (collectives {seqs}); "
-           f"ended {clock(st.end)}")
+    tip = (
+        f"rank {rank} step {st.step} ({st.phase}): {seconds(st.end - st.start)} = data {seconds(st.data_s)} + "
+        f"compute {seconds(st.compute_s)} + collective {seconds(st.coll_s)} (collectives {seqs}); "
+        f"ended {clock(st.end)}"
+    )
     for cls, dur in (("data", st.data_s), ("compute", st.compute_s), ("coll", st.coll_s)):
         if dur <= 0:
             continue
         extra = f' data-seq="{st.last_seq}"' if cls == "coll" and st.n_coll else ""
         out.append(_rect(f"seg {cls}", t, min(st.end, t + dur), y, 16, sc, tip, extra))
         t += dur
-    out.append(f'<line class="stepb" data-t="{st.end:.6f}" x1="{sc.x(st.end)}" x2="{sc.x(st.end)}" '
-               f'y1="{y - 2}" y2="{y + 18}"/>')
+    out.append(
+        f'<line class="stepb" data-t="{st.end:.6f}" x1="{sc.x(st.end)}" x2="{sc.x(st.end)}" '
+        f'y1="{y - 2}" y2="{y + 18}"/>'
+    )
     return out
 
 
@@ -128,44 +145,93 @@ def _span(sp: Span, y: float, sc: Scale, rank: int) -> list[str]:
             out.append(_in_rect_label(f"{sp.label} {seconds(sp.end - sp.start)}", sp.start, sp.end, y + 12, sc))
         return out
     if sp.kind == "gone":
-        return [_rect("gone", sp.start, sp.end, y, 16, sc, f"rank {rank}: {sp.label}: last sign of life "
-                      f"{clock(sp.start)}, seen gone {clock(sp.end)}"),
-                _in_rect_label("✝ gone", sp.start, sp.end, y + 12, sc, "rl gonel")]
+        return [
+            _rect(
+                "gone",
+                sp.start,
+                sp.end,
+                y,
+                16,
+                sc,
+                f"rank {rank}: {sp.label}: last sign of life {clock(sp.start)}, seen gone {clock(sp.end)}",
+            ),
+            _in_rect_label("✝ gone", sp.start, sp.end, y + 12, sc, "rl gonel"),
+        ]
     if sp.kind == "silent":
-        return [_rect("silent", sp.start, sp.end, y - 7, 2, sc, f"rank {rank}: no heartbeat from {clock(sp.start)} "
-                      f"to {clock(sp.end)} ({seconds(sp.end - sp.start)}): frozen or holding the GIL")]
+        return [
+            _rect(
+                "silent",
+                sp.start,
+                sp.end,
+                y - 7,
+                2,
+                sc,
+                f"rank {rank}: no heartbeat from {clock(sp.start)} "
+                f"to {clock(sp.end)} ({seconds(sp.end - sp.start)}): frozen or holding the GIL",
+            )
+        ]
     # a phase (checkpoint, eval, init...): a band under the lane
-    return [_rect(f"phase ph-{escape(sp.kind)}", sp.start, sp.end, y + 20, 6, sc,
-                  f"rank {rank} phase {sp.label} {clock(sp.start)}-{clock(sp.end)}"),
-            _in_rect_label(sp.label, sp.start, sp.end, y + 33, sc, "rl phl")]
+    return [
+        _rect(
+            f"phase ph-{escape(sp.kind)}",
+            sp.start,
+            sp.end,
+            y + 20,
+            6,
+            sc,
+            f"rank {rank} phase {sp.label} {clock(sp.start)}-{clock(sp.end)}",
+        ),
+        _in_rect_label(sp.label, sp.start, sp.end, y + 33, sc, "rl phl"),
+    ]
 
 
 def _missing(sec: Section, lane: Lane, y: float, sc: Scale) -> list[str]:
     """Draw what the culprit did NOT do: the collective every waiter is inside."""
-    waits = [(other.now.coll_seq, sp.start, other.rank) for other in sec.lanes.values() if other.rank != lane.rank
-             and other.now and other.now.coll_outstanding and other.now.coll_seq
-             for sp in other.spans if sp.kind == "collective" and sp.open]
+    waits = [
+        (other.now.coll_seq, sp.start, other.rank)
+        for other in sec.lanes.values()
+        if other.rank != lane.rank and other.now and other.now.coll_outstanding and other.now.coll_seq
+        for sp in other.spans
+        if sp.kind == "collective" and sp.open
+    ]
     if not waits or lane.now is None or lane.now.coll_seq is None:
         return []
     seq = max(w[0] for w in waits)
     if lane.now.coll_seq >= seq:
         return []
     since = min(w[1] for w in waits if w[0] == seq)
-    end = max((sp.end for other in sec.lanes.values() for sp in other.spans if sp.kind == "collective" and sp.open),
-              default=since)
+    end = max(
+        (sp.end for other in sec.lanes.values() for sp in other.spans if sp.kind == "collective" and sp.open),
+        default=since,
+    )
     op = next((o.now.coll_op for o in sec.lanes.values() if o.now and o.now.coll_seq == seq and o.now.coll_op), "")
     text = f"never entered {op} #{seq}"
-    return [_rect("missing", since, end, y - 4, 24, sc, f"rank {lane.rank} {text}: the others have waited in it "
-                  f"since {clock(since)}", f' data-seq="{seq}"'),
-            _in_rect_label(text, since, end, y - 6, sc, "rl missl")]
+    return [
+        _rect(
+            "missing",
+            since,
+            end,
+            y - 4,
+            24,
+            sc,
+            f"rank {lane.rank} {text}: the others have waited in it since {clock(since)}",
+            f' data-seq="{seq}"',
+        ),
+        _in_rect_label(text, since, end, y - 6, sc, "rl missl"),
+    ]
 
 
 def _mark(t: float, kind: str, label: str, y: float, sc: Scale) -> str:
-    shape = {"heartbeat": '<circle r="2.6" class="hb"/>', "pg": '<path d="M0,-4 L4,0 L0,4 L-4,0 Z" class="pg"/>',
-             "control": '<path d="M-4,3 L0,-4 L4,3 Z" class="ctl"/>', "error": '<path d="M-3,-3 L3,3 M3,-3 L-3,3" class="err"/>'
-             }.get(kind, '<circle r="2" class="hb"/>')
-    return (f'<g class="pt" data-t="{t:.6f}" data-y="{y}" transform="translate({sc.x(t)},{y})">{shape}'
-            f'{title(f"{label} at {clock(t)}")}</g>')
+    shape = {
+        "heartbeat": '<circle r="2.6" class="hb"/>',
+        "pg": '<path d="M0,-4 L4,0 L0,4 L-4,0 Z" class="pg"/>',
+        "control": '<path d="M-4,3 L0,-4 L4,3 Z" class="ctl"/>',
+        "error": '<path d="M-3,-3 L3,3 M3,-3 L-3,3" class="err"/>',
+    }.get(kind, '<circle r="2" class="hb"/>')
+    return (
+        f'<g class="pt" data-t="{t:.6f}" data-y="{y}" transform="translate({sc.x(t)},{y})">{shape}'
+        f"{title(f'{label} at {clock(t)}')}</g>"
+    )
 
 
 def _flip(x: float, label: str) -> bool:
@@ -173,8 +239,17 @@ def _flip(x: float, label: str) -> bool:
     return x + len(label) * CHAR_W + 6 > PLOT_X0 + PLOT_W
 
 
-PRIORITY = {"finding": 0, "onset": 0, "action": 1, "host_lost": 1, "resolved": 2, "rank_restarted": 2,
-            "host_back": 2, "evidence": 3, "stop": 4}  # who gets a label row first
+PRIORITY = {
+    "finding": 0,
+    "onset": 0,
+    "action": 1,
+    "host_lost": 1,
+    "resolved": 2,
+    "rank_restarted": 2,
+    "host_back": 2,
+    "evidence": 3,
+    "stop": 4,
+}  # who gets a label row first
 
 
 def _event_rows(events: list[Event], sc: Scale) -> list[int]:
@@ -199,18 +274,22 @@ def lanes_svg(sec: Section, lanes: list[Lane], view: tuple[float, float], culpri
     y0 = EV_H + 6
     height = y0 + len(lanes) * LANE_H + 30
     uid = f"s{sec.index}"
-    out = [f'<svg class="lanes" id="lanes-{uid}" viewBox="0 0 {W} {height}" data-t0="{sc.t0:.6f}" '
-           f'data-t1="{sc.t1:.6f}" data-x0="{PLOT_X0}" data-w="{PLOT_W}" '
-           # the generator's UTC offset, so the script shows the same wall clock as the text
-           f'data-tz="{time.localtime(sc.t0).tm_gmtoff}" xmlns="http://www.w3.org/2000/svg">',
-           f'<defs><clipPath id="clip-{uid}"><rect x="{PLOT_X0}" y="0" width="{PLOT_W}" height="{height}"/></clipPath>'
-           '</defs>']
+    out = [
+        f'<svg class="lanes" id="lanes-{uid}" viewBox="0 0 {W} {height}" data-t0="{sc.t0:.6f}" '
+        f'data-t1="{sc.t1:.6f}" data-x0="{PLOT_X0}" data-w="{PLOT_W}" '
+        # the generator's UTC offset, so the script shows the same wall clock as the text
+        f'data-tz="{time.localtime(sc.t0).tm_gmtoff}" xmlns="http://www.w3.org/2000/svg">',
+        f'<defs><clipPath id="clip-{uid}"><rect x="{PLOT_X0}" y="0" width="{PLOT_W}" height="{height}"/></clipPath>'
+        "</defs>",
+    ]
     for i, lane in enumerate(lanes):
         y = y0 + i * LANE_H
         cls = "lane culprit" if lane.rank in culprits else "lane"
         out.append(f'<rect class="{cls}-bg" x="0" y="{y}" width="{W}" height="{LANE_H}"/>')
         mark = " ✗" if lane.rank in culprits else ""
-        out.append(f'<text class="{cls}-label" x="6" y="{y + 15}" data-rank="{lane.rank}">rank {lane.rank}{mark}</text>')
+        out.append(
+            f'<text class="{cls}-label" x="6" y="{y + 15}" data-rank="{lane.rank}">rank {lane.rank}{mark}</text>'
+        )
         sub = f"{lane.host or '?'} · pid {lane.pid or '?'}"
         out.append(f'<text class="lane-sub" x="6" y="{y + 29}">{escape(sub)}</text>')
     out.append(f'<g clip-path="url(#clip-{uid})" class="plot">')
@@ -239,10 +318,12 @@ def lanes_svg(sec: Section, lanes: list[Lane], view: tuple[float, float], culpri
         hidden = "" if PLOT_X0 - 1 <= x <= PLOT_X0 + PLOT_W + 1 else ' style="display:none"'
         anchor = ' text-anchor="end" x="-3"' if _flip(x, e.label) else ' x="3"'
         no_row = "" if row >= 0 else ' display="none"'
-        out.append(f'<g class="ev {cls}" data-t="{e.t:.6f}" data-y="0" data-prio="{PRIORITY.get(e.kind, 3)}" '
-                   f'transform="translate({x},0)"{hidden}><line x1="0" x2="0" y1="{ly + 2}" y2="{bottom}"/>'
-                   f'<text class="evl"{anchor} y="{ly}"{no_row}>{escape(e.label)}</text>'
-                   f'{title(f"{clock(e.t)} {e.label}")}</g>')
+        out.append(
+            f'<g class="ev {cls}" data-t="{e.t:.6f}" data-y="0" data-prio="{PRIORITY.get(e.kind, 3)}" '
+            f'transform="translate({x},0)"{hidden}><line x1="0" x2="0" y1="{ly + 2}" y2="{bottom}"/>'
+            f'<text class="evl"{anchor} y="{ly}"{no_row}>{escape(e.label)}</text>'
+            f"{title(f'{clock(e.t)} {e.label}')}</g>"
+        )
     out.append("</g>")
     out.append(_axis(sc, bottom, _origin(sec, sc)))
     out.append("</svg>")
@@ -293,18 +374,24 @@ def _with_onset(sec: Section) -> list[Event]:
 def _axis(sc: Scale, y: float, origin: float) -> str:
     step = nice_step(sc.t1 - sc.t0)
     first = math.ceil((sc.t0 - origin) / step)
-    out = [f'<g class="axis" data-origin="{origin:.6f}"><line x1="{PLOT_X0}" x2="{PLOT_X0 + PLOT_W}" y1="{y + 2}" '
-           f'y2="{y + 2}"/>']
+    out = [
+        f'<g class="axis" data-origin="{origin:.6f}"><line x1="{PLOT_X0}" x2="{PLOT_X0 + PLOT_W}" y1="{y + 2}" '
+        f'y2="{y + 2}"/>'
+    ]
     k = first
     while origin + k * step <= sc.t1:
         t = origin + k * step
         label = "0" if k == 0 else f"{k * step:+.{max(0, -math.floor(math.log10(step)))}f}s"
-        out.append(f'<g class="tick" transform="translate({sc.x(t)},{y + 2})"><line y2="5"/>'
-                   f'<text y="16" text-anchor="middle">{label}</text></g>')
+        out.append(
+            f'<g class="tick" transform="translate({sc.x(t)},{y + 2})"><line y2="5"/>'
+            f'<text y="16" text-anchor="middle">{label}</text></g>'
+        )
         k += 1
-    out.append(f'<text class="axis-wall" x="{PLOT_X0}" y="{y + 28}">{clock(sc.t0)}</text>'
-               f'<text class="axis-wall" x="{PLOT_X0 + PLOT_W}" y="{y + 28}" text-anchor="end">{clock(sc.t1)}</text>'
-               f'<text class="axis-wall" x="{PLOT_X0 + PLOT_W / 2}" y="{y + 28}" text-anchor="middle">'
-               f'seconds from {"the onset of the root cause" if origin > sc.t0 else "the window start"} '
-               f'({clock(origin)})</text></g>')
+    out.append(
+        f'<text class="axis-wall" x="{PLOT_X0}" y="{y + 28}">{clock(sc.t0)}</text>'
+        f'<text class="axis-wall" x="{PLOT_X0 + PLOT_W}" y="{y + 28}" text-anchor="end">{clock(sc.t1)}</text>'
+        f'<text class="axis-wall" x="{PLOT_X0 + PLOT_W / 2}" y="{y + 28}" text-anchor="middle">'
+        f"seconds from {'the onset of the root cause' if origin > sc.t0 else 'the window start'} "
+        f"({clock(origin)})</text></g>"
+    )
     return "".join(out)

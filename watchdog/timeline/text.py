@@ -7,13 +7,13 @@ stopped first and where; the per-rank table shows what the others were doing.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.stackgroups import short_phrase
 
-from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from . import actions, stacksets
+from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, StackSet, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
@@ -35,8 +35,10 @@ def render(tl: Timeline, *, steps: int = 5, max_ranks: int = 32) -> str:
 def _section(sec: Section, n_sections: int, steps: int, max_ranks: int) -> list[str]:
     opened = {"start": "coordinator started", "restart": "ranks restarted", "journal": "journal begins"}[sec.opened_by]
     hosts = sorted({lane.host for lane in sec.lanes.values() if lane.host})
-    out = [f"== section {sec.index + 1} of {n_sections}: {opened} {date(sec.start)}, {seconds(sec.end - sec.start)}; "
-           f"job {sec.job or '?'}, {sec.world_size or len(sec.lanes)} ranks on {len(hosts)} host(s) =="]
+    out = [
+        f"== section {sec.index + 1} of {n_sections}: {opened} {date(sec.start)}, {seconds(sec.end - sec.start)}; "
+        f"job {sec.job or '?'}, {sec.world_size or len(sec.lanes)} ranks on {len(hosts)} host(s) =="
+    ]
     root = sec.root
     if root is None:
         out.append("no finding in this section")
@@ -50,15 +52,20 @@ def _section(sec: Section, n_sections: int, steps: int, max_ranks: int) -> list[
     others = [f for f in sec.findings if f is not root]
     if others:
         out.append("other findings:")
-        out += [f"  {clock(finding_times(f)[1])} {f.get('kind')} {ranks_phrase(f.get('ranks') or []) if f.get('ranks') else ''}: "
-                f"{f.get('reason', '')}" for f in others]
+        out += [
+            f"  {clock(finding_times(f)[1])} {f.get('kind')} {ranks_phrase(f.get('ranks') or []) if f.get('ranks') else ''}: "
+            f"{f.get('reason', '')}"
+            for f in others
+        ]
     resolved = [e for e in sec.events if e.kind == "resolved"]
     if resolved:
         out.append("resolved: " + "; ".join(f"{clock(e.t)} {e.label}" for e in resolved))
     for c in sec.clocks:
         state = "agree" if c.agree else "DISAGREE"
-        out.append(f"clock: host {c.host} {state}: agent {c.offset_s:+.3f} s vs coordinator (report delay included), "
-                   f"slot mapping drift {c.slot_drift_s:.3f} s")
+        out.append(
+            f"clock: host {c.host} {state}: agent {c.offset_s:+.3f} s vs coordinator (report delay included), "
+            f"slot mapping drift {c.slot_drift_s:.3f} s"
+        )
     out += [f"note: {n}" for n in sec.notes]
     return out
 
@@ -78,8 +85,11 @@ def _root(sec: Section, root: dict) -> list[str]:
     onset, detected = finding_times(root)
     ranks = root.get("ranks") or []
     head = f"ROOT CAUSE: {root.get('kind')} naming {ranks_phrase(ranks) if ranks else 'no rank'}"
-    out = [head, f"  onset {clock(onset)}, detected {clock(detected)}"
-           + (f" (+{seconds(detected - onset)})" if onset and detected else "")]
+    out = [
+        head,
+        f"  onset {clock(onset)}, detected {clock(detected)}"
+        + (f" (+{seconds(detected - onset)})" if onset and detected else ""),
+    ]
     out.append(f"  {root.get('reason', '')}")
     sets = [s for s in sec.stack_sets if stacksets.shown(s)]
     if sets and sets[0].grouping.odd_ones_out():
@@ -110,16 +120,20 @@ RANGES_CHARS = 160
 
 def _groups(s: StackSet) -> list[str]:
     g = s.grouping
-    out = [f"  stacks of every rank ({s.label}, taken {clock(s.taken)}): {g.ranks} ranks in "
-           f"{len(g.groups) + g.dropped_groups} group(s), smallest first"]
+    out = [
+        f"  stacks of every rank ({s.label}, taken {clock(s.taken)}): {g.ranks} ranks in "
+        f"{len(g.groups) + g.dropped_groups} group(s), smallest first"
+    ]
     width = len(str(max((x.count for x in g.groups), default=1)))
     for x in g.groups[:GROUP_LINES]:
         who = short_phrase(x.ranks, RANGES_CHARS)
         out.append(f"    {x.count:>{width}}  {who}{' (culprit)' if x.culprit else ''}: {x.brief()}")
     more = len(g.groups) - GROUP_LINES
     if more > 0 or g.dropped_groups:
-        out.append(f"    ... {max(0, more) + g.dropped_groups} more group(s) "
-                   f"({sum(x.count for x in g.groups[GROUP_LINES:]) + g.dropped_ranks} ranks)")
+        out.append(
+            f"    ... {max(0, more) + g.dropped_groups} more group(s) "
+            f"({sum(x.count for x in g.groups[GROUP_LINES:]) + g.dropped_ranks} ranks)"
+        )
     out += [f"    note: {n}" for n in s.notes]
     return out
 
@@ -165,18 +179,28 @@ def _ranks(sec: Section, steps: int, max_ranks: int) -> list[str]:
         now = lane.now
         mark = "*" if lane.rank in culprits else ""
         hb = now.heartbeat_age_s if now else None
-        rows.append((f"{lane.rank}{mark}", lane.host or "?", str(lane.pid or "?"),
-                     _s(now.step if now else None), (now.phase if now else "") or "?",
-                     _s(now.coll_seq if now else None) + ("…" if now and now.coll_outstanding else ""),
-                     seconds(hb) if isinstance(hb, (int, float)) else "?", brief(now),
-                     step_summary(lane.steps[-steps:]) if lane.steps else "-"))
+        rows.append(
+            (
+                f"{lane.rank}{mark}",
+                lane.host or "?",
+                str(lane.pid or "?"),
+                _s(now.step if now else None),
+                (now.phase if now else "") or "?",
+                _s(now.coll_seq if now else None) + ("…" if now and now.coll_outstanding else ""),
+                seconds(hb) if isinstance(hb, (int, float)) else "?",
+                brief(now),
+                step_summary(lane.steps[-steps:]) if lane.steps else "-",
+            )
+        )
     out += _table(rows)
     rest = lanes[max_ranks:]
     if rest:
         groups = Counter(brief(lane.now).split(" for ")[0] for lane in rest)
         out.append(f"  ... {len(rest)} more ranks: " + "; ".join(f"{n} {w}" for w, n in groups.most_common(4)))
-    out.append("  (* culprit of the root cause; coll# is the last collective entered, … while still inside it; "
-               "heartbeat: its age when read)")
+    out.append(
+        "  (* culprit of the root cause; coll# is the last collective entered, … while still inside it; "
+        "heartbeat: its age when read)"
+    )
     return out
 
 

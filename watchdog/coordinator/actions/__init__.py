@@ -16,5 +16,10 @@ from . import abort, checkpoint_restart, restart, rollback_restart
 
 # policy action -> module. exclude_host_restart shares the restart module: it
 # differs only in also stopping the culprit host's launcher.
-MODULES = {"abort": abort, "restart": restart, "checkpoint_restart": checkpoint_restart,
-           "exclude_host_restart": restart, "rollback_restart": rollback_restart}
+MODULES = {
+    "abort": abort,
+    "restart": restart,
+    "checkpoint_restart": checkpoint_restart,
+    "exclude_host_restart": restart,
+    "rollback_restart": rollback_restart,
+}

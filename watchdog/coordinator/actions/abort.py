@@ -35,10 +35,20 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
     # Never more than a host can give (stack_plan's cap): the culprits first, so they are never the ones cut.
     first = set(op.finding.ranks)
-    reqs = tuple(CommandRequest(host=h, type=commands.DUMP_STACKS, trigger=op.trigger(),
-                         targets=tuple(sorted(sorted(ts, key=lambda t: (t["rank"] not in first, t["rank"]))[:MAX_PER_HOST],
-                                              key=lambda t: t["rank"])))
-                 for h, ts in sorted(by_host.items()))
+    reqs = tuple(
+        CommandRequest(
+            host=h,
+            type=commands.DUMP_STACKS,
+            trigger=op.trigger(),
+            targets=tuple(
+                sorted(
+                    sorted(ts, key=lambda t: (t["rank"] not in first, t["rank"]))[:MAX_PER_HOST],
+                    key=lambda t: t["rank"],
+                )
+            ),
+        )
+        for h, ts in sorted(by_host.items())
+    )
     op = op.at("stacks", now, hosts_asked=frozenset(by_host))
     if not reqs:
         return _term(op, view, now)
@@ -48,9 +58,23 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
 def _term(op: Operation, view: ClusterView, now: float) -> Step:
     live = live_workers(op, view)
     op = op.at("term", now, last_sent=now)
-    return Step(op, signals(op, "SIGTERM", live, op.launchers),
-                ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in op.launchers], idents=idents(op))),))
+    return Step(
+        op,
+        signals(op, "SIGTERM", live, op.launchers),
+        (
+            (
+                je.ACTION_PROGRESS,
+                brief(
+                    op,
+                    phase="term",
+                    signal="SIGTERM",
+                    workers=[r for r, _ in live],
+                    launchers=[p for p, _, _ in op.launchers],
+                    idents=idents(op),
+                ),
+            ),
+        ),
+    )
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -60,9 +84,25 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         return Step(op)
     live = live_workers(op, view)
     if not live:
-        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=True, result="aborted: every worker is gone",
-                                                       seconds=round(now - op.started, 3), kill_rounds=op.kills)),),
-                    done=True, ok=True, state_event="aborted")
+        return Step(
+            op,
+            (),
+            (
+                (
+                    je.ACTION_OUTCOME,
+                    brief(
+                        op,
+                        ok=True,
+                        result="aborted: every worker is gone",
+                        seconds=round(now - op.started, 3),
+                        kill_rounds=op.kills,
+                    ),
+                ),
+            ),
+            done=True,
+            ok=True,
+            state_event="aborted",
+        )
     if now - op.last_sent < op.grace_s:
         return Step(op)
     # A process in uninterruptible sleep (D state: inside the kernel, a hung NFS or
@@ -72,11 +112,21 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     if op.kills >= MAX_KILL_ROUNDS or (op.kills >= 1 and len(unkillable) == len(live)):
         result = "workers still alive after SIGKILL"
         if unkillable:
-            result += (f": {ranks_phrase(unkillable)} in uninterruptible sleep (D state), which no signal ends "
-                       f"until the kernel call returns; the host needs attention")
-        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live],
-                                                       d_state=unkillable)),),
-                    done=True, ok=False, state_event="aborted")
+            result += (
+                f": {ranks_phrase(unkillable)} in uninterruptible sleep (D state), which no signal ends "
+                f"until the kernel call returns; the host needs attention"
+            )
+        return Step(
+            op,
+            (),
+            ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable)),),
+            done=True,
+            ok=False,
+            state_event="aborted",
+        )
     op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
-    return Step(op, signals(op, "SIGKILL", live, op.launchers),
-                ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))
+    return Step(
+        op,
+        signals(op, "SIGKILL", live, op.launchers),
+        ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
+    )

@@ -45,8 +45,12 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     by_host: dict[str, list] = {}
     for rank, (pid, start_us, host) in alive:
         by_host.setdefault(host, []).append(commands.target(rank, pid, start_us))
-    reqs = tuple(CommandRequest(host=h, type=commands.CHECKPOINT, targets=tuple(ts), trigger=op.trigger(),
-                         args={"step": step, "ranks": ts}) for h, ts in sorted(by_host.items()))
+    reqs = tuple(
+        CommandRequest(
+            host=h, type=commands.CHECKPOINT, targets=tuple(ts), trigger=op.trigger(), args={"step": step, "ranks": ts}
+        )
+        for h, ts in sorted(by_host.items())
+    )
     op = op.at("checkpoint", now, extra={**op.extra, "step": step, "ranks": [r for r, _ in alive]})
     return Step(op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),))
 
@@ -69,13 +73,26 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     timed_out = now - op.phase_at >= op.extra.get("timeout_s", 120.0)
     if not bad and len(acks) == len(op.extra["ranks"]):
         nxt = restart.start(op, view, now)
-        return Step(nxt.op, nxt.requests, ((je.CHECKPOINTED, brief(op, step=step, ranks=sorted(acks),
-                                                                  seconds=round(now - op.phase_at, 3))),
-                                           *nxt.events), state_event="checkpoint_done")
+        return Step(
+            nxt.op,
+            nxt.requests,
+            (
+                (je.CHECKPOINTED, brief(op, step=step, ranks=sorted(acks), seconds=round(now - op.phase_at, 3))),
+                *nxt.events,
+            ),
+            state_event="checkpoint_done",
+        )
     if bad or timed_out:
-        why = "; ".join(bad) or f"no checkpoint from ranks {sorted(set(op.extra['ranks']) - set(acks))} within " \
-                                f"{op.extra.get('timeout_s', 120.0):g} s"
+        why = (
+            "; ".join(bad)
+            or f"no checkpoint from ranks {sorted(set(op.extra['ranks']) - set(acks))} within "
+            f"{op.extra.get('timeout_s', 120.0):g} s"
+        )
         nxt = restart.start(op, view, now)
-        return Step(nxt.op, nxt.requests, ((je.CHECKPOINT_FAILED, brief(op, step=step, error=why)), *nxt.events),
-                    state_event="checkpoint_timeout")
+        return Step(
+            nxt.op,
+            nxt.requests,
+            ((je.CHECKPOINT_FAILED, brief(op, step=step, error=why)), *nxt.events),
+            state_event="checkpoint_timeout",
+        )
     return Step(op)

@@ -36,7 +36,7 @@ class Operation:
     hosts_asked: frozenset[str] = frozenset()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def at(self, phase: str, now: float, **kw: Any) -> "Operation":
+    def at(self, phase: str, now: float, **kw: Any) -> Operation:
         return replace(self, phase=phase, phase_at=now, **kw)
 
     def trigger(self) -> dict[str, Any]:
@@ -84,13 +84,33 @@ def live_workers(op: Operation, view: ClusterView) -> list[tuple[int, Ident]]:
     return [(r, i) for r, i in op.workers if live(view, r, i)]
 
 
-def signals(op: Operation, name: str, workers: list[tuple[int, Ident]], launchers: tuple[Ident, ...] = ()) -> tuple[CommandRequest, ...]:
+def signals(
+    op: Operation, name: str, workers: list[tuple[int, Ident]], launchers: tuple[Ident, ...] = ()
+) -> tuple[CommandRequest, ...]:
     """One signal command per process; launchers first (one that sees its workers
     die before its own signal would restart them)."""
-    reqs = [CommandRequest(host=h, type=commands.SIGNAL, targets=(commands.target(-1, pid, start),), trigger=op.trigger(),
-                    target=commands.target(-1, pid, start), args={"signal": name}) for pid, start, h in launchers]
-    reqs += [CommandRequest(host=h, type=commands.SIGNAL, targets=(commands.target(r, pid, start),), trigger=op.trigger(),
-                     target=commands.target(r, pid, start), args={"signal": name}) for r, (pid, start, h) in workers]
+    reqs = [
+        CommandRequest(
+            host=h,
+            type=commands.SIGNAL,
+            targets=(commands.target(-1, pid, start),),
+            trigger=op.trigger(),
+            target=commands.target(-1, pid, start),
+            args={"signal": name},
+        )
+        for pid, start, h in launchers
+    ]
+    reqs += [
+        CommandRequest(
+            host=h,
+            type=commands.SIGNAL,
+            targets=(commands.target(r, pid, start),),
+            trigger=op.trigger(),
+            target=commands.target(r, pid, start),
+            args={"signal": name},
+        )
+        for r, (pid, start, h) in workers
+    ]
     return tuple(reqs)
 
 
@@ -99,8 +119,9 @@ def idents(op: Operation) -> list[list[Any]]:
     [rank, pid, start us, host] per worker, [-1, pid, start us, host] per launcher.
     A coordinator restarted mid-action rebuilds the action from them (recover.py)
     and never signals anything else."""
-    return [[r, pid, start, host] for r, (pid, start, host) in op.workers] + \
-        [[-1, pid, start, host] for pid, start, host in op.launchers]
+    return [[r, pid, start, host] for r, (pid, start, host) in op.workers] + [
+        [-1, pid, start, host] for pid, start, host in op.launchers
+    ]
 
 
 def brief(op: Operation, **kw: Any) -> dict[str, Any]:

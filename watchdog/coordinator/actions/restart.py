@@ -34,9 +34,23 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         launchers = launchers_of(view, tuple(w for w in workers if w[1][2] in bad))
     op = op.at("term", now, workers=workers, launchers=launchers, last_sent=now)
     live = live_workers(op, view)
-    return Step(op, signals(op, "SIGTERM", live, launchers),
-                ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in live],
-                                            launchers=[p for p, _, _ in launchers], idents=idents(op))),))
+    return Step(
+        op,
+        signals(op, "SIGTERM", live, launchers),
+        (
+            (
+                je.ACTION_PROGRESS,
+                brief(
+                    op,
+                    phase="term",
+                    signal="SIGTERM",
+                    workers=[r for r, _ in live],
+                    launchers=[p for p, _, _ in launchers],
+                    idents=idents(op),
+                ),
+            ),
+        ),
+    )
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -44,28 +58,76 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         live = live_workers(op, view)
         if not live:
             op = op.at("resume", now)
-            return Step(op, (), ((je.RESTART, brief(op, restart=op.restart_n, stopped=[r for r, _ in op.workers],
-                                                    seconds=round(now - op.started, 3))),))
+            return Step(
+                op,
+                (),
+                (
+                    (
+                        je.RESTART,
+                        brief(
+                            op,
+                            restart=op.restart_n,
+                            stopped=[r for r, _ in op.workers],
+                            seconds=round(now - op.started, 3),
+                        ),
+                    ),
+                ),
+            )
         if now - op.last_sent < op.grace_s:
             return Step(op)
         op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
-        return Step(op, signals(op, "SIGKILL", live, op.launchers),
-                    ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),))
+        return Step(
+            op,
+            signals(op, "SIGKILL", live, op.launchers),
+            ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
+        )
     resumed = resumed_step(op, view)
     if resumed is not None:
         step, world = resumed
-        return Step(op, (), (
-            (je.RESUMED, brief(op, restart=op.restart_n, step=step, world_size=world,
-                               seconds=round(now - op.started, 3))),
-            (je.ACTION_OUTCOME, brief(op, ok=True, result=f"restart {op.restart_n}, resumed from step {step}",
-                                      seconds=round(now - op.started, 3)))), done=True, state_event="resumed")
+        return Step(
+            op,
+            (),
+            (
+                (
+                    je.RESUMED,
+                    brief(op, restart=op.restart_n, step=step, world_size=world, seconds=round(now - op.started, 3)),
+                ),
+                (
+                    je.ACTION_OUTCOME,
+                    brief(
+                        op,
+                        ok=True,
+                        result=f"restart {op.restart_n}, resumed from step {step}",
+                        seconds=round(now - op.started, 3),
+                    ),
+                ),
+            ),
+            done=True,
+            state_event="resumed",
+        )
     limit = op.extra.get("resume_timeout_s", RESUME_TIMEOUT_S)
     if now - op.phase_at >= limit or all_died_again(op, view, now):
         why = why_not_resumed(op, view, now)
-        return Step(op, (), ((je.ACTION_OUTCOME, brief(op, ok=False, result=f"restart failed: {why}",
-                                                       restart=op.restart_n, resume_timeout_s=limit,
-                                                       seconds=round(now - op.started, 3))),),
-                    done=True, ok=False, state_event="restart_failed")
+        return Step(
+            op,
+            (),
+            (
+                (
+                    je.ACTION_OUTCOME,
+                    brief(
+                        op,
+                        ok=False,
+                        result=f"restart failed: {why}",
+                        restart=op.restart_n,
+                        resume_timeout_s=limit,
+                        seconds=round(now - op.started, 3),
+                    ),
+                ),
+            ),
+            done=True,
+            ok=False,
+            state_event="restart_failed",
+        )
     return Step(op)
 
 
@@ -110,8 +172,10 @@ def why_not_resumed(op: Operation, view: ClusterView, now: float) -> str:
         groups.setdefault(key, []).append(r)
     if not groups:
         return f"no resumed worker group within {seconds(now - op.phase_at)} of the restart"
-    return "; ".join(f"{ranks_phrase(rs)} {why}" for why, rs in groups.items()) + \
-        f" ({seconds(now - op.phase_at)} after the old workers were gone)"
+    return (
+        "; ".join(f"{ranks_phrase(rs)} {why}" for why, rs in groups.items())
+        + f" ({seconds(now - op.phase_at)} after the old workers were gone)"
+    )
 
 
 def resumed_step(op: Operation, view: ClusterView) -> tuple[int, int] | None:

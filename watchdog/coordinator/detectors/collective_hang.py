@@ -28,8 +28,12 @@ from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
 
 SLOW_PHASES = ("checkpoint", "eval")
-_STATUS = {"dead": "process gone", "frozen": "frozen (heartbeat stale)", "lost": "its host is lost",
-           "exited": "exited already (a crash, or uneven inputs)"}
+_STATUS = {
+    "dead": "process gone",
+    "frozen": "frozen (heartbeat stale)",
+    "lost": "its host is lost",
+    "exited": "exited already (a crash, or uneven inputs)",
+}
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,14 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
     age, onset = now - progress, progress
     if blame is not None and now - blame.waiting_since > age:
         age, onset = now - blame.waiting_since, blame.waiting_since
-    return HangState(age_s=max(0.0, age), deadline_s=deadline(view, alive, cfg), onset=onset, blame=blame,
-                     stuck=tuple(sorted(alive)) if blame is None else (), health=health)
+    return HangState(
+        age_s=max(0.0, age),
+        deadline_s=deadline(view, alive, cfg),
+        onset=onset,
+        blame=blame,
+        stuck=tuple(sorted(alive)) if blame is None else (),
+        health=health,
+    )
 
 
 def deadline(view: ClusterView, alive: list[int], cfg: DetectorConfig) -> float:
@@ -88,17 +98,35 @@ class CollectiveHang:
         if b is None:
             return [self._stalled(now, view, st, evidence)]
         evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how)
-        waited = f"{ranks_phrase(b.waiters)} waiting {seconds(now - b.waiting_since)}" if b.waiters else "no rank waiting"
+        waited = (
+            f"{ranks_phrase(b.waiters)} waiting {seconds(now - b.waiting_since)}" if b.waiters else "no rank waiting"
+        )
         coll = f"{b.op} #{b.seq} on {group_name(b.group)}"
         if not b.culprits:
-            reason = (f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
-                      "missing from it: a transport/NCCL problem or mismatched collectives; stacks requested")
-            return [Finding(kind=self.name, ranks=(), hosts=(), reason=reason, onset_mono=st.onset,
-                            detected_mono=now, evidence=evidence, wants_stacks=b.waiters)]
+            reason = (
+                f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
+                "missing from it: a transport/NCCL problem or mismatched collectives; stacks requested"
+            )
+            return [
+                Finding(
+                    kind=self.name,
+                    ranks=(),
+                    hosts=(),
+                    reason=reason,
+                    onset_mono=st.onset,
+                    detected_mono=now,
+                    evidence=evidence,
+                    wants_stacks=b.waiters,
+                )
+            ]
         rvs = [view.ranks[r] for r in b.culprits]
-        verb = {"missing": "never entered", "behind": "has not caught up to", "failed_inside": "failed inside",
-                "mismatched": "called a different collective (op or size) than",
-                "other_group": "is waiting elsewhere instead of in"}[b.how]
+        verb = {
+            "missing": "never entered",
+            "behind": "has not caught up to",
+            "failed_inside": "failed inside",
+            "mismatched": "called a different collective (op or size) than",
+            "other_group": "is waiting elsewhere instead of in",
+        }[b.how]
         if len(rvs) == 1:
             rv = rvs[0]
             status = _STATUS.get(st.health[rv.rank]) or heartbeat(rv, now, self.cfg.frozen_heartbeat_s)
@@ -108,8 +136,18 @@ class CollectiveHang:
             top = ", ".join(f"{n} {p}" for p, n in places.most_common(2))
             reason = f"{ranks_phrase(b.culprits)} {verb} {coll}; {waited}; culprits last seen: {top}"
         evidence["culprits"] = {str(rv.rank): self._culprit(rv, st, now) for rv in rvs[:16]}
-        return [Finding(kind=self.name, ranks=b.culprits, hosts=tuple(sorted({rv.host for rv in rvs})), reason=reason,
-                        onset_mono=st.onset, detected_mono=now, evidence=evidence, wants_stacks=b.culprits)]
+        return [
+            Finding(
+                kind=self.name,
+                ranks=b.culprits,
+                hosts=tuple(sorted({rv.host for rv in rvs})),
+                reason=reason,
+                onset_mono=st.onset,
+                detected_mono=now,
+                evidence=evidence,
+                wants_stacks=b.culprits,
+            )
+        ]
 
     def _stalled(self, now: float, view: ClusterView, st: HangState, evidence: dict) -> Finding:
         rvs = [view.ranks[r] for r in st.stuck]
@@ -121,11 +159,28 @@ class CollectiveHang:
             tail = "last seen " + ", ".join(f"{n} {p}" for p, n in places.most_common(2))
         reason = f"no progress for {seconds(st.age_s)} and no rank is in a collective: {ranks_phrase(st.stuck)} {tail}"
         evidence["culprits"] = {str(rv.rank): self._culprit(rv, st, now) for rv in rvs[:16]}
-        return Finding(kind=self.name, ranks=st.stuck, hosts=tuple(sorted({rv.host for rv in rvs})), reason=reason,
-                       onset_mono=st.onset, detected_mono=now, evidence=evidence, wants_stacks=st.stuck)
+        return Finding(
+            kind=self.name,
+            ranks=st.stuck,
+            hosts=tuple(sorted({rv.host for rv in rvs})),
+            reason=reason,
+            onset_mono=st.onset,
+            detected_mono=now,
+            evidence=evidence,
+            wants_stacks=st.stuck,
+        )
 
     def _culprit(self, rv, st: HangState, now: float) -> dict:
         s = rv.state
-        return {"host": rv.host, "pid": s.pid, "step": s.step, "phase": s.phase, "in_data_wait": s.in_data_wait,
-                "coll_group": s.coll.group, "coll_seq": s.coll.seq, "coll_outstanding": s.coll.outstanding,
-                "heartbeat_age_s": round(rv.heartbeat_age(now), 3), "health": st.health[rv.rank]}
+        return {
+            "host": rv.host,
+            "pid": s.pid,
+            "step": s.step,
+            "phase": s.phase,
+            "in_data_wait": s.in_data_wait,
+            "coll_group": s.coll.group,
+            "coll_seq": s.coll.seq,
+            "coll_outstanding": s.coll.outstanding,
+            "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
+            "health": st.health[rv.rank],
+        }

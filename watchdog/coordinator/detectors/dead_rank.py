@@ -94,22 +94,39 @@ class DeadRank:
         else:
             hosts = sorted({x.host for x in rvs})
             span = max(x.died_at for x in rvs) - first
-            head = (f"{ranks_phrase(cluster)} (host {', '.join(hosts)}) died within {seconds(span)} of each other, "
-                    f"order unknown: processes gone, rank {rv.rank} last seen {where(rv, now)}")
+            head = (
+                f"{ranks_phrase(cluster)} (host {', '.join(hosts)}) died within {seconds(span)} of each other, "
+                f"order unknown: processes gone, rank {rv.rank} last seen {where(rv, now)}"
+            )
             # Why each died, grouped: four ranks killed by one OOM read as one line.
             by_cause: dict[str, list[int]] = {}
             for r, c in sorted(causes.items()):
                 by_cause.setdefault(c, []).append(r)
             head += "".join(f"; {ranks_phrase(rs)}: {c}" for c, rs in by_cause.items())
-        return [Finding(
-            kind=self.name, ranks=tuple(sorted(cluster)), hosts=tuple(sorted({x.host for x in rvs})),
-            onset_mono=first, detected_mono=now, reason=head + waiting + then,
-            evidence={"pids": {str(x.rank): x.state.pid for x in rvs}, "status": rv.state.status, "step": rv.state.step,
-                      "phase": rv.state.phase, "last_heartbeat_age_s": round(rv.heartbeat_age(now), 3),
-                      "died_precise": all(x.died_precise for x in rvs), "followers": after,
-                      **({"death": {str(x.rank): x.state.death for x in rvs if x.state.death}}
-                         if any(x.state.death for x in rvs) else {})},
-        )]
+        return [
+            Finding(
+                kind=self.name,
+                ranks=tuple(sorted(cluster)),
+                hosts=tuple(sorted({x.host for x in rvs})),
+                onset_mono=first,
+                detected_mono=now,
+                reason=head + waiting + then,
+                evidence={
+                    "pids": {str(x.rank): x.state.pid for x in rvs},
+                    "status": rv.state.status,
+                    "step": rv.state.step,
+                    "phase": rv.state.phase,
+                    "last_heartbeat_age_s": round(rv.heartbeat_age(now), 3),
+                    "died_precise": all(x.died_precise for x in rvs),
+                    "followers": after,
+                    **(
+                        {"death": {str(x.rank): x.state.death for x in rvs if x.state.death}}
+                        if any(x.state.death for x in rvs)
+                        else {}
+                    ),
+                },
+            )
+        ]
 
     def _lost_hosts(self, now: float, view: ClusterView, health: dict[int, str]) -> list[Finding]:
         out = []
@@ -119,12 +136,24 @@ class DeadRank:
                 continue
             silent = now - hv.received_at
             steps = sorted({view.ranks[r].state.step for r in ranks})
-            out.append(Finding(
-                kind=self.name, ranks=tuple(ranks), hosts=(host,), onset_mono=hv.received_at, detected_mono=now,
-                reason=(f"host {host} lost: no report from its agent for {seconds(silent)} (expected every "
+            out.append(
+                Finding(
+                    kind=self.name,
+                    ranks=tuple(ranks),
+                    hosts=(host,),
+                    onset_mono=hv.received_at,
+                    detected_mono=now,
+                    reason=(
+                        f"host {host} lost: no report from its agent for {seconds(silent)} (expected every "
                         f"{seconds(hv.interval_s)}); {ranks_phrase(ranks)} presumed dead, last at step "
-                        f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"),
-                evidence={"silent_s": round(silent, 3), "limit_s": host_silence_limit(view, host, self.cfg),
-                          "agent_id": hv.agent_id, "last_seq": hv.seq},
-            ))
+                        f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"
+                    ),
+                    evidence={
+                        "silent_s": round(silent, 3),
+                        "limit_s": host_silence_limit(view, host, self.cfg),
+                        "agent_id": hv.agent_id,
+                        "last_seq": hv.seq,
+                    },
+                )
+            )
         return out

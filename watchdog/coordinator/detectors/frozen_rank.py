@@ -50,12 +50,25 @@ class FrozenRank:
             live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
             if blame and r in blame.culprits and live_waiters:
                 waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
-            out.append(Finding(
-                kind=self.name, ranks=(r,), hosts=(rv.host,), onset_mono=rv.last_heartbeat(), detected_mono=now,
-                reason=f"{who(rv)} is frozen: process alive but heartbeat stale for {seconds(rv.heartbeat_age(now))}, "
-                       f"{kind}; last seen {where(rv, now)}{waiting}",
-                evidence={"heartbeat_age_s": round(rv.heartbeat_age(now), 3), "cpu_percent": cpu, "proc_status": s.proc_status, "step": s.step,
-                          "phase": s.phase, "pid": s.pid, "victims": sorted(v for v in spared if v != r)},
-                wants_stacks=(r,),
-            ))
+            out.append(
+                Finding(
+                    kind=self.name,
+                    ranks=(r,),
+                    hosts=(rv.host,),
+                    onset_mono=rv.last_heartbeat(),
+                    detected_mono=now,
+                    reason=f"{who(rv)} is frozen: process alive but heartbeat stale for {seconds(rv.heartbeat_age(now))}, "
+                    f"{kind}; last seen {where(rv, now)}{waiting}",
+                    evidence={
+                        "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
+                        "cpu_percent": cpu,
+                        "proc_status": s.proc_status,
+                        "step": s.step,
+                        "phase": s.phase,
+                        "pid": s.pid,
+                        "victims": sorted(v for v in spared if v != r),
+                    },
+                    wants_stacks=(r,),
+                )
+            )
         return out

@@ -30,8 +30,11 @@ class LoaderStarvation:
         cfg = self.cfg
         health = classify_all(view, now, cfg)
         # Shares are computed when reports are folded (view.py), not per tick.
-        shares = {r: rv.data_share for r, rv in view.ranks.items()
-                  if health[r] == OK and rv.train_steps >= cfg.starvation_min_steps}
+        shares = {
+            r: rv.data_share
+            for r, rv in view.ranks.items()
+            if health[r] == OK and rv.train_steps >= cfg.starvation_min_steps
+        }
         starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
         if not starving or any(h == OK and r not in shares for r, h in health.items()):
             return []  # judge "one loader or all" only once every live rank has enough steps
@@ -41,21 +44,38 @@ class LoaderStarvation:
         rest = [s for r, s in shares.items() if r not in starving]
         n = max(view.ranks[r].train_steps for r in starving)
         onset = now - max(sum(x.step_s for x in view.ranks[r].history[-n:]) for r in starving)
-        evidence = {"shares": {str(r): round(shares[r], 4) for r in starving}, "threshold": cfg.starvation_share,
-                    "window_steps": n, "others_median_share": round(median(rest), 4) if rest else None}
+        evidence = {
+            "shares": {str(r): round(shares[r], 4) for r in starving},
+            "threshold": cfg.starvation_share,
+            "window_steps": n,
+            "others_median_share": round(median(rest), 4) if rest else None,
+        }
         if len(shares) >= 2 and len(starving) >= ALL_RANKS_SHARE * len(shares):
-            reason = (f"{ranks_phrase(starving)} ({len(starving)} of {len(shares)}) wait on data {share:.0%} of step time "
-                      f"over the last {n} steps: the input pipeline is the bottleneck; more training workers will not "
-                      "help, fix the loader (decode cost, storage, worker count)")
+            reason = (
+                f"{ranks_phrase(starving)} ({len(starving)} of {len(shares)}) wait on data {share:.0%} of step time "
+                f"over the last {n} steps: the input pipeline is the bottleneck; more training workers will not "
+                "help, fix the loader (decode cost, storage, worker count)"
+            )
             evidence["scope"] = "all"
         else:
             rv = rvs[0]
             step = rv.history[-1].step_s if rv.history else 0.0
             others = f"others {median(rest):.0%}" if rest else "no other rank to compare"
             verb = "waits" if len(starving) == 1 else "wait"
-            reason = (f"{ranks_phrase(starving)} on host {', '.join(hosts)} {verb} on data {share:.0%} of step time over "
-                      f"the last {n} steps ({others}; step {seconds(step)}): that loader or host is the bottleneck "
-                      "(check its CPU, disk and num_workers); the other ranks wait for it in the all-reduce")
+            reason = (
+                f"{ranks_phrase(starving)} on host {', '.join(hosts)} {verb} on data {share:.0%} of step time over "
+                f"the last {n} steps ({others}; step {seconds(step)}): that loader or host is the bottleneck "
+                "(check its CPU, disk and num_workers); the other ranks wait for it in the all-reduce"
+            )
             evidence["scope"] = "ranks"
-        return [Finding(kind=self.name, ranks=tuple(starving), hosts=hosts, onset_mono=onset, detected_mono=now,
-                        reason=reason, evidence=evidence)]
+        return [
+            Finding(
+                kind=self.name,
+                ranks=tuple(starving),
+                hosts=hosts,
+                onset_mono=onset,
+                detected_mono=now,
+                reason=reason,
+                evidence=evidence,
+            )
+        ]

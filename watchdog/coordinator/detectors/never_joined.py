@@ -17,7 +17,6 @@ from ..finding import Finding, ranks_phrase, seconds
 from ..health import DEAD, EXITED, LOST, classify_all
 from ..view import ClusterView
 
-
 EVIDENCE_MAX = 64  # rank lists in evidence; the reason's ranges name them all
 
 
@@ -35,9 +34,14 @@ class NeverJoined:
         health = classify_all(view, now, self.cfg)
         # A rank that steps or runs collectives has joined, whatever its pg_state
         # says (a hook that could not patch init_process_group never updates it).
-        overdue = [rv for r, rv in view.ranks.items()
-                   if health[r] not in (DEAD, LOST, EXITED) and now - rv.registered_at > limit
-                   and rv.state.step == 0 and rv.state.coll.seq == 0]
+        overdue = [
+            rv
+            for r, rv in view.ranks.items()
+            if health[r] not in (DEAD, LOST, EXITED)
+            and now - rv.registered_at > limit
+            and rv.state.step == 0
+            and rv.state.coll.seq == 0
+        ]
         missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
         uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
         inside = [rv for rv in overdue if rv.state.pg_state == "initializing"]
@@ -50,7 +54,9 @@ class NeverJoined:
             if uncalled:
                 hosts = sorted({rv.host for rv in uncalled})
                 has = "has" if len(uncalled) == 1 else "have"
-                parts.append(f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} {has} not called init_process_group")
+                parts.append(
+                    f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} {has} not called init_process_group"
+                )
             waiting = [rv.rank for rv in inside]
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
             hosts = tuple(sorted({rv.host for rv in uncalled}))
@@ -62,15 +68,28 @@ class NeverJoined:
             # later deadline of its own, and is still the likelier culprit.
             culprits = sorted(rv.rank for rv in inside)
             hosts = tuple(sorted({rv.host for rv in inside}))
-            parts = [f"{ranks_phrase(culprits)} stuck inside init_process_group (rendezvous) with every rank registered: "
-                     "check MASTER_ADDR/MASTER_PORT and the store"]
+            parts = [
+                f"{ranks_phrase(culprits)} stuck inside init_process_group (rendezvous) with every rank registered: "
+                "check MASTER_ADDR/MASTER_PORT and the store"
+            ]
             tail = ""
         else:
             return []
-        return [Finding(
-            kind=self.name, ranks=tuple(culprits), hosts=hosts, onset_mono=first + limit, detected_mono=now,
-            reason=f"{'; '.join(parts)} {seconds(now - first)} after the first rank registered (deadline {seconds(limit)}){tail}",
-            evidence={"world_size": view.world_size, "registered": len(view.ranks), "missing": missing[:EVIDENCE_MAX],
-                      "missing_count": len(missing),
-                      "not_initialized": [rv.rank for rv in uncalled], "in_rendezvous": [rv.rank for rv in inside]},
-        )]
+        return [
+            Finding(
+                kind=self.name,
+                ranks=tuple(culprits),
+                hosts=hosts,
+                onset_mono=first + limit,
+                detected_mono=now,
+                reason=f"{'; '.join(parts)} {seconds(now - first)} after the first rank registered (deadline {seconds(limit)}){tail}",
+                evidence={
+                    "world_size": view.world_size,
+                    "registered": len(view.ranks),
+                    "missing": missing[:EVIDENCE_MAX],
+                    "missing_count": len(missing),
+                    "not_initialized": [rv.rank for rv in uncalled],
+                    "in_rendezvous": [rv.rank for rv in inside],
+                },
+            )
+        ]

@@ -70,11 +70,17 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
         mine = sum(w.compute_s for w in wins)
         theirs = sum(base[(w.index, r)] for w in wins)
         n = len(wins)
-        out[r] = {"factor": mine / theirs, "threshold": threshold, "sigma": sigma,
-                  "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
-                  "compute_s": mine / n, "baseline_s": theirs / n, "step_s": sum(w.step_s for w in wins) / n,
-                  "first_step": wins[0].index * cfg.straggler_window_steps,
-                  "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1}
+        out[r] = {
+            "factor": mine / theirs,
+            "threshold": threshold,
+            "sigma": sigma,
+            "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
+            "compute_s": mine / n,
+            "baseline_s": theirs / n,
+            "step_s": sum(w.step_s for w in wins) / n,
+            "first_step": wins[0].index * cfg.straggler_window_steps,
+            "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
+        }
     return out
 
 
@@ -96,15 +102,30 @@ class Straggler:
             rv = view.ranks[r]
             cost = max(0.0, sc["compute_s"] - sc["baseline_s"]) / sc["step_s"] if sc["step_s"] > 0 else 0.0
             steps = sc["last_step"] - sc["first_step"] + 1
-            out.append(Finding(
-                kind=self.name, ranks=(r,), hosts=(rv.host,), detected_mono=now,
-                onset_mono=now - steps * sc["step_s"],
-                reason=(f"{who(rv)} computes {sc['factor']:.2f}x slower than the median of the other ranks over steps "
+            out.append(
+                Finding(
+                    kind=self.name,
+                    ranks=(r,),
+                    hosts=(rv.host,),
+                    detected_mono=now,
+                    onset_mono=now - steps * sc["step_s"],
+                    reason=(
+                        f"{who(rv)} computes {sc['factor']:.2f}x slower than the median of the other ranks over steps "
                         f"{sc['first_step']}-{sc['last_step']} ({seconds(sc['compute_s'])} vs {seconds(sc['baseline_s'])} "
-                        f"per step); the job runs at its pace, costing {cost:.0%} of step time"),
-                evidence={"factor": round(sc["factor"], 4), "threshold": round(sc["threshold"], 4), "window_factors": [round(x, 4) for x in sc["window_factors"]],
-                          "compute_s": sc["compute_s"], "baseline_s": sc["baseline_s"], "step_s": sc["step_s"],
-                          "cost_share": round(cost, 4), "cpu_percent": rv.state.cpu_percent,
-                          "first_step": sc["first_step"], "last_step": sc["last_step"]},
-            ))
+                        f"per step); the job runs at its pace, costing {cost:.0%} of step time"
+                    ),
+                    evidence={
+                        "factor": round(sc["factor"], 4),
+                        "threshold": round(sc["threshold"], 4),
+                        "window_factors": [round(x, 4) for x in sc["window_factors"]],
+                        "compute_s": sc["compute_s"],
+                        "baseline_s": sc["baseline_s"],
+                        "step_s": sc["step_s"],
+                        "cost_share": round(cost, 4),
+                        "cpu_percent": rv.state.cpu_percent,
+                        "first_step": sc["first_step"],
+                        "last_step": sc["last_step"],
+                    },
+                )
+            )
         return out
