@@ -219,7 +219,7 @@ class FakeNvml:
         *,
         init_error: int | None = None,
         xid: dict[int, list[int]] | None = None,
-        unsupported: set[str] = frozenset(),
+        unsupported: frozenset[str] | set[str] = frozenset(),
     ) -> None:
         import pynvml
 

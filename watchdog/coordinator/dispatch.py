@@ -158,7 +158,7 @@ class Dispatch:
                     continue
                 late = p.state == "expired"
                 self._finish(p, "done", now)
-                events.append(self._outcome(p, cid, host, a, late))
+                events.append(self._outcome(p, str(cid), host, a, late))
         if unknown > MAX_UNKNOWN_ACK_EVENTS:  # added field: how many more were left out of the journal
             events.append(
                 (je.COMMAND_UNKNOWN_ACK, {"host": host, "id": "", "type": "", "more": unknown - MAX_UNKNOWN_ACK_EVENTS})
@@ -166,7 +166,7 @@ class Dispatch:
         return events
 
     def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:
-        base = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.req.trigger}
+        base: dict[str, Any] = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.req.trigger}
         if late:
             base["late"] = True
         error = str(a.get("error") or "")[:2000]
@@ -233,7 +233,7 @@ def _bound(raw: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def _parse(raw: Any, cls: type) -> tuple[list[dict], int]:
+def _parse(raw: Any, cls: Any) -> tuple[list[dict], int]:
     """Entries the evidence reader will accept, through its own from_dict."""
     if not isinstance(raw, list):
         return [], 0

@@ -167,6 +167,12 @@ class _Step:
     end: float | None  # None: the step never completes (a hang)
     ckpt_s: float = 0.0  # checkpoint at the end of the step (inside the step time)
 
+    @property
+    def ended(self) -> float:
+        """``end`` of a step the caller knows completed."""
+        assert self.end is not None, f"step {self.k} never completes"
+        return self.end
+
 
 @dataclass
 class SimJob:
@@ -245,7 +251,7 @@ class SimJob:
             last = self.steps[-1] if self.steps else None
             if last is not None and (last.end is None or last.end > t):
                 return
-            start = last.end if last else self.start + self.init_s
+            start = last.ended if last else self.start + self.init_s
             k = last.k + 1 if last else 0
             data = {r: self.rank_data.get(r, self.data_s) for r in range(self.world_size)}
             enter = {}
@@ -272,14 +278,16 @@ class SimJob:
             self.victims_die_after is not None
             and r not in self.faults
             and any(
-                k == "kill" and self._fault_time(q) is not None and t >= self._fault_time(q) + self.victims_die_after
+                k == "kill" and (ft := self._fault_time(q)) is not None and t >= ft + self.victims_die_after
                 for q, (k, _) in self.faults.items()
             )
         )
         frozen_at = fault_t if faulted and kind in ("kill", "stop", "exit") else None
         if victim_dead:
             q = next(q for q, (k, _) in self.faults.items() if k == "kill")
-            frozen_at = self._fault_time(q) + self.victims_die_after
+            killed_at = self._fault_time(q)
+            assert killed_at is not None and self.victims_die_after is not None  # victim_dead says so
+            frozen_at = killed_at + self.victims_die_after
         view_t = min(t, frozen_at) if frozen_at is not None else t  # a dead/stopped rank's slot stops changing
         cur = next((s for s in reversed(self.steps) if s.start <= view_t), None)
         if cur is None:  # still in init
@@ -310,7 +318,7 @@ class SimJob:
                     phase = "checkpoint"
                     if r != 0:  # the others wait in a barrier while rank 0 saves
                         collective = coll(
-                            seq=seq_base + 2, outstanding=1, since_s=t - (cur.end - cur.ckpt_s), op="barrier"
+                            seq=seq_base + 2, outstanding=1, since_s=t - (cur.ended - cur.ckpt_s), op="barrier"
                         )
         hb_last = view_t - (view_t % self.heartbeat_s)
         prev = self.steps[k - 1] if k > 0 else None
@@ -318,9 +326,9 @@ class SimJob:
         samples = tuple(
             StepSample(
                 step=s.k + 1,
-                step_s=s.end - s.start,
+                step_s=s.ended - s.start,
                 data_s=s.data[r],
-                coll_s=s.end - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
+                coll_s=s.ended - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
                 phase="train",
             )
             for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
@@ -345,9 +353,9 @@ class SimJob:
             in_data_wait=in_data,
             data_wait_age_s=(t - cur.start) if in_data else 0.0,
             collective=collective,
-            last_step_s=(prev.end - prev.start) if prev else 0.0,
+            last_step_s=(prev.ended - prev.start) if prev else 0.0,
             last_data_s=prev.data[r] if prev else 0.0,
-            last_coll_s=(prev.end - prev.enter[r]) if prev else 0.0,
+            last_coll_s=(prev.ended - prev.enter[r]) if prev else 0.0,
             cpu_percent=0.0 if faulted and kind == "stop" else 95.0,
             recent_steps=samples,
             gone_age_s=gone_age,

@@ -196,7 +196,8 @@ class JournalTail:
 
 def _finding_fields(rec: dict) -> dict:
     """Journal records may nest the finding; flatten what the printer needs."""
-    inner = rec.get("finding") if isinstance(rec.get("finding"), dict) else {}
+    inner = rec.get("finding")
+    inner = inner if isinstance(inner, dict) else {}
     merged = {**inner, **{k: v for k, v in rec.items() if k != "finding"}}
     return merged
 

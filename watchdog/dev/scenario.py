@@ -51,7 +51,7 @@ class ScenarioResult:
 
 
 def _fault_marks(log_path: Path) -> list[dict]:
-    marks = []
+    marks: list[dict] = []
     try:
         text = log_path.read_text(errors="replace")
     except OSError:

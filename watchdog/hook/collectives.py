@@ -104,7 +104,7 @@ def make_collective_wrapper(
             n = len(args)
             if kwargs:
                 group = args[group_pos] if n > group_pos else kwargs.get("group")
-                t = args[size_pos] if n > size_pos else kwargs.get(size_arg)
+                t = args[size_pos] if n > size_pos else kwargs.get(size_arg or "")
             else:
                 group = args[group_pos] if n > group_pos else None
                 t = args[size_pos] if n > size_pos else None
@@ -225,8 +225,11 @@ def patch(mon: Any) -> None:
     sink = Sink()
     sink.recorder = rec
     sink.marks = rec.collectives
+    work_type: Any
     try:
-        from torch._C._distributed_c10d import Work as work_type
+        from torch._C._distributed_c10d import Work
+
+        work_type = Work
     except ImportError:  # pragma: no cover - very old or stripped builds
         work_type = getattr(dist, "Work", None)
     rec.collectives.groups.name_of = _group_name_fn(c10d)

@@ -37,7 +37,7 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
     group = getattr(model, "process_group", None)
     if state is None:
         state = group
-    inner = hook
+    inner: Callable = hook  # type: ignore[assignment]  # torch's allreduce_hook when None (above)
     get_ident = threading.get_ident
 
     # No annotations: DDP inspects the hook's signature and accepts only an empty

@@ -88,7 +88,8 @@ class Monitor:
         self.slot_path = slot_path
         self.slot = slot
         self.recorder = Recorder(slot, clock, start_ns, on_error=self._fail, on_control_due=self._run_control)
-        self.step = self.recorder.step  # see the module docstring: no extra frame per step
+        # the recorder's own bound step (see the module docstring): no extra frame per step
+        self.step = self.recorder.step  # type: ignore[method-assign]
         self._clock = clock
         self._on_close = on_close  # lifecycle forgets us (passed in: no import cycle)
         self._owner_pid = os.getpid()

@@ -95,7 +95,8 @@ def _split(records: list[dict]) -> list[_Raw]:
         if ev == je.START or cur is None:
             cur = _new(raws, t, "start" if ev == je.START else "journal", rec)
         elif ev == je.RANK_RESTARTED:
-            rank = rec.get("rank")
+            raw_rank = rec.get("rank")
+            rank = raw_rank if isinstance(raw_rank, int) else -1  # a journal is read, never trusted
             same = (
                 cur.section.opened_by == "restart"
                 and rank not in cur.restarted
@@ -236,7 +237,7 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             sec.events.append(Event(_t(rec), ev, f"{ev.replace('_', ' ')}: {rec.get('host')}"))
         elif ev == je.RANK_RESTARTED:
             sec.events.append(
-                Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})", (rec.get("rank"),))
+                Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})", _ranks(rec.get("rank")))
             )
         elif ev == je.STATE and "job_state" in rec:  # the policy's job state machine, not a rank's
             sec.events.append(
@@ -346,3 +347,8 @@ def _notes(sec: Section, slots: list) -> None:
             "clock: hosts disagree by more than the report delay: "
             + ", ".join(f"{h} {o:+.3f} s" for h, o in sorted(hosts.items()))
         )
+
+
+def _ranks(rank: Any) -> tuple[int, ...]:
+    """The rank a record names, if it names one (a journal is read, never trusted)."""
+    return (rank,) if isinstance(rank, int) else ()

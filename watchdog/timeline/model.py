@@ -95,7 +95,8 @@ class Stack:
     def main_thread(self) -> str:
         """The block of the thread named MainThread (py-spy prints one block per
         thread): the training loop is there; heartbeat and gloo threads are noise."""
-        blocks, cur = [], []
+        blocks: list[list[str]] = []
+        cur: list[str] = []
         for line in self.text.splitlines():
             if line.startswith("Thread ") and cur:
                 blocks.append(cur)

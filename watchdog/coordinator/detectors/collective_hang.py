@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from .. import stats
 from ..config import DetectorConfig
@@ -94,7 +95,7 @@ class CollectiveHang:
         if st is None or st.age_s <= st.deadline_s:
             return []
         b = st.blame
-        evidence = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
+        evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
         if b is None:
             return [self._stalled(now, view, st, evidence)]
         evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how)

@@ -52,10 +52,10 @@ class NeverJoined:
                 has = "has" if len(missing) == 1 else "have"
                 parts.append(f"{ranks_phrase(missing)} {has} not registered (no agent reported them; host unknown)")
             if uncalled:
-                hosts = sorted({rv.host for rv in uncalled})
+                uncalled_hosts = sorted({rv.host for rv in uncalled})
                 has = "has" if len(uncalled) == 1 else "have"
                 parts.append(
-                    f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(hosts)} {has} not called init_process_group"
+                    f"{ranks_phrase([rv.rank for rv in uncalled])} on host {', '.join(uncalled_hosts)} {has} not called init_process_group"
                 )
             waiting = [rv.rank for rv in inside]
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
