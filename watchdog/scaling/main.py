@@ -12,10 +12,10 @@ same world size are combined by median.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
+from ..timeline.main import write_whole
 from . import render
 from .runs import RunError, read_run, table
 
@@ -36,13 +36,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _write(path: str, data: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
@@ -55,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         render.markdown(rows, args.threshold) if args.markdown else render.text(rows, args.threshold, args.strong)
     )
     if args.html:
-        _write(args.html, render.html_page(rows, args.threshold, args.strong, args.journals))
+        write_whole(args.html, render.html_page(rows, args.threshold, args.strong, args.journals))
         print(f"wrote {args.html}", file=sys.stderr)
     if args.png:
         try:

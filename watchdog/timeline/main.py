@@ -45,7 +45,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _write(path: str, data: str) -> None:
+def write_whole(path: str, data: str) -> None:
     """Whole or nothing: a report half-written over an older one misleads."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -61,17 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"watchdog timeline: cannot read {args.journal}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if args.html:
-        _write(args.html, html.render(tl, steps=args.steps, max_lanes=args.max_ranks))
+        write_whole(args.html, html.render(tl, steps=args.steps, max_lanes=args.max_ranks))
         print(f"wrote {args.html}", file=sys.stderr)
     if args.perfetto:
-        _write(args.perfetto, json.dumps(perfetto.render(tl), separators=(",", ":")))
+        write_whole(args.perfetto, json.dumps(perfetto.render(tl), separators=(",", ":")))
         print(f"wrote {args.perfetto} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     if args.stacks:
         files = stacksets.folded_files(tl.sections)
         try:
             os.makedirs(args.stacks, exist_ok=True)
             for name, data in files:
-                _write(os.path.join(args.stacks, name), data)
+                write_whole(os.path.join(args.stacks, name), data)
                 print(f"wrote {os.path.join(args.stacks, name)}", file=sys.stderr)
         except OSError as exc:
             print(f"watchdog timeline: cannot write {args.stacks}: {exc.strerror or exc}", file=sys.stderr)
