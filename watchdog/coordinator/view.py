@@ -153,7 +153,8 @@ def fold(
                 },
             )
         )
-    hosts = view.hosts.copy()  # mappingproxy.copy() is the fast C dict copy; dict(proxy) is not
+    # mappingproxy.copy() is the fast C dict copy; dict(proxy) is not (the view holds proxies, see below)
+    hosts = view.hosts.copy()  # type: ignore[attr-defined]
     hosts[report.host] = HostView(
         host=report.host,
         agent_id=report.agent_id,
@@ -166,7 +167,7 @@ def fold(
         reports=(prev_host.reports + 1) if prev_host else 1,
         accelerators=report.accelerators,
     )
-    ranks = view.ranks.copy()
+    ranks = view.ranks.copy()  # type: ignore[attr-defined]
     world = view.world_size
     for state in report.ranks:
         rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events)
