@@ -23,14 +23,23 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def parse_start_ticks(stat: str) -> int | None:
-    """Field 22 (starttime, clock ticks after boot) of a /proc/<pid>/stat text. The
+def stat_fields(stat: str) -> list[str]:
+    """Fields 3.. of a /proc/<pid>/stat text (``[0]`` is field 3, the state). The
     command name (field 2) may hold spaces and parentheses: split after the last ')'."""
-    rest = stat[stat.rfind(")") + 2 :].split()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def parse_start_ticks(stat: str) -> int | None:
+    """Field 22 (starttime, clock ticks after boot) of a /proc/<pid>/stat text."""
     try:
-        return int(rest[19])  # rest[0] is field 3 (state)
+        return int(stat_fields(stat)[19])
     except (IndexError, ValueError):
         return None
+
+
+def ticks_to_us(ticks: int, boot_us: int, clk_tck: int | None = None) -> int:
+    """Clock ticks after boot -> microseconds since the epoch (psutil's create_time formula)."""
+    return boot_us + ticks * 1_000_000 // (clk_tck or clock_ticks())
 
 
 def parse_boot_time(proc_stat: str) -> int | None:
@@ -60,4 +69,4 @@ def start_us(
     ticks = parse_start_ticks(read_text(os.path.join(proc_root, str(pid), "stat")) or "")
     if boot_us is None or ticks is None:
         return None
-    return boot_us + ticks * 1_000_000 // (clk_tck or clock_ticks())
+    return ticks_to_us(ticks, boot_us, clk_tck)

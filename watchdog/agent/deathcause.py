@@ -29,8 +29,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
-
+from watchdog import procstart
 from watchdog.hook import crashrecord
 
 MAX_KMSG_RECORDS = 20000  # the kernel ring is 128 KiB - a few MiB: bounded either way
@@ -41,20 +40,14 @@ def zombie_status(pid: int, proc_root: str = "/proc", start_us: int = 0, toleran
     """The raw wait status of ``pid`` if it is a zombie now, else None. With
     ``start_us`` (the rank's recorded start time), only if the zombie is that
     process and not a reused pid's."""
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as fh:
-            raw = fh.read(4096).decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2 :].split()  # comm may hold spaces and parens: cut after the last ')'
-    # rest[0] is field 3 (state); field 22 (starttime, clock ticks after boot) is rest[19];
-    # field 52 (exit_code) is rest[49].
+    rest = procstart.stat_fields(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
+    # rest[0] is field 3 (state); field 22 (starttime) is rest[19]; field 52 (exit_code) is rest[49].
     if len(rest) < 50 or rest[0] != "Z":
         return None
     try:
         if start_us:
-            started = psutil.boot_time() * 1e6 + int(rest[19]) * 1e6 / os.sysconf("SC_CLK_TCK")
-            if abs(started - start_us) > tolerance_us:
+            boot_us = procstart.boot_time_us(proc_root)
+            if boot_us is None or abs(procstart.ticks_to_us(int(rest[19]), boot_us) - start_us) > tolerance_us:
                 return None
         return int(rest[49])
     except (ValueError, OSError):

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from watchdog import procstart
 from watchdog.evidence import StackDump
 
 TIMEOUT_S = 10.0
@@ -45,14 +46,9 @@ def find_py_spy(explicit: str = "") -> str | None:
 
 def proc_state(pid: int, proc_root: str = "/proc") -> str | None:
     """The one-letter state from /proc/<pid>/stat (R, S, D, T, t, Z, ...), None if gone."""
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: the state follows the last ")".
-    tail = raw[raw.rfind(b")") + 2 :]
-    return tail[:1].decode("ascii", "replace") or None
+    raw = procstart.read_text(f"{proc_root}/{pid}/stat")
+    fields = procstart.stat_fields(raw) if raw else []
+    return fields[0][:1] if fields else None
 
 
 def cap_text(text: str, max_bytes: int) -> str:
