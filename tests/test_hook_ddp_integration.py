@@ -52,7 +52,6 @@ SCRIPT = textwrap.dedent(
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         mon.step()
-    dist.barrier()  # no rank tears gloo down while another's last work is in flight (SIGABRT at exit)
     dist.destroy_process_group()
     mon.close()
     """
