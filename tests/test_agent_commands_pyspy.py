@@ -95,6 +95,28 @@ def test_missing_py_spy_is_a_clear_error_not_a_crash(sleeper):
     assert not d.ok and "cannot run py-spy" in d.error
 
 
+def test_a_failed_nonblocking_read_of_a_stopped_rank_is_tried_once_more():
+    calls = []
+
+    def flaky(argv, **kw):  # py-spy's non-blocking read sometimes misses the interpreter on its first try
+        calls.append(argv)
+        if len(calls) == 1:
+            return subprocess.CompletedProcess(argv, 1, stdout="", stderr="Error: Failed to find a python interpreter")
+        return subprocess.CompletedProcess(argv, 0, stdout="Thread 1 (idle)\n  main (train.py:3)\n", stderr="")
+
+    d = StackDumper("py-spy", run=flaky, state=lambda pid: "T", denied=lambda pid: False).dump("h", 0, 1)
+    assert d.ok and d.method == NONBLOCKING and "train.py:3" in d.text
+    assert len(calls) == 2 and all("--nonblocking" in argv for argv in calls)
+
+    def broken(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="Error: boom")
+
+    calls.clear()
+    d = StackDumper("py-spy", run=broken, state=lambda pid: "T", denied=lambda pid: False).dump("h", 0, 1)
+    assert not d.ok and "boom" in d.error and len(calls) == 2  # once more, not forever
+
+
 def test_dump_timeout_and_text_cap_with_a_fake_runner():
     def slow(argv, **kw):
         raise subprocess.TimeoutExpired(argv, kw["timeout"])

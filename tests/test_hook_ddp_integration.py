@@ -52,6 +52,13 @@ SCRIPT = textwrap.dedent(
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         mon.step()
+    # Both ranks off the wire before either tears gloo down (a rank that destroys while its peer is
+    # still finishing the last ring all-reduce can SIGABRT it). Through the store, not dist.barrier(),
+    # so the hook's record still ends with DDP's all-reduce.
+    store = dist.distributed_c10d._get_default_store()
+    store.add("finished", 1)
+    while store.add("finished", 0) < 2:
+        time.sleep(0.01)
     dist.destroy_process_group()
     mon.close()
     """

@@ -7,7 +7,7 @@ blocking dump fails with "Failed to suspend process" (waitpid sees the pending
 stop). ``--nonblocking`` reads its memory without attaching, which is exact for a
 process that cannot run anyway, and leaves it stopped. So: state T/t ->
 ``--nonblocking``; a blocking dump that fails because the process got stopped
-meanwhile is retried non-blocking.
+meanwhile is retried non-blocking, and a failed non-blocking read is tried once more.
 
 py-spy is optional at runtime (``pip install py-spy``, a static binary wheel):
 without it a dump is ok=False with an error saying so, never a crash. It needs
@@ -136,6 +136,11 @@ class StackDumper:
         left = limit - (self._mono() - t0)
         if not ok and method == BLOCKING and left > 0 and self._state(pid) in _STOPPED:  # stopped while we tried
             method = NONBLOCKING
+            ok, text, error = self._once(pid, method, left)
+        left = limit - (self._mono() - t0)
+        if not ok and method == NONBLOCKING and left > 0 and "timed out" not in error and not self._denied(pid):
+            # A read without attaching occasionally misses the interpreter ("Failed to find a python
+            # interpreter in the .data section"); a stopped process cannot change, so once more is cheap.
             ok, text, error = self._once(pid, method, left)
         if not ok and PTRACE_HINT not in error and self._denied(pid):  # py-spy's words may not say so
             error = f"no ptrace rights over pid {pid} ({PTRACE_HINT}); {error}"
