@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import sys
 import tempfile
 import time
@@ -69,6 +70,9 @@ def main() -> int:
     ap.add_argument("--ckpt-every", type=int, default=200, help="checkpoint every N steps")
     ap.add_argument("--work-dir", default=None, help="keep logs, slots and the journal here (default: a temp dir)")
     args = ap.parse_args()
+    # Killed or interrupted (a background job ignores SIGINT), the run still ends its job and daemons.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="watchdog-soak-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
