@@ -191,7 +191,8 @@ def test_finer_split_is_in_the_evidence_only_where_measured(tmp_path):
     assert split["backward_s"] == pytest.approx(0.06, rel=1e-3)
     assert split["optimizer_s"] == pytest.approx(0.01, rel=1e-3)
     assert split["h2d_s"] == 0.0
-    assert V.split_line(c.verdict.evidence).startswith("compute per step: forward 30")
+    assert V.split_line(c.verdict.evidence).startswith("model split per step: forward 30 ms, backward 60 ms")
+    assert "optimizer 10 ms, host-to-device 0.00 ms" in V.split_line(c.verdict.evidence)
     plain = _coordinator(tmp_path, "plain.jsonl")
     SimJob(jitter=0.0, seed=3).run_until(30.0, coordinator=plain, tick_s=0.5)
     assert "split" not in plain.verdict.evidence and V.split_line(plain.verdict.evidence) == ""

@@ -28,7 +28,7 @@ def test_status_shows_the_bottleneck_and_goodput(tmp_path):
     out = render(c.status(sim.now, 1.7e9))
     assert "bottleneck: straggler-bound: rank 6 computes 1.3" in out or "rank 6 computes 1.4" in out
     assert "time: goodput " in out and "straggler" in out.split("time: goodput ")[1]
-    assert "compute per step: forward 2" in out and "optimizer" in out and "h2d 0" in out  # mon.watch_model's
+    assert "model split per step: forward 2" in out and "host-to-device 0.00 ms" in out  # mon.watch_model's
 
 
 def test_timeline_tells_the_verdict_and_the_final_goodput(tmp_path):
@@ -51,10 +51,10 @@ def test_timeline_tells_the_verdict_and_the_final_goodput(tmp_path):
     out = text.render(tl)
     assert "bottleneck " in out and "straggler-bound: rank 6" in out
     assert "time (final): goodput " in out
-    assert "compute per step: forward 2" in out
+    assert "model split per step: forward 2" in out
     root = sec.root
     assert root is not None and root["kind"] == "straggler"  # the detector's finding, not the advice
     assert "batch_changed" in out  # listed among the other findings
     page = html.render(tl)
     assert "Where the time went" in page and "straggler-bound: rank 6" in page
-    assert "compute per step: forward" in page
+    assert "model split per step: forward" in page

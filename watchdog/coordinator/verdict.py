@@ -161,8 +161,17 @@ def split_line(evidence: dict[str, Any]) -> str:
     split = evidence.get("split")
     if not isinstance(split, dict):
         return ""
-    parts = ", ".join(f"{k[:-2]} {seconds(float(split.get(k) or 0.0))}" for k in FINER)
-    return f"compute per step: {parts} (median of {evidence.get('split_ranks', '?')} ranks)"
+    f, b, o, h = (_fine(float(split.get(k) or 0.0)) for k in FINER)
+    return (
+        f"model split per step: forward {f}, backward {b} (from forward's end to the optimizer step: the loss, "
+        f"backward and any collective wait there), optimizer {o}, host-to-device {h} "
+        f"(median of {evidence.get('split_ranks', '?')} ranks)"
+    )
+
+
+def _fine(s: float) -> str:
+    """Seconds, with the sub-millisecond parts a forward or a copy often takes."""
+    return f"{s * 1000:.2f} ms" if s < 0.01 else seconds(s)
 
 
 def megabytes(n: float) -> str:
