@@ -99,7 +99,7 @@ def test_no_series_carries_prometheus_target_labels(exposition):
 
 def test_series_per_rank_is_the_documented_count(exposition):
     samples = per_rank_samples(exposition)
-    assert len(samples) == m.SERIES_PER_RANK == 29 <= 30
+    assert len(samples) == m.SERIES_PER_RANK == 30 <= 30
     assert f"exactly {m.SERIES_PER_RANK} of them per rank" in m.__doc__
     assert all(set(m.RANK_LABELS) <= set(s.labels) for s in samples)
     assert {s.labels["host"] for s in samples} == {"h1"}
@@ -200,3 +200,31 @@ def test_report_accelerators_name_the_ranks_on_each_device(tmp_path):
     (d,) = agent.accelerator_dicts()
     assert d["ranks"] == [3] and d["name"] == "Fake H100"
     wr.close()
+
+
+def test_bytes_batch_and_finer_split_are_exported_where_measured(tmp_path):
+    measured = testing.RankSlot(str(tmp_path), testing.identity("train", 0, 2), name="r0.slot")
+    plain = testing.RankSlot(str(tmp_path), testing.identity("train", 1, 2), name="r1.slot")
+    for _ in range(2):
+        measured.step(400 * MS, 50 * MS, 150 * MS, coll_bytes=3 << 20, split=(60 * MS, 120 * MS, 20 * MS, 0))
+        plain.step(400 * MS, 50 * MS, 150 * MS)
+    measured.batch(32)
+    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
+    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([])))
+    agent.poll_once()
+    text = generate_latest(agent.registry).decode()
+    measured.close()
+    plain.close()
+    got = {}
+    for f in text_string_to_metric_families(text):
+        for s in f.samples:
+            if s.name.startswith(("watchdog_rank_collective_bytes", "watchdog_rank_batch", "watchdog_rank_model_part")):
+                got[(s.name, s.labels["rank"], s.labels.get("part"))] = s.value
+    assert got == {
+        ("watchdog_rank_collective_bytes_total", "0", None): 6 << 20,
+        ("watchdog_rank_collective_bytes_total", "1", None): 0,
+        ("watchdog_rank_batch_size", "0", None): 32,
+        ("watchdog_rank_model_part_seconds_total", "0", "forward"): pytest.approx(0.12),
+        ("watchdog_rank_model_part_seconds_total", "0", "backward"): pytest.approx(0.24),
+        ("watchdog_rank_model_part_seconds_total", "0", "optimizer"): pytest.approx(0.04),
+    }  # no h2d (never measured), nothing optional for the plain rank

@@ -170,3 +170,39 @@ def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
     assert wire_report.HostReport.from_dict(raw).ranks[0].death == {"summary": "x" * 2000}
     del raw["ranks"][0]["death"]  # an older agent
     assert wire_report.HostReport.from_dict(raw).ranks[0].death == {}
+
+
+def test_bytes_split_and_batch_travel_and_survive_the_parser():
+    recs = [
+        testing.step_record(
+            0, 1, 400 * MS, 50 * MS, 150 * MS, coll_bytes=8 << 20, split=(60 * MS, 120 * MS, 20 * MS, 0)
+        )
+    ]
+    words = {**WORDS, wire.H_TOTAL_COLL_BYTES: 41 * (8 << 20), wire.H_BATCH_PER_RANK: 32}
+    rep = build_report("j", "h", "a", 1, [view(words=words, records=recs)], NOW, 1.8e9, 1.0)
+    (r,) = rep.ranks
+    assert (r.coll_bytes_total, r.batch_per_rank) == (41 * (8 << 20), 32)
+    (s,) = r.recent_steps
+    assert s.coll_bytes == 8 << 20
+    assert (s.forward_s, s.backward_s, s.optimizer_s, s.h2d_s) == (0.06, 0.12, 0.02, 0.0)
+    assert wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+
+
+def test_an_older_agents_report_without_the_new_fields_is_accepted():
+    rep = build_report("j", "h", "a", 1, [view(words=WORDS, records=[testing.step_record(0, 1, 400 * MS)])], NOW, 0, 1)
+    raw = json.loads(json.dumps(rep.to_dict()))
+    for r in raw["ranks"]:
+        del r["coll_bytes_total"], r["batch_per_rank"]
+        for s in r["recent_steps"]:
+            for k in ("coll_bytes", "forward_s", "backward_s", "optimizer_s", "h2d_s"):
+                del s[k]
+    assert wire_report.HostReport.from_dict(raw) == rep
+
+
+def test_a_negative_split_drops_the_rank_not_the_host():
+    rep = build_report("j", "h", "a", 1, [view(words=WORDS, records=[testing.step_record(0, 1, 400 * MS)])], NOW, 0, 1)
+    raw = json.loads(json.dumps(rep.to_dict()))
+    raw["ranks"][0]["recent_steps"][0]["backward_s"] = -1.0
+    dropped = []
+    assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
+    assert "durations must be finite" in dropped[0][2]

@@ -167,3 +167,32 @@ def test_one_spike_is_not_a_straggler():
     view = t.view([t.rank(r, world_size=4, recent_steps=steps[r]) for r in range(4)])
     m = V.measure(100.0, view)
     assert m.shares[V.STRAGGLER] == 0.0 and V.leader(m) == V.COMPUTE
+
+
+def test_communication_reason_gives_bytes_per_step_against_compute(tmp_path):
+    """Not the last collective's size: every collective's bytes in a step, against
+    the compute they synchronise."""
+    c = _coordinator(tmp_path)
+    sim = SimJob(jitter=0.1, seed=3, compute_s=0.03, comm_s=0.06, coll_bytes=48_000_000)
+    sim.run_until(30.0, coordinator=c, tick_s=0.5)
+    assert c.verdict.verdict == V.COMMUNICATION
+    e = c.verdict.evidence
+    assert e["bytes_per_step"] == 48_000_000
+    assert e["bytes_per_compute_s"] == pytest.approx(48e6 / e["compute_s"], rel=1e-3)
+    assert "48.0 MB per step against" in c.verdict.reason and "per compute-second" in c.verdict.reason
+
+
+def test_finer_split_is_in_the_evidence_only_where_measured(tmp_path):
+    c = _coordinator(tmp_path)
+    sim = SimJob(jitter=0.0, seed=3, compute_s=0.1, split=(0.3, 0.6, 0.1, 0.0))
+    sim.run_until(30.0, coordinator=c, tick_s=0.5)
+    split = c.verdict.evidence["split"]
+    assert split["forward_s"] == pytest.approx(0.03, rel=1e-3)
+    assert split["backward_s"] == pytest.approx(0.06, rel=1e-3)
+    assert split["optimizer_s"] == pytest.approx(0.01, rel=1e-3)
+    assert split["h2d_s"] == 0.0
+    assert V.split_line(c.verdict.evidence).startswith("model split per step: forward 30 ms, backward 60 ms")
+    assert "optimizer 10 ms, host-to-device 0.00 ms" in V.split_line(c.verdict.evidence)
+    plain = _coordinator(tmp_path, "plain.jsonl")
+    SimJob(jitter=0.0, seed=3).run_until(30.0, coordinator=plain, tick_s=0.5)
+    assert "split" not in plain.verdict.evidence and V.split_line(plain.verdict.evidence) == ""

@@ -24,6 +24,15 @@ def test_large_all_reduce_on_small_compute_is_communication_bound(tmp_path):
     verdicts = [r for r in recs if r["event"] == je.VERDICT]
     assert [v["verdict"] for v in verdicts] == ["communication"], verdicts
     assert verdicts[0]["reason"].startswith("communication-bound: ")
+    # Bytes per step, every collective's: the 16 MiB all-reduce plus DDP's gradient bucket (8,449 floats).
+    ev = verdicts[0]["evidence"]
+    assert ev["bytes_per_step"] == 16 * (1 << 20) + 8449 * 4, ev
+    assert "16.8 MB per step against" in verdicts[0]["reason"], verdicts[0]["reason"]
+    # The example watches its model (mon.watch_model) and times its batches' copy to "cpu":
+    # the finer split reached the coordinator through the slot, forward and backward measured.
+    split = ev["split"]
+    assert split["forward_s"] > 0 and split["backward_s"] > 0 and split["optimizer_s"] > 0, split
+    assert split["h2d_s"] < 0.001, split  # .to("cpu") of a CPU tensor moves nothing
     final = [r for r in recs if r["event"] == je.GOODPUT][-1]
     span = goodput.job_span(recs)
     assert span is not None, "no rank exited cleanly"

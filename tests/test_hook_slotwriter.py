@@ -120,13 +120,21 @@ def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
         rec.collectives.exit(token)
         generic.write(((wire.H_COLL_EXIT_NS, last_exit), (wire.H_COLL_OUTSTANDING, 0), (wire.H_COLL_DONE_SEQ, n)))
         now = clock.advance(100)
+        split = n > 3  # the finer split, opted into midway (mon.watch_model): 4 more words then
+        if split:
+            rec.split_on = True
+            rec.split[:] = [n, 2 * n, 3 * n, 4 * n]  # forward, backward, optimizer, h2d ns of this step
         rec.step()
+        sums = [k * sum(range(4, n + 1)) for k in (1, 2, 3, 4)]
         generic.write(
             ((wire.H_STEP, n), (wire.H_STEP_START_NS, now), (wire.H_LAST_STEP_NS, 430), (wire.H_LAST_DATA_NS, 30),
              (wire.H_LAST_COLL_NS, 200), (wire.H_TOTAL_STEP_NS, 430 * n), (wire.H_TOTAL_DATA_NS, 30 * n),
-             (wire.H_TOTAL_COLL_NS, 200 * n)),
-            (RecordKind.STEP_END, now, n, 430, 30, 200, 1, n, int(Phase.TRAIN), 1),
+             (wire.H_TOTAL_COLL_NS, 200 * n), (wire.H_TOTAL_COLL_BYTES, 64 * n),
+             *(zip(wire.SPLIT_WORDS, sums) if split else ())),
+            (RecordKind.STEP_END, now, n, 430, 30, 200, 1, n, int(Phase.TRAIN), 1, 64,
+             *((n, 2 * n, 3 * n, 4 * n) if split else ())),
         )  # fmt: skip
+        assert rec.split == [0, 0, 0, 0]  # the step took them
     assert errors == []
     assert hot.copy() == generic.copy()
 

@@ -17,7 +17,7 @@ def _journal(tmp_path):
     path = str(tmp_path / "j.jsonl")
     c = Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5), Journal(path, lambda: (1.7e9, 0.0)))
     c.journal.write(je.START, {"pid": 1, "address": "x", "job": "job", "world_size": 8})
-    sim = SimJob(jitter=0.05, seed=4)
+    sim = SimJob(jitter=0.05, seed=4, split=(0.25, 0.5, 0.25, 0.0))
     sim.slow(6, 1.4)
     sim.run_until(40.0, coordinator=c, tick_s=0.5)
     return c, sim, path
@@ -28,6 +28,7 @@ def test_status_shows_the_bottleneck_and_goodput(tmp_path):
     out = render(c.status(sim.now, 1.7e9))
     assert "bottleneck: straggler-bound: rank 6 computes 1.3" in out or "rank 6 computes 1.4" in out
     assert "time: goodput " in out and "straggler" in out.split("time: goodput ")[1]
+    assert "model split per step: forward 2" in out and "host-to-device 0.00 ms" in out  # mon.watch_model's
 
 
 def test_timeline_tells_the_verdict_and_the_final_goodput(tmp_path):
@@ -50,8 +51,10 @@ def test_timeline_tells_the_verdict_and_the_final_goodput(tmp_path):
     out = text.render(tl)
     assert "bottleneck " in out and "straggler-bound: rank 6" in out
     assert "time (final): goodput " in out
+    assert "model split per step: forward 2" in out
     root = sec.root
     assert root is not None and root["kind"] == "straggler"  # the detector's finding, not the advice
     assert "batch_changed" in out  # listed among the other findings
     page = html.render(tl)
     assert "Where the time went" in page and "straggler-bound: rank 6" in page
+    assert "model split per step: forward" in page

@@ -94,5 +94,6 @@ class SlotEvidence:
 HEADER_FIELDS: dict[str, int] = {
     name[2:].lower(): getattr(wire, name)
     for name in dir(wire)
-    if name.startswith("H_") and name not in ("H_MAGIC", "H_LAST_DYNAMIC", "H_RING_OFFSET", "H_RECORD_WORDS")
+    if name.startswith("H_")
+    and name not in ("H_MAGIC", "H_LAST_DYNAMIC", "H_SPLIT_LAST", "H_RING_OFFSET", "H_RECORD_WORDS")
 }

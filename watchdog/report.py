@@ -39,6 +39,13 @@ class StepSample:
     data_s: float
     coll_s: float
     phase: str = "train"
+    # Bytes of the collectives entered in the step, and the finer split of its
+    # compute (mon.watch_model; h2d: wrap_loader(device=)): 0 = not measured.
+    coll_bytes: int = 0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    h2d_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -112,6 +119,10 @@ class RankState:
     loss_step: int = 0
     loss_bad_step: int = 0
     loss_bad_count: int = 0
+    # Where the time goes (wire H_TOTAL_COLL_BYTES, H_BATCH_PER_RANK): collective
+    # bytes entered since the rank started, and its samples per step (0 = unknown).
+    coll_bytes_total: int = 0
+    batch_per_rank: int = 0
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
@@ -195,6 +206,7 @@ def _opt_list_of_dicts(obj: dict, key: str) -> list[dict]:
 
 
 _NUM = (int, float)
+_FINER = ("forward_s", "backward_s", "optimizer_s", "h2d_s")
 _RANK_TYPES = {
     f.name: {"int": int, "float": _NUM, "bool": bool, "str": str}.get(str(f.type)) for f in fields(RankState)
 }
@@ -230,6 +242,7 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
         sw = f"{where}.recent_steps[{j}]"
         if not isinstance(s, dict):
             raise ReportError(f"{sw} must be an object")
+        finer = {k: float(_get(s, k, _NUM, sw)) for k in _FINER if k in s}  # absent from an older agent
         samples.append(
             StepSample(
                 step=_get(s, "step", int, sw),
@@ -237,6 +250,8 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
                 data_s=float(_get(s, "data_s", _NUM, sw)),
                 coll_s=float(_get(s, "coll_s", _NUM, sw)),
                 phase=str(s.get("phase", "train")),
+                coll_bytes=_get(s, "coll_bytes", int, sw) if "coll_bytes" in s else 0,
+                **finer,
             )
         )
     kw["recent_steps"] = tuple(samples)
@@ -284,6 +299,8 @@ _COUNTS = (
     "launcher_start_us",
     "ctrl_ack_seq",
     "ctrl_ack_step",
+    "coll_bytes_total",
+    "batch_per_rank",
 )
 _AGES = (
     "step_age_s",
@@ -327,8 +344,10 @@ def rank_problem(r: RankState) -> str:
     if not _seconds_ok(c.since_s):
         return f"coll.since_s must be a finite number of seconds >= 0, got {c.since_s!r}"
     for j, x in enumerate(r.recent_steps):
-        if not _count_ok(x.step) or not all(_seconds_ok(v) for v in (x.step_s, x.data_s, x.coll_s)):
-            return f"recent_steps[{j}]: step must be a count and durations finite seconds >= 0"
+        if not _count_ok(x.step) or not _count_ok(x.coll_bytes):
+            return f"recent_steps[{j}]: step and coll_bytes must be integers in 0..2^62"
+        if not all(_seconds_ok(getattr(x, k)) for k in ("step_s", "data_s", "coll_s", *_FINER)):
+            return f"recent_steps[{j}]: durations must be finite seconds >= 0"
     return ""
 
 

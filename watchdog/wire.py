@@ -96,7 +96,17 @@ H_LOSS_BITS = 40  # the last loss reported, IEEE-754 double bits
 H_LOSS_STEP = 41  # the step that loss ended; 0 = no loss reported (an older hook, or none given)
 H_LOSS_BAD_STEP = 42  # first step whose loss was NaN or infinite in this process; 0 = none
 H_LOSS_BAD_COUNT = 43  # steps whose loss was NaN or infinite
-H_LAST_DYNAMIC = 43
+# Where the time goes, finer (added in place, still version 1: see SPLIT_WORDS below).
+H_TOTAL_COLL_BYTES = 44  # running sum of the bytes of every collective entered
+H_BATCH_PER_RANK = 45  # samples per batch on this rank (the timed loader's, or set); 0 = unknown
+H_LAST_DYNAMIC = 47  # 46, 47 reserved (zero)
+# A second seqlocked block: running sums (ns) of the opt-in finer split of
+# compute (mon.watch_model) and of host-to-device copies (wrap_loader(device=)).
+H_TOTAL_FWD_NS = 50
+H_TOTAL_BWD_NS = 51
+H_TOTAL_OPT_NS = 52
+H_TOTAL_H2D_NS = 53
+H_SPLIT_LAST = 53
 # Single-writer words, read outside the seqlock.
 H_HEARTBEAT_NS = 48  # hook heartbeat thread
 H_HEARTBEAT_COUNT = 49
@@ -115,6 +125,18 @@ H_CTRL_ACK_NS = 63
 # hook's slot sees H_LOSS_STEP == 0: "no loss reported". A bump would have made
 # every agent older than the hook refuse every slot for a field it cannot use.
 LOSS_WORDS = (H_LOSS_BITS, H_LOSS_STEP, H_LOSS_BAD_STEP, H_LOSS_BAD_COUNT)
+# The same reasoning for words 44..47 and 50..53 (zero in every slot an older
+# hook wrote, never read by an older agent): zero means "not measured", and the
+# agent reports them as absent.
+SPLIT_WORDS = (H_TOTAL_FWD_NS, H_TOTAL_BWD_NS, H_TOTAL_OPT_NS, H_TOTAL_H2D_NS)
+SPLIT_PARTS = ("forward", "backward", "optimizer", "h2d")
+
+
+def seqlocked(index: int) -> bool:
+    """Whether header word ``index`` changes only inside a seqlock bracket."""
+    return H_STEP <= index <= H_LAST_DYNAMIC or H_TOTAL_FWD_NS <= index <= H_SPLIT_LAST or index == H_SEQ
+
+
 _DOUBLE = struct.Struct("<d")
 _INT64 = struct.Struct("<q")
 
@@ -134,8 +156,12 @@ R_KIND = 1  # RecordKind
 R_T_NS = 2  # monotonic time of the event
 R_STEP = 3
 R_A, R_B, R_C, R_D, R_E, R_F, R_G = 4, 5, 6, 7, 8, 9, 10
+R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # STEP_END payload: A step_ns, B data_ns, C coll_ns, D collectives in the step,
-#                   E last coll seq, F phase, G data waits in the step
+#                   E last coll seq, F phase, G data waits in the step,
+#                   H collective bytes in the step, I forward ns, J backward ns,
+#                   K optimizer ns, L host-to-device copy ns (H..L: 0 when not
+#                   measured; an older hook left them 0 too)
 # PHASE payload:    A phase entered, B phase left
 # PG payload:       A PgState
 # CONTROL payload:  A ctrl seq, B command, C result

@@ -2,7 +2,7 @@
 golden-filed in tests/golden/agent_metrics.txt and linted with promtool.
 
 Per-rank series carry the labels training_job, rank, local_rank, host, and there are
-exactly 29 of them per rank (SERIES_PER_RANK, checked against a real exposition):
+exactly 30 of them per rank (SERIES_PER_RANK, checked against a real exposition):
 
     alive, process_stopped, exited, heartbeat_age_seconds           4
     steps_total, step, step_age_seconds                            3
@@ -12,9 +12,19 @@ exactly 29 of them per rank (SERIES_PER_RANK, checked against a real exposition)
     phase{phase=train|init|checkpoint|eval|shutdown|other}         6  (one-hot)
     in_data_wait, in_collective, collective_seq,
     collective_age_seconds, pg_joined                              5
+    collective_bytes_total                                         1
     hook_errors_total, cpu_seconds_total, resident_memory_bytes    3
                                                                   --
-                                                                  29
+                                                                  30
+
+and up to 5 more where the rank measures them (OPTIONAL_SPECS; absent, not 0,
+elsewhere, so that most jobs pay no cardinality for them):
+
+    batch_size                          the per-rank batch, once the hook knows it
+    model_part_seconds_total{part=forward|backward|optimizer|h2d}
+                                        the finer split (mon.watch_model, and
+                                        wrap_loader(device=) for h2d), each part
+                                        once measured
 
 The parts of a step add up to it: compute = step - data - collective (never
 negative). There is no separate total-step-time counter: it is the sum over
@@ -90,6 +100,18 @@ RANK_COLL_AGE = _g(
     "rank_collective_age_seconds", "Seconds inside the outstanding collective (0 when none is outstanding).", R
 )
 RANK_PG_JOINED = _g("rank_pg_joined", "1 once the rank finished init_process_group (and until destroyed).", R)
+RANK_COLL_BYTES = _c(
+    "rank_collective_bytes_total",
+    "Bytes of the collectives the rank entered (input tensors), summed; per step: rate over rate of steps_total.",
+    R,
+)
+RANK_BATCH = _g("rank_batch_size", "Samples per step on this rank (the wrapped loader's batch, or set).", R)
+RANK_MODEL_PART = _c(
+    "rank_model_part_seconds_total",
+    "Finer split of compute summed over steps: forward, backward (with the gradient all-reduce wait), optimizer, "
+    "host-to-device copy.",
+    R + ("part",),
+)
 RANK_HOOK_ERRORS = _c("rank_hook_errors_total", "Errors the rank's hook caught (never raised into training).", R)
 RANK_CPU = _c("rank_cpu_seconds_total", "User plus system CPU time of the rank's process.", R)
 RANK_RSS = _g("rank_resident_memory_bytes", "Resident memory of the rank's process.", R)
@@ -112,10 +134,13 @@ RANK_SPECS = (
     RANK_COLL_SEQ,
     RANK_COLL_AGE,
     RANK_PG_JOINED,
+    RANK_COLL_BYTES,
     RANK_HOOK_ERRORS,
     RANK_CPU,
     RANK_RSS,
 )
+OPTIONAL_SPECS = (RANK_BATCH, RANK_MODEL_PART)  # exported only where measured
+MODEL_PARTS = wire.SPLIT_PARTS
 _FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
 SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 

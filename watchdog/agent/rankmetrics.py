@@ -22,7 +22,7 @@ def step_split_s(h: wire.SlotHeader, step: int, data: int, coll: int) -> tuple[f
 
 
 def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Metric]:
-    fams = {s: s.family() for s in m.RANK_SPECS}
+    fams = {s: s.family() for s in (*m.RANK_SPECS, *m.OPTIONAL_SPECS)}
     world = m.JOB_WORLD_SIZE.family()
     seen_jobs: set[str] = set()
     for v in views:
@@ -54,6 +54,12 @@ def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
         put(m.RANK_COLL_SEQ, h[wire.H_COLL_SEQ])
         put(m.RANK_COLL_AGE, track.age_s(now_ns, h[wire.H_COLL_ENTER_NS]) if h.in_collective else 0.0)
         put(m.RANK_PG_JOINED, float(h[wire.H_PG_STATE] == wire.PgState.JOINED))
+        put(m.RANK_COLL_BYTES, h[wire.H_TOTAL_COLL_BYTES])
+        if h[wire.H_BATCH_PER_RANK] > 0:
+            put(m.RANK_BATCH, h[wire.H_BATCH_PER_RANK])
+        for part, word in zip(m.MODEL_PARTS, wire.SPLIT_WORDS):
+            if h[word] > 0:  # measured: an older hook, or no watch_model, leaves it 0
+                put(m.RANK_MODEL_PART, h[word] / 1e9, part)
         put(m.RANK_HOOK_ERRORS, h[wire.H_HOOK_ERRORS])
         put(m.RANK_CPU, v.proc.cpu_seconds)
         put(m.RANK_RSS, v.proc.rss_bytes)

@@ -61,6 +61,8 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         ctrl_ack_step=h[wire.H_CTRL_ACK_STEP],
         ctrl_ack_ok=h[wire.H_CTRL_ACK_RESULT] >= 0,
         **_loss(h),
+        coll_bytes_total=h[wire.H_TOTAL_COLL_BYTES],
+        batch_per_rank=h[wire.H_BATCH_PER_RANK],
         death=v.death,
     )
 

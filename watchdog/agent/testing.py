@@ -77,9 +77,9 @@ def snapshot(
     wr = SlotWriter.format(bytearray(wire.slot_size(8)), ident, 8, wall_ns=wall_ns, mono_ns=mono_ns)
     wr.put(wire.H_STATUS, int(status))
     words = words or {}
-    wr.write((i, v) for i, v in words.items() if wire.H_STEP <= i <= wire.H_LAST_DYNAMIC)
+    wr.write((i, v) for i, v in words.items() if wire.seqlocked(i))
     for i, v in words.items():
-        if not wire.H_STEP <= i <= wire.H_LAST_DYNAMIC:
+        if not wire.seqlocked(i):
             wr.put(i, v)
     header = wire.decode_header(wr.copy()[: wire.RING_OFFSET])
     return wire.SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn)
@@ -93,13 +93,17 @@ def step_record(
     coll_ns: int = 0,
     t_ns: int = 0,
     phase: wire.Phase = wire.Phase.TRAIN,
+    *,
+    coll_bytes: int = 0,
+    split: tuple[int, int, int, int] = (0, 0, 0, 0),
 ) -> wire.Record:
+    """A STEP_END record; ``split``: forward, backward, optimizer, h2d ns."""
     return wire.Record(
         index=index,
         kind=int(wire.RecordKind.STEP_END),
         t_ns=t_ns,
         step=step,
-        payload=(step_ns, data_ns, coll_ns, 1, 0, int(phase), 1) + (0,) * 5,
+        payload=(step_ns, data_ns, coll_ns, 1, 0, int(phase), 1, coll_bytes, *split),
     )
 
 

@@ -122,9 +122,18 @@ def label(enum_cls: type[enum.IntEnum], code: int, unknown: str) -> str:
 
 
 def step_sample(rec: wire.Record) -> StepSample:
-    p = rec.payload  # STEP_END: A step_ns, B data_ns, C coll_ns, ..., F phase
+    p = rec.payload  # STEP_END: A step_ns, B data_ns, C coll_ns, ..., F phase, H bytes, I..L the finer split
     return StepSample(
-        step=rec.step, step_s=p[0] / 1e9, data_s=p[1] / 1e9, coll_s=p[2] / 1e9, phase=label(wire.Phase, p[5], "other")
+        step=rec.step,
+        step_s=p[0] / 1e9,
+        data_s=p[1] / 1e9,
+        coll_s=p[2] / 1e9,
+        phase=label(wire.Phase, p[5], "other"),
+        coll_bytes=p[7],
+        forward_s=p[8] / 1e9,
+        backward_s=p[9] / 1e9,
+        optimizer_s=p[10] / 1e9,
+        h2d_s=p[11] / 1e9,
     )
 
 

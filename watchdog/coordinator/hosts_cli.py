@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .. import flags
+from ..promquery import PromError, query
 from .metrics import HOST_CULPRITS
 
 FLAGS = (
@@ -46,27 +44,6 @@ SCORE = (
     f" + 0.25 * sum by (host) (increase({_COUNTER}[7d]))",
 )
 EVIDENCE = f"sum by (host, cause, training_job) (increase({_COUNTER}[7d])) > 0"
-
-
-class PromError(Exception):
-    pass
-
-
-def query(base: str, expr: str, timeout: float) -> list[dict[str, Any]]:
-    """An instant query's samples: [{"metric": {...}, "value": float}]."""
-    if "://" not in base:
-        base = "http://" + base
-    url = base.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            doc = json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise PromError(f"{base}: HTTP {exc.code} {exc.read().decode('utf-8', 'replace')[:300]}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise PromError(f"cannot query {base}: {exc}") from None
-    if doc.get("status") != "success" or doc.get("data", {}).get("resultType") != "vector":
-        raise PromError(f"{base}: unexpected answer to {expr!r}: {str(doc)[:300]}")
-    return [{"metric": s["metric"], "value": float(s["value"][1])} for s in doc["data"]["result"]]
 
 
 def suspects(base: str, min_score: float, timeout: float) -> list[dict[str, Any]]:

@@ -296,6 +296,7 @@ class Coordinator:
             summary=goodput.summary_line(rec),
             verdict=self.verdict.verdict,
             verdict_reason=self.verdict.reason,
+            verdict_evidence=self.verdict.evidence,
             world_size=self._view.world_size,
         )
         return rec

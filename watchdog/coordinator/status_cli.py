@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from .. import flags, jobtoken
 from .server import STATUS_PATH
+from .verdict import split_line
 
 FLAGS = (
     flags.Flag("coordinator.url", "http://127.0.0.1:19401", "coordinator base URL (a bare HOST:PORT works too)"),
@@ -82,6 +83,9 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("")
     if b:
         lines.append(f"bottleneck: {b.get('reason', b.get('verdict', '?'))}")
+        split = split_line(b.get("evidence") or {})
+        if split:
+            lines.append(split)
     if g and g.get("summary"):
         lines.append(f"time: {g['summary']}")
     findings = doc.get("findings", [])

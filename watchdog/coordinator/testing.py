@@ -205,6 +205,10 @@ class SimJob:
     checkpoint_every: int = 0
     checkpoint_s: float = 0.0
     agent_poll_s: float | None = 0.05  # the agent's poll period; None: it reports no gone_age_s
+    coll_bytes: int = 0  # collective bytes per step, per rank
+    # Fractions of each rank's compute spent in forward, backward, optimizer and
+    # host-to-device copy (mon.watch_model's finer split); None: not measured.
+    split: tuple[float, float, float, float] | None = None
     cfg: DetectorConfig = field(default_factory=DetectorConfig)
 
     def __post_init__(self) -> None:
@@ -262,6 +266,11 @@ class SimJob:
             ckpt = self.checkpoint_s if self.checkpoint_every and (k + 1) % self.checkpoint_every == 0 else 0.0
             end = max(enter.values()) + self.comm_s + ckpt if len(enter) == self.world_size else None
             self.steps.append(_Step(k, start, data, enter, end, ckpt))
+
+    def _split_of(self, compute_s: float) -> dict[str, float]:
+        if self.split is None:
+            return {}
+        return {k: f * compute_s for k, f in zip(("forward_s", "backward_s", "optimizer_s", "h2d_s"), self.split)}
 
     def _fault_time(self, r: int) -> float | None:
         kind, at = self.faults.get(r, ("", -1))
@@ -330,6 +339,8 @@ class SimJob:
                 data_s=s.data[r],
                 coll_s=s.ended - s.ckpt_s - s.enter[r] + s.ckpt_s * (r != 0),
                 phase="train",
+                coll_bytes=self.coll_bytes,
+                **self._split_of(s.enter[r] - s.start - s.data[r]),
             )
             for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
         )

@@ -55,6 +55,7 @@ WINDOW_STEPS = 50  # recent train steps per rank the shares are measured over
 MIN_STEPS = 20  # fewer than this on some live rank: "unknown" (as loader_starvation; 10 steps of jitter misled)
 NOISE_SIGMAS = 3.0  # a straggler's extra work must stand this many standard errors above its own jitter
 _DEFAULTS = DetectorConfig()
+FINER = ("forward_s", "backward_s", "optimizer_s", "h2d_s")  # StepSample's finer split of compute
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Verdict:
 def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> Measure:
     health = classify_all(view, now, cfg)
     per_rank: dict[int, tuple[float, float, float, float]] = {}  # rank -> mean step, data, coll, compute
+    bytes_per_step: dict[int, float] = {}  # rank -> mean collective bytes per step
+    finer: dict[int, tuple[float, ...]] = {}  # rank -> mean forward, backward, optimizer, h2d (where measured)
     noise: dict[int, float] = {}  # rank -> standard error of its mean own work (compute + data)
     own_work: dict[int, float] = {}  # rank -> clipped mean of its own work per step
     ready = True
@@ -96,6 +99,10 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
             sum(x.coll_s for x in xs) / n,
             sum(x.compute_s for x in xs) / n,
         )
+        bytes_per_step[r] = sum(x.coll_bytes for x in xs) / n
+        split = [x for x in xs if x.forward_s or x.backward_s or x.optimizer_s or x.h2d_s]
+        if split:
+            finer[r] = tuple(sum(getattr(x, k) for x in split) / len(split) for k in FINER)
         work = [x.compute_s + x.data_s for x in xs]
         # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
         own_work[r] = stats.clipped_mean(work)
@@ -124,7 +131,7 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
         extra = own[slow] - median(list(own.values()))
         if len(per_rank) > 1 and extra > NOISE_SIGMAS * noise[slow]:  # jitter's luck is not a straggler
             shares[STRAGGLER] = extra / step
-    bytes_ = [view.ranks[r].state.coll.bytes for r in per_rank]
+    per_step_bytes = median(list(bytes_per_step.values()))
     evidence.update(
         step_s=round(step, 6),
         compute_s=round(med_compute, 6),
@@ -137,9 +144,38 @@ def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> M
         slowest_compute_s=round(computes[slow], 6),
         slowest_factor=round(computes[slow] / med_compute, 4) if med_compute > 0 else None,
         slowest_extra_data_s=round(extra_data, 6),
-        last_collective_bytes=int(median(bytes_)) if bytes_ else 0,
+        # Bytes per step against compute per step: what the communication costs
+        # for the work it synchronises (the last collective alone says little:
+        # a step may issue many, of any size).
+        bytes_per_step=int(per_step_bytes),
+        bytes_per_compute_s=int(per_step_bytes / med_compute) if med_compute > 0 else None,
     )
+    if finer:  # the finer split (mon.watch_model), median over the ranks that measure it
+        evidence["split"] = {k: round(median([v[i] for v in finer.values()]), 6) for i, k in enumerate(FINER)}
+        evidence["split_ranks"] = len(finer)
     return Measure(shares, evidence, ready)
+
+
+def split_line(evidence: dict[str, Any]) -> str:
+    """The finer split of a step's compute in words ("" when no rank measures it)."""
+    split = evidence.get("split")
+    if not isinstance(split, dict):
+        return ""
+    f, b, o, h = (_fine(float(split.get(k) or 0.0)) for k in FINER)
+    return (
+        f"model split per step: forward {f}, backward {b} (from forward's end to the optimizer step: the loss, "
+        f"backward and any collective wait there), optimizer {o}, host-to-device {h} "
+        f"(median of {evidence.get('split_ranks', '?')} ranks)"
+    )
+
+
+def _fine(s: float) -> str:
+    """Seconds, with the sub-millisecond parts a forward or a copy often takes."""
+    return f"{s * 1000:.2f} ms" if s < 0.01 else seconds(s)
+
+
+def megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
 def _memory(view: ClusterView) -> tuple[float, str]:
@@ -192,11 +228,17 @@ def reason(verdict: str, m: Measure) -> str:
             "starvation: fix the input pipeline (loader workers, prefetch, storage)"
         )
     if verdict == COMMUNICATION:
-        mb = e.get("last_collective_bytes", 0) / 1e6
+        per_step = e.get("bytes_per_step", 0)
+        rate = e.get("bytes_per_compute_s")
+        moved = (
+            f"{megabytes(per_step)} per step against {seconds(e.get('compute_s', 0.0))} of compute"
+            + (f" ({megabytes(rate)} per compute-second)" if rate else "")
+            if per_step
+            else f"{seconds(e.get('coll_s', 0.0))} in collectives vs {seconds(e.get('compute_s', 0.0))} compute"
+        )
         return (
             f"communication-bound: {s[COMMUNICATION]:.0%} of each {step} step is spent in collectives even on the "
-            f"rank that waits least ({seconds(e.get('coll_s', 0.0))} vs {seconds(e.get('compute_s', 0.0))} compute, "
-            f"last collective {mb:.1f} MB): fewer, larger buckets, overlap, gradient compression or a faster "
+            f"rank that waits least; {moved}: fewer, larger buckets, overlap, gradient compression or a faster "
             "interconnect before more workers"
         )
     if verdict == STRAGGLER and e.get("slowest_extra_data_s", 0.0) > e.get("slowest_compute_s", 0.0) - e.get(

@@ -15,8 +15,8 @@ their own body: two calls and a token tuple per collective were ~8% of a
 step's hook cost. The copy must change with this one:
 tests/test_hook_inline.py proves both leave identical slot bytes.
 
-The step's view. ``outstanding``, ``span_start``, ``this_step_ns``, ``this_step_count``
-and ``current`` are read, and the per-step ones reset, by ``Recorder.step``
+The step's view. ``outstanding``, ``span_start``, ``this_step_ns``, ``this_step_count``,
+``this_step_bytes`` and ``current`` are read, and the per-step ones reset, by ``Recorder.step``
 under the same lock: collective time is the union of overlapping collectives
 (concurrent async work counts once), and a collective spanning a step boundary
 is split between the two steps.
@@ -80,6 +80,7 @@ class CollectiveMarks:
         "quiet",
         "span_start",
         "suppress_tid",
+        "this_step_bytes",
         "this_step_count",
         "this_step_ns",
     )  # fmt: skip
@@ -95,6 +96,7 @@ class CollectiveMarks:
         self.span_start = 0  # when outstanding last went 0 -> 1 (or the step boundary since)
         self.this_step_ns = 0  # union of collective time this step, up to span_start
         self.this_step_count = 0  # collectives entered this step
+        self.this_step_bytes = 0  # and their bytes (the communication verdict's "bytes per step")
         self.current = GroupCounters(0)  # group of the last collective entered
         self._last_exit = 0
         self.quiet = False  # read by the inlined copy in the patched collectives, which cannot be swapped
@@ -125,6 +127,7 @@ class CollectiveMarks:
                     self.span_start = now
                 self.outstanding = out
                 self.this_step_count += 1
+                self.this_step_bytes += nbytes
                 self.current = st
                 w = slot._words
                 s = slot._seq + 1

@@ -131,6 +131,7 @@ def make_collective_wrapper(
                     m.span_start = now
                 m.outstanding = out
                 m.this_step_count += 1
+                m.this_step_bytes += nbytes
                 m.current = st
                 w = slot._words
                 s = slot._seq + 1

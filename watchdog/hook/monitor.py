@@ -140,10 +140,26 @@ class Monitor:
         (a wrapped loader's fetch just before the block), which then belong to it."""
         return self._step_scope
 
-    def wrap_loader(self, iterable: Iterable[T]) -> Iterable[T]:
+    def wrap_loader(
+        self, iterable: Iterable[T], *, device: Any = None, non_blocking: bool = False, batch_size: int = 0
+    ) -> Iterable[T]:
         """An iterable over ``iterable`` whose every fetch is timed as a data wait.
-        Wrap once: a loader wrapped twice counts its waits twice."""
-        return TimedLoader(iterable, self.recorder)
+        Wrap once: a loader wrapped twice counts its waits twice.
+        ``device``: move each batch there, timing the copy (host-to-device time).
+        ``batch_size``: this rank's samples per step, when the loader has no
+        ``batch_size`` attribute and its batches no leading dimension to read."""
+        if device is not None:
+            device = _checked_device(device)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"wrap_loader: batch_size must be an int >= 0, got {batch_size!r}")
+        return TimedLoader(iterable, self.recorder, device=device, non_blocking=non_blocking, batch_size=batch_size)
+
+    def set_batch_size(self, samples: int) -> None:
+        """This rank's samples per step (when no wrapped loader tells): after an
+        elastic restart, ``batch_changed`` then gives old and new global batch."""
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples <= 0:
+            raise ValueError(f"set_batch_size: expected an int > 0, got {samples!r}")
+        self.recorder.set_batch(samples)
 
     def phase(self, name: Any) -> PhaseScope:
         """``with mon.phase("checkpoint"): ...`` — a Phase or its label; unknown
@@ -168,7 +184,10 @@ class Monitor:
         (``watchdog.hook.model_split``); returns the ``ModelSplit`` to read."""
         from watchdog.hook.model_split import ModelSplit
 
-        return ModelSplit().watch(model, optimizer)
+        rec = self.recorder
+        split = ModelSplit(rec._clock, rec.split).watch(model, optimizer)
+        rec.split_on = True
+        return split
 
     def register_checkpoint(self, fn: Callable[[int], Any]) -> None:
         """``fn(step)`` saves a checkpoint; the agent can request one through the
@@ -323,3 +342,13 @@ class Monitor:
         """The child shares our mapping but is not this rank: never write to it."""
         self._closed = True
         self._go_quiet()
+
+
+def _checked_device(device: Any) -> Any:
+    """Misuse fails at wrap time: a device torch cannot name raises here, not mid-epoch."""
+    import torch
+
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"wrap_loader: device {device!r} is not a torch device: {exc}") from None

@@ -36,8 +36,17 @@ class NullMonitor:
     def step_scope(self) -> nullcontext:
         return NULL_CONTEXT
 
-    def wrap_loader(self, iterable: Iterable[T]) -> Iterable[T]:
-        return iterable
+    def wrap_loader(
+        self, iterable: Iterable[T], *, device: Any = None, non_blocking: bool = False, batch_size: int = 0
+    ) -> Iterable[T]:
+        if device is None:
+            return iterable
+        from watchdog.hook.loader import to_device  # the batches must still reach the device
+
+        return (to_device(b, device, non_blocking) for b in iterable)
+
+    def set_batch_size(self, samples: int) -> None:
+        pass
 
     def phase(self, name: Any) -> nullcontext:
         return NULL_CONTEXT

@@ -40,6 +40,7 @@ from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.noop import nop
 from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
 from watchdog.wire import (
+    H_BATCH_PER_RANK,
     H_LAST_COLL_NS,
     H_LAST_DATA_NS,
     H_LAST_STEP_NS,
@@ -52,10 +53,13 @@ from watchdog.wire import (
     H_STATUS,
     H_STEP,
     H_STEP_START_NS,
+    H_TOTAL_COLL_BYTES,
     H_TOTAL_COLL_NS,
     H_TOTAL_DATA_NS,
+    H_TOTAL_FWD_NS,
     H_TOTAL_STEP_NS,
     LOSS_WORDS,
+    SPLIT_WORDS,
     WORD,
     PgState,
     Phase,
@@ -71,6 +75,8 @@ _INF = float("inf")
 # H_STEP .. H_TOTAL_COLL are contiguous: one pack per step instead of eight stores.
 _pack_step = struct.Struct("8q").pack_into
 _STEP_OFF = H_STEP * WORD
+_pack_split = struct.Struct("4q").pack_into  # forward, backward, optimizer, h2d totals
+_SPLIT_OFF = H_TOTAL_FWD_NS * WORD
 _STEP_END = int(RecordKind.STEP_END)
 
 # The packs rely on wire's word order: fail at import, not with a garbled slot.
@@ -82,7 +88,7 @@ if list(range(H_STEP + 1, H_STEP + 8)) != [
     H_TOTAL_STEP_NS,
     H_TOTAL_DATA_NS,
     H_TOTAL_COLL_NS,
-]:  # pragma: no cover
+] or list(SPLIT_WORDS) != list(range(H_TOTAL_FWD_NS, H_TOTAL_FWD_NS + 4)):  # pragma: no cover
     raise ImportError("watchdog.hook.recorder: wire layout changed; update the packed stores")
 
 NEVER = 1 << 62  # a step number never reached: "no control request due"
@@ -93,7 +99,7 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # (mon.collective, the DDP comm hook). The two copies written out inline, the
 # loader's data-wait marks and the patched collectives, cannot be swapped: they
 # ask ``quiet`` (one slot read) instead.
-_QUIET_METHODS = ("step", "loss", "scope_enter", "set_step", "phase_enter", "phase_exit", "set_pg")
+_QUIET_METHODS = ("step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg")
 
 
 class Recorder:
@@ -111,14 +117,18 @@ class Recorder:
         "_status",
         "_step",
         "_step_start",
+        "_tot_bytes",
         "_tot_coll",
         "_tot_data",
+        "_tot_split",
         "_tot_step",
         "collectives",
         "control_due",
         "on_control_due",
         "on_error",
         "quiet",
+        "split",
+        "split_on",
     )  # fmt: skip
 
     def __init__(
@@ -145,6 +155,14 @@ class Recorder:
         self._tot_step = 0
         self._tot_data = 0
         self._tot_coll = 0
+        self._tot_bytes = 0
+        # The opt-in finer split (model_split.py, the loader's device copy) adds ns
+        # here during the step: forward, backward, optimizer, host-to-device.
+        # ``split_on`` is set once by whoever opts in: a step without it pays one
+        # attribute test, never the four words.
+        self.split = [0, 0, 0, 0]
+        self.split_on = False
+        self._tot_split = [0, 0, 0, 0]
         self._phase = int(Phase.TRAIN)
         self._phase_stack: list[int] = []
         self.quiet = False  # read by the loader's data-wait marks (loader.py), which cannot be swapped
@@ -191,15 +209,30 @@ class Recorder:
                 tot_step = self._tot_step + step_ns
                 tot_data = self._tot_data + data
                 tot_coll = self._tot_coll + coll
+                nbytes = c.this_step_bytes
+                tot_bytes = self._tot_bytes + nbytes
                 w = slot._words
                 s = slot._seq + 1
                 w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
                 try:
                     _pack_step(w, _STEP_OFF, n, now, step_ns, data, coll, tot_step, tot_data, tot_coll)
+                    w[H_TOTAL_COLL_BYTES] = tot_bytes
+                    if self.split_on:
+                        sp, ts = self.split, self._tot_split
+                        fwd, bwd, opt, h2d = sp
+                        ts[0] += fwd
+                        ts[1] += bwd
+                        ts[2] += opt
+                        ts[3] += h2d
+                        _pack_split(w, _SPLIT_OFF, *ts)
+                        sp[0] = sp[1] = sp[2] = sp[3] = 0
+                    else:
+                        fwd = bwd = opt = h2d = 0
                     head = slot._head  # SlotWriter.append:
                     pack_record(
                         w, slot._ring0 + (head % slot._cap) * REC_BYTES, head, _STEP_END, now, n,
                         step_ns, data, coll, c.this_step_count, c.current.seq, self._phase, self._n_data,
+                        nbytes, fwd, bwd, opt, h2d,
                     )  # fmt: skip
                     head += 1
                     w[H_RING_HEAD] = head
@@ -213,7 +246,8 @@ class Recorder:
                 self._tot_step = tot_step
                 self._tot_data = tot_data
                 self._tot_coll = tot_coll
-                self._acc_data = self._n_data = c.this_step_ns = c.this_step_count = 0
+                self._tot_bytes = tot_bytes
+                self._acc_data = self._n_data = c.this_step_ns = c.this_step_count = c.this_step_bytes = 0
             finally:
                 lock.release()
             if n >= self.control_due:
@@ -260,6 +294,13 @@ class Recorder:
                 self._slot.end()
         except Exception as exc:
             self.on_error("step_scope", exc)
+
+    def set_batch(self, samples: int) -> None:
+        """The per-rank batch size (samples per step on this rank), a cold path."""
+        try:
+            self._slot.write(((H_BATCH_PER_RANK, int(samples)),))
+        except Exception as exc:
+            self.on_error("batch_size", exc)
 
     def set_step(self, step: int) -> None:
         """Set the completed-step count (validated by the caller)."""

@@ -37,15 +37,14 @@ import threading
 from collections.abc import Iterable
 
 from watchdog import wire
-from watchdog.wire import H_LAST_DYNAMIC, H_RING_HEAD, H_SEQ, H_STEP, R_A, R_G, R_INDEX, R_KIND, R_STEP, R_T_NS, WORD
+from watchdog.wire import H_RING_HEAD, H_SEQ, R_A, R_INDEX, R_KIND, R_L, R_STEP, R_T_NS, WORD
 
 REC_BYTES = wire.RECORD_WORDS * WORD
-# A ring record's defined words, R_INDEX .. R_G, in one pack (native order, as
-# wire.init_slot writes: the slot is little-endian and so are the hosts). The
-# record's last words are reserved: init_slot zeroed them and nobody writes them.
-pack_record = struct.Struct("11q").pack_into
+# A ring record's words, R_INDEX .. R_L, in one pack (native order, as
+# wire.init_slot writes: the slot is little-endian and so are the hosts).
+pack_record = struct.Struct("16q").pack_into
 
-if (R_INDEX, R_KIND, R_T_NS, R_STEP, R_A, R_G) != (0, 1, 2, 3, 4, 10):  # pragma: no cover
+if (R_INDEX, R_KIND, R_T_NS, R_STEP, R_A, R_L, wire.RECORD_WORDS) != (0, 1, 2, 3, 4, 15, 16):  # pragma: no cover
     raise ImportError("watchdog.hook.slotwriter: wire record layout changed; update pack_record")
 
 
@@ -101,13 +100,32 @@ class SlotWriter:
         finally:
             self.lock.release()
 
-    def append(self, kind: int, t_ns: int, step: int, a=0, b=0, c=0, d=0, e=0, f=0, g=0) -> None:
-        """Inside a bracket: write the next ring record (payload words R_A .. R_G)
+    def append(
+        self,
+        kind: int,
+        t_ns: int,
+        step: int,
+        a=0,
+        b=0,
+        c=0,
+        d=0,
+        e=0,
+        f=0,
+        g=0,
+        h=0,
+        i=0,
+        j=0,
+        k=0,
+        l=0,  # noqa: E741
+    ) -> None:
+        """Inside a bracket: write the next ring record (payload words R_A .. R_L)
         and advance H_RING_HEAD past it."""
         head = self._head
         pack_record(
-            self._words, self._ring0 + (head % self._cap) * REC_BYTES, head, kind, t_ns, step, a, b, c, d, e, f, g
-        )
+            self._words,
+            self._ring0 + (head % self._cap) * REC_BYTES,
+            head, kind, t_ns, step, a, b, c, d, e, f, g, h, i, j, k, l,
+        )  # fmt: skip
         head += 1
         self._words[H_RING_HEAD] = head
         self._head = head
@@ -129,7 +147,7 @@ class SlotWriter:
     def put(self, index: int, value: int) -> None:
         """Store one single-writer word read on its own, outside the seqlock
         (status, heartbeat, control acknowledgement). One aligned 8-byte store."""
-        if H_STEP <= index <= H_LAST_DYNAMIC or index == H_SEQ:
+        if wire.seqlocked(index):
             raise ValueError(f"word {index} changes only inside a seqlock bracket")
         self._words[index] = value
 

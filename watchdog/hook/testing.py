@@ -76,6 +76,11 @@ class StepSplit:
     last_coll_seq: int
     phase: int
     data_waits: int
+    coll_bytes: int = 0
+    forward_ns: int = 0
+    backward_ns: int = 0
+    optimizer_ns: int = 0
+    h2d_ns: int = 0
 
     @property
     def compute_ns(self) -> int:
@@ -87,8 +92,7 @@ def step_splits(snapshot: wire.SlotSnapshot) -> list[StepSplit]:
     out = []
     for rec in snapshot.records:
         if rec.kind == wire.RecordKind.STEP_END:
-            a, b, c, d, e, f, g = rec.payload[:7]
-            out.append(StepSplit(rec.step, a, b, c, d, e, f, g))
+            out.append(StepSplit(rec.step, *rec.payload[:12]))
     return out
 
 
@@ -133,6 +137,8 @@ class RankSlot:
         os.replace(tmp, self.path)
         self._steps = 0
         self._totals = (0, 0, 0)  # step, data, collective ns
+        self._bytes = 0
+        self._split: tuple[int, ...] = (0, 0, 0, 0)
         self._coll_seq = 0
         self._outstanding = 0
         self._beats = 0
@@ -164,20 +170,34 @@ class RankSlot:
         coll_ns: int = 0,
         now_ns: int | None = None,
         phase: wire.Phase = wire.Phase.TRAIN,
+        *,
+        coll_bytes: int = 0,
+        split: tuple[int, int, int, int] | None = None,
     ) -> int:
         """A completed step of the given split (one collective, one data wait),
-        ending at ``now_ns``: header words and its STEP_END record in one bracket."""
+        ending at ``now_ns``: header words and its STEP_END record in one bracket.
+        ``coll_bytes``: the step's collective bytes; ``split``: its forward,
+        backward, optimizer and host-to-device ns (mon.watch_model's)."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         n = self._steps + 1
         tot_step, tot_data, tot_coll = (t + d for t, d in zip(self._totals, (step_ns, data_ns, coll_ns)))
+        self._bytes += coll_bytes
+        parts = tuple(split) if split else (0, 0, 0, 0)
+        self._split = tuple(t + d for t, d in zip(self._split, parts))
         self.slot.write(
             ((wire.H_STEP, n), (wire.H_STEP_START_NS, now), (wire.H_LAST_STEP_NS, step_ns),
              (wire.H_LAST_DATA_NS, data_ns), (wire.H_LAST_COLL_NS, coll_ns), (wire.H_TOTAL_STEP_NS, tot_step),
-             (wire.H_TOTAL_DATA_NS, tot_data), (wire.H_TOTAL_COLL_NS, tot_coll)),
-            (int(wire.RecordKind.STEP_END), now, n, step_ns, data_ns, coll_ns, 1, self._coll_seq, int(phase), 1),
+             (wire.H_TOTAL_DATA_NS, tot_data), (wire.H_TOTAL_COLL_NS, tot_coll),
+             (wire.H_TOTAL_COLL_BYTES, self._bytes), *(zip(wire.SPLIT_WORDS, self._split) if split else ())),
+            (int(wire.RecordKind.STEP_END), now, n, step_ns, data_ns, coll_ns, 1, self._coll_seq, int(phase), 1,
+             coll_bytes, *parts),
         )  # fmt: skip
         self._steps, self._totals = n, (tot_step, tot_data, tot_coll)
         return n
+
+    def batch(self, samples: int) -> None:
+        """The per-rank batch size, as the wrapped loader or mon.set_batch_size leaves it."""
+        self.update({wire.H_BATCH_PER_RANK: samples})
 
     def loss(self, value: float, step: int | None = None, bad_first: int = 0, bad_count: int = 0) -> None:
         """The loss words as ``mon.step(loss=value)`` leaves them (``step``: the step it ended)."""

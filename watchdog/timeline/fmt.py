@@ -46,3 +46,17 @@ def finding_times(rec: dict) -> tuple[float | None, float | None]:
     onset, detected = rec.get("onset_wall"), rec.get("detected_wall")
     ok = lambda v: float(v) if isinstance(v, (int, float)) and v > 0 else None  # noqa: E731
     return ok(onset), ok(detected) or ok(rec.get("t_wall"))
+
+
+def latest_split(sec: Section) -> str:
+    """The finer split of compute (forward, backward, optimizer, host-to-device)
+    the coordinator last measured in this section: the goodput record's verdict
+    evidence (fresher), else the last verdict's; "" when no rank measured it."""
+    from watchdog.coordinator.verdict import split_line
+
+    g = sec.goodput or {}
+    for ev in (g.get("verdict_evidence"), *(v.get("evidence") for v in reversed(sec.verdicts))):
+        line = split_line(ev) if isinstance(ev, dict) else ""
+        if line:
+            return line
+    return ""

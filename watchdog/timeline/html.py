@@ -11,7 +11,7 @@ from html import escape
 from watchdog.coordinator.finding import ranks_phrase
 
 from . import actions, assets, matrix, stacksets, stacktree, svg
-from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
+from .fmt import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, Timeline, brief
 
 
@@ -240,9 +240,11 @@ def _events(sec: Section) -> str:
     g = sec.goodput
     if g and g.get("summary"):  # where the section's wall time went, and what limited its steps
         last = sec.verdicts[-1].get("reason", "") if sec.verdicts else ""
+        split = latest_split(sec)
         done += (
             f"<h3>Where the time went</h3><p>{escape(str(g['summary']))}"
             + (f"<br>{escape(str(last))}" if last else "")
+            + (f"<br>{escape(split)}" if split else "")
             + "</p>"
         )
     return (

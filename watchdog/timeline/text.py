@@ -13,7 +13,7 @@ from watchdog.coordinator.finding import ranks_phrase
 from watchdog.stackgroups import short_phrase
 
 from . import actions, stacksets
-from .fmt import clock, date, finding_times, ordered_lanes, seconds, step_summary
+from .fmt import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, StackSet, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
@@ -78,6 +78,9 @@ def _performance(sec: Section) -> list[str]:
     g = sec.goodput
     if g and g.get("summary"):
         out.append(f"time{' (final)' if g.get('final') else ''}: {g['summary']}")
+    split = latest_split(sec)
+    if split:
+        out.append(split)
     return out + [""] if out else out
 
 

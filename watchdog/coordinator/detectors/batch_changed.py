@@ -11,9 +11,17 @@ The old world size is the largest one any rank of the job reported (the ranks
 beyond the new size keep their last state in the view); the new one is what
 every live rank reports now. The configured ``--job.world-size`` is not used: an
 elastic job may legitimately start below it.
+
+Where the hook knows each rank's batch (the wrapped loader's ``batch_size``, its
+first batch, or ``mon.set_batch_size``), the finding gives the global batch
+before and after (the sum over the ranks) and the per-rank batch of each; a
+script that rescaled its per-rank batch to keep the global batch raises
+nothing: its learning rate still fits.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from ..config import DetectorConfig
 from ..finding import Finding
@@ -40,19 +48,41 @@ class BatchChanged:
         if old == new or len(live) < new:
             return []
         since = min(rv.registered_at for rv in live if rv.state.world_size == new)
-        ratio = new / old
-        reason = (
-            f"the job restarted with {new} ranks instead of {old}: with the same per-rank batch the global "
-            f"batch is {ratio:.2g}x what it was, so a learning rate tuned for the old batch may no longer fit "
-            f"(linear scaling would use {ratio:.2g}x the learning rate, or keep the global batch with "
-            f"{old / new:.2g}x the per-rank batch or gradient accumulation)"
-        )
+        # The old group's per-rank batch from its ranks still in the view (those
+        # beyond the new size); the new one from the live ranks. 0: not known.
+        old_batch = _per_rank([rv.state.batch_per_rank for rv in view.ranks.values() if rv.state.world_size == old])
+        new_batches = [rv.state.batch_per_rank for rv in live]
+        new_batch = _per_rank(new_batches)
+        old_global = old_batch * old if old_batch else 0
+        new_global = sum(new_batches) if all(new_batches) else 0
+        if old_global and new_global:
+            ratio = new_global / old_global
+            if old_global == new_global:
+                return []  # the script rescaled its per-rank batch: the global batch, and its learning rate, hold
+            reason = (
+                f"the job restarted with {new} ranks instead of {old}: the global batch is {new_global} samples "
+                f"instead of {old_global} ({new_batch} per rank, was {old_batch}), {ratio:.2g}x what it was, so a "
+                f"learning rate tuned for the old batch may no longer fit (linear scaling would use {ratio:.2g}x "
+                f"the learning rate, or keep the global batch with {old_global / new_global * new_batch:.0f} "
+                "per rank or gradient accumulation)"
+            )
+        else:
+            ratio = new / old
+            reason = (
+                f"the job restarted with {new} ranks instead of {old}: with the same per-rank batch the global "
+                f"batch is {ratio:.2g}x what it was, so a learning rate tuned for the old batch may no longer fit "
+                f"(linear scaling would use {ratio:.2g}x the learning rate, or keep the global batch with "
+                f"{old / new:.2g}x the per-rank batch or gradient accumulation)"
+            )
         evidence = {
             "old_world_size": old,
             "new_world_size": new,
             "global_batch_ratio": round(ratio, 4),
-            "per_rank_batch": None,
-        }  # the hook does not know the batch size (yet)
+            "old_per_rank_batch": old_batch or None,  # None: the hook was not told (older hook, no wrapped loader)
+            "per_rank_batch": new_batch or None,
+            "old_global_batch": old_global or None,
+            "new_global_batch": new_global or None,
+        }
         return [
             Finding(
                 kind=self.name,
@@ -64,3 +94,9 @@ class BatchChanged:
                 evidence=evidence,
             )
         ]
+
+
+def _per_rank(batches: list[int]) -> int:
+    """The per-rank batch most ranks report (0 when none knows it)."""
+    known = Counter(b for b in batches if b > 0)
+    return known.most_common(1)[0][0] if known else 0

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     model = DDP(nn.Sequential(nn.Linear(args.dim, 128), nn.ReLU(), nn.Linear(128, 1)))
     mon.watch_ddp(model)  # watchdog: times DDP's gradient all-reduce
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    mon.watch_model(model, opt := torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))  # watchdog: forward/backward/optimizer
 
     with mon.phase("init"):
         start_step, path = honour_rollback(mon, args.ckpt_dir)
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     # A large all-reduce on a small compute: what a big model on a slow interconnect looks like.
     comm = torch.zeros(int(args.comm_mb * (1 << 20)) // 4) if args.comm_mb > 0 else None
     step = start_step
-    for x, y in mon.wrap_loader(loader):  # watchdog: times the data wait
+    for x, y in mon.wrap_loader(loader, device="cpu"):  # watchdog: times the data wait (and the copy to the device: ~0 on CPU)
         if faults.kill.get(rank) == step:
             announce("kill", rank, step)
             os.kill(os.getpid(), signal.SIGKILL)
