@@ -21,10 +21,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.hook import initstore
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
 from watchdog.wire import H_SEQ, CollOp, PgState
 
@@ -250,7 +252,8 @@ def patch(mon: Any) -> None:
 
     init = getattr(c10d, "init_process_group", None)
     if init is not None and not getattr(init, "_watchdog_wrapper", False):
-        install("init_process_group", _wrap_init(init, sink), init)
+        restart_safe = bool(getattr(getattr(mon, "config", None), "restart_safe_init", False))
+        install("init_process_group", _wrap_init(init, sink, restart_safe), init)
     destroy = getattr(c10d, "destroy_process_group", None)
     if destroy is not None and not getattr(destroy, "_watchdog_wrapper", False):
         install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
@@ -266,14 +269,24 @@ def patch(mon: Any) -> None:
         rec.set_pg(PgState.JOINED)
 
 
-def _wrap_init(orig: Callable, sink: Sink) -> Callable:
+def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callable:
+    """``restart_safe``: a default init under torchrun runs on a store scoped to
+    the restart attempt (``initstore``); a failure to plan that is the hook's
+    (counted, and the call goes through as given)."""
+
     def init_process_group(*args, **kwargs):
         r = sink.recorder
         if r is None:
             return orig(*args, **kwargs)
         r.set_pg(PgState.INITIALIZING)
+        scoped = None
+        if restart_safe:
+            try:
+                scoped = initstore.plan(orig, args, kwargs, os.environ)
+            except Exception as exc:
+                r.on_error("restart_safe_init", exc)
         try:
-            ret = orig(*args, **kwargs)
+            ret = orig(**initstore.rendezvous(scoped)) if scoped is not None else orig(*args, **kwargs)
         except BaseException:
             r.set_pg(PgState.NONE)
             raise

@@ -30,6 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 TORCHRUN_DEFAULT_RUN_ID = "none"  # torchrun --rdzv-id's default: every such job has it
+# Every variable read here (test helpers clear them: a test run inside srun is not rank N of a job)
+VARS = (
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PMIX_NAMESPACE",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID",
+    "SLURM_JOB_ID", "SLURM_JOBID",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
