@@ -48,6 +48,13 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
     torch is installed; without torch it patches nothing and says so at debug
     level. Call it before init_process_group to see the group being joined."""
     global _active
+    running = _active
+    if running is not None and running._zero_code:
+        # under `watchdog run` the script's own install() gets the running monitor
+        # (explicit calls on it then win over the automatic ones: watchdog.hook.auto)
+        if overrides:
+            log.info("watchdog.hook install(%s) ignored: already installed by watchdog run", ", ".join(overrides))
+        return running
     if not _config.is_enabled(os.environ, overrides):
         return NULL_MONITOR
     cfg = _config.load_config(os.environ, overrides, agree=jobid.agree)
