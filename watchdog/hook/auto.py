@@ -133,10 +133,9 @@ def _steps(mon: Any) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     rec = mon.recorder
-    taken = [0]
+    before = rec.steps  # no counter of our own on the hot path: the recorder's count says it
 
     def watchdog_auto_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-        taken[0] += 1
         rec.step()  # looked up per call: a quiet recorder's step is a no-op
 
     handle = register_optimizer_step_post_hook(watchdog_auto_step)
@@ -144,7 +143,7 @@ def _steps(mon: Any) -> None:
 
     def first_explicit_step(plain: Callable, loss: float | None = None) -> None:
         handle.remove()
-        if not taken[0]:
+        if rec.steps == before:
             plain(loss)
         # else: the optimizer hook already ended this iteration's step: counted once (its
         # loss is dropped rather than stored against the next step)
