@@ -32,6 +32,7 @@ from watchdog.hook.testing import records_of, step_splits
 pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).resolve().parent / "fixtures" / "unmodified" / "custom_loop.py"
+FSDP2_SCRIPT = SCRIPT.with_name("fsdp2_loop.py")
 
 
 def records(path: Path, *names: str) -> list[dict]:
@@ -45,7 +46,15 @@ def records(path: Path, *names: str) -> list[dict]:
 class Stack:
     """Coordinator, agent and ``watchdog run -- torchrun`` of the unmodified loop."""
 
-    def __init__(self, tmp: Path, nproc: int, policy: str | None, script_args: list[str], env: dict | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        nproc: int,
+        policy: str | None,
+        script_args: list[str],
+        env: dict | None = None,
+        script: Path = SCRIPT,
+    ):
         self.tmp, self.nproc, self.job = tmp, nproc, "zero-" + secrets.token_hex(3)
         token = tmp / "token"
         token.write_text(secrets.token_hex(16))
@@ -59,7 +68,7 @@ class Stack:
             run_dir=self.run_dir,
             job=self.job,
             work_dir=tmp,
-            script=SCRIPT,
+            script=script,
             script_args=script_args,
             torchrun_args=["--max-restarts=1"] if policy else [],
             env={**self.env, **(env or {})},
@@ -205,3 +214,37 @@ def test_the_explicit_api_gives_the_same_slot_data_with_and_without_watchdog_run
     plain, run = results
     assert sorted(plain) == [0, 1] and plain[0][3] == 12, plain
     assert run == plain
+
+
+def test_fsdp2_all_gathers_and_reduce_scatters_are_recorded_and_a_rank_missing_one_is_named(tmp_path):
+    """FSDP2 (fully_shard) on gloo, 2 ranks, unmodified, under watchdog run: its
+    all-gathers and reduce-scatters (torch 2.13: all_gather_single /
+    reduce_scatter_single) are collectives with the same sequence on every rank;
+    rank 1 stopping between forward and backward is named by collective_hang,
+    rank 0 waiting in the reduce-scatter."""
+    stack = Stack(
+        tmp_path, 2, None, ["--steps", "400", "--step-ms", "30"], env={"FSDP2_HANG": "1@12"}, script=FSDP2_SCRIPT
+    )
+    try:
+        stack.start()
+        found = wait_for(
+            lambda: [r for r in records(stack.jpath, je.FINDING) if r["kind"] == "collective_hang"],
+            timeout_s=120,
+            what="collective_hang",
+            log=stack.procs[0].log_path,
+        )
+        slots = {}
+        for path in wire.list_slot_files(str(stack.run_dir)):
+            snap = wire.read_slot(path)
+            slots[snap.header.identity.rank] = snap
+    finally:
+        stack.stop()
+    assert found[0]["ranks"] == [1], (found, stack.logs())
+    assert "reduce_scatter" in found[0]["reason"], found[0]["reason"]
+    per_rank = {r: [(s.step, s.collectives, s.last_coll_seq) for s in step_splits(snap)] for r, snap in slots.items()}
+    steps = [s for s in per_rank[0] if s[0] <= 12]
+    assert len(steps) == 12 and all(n == 4 for _, n, _ in steps), per_rank  # 2 all-gathers + 2 reduce-scatters
+    assert per_rank[1][: len(steps)] == steps  # the same sequence on both ranks
+    h0 = slots[0].header.words
+    assert wire.CollOp(h0[wire.H_COLL_OP]) == wire.CollOp.REDUCE_SCATTER and h0[wire.H_COLL_OUTSTANDING] == 1
+    print(f"\nfsdp2 hang: {found[0]['reason'][:200]}")

@@ -38,8 +38,10 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
     "broadcast": (CollOp.BROADCAST, "tensor", False),
     "all_gather": (CollOp.ALL_GATHER, "tensor", False),
     "all_gather_into_tensor": (CollOp.ALL_GATHER, "input_tensor", False),
+    "all_gather_single": (CollOp.ALL_GATHER, "input_tensor", False),  # FSDP2's (torch >= 2.13)
     "reduce_scatter": (CollOp.REDUCE_SCATTER, "input_list", True),
     "reduce_scatter_tensor": (CollOp.REDUCE_SCATTER, "input", False),
+    "reduce_scatter_single": (CollOp.REDUCE_SCATTER, "input", False),  # FSDP2's (torch >= 2.13)
     "barrier": (CollOp.BARRIER, None, False),
     "all_to_all": (CollOp.ALL_TO_ALL, "input_tensor_list", True),
     "all_to_all_single": (CollOp.ALL_TO_ALL, "input", False),
@@ -49,6 +51,21 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
     "send": (CollOp.SEND, "tensor", False),
     "recv": (CollOp.RECV, "tensor", False),
 }
+
+
+# Deprecated names that newer torch implements by calling the new one (through the
+# module global, which we patch too): wrapping both would count each call twice.
+DELEGATES = {"all_gather_into_tensor": "all_gather_single", "reduce_scatter_tensor": "reduce_scatter_single"}
+
+
+def delegates(fn: Callable, name: str, module: Any) -> bool:
+    """``fn`` (collective ``name``) only calls another collective we patch."""
+    target = DELEGATES.get(name)
+    try:
+        code = getattr(inspect.unwrap(fn), "__code__", None)  # under torch's logging/deprecation decorators
+    except ValueError:
+        code = None
+    return target is not None and getattr(module, target, None) is not None and target in getattr(code, "co_names", ())
 
 
 class Sink:
@@ -246,7 +263,7 @@ def patch(mon: Any) -> None:
 
     for name, (op, size_arg, is_list) in SPECS.items():
         orig = getattr(c10d, name, None) or getattr(dist, name, None)
-        if orig is None or getattr(orig, "_watchdog_wrapper", False):
+        if orig is None or getattr(orig, "_watchdog_wrapper", False) or delegates(orig, name, c10d):
             continue
         install(name, make_wrapper(orig, op, size_arg, is_list, sink, work_type), orig)
 
