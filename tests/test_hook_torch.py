@@ -144,12 +144,19 @@ def test_async_op_exits_when_the_work_completes(mon):
     assert mon.errors == 0
 
 
-def test_a_collective_that_raises_propagates_and_is_marked_done(mon):
+def test_a_collective_that_raises_propagates_and_the_rank_is_seen_inside_it(mon):
+    """A rank that dies of a collective's error (a peer gone) must read as dead
+    inside that collective, not as one that never entered it (the culprit's
+    place): the header keeps "in #1, not completed"; the counters move on, so a
+    rank that catches the error and goes on is numbered right again."""
     with pytest.raises(Exception) as info:
         dist.all_reduce("not a tensor")
     assert "watchdog" not in repr(info.value)
     h = header(mon)
-    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (1, 1, 0)
+    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (1, 0, 1)
+    dist.all_reduce(torch.ones(1))
+    h = header(mon)
+    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (2, 2, 0)
     assert mon.errors == 0
 
 

@@ -168,7 +168,7 @@ def make_collective_wrapper(
         try:
             ret = orig(*args, **kwargs) if kwargs else orig(*args)
         except BaseException:
-            m.exit((st, seq))
+            m.exit_failed((st, seq))
             raise
         if ret is not None and work_type is not None and isinstance(ret, work_type):
             m.exit_on_completion(ret, (st, seq))
