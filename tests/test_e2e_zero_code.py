@@ -15,6 +15,7 @@ Bounds are generous: a busy 2-core machine.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import signal
@@ -248,3 +249,35 @@ def test_fsdp2_all_gathers_and_reduce_scatters_are_recorded_and_a_rank_missing_o
     h0 = slots[0].header.words
     assert wire.CollOp(h0[wire.H_COLL_OP]) == wire.CollOp.REDUCE_SCATTER and h0[wire.H_COLL_OUTSTANDING] == 1
     print(f"\nfsdp2 hang: {found[0]['reason'][:200]}")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="lightning not installed (pip install lightning)"
+)
+def test_a_lightning_script_under_watchdog_run_names_the_rank_that_hangs(tmp_path):
+    """PyTorch Lightning (DDP strategy on CPU), unmodified: its optimizer steps,
+    DataLoader and DDP buckets are seen with no callback; rank 1 stopping in its
+    training_step is named by collective_hang, rank 0 waiting in DDP's all-reduce."""
+    stack = Stack(
+        tmp_path,
+        2,
+        None,
+        [],
+        env={"LIGHTNING_HANG": "1@12", "LIGHTNING_STEPS": "400"},
+        script=SCRIPT.with_name("lightning_loop.py"),
+    )
+    try:
+        stack.start()
+        found = wait_for(
+            lambda: [r for r in records(stack.jpath, je.FINDING) if r["kind"] == "collective_hang"],
+            timeout_s=150,
+            what="collective_hang",
+            log=stack.procs[0].log_path,
+        )
+        steps = {rank: stack.step_of(rank) for rank in (0, 1)}
+    finally:
+        stack.stop()
+    assert found[0]["ranks"] == [1], (found, stack.logs())
+    assert "ddp_all_reduce" in found[0]["reason"], found[0]["reason"]
+    assert steps == {0: 12, 1: 12}, steps  # steps counted from Lightning's optimizer.step()
+    print(f"\nlightning hang: {found[0]['reason'][:200]}")
