@@ -281,3 +281,35 @@ def test_a_lightning_script_under_watchdog_run_names_the_rank_that_hangs(tmp_pat
     assert "ddp_all_reduce" in found[0]["reason"], found[0]["reason"]
     assert steps == {0: 12, 1: 12}, steps  # steps counted from Lightning's optimizer.step()
     print(f"\nlightning hang: {found[0]['reason'][:200]}")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None,
+    reason="transformers/accelerate not installed (pip install transformers accelerate)",
+)
+def test_a_hugging_face_trainer_script_under_watchdog_run_names_the_rank_that_hangs(tmp_path):
+    """A transformers Trainer (DDP through accelerate, gloo on CPU), unmodified: rank 1
+    stopping in its forward is named by collective_hang, rank 0 waiting in DDP's all-reduce."""
+    stack = Stack(
+        tmp_path,
+        2,
+        None,
+        [],
+        env={"HF_HANG": "1@12", "HF_STEPS": "400"},
+        script=SCRIPT.with_name("hf_loop.py"),
+    )
+    try:
+        stack.start()
+        found = wait_for(
+            lambda: [r for r in records(stack.jpath, je.FINDING) if r["kind"] == "collective_hang"],
+            timeout_s=150,
+            what="collective_hang",
+            log=stack.procs[0].log_path,
+        )
+        steps = {rank: stack.step_of(rank) for rank in (0, 1)}
+    finally:
+        stack.stop()
+    assert found[0]["ranks"] == [1], (found, stack.logs())
+    assert "ddp_all_reduce" in found[0]["reason"], found[0]["reason"]
+    assert steps == {0: 12, 1: 12}, steps  # steps from the Trainer's optimizer.step()
+    print(f"\nhf hang: {found[0]['reason'][:200]}")
