@@ -19,6 +19,8 @@ import importlib.util
 import os
 import secrets
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -313,3 +315,36 @@ def test_a_hugging_face_trainer_script_under_watchdog_run_names_the_rank_that_ha
     assert "ddp_all_reduce" in found[0]["reason"], found[0]["reason"]
     assert steps == {0: 12, 1: 12}, steps  # steps from the Trainer's optimizer.step()
     print(f"\nhf hang: {found[0]['reason'][:200]}")
+
+
+PLAIN = """
+import subprocess, sys, torch
+from torch.utils.data import DataLoader
+opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+for _ in DataLoader(list(range(5)), batch_size=1):
+    opt.step()
+# a helper python this script starts is not a rank (nor is any child of one)
+subprocess.run([sys.executable, "-c", "import torch"], check=True)
+print("plain done", flush=True)
+"""
+
+
+def test_plain_python_under_watchdog_run_is_one_rank_and_its_children_are_not(tmp_path):
+    run_dir = tmp_path / "slots"
+    env = {**os.environ, "WATCHDOG_RUN_DIR": str(run_dir), "WATCHDOG_JOB_NAME": "plain", "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        env.pop(var, None)
+    out = subprocess.run(
+        [*localjob.WATCHDOG_RUN, sys.executable, "-c", PLAIN], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "plain done" in out.stdout, out.stderr[-3000:]
+    (path,) = wire.list_slot_files(str(run_dir))  # the helper python made none
+    snap = wire.read_slot(path)
+    assert (snap.header.identity.rank, snap.header.identity.world_size) == (0, 1)
+    assert [(s.step, s.data_waits) for s in step_splits(snap)] == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert "not monitored" not in out.stderr, out.stderr
+
+
+def test_a_command_that_cannot_run_says_so():
+    out = subprocess.run([*localjob.WATCHDOG_RUN, "no-such-command-xyz"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 127 and "cannot run 'no-such-command-xyz'" in out.stderr
