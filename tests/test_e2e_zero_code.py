@@ -348,3 +348,18 @@ def test_plain_python_under_watchdog_run_is_one_rank_and_its_children_are_not(tm
 def test_a_command_that_cannot_run_says_so():
     out = subprocess.run([*localjob.WATCHDOG_RUN, "no-such-command-xyz"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 127 and "cannot run 'no-such-command-xyz'" in out.stderr
+
+
+def test_a_bad_setting_leaves_the_script_running_unmonitored_with_one_line_why(tmp_path):
+    env = {**os.environ, "WATCHDOG_RUN_DIR": str(tmp_path), "WATCHDOG_RING_CAPACITY": "lots"}
+    out = subprocess.run(
+        [*localjob.WATCHDOG_RUN, sys.executable, "-c", "print('script ran')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout == "script ran\n", out
+    (line,) = [ln for ln in out.stderr.splitlines() if "watchdog" in ln]
+    assert "not monitored" in line and "WATCHDOG_RING_CAPACITY='lots'" in line, out.stderr
+    assert not wire.list_slot_files(str(tmp_path))
