@@ -173,3 +173,19 @@ def test_close_undoes_every_patch(tmp_path):
         auto.enable(m)
         assert DataLoader.__iter__ is not before[0] and torch.save is not before[3]
     assert (DataLoader.__iter__, DDP.__init__, DDP.register_comm_hook, torch.save) == before
+
+
+def test_the_first_explicit_call_passes_every_argument_through(mon):
+    """The one-time wrappers forward what the script passed, keywords included."""
+    batches = mon.wrap_loader(loader(), **({"batch_size": 8} if "batch_size" in _params(type(mon).wrap_loader) else {}))
+    assert len(list(batches)) == 3
+    mon.step(loss=0.5)
+    with mon.phase(name="eval"):
+        pass
+    assert mon.errors == 0 and read_monitor(mon).header[wire.H_STEP] == 1
+
+
+def _params(fn):
+    import inspect
+
+    return inspect.signature(fn).parameters

@@ -141,10 +141,10 @@ def _steps(mon: Any) -> None:
     handle = register_optimizer_step_post_hook(watchdog_auto_step)
     mon._undo.append(handle.remove)
 
-    def first_explicit_step(plain: Callable, loss: float | None = None) -> None:
+    def first_explicit_step(plain: Callable, *args: Any, **kwargs: Any) -> None:
         handle.remove()
         if rec.steps == before:
-            plain(loss)
+            plain(*args, **kwargs)
         # else: the optimizer hook already ended this iteration's step: counted once (its
         # loss is dropped rather than stored against the next step)
 
@@ -158,8 +158,13 @@ def _data(mon: Any) -> None:
 
     rec = mon.recorder
     orig = DataLoader.__iter__
+    set_batch = getattr(rec, "set_batch", None)  # the per-rank batch for batch_changed, where recorded
 
     def __iter__(self: Any) -> Any:
+        if set_batch is not None:
+            size = getattr(self, "batch_size", None)
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                set_batch(size)
         return TimedIterator(orig(self), rec)
 
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
@@ -170,9 +175,9 @@ def _data(mon: Any) -> None:
 
     mon._undo.append(undo)
 
-    def first_explicit_wrap(plain: Callable, iterable: Any) -> Any:
+    def first_explicit_wrap(plain: Callable, iterable: Any, *args: Any, **kwargs: Any) -> Any:
         undo()  # the script times its own loader: ours would count every wait twice
-        return plain(iterable)
+        return plain(iterable, *args, **kwargs)
 
     _explicit_wins(mon, "wrap_loader", first_explicit_wrap)
 
@@ -288,9 +293,9 @@ def _saves(mon: Any) -> None:
 
     mon._undo.append(undo)
 
-    def first_explicit_phase(plain: Callable, name: Any) -> Any:
+    def first_explicit_phase(plain: Callable, *args: Any, **kwargs: Any) -> Any:
         undo()  # the script marks its own phases: exactly those
-        return plain(name)
+        return plain(*args, **kwargs)
 
     _explicit_wins(mon, "phase", first_explicit_phase)
 
