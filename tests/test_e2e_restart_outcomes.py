@@ -9,7 +9,8 @@ torchrun jobs (4 gloo ranks on CPU, a real agent and coordinator).
   and the job finishes. The timeline shows the cause and the recovery.
 - A rank OOM-killed inside a memory-limited cgroup (the job's "container"):
   the finding says SIGKILL and OOM-killed by the kernel, with the cgroup counter
-  and the kernel's line. The same run's script uses a plain init_process_group,
+  and the kernel's line. The same run's script uses a plain init_process_group
+  with the hook's restart-safe init turned off (WATCHDOG_RESTART_SAFE_INIT=0),
   so the restarted group fails at init: the restart ends as "restart failed"
   with each rank's fate and the policy escalates to an abort. Skipped, with the
   reason, where no memory cgroup can be created.
@@ -233,7 +234,8 @@ def test_an_oom_killed_rank_is_named_and_a_restart_that_cannot_come_back_escalat
             "--fault",
             "oom:2@15",
         ],
-        job_env={"WATCHDOG_FAULT_CGROUP": str(cg)},
+        # the hook makes a plain init restart-safe unless told not to: this run shows why it does
+        job_env={"WATCHDOG_FAULT_CGROUP": str(cg), "WATCHDOG_RESTART_SAFE_INIT": "0"},
     )
     try:
         stack.start()

@@ -154,7 +154,7 @@ class Generic(Side):
             during(self)
         if fails:
             if token is not None:
-                self.marks.exit(token)
+                self.marks.exit_failed(token)
             raise CollectiveFailed
         if async_op:
             work = FakeWork()

@@ -144,12 +144,19 @@ def test_async_op_exits_when_the_work_completes(mon):
     assert mon.errors == 0
 
 
-def test_a_collective_that_raises_propagates_and_is_marked_done(mon):
+def test_a_collective_that_raises_propagates_and_the_rank_is_seen_inside_it(mon):
+    """A rank that dies of a collective's error (a peer gone) must read as dead
+    inside that collective, not as one that never entered it (the culprit's
+    place): the header keeps "in #1, not completed"; the counters move on, so a
+    rank that catches the error and goes on is numbered right again."""
     with pytest.raises(Exception) as info:
         dist.all_reduce("not a tensor")
     assert "watchdog" not in repr(info.value)
     h = header(mon)
-    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (1, 1, 0)
+    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (1, 0, 1)
+    dist.all_reduce(torch.ones(1))
+    h = header(mon)
+    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OUTSTANDING]) == (2, 2, 0)
     assert mon.errors == 0
 
 
@@ -242,3 +249,25 @@ def test_disabling_restores_the_real_collectives(tmp_path, monkeypatch):
         assert torch.equal(t, torch.ones(2))
         assert mon.errors == 1 and header(mon).status == wire.Status.DISABLED
         assert dist.all_reduce is original
+
+
+@pytest.mark.filterwarnings("ignore:`torch.distributed.:FutureWarning")  # the deprecated names are the point
+@pytest.mark.parametrize(
+    ("name", "op"),
+    [
+        ("all_gather_into_tensor", CollOp.ALL_GATHER),
+        ("all_gather_single", CollOp.ALL_GATHER),  # FSDP2's in torch 2.13
+        ("reduce_scatter_tensor", CollOp.REDUCE_SCATTER),
+        ("reduce_scatter_single", CollOp.REDUCE_SCATTER),
+    ],
+)
+def test_tensor_all_gather_and_reduce_scatter_count_once_whatever_name_is_called(mon, name, op):
+    """torch 2.13's all_gather_into_tensor calls all_gather_single (patched too):
+    one call is one collective, never two."""
+    fn = getattr(dist, name, None)
+    if fn is None:
+        pytest.skip(f"torch {torch.__version__} has no {name}")
+    fn(torch.zeros(4), torch.ones(4))
+    h = header(mon)
+    assert (h[wire.H_COLL_SEQ], h[wire.H_COLL_DONE_SEQ], h[wire.H_COLL_OP]) == (1, 1, op)
+    assert h[wire.H_COLL_BYTES] == 16 and mon.errors == 0

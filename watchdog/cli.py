@@ -17,6 +17,10 @@ DISTRIBUTION = "rank-watchdog"
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("watchdog.agent.main", "per-host agent: reads rank slots, exports /metrics, reports to the coordinator"),
     "coordinator": ("watchdog.coordinator.main", "per-job coordinator: cluster view, detectors, journal"),
+    "run": (
+        "watchdog.hook.run_cli",
+        "run any launcher command (torchrun, srun, mpirun, python) with every rank monitored",
+    ),
     "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
     "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),

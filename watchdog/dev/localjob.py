@@ -22,6 +22,8 @@ from pathlib import Path
 
 from watchdog import procstart, wire
 
+WATCHDOG_RUN = (sys.executable, "-m", "watchdog.cli", "run", "--")  # TorchrunJob(prefix=...): zero-code mode
+
 # The example job ships inside the package (a checkout's examples/train_ddp.py
 # links to it), so ``watchdog demo`` works from an installed wheel. Its directory
 # has no __init__.py on purpose: py-spy names a file from the first directory up
@@ -178,6 +180,8 @@ class TorchrunJob:
     script_args: Sequence[str] = ()
     torchrun_args: Sequence[str] = ()
     env: dict = field(default_factory=dict)
+    # the command torchrun runs under, e.g. ``watchdog run --`` (it execs: torchrun keeps the pid)
+    prefix: Sequence[str] = ()
     proc: Process | None = None
 
     def start(self) -> TorchrunJob:
@@ -190,6 +194,7 @@ class TorchrunJob:
         )
         env.update(self.env)
         argv = [
+            *self.prefix,
             sys.executable,
             "-m",
             "torch.distributed.run",

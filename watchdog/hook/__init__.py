@@ -1,5 +1,8 @@
 """rank-watchdog's in-process hook: what a training rank records about itself.
 
+No code changes: ``watchdog run -- torchrun ... train.py`` instruments every rank
+(``watchdog.hook.auto``). By hand:
+
     from watchdog.hook import install
     mon = install()                      # reads RANK/WORLD_SIZE/WATCHDOG_* from the env
     mon.watch_ddp(ddp_model)             # times DDP's gradient all-reduce

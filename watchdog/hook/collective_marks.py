@@ -104,7 +104,7 @@ class CollectiveMarks:
     def go_quiet(self) -> None:
         """Entry points become no-ops: enter() then returns None and callers skip the exit."""
         self.quiet = True
-        for name in ("enter", "exit", "reset_groups"):
+        for name in ("enter", "exit", "exit_failed", "reset_groups"):
             setattr(self, name, nop)
 
     def enter(self, op: int, group: Any, nbytes: int):
@@ -179,6 +179,32 @@ class CollectiveMarks:
         except Exception as exc:
             self.on_error("collective", exc)
 
+    def exit_failed(self, token: tuple[GroupCounters, int]) -> None:
+        """The collective raised, or its work failed: the rank failed inside it.
+        The counters move on as for any exit (a caught error leaves the step's
+        accounting and the next collective's numbers right), but the header keeps
+        saying "in collective #k since t, not completed" until the next collective
+        rewrites it. A rank that dies of the error (a peer gone: "Connection reset
+        by peer") is then seen dead inside the collective it was waiting in, not as
+        one that never entered it: that would make it the culprit and spare the
+        rank that really failed (seen on real runs: a SIGKILLed rank spared, its
+        victims named)."""
+        try:
+            now = self._clock()
+            st, seq = token
+            with self._slot.lock:
+                out = self.outstanding
+                if out:
+                    out -= 1
+                    self.outstanding = out
+                    if not out:
+                        self.this_step_ns += now - self.span_start
+                if seq > st.done:
+                    st.done = seq
+                self._last_exit = now
+        except Exception as exc:
+            self.on_error("collective", exc)
+
     def exit_on_completion(self, work: Any, token: tuple) -> None:
         """Async work: mark the exit when its future completes (backend thread)."""
         try:
@@ -187,10 +213,18 @@ class CollectiveMarks:
             self.exit(token)
             return
         try:
-            fut.then(lambda _f: self.exit(token))
+            fut.then(lambda f: self._completed(f, token))
         except Exception as exc:
             self.exit(token)
             self.on_error("collective_future", exc)
+
+    def _completed(self, fut: Any, token: tuple) -> None:
+        try:
+            fut.value()  # completed: returns at once, or raises the work's error
+        except Exception:
+            self.exit_failed(token)
+            return
+        self.exit(token)
 
     def reset_groups(self, group: Any = None) -> None:
         """Forget sequence numbers: all of them, or one subgroup's (groups.py)."""

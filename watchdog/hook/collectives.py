@@ -21,10 +21,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.hook import initstore
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
 from watchdog.wire import H_SEQ, CollOp, PgState
 
@@ -36,8 +38,10 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
     "broadcast": (CollOp.BROADCAST, "tensor", False),
     "all_gather": (CollOp.ALL_GATHER, "tensor", False),
     "all_gather_into_tensor": (CollOp.ALL_GATHER, "input_tensor", False),
+    "all_gather_single": (CollOp.ALL_GATHER, "input_tensor", False),  # FSDP2's (torch >= 2.13)
     "reduce_scatter": (CollOp.REDUCE_SCATTER, "input_list", True),
     "reduce_scatter_tensor": (CollOp.REDUCE_SCATTER, "input", False),
+    "reduce_scatter_single": (CollOp.REDUCE_SCATTER, "input", False),  # FSDP2's (torch >= 2.13)
     "barrier": (CollOp.BARRIER, None, False),
     "all_to_all": (CollOp.ALL_TO_ALL, "input_tensor_list", True),
     "all_to_all_single": (CollOp.ALL_TO_ALL, "input", False),
@@ -47,6 +51,21 @@ SPECS: dict[str, tuple[CollOp, str | None, bool]] = {
     "send": (CollOp.SEND, "tensor", False),
     "recv": (CollOp.RECV, "tensor", False),
 }
+
+
+# Deprecated names that newer torch implements by calling the new one (through the
+# module global, which we patch too): wrapping both would count each call twice.
+DELEGATES = {"all_gather_into_tensor": "all_gather_single", "reduce_scatter_tensor": "reduce_scatter_single"}
+
+
+def delegates(fn: Callable, name: str, module: Any) -> bool:
+    """``fn`` (collective ``name``) only calls another collective we patch."""
+    target = DELEGATES.get(name)
+    try:
+        code = getattr(inspect.unwrap(fn), "__code__", None)  # under torch's logging/deprecation decorators
+    except ValueError:
+        code = None
+    return target is not None and getattr(module, target, None) is not None and target in getattr(code, "co_names", ())
 
 
 class Sink:
@@ -150,7 +169,7 @@ def make_collective_wrapper(
         try:
             ret = orig(*args, **kwargs) if kwargs else orig(*args)
         except BaseException:
-            m.exit((st, seq))
+            m.exit_failed((st, seq))
             raise
         if ret is not None and work_type is not None and isinstance(ret, work_type):
             m.exit_on_completion(ret, (st, seq))
@@ -245,13 +264,14 @@ def patch(mon: Any) -> None:
 
     for name, (op, size_arg, is_list) in SPECS.items():
         orig = getattr(c10d, name, None) or getattr(dist, name, None)
-        if orig is None or getattr(orig, "_watchdog_wrapper", False):
+        if orig is None or getattr(orig, "_watchdog_wrapper", False) or delegates(orig, name, c10d):
             continue
         install(name, make_wrapper(orig, op, size_arg, is_list, sink, work_type), orig)
 
     init = getattr(c10d, "init_process_group", None)
     if init is not None and not getattr(init, "_watchdog_wrapper", False):
-        install("init_process_group", _wrap_init(init, sink), init)
+        restart_safe = bool(getattr(getattr(mon, "config", None), "restart_safe_init", False))
+        install("init_process_group", _wrap_init(init, sink, restart_safe), init)
     destroy = getattr(c10d, "destroy_process_group", None)
     if destroy is not None and not getattr(destroy, "_watchdog_wrapper", False):
         install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
@@ -267,14 +287,24 @@ def patch(mon: Any) -> None:
         rec.set_pg(PgState.JOINED)
 
 
-def _wrap_init(orig: Callable, sink: Sink) -> Callable:
+def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callable:
+    """``restart_safe``: a default init under torchrun runs on a store scoped to
+    the restart attempt (``initstore``); a failure to plan that is the hook's
+    (counted, and the call goes through as given)."""
+
     def init_process_group(*args, **kwargs):
         r = sink.recorder
         if r is None:
             return orig(*args, **kwargs)
         r.set_pg(PgState.INITIALIZING)
+        scoped = None
+        if restart_safe:
+            try:
+                scoped = initstore.plan(orig, args, kwargs, os.environ)
+            except Exception as exc:
+                r.on_error("restart_safe_init", exc)
         try:
-            ret = orig(*args, **kwargs)
+            ret = orig(**initstore.rendezvous(scoped)) if scoped is not None else orig(*args, **kwargs)
         except BaseException:
             r.set_pg(PgState.NONE)
             raise

@@ -1,8 +1,9 @@
 """The hook's configuration: read once at install, frozen, validated loudly.
 
 Precedence: keyword overrides to ``install()`` > environment > defaults. torchrun
-provides RANK / LOCAL_RANK / WORLD_SIZE / TORCHELASTIC_*; without them the process
-is a single rank (0 of 1). An empty environment variable counts as unset (shells
+provides RANK / LOCAL_RANK / WORLD_SIZE / TORCHELASTIC_*; without them, Open MPI,
+PMI and Slurm's own variables say where the process is (``launcher``); without
+any, the process is a single rank (0 of 1). An empty environment variable counts as unset (shells
 and launchers export empty values more often than they mean them).
 
 Every bad value raises ValueError naming the variable (or the keyword), because
@@ -16,11 +17,12 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 
 from watchdog import flags, rundir, wire
+from watchdog.hook import launcher
 
 log = logging.getLogger("watchdog.hook")
 
@@ -43,6 +45,8 @@ class HookConfig:
     heartbeat_interval_s: float = 0.5
     auto_step: bool = False
     patch_collectives: bool = True
+    # torchrun: init_process_group on the elastic agent's store scoped to the restart attempt
+    restart_safe_init: bool = True
     max_errors: int = 100  # caught hook errors before the monitor turns itself off
 
     @property
@@ -69,6 +73,7 @@ ENV = {
     "heartbeat_interval_s": "WATCHDOG_HEARTBEAT_INTERVAL_S",
     "auto_step": "WATCHDOG_AUTO_STEP",
     "patch_collectives": "WATCHDOG_PATCH_COLLECTIVES",
+    "restart_safe_init": "WATCHDOG_RESTART_SAFE_INIT",
     "max_errors": None,
 }
 FIELDS = tuple(f.name for f in fields(HookConfig))
@@ -147,6 +152,11 @@ def _raw_values(env: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[st
             old = next((o for o in flags.OLD_ENV[_SHARED[name]] if env.get(o, "").strip() != ""), None)
             if old is not None:
                 out[name] = (env[old], old)
+    launch = launcher.detect(env)  # srun / mpirun: their variables where RANK & co. are absent
+    for name in ("rank", "local_rank", "world_size"):
+        found = getattr(launch, name)
+        if name not in out and found is not None:
+            out[name] = found
     return out
 
 
@@ -168,7 +178,14 @@ def is_enabled(env: Mapping[str, str], overrides: Mapping[str, Any]) -> bool:
     return _convert(raw, "enabled", True)
 
 
-def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> HookConfig:
+def load_config(
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    agree: Callable[[Mapping[str, str]], str | None] | None = None,
+) -> HookConfig:
+    """``agree(env)``: asked for a job id only when nothing names the job and
+    torchrun's run id is its shared default ``none`` (``watchdog.hook.jobid.agree``
+    at install; None keeps the default name)."""
     env = os.environ if env is None else env
     raw = _raw_values(env, overrides or {})
     d = HookConfig()
@@ -177,8 +194,12 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     def blame(name: str) -> str:
         return raw[name][1] if name in raw else name
 
-    if "job" not in raw and v["run_id"]:
-        v["job"] = v["run_id"]  # torchrun's run id names the job unless WATCHDOG_JOB_NAME does
+    if "job" not in raw:  # the launcher's job id names the job unless WATCHDOG_JOB_NAME does
+        found = launcher.job_id(env)
+        if found is None and agree is not None and launcher.needs_agreement(env):
+            found = agree(env)
+        if found:
+            v["job"] = found
     if not v["run_dir"]:
         v["run_dir"] = default_run_dir(env)
         note = rundir.fallback_note(v["run_dir"])

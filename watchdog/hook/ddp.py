@@ -55,14 +55,19 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
         try:
             fut = inner(st, bucket)
         except BaseException:
-            marks.exit(token)
+            marks.exit_failed(token)
             raise
         finally:
             marks.suppress_tid = prev
 
         def done(f: Any):
+            try:
+                value = f.value()
+            except BaseException:  # re-raised into DDP, as without us; the rank failed inside the bucket
+                marks.exit_failed(token)
+                raise
             marks.exit(token)
-            return f.value()  # re-raises the bucket's error into DDP, as without us
+            return value
 
         try:
             return fut.then(done)
@@ -71,4 +76,5 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
             marks.on_error("ddp", exc)
             return fut
 
+    watchdog_comm_hook._watchdog_comm_hook = True  # type: ignore[attr-defined]  # zero-code mode: ours, not the user's
     model.register_comm_hook(state, watchdog_comm_hook)

@@ -20,7 +20,7 @@ from typing import Any
 
 from watchdog import wire
 from watchdog.hook import config as _config
-from watchdog.hook import crashrecord, slotfile
+from watchdog.hook import crashrecord, jobid, launcher, slotfile
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
 from watchdog.hook.slotwriter import SlotWriter
@@ -48,9 +48,16 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
     torch is installed; without torch it patches nothing and says so at debug
     level. Call it before init_process_group to see the group being joined."""
     global _active
+    running = _active
+    if running is not None and running._zero_code:
+        # under `watchdog run` the script's own install() gets the running monitor
+        # (explicit calls on it then win over the automatic ones: watchdog.hook.auto)
+        if overrides:
+            log.info("watchdog.hook install(%s) ignored: already installed by watchdog run", ", ".join(overrides))
+        return running
     if not _config.is_enabled(os.environ, overrides):
         return NULL_MONITOR
-    cfg = _config.load_config(os.environ, overrides)
+    cfg = _config.load_config(os.environ, overrides, agree=jobid.agree)
     if clock is not None and not callable(clock):
         raise ValueError(f"install(clock=...): {clock!r} is not callable")
     if cfg.auto_step:
@@ -68,10 +75,11 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
         _active = mon
         _register_process_hooks()
     log.info(
-        "watchdog.hook installed rank=%d local_rank=%d world_size=%d job=%s host=%s run_id=%s slot=%s "
-        "ring_capacity=%d heartbeat_interval_s=%g auto_step=%d patch_collectives=%d",
-        cfg.rank, cfg.local_rank, cfg.world_size, cfg.job, cfg.host, cfg.slot_run_id, mon.slot_path,
-        cfg.ring_capacity, cfg.heartbeat_interval_s, cfg.auto_step, cfg.patch_collectives,
+        "watchdog.hook installed rank=%d local_rank=%d world_size=%d launcher=%s job=%s host=%s run_id=%s "
+        "slot=%s ring_capacity=%d heartbeat_interval_s=%g auto_step=%d patch_collectives=%d restart_safe_init=%d",
+        cfg.rank, cfg.local_rank, cfg.world_size, launcher.detect(os.environ).launcher or "none", cfg.job,
+        cfg.host, cfg.slot_run_id, mon.slot_path, cfg.ring_capacity, cfg.heartbeat_interval_s, cfg.auto_step,
+        cfg.patch_collectives, cfg.restart_safe_init,
     )  # fmt: skip
     return mon
 

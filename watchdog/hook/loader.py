@@ -98,6 +98,16 @@ class TimedIterator:
     def __iter__(self) -> TimedIterator:
         return self
 
+    # The wrapped iterator's own attributes and length stay reachable (its bound
+    # ``__next__`` knows it): code that holds a DataLoader's iterator may use them.
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_next", "_rec"):  # not set yet (a half-built or copied object)
+            raise AttributeError(name)
+        return getattr(self._next.__self__, name)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self._next.__self__)  # type: ignore[attr-defined]
+
     def __next__(self):
         # Callables kept in slots are bound to locals before calling: CPython 3.11
         # does not specialise ``obj.slot_attr()`` and takes a generic lookup each time.

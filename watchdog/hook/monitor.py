@@ -71,6 +71,7 @@ class Monitor:
     """The live monitor of one rank. Create it with ``watchdog.hook.install()``."""
 
     enabled = True
+    _zero_code = False  # installed by `watchdog run` (watchdog.hook.auto): a script's install() returns it
 
     def __init__(
         self,

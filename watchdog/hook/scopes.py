@@ -80,4 +80,7 @@ class CollScope:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._token is not None:
-            self._marks.exit(self._token)
+            if exc_type is None:
+                self._marks.exit(self._token)
+            else:  # failed inside it (collective_marks.exit_failed)
+                self._marks.exit_failed(self._token)

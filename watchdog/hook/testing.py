@@ -19,10 +19,16 @@ from typing import Any
 
 from watchdog import wire
 from watchdog.hook import config as _config
+from watchdog.hook import launcher
 from watchdog.hook.slotwriter import SlotWriter
 
 # Variables install() reads (deprecated names included); clear them to test in a known environment.
-ENV_VARS = (*(var for var in _config.ENV.values() if var), *_config.OLD_ENV_VARS)
+ENV_VARS = (
+    *(var for var in _config.ENV.values() if var),
+    *_config.OLD_ENV_VARS,
+    *launcher.VARS,
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
 
 
 @contextmanager

@@ -1,0 +1,342 @@
+"""Zero-code instrumentation: what ``watchdog run`` turns on inside every rank.
+
+Each rank process of a command run by ``watchdog run`` imports our
+sitecustomize (``watchdog/hook/bootstrap``), which calls ``bootstrap()``:
+decide whether this process is a rank, ``install()``, then ``enable()``:
+
+  steps        torch's global optimizer-step post hook (every optimizer.step())
+  data waits   DataLoader.__iter__ hands out a timed iterator
+  collectives  torch.distributed's functions (install() patches them), and DDP's
+               reducer: our comm hook is registered at the model's first forward,
+               around the user's own hook when the script registers one
+  checkpoints  torch.save and torch.distributed.checkpoint.save run inside
+               Phase.CHECKPOINT (when no phase is already open)
+  init         init_process_group (install() wraps it; restart-safe under torchrun)
+
+Explicit calls win and nothing is counted twice. A script that calls install()
+itself gets this monitor back; its first ``mon.step()`` removes the optimizer
+hook (absorbing an automatic step already taken in that iteration, so the
+counts match a run without ``watchdog run``); its first ``wrap_loader`` removes
+the DataLoader patch; its first ``phase()`` the save phases; ``watch_ddp`` on a
+model already hooked does nothing.
+
+Which processes are ranks (``rank_reason``, pure): one that a launcher placed
+(RANK, OMPI_*, PMI_*, a Slurm step: ``watchdog.hook.launcher``), or the command
+itself when it is a plain ``python train.py``; never a launcher process
+(torchrun, accelerate, deepspeed: they would otherwise count as Slurm ranks
+under ``srun torchrun``), and never a child of a rank (spawned DataLoader
+workers inherit its RANK). Everything here is caught: a failure leaves the
+script running uninstrumented and says so once on stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from watchdog.hook import launcher
+from watchdog.wire import Phase
+
+log = logging.getLogger("watchdog.hook")
+
+ROOT_PID_ENV = "WATCHDOG_RUN_PID"  # `watchdog run` execs the command: this is its pid
+RANK_PID_ENV = "WATCHDOG_RUN_RANK_PID"  # set by an instrumented rank; its children inherit it
+LAUNCHER_MODULES = frozenset(
+    {
+        "torch.distributed.run",
+        "torch.distributed.launch",
+        "accelerate.commands.launch",
+        "accelerate.commands.accelerate_cli",
+        "deepspeed.launcher.runner",
+        "deepspeed.launcher.launch",
+    }
+)
+LAUNCHER_SCRIPTS = frozenset({"torchrun", "accelerate", "accelerate-launch", "deepspeed"})
+_CHECKPOINT = int(Phase.CHECKPOINT)
+
+
+def is_launcher(argv: Sequence[str]) -> bool:
+    """``sys.orig_argv`` of a launcher process (``python -m torch.distributed.run``, ``torchrun``)."""
+    args = list(argv[1:])
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
+        args.pop(0)  # interpreter options (-u, -X x is rare enough to ignore)
+    if len(args) >= 2 and args[0] == "-m":
+        return args[1] in LAUNCHER_MODULES
+    return bool(args) and os.path.basename(args[0]) in LAUNCHER_SCRIPTS
+
+
+def rank_reason(env: Mapping[str, str], argv: Sequence[str], pid: int) -> str | None:
+    """Why this process is a rank to instrument, or None."""
+    if env.get(RANK_PID_ENV, "").strip() not in ("", str(pid)):
+        return None  # a child of an instrumented rank (spawned loader worker, subprocess)
+    if is_launcher(argv):
+        return None
+    found = launcher.detect(env).launcher
+    if found:
+        return found
+    return "command" if env.get(ROOT_PID_ENV, "").strip() == str(pid) else None
+
+
+def bootstrap(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> Any:
+    """Called from the sitecustomize ``watchdog run`` puts first on PYTHONPATH.
+    Returns the monitor, or None when this process is not a rank. Never raises."""
+    try:
+        env = os.environ if env is None else env
+        argv = getattr(sys, "orig_argv", sys.argv) if argv is None else argv
+        reason = rank_reason(env, argv, os.getpid())
+        if reason is None:
+            return None
+        from watchdog.hook import lifecycle
+
+        mon = lifecycle.install()
+        if not mon.enabled:
+            return None
+        os.environ[RANK_PID_ENV] = str(os.getpid())
+        enable(mon)
+        log.info("watchdog.hook zero-code instrumentation on (%s)", reason)
+        return mon
+    except Exception as exc:  # the script runs, unmonitored; say so once
+        print(f"watchdog run: this process is not monitored: {exc!r}", file=sys.stderr)
+        return None
+
+
+def enable(mon: Any) -> None:
+    """Turn every automatic source on for ``mon``; each one alone, so one that
+    fails (a torch API that moved) is counted and the others still work."""
+    mon._zero_code = True
+    for name, fn in (("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves)):
+        try:
+            fn(mon)
+        except ImportError:
+            log.debug("watchdog.hook %s: torch part not importable", name)
+        except Exception as exc:
+            mon._fail(name, exc)
+
+
+def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> None:
+    """Route the monitor's ``name`` through ``first`` once: it puts the plain
+    method back (no cost afterwards), undoes the automatic source, then answers."""
+    plain = getattr(mon, name)
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        setattr(mon, name, plain)
+        return first(plain, *args, **kwargs)
+
+    setattr(mon, name, once)
+
+
+def _steps(mon: Any) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    rec = mon.recorder
+    before = rec.steps  # no counter of our own on the hot path: the recorder's count says it
+
+    def watchdog_auto_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        rec.step()  # looked up per call: a quiet recorder's step is a no-op
+
+    handle = register_optimizer_step_post_hook(watchdog_auto_step)
+    mon._undo.append(handle.remove)
+
+    def first_explicit_step(plain: Callable, *args: Any, **kwargs: Any) -> None:
+        handle.remove()
+        if rec.steps == before:
+            plain(*args, **kwargs)
+        # else: the optimizer hook already ended this iteration's step: counted once (its
+        # loss is dropped rather than stored against the next step)
+
+    _explicit_wins(mon, "step", first_explicit_step)
+
+
+def _data(mon: Any) -> None:
+    from torch.utils.data import DataLoader
+
+    from watchdog.hook.loader import TimedIterator
+
+    rec = mon.recorder
+    orig = DataLoader.__iter__
+    set_batch = getattr(rec, "set_batch", None)  # the per-rank batch for batch_changed, where recorded
+
+    def __iter__(self: Any) -> Any:
+        if set_batch is not None:
+            size = getattr(self, "batch_size", None)
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                set_batch(size)
+        return TimedIterator(orig(self), rec)
+
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+
+    def undo() -> None:
+        if DataLoader.__iter__ is __iter__:
+            DataLoader.__iter__ = orig  # type: ignore[method-assign]
+
+    mon._undo.append(undo)
+
+    def first_explicit_wrap(plain: Callable, iterable: Any, *args: Any, **kwargs: Any) -> Any:
+        undo()  # the script times its own loader: ours would count every wait twice
+        return plain(iterable, *args, **kwargs)
+
+    _explicit_wins(mon, "wrap_loader", first_explicit_wrap)
+
+
+def _ddp(mon: Any) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from watchdog.hook import ddp
+
+    marks = mon.recorder.collectives
+    hooked: weakref.WeakSet = weakref.WeakSet()  # DDP models whose reducer has a hook (ours or a builtin)
+    orig_init, orig_register, orig_builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
+
+    def register_comm_hook(self: Any, state: Any, hook: Callable) -> None:
+        if getattr(hook, "_watchdog_comm_hook", False) or marks.quiet:
+            orig_register(self, state, hook)
+        else:  # the script's own hook: time it (ours wraps it and comes back through here)
+            ddp.register(marks, self, hook=hook, state=state)
+        hooked.add(self)
+
+    def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
+        orig_builtin(self, comm_hook_type)
+        hooked.add(self)  # C++ only: not timed, but no second hook may be registered
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig_init(self, *args, **kwargs)
+        try:
+            holder: list = []
+
+            def first_forward(module: Any, inputs: Any) -> None:
+                holder[0].remove()
+                if module not in hooked and not marks.quiet:
+                    try:
+                        ddp.register(marks, module)
+                    except Exception as exc:
+                        mon._fail("auto_ddp", exc)
+
+            holder.append(self.register_forward_pre_hook(first_forward))
+        except Exception as exc:
+            mon._fail("auto_ddp", exc)
+
+    DDP.__init__ = __init__  # type: ignore[method-assign]
+    DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+    DDP._register_builtin_comm_hook = _register_builtin_comm_hook  # type: ignore[method-assign]
+
+    def undo() -> None:
+        for name, orig, ours in (
+            ("__init__", orig_init, __init__),
+            ("register_comm_hook", orig_register, register_comm_hook),
+            ("_register_builtin_comm_hook", orig_builtin, _register_builtin_comm_hook),
+        ):
+            if getattr(DDP, name) is ours:
+                setattr(DDP, name, orig)
+
+    mon._undo.append(undo)
+
+    def explicit_watch_ddp(plain: Callable, model: Any, **kwargs: Any) -> None:
+        _explicit_wins(mon, "watch_ddp", explicit_watch_ddp)  # every call: the model decides
+        if model in hooked:
+            return  # already timed (our automatic hook, or the script's own wrapped)
+        plain(model, **kwargs)
+
+    _explicit_wins(mon, "watch_ddp", explicit_watch_ddp)
+
+
+def _saves(mon: Any) -> None:
+    """torch.save now; torch.distributed.checkpoint's save when (if) the script
+    imports it (importing it here would cost every rank ~0.8 s)."""
+    import torch
+    import torch.serialization
+
+    rec = mon.recorder
+    patched: list[tuple[Any, str, Any, Any]] = []
+
+    def as_checkpoint(orig: Callable) -> Callable:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            if rec.quiet or rec._phase_stack:  # a phase is open (the script's own): it wins
+                return orig(*args, **kwargs)
+            rec.phase_enter(_CHECKPOINT)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                rec.phase_exit()
+
+        save.__wrapped__ = orig  # type: ignore[attr-defined]
+        save.__doc__, save.__name__ = orig.__doc__, orig.__name__
+        return save
+
+    def patch(module: Any, name: str) -> None:
+        orig = getattr(module, name, None)
+        if orig is not None and not hasattr(orig, "_watchdog_save"):
+            ours = as_checkpoint(orig)
+            ours._watchdog_save = True  # type: ignore[attr-defined]
+            setattr(module, name, ours)
+            patched.append((module, name, orig, ours))
+
+    save = torch.save
+    patch(torch.serialization, "save")
+    if torch.save is save:
+        torch.save = torch.serialization.save
+        patched.append((torch, "save", save, torch.save))
+
+    def dcp_loaded(module: Any) -> None:
+        patch(module, "save")
+
+    unhook = after_import("torch.distributed.checkpoint.state_dict_saver", dcp_loaded)
+
+    def undo() -> None:
+        unhook()
+        for module, name, orig, ours in reversed(patched):
+            if getattr(module, name, None) is ours:
+                setattr(module, name, orig)
+
+    mon._undo.append(undo)
+
+    def first_explicit_phase(plain: Callable, *args: Any, **kwargs: Any) -> Any:
+        undo()  # the script marks its own phases: exactly those
+        return plain(*args, **kwargs)
+
+    _explicit_wins(mon, "phase", first_explicit_phase)
+
+
+def after_import(name: str, then: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``then(module)`` once module ``name`` has executed (now, if it already
+    has). Returns a function that cancels the wait."""
+    if name in sys.modules:
+        then(sys.modules[name])
+        return lambda: None
+    import importlib.abc
+    import importlib.machinery
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+            if fullname != name:
+                return None
+            cancel()
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            exec_module = loader.exec_module
+
+            def exec_then(module: Any) -> None:
+                exec_module(module)
+                try:
+                    then(module)
+                except Exception as exc:
+                    log.debug("watchdog.hook after-import %s failed: %r", name, exc)
+
+            loader.exec_module = exec_then
+            return spec
+
+    finder = Finder()
+
+    def cancel() -> None:
+        try:
+            sys.meta_path.remove(finder)
+        except ValueError:
+            pass
+
+    sys.meta_path.insert(0, finder)
+    return cancel
