@@ -43,6 +43,8 @@ class HookConfig:
     heartbeat_interval_s: float = 0.5
     auto_step: bool = False
     patch_collectives: bool = True
+    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flightrecorder)
+    flight_recorder: bool = True
     max_errors: int = 100  # caught hook errors before the monitor turns itself off
 
     @property
@@ -69,6 +71,7 @@ ENV = {
     "heartbeat_interval_s": "WATCHDOG_HEARTBEAT_INTERVAL_S",
     "auto_step": "WATCHDOG_AUTO_STEP",
     "patch_collectives": "WATCHDOG_PATCH_COLLECTIVES",
+    "flight_recorder": "WATCHDOG_FLIGHT_RECORDER",
     "max_errors": None,
 }
 FIELDS = tuple(f.name for f in fields(HookConfig))

@@ -44,6 +44,9 @@ REC_BYTES = wire.RECORD_WORDS * WORD
 # wire.init_slot writes: the slot is little-endian and so are the hosts). The
 # record's last words are reserved: init_slot zeroed them and nobody writes them.
 pack_record = struct.Struct("11q").pack_into
+# The whole record, for the kinds that use the words after R_G (COLL_SIG): cold
+# path, written by the hook's background thread.
+pack_wide = struct.Struct("16q").pack_into
 
 if (R_INDEX, R_KIND, R_T_NS, R_STEP, R_A, R_G) != (0, 1, 2, 3, 4, 10):  # pragma: no cover
     raise ImportError("watchdog.hook.slotwriter: wire record layout changed; update pack_record")
@@ -111,6 +114,27 @@ class SlotWriter:
         head += 1
         self._words[H_RING_HEAD] = head
         self._head = head
+
+    def append_wide(self, kind: int, t_ns: int, step: int, payload: tuple[int, ...]) -> None:
+        """Inside a bracket: like ``append`` with all twelve payload words (R_A ..
+        R_L; fewer are zero-filled)."""
+        if len(payload) > wire.RECORD_WORDS - 4:
+            raise ValueError(f"a record holds {wire.RECORD_WORDS - 4} payload words, got {len(payload)}")
+        head = self._head
+        words = (*payload, *(0,) * (wire.RECORD_WORDS - 4 - len(payload)))
+        pack_wide(self._words, self._ring0 + (head % self._cap) * REC_BYTES, head, kind, t_ns, step, *words)
+        head += 1
+        self._words[H_RING_HEAD] = head
+        self._head = head
+
+    def write_wide(self, records: Iterable[tuple[int, int, int, tuple[int, ...]]]) -> None:
+        """The cold path: append wide records ``(kind, t_ns, step, payload)``, in one bracket."""
+        self.begin()
+        try:
+            for kind, t_ns, step, payload in records:
+                self.append_wide(kind, t_ns, step, payload)
+        finally:
+            self.end()
 
     def write(self, words: Iterable[tuple[int, int]] = (), record: tuple | None = None) -> None:
         """The cold path: store header words (index, value) and append at most one
