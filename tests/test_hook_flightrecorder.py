@@ -4,7 +4,6 @@ and that it degrades cleanly when FR is absent or its dump changes shape."""
 from __future__ import annotations
 
 import json
-import pickle
 import sys
 import types
 
@@ -170,7 +169,7 @@ def test_a_dump_that_raises_turns_the_source_off():
 
 def test_absent_flight_recorder_is_looked_for_quietly(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", types.ModuleType("old_c10d"))
-    assert flightrecorder.json_dumper() is None and flightrecorder.pickle_dumper() is None
+    assert flightrecorder.json_dumper() is None
     src = FlightRecorderSource(flightrecorder.json_dumper, Sink(), FakeClock(), lambda: 0)
     assert src.poll() == 0 and not src.broken  # torch may still be imported later
 
@@ -204,7 +203,7 @@ def test_real_gloo_collectives_reach_the_slot(gloo_mon):
     assert sigs[-1][1] == sigs[-2][1] + 1  # FR's per-group sequence
 
 
-def test_dump_on_request_is_the_pickle_the_analyzer_reads(gloo_mon):
+def test_dump_on_request_is_written_next_to_the_slot_by_the_background_poll(gloo_mon):
     dist.all_reduce(torch.ones(4))
     path = gloo_mon.slot_path
     seq = wire.write_control(path, None, Command.DUMP_FLIGHT_RECORDER, 0)
@@ -212,7 +211,7 @@ def test_dump_on_request_is_the_pickle_the_analyzer_reads(gloo_mon):
     assert read_monitor(gloo_mon).header[wire.H_CTRL_ACK_SEQ] == seq
     assert read_monitor(gloo_mon).header[wire.H_CTRL_ACK_RESULT] == control.ACK_OK
     with open(wire.fr_dump_filename(path), "rb") as f:
-        dump = pickle.load(f)
+        dump = json.load(f)  # JSON, never a pickle: the agent reads it
     assert {"entries", "version", "pg_config"} <= set(dump)
     assert dump["entries"][-1]["profiling_name"] == "gloo:all_reduce"
 

@@ -223,14 +223,6 @@ def json_dumper() -> Callable[[], bytes] | None:
     return lambda: fn(includeCollectives=True, onlyActive=False)
 
 
-def pickle_dumper() -> Callable[[], bytes] | None:
-    """The FR pickle dump, the per-rank file PyTorch's analyzer (fr_trace) reads."""
-    fn = getattr(_c10d(), "_dump_fr_trace", None)
-    if not callable(fn):
-        return None
-    return lambda: fn(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-
-
 class FlightRecorderSource:
     """Finds FR (``find``: ``json_dumper``) and reads it on each ``poll`` (background thread) and writes the collectives it
     has not written yet, or whose state moved, as COLL_SIG records through

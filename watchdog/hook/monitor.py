@@ -272,9 +272,10 @@ class Monitor:
         self._ack(req, control.ACK_REJECTED)
 
     def _dump_flight_recorder(self) -> int:
-        """Heartbeat thread: write this rank's FR pickle next to the slot (whole
-        or not at all), for the agent to collect as evidence."""
-        dump = flightrecorder.pickle_dumper()
+        """Heartbeat thread: write this rank's FR dump (JSON: the agent never
+        unpickles a rank's file) next to the slot, whole or not at all, for the
+        agent to collect as evidence."""
+        dump = flightrecorder.json_dumper()
         if dump is None or self.slot_path is None or not getattr(self.config, "flight_recorder", True):
             return control.ACK_NO_HANDLER
         try:
