@@ -150,6 +150,10 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 #                   too), C CollOp, D elements over all inputs, E DType, F CollState,
 #                   G first input's shape (pack_shape), H created, I started,
 #                   J completed (0 = not yet), K the Clock of H..J, L inputs
+# COMPLETION payload: when the accelerator reached a marker queued after a
+#                   collective or a step (watchdog.hook.completion): A what (1
+#                   collective, 2 step), B group key, C seq (or step), D enqueued
+#                   (Clock.MONOTONIC), E completed, F the Clock of E
 
 
 class Status(enum.IntEnum):
@@ -207,6 +211,7 @@ class RecordKind(enum.IntEnum):
     CONTROL = 4
     ERROR = 5
     COLL_SIG = 6
+    COMPLETION = 7
 
 
 class Clock(enum.IntEnum):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog import wire
-from watchdog.hook import control, flightrecorder
+from watchdog.hook import completion, control, flightrecorder
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -61,6 +61,7 @@ _QUIET = {
     "set_step": NULL_MONITOR.set_step,
     "_poll_control": nop,
     "_poll_flight": nop,
+    "_poll_completions": nop,
 }
 
 
@@ -118,7 +119,10 @@ class Monitor:
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
         )
-        self._poll_flight = self.flight.poll if getattr(config, "flight_recorder", True) else nop
+        self._poll_flight: Callable[[], object] = self.flight.poll if getattr(config, "flight_recorder", True) else nop
+        # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
+        self.completions: completion.CompletionTracker | None = None
+        self._poll_completions: Callable[[], object] = nop
         self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
 
     # -- public API ----------------------------------------------------------------
@@ -238,9 +242,29 @@ class Monitor:
 
     # -- background (heartbeat thread) ---------------------------------------------
 
+    def use_completions(self, source: completion.CompletionSource) -> None:
+        """Track when the accelerator reaches each collective and step boundary
+        (install: a CUDA event source when a GPU is there; tests: a fake). Before
+        collectives are patched, so the patch can add the marker."""
+        tracker = completion.CompletionTracker(source, self.slot.write_wide, self._clock)
+        self.completions = tracker
+        self._poll_completions = tracker.poll
+        step = self.recorder.step
+        rec = self.recorder
+
+        def step_and_mark(loss: float | None = None) -> None:
+            step(loss)
+            try:
+                tracker.submit(completion.STEP, 0, rec.steps, rec.steps)
+            except Exception as exc:
+                self._fail("completion", exc)
+
+        self.step = step_and_mark  # type: ignore[method-assign]
+
     def _poll_background(self) -> None:
         self._poll_control()
         self._poll_flight()
+        self._poll_completions()
 
     # -- control (agent -> hook) -------------------------------------------------
 
