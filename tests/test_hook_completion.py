@@ -50,7 +50,7 @@ def test_a_later_marker_never_resolves_before_an_earlier_one():
 
 
 def test_a_wedged_accelerator_cannot_grow_memory():
-    tr, src, _, _ = tracker(max_in_flight=4)
+    tr, _, _, _ = tracker(max_in_flight=4)
     for seq in range(10):
         tr.submit(COLLECTIVE, 0, seq, 0)
     assert tr.in_flight == 4 and tr.dropped == 6
