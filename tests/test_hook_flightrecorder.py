@@ -196,7 +196,7 @@ def gloo_mon(tmp_path, monkeypatch):
 def test_real_gloo_collectives_reach_the_slot(gloo_mon):
     dist.all_reduce(torch.ones(2, 3))
     dist.broadcast(torch.zeros(5, dtype=torch.int64), 0)
-    assert gloo_mon.flight.poll() >= 2 and not gloo_mon.flight.broken
+    assert gloo_mon.flight.poll(force=True) >= 2 and not gloo_mon.flight.broken
     sigs = [r.payload for r in records_of(read_monitor(gloo_mon), RecordKind.COLL_SIG)]
     last = [(p[0], CollOp(p[2]), p[3], wire.DTYPES[p[4]], wire.unpack_shape(p[6])) for p in sigs[-2:]]
     assert last == [(0, CollOp.ALL_REDUCE, 6, "float32", (2, 3)), (0, CollOp.BROADCAST, 5, "int64", (5,))]
@@ -228,3 +228,56 @@ def test_off_by_configuration_nothing_is_read(tmp_path, monkeypatch):
             assert not records_of(read_monitor(mon), RecordKind.COLL_SIG)
         finally:
             dist.destroy_process_group()
+
+
+def test_reads_are_held_to_a_share_of_wall_time():
+    """A read of a full ring costs tens of ms holding the GIL part of the time: the
+    next waits cost / DUTY, except when forced (exit, crash, a dump request)."""
+    clock = FakeClock(0)
+    calls = []
+
+    def dump():
+        calls.append(clock())
+        clock.advance(10_000_000)  # this read took 10 ms
+        return dump_of(REAL)
+
+    src = FlightRecorderSource(lambda: dump, Sink(), clock, lambda: 0)
+    src.poll()
+    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9) - 1_000)
+    assert src.poll() == 0 and len(calls) == 1  # still inside the budget
+    src.poll(force=True)
+    assert len(calls) == 2
+    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9))
+    src.poll()
+    assert len(calls) == 3
+
+
+def test_a_rank_waiting_in_a_collective_reads_at_once_within_the_budget(tmp_path, monkeypatch):
+    """Once per wait longer than STUCK_READ_NS, whatever the budget says: that
+    is the hang the coordinator will want the Flight Recorder for."""
+    from watchdog.hook import monitor
+
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    clock = FakeClock()
+    calls = []
+
+    def dump():
+        calls.append(clock())
+        clock.advance(10_000_000)  # 10 ms a read: the budget then holds the next for 5 s
+        return dump_of(REAL)
+
+    with installed(tmp_path, clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        mon.flight._find, mon.flight._dump = (lambda: dump), None
+        mon._poll_background()
+        n = len(calls)
+        with mon.collective("all_reduce"):
+            clock.advance(monitor.STUCK_READ_NS // 2)
+            mon._poll_background()
+            assert len(calls) == n  # a short wait: the budget rules
+            clock.advance(monitor.STUCK_READ_NS)
+            mon._poll_background()
+            assert len(calls) == n + 1  # stuck: read now
+            clock.advance(monitor.STUCK_READ_NS)
+            mon._poll_background()
+            assert len(calls) == n + 1  # once per wait

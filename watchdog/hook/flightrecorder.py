@@ -40,6 +40,14 @@ log = logging.getLogger("watchdog.hook")
 # The newest entries written per read: a burst (a DDP bucket rebuild) must not
 # push a ring's worth of step records out of the slot.
 MAX_PER_POLL = 16
+# Share of wall time the reads may take. A read serialises the whole ring in C++
+# and parses it here, holding the GIL for part of it: ~70 ms for torch's default
+# 2,000 entries on this project's CPUs (benchmarks/flight_recorder_overhead.py),
+# so after each read the next waits cost / DUTY (35 s there; 0.5 s, the heartbeat,
+# for a ring of a few dozen). Reads at exit, on a crash and on request are not
+# held back.
+DUTY = 0.002
+MAX_SEEN = 8192  # (group, seq) remembered as written; more than FR's default ring of 2,000
 
 # FR's profiling_name is "<backend>:<op>" ("gloo:all_reduce", "nccl:_allgather_base",
 # "nccl:reduce_scatter_tensor_coalesced"): the op part, without underscores.
@@ -186,9 +194,14 @@ def entry(raw: Any) -> CollEntry | None:
     )
 
 
-def parse(raw: bytes | str) -> tuple[list[CollEntry], int]:
+def parse(raw: bytes | str, seen: dict[tuple[int, int], CollState] | None = None) -> tuple[list[CollEntry], int]:
     """(the entries understood, oldest first; how many were skipped). Raises
-    FlightRecorderChanged when the dump itself is not the object we know."""
+    FlightRecorderChanged when the dump itself is not the object we know.
+
+    ``seen``: (group, seq) -> state already written. The ring is scanned from its
+    newest entry back and stops at the first one seen in the same state: older
+    ones were written by an earlier read (collectives complete in order), so a
+    read parses only what is new."""
     try:
         obj = json.loads(raw)
     except ValueError as exc:
@@ -197,14 +210,17 @@ def parse(raw: bytes | str) -> tuple[list[CollEntry], int]:
         raise FlightRecorderChanged("flight recorder dump has no 'entries' list")
     out: list[CollEntry] = []
     skipped = 0
-    for e in obj.get("entries", []):
+    for e in reversed(obj.get("entries", [])):
         got = entry(e)
         if got is None:
             skipped += 1 if not (isinstance(e, dict) and e.get("is_p2p")) else 0
-        else:
-            out.append(got)
-    if skipped and not out:
+            continue
+        if seen is not None and seen.get((got.group, got.seq)) == got.state:
+            break
+        out.append(got)
+    if skipped and not out and not seen:
         raise FlightRecorderChanged(f"none of {skipped} flight recorder entries has the expected fields")
+    out.reverse()
     return out, skipped
 
 
@@ -250,18 +266,32 @@ class FlightRecorderSource:
         self._seen: dict[tuple[int, int], CollState] = {}
         self.written = 0
         self.skipped = 0
+        self.reads = 0
+        self.last_read_ns = 0  # what the last read cost
+        self.read_ns_total = 0
+        self._next_ns = 0  # no read before this (clock ns): the duty-cycle budget
         self.broken = ""  # why the source stopped; "" while it works
 
-    def poll(self) -> int:
-        """Records written by this call. Never raises."""
+    def poll(self, force: bool = False) -> int:
+        """Records written by this call. Never raises. Unless ``force``, skipped
+        until the duty-cycle budget allows the next read (see DUTY)."""
         if self.broken:
             return 0
         try:
+            t0 = self._clock()
+            if not force and t0 < self._next_ns:
+                return 0
             if self._dump is None:
                 self._dump = self._find()
                 if self._dump is None:
                     return 0
-            entries, skipped = parse(self._dump())
+            raw = self._dump()
+            entries, skipped = parse(raw, self._seen)
+            t1 = self._clock()
+            self.reads += 1
+            self.last_read_ns = t1 - t0
+            self.read_ns_total += t1 - t0
+            self._next_ns = t1 + int(self.last_read_ns / DUTY)
         except Exception as exc:  # an interface that moved, or a dump that failed
             self.broken = f"{type(exc).__name__}: {exc}"[:300]
             log.warning("watchdog.hook flight recorder unreadable, no longer read: %s", self.broken)
@@ -271,8 +301,12 @@ class FlightRecorderSource:
             entries = [e for e in entries if e.created_ns == 0 or e.created_ns >= self._since]
         seen = self._seen
         fresh = [e for e in entries if seen.get((e.group, e.seq)) != e.state][-self._per_poll :]
-        # Forget what FR no longer holds: memory stays the size of its ring.
-        self._seen = {(e.group, e.seq): e.state for e in entries}
+        for e in entries:
+            seen.pop((e.group, e.seq), None)
+            seen[(e.group, e.seq)] = e.state  # newest last: the oldest go first below
+        if len(seen) > MAX_SEEN:  # forget the oldest: FR's ring has long dropped them
+            for key in list(seen)[: len(seen) - MAX_SEEN // 2]:
+                del seen[key]
         if not fresh:
             return 0
         now, step = self._clock(), self._step()

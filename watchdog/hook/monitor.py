@@ -50,6 +50,9 @@ from watchdog.wire import (
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")
 
+# A collective wait this long gets a Flight Recorder read at once (see _read_flight_recorder).
+STUCK_READ_NS = 1_000_000_000
+
 # Methods replaced when the monitor goes quiet (closed, disabled, forked child).
 _QUIET = {
     "step": NULL_MONITOR.step,
@@ -119,7 +122,10 @@ class Monitor:
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
         )
-        self._poll_flight: Callable[[], object] = self.flight.poll if getattr(config, "flight_recorder", True) else nop
+        self._poll_flight: Callable[[], object] = (
+            self._read_flight_recorder if getattr(config, "flight_recorder", True) else nop
+        )
+        self._fr_forced_for = -1  # the collective wait a read was already forced for
         # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
         self.completions: completion.CompletionTracker | None = None
         self._poll_completions: Callable[[], object] = nop
@@ -236,11 +242,25 @@ class Monitor:
         since the last beat (a job that fails within milliseconds of a mismatched
         collective must still leave its shapes in the slot)."""
         try:
-            self._poll_flight()
+            if self._poll_flight is not nop:
+                self.flight.poll(force=True)
         except Exception:
             pass
 
     # -- background (heartbeat thread) ---------------------------------------------
+
+    def _read_flight_recorder(self) -> None:
+        """Within the read budget (flightrecorder.DUTY), except once per wait in a
+        collective that lasts STUCK_READ_NS: a hang is when the ranks' Flight
+        Recorders matter, and a training thread blocked in a collective loses
+        nothing to the read."""
+        m = self.recorder.collectives
+        since = m.span_start
+        if m.outstanding and since != self._fr_forced_for and self._clock() - since > STUCK_READ_NS:
+            self._fr_forced_for = since
+            self.flight.poll(force=True)
+        else:
+            self.flight.poll()
 
     def use_completions(self, source: completion.CompletionSource) -> None:
         """Track when the accelerator reaches each collective and step boundary
