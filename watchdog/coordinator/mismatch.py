@@ -24,11 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .view import SIZE_FREE_OPS as _SIZE_FREE
 from .view import ClusterView
 
-# Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,
-# point-to-point, a root's list): only the op itself is compared.
-_SIZE_FREE = frozenset({"all_to_all", "send", "recv", "gather", "scatter", "other"})
 # Signatures of one (group, seq) further apart than this are not one collective
 # (a restarted rank's numbering starting over next to an old incarnation's).
 SAME_COLLECTIVE_S = 300.0
@@ -53,11 +51,22 @@ Entry = tuple[tuple, str, float]  # (comparable signature, description, coordina
 
 
 def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
+    """Only the keys where some rank differs are built in full: one dict probe per
+    signature otherwise (4,096 ranks x 32 signatures is 131,072 of them a tick)."""
+    first: dict[tuple[int, int], tuple] = {}
+    differ: set[tuple[int, int]] = set()
+    for rv in view.ranks.values():
+        for key, sig, _ in rv.coll_keys:
+            f = first.setdefault(key, sig)
+            if f is not sig and f != sig:
+                differ.add(key)
     out: dict[tuple[int, int], dict[int, Entry]] = {}
+    if not differ:
+        return out
     for r, rv in view.ranks.items():
-        for c, at in rv.colls:
-            sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.elements, c.dtype)
-            out.setdefault((c.group, c.seq), {})[r] = (sig, c.describe(), at)
+        for (key, sig, at), (c, _) in zip(rv.coll_keys, rv.colls):
+            if key in differ:
+                out.setdefault(key, {})[r] = (sig, c.describe(), at)
     return out
 
 
@@ -98,7 +107,23 @@ def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str) -> Misma
     )
 
 
+# The last view judged and its answer: the view is immutable and several detectors
+# (health.analyze, dead_rank, collective_mismatch) ask about the same one each tick.
+_last: tuple[ClusterView | None, Mismatch | None] = (None, None)
+
+
 def find(view: ClusterView) -> Mismatch | None:
+    """``judge(view)``, remembered for the last view asked about."""
+    global _last
+    seen, answer = _last
+    if seen is view:
+        return answer
+    answer = judge(view)
+    _last = (view, answer)
+    return answer
+
+
+def judge(view: ClusterView) -> Mismatch | None:
     """The earliest mismatch that names a culprit, else the earliest that cannot;
     on a tie the Flight Recorder's (richer shapes). None when the ranks agree.
 

@@ -51,6 +51,9 @@ class FoldedRank:
     # The rank's recent collectives as its Flight Recorder saw them, each with its
     # creation time on the coordinator's clock, by (group, seq), at most COLL_HISTORY.
     colls: tuple[tuple[CollSig, float], ...] = ()
+    # The same, as ((group, seq), comparable signature, time): built once per report
+    # that brings new ones, so comparing thousands of ranks each tick stays cheap.
+    coll_keys: tuple[tuple[tuple[int, int], tuple, float], ...] = ()
 
     @property
     def rank(self) -> int:
@@ -234,9 +237,20 @@ def _fold_rank(
     if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
         rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss)))
     if s.recent_colls:
-        rv = replace(rv, colls=_fold_colls(rv.colls, s.recent_colls, now))
+        colls = _fold_colls(rv.colls, s.recent_colls, now)
+        rv = replace(rv, colls=colls, coll_keys=tuple(((c.group, c.seq), comparable(c), at) for c, at in colls))
     st = add_samples(rv.step_stats, s.recent_steps, cfg)
     return rv if st is rv.step_stats else replace(rv, step_stats=st)
+
+
+# Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,
+# point-to-point, a root's list): only the op itself is compared.
+SIZE_FREE_OPS = frozenset({"all_to_all", "send", "recv", "gather", "scatter", "other"})
+
+
+def comparable(c: CollSig) -> tuple:
+    """What must be equal on every rank at one (group, seq)."""
+    return (c.op,) if c.op in SIZE_FREE_OPS else (c.op, c.elements, c.dtype)
 
 
 def _fold_colls(
