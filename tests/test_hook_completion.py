@@ -87,3 +87,16 @@ def test_collectives_and_steps_get_markers_through_a_fake_source(tmp_path, monke
             assert all(p[4] == 123_456 and p[5] == wire.Clock.GPU_EVENT for p in recs)
         finally:
             dist.destroy_process_group()
+
+
+def test_a_source_that_raises_is_given_up_without_touching_training():
+    class Sticky(FakeCompletionSource):
+        def done(self, marker):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    src, sink = Sticky(), Sink()
+    tr = CompletionTracker(src, sink, FakeClock())
+    tr.submit(COLLECTIVE, 0, 1, 0)
+    assert tr.poll() == 0 and "illegal memory access" in tr.broken and tr.in_flight == 0
+    tr.submit(COLLECTIVE, 0, 2, 0)  # no more markers, no error
+    assert src.marked == 1 and tr.in_flight == 0

@@ -159,12 +159,21 @@ def test_a_dump_of_another_shape_turns_the_source_off_without_raising(raw):
     assert src.poll() == 0 and not sink.records  # stays off: the interface moved
 
 
-def test_a_dump_that_raises_turns_the_source_off():
-    def boom():
-        raise RuntimeError("c10d says no")
+def test_a_dump_that_raises_now_and_then_is_retried_and_one_that_keeps_raising_is_given_up():
+    results = [RuntimeError("group being torn down"), dump_of(REAL)] + [RuntimeError("c10d says no")] * 3
 
-    src = FlightRecorderSource(lambda: boom, Sink(), FakeClock(), lambda: 0)
-    assert src.poll() == 0 and "c10d says no" in src.broken
+    def dump():
+        r = results.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    sink = Sink()
+    src = FlightRecorderSource(lambda: dump, sink, FakeClock(), lambda: 0)
+    assert src.poll() == 0 and not src.broken
+    assert src.poll() == 2 and len(sink.records) == 2  # the next read works
+    assert [src.poll() for _ in range(3)] == [0, 0, 0]
+    assert "c10d says no" in src.broken and not results
 
 
 def test_absent_flight_recorder_is_looked_for_quietly(monkeypatch):

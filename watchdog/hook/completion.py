@@ -29,11 +29,14 @@ CPU-only machine never initialises CUDA), the Flight Recorder's own times
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from watchdog.wire import Clock, RecordKind
+
+log = logging.getLogger("watchdog.hook")
 
 COLLECTIVE, STEP = 1, 2  # COMPLETION record word A: what completed
 MAX_IN_FLIGHT = 1024  # markers kept; beyond, the oldest are counted as dropped
@@ -67,10 +70,25 @@ class CompletionTracker:
         self._lock = threading.Lock()
         self.resolved = 0
         self.dropped = 0
+        self.broken = ""  # why the source was given up ("" while it works)
+
+    def _give_up(self, exc: BaseException) -> None:
+        """A source that raises (a sticky CUDA error) is dropped, not retried every
+        step: the hook's own error budget is for the hook."""
+        self.broken = f"{type(exc).__name__}: {exc}"[:300]
+        with self._lock:
+            self._pending.clear()
+        log.warning("watchdog.hook completion source failed, no longer used: %s", self.broken)
 
     def submit(self, what: int, group: int, seq: int, step: int) -> None:
-        """Training thread: right after a collective returned (or a step ended)."""
-        marker = self.source.mark()
+        """Training thread: right after a collective returned (or a step ended). Never raises."""
+        if self.broken:
+            return
+        try:
+            marker = self.source.mark()
+        except Exception as exc:
+            self._give_up(exc)
+            return
         with self._lock:
             if len(self._pending) >= self._max:
                 self._pending.popleft()
@@ -97,7 +115,11 @@ class CompletionTracker:
                 if not self._pending:
                     break
                 what, group, seq, step, enq, marker = self._pending[0]
-            at = self.source.done(marker)
+            try:
+                at = self.source.done(marker)
+            except Exception as exc:
+                self._give_up(exc)
+                break
             if at is None:
                 break
             with self._lock:

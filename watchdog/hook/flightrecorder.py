@@ -47,6 +47,7 @@ MAX_PER_POLL = 16
 # for a ring of a few dozen). Reads at exit, on a crash and on request are not
 # held back.
 DUTY = 0.002
+MAX_FAILURES = 3  # dumps raising in a row before the reads stop
 MAX_SEEN = 8192  # (group, seq) remembered as written; more than FR's default ring of 2,000
 
 # FR's profiling_name is "<backend>:<op>" ("gloo:all_reduce", "nccl:_allgather_base",
@@ -271,6 +272,11 @@ class FlightRecorderSource:
         self.read_ns_total = 0
         self._next_ns = 0  # no read before this (clock ns): the duty-cycle budget
         self.broken = ""  # why the source stopped; "" while it works
+        self.failures = 0  # dumps that raised in a row
+
+    def _give_up(self, exc: BaseException) -> None:
+        self.broken = f"{type(exc).__name__}: {exc}"[:300]
+        log.warning("watchdog.hook flight recorder unreadable, no longer read: %s", self.broken)
 
     def poll(self, force: bool = False) -> int:
         """Records written by this call. Never raises. Unless ``force``, skipped
@@ -292,10 +298,15 @@ class FlightRecorderSource:
             self.last_read_ns = t1 - t0
             self.read_ns_total += t1 - t0
             self._next_ns = t1 + int(self.last_read_ns / DUTY)
-        except Exception as exc:  # an interface that moved, or a dump that failed
-            self.broken = f"{type(exc).__name__}: {exc}"[:300]
-            log.warning("watchdog.hook flight recorder unreadable, no longer read: %s", self.broken)
+        except FlightRecorderChanged as exc:  # the private interface moved: stop for good
+            self._give_up(exc)
             return 0
+        except Exception as exc:  # a dump that failed (a group being torn down): stop after a few in a row
+            self.failures += 1
+            if self.failures >= MAX_FAILURES:
+                self._give_up(exc)
+            return 0
+        self.failures = 0
         self.skipped += skipped
         if self._since:
             entries = [e for e in entries if e.created_ns == 0 or e.created_ns >= self._since]
