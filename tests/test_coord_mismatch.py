@@ -84,7 +84,9 @@ def test_hook_marks_name_the_odd_rank_when_the_flight_recorder_saw_nothing():
     """A crash within milliseconds: FR not read yet, but the patched all_reduce
     wrote op and bytes into the slot before calling gloo."""
     states = [
-        t.rank(r, collective=t.coll(seq=4, outstanding=1 if r == 1 else 0, nbytes=24 if r == 1 else 16))
+        t.rank(
+            r, world_size=WORLD, collective=t.coll(seq=4, outstanding=1 if r == 1 else 0, nbytes=24 if r == 1 else 16)
+        )
         for r in range(WORLD)
     ]
     (f,) = check(states)
@@ -174,3 +176,23 @@ def test_a_tie_in_the_flight_recorder_gives_way_to_hook_marks_that_name_the_odd_
     marks = {r: {"collective": t.coll(seq=9, outstanding=1, nbytes=4000 if r == 1 else 16)} for r in range(WORLD)}
     (f,) = check(job(colls, marks))
     assert f.ranks == (1,) and f.evidence["source"] == "hook"
+
+
+def test_signatures_arriving_rank_by_rank_never_accuse_early():
+    """Seen on a real run: the odd rank's signature and one healthy rank's arrived
+    first (a tie), the third a report later. Nothing until a majority of the
+    group agrees; then the odd rank."""
+    colls = history({1: {"elements": 6}})
+    early = job([colls[0], colls[1], colls[2][:-1]])  # rank 2 has not reported #4 yet
+    assert check(early) == []
+    (f,) = check(job(colls))
+    assert f.ranks == (1,)
+
+
+def test_two_odd_ranks_seen_before_the_usual_ones_are_not_taken_for_the_majority():
+    world = 5
+    colls = history({1: {"elements": 6}, 3: {"elements": 6}}, world=world)
+    partial = [c if r in (0, 1, 3) else c[:-1] for r, c in enumerate(colls)]  # 2 odd + 1 usual so far
+    assert check(job(partial)) == []
+    (f,) = check(job(colls))
+    assert f.ranks == (1, 3)

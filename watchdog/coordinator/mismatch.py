@@ -81,7 +81,12 @@ def _hook(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
     return out
 
 
-def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str) -> Mismatch | None:
+def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str, group_size: int) -> Mismatch | None:
+    """Culprits only when the usual signature is held by more than half of the
+    group: signatures arrive rank by rank, and a minority seen early (the odd rank
+    and one healthy one: a tie; two odd ranks and a healthy one: the wrong
+    majority) must never accuse. Short of that, the key waits for the other ranks;
+    once all are in with no majority, the mismatch is reported with no culprit."""
     if len(at_key) < 2:
         return None
     sigs = Counter(e[0] for e in at_key.values())
@@ -91,11 +96,13 @@ def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str) -> Misma
     if max(times) - min(times) > SAME_COLLECTIVE_S:
         return None
     (top, n_top), (_, n_next) = sigs.most_common(2)
-    if n_top > n_next:
+    if n_top > n_next and 2 * n_top > group_size:
         odd = tuple(sorted(r for r, e in at_key.items() if e[0] != top))
         usual = tuple(sorted(r for r, e in at_key.items() if e[0] == top))
-    else:
+    elif len(at_key) >= group_size:
         odd, usual = (), tuple(sorted(at_key))
+    else:
+        return None  # wait for the others' signatures
     return Mismatch(
         group=key[0],
         seq=key[1],
@@ -105,6 +112,15 @@ def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str) -> Misma
         shapes={r: e[1] for r, e in sorted(at_key.items())},
         onset=min(times),
     )
+
+
+def _group_sizes(view: ClusterView, keys) -> dict[int, int]:
+    """The default group is the world; another group's size is not reported, so
+    it is taken as the ranks seen using it (a lower bound)."""
+    members: dict[int, set[int]] = {}
+    for key, at_key in keys:
+        members.setdefault(key[0], set()).update(at_key)
+    return {g: (max(view.world_size, len(m)) if g == 0 else len(m)) for g, m in members.items()}
 
 
 # The last view judged and its answer: the view is immutable and several detectors
@@ -131,12 +147,11 @@ def judge(view: ClusterView) -> Mismatch | None:
     the odd collective (gloo's I/O thread, no Python exception) leaves no Flight
     Recorder read behind, so FR may hold the odd rank and one healthy one (a tie)
     while the hook's marks, written before the call, hold all three."""
-    found = [
-        m
-        for source, collect in (("fr", _fr), ("hook", _hook))
-        for key, at_key in collect(view).items()
-        if (m := _judge(key, at_key, source)) is not None
-    ]
+    found = []
+    for source, collect in (("fr", _fr), ("hook", _hook)):
+        keys = list(collect(view).items())
+        sizes = _group_sizes(view, keys)
+        found += [m for key, at_key in keys if (m := _judge(key, at_key, source, sizes[key[0]])) is not None]
     if not found:
         return None
     return min(found, key=lambda m: (not m.odd, m.onset, m.source != "fr", m.seq, m.group))
