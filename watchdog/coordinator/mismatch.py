@@ -15,8 +15,10 @@ Two sources of shapes, never mixed (their sequence numbers count different thing
   (``RankState.coll``: op and bytes), which is in the slot before the collective
   runs, so it survives a crash that the Flight Recorder's reader did not see.
 
-Pure: a function of the view. With no strict majority (two ranks, one each) the
-mismatch is reported with no culprit: both shapes, no accusation.
+Pure: a function of the view. Culprits are named only when more than half of
+the group issued the usual collective; with every rank in and no such majority
+(two ranks, one each) the mismatch is reported with no culprit: both shapes,
+no accusation.
 """
 
 from __future__ import annotations
