@@ -664,7 +664,7 @@ def rank_dashboard() -> dict:
                 target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
                 target(
                     f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])',
-                    "{{host}} gpu {{gpu}} xid",
+                    "{{host}} gpu {{gpu}} xid {{xid}}",
                     "B",
                 ),
             ],

@@ -131,3 +131,36 @@ def test_real_library_not_found():
     fams = {f.name: f for f in accelerator_families(snaps[-1], "h")}
     assert fams["watchdog_accelerator_available"].samples[0].value == 0.0
     assert fams["watchdog_accelerators"].samples[0].value == 0.0
+
+
+def test_xid_code_is_a_label_on_the_xid_counter():
+    nv = testing.FakeNvml([gpu(0), gpu(1)], xid={1: [79, 48, 79]})
+    fams = {f.name: f for f in accelerator_families(Accelerators(nv, log=Log()).sample(0.0), "h")}
+    got = {(s.labels["gpu"], s.labels["xid"]): s.value for s in fams["watchdog_accelerator_xid_errors"].samples}
+    assert got == {("0", "none"): 0.0, ("1", "48"): 1.0, ("1", "79"): 2.0}
+
+
+def test_each_rank_is_joined_to_the_gpu_its_process_runs_on():
+    """NVML lists pid 4242 on GPU 1: rank 3 (that pid) gets the info series naming
+    GPU 1 and its uuid; a rank on no GPU gets none."""
+    from watchdog.agent import track
+    from watchdog.agent.procs import ProcSample
+    from watchdog.agent.slots import LocalRank
+
+    def rank(r, pid):
+        snap = testing.snapshot(testing.identity("train", r, 4, pid=pid, proc_start_us=7, local_rank=r), {})
+        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+
+    nv = testing.FakeNvml([gpu(0, pids=[]), gpu(1, pids=[4242])])
+    snap = Accelerators(nv, log=Log()).sample(0.0)
+    fams = {f.name: f for f in accelerator_families(snap, "h", [rank(3, 4242), rank(2, 5000)])}
+    (s,) = fams["watchdog_accelerator_rank_info"].samples
+    assert s.labels == {
+        "training_job": "train",
+        "rank": "3",
+        "local_rank": "3",
+        "host": "h",
+        "gpu": "1",
+        "uuid": "GPU-1",
+    }
+    assert s.value == 1.0

@@ -206,3 +206,28 @@ def test_a_negative_split_drops_the_rank_not_the_host():
     dropped = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert "durations must be finite" in dropped[0][2]
+
+
+def test_flight_recorder_signatures_are_reported_once_with_their_age_on_their_own_clock():
+    from dataclasses import replace
+
+    wall = 1_800_000_000 * S
+    payload = (0, 9, int(wire.CollOp.ALL_REDUCE), 6, 1, 1, wire.pack_shape((2, 3)), wall - 2 * S, 0, 0, 2, 1)
+    rec = wire.Record(index=5, kind=int(wire.RecordKind.COLL_SIG), t_ns=NOW, step=3, payload=payload)
+    v = replace(view(), coll_records=(rec,))
+    (c,) = build_report("j", "h", "a", 1, [v], NOW, wall / 1e9, 1.0).ranks[0].recent_colls
+    assert (c.seq, c.op, c.elements, c.dtype, c.shape, c.state, c.clock) == (
+        9,
+        "all_reduce",
+        6,
+        "float32",
+        (2, 3),
+        "scheduled",
+        "wall",
+    )
+    assert c.age_s == pytest.approx(2.0)
+    assert marks([v]) == {v.path: 6}  # one mark for every kind of ring record
+    again = build_report("j", "h", "a", 2, [v], NOW, wall / 1e9, 1.0, since=marks([v]))
+    assert again.ranks[0].recent_colls == ()
+    back = wire_report.HostReport.from_dict(json.loads(json.dumps(again.to_dict())))
+    assert back.ranks[0].recent_colls == ()

@@ -53,8 +53,10 @@ def test_hang_snapshots_and_dumps_every_rank():
         ("host1", "snapshot_slots", [4, 5, 6, 7]),
         ("host0", "dump_stacks", [0, 1, 2, 3]),
         ("host1", "dump_stacks", [4, 5, 6, 7]),
+        ("host0", "dump_flight_recorder", [0, 1, 2, 3]),  # every rank's: PyTorch's analyzer needs them all
+        ("host1", "dump_flight_recorder", [4, 5, 6, 7]),
     ]
-    req = plan(f, view)[-1]
+    req = plan(f, view)[3]
     assert req.targets[1] == commands.target(5, 1005, 1_700_000_000_000_000)
     assert req.trigger == {"kind": "collective_hang", "ranks": [5]}
 
@@ -62,7 +64,11 @@ def test_hang_snapshots_and_dumps_every_rank():
 def test_hang_with_a_dead_culprit_dumps_only_the_live_ranks():
     view = t.view(t.with_rank(t.healthy(4), 2, alive=False), ranks_per_host=4)
     f = finding("collective_hang", [2], wants=[2], waiters=[0, 1, 3])
-    assert summary(plan(f, view)) == [("host0", "snapshot_slots", [0, 1, 2, 3]), ("host0", "dump_stacks", [0, 1, 3])]
+    assert summary(plan(f, view)) == [
+        ("host0", "snapshot_slots", [0, 1, 2, 3]),
+        ("host0", "dump_stacks", [0, 1, 3]),
+        ("host0", "dump_flight_recorder", [0, 1, 3]),
+    ]
 
 
 def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
@@ -79,6 +85,7 @@ def test_frozen_rank_gets_snapshots_and_every_ranks_stack():
     assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]),
         ("host0", "dump_stacks", [0, 1, 2, 3]),
+        ("host0", "dump_flight_recorder", [0, 1, 2, 3]),
     ]
 
 
@@ -326,12 +333,14 @@ def test_hang_evidence_follows_the_finding_once_from_every_host(make):
     kinds = [r["event"] for r in recs]
     assert kinds[0] == je.FINDING and recs[0]["kind"] == "collective_hang" and recs[0]["ranks"] == [3]
     assert (
-        kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 4 and kinds.count(je.EVIDENCE) == 4
+        kinds.count(je.FINDING) == 1 and kinds.count(je.COMMAND) == 6 and kinds.count(je.EVIDENCE) == 6
     )  # never re-asked
     ev = {(r["host"], r["type"]): r for r in recs if r["event"] == je.EVIDENCE}
     assert sorted(ev) == [
+        ("host0", "dump_flight_recorder"),
         ("host0", "dump_stacks"),
         ("host0", "snapshot_slots"),
+        ("host1", "dump_flight_recorder"),
         ("host1", "dump_stacks"),
         ("host1", "snapshot_slots"),
     ]

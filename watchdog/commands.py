@@ -23,6 +23,9 @@ Types (args):
 - ``dump_stacks``    {"ranks": [Target, ...]}  Python stacks through py-spy
 - ``snapshot_slots`` {"ranks": [Target, ...]}  slot header + ring; a dead rank's
   file is still readable. ``pid`` 0 in a Target = the rank's current slot.
+- ``dump_flight_recorder`` {"ranks": [Target, ...]}  each rank's hook dumps its
+  Flight Recorder next to its slot (control word DUMP_FLIGHT_RECORDER, background
+  thread); the agent returns the entries (evidence.FlightRecorderDump).
 - ``signal``         {"signal": "SIGTERM"}, ``target`` required: the agent
   re-checks the target's identity right before sending (pid reuse).
 - ``checkpoint``     {"step": S, "ranks": [Target, ...]}: the agent writes
@@ -54,8 +57,9 @@ from typing import Any, TypeGuard
 DOMAIN = b"rank-watchdog command v1\n"
 DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
 ROLLBACK = "rollback"
-TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT, ROLLBACK)
-EVIDENCE = frozenset({DUMP_STACKS, SNAPSHOT_SLOTS})
+DUMP_FLIGHT_RECORDER = "dump_flight_recorder"
+TYPES = (DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT, ROLLBACK, DUMP_FLIGHT_RECORDER)
+EVIDENCE = frozenset({DUMP_STACKS, SNAPSHOT_SLOTS, DUMP_FLIGHT_RECORDER})
 # Never run unsigned: a checkpoint request makes every rank pause and write.
 DESTRUCTIVE = frozenset({SIGNAL, CHECKPOINT, ROLLBACK})
 MAX_STEP = 1 << 62

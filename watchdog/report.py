@@ -20,6 +20,7 @@ from typing import Any
 REPORT_VERSION = 1
 MAX_RANKS_PER_REPORT = 4096
 MAX_STEPS_PER_RANK = 256
+MAX_COLLS_PER_RANK = 32  # collective signatures (Flight Recorder) per rank per report
 MAX_ACKS_PER_REPORT = 256  # acks beyond this are dropped (counted), not journaled one by one
 MAX_WORLD_SIZE = 1 << 20  # every per-rank structure is sized by it
 MAX_COUNT = 1 << 62  # steps, sequence numbers, bytes, pids, start times: int64 words, never negative
@@ -65,6 +66,29 @@ class CollectiveState:
     @property
     def in_progress(self) -> bool:
         return self.outstanding > 0
+
+
+@dataclass(frozen=True)
+class CollSig:
+    """One collective as the rank's Flight Recorder recorded it (hook COLL_SIG
+    record): what the coordinator compares across ranks at the same (group, seq)."""
+
+    group: int  # wire.group_key
+    seq: int  # FR's collective_seq_id on the group: counts collectives issued from C++ too
+    op: str
+    elements: int  # over all inputs
+    dtype: str
+    shape: tuple[int, ...] | None  # the first input's; None when it did not fit the slot
+    inputs: int = 1
+    state: str = "unknown"  # scheduled / started / completed (NCCL moves; gloo stays scheduled)
+    age_s: float = 0.0  # since it was created, at send time (agent's reading of the stated clock)
+    clock: str = "wall"  # the clock its times came from (wire.Clock)
+
+    def describe(self) -> str:
+        """'all_reduce of 6 float32 [6]' — the shape a person compares."""
+        shape = f" {list(self.shape)}" if self.shape is not None and self.inputs == 1 else ""
+        many = f" in {self.inputs} tensors" if self.inputs != 1 else ""
+        return f"{self.op} of {self.elements} {self.dtype}{shape}{many}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +147,8 @@ class RankState:
     # bytes entered since the rank started, and its samples per step (0 = unknown).
     coll_bytes_total: int = 0
     batch_per_rank: int = 0
+    # Collectives the rank's Flight Recorder saw since the last report, oldest first.
+    recent_colls: tuple[CollSig, ...] = ()
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
@@ -255,10 +281,52 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
             )
         )
     kw["recent_steps"] = tuple(samples)
+    kw["recent_colls"] = _colls_from_dict(raw.get("recent_colls", []), where)
     kw["death"] = _death_from_dict(raw.get("death", {}), where)
     if not 0 <= kw["rank"] < kw["world_size"]:
         raise ReportError(f"{where}: rank {kw['rank']} outside world size {kw['world_size']}")
     return RankState(**kw)
+
+
+_SIG_TEXT = 32
+_SIG_DIMS = 8
+
+
+def _colls_from_dict(val: Any, where: str) -> tuple[CollSig, ...]:
+    """Hostile values become a ReportError naming the field, never a crash or a
+    number out of range in a detector."""
+    if not isinstance(val, list) or len(val) > MAX_COLLS_PER_RANK:
+        raise ReportError(f"{where}: recent_colls must be a list of at most {MAX_COLLS_PER_RANK}")
+    out = []
+    for j, c in enumerate(val):
+        cw = f"{where}.recent_colls[{j}]"
+        if not isinstance(c, dict):
+            raise ReportError(f"{cw} must be an object")
+        group = _get(c, "group", int, cw)
+        if not -(1 << 63) <= group < (1 << 63):
+            raise ReportError(f"{cw}: group out of range")
+        counts = {k: _get(c, k, int, cw) for k in ("seq", "elements")}
+        counts["inputs"] = _get(c, "inputs", int, cw) if "inputs" in c else 1
+        if not all(_count_ok(v) for v in counts.values()) or counts["seq"] <= 0:
+            raise ReportError(f"{cw}: seq, elements and inputs must be integers in 0..2^62 (seq > 0)")
+        texts = {k: _get(c, k, str, cw) for k in ("op", "dtype")}
+        for k in ("state", "clock"):
+            if k in c:
+                texts[k] = _get(c, k, str, cw)
+        if any(len(v) > _SIG_TEXT for v in texts.values()):
+            raise ReportError(f"{cw}: op, dtype, state and clock are at most {_SIG_TEXT} characters")
+        shape = c.get("shape")
+        if shape is not None and (
+            not isinstance(shape, list) or len(shape) > _SIG_DIMS or not all(_count_ok(d) for d in shape)
+        ):
+            raise ReportError(f"{cw}: shape must be null or a list of at most {_SIG_DIMS} counts")
+        age = c.get("age_s", 0.0)
+        if not _seconds_ok(age):
+            raise ReportError(f"{cw}: age_s must be a finite number of seconds >= 0")
+        out.append(
+            CollSig(group=group, shape=None if shape is None else tuple(shape), age_s=float(age), **counts, **texts)
+        )
+    return tuple(out)
 
 
 def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]]):

@@ -48,6 +48,7 @@ RECORD_WORDS = 16
 DEFAULT_RING_CAPACITY = 256
 MAX_RING_CAPACITY = 1 << 16
 SLOT_SUFFIX = ".slot"
+FR_DUMP_SUFFIX = ".fr"
 
 # -- header word indices -------------------------------------------------------
 # Written once at creation.
@@ -166,6 +167,16 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # PG payload:       A PgState
 # CONTROL payload:  A ctrl seq, B command, C result
 # ERROR payload:    A total hook errors
+# COLL_SIG payload: one collective as PyTorch's Flight Recorder saw it (hook's
+#                   background thread, watchdog.hook.flightrecorder): A group key,
+#                   B seq (FR collective_seq_id, counts collectives issued from C++
+#                   too), C CollOp, D elements over all inputs, E DType, F CollState,
+#                   G first input's shape (pack_shape), H created, I started,
+#                   J completed (0 = not yet), K the Clock of H..J, L inputs
+# COMPLETION payload: when the accelerator reached a marker queued after a
+#                   collective or a step (watchdog.hook.completion): A what (1
+#                   collective, 2 step), B group key, C seq (or step), D enqueued
+#                   (Clock.MONOTONIC), E completed, F the Clock of E
 
 
 class Status(enum.IntEnum):
@@ -222,11 +233,86 @@ class RecordKind(enum.IntEnum):
     PG = 3
     CONTROL = 4
     ERROR = 5
+    COLL_SIG = 6
+    COMPLETION = 7
+
+
+class Clock(enum.IntEnum):
+    """Which clock a time in the slot came from: figures from different clocks
+    are never subtracted from each other without saying so."""
+
+    NONE = 0  # no time known
+    MONOTONIC = 1  # this host's CLOCK_MONOTONIC ns (the hook's own marks)
+    WALL = 2  # epoch ns (Flight Recorder's timestamps: c10::getTime)
+    GPU_EVENT = 3  # monotonic ns placed by a CUDA event's elapsed time after an anchor event
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class CollState(enum.IntEnum):
+    """A collective's progress as the Flight Recorder reports it. On gloo it stays
+    SCHEDULED; on NCCL it moves through STARTED and COMPLETED with the GPU."""
+
+    UNKNOWN = 0
+    SCHEDULED = 1
+    STARTED = 2
+    COMPLETED = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+# Tensor dtypes by code (COLL_SIG word E); 0 = unknown.
+DTYPES = (
+    "unknown",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "other",
+)
+SHAPE_DIM_BITS = 20
+SHAPE_MAX_DIMS = 3
+_SHAPE_UNPACKED = 7  # ndim field value: the shape did not fit in one word
+
+
+def pack_shape(dims) -> int:
+    """A shape of up to three dims, each < 2**20, in one int64 word (ndim in bits
+    60..62); anything else packs as "not packed" (unpack_shape returns None)."""
+    dims = tuple(dims)
+    if len(dims) > SHAPE_MAX_DIMS or any(not isinstance(d, int) or not 0 <= d < (1 << SHAPE_DIM_BITS) for d in dims):
+        return _SHAPE_UNPACKED << 60
+    word = len(dims) << 60
+    for i, d in enumerate(dims):
+        word |= d << (SHAPE_DIM_BITS * (SHAPE_MAX_DIMS - 1 - i))
+    return word
+
+
+def unpack_shape(word: int) -> tuple[int, ...] | None:
+    ndim = (word >> 60) & 7
+    if word < 0 or ndim > SHAPE_MAX_DIMS:
+        return None
+    mask = (1 << SHAPE_DIM_BITS) - 1
+    return tuple((word >> (SHAPE_DIM_BITS * (SHAPE_MAX_DIMS - 1 - i))) & mask for i in range(ndim))
 
 
 class Command(enum.IntEnum):
     NONE = 0
     CHECKPOINT_AT_STEP = 1  # arg: step S; hook calls the registered save fn after S
+    DUMP_FLIGHT_RECORDER = 2  # arg: 0; the hook's background thread writes fr_dump_filename()
 
 
 def group_key(name: str) -> int:
@@ -249,6 +335,12 @@ def rollback_filename(job: str) -> str:
     """The job's rollback request in the run directory: JSON written by the agent
     (``rollback`` command), read by the restarted script (watchdog.hook.rollback)."""
     return f"{_safe(job)}.rollback.json"
+
+
+def fr_dump_filename(slot_name: str) -> str:
+    """Where a rank's hook writes its Flight Recorder dump on request: next to its
+    slot (``<slot file name>.fr``, the pickle torch's own dump returns)."""
+    return slot_name + FR_DUMP_SUFFIX
 
 
 def _safe(job: str) -> str:

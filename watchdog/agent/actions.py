@@ -18,6 +18,7 @@ is read, dumped or signalled here is that process's pid in the agent's namespace
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal as _signal
@@ -30,7 +31,7 @@ import psutil
 
 from watchdog import commands as c
 from watchdog import wire
-from watchdog.agent import dumpall
+from watchdog.agent import dumpall, frdump
 from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
@@ -78,6 +79,10 @@ def _pidfd_signal(pid: int, signum: int, check: Callable[[], tuple[bool, str]]) 
             os.close(fd)
 
 
+def _request_fr_dump(path: str, expect: wire.SlotSnapshot | None) -> int:
+    return wire.write_control(path, None, wire.Command.DUMP_FLIGHT_RECORDER, 0, expect=expect)
+
+
 class Actions:
     def __init__(
         self,
@@ -119,6 +124,8 @@ class Actions:
             return self.checkpoint(cmd)
         if kind == c.ROLLBACK:
             return self.rollback(cmd), []
+        if kind == c.DUMP_FLIGHT_RECORDER:
+            return self.dump_flight_recorder(cmd)
         return ack(cmd, False, f"unknown type {kind!r}"), []  # verify() lets none through
 
     # -- evidence --------------------------------------------------------------
@@ -221,6 +228,40 @@ class Actions:
             slots.append(trim(ev, self._max_records))
         slots = fit(slots, self._max_ack_bytes)
         return ack(cmd, bool(slots), "; ".join(errors), slots=[s.to_dict() for s in slots])
+
+    def dump_flight_recorder(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Ask each target's hook for its Flight Recorder through the slot, then
+        collect the files (``frdump``). Identity is checked as for a checkpoint."""
+        asks: list[tuple[int, int, str, Callable[[], int]]] = []
+        errors: list[str] = []
+        refusals: list[str] = []
+        for t in cmd["args"]["ranks"]:
+            view = self._slot(cmd["job"], t) if t["pid"] else None
+            if view is None:
+                refusals.append(c.UNKNOWN_TARGET)
+                errors.append(
+                    f"rank {t['rank']}: refused ({c.UNKNOWN_TARGET}): no slot of job {cmd['job']} for pid {t['pid']}"
+                )
+                continue
+            ok, why = c.identity_ok(t, self._start_us(view.pid_here), self._tol)
+            if not ok:
+                errors.append(f"rank {t['rank']}: {why}")
+                continue
+            expect = (
+                wire.SlotSnapshot(view.path, view.header, (), uid=view.uid, inode=view.inode) if view.inode else None
+            )
+
+            asks.append((t["rank"], t["pid"], view.path, functools.partial(_request_fr_dump, view.path, expect)))
+        dumps = frdump.collect(asks, self.host, ack_of=self._ack_of, wall=self._wall)
+        dumps = frdump.fit(dumps, self._max_ack_bytes)
+        errors += [f"rank {d.rank}: {d.error}" for d in dumps if not d.ok]
+        out = ack(cmd, any(d.ok for d in dumps), "; ".join(errors))
+        out["flight_recorder"] = [d.to_dict() for d in dumps]
+        return out, refusals
+
+    def _ack_of(self, path: str) -> tuple[int, int]:
+        h = self._read(path, 1 << 62).header  # header only: no record is that new
+        return h[wire.H_CTRL_ACK_SEQ], h[wire.H_CTRL_ACK_RESULT]
 
     # -- checkpoint (for checkpoint_restart) ---------------------------------------
 

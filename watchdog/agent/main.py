@@ -99,7 +99,7 @@ class Agent:
                 (
                     RanksCollector(self.tracker.views, cfg.host),
                     AgentCollector(self.tracker, self.loop, self.sender, commands=self.commands),
-                    AcceleratorCollector(self.accelerators, cfg.host),
+                    AcceleratorCollector(self.accelerators, cfg.host, ranks=self.tracker.views),
                 )
             )
         )

@@ -197,7 +197,18 @@ ACCEL_THROTTLE = _g(
     "NVML clock event (throttle) reasons bitmask; 0 or 1 (GPU idle) is unthrottled.",
     GPU_LABELS,
 )
-ACCEL_XID = _c("accelerator_xid_errors_total", "Critical XID error events seen since the agent started.", GPU_LABELS)
+ACCEL_XID = _c(
+    "accelerator_xid_errors_total",
+    'Critical XID error events seen since the agent started, by XID code (xid="none": supported, none yet).',
+    GPU_LABELS + ("xid",),
+)
+# Which accelerator each rank runs on (its process in NVML's compute list): join with the
+# accelerator series on (host, gpu): "rank 5 is slow and its GPU is throttling" is one query.
+ACCEL_RANK_INFO = _g(
+    "accelerator_rank_info",
+    "Always 1; the rank whose process runs on this GPU.",
+    ("training_job", "rank", "local_rank", "host", "gpu", "uuid"),
+)
 ACCEL_SPECS = (
     ACCEL_INFO,
     ACCEL_UTIL,
@@ -209,4 +220,5 @@ ACCEL_SPECS = (
     ACCEL_SM_CLOCK,
     ACCEL_THROTTLE,
     ACCEL_XID,
+    ACCEL_RANK_INFO,
 )

@@ -35,6 +35,7 @@ class Device:
     throttle_reasons: int | None = None
     xid_errors: int | None = None  # None: XID events unsupported on this device
     last_xid: int = 0
+    xid_codes: tuple[tuple[int, int], ...] = ()  # (XID code, events) seen since the agent started
     pids: tuple[int, ...] = ()  # compute processes on the device (host pid namespace)
 
     def to_dict(self) -> dict:
@@ -103,6 +104,7 @@ class Accelerators:
         self._xid_sets = [self._register_xid(h) for h in handles]
         self._xid_counts = [0 if s is not None else None for s in self._xid_sets]
         self._last_xid = [0] * len(handles)
+        self._xid_by_code: list[dict[int, int]] = [{} for _ in handles]
         self._ready = True
         self._log.info(
             "accelerators found",
@@ -146,6 +148,9 @@ class Accelerators:
             if data.eventType & nv.nvmlEventTypeXidCriticalError:
                 self._xid_counts[i] = (self._xid_counts[i] or 0) + 1
                 self._last_xid[i] = int(data.eventData)
+                codes = self._xid_by_code[i]
+                if data.eventData in codes or len(codes) < 64:  # a flood of odd codes: the total still counts
+                    codes[int(data.eventData)] = codes.get(int(data.eventData), 0) + 1
                 self._log.warning("xid error", gpu=i, xid=int(data.eventData))
 
     def _device(self, i: int, now_s: float) -> Device:
@@ -174,6 +179,7 @@ class Accelerators:
             throttle_reasons=_try(reasons_fn, h) if reasons_fn else None,
             xid_errors=self._xid_counts[i],
             last_xid=self._last_xid[i],
+            xid_codes=tuple(sorted(self._xid_by_code[i].items())),
             pids=tuple(int(p.pid) for p in procs),
         )
 

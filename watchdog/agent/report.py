@@ -9,11 +9,33 @@ from collections.abc import Iterable, Mapping, Sequence
 from watchdog import wire
 from watchdog.agent import track
 from watchdog.agent.slots import LocalRank
-from watchdog.report import MAX_STEPS_PER_RANK, CollectiveState, HostReport, RankState
+from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, CollectiveState, CollSig, HostReport, RankState
+from watchdog.wire import R_A, R_K, Clock
 
 
-def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
-    """``since``: the first STEP_END record index not yet reported for this slot."""
+def coll_sig(rec: wire.Record, now_mono_ns: int, now_wall_ns: int) -> CollSig:
+    """A COLL_SIG record as the report carries it; its age read on the clock the
+    hook said its times came from."""
+    group, seq, op, elements, dtype, state, shape, created, _started, _done, clock, inputs = rec.payload[
+        : R_K - R_A + 2
+    ]
+    now = now_wall_ns if clock == Clock.WALL else now_mono_ns
+    return CollSig(
+        group=group,
+        seq=seq,
+        op=track.label(wire.CollOp, op, "other"),
+        elements=elements,
+        dtype=wire.DTYPES[dtype] if 0 <= dtype < len(wire.DTYPES) else "unknown",
+        shape=wire.unpack_shape(shape),
+        inputs=inputs,
+        state=track.label(wire.CollState, state, "unknown"),
+        age_s=track.age_s(now, created) if created > 0 and now > 0 else 0.0,
+        clock=track.label(Clock, clock, "none"),
+    )
+
+
+def rank_state(v: LocalRank, now_ns: int, since: int = 0, now_wall_ns: int = 0) -> RankState:
+    """``since``: the first ring record index not yet reported for this slot."""
     h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
     coll = CollectiveState(
         group=h[wire.H_COLL_GROUP],
@@ -25,6 +47,7 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         since_s=age(wire.H_COLL_ENTER_NS),
     )
     fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:]
+    colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= since][-MAX_COLLS_PER_RANK:]
     return RankState(
         rank=ident.rank,
         local_rank=ident.local_rank,
@@ -52,6 +75,7 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0) -> RankState:
         torn=v.torn,
         created_wall=h.created_wall_ns / 1e9,
         recent_steps=tuple(track.step_sample(r) for r in fresh),
+        recent_colls=tuple(c for c in colls if c.seq > 0),
         proc_status=v.proc.status,
         # > 0 marks the time as measured (the coordinator orders deaths by it).
         gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
@@ -98,7 +122,10 @@ def build_report(
     """One job's report. ``since`` maps a slot path to the first step record index
     not yet reported (see ``marks``); missing paths report every retained record."""
     since = since or {}
-    ranks = tuple(rank_state(v, now_mono_ns, since.get(v.path, 0)) for v in tracked_ranks if v.identity.job == job)
+    wall_ns = round(now_wall * 1e9)
+    ranks = tuple(
+        rank_state(v, now_mono_ns, since.get(v.path, 0), wall_ns) for v in tracked_ranks if v.identity.job == job
+    )
     return HostReport(
         job=job,
         host=host,
@@ -113,8 +140,14 @@ def build_report(
 
 
 def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, int]:
-    """path -> the ``since`` for the next report once this one was delivered."""
-    return {v.path: v.step_records[-1].index + 1 for v in tracked_ranks if v.step_records}
+    """path -> the ``since`` for the next report once this one was delivered (ring
+    indices are shared by every record kind: one mark covers steps and collectives)."""
+    out = {}
+    for v in tracked_ranks:
+        last = max((rs[-1].index for rs in (v.step_records, v.coll_records) if rs), default=None)
+        if last is not None:
+            out[v.path] = last + 1
+    return out
 
 
 def jobs(tracked_ranks: Iterable[LocalRank]) -> list[str]:

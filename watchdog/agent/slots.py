@@ -28,7 +28,7 @@ from watchdog import flags, logs, rundir, wire
 from watchdog.agent import deathcause, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
-from watchdog.report import MAX_STEPS_PER_RANK
+from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
 # followed); owner: the file's owner is not the owner of the process it names
@@ -37,6 +37,7 @@ READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner
 _SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
 _NOT_AGAIN = (*_SETTLED, "owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
+_COLL_SIG = int(wire.RecordKind.COLL_SIG)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
 EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
@@ -69,6 +70,8 @@ class LocalRank:
     inode: int = 0
     # Why it died (deathcause.explain), once dead; empty while alive or unknown.
     death: dict = field(default_factory=dict)
+    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK.
+    coll_records: tuple[wire.Record, ...] = ()
 
     @property
     def identity(self) -> wire.Identity:
@@ -92,6 +95,7 @@ class _Slot:
     torn: bool = False
     since: int = 0  # next ring index to ask for
     steps: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
+    colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
@@ -443,6 +447,7 @@ class SlotTracker:
         since = slot.since
         if snap.records:
             slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
+            slot.colls.extend(r for r in snap.records if r.index >= since and r.kind == _COLL_SIG)
             last = snap.records[-1].index + 1
         else:
             last = since
@@ -550,6 +555,7 @@ class SlotTracker:
             s.uid,
             s.inode,
             s.death,
+            tuple(s.colls),
         )
 
     def state_counts(self) -> dict[str, int]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import commands
-from watchdog.evidence import SlotEvidence, StackDump
+from watchdog.evidence import FlightRecorderDump, SlotEvidence, StackDump
 
 from . import journal_events as je
 from .evidence_plan import CommandRequest
@@ -177,12 +177,21 @@ class Dispatch:
             return (je.COMMAND_DONE, {**base, "ok": ok, "error": error})
         stacks, bad = _parse(a.get("stacks"), StackDump)
         slots, bad2 = _parse(a.get("slots"), SlotEvidence)
-        if bad or bad2:
-            error = (error + "; " if error else "") + f"{bad + bad2} malformed entries dropped"
+        fr, bad3 = _parse(a.get("flight_recorder"), FlightRecorderDump)
+        if bad or bad2 or bad3:
+            error = (error + "; " if error else "") + f"{bad + bad2 + bad3} malformed entries dropped"
         bound = _bound(a.get("bound"))
         return (
             je.EVIDENCE,
-            {**base, "ok": ok, "error": error, "stacks": stacks, "slots": slots, **({"bound": bound} if bound else {})},
+            {
+                **base,
+                "ok": ok,
+                "error": error,
+                "stacks": stacks,
+                "slots": slots,
+                **({"flight_recorder": fr} if fr else {}),
+                **({"bound": bound} if bound else {}),
+            },
         )
 
     def _finish(self, p: Pending, state: str, now: float) -> None:

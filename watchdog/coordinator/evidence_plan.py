@@ -8,6 +8,11 @@
   a waiter's shows what the others are blocked in. Only live processes: a dead
   rank has no stack. At most ``max_dumps`` per finding: a dump pauses a rank.
 
+- The Flight Recorder buffers of every live rank for a hang or a mismatched
+  collective (``FR_KINDS``): each rank's hook dumps its own, so the per-rank
+  files PyTorch's analyzer reads can be written from the journal, and our
+  verdict and PyTorch's compared on the same fault (``watchdog timeline --fr-dump``).
+
 One request per (host, type): an agent answers for its own ranks.
 """
 
@@ -24,6 +29,7 @@ from .finding import Finding
 from .view import ClusterView, FoldedRank
 
 MAX_DUMPS = 8
+FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch"})
 MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
 
 
@@ -84,7 +90,10 @@ def plan(
         if f.kind in stack_plan.ALL_RANKS_KINDS
         else stack_ranks(f, view, max_dumps)
     )
-    for kind, ranks in ((commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)):
+    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
+    if f.kind in FR_KINDS:
+        wanted.append((commands.DUMP_FLIGHT_RECORDER, stack_plan.every_rank(f, view, max_stacks_per_host)[0]))
+    for kind, ranks in wanted:
         for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
             out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))

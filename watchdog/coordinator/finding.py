@@ -18,6 +18,7 @@ KINDS = (
     "loader_starvation",
     "loss_anomaly",
     "batch_changed",
+    "collective_mismatch",
 )
 # Kinds that explain rather than accuse: they name no culprit, the policy never
 # acts on them and no alert pages for them.

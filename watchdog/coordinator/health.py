@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .config import DetectorConfig
+from .mismatch import find as find_mismatch
 from .view import ClusterView, FoldedRank
 
 OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
@@ -122,9 +123,14 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
             mismatched = [r for r, rv in at_front.items() if (rv.state.coll.op, rv.state.coll.bytes) != top]
     # 4. Failed while inside the collective itself.
     inside = [r for r in wait if health[r] in FAULTY]
+    # 0. A mismatch the recorded shapes show (Flight Recorder or hook marks) came
+    #    first: the ranks waiting now wait because of it, whoever looks "behind".
+    recorded = find_mismatch(view)
+    recorded_odd = [r for r in recorded.odd if r in view.ranks] if recorded is not None else []
     how, culprits = "unknown", list[int]()
     # The first non-empty (how, culprits) pair is the blame: the loop variables are the result.
     for how, culprits in (  # noqa: B007
+        ("mismatched", recorded_odd),
         ("missing", missing),
         ("behind", behind),
         ("mismatched", mismatched),

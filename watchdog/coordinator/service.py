@@ -400,12 +400,14 @@ class Coordinator:
                 outcome = "done" if payload.get("ok") else "failed"
             if outcome and kind in commands.TYPES:
                 self.metrics.commands.labels(kind, outcome).inc()
-            brief = {k: v for k, v in payload.items() if k not in ("stacks", "slots")}
+            brief = {k: v for k, v in payload.items() if k not in ("stacks", "slots", "flight_recorder")}
             if name == je.EVIDENCE:
                 brief.update(
                     stacks=[s["rank"] for s in payload["stacks"] if s.get("ok")],
                     slots=[s["rank"] for s in payload["slots"]],
                 )
+                if payload.get("flight_recorder"):
+                    brief["flight_recorder"] = [d["rank"] for d in payload["flight_recorder"] if d.get("ok")]
             (
                 self.log.warning
                 if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from watchdog.report import CollectiveState, HostReport, RankState, StepSample
+from watchdog.report import CollectiveState, CollSig, HostReport, RankState, StepSample
 
 from .config import DetectorConfig
 from .view import ClusterView, empty, fold
@@ -38,6 +38,22 @@ def coll(
     done = seq - outstanding if done_seq is None else done_seq
     return CollectiveState(
         group=group, seq=seq, done_seq=done, op=op, bytes=nbytes, outstanding=outstanding, since_s=since_s
+    )
+
+
+def sig(
+    seq: int,
+    *,
+    elements: int = 4,
+    op: str = "all_reduce",
+    dtype: str = "float32",
+    group: int = 0,
+    age_s: float = 1.0,
+    state: str = "scheduled",
+) -> CollSig:
+    """One Flight Recorder signature, a one-dimensional tensor of ``elements``."""
+    return CollSig(
+        group=group, seq=seq, op=op, elements=elements, dtype=dtype, shape=(elements,), state=state, age_s=age_s
     )
 
 

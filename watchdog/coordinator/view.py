@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from watchdog.report import HostReport, RankState, StepSample
+from watchdog.report import CollSig, HostReport, RankState, StepSample
 
 from . import journal_events as je
 from .config import DetectorConfig
@@ -25,6 +25,7 @@ from .steps import StepStats, WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
 LOSS_HISTORY = 64
+COLL_HISTORY = 32  # Flight Recorder signatures kept per rank (the newest by sequence)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class FoldedRank:
     # Finite losses seen (step, loss), oldest first, at most LOSS_HISTORY: one per
     # report at most (the latest at read time), for loss_anomaly's robust bound.
     losses: tuple[tuple[int, float], ...] = ()
+    # The rank's recent collectives as its Flight Recorder saw them, each with its
+    # creation time on the coordinator's clock, by (group, seq), at most COLL_HISTORY.
+    colls: tuple[tuple[CollSig, float], ...] = ()
+    # The same, as ((group, seq), comparable signature, time): built once per report
+    # that brings new ones, so comparing thousands of ranks each tick stays cheap.
+    coll_keys: tuple[tuple[tuple[int, int], tuple, float], ...] = ()
 
     @property
     def rank(self) -> int:
@@ -229,8 +236,33 @@ def _fold_rank(
     rv = _death(rv, s, now)
     if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
         rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss)))
+    if s.recent_colls:
+        colls = _fold_colls(rv.colls, s.recent_colls, now)
+        rv = replace(rv, colls=colls, coll_keys=tuple(((c.group, c.seq), comparable(c), at) for c, at in colls))
     st = add_samples(rv.step_stats, s.recent_steps, cfg)
     return rv if st is rv.step_stats else replace(rv, step_stats=st)
+
+
+# Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,
+# point-to-point, a root's list): only the op itself is compared.
+SIZE_FREE_OPS = frozenset({"all_to_all", "send", "recv", "gather", "scatter", "other"})
+
+
+def comparable(c: CollSig) -> tuple:
+    """What must be equal on every rank at one (group, seq)."""
+    return (c.op,) if c.op in SIZE_FREE_OPS else (c.op, c.elements, c.dtype)
+
+
+def _fold_colls(
+    old: tuple[tuple[CollSig, float], ...], new: tuple[CollSig, ...], now: float
+) -> tuple[tuple[CollSig, float], ...]:
+    """A later record of the same (group, seq) replaces the earlier one (its state
+    moved on NCCL); the newest COLL_HISTORY by sequence are kept."""
+    by_key = {(c.group, c.seq): (c, at) for c, at in old}
+    for c in new:
+        by_key[(c.group, c.seq)] = (c, now - c.age_s)
+    items = sorted(by_key.values(), key=lambda x: (x[0].seq, x[0].group))
+    return tuple(items[-COLL_HISTORY:])
 
 
 def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:

@@ -38,7 +38,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         help="fault to inject, e.g. hang:2@30, kill:1@20, stop:3@25, slow:1:1.5, never-join:3, "
-        "starve:0, starve:all (see examples/train_ddp.py)",
+        "starve:0, starve:all, mismatch:1@20 (see examples/train_ddp.py)",
     )
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--compute-ms", type=float, default=50.0, help="simulated compute per step (default 50)")

@@ -262,11 +262,17 @@ def patch(mon: Any) -> None:
                 setattr(module, name, wrapper)
                 replaced.append((module, name, orig, wrapper))
 
+    tracker = getattr(mon, "completions", None)  # decided at install: None on a CPU-only machine
     for name, (op, size_arg, is_list) in SPECS.items():
         orig = getattr(c10d, name, None) or getattr(dist, name, None)
         if orig is None or getattr(orig, "_watchdog_wrapper", False) or delegates(orig, name, c10d):
             continue
-        install(name, make_wrapper(orig, op, size_arg, is_list, sink, work_type), orig)
+        wrapper = make_wrapper(orig, op, size_arg, is_list, sink, work_type)
+        if tracker is not None:
+            from watchdog.hook.completion import with_completion
+
+            wrapper = with_completion(wrapper, lambda: sink.marks, tracker, lambda: rec.steps)
+        install(name, wrapper, orig)
 
     init = getattr(c10d, "init_process_group", None)
     if init is not None and not getattr(init, "_watchdog_wrapper", False):

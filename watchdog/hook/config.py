@@ -47,6 +47,10 @@ class HookConfig:
     patch_collectives: bool = True
     # torchrun: init_process_group on the elastic agent's store scoped to the restart attempt
     restart_safe_init: bool = True
+    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flightrecorder)
+    flight_recorder: bool = True
+    # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion)
+    gpu_completion: bool = True
     max_errors: int = 100  # caught hook errors before the monitor turns itself off
 
     @property
@@ -74,6 +78,8 @@ ENV = {
     "auto_step": "WATCHDOG_AUTO_STEP",
     "patch_collectives": "WATCHDOG_PATCH_COLLECTIVES",
     "restart_safe_init": "WATCHDOG_RESTART_SAFE_INIT",
+    "flight_recorder": "WATCHDOG_FLIGHT_RECORDER",
+    "gpu_completion": "WATCHDOG_GPU_COMPLETION",
     "max_errors": None,
 }
 FIELDS = tuple(f.name for f in fields(HookConfig))

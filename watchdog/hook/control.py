@@ -19,7 +19,7 @@ from watchdog.wire import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
 ACK_OK = 0
 ACK_SAVE_FAILED = -1  # the registered checkpoint function raised
 ACK_REJECTED = -2  # unknown command or argument out of range
-ACK_NO_HANDLER = -3  # CHECKPOINT_AT_STEP but no function was registered
+ACK_NO_HANDLER = -3  # CHECKPOINT_AT_STEP but no function registered; DUMP_FLIGHT_RECORDER without FR
 
 MAX_STEP_ARG = 1 << 62
 
@@ -53,4 +53,6 @@ def rejection(req: ControlRequest) -> str | None:
         if 0 <= req.arg < MAX_STEP_ARG:
             return None
         return f"step argument {req.arg} out of range"
+    if req.command == Command.DUMP_FLIGHT_RECORDER:
+        return None if req.arg == 0 else f"argument {req.arg} must be 0"
     return f"unknown command {req.command}"

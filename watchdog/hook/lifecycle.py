@@ -34,7 +34,9 @@ _process_hooks_registered = False
 _fatal = crashrecord.FatalDump()  # one per process: faulthandler has one target
 
 
-def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Monitor | NullMonitor:
+def install(
+    *, clock: Callable[[], int] | None = None, completion_source: Any = None, **overrides: Any
+) -> Monitor | NullMonitor:
     """Start monitoring this rank and return its monitor.
 
     Settings come from keyword ``overrides`` (names of HookConfig fields), then
@@ -42,7 +44,9 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
     WATCHDOG_*), then defaults. Disabled (WATCHDOG_ENABLED=0 or enabled=False):
     returns the shared no-op monitor and touches nothing. ``clock``: a monotonic
     nanosecond clock to use instead of time.monotonic_ns (tests, benchmarks).
-    Raises ValueError for bad settings.
+    ``completion_source``: a ``watchdog.hook.completion.CompletionSource`` for
+    the accelerator's completion times instead of the CUDA event source chosen
+    when a GPU is there (another accelerator; tests). Raises ValueError for bad settings.
 
     With patch_collectives (the default) install() imports torch.distributed if
     torch is installed; without torch it patches nothing and says so at debug
@@ -71,7 +75,7 @@ def install(*, clock: Callable[[], int] | None = None, **overrides: Any) -> Moni
                 f"watchdog.hook is already installed in this process ({_active!r}); "
                 "close() it first, or get it with watchdog.hook.current()"
             )
-        mon = _start(cfg, clock or time.monotonic_ns)
+        mon = _start(cfg, clock or time.monotonic_ns, completion_source)
         _active = mon
         _register_process_hooks()
     log.info(
@@ -100,7 +104,7 @@ def _proc_start_us(pid: int) -> tuple[int, Exception | None]:
         return 0, exc
 
 
-def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
+def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source: Any = None) -> Monitor:
     pid = os.getpid()
     start_us, start_err = _proc_start_us(pid)
     identity = wire.Identity(
@@ -122,6 +126,15 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int]) -> Monitor:
         mon._fail("slot_file", mapping.error)  # warns once; the monitor runs on anonymous memory
     if start_err is not None:
         mon._fail("proc_start_time", start_err)
+    if cfg.gpu_completion:
+        try:
+            from watchdog.hook import completion
+
+            source = completion_source or completion.cuda_source(clock)  # None without a GPU: nothing added anywhere
+            if source is not None:
+                mon.use_completions(source)
+        except Exception as exc:
+            mon._fail("gpu_completion", exc)
     if cfg.patch_collectives:
         try:
             from watchdog.hook import collectives

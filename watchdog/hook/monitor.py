@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog import wire
-from watchdog.hook import control
+from watchdog.hook import completion, control, flightrecorder
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -50,6 +50,9 @@ from watchdog.wire import (
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")
 
+# A collective wait this long gets a Flight Recorder read at once (see _read_flight_recorder).
+STUCK_READ_NS = 1_000_000_000
+
 # Methods replaced when the monitor goes quiet (closed, disabled, forked child).
 _QUIET = {
     "step": NULL_MONITOR.step,
@@ -60,6 +63,8 @@ _QUIET = {
     "watch_ddp": NULL_MONITOR.watch_ddp,
     "set_step": NULL_MONITOR.set_step,
     "_poll_control": nop,
+    "_poll_flight": nop,
+    "_poll_completions": nop,
 }
 
 
@@ -104,12 +109,28 @@ class Monitor:
         # health
         self._errors = 0
         self._errlog = ErrorLog()
-        self._counters = {"ctrl_rejected": 0, "ctrl_done": 0, "save_failures": 0}
+        self._counters = {"ctrl_rejected": 0, "ctrl_done": 0, "save_failures": 0, "fr_dumps": 0}
         self._closed = False
         self._disabled = False
         self._failed = False  # an uncaught exception is ending the process
         self._undo: list[Callable[[], None]] = []  # unpatch / unregister, run at close
-        self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_control, self._fail)
+        # The Flight Recorder, read on the heartbeat thread only (flightrecorder.py);
+        # off by configuration, it is a no-op decided here.
+        self.flight = flightrecorder.FlightRecorderSource(
+            flightrecorder.json_dumper,
+            slot.write_wide,
+            clock,
+            lambda: self.recorder.steps,
+            since_wall_ns=time.time_ns(),
+        )
+        self._poll_flight: Callable[[], object] = (
+            self._read_flight_recorder if getattr(config, "flight_recorder", True) else nop
+        )
+        self._fr_forced_for = -1  # the collective wait a read was already forced for
+        # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
+        self.completions: completion.CompletionTracker | None = None
+        self._poll_completions: Callable[[], object] = nop
+        self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
 
     # -- public API ----------------------------------------------------------------
 
@@ -123,7 +144,8 @@ class Monitor:
         return Status(self.recorder.status)
 
     def stats(self) -> dict[str, int]:
-        return {"errors": self._errors, "steps": self.recorder.steps, **self._counters}
+        fr = {"fr_written": self.flight.written, "fr_skipped": self.flight.skipped}
+        return {"errors": self._errors, "steps": self.recorder.steps, **self._counters, **fr}
 
     def step(
         self, loss: float | None = None
@@ -225,6 +247,7 @@ class Monitor:
             return
         self._run_undo()
         self._heartbeat.stop()
+        self._final_flight_read()
         if not self._disabled and not self._failed:
             self.recorder.set_status(Status.EXITED)
         self._go_quiet()
@@ -233,6 +256,55 @@ class Monitor:
 
     def __repr__(self) -> str:
         return f"Monitor(rank={self.identity.rank}, slot={self.slot_path!r}, status={self.status.name})"
+
+    def _final_flight_read(self) -> None:
+        """At exit, with the heartbeat stopped and training over: the collectives
+        since the last beat (a job that fails within milliseconds of a mismatched
+        collective must still leave its shapes in the slot)."""
+        try:
+            if self._poll_flight is not nop:
+                self.flight.poll(force=True)
+        except Exception:
+            pass
+
+    # -- background (heartbeat thread) ---------------------------------------------
+
+    def _read_flight_recorder(self) -> None:
+        """Within the read budget (flightrecorder.DUTY), except once per wait in a
+        collective that lasts STUCK_READ_NS: a hang is when the ranks' Flight
+        Recorders matter, and a training thread blocked in a collective loses
+        nothing to the read."""
+        m = self.recorder.collectives
+        since = m.span_start
+        if m.outstanding and since != self._fr_forced_for and self._clock() - since > STUCK_READ_NS:
+            self._fr_forced_for = since
+            self.flight.poll(force=True)
+        else:
+            self.flight.poll()
+
+    def use_completions(self, source: completion.CompletionSource) -> None:
+        """Track when the accelerator reaches each collective and step boundary
+        (install: a CUDA event source when a GPU is there; tests: a fake). Before
+        collectives are patched, so the patch can add the marker."""
+        tracker = completion.CompletionTracker(source, self.slot.write_wide, self._clock)
+        self.completions = tracker
+        self._poll_completions = tracker.poll
+        step = self.recorder.step
+        rec = self.recorder
+
+        def step_and_mark(loss: float | None = None) -> None:
+            step(loss)
+            try:
+                tracker.submit(completion.STEP, 0, rec.steps, rec.steps)
+            except Exception as exc:
+                self._fail("completion", exc)
+
+        self.step = step_and_mark  # type: ignore[method-assign]
+
+    def _poll_background(self) -> None:
+        self._poll_control()
+        self._poll_flight()
+        self._poll_completions()
 
     # -- control (agent -> hook) -------------------------------------------------
 
@@ -253,12 +325,30 @@ class Monitor:
                 rec.control_due = req.arg
                 log.info("watchdog.hook control=checkpoint_at_step step=%d seq=%d", req.arg, req.seq)
                 return
+        if why is None and req.command == Command.DUMP_FLIGHT_RECORDER:
+            self._ack(req, self._dump_flight_recorder())
+            return
         if why is None:  # Command.NONE: cancelled
             self._ack(req, control.ACK_OK)
             return
         self._counters["ctrl_rejected"] += 1
         log.warning("watchdog.hook control rejected seq=%d reason=%s", req.seq, why)
         self._ack(req, control.ACK_REJECTED)
+
+    def _dump_flight_recorder(self) -> int:
+        """Heartbeat thread: write this rank's FR dump (JSON: the agent never
+        unpickles a rank's file) next to the slot, whole or not at all, for the
+        agent to collect as evidence."""
+        dump = flightrecorder.json_dumper()
+        if dump is None or self.slot_path is None or not getattr(self.config, "flight_recorder", True):
+            return control.ACK_NO_HANDLER
+        try:
+            flightrecorder.write_dump(wire.fr_dump_filename(self.slot_path), dump())
+        except Exception as exc:
+            log.warning("watchdog.hook flight recorder dump failed: %s", exc)
+            return control.ACK_SAVE_FAILED
+        self._counters["fr_dumps"] += 1
+        return control.ACK_OK
 
     def _run_control(self, step: int) -> None:
         """Training thread, at a step boundary at or past the requested step."""

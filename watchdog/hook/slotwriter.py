@@ -130,6 +130,22 @@ class SlotWriter:
         self._words[H_RING_HEAD] = head
         self._head = head
 
+    def append_wide(self, kind: int, t_ns: int, step: int, payload: tuple[int, ...]) -> None:
+        """Inside a bracket: like ``append`` with all twelve payload words (R_A ..
+        R_L; fewer are zero-filled)."""
+        if len(payload) > wire.RECORD_WORDS - 4:
+            raise ValueError(f"a record holds {wire.RECORD_WORDS - 4} payload words, got {len(payload)}")
+        self.append(kind, t_ns, step, *payload)
+
+    def write_wide(self, records: Iterable[tuple[int, int, int, tuple[int, ...]]]) -> None:
+        """The cold path: append wide records ``(kind, t_ns, step, payload)``, in one bracket."""
+        self.begin()
+        try:
+            for kind, t_ns, step, payload in records:
+                self.append_wide(kind, t_ns, step, payload)
+        finally:
+            self.end()
+
     def write(self, words: Iterable[tuple[int, int]] = (), record: tuple | None = None) -> None:
         """The cold path: store header words (index, value) and append at most one
         record ``(kind, t_ns, step, *payload)``, in one bracket."""

@@ -44,6 +44,29 @@ def installed(run_dir: str | os.PathLike, **overrides: Any) -> Iterator[Any]:
         mon.close()
 
 
+class FakeCompletionSource:
+    """A completion source whose markers complete when told:
+    ``install(completion_source=src)``, then ``src.complete(upto, at_ns)``."""
+
+    clock = wire.Clock.GPU_EVENT
+
+    def __init__(self) -> None:
+        self.marked = 0
+        self._done: dict[int, int] = {}
+
+    def mark(self) -> int:
+        self.marked += 1
+        return self.marked
+
+    def complete(self, upto: int, at_ns: int) -> None:
+        """Markers 1..``upto`` not done yet are done at ``at_ns``."""
+        for m in range(1, upto + 1):
+            self._done.setdefault(m, at_ns)
+
+    def done(self, marker: int) -> int | None:
+        return self._done.get(marker)
+
+
 class FakeClock:
     """A monotonic nanosecond clock that moves only when told: ``install(clock=c)``."""
 

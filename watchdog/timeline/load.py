@@ -219,10 +219,15 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
                 )
         elif ev == je.EVIDENCE:
             n_slots, n_stacks = len(rec.get("slots") or ()), len(rec.get("stacks") or ())
+            n_fr = len(rec.get("flight_recorder") or ())
             what = (
                 " + ".join(
                     x
-                    for x in (f"{n_slots} slot snapshots" if n_slots else "", f"{n_stacks} stacks" if n_stacks else "")
+                    for x in (
+                        f"{n_slots} slot snapshots" if n_slots else "",
+                        f"{n_stacks} stacks" if n_stacks else "",
+                        f"{n_fr} Flight Recorder dumps" if n_fr else "",
+                    )
                     if x
                 )
                 or "nothing"

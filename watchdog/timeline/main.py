@@ -4,6 +4,7 @@
     watchdog timeline journal.jsonl --html out.html  # self-contained swim-lane report
     watchdog timeline journal.jsonl --perfetto out.json   # ui.perfetto.dev / chrome://tracing
     watchdog timeline journal.jsonl --stacks DIR     # every rank's stacks per hang, collapsed (flame graphs)
+    watchdog timeline journal.jsonl --fr-dump DIR    # Flight Recorder files for PyTorch's analyzer (fr_trace)
 
 The journal may end in a line torn by a kill, and may hold several coordinator
 runs and worker restarts: each is its own section.
@@ -17,7 +18,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import html, load, perfetto, stacksets, text
+from watchdog.coordinator import journal
+
+from . import flightrec, html, load, perfetto, stacksets, text
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -34,7 +37,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "('frame;frame;frame count': speedscope, flamegraph.pl, inferno) into this directory",
     )
     p.add_argument(
-        "--text", action="store_true", help="print the text report (the default without --html/--perfetto/--stacks)"
+        "--fr-dump",
+        metavar="DIR",
+        help="write the ranks' Flight Recorder dumps, one directory per fault, as the per-rank files PyTorch's "
+        f"analyzer reads (python -m torch.distributed.flight_recorder.fr_trace DIR/01-... -p {flightrec.PREFIX})",
+    )
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="print the text report (the default without --html/--perfetto/--stacks/--fr-dump)",
     )
     p.add_argument("--steps", type=int, default=20, help="steps per rank shown in the HTML lanes (default 20)")
     p.add_argument("--text-steps", type=int, default=5, help="steps averaged per rank in the text table (default 5)")
@@ -78,8 +89,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not files:
             print("no stacks in the journal: nothing written", file=sys.stderr)
-    if args.text or not (args.html or args.perfetto or args.stacks):
+    fr_sets = flightrec.collect(journal.read(args.journal))
+    if args.fr_dump:
+        try:
+            dirs = flightrec.write_dirs(fr_sets, args.fr_dump)
+        except OSError as exc:
+            print(f"watchdog timeline: cannot write {args.fr_dump}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        for d in dirs:
+            print(
+                f"wrote {d} (python -m torch.distributed.flight_recorder.fr_trace {d} -p {flightrec.PREFIX})",
+                file=sys.stderr,
+            )
+        if not dirs:
+            print("no Flight Recorder dumps in the journal: nothing written", file=sys.stderr)
+    if args.text or not (args.html or args.perfetto or args.stacks or args.fr_dump):
         sys.stdout.write(text.render(tl, steps=args.text_steps, max_ranks=args.max_ranks))
+        if fr_sets:
+            sys.stdout.write("\n" + "\n".join(flightrec.lines(fr_sets)) + "\n")
     return 0 if tl.sections else 1
 
 

@@ -18,6 +18,7 @@ from ..metrics import GaugeValues
 from ..view import ClusterView
 from .batch_changed import BatchChanged
 from .collective_hang import CollectiveHang
+from .collective_mismatch import CollectiveMismatch
 from .dead_rank import DeadRank
 from .frozen_rank import FrozenRank
 from .loader_starvation import LoaderStarvation
@@ -38,7 +39,17 @@ class WithGauges(Detector, Protocol):
         ...
 
 
-DETECTORS = (DeadRank, FrozenRank, CollectiveHang, Straggler, NeverJoined, LoaderStarvation, LossAnomaly, BatchChanged)
+DETECTORS = (
+    CollectiveMismatch,
+    DeadRank,
+    FrozenRank,
+    CollectiveHang,
+    Straggler,
+    NeverJoined,
+    LoaderStarvation,
+    LossAnomaly,
+    BatchChanged,
+)
 
 
 def build(cfg: DetectorConfig) -> tuple[Detector, ...]:

@@ -13,7 +13,10 @@ together. Two rules keep the blame on the first:
 - deaths are ordered by when they happened (the agent's ``gone_age_s``, poll
   resolution; else bounded by the last sign of life): those within ``TIE_S`` of
   the earliest are named together (order unknown), later ones within
-  ``CASCADE_S`` are followers, mentioned in the evidence only.
+  ``CASCADE_S`` are followers, mentioned in the evidence only;
+- a rank that issued the usual collective where another issued a mismatched
+  one (``mismatch.find``) is a victim however early it died: gloo fails first
+  on whichever rank reads the odd message, a healthy one as often as not.
 A death is reported once every other live host has reported since it happened
 (or after 1.5 report intervals), so a victim whose agent happened to report
 first is not blamed before the root cause's host is heard from.
@@ -25,6 +28,7 @@ from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import DEAD, LOST, analyze, classify_all, host_silence_limit, lost_hosts, victims
+from ..mismatch import find as find_mismatch
 from ..view import ClusterView
 
 TIE_S = 0.003  # agents time exits through pidfds (agent/deathwatch.py) to ~1 ms; closer is a tie
@@ -44,6 +48,9 @@ class DeadRank:
             return []
         blame = analyze(view, now, self.cfg, health)
         spared = victims(view, now, self.cfg, health, blame)
+        mismatch = find_mismatch(view)
+        if mismatch is not None and mismatch.odd:
+            spared |= {r for r in mismatch.usual if health[r] == DEAD}
         lost = self._lost_hosts(now, view, health)
         # (time, ranks, precise): lost hosts take part in the ordering as one event each.
         events = [(f.onset_mono, f.ranks, False) for f in lost]

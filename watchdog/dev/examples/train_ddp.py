@@ -30,6 +30,9 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
                  OOM-kills rank R there; without it, rank R grows under an
                  address-space limit 256 MiB above its size (a MemoryError).
                  Never the whole machine's memory.
+    mismatch:R@S[:N]  every rank all-reduces an extra tensor at step S, rank R
+                 one of N elements (default 1000), the others 4: a desync. gloo
+                 aborts a healthy rank first at N=1000 and hangs at N=6
 
 Faults are injected in the first attempt only (TORCHELASTIC_RESTART_COUNT 0),
 unless --faults-every-attempt (a deterministic failure that comes back).
@@ -75,6 +78,8 @@ class Faults:
     nan: dict[int, int] = field(default_factory=dict)  # rank -> step
     raise_: dict[int, int] = field(default_factory=dict)  # rank -> step
     oom: dict[int, int] = field(default_factory=dict)
+    mismatch: dict[int, int] = field(default_factory=dict)  # rank -> step: all-reduces another size there
+    mismatch_elements: int = 1000
 
 
 def announce(kind: str, rank: int, step: int) -> None:
@@ -87,7 +92,12 @@ def parse_faults(specs: list[str]) -> Faults:
     for spec in specs:
         try:
             kind, _, rest = spec.partition(":")
-            if kind in ("kill", "stop", "hang", "loader-hang", "nan", "raise", "oom"):
+            if kind == "mismatch":
+                rank, _, rest = rest.partition("@")
+                step, _, elements = rest.partition(":")
+                faults.mismatch[int(rank)] = int(step)
+                faults.mismatch_elements = int(elements or 1000)
+            elif kind in ("kill", "stop", "hang", "loader-hang", "nan", "raise", "oom"):
                 rank, _, step = rest.partition("@")
                 attr = {"raise": "raise_"}.get(kind, kind.replace("-", "_"))
                 getattr(faults, attr)[int(rank)] = int(step)
@@ -353,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             announce("hang", rank, step)
             while True:
                 time.sleep(3600)
+        if step in faults.mismatch.values():  # every rank all-reduces; the odd one another size
+            odd = faults.mismatch.get(rank) == step
+            announce("mismatch", rank, step) if odd else None
+            dist.all_reduce(torch.ones(faults.mismatch_elements if odd else 4))
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradients in here
         if comm is not None:

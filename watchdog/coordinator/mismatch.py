@@ -1,0 +1,159 @@
+"""Mismatched collectives: ranks at the same (group, seq) that issued different ones.
+
+Every rank must issue the same sequence of collectives on a group, with the same
+op, element count and dtype. When one does not (a rank that all-reduces a tensor
+of another size, skips a collective, or reduces in another dtype), NCCL hangs
+or corrupts silently and gloo fails within milliseconds on whichever rank reads
+the odd message first: often a healthy rank, which is then the first to die.
+So the culprit is named from the recorded shapes, not from the order of deaths:
+the rank(s) in the minority at the earliest mismatched (group, seq).
+
+Two sources of shapes, never mixed (their sequence numbers count different things):
+- ``fr``: the Flight Recorder's signatures (``FoldedRank.colls``): op, elements,
+  dtype, shape, for every c10d collective, those issued from C++ included;
+- ``hook``: the collective each rank last entered through the patched Python API
+  (``RankState.coll``: op and bytes), which is in the slot before the collective
+  runs, so it survives a crash that the Flight Recorder's reader did not see.
+
+Pure: a function of the view. Culprits are named only when more than half of
+the group issued the usual collective; with every rank in and no such majority
+(two ranks, one each) the mismatch is reported with no culprit: both shapes,
+no accusation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .view import SIZE_FREE_OPS as _SIZE_FREE
+from .view import ClusterView
+
+# Signatures of one (group, seq) further apart than this are not one collective
+# (a restarted rank's numbering starting over next to an old incarnation's).
+SAME_COLLECTIVE_S = 300.0
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    group: int
+    seq: int
+    source: str  # "fr" or "hook"
+    odd: tuple[int, ...]  # the minority: the culprits; () when there is no majority
+    usual: tuple[int, ...]  # ranks with the majority's signature (all the ranks at this key when odd is ())
+    shapes: dict[int, str]  # rank -> what it issued, for a person
+    onset: float  # coordinator time of the earliest signature at this key
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted(self.shapes))
+
+
+Entry = tuple[tuple, str, float]  # (comparable signature, description, coordinator time)
+
+
+def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
+    """Only the keys where some rank differs are built in full: one dict probe per
+    signature otherwise (4,096 ranks x 32 signatures is 131,072 of them a tick)."""
+    first: dict[tuple[int, int], tuple] = {}
+    differ: set[tuple[int, int]] = set()
+    for rv in view.ranks.values():
+        for key, sig, _ in rv.coll_keys:
+            f = first.setdefault(key, sig)
+            if f is not sig and f != sig:
+                differ.add(key)
+    out: dict[tuple[int, int], dict[int, Entry]] = {}
+    if not differ:
+        return out
+    for r, rv in view.ranks.items():
+        for (key, sig, at), (c, _) in zip(rv.coll_keys, rv.colls):
+            if key in differ:
+                out.setdefault(key, {})[r] = (sig, c.describe(), at)
+    return out
+
+
+def _hook(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
+    out: dict[tuple[int, int], dict[int, Entry]] = {}
+    for r, rv in view.ranks.items():
+        c = rv.state.coll
+        if c.seq <= 0:
+            continue
+        sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.bytes)
+        out.setdefault((c.group, c.seq), {})[r] = (sig, f"{c.op} of {c.bytes} bytes", rv.coll_enter())
+    return out
+
+
+def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str, group_size: int) -> Mismatch | None:
+    """Culprits only when the usual signature is held by more than half of the
+    group: signatures arrive rank by rank, and a minority seen early (the odd rank
+    and one healthy one: a tie; two odd ranks and a healthy one: the wrong
+    majority) must never accuse. Short of that, the key waits for the other ranks;
+    once all are in with no majority, the mismatch is reported with no culprit."""
+    if len(at_key) < 2:
+        return None
+    sigs = Counter(e[0] for e in at_key.values())
+    if len(sigs) < 2:
+        return None
+    times = [e[2] for e in at_key.values()]
+    if max(times) - min(times) > SAME_COLLECTIVE_S:
+        return None
+    (top, n_top), (_, n_next) = sigs.most_common(2)
+    if n_top > n_next and 2 * n_top > group_size:
+        odd = tuple(sorted(r for r, e in at_key.items() if e[0] != top))
+        usual = tuple(sorted(r for r, e in at_key.items() if e[0] == top))
+    elif len(at_key) >= group_size:
+        odd, usual = (), tuple(sorted(at_key))
+    else:
+        return None  # wait for the others' signatures
+    return Mismatch(
+        group=key[0],
+        seq=key[1],
+        source=source,
+        odd=odd,
+        usual=usual,
+        shapes={r: e[1] for r, e in sorted(at_key.items())},
+        onset=min(times),
+    )
+
+
+def _group_sizes(view: ClusterView, keys) -> dict[int, int]:
+    """The default group is the world; another group's size is not reported, so
+    it is taken as the ranks seen using it (a lower bound)."""
+    members: dict[int, set[int]] = {}
+    for key, at_key in keys:
+        members.setdefault(key[0], set()).update(at_key)
+    return {g: (max(view.world_size, len(m)) if g == 0 else len(m)) for g, m in members.items()}
+
+
+# The last view judged and its answer: the view is immutable and several detectors
+# (health.analyze, dead_rank, collective_mismatch) ask about the same one each tick.
+_last: tuple[ClusterView | None, Mismatch | None] = (None, None)
+
+
+def find(view: ClusterView) -> Mismatch | None:
+    """``judge(view)``, remembered for the last view asked about."""
+    global _last
+    seen, answer = _last
+    if seen is view:
+        return answer
+    answer = judge(view)
+    _last = (view, answer)
+    return answer
+
+
+def judge(view: ClusterView) -> Mismatch | None:
+    """The earliest mismatch that names a culprit, else the earliest that cannot;
+    on a tie the Flight Recorder's (richer shapes). None when the ranks agree.
+
+    Why a culprit beats an earlier tie: a rank that aborts within milliseconds of
+    the odd collective (gloo's I/O thread, no Python exception) leaves no Flight
+    Recorder read behind, so FR may hold the odd rank and one healthy one (a tie)
+    while the hook's marks, written before the call, hold all three."""
+    found = []
+    for source, collect in (("fr", _fr), ("hook", _hook)):
+        keys = list(collect(view).items())
+        sizes = _group_sizes(view, keys)
+        found += [m for key, at_key in keys if (m := _judge(key, at_key, source, sizes[key[0]])) is not None]
+    if not found:
+        return None
+    return min(found, key=lambda m: (not m.odd, m.onset, m.source != "fr", m.seq, m.group))
