@@ -1,0 +1,372 @@
+"""Scale benchmark: a real coordinator process on loopback under N simulated
+agents (8 ranks each) that speak the real report protocol, one kept-alive
+connection per agent, start-up jitter, and the reply's back-off honoured.
+
+    python benchmarks/scale.py [--ranks 256,1024,4096,16384] [--procs 3] [--core 1]
+
+Per size: one straggler (1.1x compute from step 0) and, once the straggler had
+time to show, one frozen rank (heartbeat stops, never enters the next
+all-reduce, so all others wait in it). Prints one table: coordinator CPU
+(share of one core over the steady window), RSS, report latency p50/p99 (as
+the agents saw it), tick duration p50/p99 (from the coordinator's histogram,
+interpolated like Prometheus' histogram_quantile), hang and frozen-rank
+detection latency, whether every finding after the freeze named only the
+frozen rank, the straggler's detection (in steps from the job's start), any
+false finding, /metrics size and scrape time, and the mean bytes per report.
+The coordinator is pinned with ``taskset`` to ``--core`` when available; the
+generator processes run on the other cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scalesim  # noqa: E402
+
+REPORT_PATH = "/api/v1/report"
+
+
+# -- generator (runs in worker processes) ------------------------------------------
+
+
+async def _agent(
+    host: scalesim.Host, addr: tuple[str, int], interval: float, t_end: float, window: tuple[float, float], out: dict
+) -> None:
+    await asyncio.sleep(random.uniform(0, interval))  # start-up jitter, as the real agent does
+    reader, writer = await asyncio.open_connection(*addr)
+    head = f"POST {REPORT_PATH} HTTP/1.1\r\nHost: {addr[0]}\r\nContent-Type: application/json\r\n"
+    next_at = time.time()
+    try:
+        while True:
+            now = time.time()
+            if now >= t_end:
+                return
+            rep = host.report(now, interval)
+            body = json.dumps(rep, separators=(",", ":")).encode()
+            t1 = time.perf_counter()
+            writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            status_line = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode().partition(":")
+                if k.lower() == "content-length":
+                    length = int(v)
+            reply = json.loads(await reader.readexactly(length)) if length else {}
+            lat = time.perf_counter() - t1
+            if not status_line.startswith(b"HTTP/1.1 200"):
+                out["errors"] += 1
+                writer.close()  # the coordinator closes after an error: reconnect
+                reader, writer = await asyncio.open_connection(*addr)
+            else:
+                host.delivered(rep)
+            if window[0] <= now < window[1]:
+                out["lat"].append(lat)
+                out["bytes"].append(len(body))
+            # Back-pressure: the coordinator may ask for a longer interval.
+            asked = reply.get("report_interval_s") if isinstance(reply, dict) else None
+            step = max(interval, float(asked)) if isinstance(asked, (int, float)) else interval
+            if step > interval:
+                out["slowed"] += 1
+            next_at = max(next_at + step, time.time())
+            await asyncio.sleep(next_at - time.time())
+    finally:
+        writer.close()
+
+
+def _worker(
+    job: scalesim.Job,
+    hosts: list[int],
+    addr: tuple[str, int],
+    interval: float,
+    t_end: float,
+    window: tuple[float, float],
+    q: mp.Queue,
+) -> None:
+    out: dict = {"lat": [], "bytes": [], "errors": 0, "slowed": 0}
+
+    async def main() -> None:
+        sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}") for i in hosts]
+        res = await asyncio.gather(
+            *(_agent(h, addr, interval, t_end, window, out) for h in sims), return_exceptions=True
+        )
+        out["errors"] += sum(1 for r in res if isinstance(r, BaseException))
+
+    asyncio.run(main())
+    q.put(out)
+
+
+# -- measurement ---------------------------------------------------------------------
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _scrape(url: str) -> tuple[bytes, float]:
+    t = time.perf_counter()
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        body = r.read()
+    return body, time.perf_counter() - t
+
+
+def _buckets(text: str, name: str) -> dict[float, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{"):
+            le = line.split('le="')[1].split('"')[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _hist_quantile(q: float, before: dict, after: dict) -> float:
+    """Prometheus' histogram_quantile over the increase between two scrapes."""
+    les = sorted(after)
+    counts = [after[le] - before.get(le, 0.0) for le in les]
+    total = counts[-1] if counts else 0
+    if total <= 0:
+        return float("nan")
+    rank, prev_le, prev_c = q * total, 0.0, 0.0
+    for le, c in zip(les, counts):
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_c) / max(c - prev_c, 1e-9)
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(q * 100) - 1] if len(xs) > 1 else (xs[0] if xs else float("nan"))
+
+
+def run_size(
+    n_ranks: int,
+    *,
+    procs: int,
+    core: int | None,
+    interval: float,
+    steady_s: float,
+    after_s: float,
+    python: str,
+    extra_flags: list[str],
+) -> dict:
+    tmp = tempfile.mkdtemp(prefix=f"watchdog-scale-{n_ranks}-")
+    journal, addr_file = os.path.join(tmp, "journal.jsonl"), os.path.join(tmp, "addr")
+    cmd = [
+        python,
+        "-m",
+        "watchdog.cli",
+        "coordinator",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.address-file",
+        addr_file,
+        "--job.name",
+        "scale",
+        "--job.world-size",
+        str(n_ranks),
+        "--journal",
+        journal,
+        "--log.level",
+        "warning",
+        *extra_flags,
+    ]
+    if core is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", str(core), *cmd]
+    coord = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "coordinator.log"), "wb"))
+    workers: list[mp.Process] = []
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(addr_file):
+            if time.time() > deadline or coord.poll() is not None:
+                raise RuntimeError(f"coordinator did not start; see {tmp}/coordinator.log")
+            time.sleep(0.05)
+        host_s, port_s = open(addr_file).read().strip().rsplit(":", 1)
+        addr, url = (host_s, int(port_s)), f"http://{host_s}:{port_s}"
+        t_start = time.time() + 0.5
+        straggler, frozen = n_ranks // 3, (2 * n_ranks) // 3 + 1
+        probe = scalesim.Job(n_ranks, t_start, straggler=straggler)
+        # Freeze at a step's start (+ its data wait): the rank never enters that step's all-reduce.
+        k = int((steady_s + 5.0) / probe.wall_s)
+        freeze_at = t_start + k * probe.wall_s + probe.data_s / 2
+        job = scalesim.Job(n_ranks, t_start, straggler=straggler, frozen=frozen, freeze_at=freeze_at)
+        window = (t_start + 5.0, t_start + 5.0 + steady_s)
+        t_end = freeze_at + after_s
+        n_hosts = (n_ranks + scalesim.RANKS_PER_HOST - 1) // scalesim.RANKS_PER_HOST
+        q: mp.Queue = mp.Queue()
+        ctx_procs = max(1, min(procs, n_hosts))
+        others = [c for c in range(os.cpu_count() or 1) if c != core] or None
+        for p in range(ctx_procs):
+            w = mp.Process(
+                target=_worker,
+                args=(job, list(range(p, n_hosts, ctx_procs)), addr, interval, t_end, window, q),
+                daemon=True,
+            )
+            w.start()
+            if others and hasattr(os, "sched_setaffinity"):
+                os.sched_setaffinity(w.pid, others)
+            workers.append(w)
+        time.sleep(max(0.0, window[0] - time.time()))
+        cpu0, m0 = _cpu_s(coord.pid), _scrape(url)[0].decode()
+        time.sleep(max(0.0, window[1] - time.time()))
+        cpu1, m1 = _cpu_s(coord.pid), _scrape(url)[0].decode()
+        cpu = (cpu1 - cpu0) / (window[1] - window[0])
+        rss = _rss_mb(coord.pid)
+        scrapes = [_scrape(url) for _ in range(3)]
+        results = [q.get(timeout=t_end - time.time() + 120) for _ in workers]
+        for w in workers:
+            w.join(timeout=10)
+    finally:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+        coord.terminate()
+        try:
+            coord.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            coord.kill()
+            coord.wait()
+    lat = [x for r in results for x in r["lat"]]
+    nbytes = [x for r in results for x in r["bytes"]]
+    name = "watchdog_coordinator_tick_duration_seconds"
+    b0, b1 = _buckets(m0, name), _buckets(m1, name)
+    findings = [r for r in _journal(journal) if r["event"] == "finding"]
+    hang = next((f for f in findings if f["kind"] == "collective_hang" and f["t_wall"] >= freeze_at), None)
+    froz = next((f for f in findings if f["kind"] == "frozen_rank" and f["t_wall"] >= freeze_at), None)
+    strag = next((f for f in findings if f["kind"] == "straggler"), None)
+    expected = {"straggler": [straggler], "collective_hang": [frozen], "frozen_rank": [frozen]}
+    false = [f for f in findings if f["ranks"] != expected.get(f["kind"])]
+    after = [f for f in findings if f["t_wall"] >= freeze_at and f["kind"] != "straggler"]
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "ranks": n_ranks,
+        "hosts": n_hosts,
+        "cpu": cpu,
+        "rss_mb": rss,
+        "lat_p50_ms": 1e3 * _pct(lat, 0.5),
+        "lat_p99_ms": 1e3 * _pct(lat, 0.99),
+        "tick_p50_ms": 1e3 * _hist_quantile(0.5, b0, b1),
+        "tick_p99_ms": 1e3 * _hist_quantile(0.99, b0, b1),
+        "reports_per_s": len(lat) / steady_s,
+        "hang_s": hang["t_wall"] - freeze_at if hang else None,
+        "frozen_s": froz["t_wall"] - freeze_at if froz else None,
+        "culprit_ok": bool(hang) and bool(froz) and all(f["ranks"] == [frozen] for f in after),
+        "straggler_steps": int((strag["t_wall"] - t_start) / job.wall_s)
+        if strag and strag["ranks"] == [straggler]
+        else None,
+        "false": len(false),
+        "metrics_kb": statistics.median(len(b) for b, _ in scrapes) / 1024,
+        "scrape_ms": 1e3 * statistics.median(t for _, t in scrapes),
+        "bytes_per_report": statistics.mean(nbytes) if nbytes else 0.0,
+        "errors": sum(r["errors"] for r in results),
+        "slowed": sum(r["slowed"] for r in results),
+    }
+
+
+def _journal(path: str) -> list[dict]:
+    out = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                pass
+    return out
+
+
+COLUMNS = [
+    ("ranks", "ranks", "{}"),
+    ("hosts", "hosts", "{}"),
+    ("cpu", "CPU(core)", "{:.2f}"),
+    ("rss_mb", "RSS MB", "{:.0f}"),
+    ("reports_per_s", "rep/s", "{:.0f}"),
+    ("lat_p50_ms", "rep p50 ms", "{:.1f}"),
+    ("lat_p99_ms", "rep p99 ms", "{:.1f}"),
+    ("tick_p50_ms", "tick p50 ms", "{:.1f}"),
+    ("tick_p99_ms", "tick p99 ms", "{:.1f}"),
+    ("hang_s", "hang s", "{:.1f}"),
+    ("frozen_s", "frozen s", "{:.1f}"),
+    ("culprit_ok", "culprit", "{}"),
+    ("straggler_steps", "strag steps", "{}"),
+    ("false", "false", "{}"),
+    ("metrics_kb", "metrics KB", "{:.0f}"),
+    ("scrape_ms", "scrape ms", "{:.1f}"),
+    ("bytes_per_report", "B/report", "{:.0f}"),
+    ("errors", "errors", "{}"),
+    ("slowed", "slowed", "{}"),
+]
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[h for _, h, _ in COLUMNS]] + [
+        [
+            "-" if r[k] is None else (f.format(r[k]) if not isinstance(r[k], bool) else ("yes" if r[k] else "NO"))
+            for k, _, f in COLUMNS
+        ]
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", default="256,1024,4096,16384")
+    ap.add_argument("--procs", type=int, default=3, help="generator processes")
+    ap.add_argument("--core", type=int, default=1, help="pin the coordinator to this core (-1: no pinning)")
+    ap.add_argument("--interval", type=float, default=1.0, help="report interval per agent, seconds")
+    ap.add_argument("--steady-seconds", type=float, default=25.0)
+    ap.add_argument("--after-seconds", type=float, default=12.0, help="how long to run after the freeze")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per size too")
+    ap.add_argument("coordinator_flags", nargs="*", help="extra coordinator flags (after --)")
+    a = ap.parse_args(argv)
+    core = None if a.core < 0 or (os.cpu_count() or 1) < 2 else a.core
+    print(f"# load average before: {os.getloadavg()[0]:.2f}; coordinator pinned to core {core}", flush=True)
+    rows = []
+    for n in [int(x) for x in a.ranks.split(",")]:
+        row = run_size(
+            n,
+            procs=a.procs,
+            core=core,
+            interval=a.interval,
+            steady_s=a.steady_seconds,
+            after_s=a.after_seconds,
+            python=sys.executable,
+            extra_flags=a.coordinator_flags,
+        )
+        rows.append(row)
+        if a.json:
+            print(json.dumps(row), flush=True)
+    print(table(rows))
+    print(f"# load average after: {os.getloadavg()[0]:.2f}")
+    return 0 if all(r["culprit_ok"] and r["false"] == 0 and not r["errors"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Simulated hosts for the scale benchmark: what N agents would send, as plain
+report dicts in the real wire format (``watchdog.report``), computed from the
+wall clock so several generator processes agree on one job without talking.
+
+The job is synchronous data parallel: step k starts at ``t0 + k * wall_s`` on
+every rank; each rank loads data, computes for ``compute_s x factor x (1 +-
+jitter)`` (deterministic per rank and step), then waits in all-reduce #k+1 until
+the step ends. A straggler has ``factor > 1`` (the step wall time covers the
+slowest rank, as in real synchronous training). A frozen rank stops at
+``freeze_at``: its heartbeat goes stale and it never enters the next all-reduce,
+so every other rank waits in it: a collective hang whose culprit is that rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RANKS_PER_HOST = 8
+HEARTBEAT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Job:
+    world_size: int
+    t0: float  # wall clock of step 0's start
+    compute_s: float = 0.2
+    data_s: float = 0.005
+    comm_s: float = 0.02
+    jitter: float = 0.05
+    straggler: int = -1  # rank computing ``straggler_factor`` x slower from step 0
+    straggler_factor: float = 1.1
+    frozen: int = -1  # rank frozen at wall time ``freeze_at``
+    freeze_at: float = float("inf")
+    job: str = "scale"
+
+    @property
+    def wall_s(self) -> float:
+        """Step wall time: the slowest rank's compute plus data and all-reduce."""
+        slow = self.straggler_factor if self.straggler >= 0 else 1.0
+        return self.data_s + self.compute_s * slow * (1 + self.jitter) + self.comm_s
+
+    def factor(self, r: int) -> float:
+        return self.straggler_factor if r == self.straggler else 1.0
+
+    def compute(self, r: int, k: int) -> float:
+        u = ((r * 2654435761 + k * 40503) & 0xFFFF) / 32768.0 - 1.0  # cheap deterministic jitter in [-1, 1)
+        return self.compute_s * self.factor(r) * (1 + self.jitter * u)
+
+    def freeze_step(self) -> int:
+        return int((self.freeze_at - self.t0) // self.wall_s)
+
+
+class Host:
+    """One simulated agent: its ranks, its report sequence, and the steps it has
+    already reported (a report carries the steps completed since the last one)."""
+
+    def __init__(self, job: Job, index: int, agent_id: str) -> None:
+        self.job, self.name, self.agent_id = job, f"sim{index:05d}", agent_id
+        first = index * RANKS_PER_HOST
+        self.ranks = list(range(first, min(first + RANKS_PER_HOST, job.world_size)))
+        self.seq = 0
+        self.reported = dict.fromkeys(self.ranks, 0)  # rank -> steps completed already reported
+        self.created = job.t0 - 5.0
+
+    def report(self, now: float, interval_s: float) -> dict:
+        self.seq += 1
+        return {
+            "v": 1,
+            "job": self.job.job,
+            "host": self.name,
+            "agent_id": self.agent_id,
+            "seq": self.seq,
+            "sent_wall": now,
+            "interval_s": interval_s,
+            "ranks": [self._rank(r, now) for r in self.ranks],
+        }
+
+    def delivered(self, report: dict) -> None:
+        """The coordinator accepted ``report``: its steps are not sent again."""
+        for rs in report["ranks"]:
+            self.reported[rs["rank"]] = rs["step"]
+
+    def _rank(self, r: int, now: float) -> dict:
+        j = self.job
+        now = max(now, j.t0)  # agents start up to a second before step 0: nothing to report yet but ages
+        frozen = r == j.frozen and now >= j.freeze_at
+        hang = j.frozen >= 0 and now >= j.freeze_at
+        w = j.wall_s
+        k = int((now - j.t0) // w) if not hang else j.freeze_step()
+        start = j.t0 + k * w
+        enter = start + j.data_s + j.compute(r, k)
+        hb = ((now - j.t0 + r * 0.013) % HEARTBEAT_S) if not frozen else now - j.freeze_at
+        in_coll = now >= enter and not frozen and (not hang or r != j.frozen)
+        since = max(0.0, now - enter) if in_coll else 0.0
+        done = self.reported[r]
+        steps = [
+            {
+                "step": x,
+                "step_s": w,
+                "data_s": j.data_s,
+                "coll_s": max(0.0, w - j.data_s - j.compute(r, x)),
+                "phase": "train",
+            }
+            for x in range(max(done, k - 64), k)
+        ]
+        last_c = j.compute(r, k - 1) if k else 0.0
+        return {
+            "rank": r,
+            "local_rank": r % RANKS_PER_HOST,
+            "world_size": j.world_size,
+            "pid": 10000 + r,
+            "proc_start_us": 1_700_000_000_000_000 + r,
+            "alive": True,
+            "status": "running",
+            "step": k,
+            "step_age_s": max(0.0, now - start),
+            "heartbeat_age_s": hb,
+            "phase": "train",
+            "phase_age_s": now - j.t0,
+            "pg_state": "joined",
+            "pg_age_s": now - j.t0,
+            "in_data_wait": False,
+            "data_wait_age_s": 0.0,
+            "coll": {
+                "group": 0,
+                "seq": k + 1 if in_coll else k,
+                "done_seq": k,
+                "op": "all_reduce",
+                "bytes": 104857600,
+                "outstanding": 1 if in_coll else 0,
+                "since_s": since,
+            },
+            "last_step_s": w if k else 0.0,
+            "last_data_s": j.data_s if k else 0.0,
+            "last_coll_s": max(0.0, w - j.data_s - last_c) if k else 0.0,
+            "hook_errors": 0,
+            "cpu_percent": 3.0 if frozen else 98.0,
+            "rss_bytes": 4 << 30,
+            "torn": False,
+            "created_wall": self.created,
+            "recent_steps": steps,
+            "gone_age_s": 0.0,
+            "proc_status": "sleeping" if frozen else "running",
+            "launcher_pid": 9000 + r // RANKS_PER_HOST,
+            "launcher_start_us": 1_700_000_000_000_000,
+            "ctrl_ack_seq": 0,
+            "ctrl_ack_step": 0,
+            "ctrl_ack_ok": True,
+        }
