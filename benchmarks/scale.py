@@ -34,7 +34,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import scalesim  # noqa: E402
+import scalesim
 
 REPORT_PATH = "/api/v1/report"
 
@@ -199,7 +199,8 @@ def run_size(
     ]
     if core is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(core), *cmd]
-    coord = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "coordinator.log"), "wb"))
+    with open(os.path.join(tmp, "coordinator.log"), "wb") as log:
+        coord = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     workers: list[mp.Process] = []
     try:
         deadline = time.time() + 30
@@ -207,7 +208,8 @@ def run_size(
             if time.time() > deadline or coord.poll() is not None:
                 raise RuntimeError(f"coordinator did not start; see {tmp}/coordinator.log")
             time.sleep(0.05)
-        host_s, port_s = open(addr_file).read().strip().rsplit(":", 1)
+        with open(addr_file) as fh:
+            host_s, port_s = fh.read().strip().rsplit(":", 1)
         addr, url = (host_s, int(port_s)), f"http://{host_s}:{port_s}"
         t_start = time.time() + 0.5
         straggler, frozen = n_ranks // 3, (2 * n_ranks) // 3 + 1

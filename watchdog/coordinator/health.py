@@ -24,7 +24,8 @@ STALL_SLACK_S = 0.5
 
 def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> float:
     hv = view.hosts[host]
-    return cfg.host_silence_intervals * max(hv.interval_s, 0.1)
+    # Reports still queued in a coordinator that is behind are not silence.
+    return cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s
 
 
 def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
@@ -32,7 +33,8 @@ def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> 
 
 
 def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
-    silent = {h for h, hv in view.hosts.items() if now - hv.received_at > host_silence_limit(view, h, cfg)}
+    silent = {h for h, hv in view.hosts.items()
+              if now - hv.received_at > cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s}
     if not silent:
         return silent
     # An agent that goes quiet after all its ranks exited cleanly is the job ending.

@@ -51,6 +51,8 @@ class CoordinatorMetrics:
         self.rejected = Counter("watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r)
         self.tick = Histogram("watchdog_coordinator_tick_duration_seconds", "Time one tick (all detectors and bookkeeping) took", buckets=TICK_BUCKETS, registry=r)
         self.commands = Counter("watchdog_coordinator_commands_total", "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)", ["type", "outcome"], registry=r)
+        self.behind = Gauge("watchdog_coordinator_behind_seconds", "How late the request loop runs (worst over the last second): how long a report waits before it is handled", registry=r)
+        self.advised_interval = Gauge("watchdog_coordinator_advised_report_interval_seconds", "Report interval the coordinator asks agents for while it is behind (0: none asked)", registry=r)
         self.journal_errors = Counter("watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r)
         self._detector_gauges = {STRAGGLER_SCORE: self.straggler, HANG_SECONDS: self.hang,
                                  HANG_DEADLINE_SECONDS: self.hang_deadline}

@@ -26,7 +26,8 @@ from .finding import KINDS, Finding
 from .journal import Journal
 from .metrics import CoordinatorMetrics
 from .runner import Outcome, Runner
-from .view import ClusterView, empty, fold
+from .backpressure import Backpressure
+from .view import ClusterView, Folder, empty
 
 
 class WrongJob(Exception):
@@ -50,7 +51,8 @@ class Coordinator:
         self.runner = Runner(self.detectors)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
-        self._view: ClusterView = empty(cfg.job, cfg.world_size)
+        self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
+        self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
         self._lost: set[str] = set()
         self._journal_failed = logs.RateLimited(every_s=60.0)
@@ -70,7 +72,10 @@ class Coordinator:
 
     @property
     def view(self) -> ClusterView:
-        return self._view
+        with self._lock:
+            view = self._folder.snapshot()
+        behind = self.backpressure.behind_s
+        return replace(view, behind_s=behind) if behind else view
 
     @property
     def active(self) -> dict[tracker.Key, tracker.Active]:
@@ -80,9 +85,9 @@ class Coordinator:
 
     def accept(self, report: HostReport, now: float) -> dict[str, Any]:
         with self._lock:
-            view = self._view
+            view = self._folder
             if not view.job:
-                view = replace(view, job=report.job)
+                view.set_job(report.job)
                 self.metrics.info.labels(report.job).set(1)
                 self.log.info("job_adopted", job=report.job, host=report.host)
             elif report.job != view.job:
@@ -92,7 +97,7 @@ class Coordinator:
                 if first:  # elastic jobs resize; say so, but keep the configured expectation
                     self.log.warning("world_size_mismatch", host=report.host, expected=view.world_size,
                                      reported=sorted({r.world_size for r in report.ranks}), suppressed=suppressed)
-            self._view, events = fold(view, report, now, self.cfg.detectors)
+            events = view.fold(report, now, self.cfg.detectors)
             for name, payload in events:
                 self.log.info(name, **payload)
                 self._record(name, payload)
@@ -106,7 +111,7 @@ class Coordinator:
     # -- tick ------------------------------------------------------------------
 
     def tick(self, now: float, wall: float) -> TickResult:
-        view = self._view
+        view = self.view
         self._hosts(view, now)
         outcomes = self.runner.run(now, view)
         findings = [replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall)
@@ -269,7 +274,7 @@ class Coordinator:
     # -- status ----------------------------------------------------------------
 
     def status(self, now: float, wall: float) -> dict[str, Any]:
-        doc = status.build(self._view, self._active, now, wall, self.cfg)
+        doc = status.build(self.view, self._active, now, wall, self.cfg)
         for f in doc["findings"]:  # added field: where every rank's stack put the ranks, once known
             line = self._stack_summary.get((f["kind"], tuple(f["ranks"])))
             if line:

@@ -1,0 +1,66 @@
+"""Back-pressure: when the coordinator falls behind, it says so and asks agents
+to report less often, instead of letting reports pile up in socket buffers.
+
+"Behind" is how late the request loop runs (``httpio`` probes it every 0.1 s):
+every report is handled on that loop, so its lag is how long a report waits
+before it is folded. Past ``BEHIND_S`` (the worst lag over the last second) the
+replies carry ``"report_interval_s": SLOW_INTERVAL_S``; agents report at the
+longer of that and their own interval (an agent that does not know the field
+ignores it). The advice is withdrawn once the lag stayed under ``CALM_S`` for
+``CALM_FOR_S``.
+
+How detection degrades, and why never with a false finding:
+- ``SLOW_INTERVAL_S`` is 2 s: every report still carries the agent's own
+  readings (heartbeat age, collective state), so a finding waits at most one
+  more second for its evidence.
+- A host's silence limit is counted in the interval it *reports* (dead_rank,
+  health.lost_hosts), so a slowed host is not a lost one; and the coordinator's
+  own lag is added to every silence limit (``ClusterView.behind_s``), so reports
+  still queued are not taken for silence.
+- The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
+  seen one report late is not a hang.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .metrics import CoordinatorMetrics
+
+BEHIND_S = 0.25  # loop lag that counts as behind
+CALM_S = 0.05
+CALM_FOR_S = 10.0
+SLOW_INTERVAL_S = 2.0
+WINDOW_S = 1.0
+
+
+class Backpressure:
+    def __init__(self, metrics: CoordinatorMetrics | None = None) -> None:
+        self._metrics = metrics
+        self._recent: deque[tuple[float, float]] = deque()  # (when, lag)
+        self._calm_since: float | None = None
+        self.behind_s = 0.0  # worst lag over the last WINDOW_S
+        self.interval_s = 0.0  # asked of agents; 0 = none
+
+    def observe_lag(self, lag: float, now: float) -> None:
+        """Called by the loop's probe (loop time, seconds)."""
+        self._recent.append((now, lag))
+        while self._recent and self._recent[0][0] < now - WINDOW_S:
+            self._recent.popleft()
+        self.behind_s = max(x for _, x in self._recent)
+        if self.behind_s > BEHIND_S:
+            self.interval_s, self._calm_since = SLOW_INTERVAL_S, None
+        elif self.interval_s and self.behind_s < CALM_S:
+            if self._calm_since is None:
+                self._calm_since = now
+            elif now - self._calm_since >= CALM_FOR_S:
+                self.interval_s, self._calm_since = 0.0, None
+        if self._metrics is not None:
+            self._metrics.behind.set(self.behind_s)
+            self._metrics.advised_interval.set(self.interval_s)
+
+    def advise(self, reply: dict[str, Any]) -> None:
+        """Add the advice to an accepted report's reply (absent while calm)."""
+        if self.interval_s:
+            reply["report_interval_s"] = self.interval_s
