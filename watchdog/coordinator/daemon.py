@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import logs
 from .config import Config, loggable
+from .gcpolicy import GcPolicy
 from .journal import Journal
 from .server import bound_address, make_server
 from .service import Coordinator
@@ -62,6 +63,7 @@ class Daemon:
     def _tick_loop(self) -> None:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
+        gc_policy = GcPolicy(next_at)
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
             t0 = time.perf_counter()
@@ -70,6 +72,7 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
+            gc_policy.after_tick(now)
             # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
             next_at = max(next_at + interval, time.monotonic())
             self._stop.wait(max(0.0, next_at - time.monotonic()))

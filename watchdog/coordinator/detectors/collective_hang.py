@@ -24,6 +24,7 @@ from ..config import DetectorConfig
 from ..describe import heartbeat, where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import Blame, analyze, classify_all, live, waiting
+from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
 
@@ -42,6 +43,7 @@ class HangState:
     health: dict[int, str]
 
 
+@per_tick(view_arg=1)
 def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState | None:
     """Pure; also feeds the hang gauges. None when nothing is live."""
     health = classify_all(view, now, cfg)

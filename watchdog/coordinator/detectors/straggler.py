@@ -28,11 +28,13 @@ from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..health import OK, classify_all
+from ..memo import per_tick
 from ..metrics import STRAGGLER_SCORE, GaugeValues
 from ..stats import median, median_without
 from ..view import ClusterView
 
 
+@per_tick()
 def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict]:
     """Per live rank with enough windows: {'factor', 'threshold', 'window_factors',
     'compute_s', 'baseline_s', 'step_s', 'first_step', 'last_step'}. Also feeds
