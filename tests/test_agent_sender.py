@@ -151,3 +151,21 @@ def test_plain_is_asdict_for_json():
     rep = build_report("j", "h", "a", 3, [view("j", 0, recs), view("j", 1)], 10 * S, 1.8e9, 1.0,
                        accelerators=[{"index": 0, "pids": (1, 2)}])
     assert json.dumps(plain(rep)) == json.dumps(rep.to_dict())
+
+
+def test_back_pressure_advice_slows_reports_and_is_bounded():
+    sent = []
+    advice = [None, 2.0, 1e6, "x", None]
+
+    def post(url, payload, token, timeout):
+        sent.append(payload["interval_s"])
+        val = advice[len(sent) - 1]
+        return {"ok": True, "commands": [], **({} if val is None else {"report_interval_s": val})}
+
+    s = make([view("a", 0)], post)
+    for _ in advice:
+        s.send_once()
+    # Each report states the interval in effect when it was sent, so the coordinator's
+    # silence limit (in intervals) grows with it: a slowed agent is not a lost host.
+    assert sent == [1.0, 1.0, 2.0, 10.0, 1.0]
+    assert s.interval_s == 1.0  # advice withdrawn (absent), or malformed: our own interval
