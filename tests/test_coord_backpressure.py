@@ -76,3 +76,21 @@ def test_the_reply_carries_the_advice_over_http(tmp_path):
         {"ok": True, "commands": []},
         {"ok": True, "commands": [], "report_interval_s": bp.SLOW_INTERVAL_S},
     ]
+
+
+def test_a_stall_in_progress_counts_before_the_probe_measures_it():
+    p = bp.Backpressure()
+    p.observe_lag(0.0, 10.0)
+    assert p.behind(10.05) == 0.0
+    assert abs(p.behind(13.1) - 3.0) < 1e-9  # the loop has not run for 3.1 s: 3 s behind already
+
+
+def test_a_lagging_coordinator_does_not_call_a_hang_early():
+    from watchdog.coordinator.detectors.collective_hang import CollectiveHang
+
+    cfg = DetectorConfig()
+    # Every rank reported at 106 that its step began 6.1 s ago: stalled past the 5 s deadline.
+    states = [t.rank(r, step=50, step_age_s=6.1, recent_steps=t.steps(1, 50)) for r in range(8)]
+    view = t.view(states, now=106.0)
+    assert [f.kind for f in CollectiveHang(cfg).check(106.0, view)] == ["collective_hang"]
+    assert CollectiveHang(cfg).check(106.0, replace(view, behind_s=2.0)) == []

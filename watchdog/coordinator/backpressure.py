@@ -18,7 +18,8 @@ How detection degrades, and why never with a false finding:
   own lag is added to every silence limit (``ClusterView.behind_s``), so reports
   still queued are not taken for silence.
 - The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
-  seen one report late is not a hang.
+  seen one report late is not a hang; and the coordinator's lag is added to the
+  deadline too, since progress still queued is not the absence of progress.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from typing import Any
 
 from .metrics import CoordinatorMetrics
 
-BEHIND_S = 0.25  # loop lag that counts as behind
+BEHIND_S = 0.5  # loop lag that counts as behind (a busy 2-core VM alone lags 0.1-0.3 s)
 CALM_S = 0.05
 CALM_FOR_S = 10.0
 SLOW_INTERVAL_S = 2.0
 WINDOW_S = 1.0
+PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
 
 
 class Backpressure:
@@ -42,9 +44,18 @@ class Backpressure:
         self._calm_since: float | None = None
         self.behind_s = 0.0  # worst lag over the last WINDOW_S
         self.interval_s = 0.0  # asked of agents; 0 = none
+        self._last_probe: float | None = None
+
+    def behind(self, now: float) -> float:
+        """How far behind, as the tick sees it at ``now`` (monotonic, the loop's
+        clock): the last measured lag, or longer while the loop is stuck right now
+        (a probe measures a stall only once it ends; the tick must not wait for that)."""
+        stalled = now - self._last_probe - PROBE_S if self._last_probe is not None else 0.0
+        return max(self.behind_s, stalled)
 
     def observe_lag(self, lag: float, now: float) -> None:
         """Called by the loop's probe (loop time, seconds)."""
+        self._last_probe = now
         self._recent.append((now, lag))
         while self._recent and self._recent[0][0] < now - WINDOW_S:
             self._recent.popleft()

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 HEADER_LIMIT = 64 * 1024  # request line + headers; more is refused (431) and the connection closed
 IDLE_TIMEOUT_S = 300.0  # a kept-alive connection silent this long is closed (agents report every second)
-LAG_PROBE_S = 0.1
+LAG_PROBE_S = 0.1  # backpressure.PROBE_S
 T = TypeVar("T")
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # distinct classes before 3.11
 

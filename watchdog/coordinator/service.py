@@ -74,8 +74,8 @@ class Coordinator:
     def view(self) -> ClusterView:
         with self._lock:
             view = self._folder.snapshot()
-        behind = self.backpressure.behind_s
-        return replace(view, behind_s=behind) if behind else view
+        behind = self.backpressure.behind(time.monotonic())
+        return replace(view, behind_s=behind) if behind > 0 else view
 
     @property
     def active(self) -> dict[tracker.Key, tracker.Active]:

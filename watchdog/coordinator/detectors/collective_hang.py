@@ -62,6 +62,7 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
 def deadline(view: ClusterView, alive: list[int], cfg: DetectorConfig) -> float:
     p99s = [view.ranks[r].p99_step_s for r in alive if view.ranks[r].history]
     base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
+    base += view.behind_s  # a coordinator running late has not yet seen the progress queued for it
     rvs = [view.ranks[r] for r in alive]
     if any(rv.state.phase in SLOW_PHASES for rv in rvs):
         base += cfg.hang_phase_allowance_s
