@@ -129,9 +129,13 @@ def _rss_mb(pid: int) -> float:
 
 
 def _scrape(url: str) -> tuple[bytes, float]:
+    """(body, seconds); (b"", nan) when the coordinator did not answer in 30 s."""
     t = time.perf_counter()
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-        body = r.read()
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+            body = r.read()
+    except OSError:
+        return b"", float("nan")
     return body, time.perf_counter() - t
 
 
