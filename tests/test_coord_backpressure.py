@@ -94,3 +94,13 @@ def test_a_lagging_coordinator_does_not_call_a_hang_early():
     view = t.view(states, now=106.0)
     assert [f.kind for f in CollectiveHang(cfg).check(106.0, view)] == ["collective_hang"]
     assert CollectiveHang(cfg).check(106.0, replace(view, behind_s=2.0)) == []
+
+
+def test_a_coordinator_hearing_each_host_less_often_counts_the_difference_as_lag():
+    p = bp.Backpressure()
+    for i in range(100):  # 10 reports a second for 10 s
+        p.note_report(i * 0.1)
+    assert p.deficit(10.0, hosts=10, interval_s=1.0) == 0.0  # 10 hosts at 1/s: keeping up
+    assert abs(p.deficit(10.0, hosts=50, interval_s=1.0) - 4.0) < 0.1  # each host heard every 5 s
+    p.observe_lag(0.0, 10.0)
+    assert p.interval_s == bp.SLOW_INTERVAL_S  # and the agents are asked to slow down

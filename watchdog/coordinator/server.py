@@ -75,6 +75,7 @@ def make_server(host: str, port: int, coordinator: Coordinator, token: str, max_
             log.error("report_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             status, reply, _ = reports.reject(500, "internal", "internal error", time.monotonic())
         if status == 200:
+            pressure.note_report(now)
             pressure.advise(reply)
         return _json(status, reply, close=status >= 400)
 

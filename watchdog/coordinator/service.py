@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, health, stack_gather, stack_plan, status, tracker
+from . import evidence_plan, health, stack_gather, stack_plan, stats, status, tracker
 from .control import JobController
 from .config import Config
 from .detectors import build
@@ -74,7 +74,11 @@ class Coordinator:
     def view(self) -> ClusterView:
         with self._lock:
             view = self._folder.snapshot()
-        behind = self.backpressure.behind(time.monotonic())
+        now = time.monotonic()
+        behind = self.backpressure.behind(now)
+        if view.hosts:
+            interval = stats.median([hv.interval_s for hv in view.hosts.values()])
+            behind = max(behind, self.backpressure.deficit(now, len(view.hosts), interval))
         return replace(view, behind_s=behind) if behind > 0 else view
 
     @property
