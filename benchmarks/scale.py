@@ -292,6 +292,7 @@ def run_size(
         "bytes_per_report": statistics.mean(nbytes) if nbytes else 0.0,
         "errors": sum(r["errors"] for r in results),
         "slowed": sum(r["slowed"] for r in results),
+        "false_kinds": sorted({f["kind"] for f in false}),
     }
 
 

@@ -1,0 +1,46 @@
+"""The scale benchmark's path stays working: a real coordinator process under
+a few simulated agents speaking the real protocol finds the frozen rank, and
+only it, and prints the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scale_benchmark_at_small_n():
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale.py"),
+            "--ranks",
+            "32",
+            "--procs",
+            "1",
+            "--core",
+            "-1",
+            "--steady-seconds",
+            "8",
+            "--after-seconds",
+            "9",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 1, out.stdout + out.stderr
+    row = rows[0]
+    assert row["culprit_ok"] and row["false"] == 0 and row["errors"] == 0, row
+    assert row["hang_s"] is not None and row["hang_s"] < 15
+    assert row["reports_per_s"] > 0 and row["bytes_per_report"] > 0 and row["metrics_kb"] > 0
+    assert "rep p99 ms" in out.stdout and out.returncode == 0
