@@ -262,7 +262,7 @@ def _fast_rank(raw: dict) -> RankState | None:
     for x in steps:
         if type(x) is not dict or type(x.get("step")) is not int:
             return None
-        vals = [x.get(k) for k in _STEP_KEYS[1:]]
+        vals: list[Any] = [x.get(k) for k in _STEP_KEYS[1:]]
         phase = x.get("phase", "train")
         if not all(type(v) in (int, float) for v in vals) or type(phase) is not str:
             return None

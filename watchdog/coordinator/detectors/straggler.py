@@ -77,10 +77,10 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
     for r, rank_wins in wins_of.items():
         picked: list[tuple[WindowStat, float]] = []  # newest first: the last k windows with a baseline
         for w in reversed(rank_wins):
-            vals = usable.get(w.index)
-            if vals is None:
+            sorted_vals = usable.get(w.index)
+            if sorted_vals is None:
                 continue
-            b = median_without(vals, bisect_left(vals, w.compute_s))
+            b = median_without(sorted_vals, bisect_left(sorted_vals, w.compute_s))
             if b > 0:
                 picked.append((w, b))
                 if len(picked) == k:
