@@ -39,17 +39,23 @@ def reference(view, now, cfg):
     threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
     out = {}
     for r, rv in ranks.items():
-        wins = [w for w in rv.windows if base.get((w.index, r), 0) > 0][-cfg.straggler_windows:]
+        wins = [w for w in rv.windows if base.get((w.index, r), 0) > 0][-cfg.straggler_windows :]
         if len(wins) < cfg.straggler_windows:
             continue
         mine = sum(w.compute_s for w in wins)
         theirs = sum(base[(w.index, r)] for w in wins)
         n = len(wins)
-        out[r] = {"factor": mine / theirs, "threshold": threshold, "sigma": sigma,
-                  "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
-                  "compute_s": mine / n, "baseline_s": theirs / n, "step_s": sum(w.step_s for w in wins) / n,
-                  "first_step": wins[0].index * cfg.straggler_window_steps,
-                  "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1}
+        out[r] = {
+            "factor": mine / theirs,
+            "threshold": threshold,
+            "sigma": sigma,
+            "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
+            "compute_s": mine / n,
+            "baseline_s": theirs / n,
+            "step_s": sum(w.step_s for w in wins) / n,
+            "first_step": wins[0].index * cfg.straggler_window_steps,
+            "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
+        }
     return out
 
 
@@ -70,8 +76,15 @@ def test_scores_equal_the_reference_on_random_jobs():
                 if quant:
                     comp = round(comp / quant) * quant
                 samples.append(StepSample(step=k, step_s=0.15, data_s=0.0, coll_s=0.15 - comp))
-            states.append(t.rank(r, world_size=world, step=last, recent_steps=samples,
-                                 heartbeat_age_s=9.0 if rng.random() < 0.1 else 0.2))
+            states.append(
+                t.rank(
+                    r,
+                    world_size=world,
+                    step=last,
+                    recent_steps=samples,
+                    heartbeat_age_s=9.0 if rng.random() < 0.1 else 0.2,
+                )
+            )
         view = t.view(states, now=100.0)
         got = straggler.scores.uncached(view, 100.5, cfg)
         assert got == reference(view, 100.5, cfg), trial
