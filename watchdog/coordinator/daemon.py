@@ -34,8 +34,11 @@ def write_address_file(path: str, address: str) -> None:
 
 
 class Daemon:
-    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, *, own_process: bool = False) -> None:
+        """``own_process``: the daemon is the whole process (``main``), so it may
+        manage the garbage collector (``gcpolicy``); never inside someone else's."""
         self.cfg = cfg
+        self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
         self.journal = Journal(cfg.journal, _clock)
         self.coordinator = Coordinator(cfg, self.journal, registry)
@@ -63,7 +66,7 @@ class Daemon:
     def _tick_loop(self) -> None:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
-        gc_policy = GcPolicy(next_at)
+        gc_policy = GcPolicy(next_at, enabled=self._own_process)
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
             t0 = time.perf_counter()
