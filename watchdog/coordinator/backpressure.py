@@ -1,0 +1,105 @@
+"""Back-pressure: when the coordinator falls behind, it says so and asks agents
+to report less often, instead of letting reports pile up in socket buffers.
+
+"Behind" is how late the request loop runs (``httpio`` probes it every 0.1 s):
+every report is handled on that loop, so its lag is how long a report waits
+before it is folded. Past ``BEHIND_S`` (the worst lag over the last second) the
+replies carry ``"report_interval_s": SLOW_INTERVAL_S``; agents report at the
+longer of that and their own interval (an agent that does not know the field
+ignores it). The advice is withdrawn once the lag stayed under ``CALM_S`` for
+``CALM_FOR_S``.
+
+How detection degrades, and why never with a false finding:
+- ``SLOW_INTERVAL_S`` is 2 s: every report still carries the agent's own
+  readings (heartbeat age, collective state), so a finding waits at most one
+  more second for its evidence.
+- A host's silence limit is counted in the interval it *reports* (dead_rank,
+  health.lost_hosts), so a slowed host is not a lost one; and the coordinator's
+  own lag is added to every silence limit (``ClusterView.behind_s``), so reports
+  still queued are not taken for silence; so is its deficit, when it accepts
+  fewer reports than the hosts send and so hears from each one less often.
+- The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
+  seen one report late is not a hang; and the coordinator's lag is added to the
+  deadline too, since progress still queued is not the absence of progress.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .metrics import CoordinatorMetrics
+
+BEHIND_S = 0.5  # loop lag that counts as behind (a busy 2-core VM alone lags 0.1-0.3 s)
+CALM_S = 0.05
+CALM_FOR_S = 10.0
+SLOW_INTERVAL_S = 2.0
+WINDOW_S = 1.0
+RATE_WINDOW_S = 10.0
+PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
+
+
+class Backpressure:
+    def __init__(self, metrics: CoordinatorMetrics | None = None) -> None:
+        self._metrics = metrics
+        self._recent: deque[tuple[float, float]] = deque()  # (when, lag)
+        self._calm_since: float | None = None
+        self.behind_s = 0.0  # worst lag over the last WINDOW_S
+        self.interval_s = 0.0  # asked of agents; 0 = none
+        self._last_probe: float | None = None
+        self._accepted: deque[float] = deque()  # when recent reports were accepted
+        self._first_report: float | None = None
+        self.deficit_s = 0.0  # last computed by ``deficit``
+
+    def note_report(self, now: float) -> None:
+        """An accepted report (monotonic seconds)."""
+        if self._first_report is None:
+            self._first_report = now
+        self._accepted.append(now)
+        while self._accepted[0] < now - RATE_WINDOW_S:
+            self._accepted.popleft()
+
+    def deficit(self, now: float, hosts: int, interval_s: float) -> float:
+        """How much longer than a report interval the coordinator takes to get round
+        every host, from the rate it accepted reports at over the last
+        ``RATE_WINDOW_S``. A starved coordinator's loop can run on time while it
+        handles a tenth of what arrives; then each host is heard from every
+        ``hosts / rate`` seconds, and that, not the host, is the silence."""
+        if self._first_report is None or hosts == 0:
+            self.deficit_s = 0.0
+            return 0.0
+        span = min(RATE_WINDOW_S, now - self._first_report)
+        n = sum(1 for t in self._accepted if t >= now - span) if span > 0 else 0
+        revisit = hosts * span / n if n else span
+        self.deficit_s = max(0.0, revisit - interval_s) if span >= interval_s else 0.0
+        return self.deficit_s
+
+    def behind(self, now: float) -> float:
+        """How far behind, as the tick sees it at ``now`` (monotonic, the loop's
+        clock): the last measured lag, or longer while the loop is stuck right now
+        (a probe measures a stall only once it ends; the tick must not wait for that)."""
+        stalled = now - self._last_probe - PROBE_S if self._last_probe is not None else 0.0
+        return max(self.behind_s, stalled)
+
+    def observe_lag(self, lag: float, now: float) -> None:
+        """Called by the loop's probe (loop time, seconds)."""
+        self._last_probe = now
+        self._recent.append((now, lag))
+        while self._recent and self._recent[0][0] < now - WINDOW_S:
+            self._recent.popleft()
+        self.behind_s = max(x for _, x in self._recent)
+        if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S:
+            self.interval_s, self._calm_since = SLOW_INTERVAL_S, None
+        elif self.interval_s and self.behind_s < CALM_S and self.deficit_s < CALM_S:
+            if self._calm_since is None:
+                self._calm_since = now
+            elif now - self._calm_since >= CALM_FOR_S:
+                self.interval_s, self._calm_since = 0.0, None
+        if self._metrics is not None:
+            self._metrics.behind.set(self.behind_s)
+            self._metrics.advised_interval.set(self.interval_s)
+
+    def advise(self, reply: dict[str, Any]) -> None:
+        """Add the advice to an accepted report's reply (absent while calm)."""
+        if self.interval_s:
+            reply["report_interval_s"] = self.interval_s
