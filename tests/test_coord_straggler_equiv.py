@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
@@ -90,3 +91,38 @@ def test_scores_equal_the_reference_on_random_jobs():
         assert got == reference(view, 100.5, cfg), trial
         scored += len(got)
     assert scored > 20  # the comparison is not vacuous
+
+
+def test_the_three_baselines_are_median_without_for_every_value():
+    rng = random.Random(3)
+    for _ in range(300):
+        vals = sorted(round(rng.uniform(0.1, 0.2), rng.choice((2, 6))) for _ in range(rng.randint(1, 12)))
+        cut = straggler._baselines(vals)
+        for v in {*vals, vals[0] - 1, vals[-1] + 1, rng.uniform(0.1, 0.2)}:
+            want = median_without(vals, bisect_left(vals, v)) if v in vals else None
+            got = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
+            if want is not None:  # a rank's own value is always among them
+                assert got == want, (vals, v)
+
+
+def test_scores_between_window_closings_are_the_last_answer_and_a_closing_recomputes():
+    cfg = DetectorConfig()
+    states = [
+        t.rank(
+            r,
+            world_size=6,
+            step=100,
+            recent_steps=[StepSample(k, 0.15, 0.0, 0.05 if r != 2 else 0.03) for k in range(0, 100)],
+        )
+        for r in range(6)
+    ]
+    view = t.view(states, now=100.0)
+    first = straggler.scores.uncached(view, 100.5, cfg)
+    assert first and first == reference(view, 100.5, cfg)
+    assert straggler.scores.uncached(view, 101.5, cfg) is first  # same windows: not recomputed
+    states[2] = t.rank(
+        2, world_size=6, step=120, recent_steps=[StepSample(k, 0.15, 0.0, 0.05) for k in range(100, 120)]
+    )
+    later = t.view(states, now=103.0)
+    again = straggler.scores.uncached(later, 103.5, cfg)
+    assert again is not first and again == reference(later, 103.5, cfg)

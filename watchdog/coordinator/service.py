@@ -87,6 +87,7 @@ class Coordinator:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
         self.verdict = verdict.Verdict()
+        self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
@@ -274,7 +275,7 @@ class Coordinator:
         """Never a finding and never in the way of detection: a bug here is logged
         rarely and the tick goes on."""
         try:
-            m = verdict.measure(now, view, self.cfg.detectors)
+            m = verdict.measure(now, view, self.cfg.detectors, self._summaries)
             new = verdict.decide(self.verdict, m, now)
             if new.verdict != self.verdict.verdict:
                 self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)

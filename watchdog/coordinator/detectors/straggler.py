@@ -23,7 +23,6 @@ rank, so (slow - median) / step time.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 
 from ..config import DetectorConfig
 from ..describe import who
@@ -31,7 +30,7 @@ from ..finding import Finding, seconds
 from ..health import OK, classify_all
 from ..memo import per_tick
 from ..metrics import STRAGGLER_SCORE, GaugeValues
-from ..stats import median, median_without
+from ..stats import median
 from ..steps import WindowStat
 from ..view import ClusterView
 
@@ -43,6 +42,26 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
     the straggler-score gauge (``Straggler.gauges``)."""
     health = classify_all(view, now, cfg)
     wins_of = {r: rv.step_stats.windows for r, rv in view.ranks.items() if health[r] == OK and rv.step_stats.windows}
+    return _scores_of(wins_of, cfg)
+
+
+# The scores depend on the live ranks' closed windows only, and a rank closes one
+# every ``straggler_window_steps`` steps: between closings the last answer is the
+# answer. At 16,384 ranks that spares most ticks the whole computation.
+_last: list[tuple[dict[int, tuple[WindowStat, ...]], DetectorConfig, dict[int, dict]]] = []
+
+
+def _scores_of(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) -> dict[int, dict]:
+    if _last:
+        prev, prev_cfg, out = _last[0]
+        if prev_cfg is cfg and len(prev) == len(wins_of) and all(prev.get(r) is w for r, w in wins_of.items()):
+            return out
+    out = _compute(wins_of, cfg)
+    _last[:] = [(wins_of, cfg, out)]
+    return out
+
+
+def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) -> dict[int, dict]:
     # Per window index, every live rank's compute, sorted. The baseline of a rank's
     # window is the median of the others' (median_without); ranks with an equal
     # value leave the same others, so its position can be found by bisection
@@ -58,11 +77,7 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
                 spreads.append(w.spread)
             ns.append(w.n)
     need = max(1, (len(wins_of) - 1) // 2)  # a window most other ranks have not closed yet says little
-    usable = {}
-    for index, vals in table.items():
-        if len(vals) - 1 >= need:
-            vals.sort()
-            usable[index] = vals
+    usable = {index: _baselines(sorted(vals)) for index, vals in table.items() if len(vals) - 1 >= need}
     if not usable or not spreads:
         return {}
     # The score's own noise if steps jitter independently: the rank's mean over
@@ -77,10 +92,11 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
     for r, rank_wins in wins_of.items():
         picked: list[tuple[WindowStat, float]] = []  # newest first: the last k windows with a baseline
         for w in reversed(rank_wins):
-            sorted_vals = usable.get(w.index)
-            if sorted_vals is None:
+            cut = usable.get(w.index)
+            if cut is None:
                 continue
-            b = median_without(sorted_vals, bisect_left(sorted_vals, w.compute_s))
+            v = w.compute_s
+            b = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
             if b > 0:
                 picked.append((w, b))
                 if len(picked) == k:
@@ -103,6 +119,27 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
             "last_step": (picked[-1][0].index + 1) * cfg.straggler_window_steps - 1,
         }
     return out
+
+
+def _baselines(vals: list[float]) -> tuple[float, float, float, float, float]:
+    """``median_without(vals, bisect_left(vals, v))`` for any ``v``, as two cut
+    points and three answers: leaving one value out moves the median to one of
+    three places, depending only on where ``v`` falls. Returns (t1, t2, b1, b2,
+    b3): b1 if v <= t1, else b2 if v <= t2, else b3 (the same floats as
+    ``median_without``; tests/test_coord_straggler_equiv.py)."""
+    m = len(vals) - 1
+    if m <= 0:
+        return (0.0, 0.0, 0.0, 0.0, 0.0)
+    mid = m // 2
+    if m % 2:  # the median of the others is one element: vals[mid + 1] while v sits at or below vals[mid]
+        return (vals[mid], vals[mid], vals[mid + 1], vals[mid], vals[mid])
+    return (
+        vals[mid - 1],
+        vals[mid],
+        (vals[mid] + vals[mid + 1]) / 2,
+        (vals[mid - 1] + vals[mid + 1]) / 2,
+        (vals[mid - 1] + vals[mid]) / 2,
+    )
 
 
 class Straggler:
