@@ -12,6 +12,7 @@ from watchdog.coordinator import health
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
+from watchdog.coordinator.detectors.never_joined import NeverJoined
 from watchdog.coordinator.metrics import CoordinatorMetrics
 
 
@@ -103,4 +104,20 @@ def test_a_coordinator_hearing_each_host_less_often_counts_the_difference_as_lag
     assert p.deficit(10.0, hosts=10, interval_s=1.0) == 0.0  # 10 hosts at 1/s: keeping up
     assert abs(p.deficit(10.0, hosts=50, interval_s=1.0) - 4.0) < 0.1  # each host heard every 5 s
     p.observe_lag(0.0, 10.0)
-    assert p.interval_s == bp.SLOW_INTERVAL_S  # and the agents are asked to slow down
+    # The agents are asked for the pace it keeps: every host heard from once in 5 s, with headroom.
+    assert abs(p.interval_s - 5.0 * bp.HEADROOM) < 0.15
+    p.deficit(10.0, hosts=500, interval_s=1.0)
+    p.observe_lag(0.0, 10.1)
+    assert p.interval_s == bp.MAX_INTERVAL_S  # never past what agents accept
+
+
+CFG_JOIN = DetectorConfig().join_deadline_s
+
+
+def test_a_host_whose_first_report_is_still_queued_is_not_missing():
+    first = 100.0
+    states = [t.rank(r, world_size=4, step=50) for r in range(2)]  # ranks 2, 3: their host not heard from yet
+    view = t.view(states, now=first)
+    late = first + CFG_JOIN + 5.0
+    assert [f.kind for f in NeverJoined(DetectorConfig()).check(late, view)] == ["never_joined"]
+    assert NeverJoined(DetectorConfig()).check(late, replace(view, behind_s=10.0)) == []

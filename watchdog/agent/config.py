@@ -185,7 +185,7 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "metrics.slowest-ranks",
-        2,
+        1,
         "at --metrics.rank-detail=summary, how many of this host's slowest ranks (last step's compute) keep their series",
         flags.positive_int,
         field="slowest_ranks",
@@ -214,7 +214,7 @@ class AgentConfig:
     report_timeout_s: float = 2.0
     accelerator: bool = True
     rank_detail: str = "full"  # rankmetrics.DETAILS
-    slowest_ranks: int = 2
+    slowest_ranks: int = 1
     py_spy: str = ""
     stacks_timeout_s: float = 10.0
     stacks_parallel: int = 8

@@ -12,7 +12,10 @@ ignores it). The advice is withdrawn once the lag stayed under ``CALM_S`` for
 How detection degrades, and why never with a false finding:
 - ``SLOW_INTERVAL_S`` is 2 s: every report still carries the agent's own
   readings (heartbeat age, collective state), so a finding waits at most one
-  more second for its evidence.
+  more second for its evidence. When the coordinator accepts fewer reports than
+  the hosts send (its deficit), it asks for the pace it can keep: the time it
+  takes to hear from every host once, x ``HEADROOM``, at most ``MAX_INTERVAL_S``;
+  findings then wait up to that interval for their evidence.
 - A host's silence limit is counted in the interval it *reports* (dead_rank,
   health.lost_hosts), so a slowed host is not a lost one; and the coordinator's
   own lag is added to every silence limit (``ClusterView.behind_s``), so reports
@@ -34,6 +37,8 @@ BEHIND_S = 0.5  # loop lag that counts as behind (a busy 2-core VM alone lags 0.
 CALM_S = 0.05
 CALM_FOR_S = 10.0
 SLOW_INTERVAL_S = 2.0
+MAX_INTERVAL_S = 10.0  # the longest interval agents accept as advice (agent.sender)
+HEADROOM = 1.25  # ask for this much longer than the time it takes to get round every host
 WINDOW_S = 1.0
 RATE_WINDOW_S = 10.0
 PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
@@ -50,6 +55,7 @@ class Backpressure:
         self._accepted: deque[float] = deque()  # when recent reports were accepted
         self._first_report: float | None = None
         self.deficit_s = 0.0  # last computed by ``deficit``
+        self.revisit_s = 0.0  # how long it takes to hear from every host once, at the accepted rate
 
     def note_report(self, now: float) -> None:
         """An accepted report (monotonic seconds)."""
@@ -71,6 +77,7 @@ class Backpressure:
         span = min(RATE_WINDOW_S, now - self._first_report)
         n = sum(1 for t in self._accepted if t >= now - span) if span > 0 else 0
         revisit = hosts * span / n if n else span
+        self.revisit_s = revisit if span >= interval_s else 0.0
         self.deficit_s = max(0.0, revisit - interval_s) if span >= interval_s else 0.0
         return self.deficit_s
 
@@ -89,7 +96,10 @@ class Backpressure:
             self._recent.popleft()
         self.behind_s = max(x for _, x in self._recent)
         if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S:
-            self.interval_s, self._calm_since = SLOW_INTERVAL_S, None
+            # The pace it can keep: at 16,384 ranks on half a core a 2 s interval
+            # still sent twice what was handled, and the queue never drained.
+            pace = round(self.revisit_s * HEADROOM, 1) if self.deficit_s > BEHIND_S else 0.0
+            self.interval_s, self._calm_since = min(MAX_INTERVAL_S, max(SLOW_INTERVAL_S, pace)), None
         elif self.interval_s and self.behind_s < CALM_S and self.deficit_s < CALM_S:
             if self._calm_since is None:
                 self._calm_since = now

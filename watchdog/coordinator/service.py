@@ -105,7 +105,11 @@ class Coordinator:
         behind = self.backpressure.behind(now)
         if view.hosts:
             interval = stats.median([hv.interval_s for hv in view.hosts.values()])
-            behind = max(behind, self.backpressure.deficit(now, len(view.hosts), interval))
+            # Hosts not heard from yet count too: under load their first report is still queued.
+            hosts = len(view.hosts)
+            if view.ranks and view.world_size > len(view.ranks):
+                hosts = max(hosts, -(-view.world_size * hosts // len(view.ranks)))
+            behind = max(behind, self.backpressure.deficit(now, hosts, interval))
         return replace(view, behind_s=behind) if behind > 0 else view
 
     @property
