@@ -121,3 +121,19 @@ def test_a_host_whose_first_report_is_still_queued_is_not_missing():
     late = first + CFG_JOIN + 5.0
     assert [f.kind for f in NeverJoined(DetectorConfig()).check(late, view)] == ["never_joined"]
     assert NeverJoined(DetectorConfig()).check(late, replace(view, behind_s=10.0)) == []
+
+
+def test_reports_queued_before_the_loop_read_them_count_as_lag_whatever_the_hosts_clocks():
+    p = bp.Backpressure()
+    # Host a's clock is 50 s behind ours, b's 3 s ahead: calm at first, nothing queued.
+    for i in range(5):
+        p.note_delay("a", 50.0 + 0.01, float(i))
+        p.note_delay("b", -3.0 + 0.01, float(i))
+    assert p.queued(5.0) < 0.05
+    # Then every report waits 20 s in a socket buffer before it is folded.
+    for i in range(5, 15):
+        p.note_delay("a", 50.0 + 20.0, float(i))
+        p.note_delay("b", -3.0 + 20.0, float(i))
+    assert abs(p.behind(15.0) - 20.0) < 0.1
+    p.observe_lag(0.0, 15.0)
+    assert p.interval_s == bp.MAX_INTERVAL_S  # 20 s x headroom, bounded: agents slow right down

@@ -20,7 +20,10 @@ How detection degrades, and why never with a false finding:
   health.lost_hosts), so a slowed host is not a lost one; and the coordinator's
   own lag is added to every silence limit (``ClusterView.behind_s``), so reports
   still queued are not taken for silence; so is its deficit, when it accepts
-  fewer reports than the hosts send and so hears from each one less often.
+  fewer reports than the hosts send and so hears from each one less often; and
+  so is how old reports are when it reads them (``note_delay``: at 16,384 ranks
+  on a starved core they sat 15-30 s in socket buffers, unseen by the loop's
+  lag, and the hosts looked silent: 231 false dead_rank findings before this).
 - The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
   seen one report late is not a hang; and the coordinator's lag is added to the
   deadline too, since progress still queued is not the absence of progress.
@@ -42,6 +45,7 @@ HEADROOM = 1.25  # ask for this much longer than the time it takes to get round 
 WINDOW_S = 1.0
 RATE_WINDOW_S = 10.0
 PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
+MAX_QUEUED_S = 120.0  # a report older than this on arrival says more about its host's clock than about us
 
 
 class Backpressure:
@@ -56,6 +60,8 @@ class Backpressure:
         self._first_report: float | None = None
         self.deficit_s = 0.0  # last computed by ``deficit``
         self.revisit_s = 0.0  # how long it takes to hear from every host once, at the accepted rate
+        self._delays: deque[tuple[float, float]] = deque()  # (when, how long the report was queued)
+        self._base: dict[str, float] = {}  # host -> least arrival age seen (its clock offset, and no queue)
 
     def note_report(self, now: float) -> None:
         """An accepted report (monotonic seconds)."""
@@ -64,6 +70,25 @@ class Backpressure:
         self._accepted.append(now)
         while self._accepted[0] < now - RATE_WINDOW_S:
             self._accepted.popleft()
+
+    def note_delay(self, host: str, delay_s: float, now: float) -> None:
+        """How old an accepted report was when it was folded (the coordinator's wall
+        clock minus the report's ``sent_wall``), less the least any report of that
+        host ever showed: its clock's offset from ours cancels out, and what is left
+        is time spent queued in socket buffers, which neither the loop's lag nor its
+        throughput shows. A clock stepped forward makes it larger (detection later,
+        never wrong); one host far off does not move the 99th percentile."""
+        base = self._base.get(host)
+        if base is None or delay_s < base:
+            self._base[host] = base = delay_s
+        self._delays.append((now, min(MAX_QUEUED_S, delay_s - base)))
+        while self._delays[0][0] < now - RATE_WINDOW_S:
+            self._delays.popleft()
+
+    def queued(self, now: float) -> float:
+        """99th percentile of how old reports were on arrival over the last ``RATE_WINDOW_S``."""
+        recent = sorted(d for t, d in self._delays if t >= now - RATE_WINDOW_S)
+        return recent[int(0.99 * (len(recent) - 1))] if recent else 0.0
 
     def deficit(self, now: float, hosts: int, interval_s: float) -> float:
         """How much longer than a report interval the coordinator takes to get round
@@ -86,7 +111,7 @@ class Backpressure:
         clock): the last measured lag, or longer while the loop is stuck right now
         (a probe measures a stall only once it ends; the tick must not wait for that)."""
         stalled = now - self._last_probe - PROBE_S if self._last_probe is not None else 0.0
-        return max(self.behind_s, stalled)
+        return max(self.behind_s, stalled, self.queued(now))
 
     def observe_lag(self, lag: float, now: float) -> None:
         """Called by the loop's probe (loop time, seconds)."""
@@ -95,10 +120,11 @@ class Backpressure:
         while self._recent and self._recent[0][0] < now - WINDOW_S:
             self._recent.popleft()
         self.behind_s = max(x for _, x in self._recent)
-        if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S:
+        if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S or self.queued(now) > BEHIND_S:
             # The pace it can keep: at 16,384 ranks on half a core a 2 s interval
             # still sent twice what was handled, and the queue never drained.
-            pace = round(self.revisit_s * HEADROOM, 1) if self.deficit_s > BEHIND_S else 0.0
+            pace = max(self.revisit_s if self.deficit_s > BEHIND_S else 0.0, self.queued(now)) * HEADROOM
+            pace = round(pace, 1)
             self.interval_s, self._calm_since = min(MAX_INTERVAL_S, max(SLOW_INTERVAL_S, pace)), None
         elif self.interval_s and self.behind_s < CALM_S and self.deficit_s < CALM_S:
             if self._calm_since is None:

@@ -43,7 +43,7 @@ class Daemon:
         self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
         self.journal = Journal(cfg.journal, _clock)
-        self.coordinator = Coordinator(cfg, self.journal, registry)
+        self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
         self.server = make_server(cfg.listen[0], cfg.listen[1], self.coordinator, cfg.token, cfg.max_body_bytes)
         self.address = bound_address(self.server)
         self._stop = threading.Event()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,8 +58,17 @@ class TickResult:
 
 
 class Coordinator:
-    def __init__(self, cfg: Config, journal: Journal, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        journal: Journal,
+        registry: CollectorRegistry | None = None,
+        wall_clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``wall_clock``: the daemon's (``time.time``), to see how old reports are on
+        arrival (back-pressure); in-process tests on virtual time leave it out."""
         self.cfg = cfg
+        self._wall_clock = wall_clock
         self.journal = journal
         self.registry = registry if registry is not None else CollectorRegistry()
         self.detectors = build(cfg.detectors)
@@ -162,6 +172,8 @@ class Coordinator:
                         suppressed=suppressed,
                     )
             events = view.fold(report, now, self.cfg.detectors)
+            if self._wall_clock is not None:
+                self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
             for name, payload in events:
                 if name == je.HOST_SEEN and not payload.get("agent_restarted"):
                     for kind in KINDS:  # at 0 from the start: see metrics.host_culprits
