@@ -137,3 +137,32 @@ def test_reports_queued_before_the_loop_read_them_count_as_lag_whatever_the_host
     assert abs(p.behind(15.0) - 20.0) < 0.1
     p.observe_lag(0.0, 15.0)
     assert p.interval_s == bp.MAX_INTERVAL_S  # 20 s x headroom, bounded: agents slow right down
+
+
+def test_the_tick_reads_while_the_loop_writes():
+    """The request loop notes reports while the tick thread reads the windows: a
+    deque iterated while another thread appended raised and failed whole ticks."""
+    import threading
+    import time
+
+    p = bp.Backpressure()
+    stop = threading.Event()
+
+    def loop():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            p.note_report(i * 0.01)  # ~1,000 in the 10 s window
+            p.note_delay(f"h{i % 50}", 0.01 * (i % 7), i * 0.01)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            now = p._accepted[-1] if p._accepted else 0.0
+            p.deficit(now, hosts=50, interval_s=1.0)
+            p.behind(now)
+    finally:
+        stop.set()
+        th.join(5)

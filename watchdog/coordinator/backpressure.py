@@ -31,6 +31,7 @@ How detection degrades, and why never with a false finding:
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Any
 
@@ -51,6 +52,10 @@ MAX_QUEUED_S = 120.0  # a report older than this on arrival says more about its 
 class Backpressure:
     def __init__(self, metrics: CoordinatorMetrics | None = None) -> None:
         self._metrics = metrics
+        # The request loop writes these and the tick thread reads them: iterating a
+        # deque another thread appends to raises ("deque mutated during iteration",
+        # which failed ticks at 16,384 ranks).
+        self._lock = threading.Lock()
         self._recent: deque[tuple[float, float]] = deque()  # (when, lag)
         self._calm_since: float | None = None
         self.behind_s = 0.0  # worst lag over the last WINDOW_S
@@ -67,9 +72,10 @@ class Backpressure:
         """An accepted report (monotonic seconds)."""
         if self._first_report is None:
             self._first_report = now
-        self._accepted.append(now)
-        while self._accepted[0] < now - RATE_WINDOW_S:
-            self._accepted.popleft()
+        with self._lock:
+            self._accepted.append(now)
+            while self._accepted[0] < now - RATE_WINDOW_S:
+                self._accepted.popleft()
 
     def note_delay(self, host: str, delay_s: float, now: float) -> None:
         """How old an accepted report was when it was folded (the coordinator's wall
@@ -81,13 +87,16 @@ class Backpressure:
         base = self._base.get(host)
         if base is None or delay_s < base:
             self._base[host] = base = delay_s
-        self._delays.append((now, min(MAX_QUEUED_S, delay_s - base)))
-        while self._delays[0][0] < now - RATE_WINDOW_S:
-            self._delays.popleft()
+        with self._lock:
+            self._delays.append((now, min(MAX_QUEUED_S, delay_s - base)))
+            while self._delays[0][0] < now - RATE_WINDOW_S:
+                self._delays.popleft()
 
     def queued(self, now: float) -> float:
         """99th percentile of how old reports were on arrival over the last ``RATE_WINDOW_S``."""
-        recent = sorted(d for t, d in self._delays if t >= now - RATE_WINDOW_S)
+        with self._lock:
+            delays = tuple(self._delays)
+        recent = sorted(d for t, d in delays if t >= now - RATE_WINDOW_S)
         return recent[int(0.99 * (len(recent) - 1))] if recent else 0.0
 
     def deficit(self, now: float, hosts: int, interval_s: float) -> float:
@@ -100,7 +109,9 @@ class Backpressure:
             self.deficit_s = 0.0
             return 0.0
         span = min(RATE_WINDOW_S, now - self._first_report)
-        n = sum(1 for t in self._accepted if t >= now - span) if span > 0 else 0
+        with self._lock:
+            accepted = tuple(self._accepted)
+        n = sum(1 for t in accepted if t >= now - span) if span > 0 else 0
         revisit = hosts * span / n if n else span
         self.revisit_s = revisit if span >= interval_s else 0.0
         self.deficit_s = max(0.0, revisit - interval_s) if span >= interval_s else 0.0
