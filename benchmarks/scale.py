@@ -269,7 +269,10 @@ def run_size(
     expected = {"straggler": [straggler], "collective_hang": [frozen], "frozen_rank": [frozen]}
     false = [f for f in findings if f["ranks"] != expected.get(f["kind"])]
     after = [f for f in findings if f["t_wall"] >= freeze_at and f["kind"] != "straggler"]
-    shutil.rmtree(tmp, ignore_errors=True)
+    if os.environ.get("WATCHDOG_SCALE_KEEP"):  # the journal and the coordinator's log, to read why
+        print(f"# kept {tmp}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {
         "ranks": n_ranks,
         "hosts": n_hosts,

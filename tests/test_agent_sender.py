@@ -211,3 +211,21 @@ def test_a_rank_with_out_of_range_slot_values_is_dropped_the_rest_sent():
     assert [r["rank"] for r in sent[0]["ranks"]] == [0] and s.ranks_dropped == 1
     (ev,) = [e for e in log.events if e[1] == "rank dropped from report"]
     assert ev[2]["rank"] == 1 and ev[2]["path"] == "/run/a.1.slot" and "step" in ev[2]["reason"]
+
+
+def test_back_pressure_advice_slows_reports_and_is_bounded():
+    sent = []
+    advice = [None, 2.0, 1e6, "x", None]
+
+    def post(url, payload, token, timeout):
+        sent.append(payload["interval_s"])
+        val = advice[len(sent) - 1]
+        return {"ok": True, "commands": [], **({} if val is None else {"report_interval_s": val})}
+
+    s = make([view("a", 0)], post)
+    for _ in advice:
+        s.send_once()
+    # Each report states the interval in effect when it was sent, so the coordinator's
+    # silence limit (in intervals) grows with it: a slowed agent is not a lost host.
+    assert sent == [1.0, 1.0, 2.0, 10.0, 1.0]
+    assert s.interval_s == 1.0  # advice withdrawn (absent), or malformed: our own interval

@@ -22,7 +22,14 @@ ALERT_NAMES = [r["alert"] for r in ALERTS]
 
 def test_rules_load_with_promtool():
     res = promcheck.run(
-        [promcheck.promtool(), "check", "rules", str(promcheck.ALERT_RULES), str(promcheck.RECORDING_RULES)]
+        [
+            promcheck.promtool(),
+            "check",
+            "rules",
+            str(promcheck.ALERT_RULES),
+            str(promcheck.RECORDING_RULES),
+            str(promcheck.SCALE_RULES),
+        ]
     )
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -86,7 +93,7 @@ def test_rules_use_only_golden_metrics():
     golden = promcheck.golden_metric_names()
     allowed = golden | promcheck.PROMETHEUS_BUILTINS
     recorded = promcheck.recording_names()
-    for rule in promcheck.load_rules(promcheck.RECORDING_RULES):
+    for rule in promcheck.load_rules(promcheck.RECORDING_RULES) + promcheck.load_rules(promcheck.SCALE_RULES):
         unknown = promcheck.metric_names(rule["expr"]) - allowed - recorded
         assert not unknown, f"{rule['record']}: not in {promcheck.golden_files()}: {sorted(unknown)}"
     for rule in ALERTS:
@@ -96,6 +103,19 @@ def test_rules_use_only_golden_metrics():
             used |= promcheck.metric_names(q.replace('\\"', '"').replace("%q", '"x"'))
         unknown = used - allowed
         assert not unknown, f"{rule['alert']}: not in {promcheck.golden_files()}: {sorted(unknown)}"
+
+
+def test_recording_rule_names_are_unique_across_files():
+    names = [
+        r["record"] for path in (promcheck.RECORDING_RULES, promcheck.SCALE_RULES) for r in promcheck.load_rules(path)
+    ]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_every_scale_rule_is_unit_tested():
+    tested = (FIXTURES / "scale-recording.test.yml").read_text()
+    for rule in promcheck.load_rules(promcheck.SCALE_RULES):
+        assert f"expr: {rule['record']}" in tested, f"{rule['record']}: no promtool case"
 
 
 def test_metric_name_extraction():

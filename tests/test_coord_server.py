@@ -81,7 +81,8 @@ def metric(d, name, **labels):
 
 
 def report_bytes(states, seq=1, host="host0"):
-    return json.dumps(t.report(host, states, seq=seq).to_dict()).encode()
+    # Stamped when sent, as an agent does: the coordinator reads how long reports queued from it.
+    return json.dumps(t.report(host, states, seq=seq, sent_wall=time.time()).to_dict()).encode()
 
 
 def test_address_file_has_the_bound_port(daemon, tmp_path):

@@ -50,7 +50,9 @@ def test_the_up_to_date_check_can_fail(monkeypatch):
 
 def test_groups_are_the_rule_files_verbatim():
     sources = [
-        g for p in (promcheck.ALERT_RULES, promcheck.RECORDING_RULES) for g in yaml.safe_load(p.read_text())["groups"]
+        g
+        for p in (promcheck.ALERT_RULES, promcheck.RECORDING_RULES, promcheck.SCALE_RULES)
+        for g in yaml.safe_load(p.read_text())["groups"]
     ]
     assert committed()["spec"]["groups"] == sources
 

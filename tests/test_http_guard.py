@@ -11,6 +11,8 @@ import errno
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,7 +20,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 from waiting import wait_for
 
-from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
 from watchdog.coordinator import server
 from watchdog.coordinator import testing as t
@@ -116,11 +117,11 @@ def test_a_trickling_client_is_cut_at_the_request_deadline(coord_server):
         s.close()
 
 
-def test_connections_beyond_the_cap_are_refused_without_a_thread(coord_server):
+def test_connections_beyond_the_cap_are_refused(coord_server):
     srv = coord_server(max_connections=10)
     held = [slow_client(srv) for _ in range(10)]
     try:
-        assert wait_for(lambda: threading.active_count() >= 10, timeout_s=10)
+        assert wait_for(lambda: srv.connections >= 10, timeout_s=10)
         extra = [slow_client(srv, first=b"") for _ in range(5)]
         assert all(closed_by_server(s, within_s=20.0) for s in extra)
         assert srv.refused_busy >= 5
@@ -149,33 +150,72 @@ def test_a_report_is_served_while_200_slow_clients_hold_sockets(coord_server):
             s.close()
 
 
-def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(coord_server):
-    srv = coord_server()
-    naps: list[float] = []
-    srv._sleep = naps.append  # the server's pause, recorded instead of slept
-    real = srv.socket
+# The coordinator in a process of its own with 64 descriptors: the test's
+# connections use them up, accept fails with EMFILE, and the server must pause
+# (asyncio stops accepting for a second) rather than retry at once for ever.
+_OUT_OF_FDS_SERVER = """
+import resource, sys, threading, time
+from watchdog.coordinator import server, testing as t
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+journal = sys.argv[1]
+c = Coordinator(Config(job="job", journal=journal), Journal(journal, lambda: (time.time(), time.monotonic())))
+srv = server.make_server("127.0.0.1", 0, c, "", 1 << 20)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("PORT", srv.server_address[1], flush=True)
+sys.stdin.readline()  # the test holds its connections, then says go
+time.sleep(3.0)
+print("COUNTS", srv.accept_errors, srv.connections, flush=True)
+sys.stdin.readline()
+srv.shutdown()
+"""
 
-    class OutOfFds:
-        def accept(self):
-            raise OSError(errno.EMFILE, "Too many open files")
 
-    srv.shutdown()  # no loop running: drive it by hand
+def _line(proc, tag: str) -> list[str]:
+    """The fields of the child's next line starting with ``tag`` (its log lines go to stdout too)."""
+    for line in proc.stdout:
+        if line.startswith(tag + " "):
+            return line.split()[1:]
+    raise AssertionError(f"the server exited before printing {tag} (rc {proc.poll()})")
+
+
+@pytest.mark.integration
+def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OUT_OF_FDS_SERVER, str(tmp_path / "j.jsonl")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    held: list[socket.socket] = []
     try:
-        srv.socket = OutOfFds()
-        for _ in range(3):
-            srv._handle_request_noblock()  # what serve_forever calls when the socket is readable
-        assert naps == [httpguard.ACCEPT_PAUSE_S] * 3 and srv.accept_errors == 3
+        assert proc.stdout is not None and proc.stdin is not None
+        port = int(_line(proc, "PORT")[0])
+        for _ in range(100):  # more than its descriptors: the kernel queues the rest in the backlog
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        errors, open_now = map(int, _line(proc, "COUNTS"))
+        # One failed accept per pause (0.1 s): 30 in 3 s, not a retry per wake-up (asyncio: hundreds).
+        assert 1 <= errors <= 60, errors
+        assert 0 < open_now < 64
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
     finally:
-        srv.socket = real
+        for s in held:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_client_disconnects_are_counted_and_logged_once_not_printed(coord_server, capsys):
     srv = coord_server()
     for _ in range(100):
-        try:
-            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
-        except ConnectionResetError:
-            srv.handle_error(None, ("203.0.113.9", 4242))
+        srv.note_client_error(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), "203.0.113.9")
     err = capsys.readouterr()
     assert "Traceback" not in err.err and "Traceback" not in err.out
     assert srv.client_errors == 100

@@ -37,7 +37,7 @@ MAX_CONNECTIONS = 256
 REQUEST_DEADLINE_S = 30.0
 LISTEN_BACKLOG = 128
 ACCEPT_PAUSE_S = 0.1
-_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 
 
@@ -145,7 +145,7 @@ class GuardedServer(ThreadingHTTPServer):
         try:
             return super().get_request()
         except OSError as exc:
-            if exc.errno in _OUT_OF_FDS:
+            if exc.errno in OUT_OF_FDS:
                 self.accept_errors += 1
                 self._once(
                     "accept",

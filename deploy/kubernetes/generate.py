@@ -21,6 +21,7 @@ REPO = HERE.parents[1]
 RULE_FILES = (
     REPO / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml",
     REPO / "deploy" / "prometheus" / "rules" / "watchdog-recording.rules.yml",
+    REPO / "deploy" / "prometheus" / "rules" / "watchdog-scale.rules.yml",
 )
 OUT = HERE / "prometheusrule.yaml"
 NAMESPACE = "training"  # the namespace every manifest here uses

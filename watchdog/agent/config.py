@@ -44,6 +44,13 @@ def _report_interval(text: str) -> float:
     return val
 
 
+def _rank_detail(text: str) -> str:
+    val = text.strip().lower()
+    if val not in ("full", "summary"):
+        raise ValueError("must be full or summary")
+    return val
+
+
 def _url(text: str) -> str:
     text = text.strip().rstrip("/")
     if text and not text.startswith(("http://", "https://")):
@@ -167,6 +174,22 @@ FLAGS: tuple[Flag, ...] = (
         field="stacks_host_deadline_s",
     ),
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
+    Flag(
+        "metrics.rank-detail",
+        "full",
+        "per-rank series on /metrics: full (29 per rank) or summary (only ranks not alive and running, and the "
+        "--metrics.slowest-ranks slowest; host aggregates are exported either way): summary for jobs of thousands "
+        "of ranks",
+        _rank_detail,
+        field="rank_detail",
+    ),
+    Flag(
+        "metrics.slowest-ranks",
+        1,
+        "at --metrics.rank-detail=summary, how many of this host's slowest ranks (last step's compute) keep their series",
+        flags.positive_int,
+        field="slowest_ranks",
+    ),
     logs.level_flag(),
     logs.format_flag(),
 )
@@ -190,6 +213,8 @@ class AgentConfig:
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0
     accelerator: bool = True
+    rank_detail: str = "full"  # rankmetrics.DETAILS
+    slowest_ranks: int = 1
     py_spy: str = ""
     stacks_timeout_s: float = 10.0
     stacks_parallel: int = 8

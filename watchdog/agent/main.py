@@ -97,7 +97,7 @@ class Agent:
         self.registry.register(
             Exporter(
                 (
-                    RanksCollector(self.tracker.views, cfg.host),
+                    RanksCollector(self.tracker.views, cfg.host, detail=cfg.rank_detail, slowest=cfg.slowest_ranks),
                     AgentCollector(self.tracker, self.loop, self.sender, commands=self.commands),
                     AcceleratorCollector(self.accelerators, cfg.host, ranks=self.tracker.views),
                 )

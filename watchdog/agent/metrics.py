@@ -31,6 +31,11 @@ negative). There is no separate total-step-time counter: it is the sum over
 ``part`` of ``watchdog_rank_step_part_seconds_total``; a windowed mean per part is
 ``rate(..._part_seconds_total[5m]) / rate(watchdog_rank_steps_total[5m])``.
 
+With ``--metrics.rank-detail=summary`` the per-rank series are exported only for
+the ranks worth a look (every rank that is not alive and running, and the
+``--metrics.slowest-ranks`` slowest by last step's compute); the host aggregates
+below (HOST_SERIES per job and host) are exported at every detail level.
+
 The training job is ``training_job``, never ``job``: ``job`` and ``instance`` are
 Prometheus' own target labels (the scrape job), and a scraped ``job`` would either
 be renamed ``exported_job`` or, with ``honor_labels: true``, overwrite the scrape
@@ -146,6 +151,41 @@ SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 
 # -- per job on this host --------------------------------------------------------
 JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("training_job", "host"))
+
+# Host-level aggregates of the per-rank series, exported at every detail level
+# (--metrics.rank-detail): the scale recording rules and, at summary detail, the
+# dashboards read these instead of 29 series per rank (HOST_SERIES per job and host).
+H = ("training_job", "host")
+HOST_RANKS = _g("host_ranks", "Ranks of the job on this host, by state (alive, stopped, dead, exited).", H + ("state",))
+HOST_RANK_STATES = ("alive", "stopped", "dead", "exited")
+HOST_STEPS = _c("host_steps_total", "Training steps completed, summed over the job's ranks on this host.", H)
+HOST_PART_TOTAL = _c(
+    "host_step_part_seconds_total",
+    "Step time in data wait, collective wait and compute, summed over steps and the job's ranks on this host.",
+    H + ("part",),
+)
+HOST_STEP_MIN = _g("host_step_min", "Steps completed by the job's least advanced rank on this host.", H)
+HOST_STEP_MAX = _g("host_step_max", "Steps completed by the job's most advanced rank on this host.", H)
+HOST_HEARTBEAT_AGE_MAX = _g(
+    "host_heartbeat_age_max_seconds", "Oldest heartbeat among the job's live ranks on this host.", H
+)
+HOST_COLL_AGE_MAX = _g(
+    "host_collective_age_max_seconds", "Longest time inside an outstanding collective among the job's ranks here.", H
+)
+HOST_LAST_COMPUTE_MAX = _g(
+    "host_last_step_compute_max_seconds", "Compute time of the last step of the job's slowest rank on this host.", H
+)
+HOST_SPECS = (
+    HOST_RANKS,
+    HOST_STEPS,
+    HOST_PART_TOTAL,
+    HOST_STEP_MIN,
+    HOST_STEP_MAX,
+    HOST_HEARTBEAT_AGE_MAX,
+    HOST_COLL_AGE_MAX,
+    HOST_LAST_COMPUTE_MAX,
+)
+HOST_SERIES = len(HOST_RANK_STATES) + len(PARTS) + len(HOST_SPECS) - 2
 
 # -- the agent -------------------------------------------------------------------
 SLOT_READ_ERRORS = _c(

@@ -1,5 +1,13 @@
-"""Per-rank and per-job metric families from the tracker's views: a pure function
-of (views, host, now), wrapped in a one-method collector."""
+"""Per-rank, per-host and per-job metric families from the tracker's views: a pure
+function of (views, host, now, detail), wrapped in a one-method collector.
+
+At ``summary`` detail (``--metrics.rank-detail``) a host exports the per-rank
+series of only the ranks worth a look: every rank that is not alive and running
+(dead, stopped, exited: what the rank alerts fire on) and the ``slowest`` ranks
+by their last step's compute (where a straggler shows). A 16,384-rank job on
+2,048 hosts is ~504,000 per-rank and host series at full detail (29 a rank, 14
+a host); at summary with the slowest one per host and every rank healthy,
+~88,000 (docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -21,11 +29,76 @@ def step_split_s(h: wire.SlotHeader, step: int, data: int, coll: int) -> tuple[f
     return d, c, max(0.0, h[step] / 1e9 - d - c)
 
 
-def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Metric]:
+FULL, SUMMARY = "full", "summary"
+DETAILS = (FULL, SUMMARY)
+
+
+def _compute_s(v: LocalRank) -> float:
+    return step_split_s(v.header, wire.H_LAST_STEP_NS, wire.H_LAST_DATA_NS, wire.H_LAST_COLL_NS)[2]
+
+
+def _running(v: LocalRank) -> bool:
+    return v.state == track.ALIVE and v.proc.alive and not v.proc.stopped
+
+
+def shown(views: Sequence[LocalRank], detail: str = FULL, slowest: int = 1) -> list[LocalRank]:
+    """The ranks whose per-rank series are exported, in their order."""
+    if detail == FULL:
+        return list(views)
+    running = [v for v in views if _running(v)]
+    keep = {id(v) for v in sorted(running, key=_compute_s, reverse=True)[:slowest]}
+    return [v for v in views if id(v) in keep or not _running(v)]
+
+
+def host_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Metric]:
+    """Per job on this host: rank counts by state, summed step counters, and the
+    extremes a dashboard or an alert looks for (least/most advanced step, oldest
+    heartbeat, longest collective wait, slowest compute)."""
+    fams = {s: s.family() for s in m.HOST_SPECS}
+    by_job: dict[str, list[LocalRank]] = {}
+    for v in views:
+        by_job.setdefault(v.identity.job, []).append(v)
+    for job, vs in by_job.items():
+        lab = [job, host]
+        states = dict.fromkeys(m.HOST_RANK_STATES, 0)
+        for v in vs:
+            if v.state == track.EXITED:
+                states["exited"] += 1
+            elif not v.proc.alive:
+                states["dead"] += 1
+            elif v.proc.stopped:
+                states["stopped"] += 1
+            else:
+                states["alive"] += 1
+        for state, n in states.items():
+            fams[m.HOST_RANKS].add_metric(lab + [state], n)
+        fams[m.HOST_STEPS].add_metric(lab, sum(v.header[wire.H_STEP] for v in vs))
+        totals = [step_split_s(v.header, wire.H_TOTAL_STEP_NS, wire.H_TOTAL_DATA_NS, wire.H_TOTAL_COLL_NS) for v in vs]
+        for i, part in enumerate(m.PARTS):
+            fams[m.HOST_PART_TOTAL].add_metric(lab + [part], sum(t[i] for t in totals))
+        steps = [v.header[wire.H_STEP] for v in vs]
+        fams[m.HOST_STEP_MIN].add_metric(lab, min(steps))
+        fams[m.HOST_STEP_MAX].add_metric(lab, max(steps))
+        live = [v for v in vs if v.proc.alive and v.state != track.EXITED]
+        hb = max((track.age_s(now_ns, v.heartbeat_ns) for v in live), default=0.0)
+        fams[m.HOST_HEARTBEAT_AGE_MAX].add_metric(lab, hb)
+        coll = [track.age_s(now_ns, v.header[wire.H_COLL_ENTER_NS]) for v in vs if v.header.in_collective]
+        fams[m.HOST_COLL_AGE_MAX].add_metric(lab, max(coll, default=0.0))
+        fams[m.HOST_LAST_COMPUTE_MAX].add_metric(lab, max((_compute_s(v) for v in vs), default=0.0))
+    return list(fams.values())
+
+
+def rank_families(
+    views: Sequence[LocalRank], host: str, now_ns: int, detail: str = FULL, slowest: int = 1
+) -> list[Metric]:
     fams = {s: s.family() for s in (*m.RANK_SPECS, *m.OPTIONAL_SPECS)}
     world = m.JOB_WORLD_SIZE.family()
     seen_jobs: set[str] = set()
     for v in views:
+        if v.identity.job not in seen_jobs:
+            seen_jobs.add(v.identity.job)
+            world.add_metric([v.identity.job, host], v.identity.world_size)
+    for v in shown(views, detail, slowest):
         h, ident = v.header, v.identity
         lab = [ident.job, str(ident.rank), str(ident.local_rank), host]
 
@@ -63,19 +136,25 @@ def rank_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
         put(m.RANK_HOOK_ERRORS, h[wire.H_HOOK_ERRORS])
         put(m.RANK_CPU, v.proc.cpu_seconds)
         put(m.RANK_RSS, v.proc.rss_bytes)
-        if ident.job not in seen_jobs:
-            seen_jobs.add(ident.job)
-            world.add_metric([ident.job, host], ident.world_size)
-    return [*fams.values(), world]
+    return [*fams.values(), world, *host_families(views, host, now_ns)]
 
 
 class RanksCollector:
     name = "ranks"
 
     def __init__(
-        self, views: Callable[[], Iterable[LocalRank]], host: str, clock: Callable[[], int] = time.monotonic_ns
+        self,
+        views: Callable[[], Iterable[LocalRank]],
+        host: str,
+        clock: Callable[[], int] = time.monotonic_ns,
+        *,
+        detail: str = FULL,
+        slowest: int = 1,
     ) -> None:
+        if detail not in DETAILS:
+            raise ValueError(f"rank detail must be one of {DETAILS}, not {detail!r}")
         self._views, self._host, self._clock = views, host, clock
+        self._detail, self._slowest = detail, slowest
 
     def collect(self) -> list[Metric]:
-        return rank_families(tuple(self._views()), self._host, self._clock())
+        return rank_families(tuple(self._views()), self._host, self._clock(), self._detail, self._slowest)

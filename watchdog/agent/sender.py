@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import random
 import threading
 import time
 import urllib.parse
@@ -109,6 +110,17 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+MAX_ADVISED_INTERVAL_S = 10.0  # a confused coordinator cannot silence an agent
+
+
+def _advised(reply: dict) -> float:
+    """The reply's back-pressure advice, bounded; 0 when absent or malformed."""
+    val = reply.get("report_interval_s")
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
+        return 0.0
+    return min(float(val), MAX_ADVISED_INTERVAL_S)
+
+
 def log_commands(job: str, commands: list[dict]) -> None:
     logs.get("watchdog.agent.sender").info("commands received", job=job, commands=commands)
 
@@ -145,6 +157,9 @@ class Sender:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        # Back-pressure: the interval the coordinator last asked for (its reply's
+        # "report_interval_s"); reports go at the longer of it and our own.
+        self.advised_interval_s = 0.0
         self.ok = self.failed = self.commands_received = self.ranks_dropped = 0
         self.last_commands: list[dict] = []
 
@@ -165,7 +180,7 @@ class Sender:
                 mine,
                 self._mono_ns(),
                 self._wall(),
-                self._interval_s,
+                self.interval_s,
                 since=self._since,
                 accelerators=acc,
                 acks=acks,
@@ -183,6 +198,7 @@ class Sender:
                 self._failing = False
                 self._log.info("reports resumed", url=self._url)
             self._since.update(report.marks(mine))
+            self.advised_interval_s = _advised(reply)
             if acks:
                 self._outbox.delivered(job, acks)
             commands = reply.get("commands") or []
@@ -223,8 +239,16 @@ class Sender:
                 "report failed", url=self._url, job=job, error=f"{type(exc).__name__}: {exc}", suppressed=suppressed
             )
 
+    @property
+    def interval_s(self) -> float:
+        """The interval in effect: ours, or longer while the coordinator is behind."""
+        return max(self._interval_s, self.advised_interval_s)
+
     def _run(self) -> None:
-        interval_ns = int(self._interval_s * 1e9)
+        # Start-up jitter: 2,048 agents started together must not report in the same
+        # millisecond, every second, for the rest of the job.
+        if self._stop.wait(random.uniform(0.0, self._interval_s)):
+            return
         deadline = self._mono_ns()
         while not self._stop.is_set():
             try:
@@ -232,6 +256,7 @@ class Sender:
             except Exception as exc:  # a bug here must not kill reporting for good
                 self._log.error("report loop error", error=repr(exc), exc_info=exc)
             now = self._mono_ns()
+            interval_ns = int(self.interval_s * 1e9)
             deadline += interval_ns
             if deadline < now:  # a send took longer than the interval: do not burst to catch up
                 deadline = now + interval_ns

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from .. import logs
 from . import journal_events as je
 from .config import Config, loggable
+from .gcpolicy import GcPolicy
 from .journal import Journal
 from .server import bound_address, make_server
 from .service import Coordinator
@@ -35,11 +36,14 @@ def write_address_file(path: str, address: str) -> None:
 
 
 class Daemon:
-    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, *, own_process: bool = False) -> None:
+        """``own_process``: the daemon is the whole process (``main``), so it may
+        manage the garbage collector (``gcpolicy``); never inside someone else's."""
         self.cfg = cfg
+        self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
         self.journal = Journal(cfg.journal, _clock)
-        self.coordinator = Coordinator(cfg, self.journal, registry)
+        self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
         self.server = make_server(cfg.listen[0], cfg.listen[1], self.coordinator, cfg.token, cfg.max_body_bytes)
         self.address = bound_address(self.server)
         self._stop = threading.Event()
@@ -73,6 +77,7 @@ class Daemon:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
         last = None
+        gc_policy = GcPolicy(next_at, enabled=self._own_process)
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
             t0 = time.perf_counter()
@@ -84,6 +89,7 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
+            gc_policy.after_tick(now)
             # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
             next_at = max(next_at + interval, time.monotonic())
             self._stop.wait(max(0.0, next_at - time.monotonic()))

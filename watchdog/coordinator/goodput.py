@@ -128,10 +128,18 @@ class Ledger:
         for r in live:
             rv = view.ranks[r]
             last = self.seen.get(r)
-            for x in rv.history:
-                if last is None or x.step > last:
-                    self.buffer.setdefault(x.step, {})[r] = x
-            if rv.history:
+            hist = rv.history
+            # Only the steps since the last tick, found from the newest back: walking the
+            # whole history of every rank every tick cost 0.3 s a tick at 16,384 ranks.
+            new = len(hist)
+            if last is not None:
+                while new and hist[new - 1].step > last:
+                    new -= 1
+            else:
+                new = 0
+            for x in hist[new:]:
+                self.buffer.setdefault(x.step, {})[r] = x
+            if hist:
                 self.seen[r] = rv.history[-1].step
             self.world_sizes.add(rv.state.world_size)
 

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .config import DetectorConfig
+from .memo import per_tick
 from .mismatch import find as find_mismatch
 from .view import ClusterView, FoldedRank
 
@@ -25,7 +26,8 @@ STALL_SLACK_S = 0.5
 
 def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> float:
     hv = view.hosts[host]
-    return cfg.host_silence_intervals * max(hv.interval_s, 0.1)
+    # Reports still queued in a coordinator that is behind are not silence.
+    return cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s
 
 
 def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
@@ -33,7 +35,11 @@ def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> 
 
 
 def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
-    silent = {h for h, hv in view.hosts.items() if now - hv.received_at > host_silence_limit(view, h, cfg)}
+    silent = {
+        h
+        for h, hv in view.hosts.items()
+        if now - hv.received_at > cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s
+    }
     if not silent:
         return silent
     # An agent that goes quiet after all its ranks exited cleanly is the job ending.
@@ -60,6 +66,7 @@ def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig,
     return OK
 
 
+@per_tick()
 def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
     lost = lost_hosts(view, now, cfg)
     return {r: classify(rv, view, now, cfg, lost) for r, rv in view.ranks.items()}
@@ -86,8 +93,14 @@ class Blame:
 
 
 def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str] | None = None) -> Blame | None:
-    """The collective most ranks wait in, and who holds it up. None if no rank waits."""
-    health = classify_all(view, now, cfg) if health is None else health
+    """The collective most ranks wait in, and who holds it up. None if no rank waits.
+    ``health`` is ``classify_all(view, now, cfg)``; passing it is only an optimisation."""
+    return _analyze(view, now, cfg)
+
+
+@per_tick()
+def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None:
+    health = classify_all(view, now, cfg)
     # A lost host's ranks are not waiting "now": their last state is as old as the host's silence, so
     # counting them as waiters would have the live ranks blamed for a wait seen on stale data.
     wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] not in (EXITED, LOST)}
@@ -141,14 +154,15 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
             break
     else:
         how = "unknown"
-    waiters = tuple(sorted(r for r in on if r not in culprits))
+    blamed = set(culprits)  # a set: at 16k ranks a list made this O(waiters x culprits)
+    waiters = tuple(sorted(r for r in on if r not in blamed))
     return Blame(
         group=group,
         seq=seq,
         op=ops.most_common(1)[0][0],
         waiters=waiters,
         culprits=tuple(sorted(culprits)),
-        elsewhere=tuple(r for r in elsewhere if r not in culprits),
+        elsewhere=tuple(r for r in elsewhere if r not in blamed),
         waiting_since=min(rv.coll_enter() for rv in on.values()),
         latest_enter=latest_enter,
         how=how,

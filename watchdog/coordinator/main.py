@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .daemon import Daemon  # after the checks: a refused start opens no journal
 
     try:
-        daemon = Daemon(cfg).start()
+        daemon = Daemon(cfg, own_process=True).start()
     except OSError as exc:
         log.error("start_failed", error=str(exc))
         print(f"watchdog coordinator: cannot start: {exc}", file=sys.stderr)

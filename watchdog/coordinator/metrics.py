@@ -148,6 +148,16 @@ class CoordinatorMetrics:
         self.goodput_ratio = Gauge(
             "watchdog_coordinator_goodput_ratio", "Productive share of the job's wall time so far", registry=r
         )
+        self.behind = Gauge(
+            "watchdog_coordinator_behind_seconds",
+            "How late the request loop runs (worst over the last second): how long a report waits before it is handled",
+            registry=r,
+        )
+        self.advised_interval = Gauge(
+            "watchdog_coordinator_advised_report_interval_seconds",
+            "Report interval the coordinator asks agents for while it is behind (0: none asked)",
+            registry=r,
+        )
         self.journal_errors = Counter(
             "watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r
         )

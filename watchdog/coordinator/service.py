@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,8 +18,21 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..report import HostReport
-from . import evidence_plan, fingerprint, goodput, health, recover, stack_gather, stack_plan, status, tracker, verdict
+from . import (
+    evidence_plan,
+    fingerprint,
+    goodput,
+    health,
+    recover,
+    stack_gather,
+    stack_plan,
+    stats,
+    status,
+    tracker,
+    verdict,
+)
 from . import journal_events as je
+from .backpressure import Backpressure
 from .config import Config
 from .control import JobController
 from .detectors import build
@@ -29,7 +43,7 @@ from .metrics import CoordinatorMetrics
 from .policy import JobState
 from .runner import Outcome, Runner
 from .stall import StallGuard
-from .view import ClusterView, empty, fold
+from .view import ClusterView, Folder, empty
 
 
 class WrongJob(Exception):
@@ -44,8 +58,17 @@ class TickResult:
 
 
 class Coordinator:
-    def __init__(self, cfg: Config, journal: Journal, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        journal: Journal,
+        registry: CollectorRegistry | None = None,
+        wall_clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``wall_clock``: the daemon's (``time.time``), to see how old reports are on
+        arrival (back-pressure); in-process tests on virtual time leave it out."""
         self.cfg = cfg
+        self._wall_clock = wall_clock
         self.journal = journal
         self.registry = registry if registry is not None else CollectorRegistry()
         self.detectors = build(cfg.detectors)
@@ -53,7 +76,8 @@ class Coordinator:
         self.runner = Runner(self.detectors)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
-        self._view: ClusterView = empty(cfg.job, cfg.world_size)
+        self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
+        self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
         self._lost: set[str] = set()
         self._journal_failed = logs.RateLimited(every_s=60.0)
@@ -73,6 +97,7 @@ class Coordinator:
             self.metrics.info.labels(cfg.job).set(1)
         self.metrics.ranks_expected.set(cfg.world_size)
         self.verdict = verdict.Verdict()
+        self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
@@ -80,7 +105,22 @@ class Coordinator:
 
     @property
     def view(self) -> ClusterView:
-        return self._view
+        return self.view_at(time.monotonic())
+
+    def view_at(self, now: float) -> ClusterView:
+        """The view as of ``now``: a snapshot of the folded reports, with the
+        coordinator's own lag (back-pressure) for the silence limits."""
+        with self._lock:
+            view = self._folder.snapshot()
+        behind = self.backpressure.behind(now)
+        if view.hosts:
+            interval = stats.median([hv.interval_s for hv in view.hosts.values()])
+            # Hosts not heard from yet count too: under load their first report is still queued.
+            hosts = len(view.hosts)
+            if view.ranks and view.world_size > len(view.ranks):
+                hosts = max(hosts, -(-view.world_size * hosts // len(view.ranks)))
+            behind = max(behind, self.backpressure.deficit(now, hosts, interval))
+        return replace(view, behind_s=behind) if behind > 0 else view
 
     @property
     def active(self) -> dict[tracker.Key, tracker.Active]:
@@ -114,9 +154,9 @@ class Coordinator:
 
     def accept(self, report: HostReport, now: float) -> dict[str, Any]:
         with self._lock:
-            view = self._view
+            view = self._folder
             if not view.job:
-                view = replace(view, job=report.job)
+                view.set_job(report.job)
                 self.metrics.info.labels(report.job).set(1)
                 self.log.info("job_adopted", job=report.job, host=report.host)
             elif report.job != view.job:
@@ -131,11 +171,13 @@ class Coordinator:
                         reported=sorted({r.world_size for r in report.ranks}),
                         suppressed=suppressed,
                     )
-            self._view, events = fold(view, report, now, self.cfg.detectors)
+            events = view.fold(report, now, self.cfg.detectors)
+            if self._wall_clock is not None:
+                self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
             for name, payload in events:
                 if name == je.HOST_SEEN and not payload.get("agent_restarted"):
                     for kind in KINDS:  # at 0 from the start: see metrics.host_culprits
-                        self.metrics.host_culprits.labels(self._view.job, report.host, kind)
+                        self.metrics.host_culprits.labels(view.job, report.host, kind)
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
@@ -148,7 +190,7 @@ class Coordinator:
     # -- tick ------------------------------------------------------------------
 
     def tick(self, now: float, wall: float) -> TickResult:
-        view = self._view
+        view = self.view_at(now)
         if self.stall_guard.holding(now, view):  # every host looks silent for as long as we were stopped
             return TickResult((), (), ())
         self._hosts(view, now)
@@ -204,7 +246,7 @@ class Coordinator:
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
         """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""
-        stall = self.stall_guard.begin(now, gap_s, self._view, wall)
+        stall = self.stall_guard.begin(now, gap_s, self.view_at(now), wall)
         payload = {"gap_s": round(gap_s, 3), "hold_max_s": round(stall.limit_s, 3), "hosts": sorted(stall.seqs)}
         self.log.warning(je.COORDINATOR_STALLED, **payload)
         self._record(je.COORDINATOR_STALLED, payload)
@@ -249,7 +291,7 @@ class Coordinator:
         """Never a finding and never in the way of detection: a bug here is logged
         rarely and the tick goes on."""
         try:
-            m = verdict.measure(now, view, self.cfg.detectors)
+            m = verdict.measure(now, view, self.cfg.detectors, self._summaries)
             new = verdict.decide(self.verdict, m, now)
             if new.verdict != self.verdict.verdict:
                 self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
@@ -297,7 +339,7 @@ class Coordinator:
             verdict=self.verdict.verdict,
             verdict_reason=self.verdict.reason,
             verdict_evidence=self.verdict.evidence,
-            world_size=self._view.world_size,
+            world_size=self._folder.world_size,
         )
         return rec
 
@@ -418,7 +460,7 @@ class Coordinator:
     # -- status ----------------------------------------------------------------
 
     def status(self, now: float, wall: float) -> dict[str, Any]:
-        doc = status.build(self._view, self._active, now, wall, self.cfg)
+        doc = status.build(self.view_at(now), self._active, now, wall, self.cfg)
         # Added fields: the bottleneck with its evidence, and goodput so far.
         v = self.verdict
         doc["bottleneck"] = {

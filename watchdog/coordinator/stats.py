@@ -61,6 +61,21 @@ def clipped_stdev(values: Sequence[float], k: float = 3.0) -> float:
     return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
 
 
+def clipped_mean_stdev(values: Sequence[float], k: float = 3.0) -> tuple[float, float]:
+    """``(clipped_mean(values, k), clipped_stdev(values, k))``, the median and MAD
+    computed once (the same numbers, bit for bit)."""
+    n = len(values)
+    if not n:
+        return 0.0, 0.0
+    med = median(values)
+    mad = median([abs(v - med) for v in values]) * 1.4826
+    lo, hi = (med - k * mad, med + k * mad) if mad > 0 else (med, med)
+    xs = [min(max(v, lo), hi) for v in values]
+    mean = sum(xs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else 0.0
+    return (mean if mad > 0 else med), sd
+
+
 def median_without(sorted_values: Sequence[float], index: int) -> float:
     """Median of ``sorted_values`` with the element at ``index`` left out, in
     O(1): comparing each of n ranks with the others costs O(n log n), not O(n^2)."""

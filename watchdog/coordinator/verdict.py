@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import stats
 from .config import DetectorConfig
 from .finding import seconds
 from .health import OK, classify_all
 from .stats import median
-from .view import ClusterView
+from .view import ClusterView, StepSample
 
 DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
     "data",
@@ -77,36 +77,108 @@ class Verdict:
     leading: int = 0
 
 
-def measure(now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS) -> Measure:
+class Summary(NamedTuple):
+    """One rank's recent train steps: mean seconds of step, data, collective and
+    compute, the clipped mean of its own work (compute + data) and that mean's
+    standard error, mean collective bytes per step, and the mean forward,
+    backward, optimizer and host-to-device seconds over the steps that measured
+    them (None when none did)."""
+
+    step: float
+    data: float
+    coll: float
+    compute: float
+    own: float
+    noise: float
+    bytes_per_step: float
+    finer: tuple[float, ...] | None
+
+
+def summarize(history: tuple[StepSample, ...]) -> Summary | None:
+    """One rank's recent train steps, summarised; None under MIN_STEPS of them."""
+    xs = [x for x in history if x.phase == "train"][-WINDOW_STEPS:]
+    n = len(xs)
+    if n < MIN_STEPS:
+        return None
+    step = [x.step_s for x in xs]
+    data = [x.data_s for x in xs]
+    coll = [x.coll_s for x in xs]
+    compute = [max(0.0, s - d - c) for s, d, c in zip(step, data, coll)]  # StepSample.compute_s
+    # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
+    own, spread = stats.clipped_mean_stdev([c + d for c, d in zip(compute, data)])
+    split = [x for x in xs if x.forward_s or x.backward_s or x.optimizer_s or x.h2d_s]
+    finer = tuple(sum(getattr(x, k) for x in split) / len(split) for k in FINER) if split else None
+    return Summary(
+        sum(step) / n,
+        sum(data) / n,
+        sum(coll) / n,
+        sum(compute) / n,
+        own,
+        spread / math.sqrt(n),
+        sum(x.coll_bytes for x in xs) / n,
+        finer,
+    )
+
+
+class Summaries:
+    """Each rank's ``summarize``, kept between ticks. A rank's history changes with
+    every report that carries a step, so at 16,384 ranks summarising every rank
+    every tick was the tick's largest cost (5 s per tick measured in-process);
+    this refreshes at most ``budget`` changed ranks a tick, the longest-waiting
+    first, and keeps the others' last summary: at 16,384 ranks each summary is at
+    most 8 ticks old. The verdict is advisory and has hysteresis, so a few
+    seconds' lag is all this costs; under ``budget`` ranks it is exact."""
+
+    def __init__(self, budget: int = 2048) -> None:
+        self.budget = budget
+        self._cache: dict[int, tuple[tuple[StepSample, ...], Summary | None, int]] = {}
+        self._tick = 0
+
+    def get(self, view: ClusterView, ranks: list[int]) -> dict[int, Summary | None]:
+        self._tick += 1
+        cache = self._cache
+        stale = []
+        for r in ranks:
+            hit = cache.get(r)
+            if hit is None or hit[0] is not view.ranks[r].history:
+                stale.append(r)
+        if len(stale) > self.budget:
+            stale.sort(key=lambda r: cache[r][2] if r in cache else -1)  # never summarised, then the oldest
+            stale = stale[: self.budget]
+        for r in stale:
+            hist = view.ranks[r].history
+            cache[r] = (hist, summarize(hist), self._tick)
+        if len(cache) > 2 * len(view.ranks) + 64:  # ranks gone from the view (never the ones asked for)
+            for r in [r for r in cache if r not in view.ranks]:
+                del cache[r]
+        return {r: cache[r][1] if r in cache else None for r in ranks}  # None: not summarised yet
+
+
+def measure(
+    now: float, view: ClusterView, cfg: DetectorConfig = _DEFAULTS, summaries: Summaries | None = None
+) -> Measure:
+    """``summaries``: the coordinator's ``Summaries`` (kept between ticks); without
+    one, every live rank is summarised now."""
     health = classify_all(view, now, cfg)
+    live = [r for r in view.ranks if health[r] == OK]
+    got = summaries.get(view, live) if summaries is not None else {r: summarize(view.ranks[r].history) for r in live}
     per_rank: dict[int, tuple[float, float, float, float]] = {}  # rank -> mean step, data, coll, compute
     bytes_per_step: dict[int, float] = {}  # rank -> mean collective bytes per step
     finer: dict[int, tuple[float, ...]] = {}  # rank -> mean forward, backward, optimizer, h2d (where measured)
     noise: dict[int, float] = {}  # rank -> standard error of its mean own work (compute + data)
     own_work: dict[int, float] = {}  # rank -> clipped mean of its own work per step
     ready = True
-    for r, rv in view.ranks.items():
-        if health[r] != OK:
-            continue
-        xs = [x for x in rv.history if x.phase == "train"][-WINDOW_STEPS:]
-        if len(xs) < MIN_STEPS:
+    for r in live:
+        sm = got[r]
+        if sm is None:
             ready = False
             continue
-        n = len(xs)
-        per_rank[r] = (
-            sum(x.step_s for x in xs) / n,
-            sum(x.data_s for x in xs) / n,
-            sum(x.coll_s for x in xs) / n,
-            sum(x.compute_s for x in xs) / n,
-        )
-        bytes_per_step[r] = sum(x.coll_bytes for x in xs) / n
-        split = [x for x in xs if x.forward_s or x.backward_s or x.optimizer_s or x.h2d_s]
-        if split:
-            finer[r] = tuple(sum(getattr(x, k) for x in split) / len(split) for k in FINER)
-        work = [x.compute_s + x.data_s for x in xs]
-        # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
-        own_work[r] = stats.clipped_mean(work)
-        noise[r] = stats.clipped_stdev(work) / math.sqrt(n)
+        per_rank[r] = (sm.step, sm.data, sm.coll, sm.compute)
+        own_work[r] = sm.own
+        noise[r] = sm.noise
+        bytes_per_step[r] = sm.bytes_per_step
+        if sm.finer is not None:
+            finer[r] = sm.finer
     mem = _memory(view)
     shares = {DATA: 0.0, COMMUNICATION: 0.0, STRAGGLER: 0.0, MEMORY: mem[0]}
     evidence: dict[str, Any] = {"ranks": len(per_rank), "world_size": view.world_size}

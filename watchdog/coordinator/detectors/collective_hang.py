@@ -25,6 +25,7 @@ from ..config import DetectorConfig
 from ..describe import heartbeat, where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import Blame, analyze, classify_all, live, waiting
+from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
 
@@ -47,6 +48,7 @@ class HangState:
     health: dict[int, str]
 
 
+@per_tick(view_arg=1)
 def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState | None:
     """Pure; also feeds the hang gauges. None when nothing is live."""
     health = classify_all(view, now, cfg)
@@ -71,6 +73,7 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
 def deadline(view: ClusterView, alive: list[int], cfg: DetectorConfig) -> float:
     p99s = [view.ranks[r].p99_step_s for r in alive if view.ranks[r].history]
     base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
+    base += view.behind_s  # a coordinator running late has not yet seen the progress queued for it
     rvs = [view.ranks[r] for r in alive]
     if any(rv.state.phase in SLOW_PHASES for rv in rvs):
         base += cfg.hang_phase_allowance_s

@@ -30,7 +30,9 @@ class NeverJoined:
         first = view.first_registered_at()
         if first is None or view.world_size <= 1:
             return []  # a single process needs no process group
-        limit = self.cfg.join_deadline_s
+        # A coordinator that is behind has not yet read the reports queued for it
+        # (backpressure.py): a host whose first report waits there is not missing.
+        limit = self.cfg.join_deadline_s + view.behind_s
         health = classify_all(view, now, self.cfg)
         # A rank that steps or runs collectives has joined, whatever its pg_state
         # says (a hook that could not patch init_process_group never updates it).

@@ -1,0 +1,84 @@
+"""In-process profile of the coordinator at N ranks: the same simulated hosts as
+``scale.py`` (``scalesim``), but folded straight into a ``Coordinator`` on a
+virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
+and profiled without the generator or the network in the numbers.
+
+    python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--profile tick|accept] [--top 25]
+
+Prints the CPU per accepted report (decode + fold), tick duration p50/max over
+the last half of the run, the findings opened (there must be none but the
+straggler), and with ``--profile`` the top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scalesim
+
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+from watchdog.report import HostReport
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=16384)
+    ap.add_argument("--seconds", type=int, default=40, help="virtual seconds: one report per host and one tick each")
+    ap.add_argument("--profile", choices=("tick", "accept"), default=None)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+
+    t0 = 1_800_000_000.0
+    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3)
+    hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "journal.jsonl")
+        journal = Journal(path, lambda: (time.time(), time.monotonic()))
+        coord = Coordinator(Config(job=job.job, world_size=args.ranks, journal=path), journal)
+        prof = cProfile.Profile() if args.profile else None
+        accept_cpu, accepted, ticks, opened = 0.0, 0, [], []
+        for sec in range(args.seconds):
+            profiling = prof is not None and sec >= args.seconds // 2
+            for i, h in enumerate(hosts):
+                wall = t0 + sec + i / len(hosts)
+                raw = h.report(wall, 1.0)
+                c0 = time.process_time()
+                if profiling and args.profile == "accept":
+                    prof.enable()
+                coord.accept(HostReport.from_dict(raw), wall - t0)
+                if profiling and args.profile == "accept":
+                    prof.disable()
+                accept_cpu += time.process_time() - c0
+                accepted += 1
+                h.delivered(raw)
+            now = float(sec + 1)
+            c0 = time.process_time()
+            if profiling and args.profile == "tick":
+                prof.enable()
+            res = coord.tick(now, t0 + now)
+            if profiling and args.profile == "tick":
+                prof.disable()
+            if sec >= args.seconds // 2:
+                ticks.append(time.process_time() - c0)
+            opened += [(f.kind, f.ranks) for f in res.opened]
+        journal.close()
+    ticks.sort()
+    print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
+    print(f"accept: {accept_cpu / accepted * 1e6:.0f} us CPU per report ({accepted} reports)")
+    print(f"tick CPU (last half): p50 {ticks[len(ticks) // 2] * 1e3:.1f} ms  max {ticks[-1] * 1e3:.1f} ms")
+    print(f"findings opened: {opened}  (straggler is rank {job.straggler})")
+    if prof is not None:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

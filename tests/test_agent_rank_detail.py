@@ -1,0 +1,94 @@
+"""Per-rank detail on the agent's /metrics (--metrics.rank-detail): summary keeps
+the per-rank series of every rank that is not alive and running and of the K
+slowest, full keeps all; the host aggregates are there either way and agree
+with the per-rank series they summarise."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.core import Metric
+
+from watchdog import flags, wire
+from watchdog.agent import config, rankmetrics, testing, track
+from watchdog.agent import metrics as m
+from watchdog.agent.procs import ProcSample
+from watchdog.agent.slots import LocalRank
+
+MS = 1_000_000
+NOW = 10_000 * MS
+
+
+def rank(r: int, compute_ms: int, *, alive=True, status="running", state=track.ALIVE, step=100) -> LocalRank:
+    ident = testing.identity("train", r, 16, pid=1000 + r, proc_start_us=1)
+    words = {
+        wire.H_STEP: step,
+        wire.H_LAST_STEP_NS: (compute_ms + 30) * MS,
+        wire.H_LAST_DATA_NS: 10 * MS,
+        wire.H_LAST_COLL_NS: 20 * MS,
+        wire.H_TOTAL_STEP_NS: step * (compute_ms + 30) * MS,
+        wire.H_TOTAL_DATA_NS: step * 10 * MS,
+        wire.H_TOTAL_COLL_NS: step * 20 * MS,
+    }
+    snap = testing.snapshot(ident, words, path=f"/run/{r}.slot")
+    return LocalRank(snap.path, snap.header, NOW - r * MS, False, ProcSample(alive, status), state, 0.0, ())
+
+
+def samples(fams: list[Metric], name: str) -> list:
+    return [s for f in fams for s in f.samples if s.name == name]
+
+
+def ranks_shown(fams: list[Metric]) -> set[int]:
+    return {int(s.labels["rank"]) for s in samples(fams, "watchdog_rank_alive")}
+
+
+def host_job() -> list[LocalRank]:
+    views = [rank(r, 100 + r % 3) for r in range(8)]  # healthy, computing 100-102 ms
+    views[5] = rank(5, 130)  # the slowest
+    views[6] = rank(6, 120)  # the second slowest
+    views[1] = rank(1, 100, alive=False, state=track.DEAD)
+    views[2] = rank(2, 100, status="stopped")
+    views[3] = rank(3, 100, state=track.EXITED, step=80)
+    return views
+
+
+def test_summary_keeps_every_rank_not_running_and_the_k_slowest():
+    fams = rankmetrics.rank_families(host_job(), "h1", NOW, rankmetrics.SUMMARY, slowest=2)
+    assert ranks_shown(fams) == {1, 2, 3, 5, 6}
+    per_rank = [s for f in fams for s in f.samples if "rank" in s.labels]
+    assert len(per_rank) == 5 * m.SERIES_PER_RANK
+    fams = rankmetrics.rank_families(host_job(), "h1", NOW, rankmetrics.SUMMARY, slowest=1)
+    assert ranks_shown(fams) == {1, 2, 3, 5}
+
+
+def test_full_keeps_every_rank():
+    fams = rankmetrics.rank_families(host_job(), "h1", NOW)
+    assert ranks_shown(fams) == set(range(8))
+
+
+@pytest.mark.parametrize("detail", rankmetrics.DETAILS)
+def test_host_aggregates_are_exported_at_every_detail_and_add_up(detail):
+    fams = rankmetrics.rank_families(host_job(), "h1", NOW, detail, slowest=2)
+    lab = {"training_job": "train", "host": "h1"}
+    states = {s.labels["state"]: s.value for s in samples(fams, "watchdog_host_ranks")}
+    assert states == {"alive": 5, "stopped": 1, "dead": 1, "exited": 1}
+    (steps,) = samples(fams, "watchdog_host_steps_total")
+    assert steps.labels == lab and steps.value == 7 * 100 + 80
+    parts = {s.labels["part"]: s.value for s in samples(fams, "watchdog_host_step_part_seconds_total")}
+    assert parts["data"] == pytest.approx(780 * 0.010) and parts["collective"] == pytest.approx(780 * 0.020)
+    assert samples(fams, "watchdog_host_step_min")[0].value == 80
+    assert samples(fams, "watchdog_host_step_max")[0].value == 100
+    assert samples(fams, "watchdog_host_last_step_compute_max_seconds")[0].value == pytest.approx(0.130)
+    # The oldest heartbeat among live ranks: rank 7's (the dead one's is not a heartbeat problem).
+    assert samples(fams, "watchdog_host_heartbeat_age_max_seconds")[0].value == pytest.approx(0.007)
+    host_series = [s for f in fams for s in f.samples if s.name.startswith("watchdog_host_")]
+    assert len(host_series) == m.HOST_SERIES
+
+
+def test_the_flags_choose_the_detail_and_refuse_others():
+    cfg = config.load(["--metrics.rank-detail", "summary", "--metrics.slowest-ranks", "4"], {})
+    assert cfg.rank_detail == "summary" and cfg.slowest_ranks == 4
+    assert config.load([], {}).rank_detail == "full"
+    with pytest.raises(flags.FlagError, match="rank-detail='some': must be full or summary"):
+        config.load(["--metrics.rank-detail", "some"], {})
+    with pytest.raises(ValueError):
+        rankmetrics.RanksCollector(lambda: (), "h", detail="some")

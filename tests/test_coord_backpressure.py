@@ -1,0 +1,168 @@
+"""Back-pressure: a coordinator that runs late says so (metric, reply field),
+withdraws the advice once calm, and its lag is never taken for a host's silence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry
+
+from watchdog.coordinator import backpressure as bp
+from watchdog.coordinator import health
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.dead_rank import DeadRank
+from watchdog.coordinator.detectors.never_joined import NeverJoined
+from watchdog.coordinator.metrics import CoordinatorMetrics
+
+
+def test_advice_follows_the_lag_with_hysteresis():
+    reg = CollectorRegistry()
+    p = bp.Backpressure(CoordinatorMetrics(reg))
+    reply: dict = {"ok": True, "commands": []}
+    p.observe_lag(0.01, 0.0)
+    p.advise(reply)
+    assert reply == {"ok": True, "commands": []}  # calm: the reply is what it always was
+    p.observe_lag(0.6, 1.0)
+    p.advise(reply)
+    assert reply["report_interval_s"] == bp.SLOW_INTERVAL_S
+    assert reg.get_sample_value("watchdog_coordinator_behind_seconds") == 0.6
+    assert reg.get_sample_value("watchdog_coordinator_advised_report_interval_seconds") == bp.SLOW_INTERVAL_S
+    now = 1.0
+    while now < 1.0 + bp.WINDOW_S + bp.CALM_FOR_S - 0.5:  # calm, but not for long enough yet
+        now += 0.1
+        p.observe_lag(0.0, now)
+    assert p.interval_s == bp.SLOW_INTERVAL_S
+    for _ in range(10):
+        now += 0.1
+        p.observe_lag(0.0, now)
+    assert p.interval_s == 0.0 and p.behind_s == 0.0
+    assert reg.get_sample_value("watchdog_coordinator_advised_report_interval_seconds") == 0.0
+
+
+def test_a_lagging_coordinator_does_not_call_hosts_lost():
+    cfg = DetectorConfig()
+    view = t.view(t.healthy(8), now=100.0, received={"host0": 100.0, "host1": 94.5})
+    now = 100.2  # host1 silent 5.7 s: past 5 intervals of 1 s
+    assert health.lost_hosts(view, now, cfg) == {"host1"}
+    assert [f.ranks for f in DeadRank(cfg).check(now, view)] == [(4, 5, 6, 7)]
+    behind = replace(view, behind_s=1.0)  # its report may be in the queue
+    assert health.lost_hosts(behind, now, cfg) == set()
+    assert DeadRank(cfg).check(now, behind) == []
+    assert health.lost_hosts(behind, now + 0.9, cfg) == {"host1"}  # past limit + lag: lost after all
+
+
+def test_the_reply_carries_the_advice_over_http(tmp_path):
+    import http.client
+    import json
+
+    from watchdog.coordinator.config import Config
+    from watchdog.coordinator.daemon import Daemon
+
+    d = Daemon(Config(listen=("127.0.0.1", 0), job="job", world_size=4, journal=str(tmp_path / "j.jsonl"))).start()
+    try:
+        host, port = d.address.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)  # one kept-alive connection, as agents do
+        replies = []
+        for seq in (1, 2):
+            if seq == 2:
+                d.coordinator.backpressure.observe_lag(1.0, 1e9)  # as the loop probe would see a late loop
+            body = json.dumps(t.report("host0", t.healthy(4), seq=seq).to_dict()).encode()
+            conn.request("POST", "/api/v1/report", body=body, headers={"Content-Type": "application/json"})
+            replies.append(json.loads(conn.getresponse().read()))
+        conn.close()
+    finally:
+        d.stop()
+    assert replies == [
+        {"ok": True, "commands": []},
+        {"ok": True, "commands": [], "report_interval_s": bp.SLOW_INTERVAL_S},
+    ]
+
+
+def test_a_stall_in_progress_counts_before_the_probe_measures_it():
+    p = bp.Backpressure()
+    p.observe_lag(0.0, 10.0)
+    assert p.behind(10.05) == 0.0
+    assert abs(p.behind(13.1) - 3.0) < 1e-9  # the loop has not run for 3.1 s: 3 s behind already
+
+
+def test_a_lagging_coordinator_does_not_call_a_hang_early():
+    from watchdog.coordinator.detectors.collective_hang import CollectiveHang
+
+    cfg = DetectorConfig()
+    # Every rank reported at 106 that its step began 6.1 s ago: stalled past the 5 s deadline.
+    states = [t.rank(r, step=50, step_age_s=6.1, recent_steps=t.steps(1, 50)) for r in range(8)]
+    view = t.view(states, now=106.0)
+    assert [f.kind for f in CollectiveHang(cfg).check(106.0, view)] == ["collective_hang"]
+    assert CollectiveHang(cfg).check(106.0, replace(view, behind_s=2.0)) == []
+
+
+def test_a_coordinator_hearing_each_host_less_often_counts_the_difference_as_lag():
+    p = bp.Backpressure()
+    for i in range(100):  # 10 reports a second for 10 s
+        p.note_report(i * 0.1)
+    assert p.deficit(10.0, hosts=10, interval_s=1.0) == 0.0  # 10 hosts at 1/s: keeping up
+    assert abs(p.deficit(10.0, hosts=50, interval_s=1.0) - 4.0) < 0.1  # each host heard every 5 s
+    p.observe_lag(0.0, 10.0)
+    # The agents are asked for the pace it keeps: every host heard from once in 5 s, with headroom.
+    assert abs(p.interval_s - 5.0 * bp.HEADROOM) < 0.15
+    p.deficit(10.0, hosts=500, interval_s=1.0)
+    p.observe_lag(0.0, 10.1)
+    assert p.interval_s == bp.MAX_INTERVAL_S  # never past what agents accept
+
+
+CFG_JOIN = DetectorConfig().join_deadline_s
+
+
+def test_a_host_whose_first_report_is_still_queued_is_not_missing():
+    first = 100.0
+    states = [t.rank(r, world_size=4, step=50) for r in range(2)]  # ranks 2, 3: their host not heard from yet
+    view = t.view(states, now=first)
+    late = first + CFG_JOIN + 5.0
+    assert [f.kind for f in NeverJoined(DetectorConfig()).check(late, view)] == ["never_joined"]
+    assert NeverJoined(DetectorConfig()).check(late, replace(view, behind_s=10.0)) == []
+
+
+def test_reports_queued_before_the_loop_read_them_count_as_lag_whatever_the_hosts_clocks():
+    p = bp.Backpressure()
+    # Host a's clock is 50 s behind ours, b's 3 s ahead: calm at first, nothing queued.
+    for i in range(5):
+        p.note_delay("a", 50.0 + 0.01, float(i))
+        p.note_delay("b", -3.0 + 0.01, float(i))
+    assert p.queued(5.0) < 0.05
+    # Then every report waits 20 s in a socket buffer before it is folded.
+    for i in range(5, 15):
+        p.note_delay("a", 50.0 + 20.0, float(i))
+        p.note_delay("b", -3.0 + 20.0, float(i))
+    assert abs(p.behind(15.0) - 20.0) < 0.1
+    p.observe_lag(0.0, 15.0)
+    assert p.interval_s == bp.MAX_INTERVAL_S  # 20 s x headroom, bounded: agents slow right down
+
+
+def test_the_tick_reads_while_the_loop_writes():
+    """The request loop notes reports while the tick thread reads the windows: a
+    deque iterated while another thread appended raised and failed whole ticks."""
+    import threading
+    import time
+
+    p = bp.Backpressure()
+    stop = threading.Event()
+
+    def loop():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            p.note_report(i * 0.01)  # ~1,000 in the 10 s window
+            p.note_delay(f"h{i % 50}", 0.01 * (i % 7), i * 0.01)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            now = p._accepted[-1] if p._accepted else 0.0
+            p.deficit(now, hosts=50, interval_s=1.0)
+            p.behind(now)
+    finally:
+        stop.set()
+        th.join(5)

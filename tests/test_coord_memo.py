@@ -1,0 +1,47 @@
+"""The per-tick memo returns what the function itself would, and only for the
+same view object, time and config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from watchdog.coordinator import health
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors import straggler
+from watchdog.coordinator.detectors.collective_hang import hang_state
+
+
+def test_memo_hits_only_on_the_same_view_time_and_config():
+    cfg = DetectorConfig()
+    states = t.with_rank(t.healthy(8), 3, heartbeat_age_s=9.0)
+    view = t.view(states, now=100.0)
+    first = health.classify_all(view, 100.5, cfg)
+    assert health.classify_all(view, 100.5, cfg) is first
+    assert first == health.classify_all.uncached(view, 100.5, cfg)
+    assert health.classify_all(view, 101.0, cfg) is not first  # another time
+    same_content = t.view(states, now=100.0)
+    assert health.classify_all(same_content, 100.5, cfg) is not first  # another view object
+    other_cfg = replace(cfg, frozen_heartbeat_s=60.0)
+    assert health.classify_all(view, 100.5, other_cfg)[3] == health.OK != first[3]
+
+
+def test_memoized_analyses_equal_the_uncached_ones():
+    cfg = DetectorConfig()
+    hung = [
+        t.rank(
+            r,
+            step=50,
+            step_age_s=8.2,
+            collective=t.coll(seq=51, outstanding=1, since_s=8.0),
+            recent_steps=t.steps(1, 50),
+        )
+        for r in range(8)
+        if r != 5
+    ] + [t.rank(5, step=50, step_age_s=9.0, recent_steps=t.steps(1, 50))]
+    view = t.view(hung, now=100.0)
+    for now in (100.0, 101.0, 101.0):
+        assert hang_state(now, view, cfg) == hang_state.uncached(now, view, cfg)
+        assert health.analyze(view, now, cfg) == health._analyze.uncached(view, now, cfg)
+        assert straggler.scores(view, now, cfg) == straggler.scores.uncached(view, now, cfg)
+    assert hang_state(101.0, view, cfg).blame.culprits == (5,)

@@ -1,0 +1,128 @@
+"""The straggler scores (one pass per window, baselines by bisection) equal the
+original from-scratch computation, kept here as the reference."""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_left
+
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors import straggler
+from watchdog.coordinator.health import OK, classify_all
+from watchdog.coordinator.stats import median, median_without
+from watchdog.report import StepSample
+
+
+def reference(view, now, cfg):
+    health = classify_all.uncached(view, now, cfg)
+    ranks = {r: rv for r, rv in view.ranks.items() if health[r] == OK and rv.windows}
+    table: dict = {}
+    for r, rv in ranks.items():
+        for w in rv.windows:
+            table.setdefault(w.index, []).append((w.compute_s, r))
+    need = max(1, (len(ranks) - 1) // 2)
+    base = {}
+    for index, vals in table.items():
+        vals.sort()
+        if len(vals) - 1 < need:
+            continue
+        plain = [v for v, _ in vals]
+        for pos, (_, r) in enumerate(vals):
+            base[(index, r)] = median_without(plain, pos)
+    spreads = [w.spread for rv in ranks.values() for w in rv.windows if w.spread > 0]
+    if not base or not spreads:
+        return {}
+    others = len(ranks) - 1
+    steps = cfg.straggler_windows * median([w.n for rv in ranks.values() for w in rv.windows])
+    sigma = median(spreads) * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
+    threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
+    out = {}
+    for r, rv in ranks.items():
+        wins = [w for w in rv.windows if base.get((w.index, r), 0) > 0][-cfg.straggler_windows :]
+        if len(wins) < cfg.straggler_windows:
+            continue
+        mine = sum(w.compute_s for w in wins)
+        theirs = sum(base[(w.index, r)] for w in wins)
+        n = len(wins)
+        out[r] = {
+            "factor": mine / theirs,
+            "threshold": threshold,
+            "sigma": sigma,
+            "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
+            "compute_s": mine / n,
+            "baseline_s": theirs / n,
+            "step_s": sum(w.step_s for w in wins) / n,
+            "first_step": wins[0].index * cfg.straggler_window_steps,
+            "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
+        }
+    return out
+
+
+def test_scores_equal_the_reference_on_random_jobs():
+    cfg = DetectorConfig()
+    rng = random.Random(7)
+    scored = 0
+    for trial in range(12):
+        world = rng.choice((2, 3, 5, 8, 17))
+        states = []
+        for r in range(world):
+            last = 150 + rng.randrange(0, 30)  # ranks up to a window or so apart
+            slow = 1.2 if r == 1 else 1.0
+            quant = rng.choice((0.0, 0.01))  # 0.01: coarse values, so equal computes (ties) happen
+            samples = []
+            for k in range(last - rng.randrange(60, 140), last):
+                comp = 0.1 * slow * (1 + rng.uniform(-0.1, 0.1))
+                if quant:
+                    comp = round(comp / quant) * quant
+                samples.append(StepSample(step=k, step_s=0.15, data_s=0.0, coll_s=0.15 - comp))
+            states.append(
+                t.rank(
+                    r,
+                    world_size=world,
+                    step=last,
+                    recent_steps=samples,
+                    heartbeat_age_s=9.0 if rng.random() < 0.1 else 0.2,
+                )
+            )
+        view = t.view(states, now=100.0)
+        got = straggler.scores.uncached(view, 100.5, cfg)
+        assert got == reference(view, 100.5, cfg), trial
+        scored += len(got)
+    assert scored > 20  # the comparison is not vacuous
+
+
+def test_the_three_baselines_are_median_without_for_every_value():
+    rng = random.Random(3)
+    for _ in range(300):
+        vals = sorted(round(rng.uniform(0.1, 0.2), rng.choice((2, 6))) for _ in range(rng.randint(1, 12)))
+        cut = straggler._baselines(vals)
+        for v in {*vals, vals[0] - 1, vals[-1] + 1, rng.uniform(0.1, 0.2)}:
+            want = median_without(vals, bisect_left(vals, v)) if v in vals else None
+            got = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
+            if want is not None:  # a rank's own value is always among them
+                assert got == want, (vals, v)
+
+
+def test_scores_between_window_closings_are_the_last_answer_and_a_closing_recomputes():
+    cfg = DetectorConfig()
+    states = [
+        t.rank(
+            r,
+            world_size=6,
+            step=100,
+            recent_steps=[StepSample(k, 0.15, 0.0, 0.05 if r != 2 else 0.03) for k in range(0, 100)],
+        )
+        for r in range(6)
+    ]
+    view = t.view(states, now=100.0)
+    first = straggler.scores.uncached(view, 100.5, cfg)
+    assert first and first == reference(view, 100.5, cfg)
+    assert straggler.scores.uncached(view, 101.5, cfg) is first  # same windows: not recomputed
+    states[2] = t.rank(
+        2, world_size=6, step=120, recent_steps=[StepSample(k, 0.15, 0.0, 0.05) for k in range(100, 120)]
+    )
+    later = t.view(states, now=103.0)
+    again = straggler.scores.uncached(later, 103.5, cfg)
+    assert again is not first and again == reference(later, 103.5, cfg)

@@ -1,0 +1,54 @@
+"""The verdict's per-rank summaries kept between ticks (``verdict.Summaries``)
+give the same measure as summarising every rank each tick, and within their
+per-tick budget catch up with every rank; the combined clipped statistics are
+the separate ones, bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+from watchdog.coordinator import stats
+from watchdog.coordinator import verdict as V
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+from watchdog.coordinator.testing import SimJob
+
+
+def _run(tmp_path, until: float):
+    path = str(tmp_path / "j.jsonl")
+    c = Coordinator(Config(journal=path, job="job", world_size=8, tick_s=0.5), Journal(path, lambda: (1.7e9, 0.0)))
+    sim = SimJob(jitter=0.1, seed=5)
+    sim.slow(3, 1.4)
+    sim.run_until(until, coordinator=c, tick_s=0.5)
+    return c, sim.now
+
+
+def test_kept_summaries_measure_what_a_fresh_summary_measures(tmp_path):
+    c, now = _run(tmp_path, 30.0)
+    view = c.view_at(now)
+    exact = V.measure(now, view)
+    assert exact.ready and exact.evidence["slowest_rank"] == 3
+    kept = V.measure(now, view, summaries=V.Summaries())
+    assert kept == exact and kept.evidence == exact.evidence
+    # The coordinator's own, refreshed tick after tick as reports came in, agrees too.
+    assert V.measure(now, view, summaries=c._summaries) == exact
+
+
+def test_a_budget_refreshes_the_longest_waiting_ranks_and_catches_up(tmp_path):
+    c, now = _run(tmp_path, 30.0)
+    view = c.view_at(now)
+    exact = V.measure(now, view)
+    s = V.Summaries(budget=3)
+    first = V.measure(now, view, summaries=s)
+    assert not first.ready  # five of eight ranks not summarised yet: no verdict from part of the job
+    V.measure(now, view, summaries=s)
+    assert V.measure(now, view, summaries=s) == exact  # 3 + 3 + 2: every rank by the third tick
+
+
+def test_clipped_mean_stdev_is_the_pair_of_separate_statistics():
+    rng = random.Random(7)
+    cases = [[], [1.0], [0.1] * 50, [0.1] * 49 + [5.0], [rng.gauss(0.2, 0.02) for _ in range(50)]]
+    cases += [[rng.choice([0.1, 0.2, 9.0]) for _ in range(rng.randint(2, 60))] for _ in range(200)]
+    for xs in cases:
+        assert stats.clipped_mean_stdev(xs) == (stats.clipped_mean(xs), stats.clipped_stdev(xs)), xs

@@ -1,0 +1,152 @@
+"""Back-pressure: when the coordinator falls behind, it says so and asks agents
+to report less often, instead of letting reports pile up in socket buffers.
+
+"Behind" is how late the request loop runs (``httpio`` probes it every 0.1 s):
+every report is handled on that loop, so its lag is how long a report waits
+before it is folded. Past ``BEHIND_S`` (the worst lag over the last second) the
+replies carry ``"report_interval_s": SLOW_INTERVAL_S``; agents report at the
+longer of that and their own interval (an agent that does not know the field
+ignores it). The advice is withdrawn once the lag stayed under ``CALM_S`` for
+``CALM_FOR_S``.
+
+How detection degrades, and why never with a false finding:
+- ``SLOW_INTERVAL_S`` is 2 s: every report still carries the agent's own
+  readings (heartbeat age, collective state), so a finding waits at most one
+  more second for its evidence. When the coordinator accepts fewer reports than
+  the hosts send (its deficit), it asks for the pace it can keep: the time it
+  takes to hear from every host once, x ``HEADROOM``, at most ``MAX_INTERVAL_S``;
+  findings then wait up to that interval for their evidence.
+- A host's silence limit is counted in the interval it *reports* (dead_rank,
+  health.lost_hosts), so a slowed host is not a lost one; and the coordinator's
+  own lag is added to every silence limit (``ClusterView.behind_s``), so reports
+  still queued are not taken for silence; so is its deficit, when it accepts
+  fewer reports than the hosts send and so hears from each one less often; and
+  so is how old reports are when it reads them (``note_delay``: at 16,384 ranks
+  on a starved core they sat 15-30 s in socket buffers, unseen by the loop's
+  lag, and the hosts looked silent: 231 false dead_rank findings before this).
+- The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
+  seen one report late is not a hang; and the coordinator's lag is added to the
+  deadline too, since progress still queued is not the absence of progress.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from .metrics import CoordinatorMetrics
+
+BEHIND_S = 0.5  # loop lag that counts as behind (a busy 2-core VM alone lags 0.1-0.3 s)
+CALM_S = 0.05
+CALM_FOR_S = 10.0
+SLOW_INTERVAL_S = 2.0
+MAX_INTERVAL_S = 10.0  # the longest interval agents accept as advice (agent.sender)
+HEADROOM = 1.25  # ask for this much longer than the time it takes to get round every host
+WINDOW_S = 1.0
+RATE_WINDOW_S = 10.0
+PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
+MAX_QUEUED_S = 120.0  # a report older than this on arrival says more about its host's clock than about us
+
+
+class Backpressure:
+    def __init__(self, metrics: CoordinatorMetrics | None = None) -> None:
+        self._metrics = metrics
+        # The request loop writes these and the tick thread reads them: iterating a
+        # deque another thread appends to raises ("deque mutated during iteration",
+        # which failed ticks at 16,384 ranks).
+        self._lock = threading.Lock()
+        self._recent: deque[tuple[float, float]] = deque()  # (when, lag)
+        self._calm_since: float | None = None
+        self.behind_s = 0.0  # worst lag over the last WINDOW_S
+        self.interval_s = 0.0  # asked of agents; 0 = none
+        self._last_probe: float | None = None
+        self._accepted: deque[float] = deque()  # when recent reports were accepted
+        self._first_report: float | None = None
+        self.deficit_s = 0.0  # last computed by ``deficit``
+        self.revisit_s = 0.0  # how long it takes to hear from every host once, at the accepted rate
+        self._delays: deque[tuple[float, float]] = deque()  # (when, how long the report was queued)
+        self._base: dict[str, float] = {}  # host -> least arrival age seen (its clock offset, and no queue)
+
+    def note_report(self, now: float) -> None:
+        """An accepted report (monotonic seconds)."""
+        if self._first_report is None:
+            self._first_report = now
+        with self._lock:
+            self._accepted.append(now)
+            while self._accepted[0] < now - RATE_WINDOW_S:
+                self._accepted.popleft()
+
+    def note_delay(self, host: str, delay_s: float, now: float) -> None:
+        """How old an accepted report was when it was folded (the coordinator's wall
+        clock minus the report's ``sent_wall``), less the least any report of that
+        host ever showed: its clock's offset from ours cancels out, and what is left
+        is time spent queued in socket buffers, which neither the loop's lag nor its
+        throughput shows. A clock stepped forward makes it larger (detection later,
+        never wrong); one host far off does not move the 99th percentile."""
+        base = self._base.get(host)
+        if base is None or delay_s < base:
+            self._base[host] = base = delay_s
+        with self._lock:
+            self._delays.append((now, min(MAX_QUEUED_S, delay_s - base)))
+            while self._delays[0][0] < now - RATE_WINDOW_S:
+                self._delays.popleft()
+
+    def queued(self, now: float) -> float:
+        """99th percentile of how old reports were on arrival over the last ``RATE_WINDOW_S``."""
+        with self._lock:
+            delays = tuple(self._delays)
+        recent = sorted(d for t, d in delays if t >= now - RATE_WINDOW_S)
+        return recent[int(0.99 * (len(recent) - 1))] if recent else 0.0
+
+    def deficit(self, now: float, hosts: int, interval_s: float) -> float:
+        """How much longer than a report interval the coordinator takes to get round
+        every host, from the rate it accepted reports at over the last
+        ``RATE_WINDOW_S``. A starved coordinator's loop can run on time while it
+        handles a tenth of what arrives; then each host is heard from every
+        ``hosts / rate`` seconds, and that, not the host, is the silence."""
+        if self._first_report is None or hosts == 0:
+            self.deficit_s = 0.0
+            return 0.0
+        span = min(RATE_WINDOW_S, now - self._first_report)
+        with self._lock:
+            accepted = tuple(self._accepted)
+        n = sum(1 for t in accepted if t >= now - span) if span > 0 else 0
+        revisit = hosts * span / n if n else span
+        self.revisit_s = revisit if span >= interval_s else 0.0
+        self.deficit_s = max(0.0, revisit - interval_s) if span >= interval_s else 0.0
+        return self.deficit_s
+
+    def behind(self, now: float) -> float:
+        """How far behind, as the tick sees it at ``now`` (monotonic, the loop's
+        clock): the last measured lag, or longer while the loop is stuck right now
+        (a probe measures a stall only once it ends; the tick must not wait for that)."""
+        stalled = now - self._last_probe - PROBE_S if self._last_probe is not None else 0.0
+        return max(self.behind_s, stalled, self.queued(now))
+
+    def observe_lag(self, lag: float, now: float) -> None:
+        """Called by the loop's probe (loop time, seconds)."""
+        self._last_probe = now
+        self._recent.append((now, lag))
+        while self._recent and self._recent[0][0] < now - WINDOW_S:
+            self._recent.popleft()
+        self.behind_s = max(x for _, x in self._recent)
+        if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S or self.queued(now) > BEHIND_S:
+            # The pace it can keep: at 16,384 ranks on half a core a 2 s interval
+            # still sent twice what was handled, and the queue never drained.
+            pace = max(self.revisit_s if self.deficit_s > BEHIND_S else 0.0, self.queued(now)) * HEADROOM
+            pace = round(pace, 1)
+            self.interval_s, self._calm_since = min(MAX_INTERVAL_S, max(SLOW_INTERVAL_S, pace)), None
+        elif self.interval_s and self.behind_s < CALM_S and self.deficit_s < CALM_S:
+            if self._calm_since is None:
+                self._calm_since = now
+            elif now - self._calm_since >= CALM_FOR_S:
+                self.interval_s, self._calm_since = 0.0, None
+        if self._metrics is not None:
+            self._metrics.behind.set(self.behind_s)
+            self._metrics.advised_interval.set(self.interval_s)
+
+    def advise(self, reply: dict[str, Any]) -> None:
+        """Add the advice to an accepted report's reply (absent while calm)."""
+        if self.interval_s:
+            reply["report_interval_s"] = self.interval_s

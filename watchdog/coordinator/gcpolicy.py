@@ -1,0 +1,35 @@
+"""Garbage collection for a heap of millions of small, acyclic objects.
+
+The cluster view holds each rank's step history (256 samples a rank: about
+4 million objects at 16,384 ranks). Every report replaces a few of them, and
+CPython's cyclic collector walks the whole old generation each time a quarter
+of it has been replaced: measured in-process at 16,384 ranks, collection was
+two thirds of decoding a report (788 us a report with it, 250 us without).
+
+So after each tick the objects alive are moved out of the collector's sight
+(``gc.freeze``): later collections walk only what is new. Nothing leaks through
+that for acyclic data, which reference counting frees the moment it is dropped,
+frozen or not. A reference cycle frozen before it became garbage would stay,
+so every ``FULL_EVERY_S`` everything is unfrozen and collected once.
+"""
+
+from __future__ import annotations
+
+import gc
+
+FULL_EVERY_S = 600.0
+
+
+class GcPolicy:
+    def __init__(self, now: float, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._full_at = now + FULL_EVERY_S
+
+    def after_tick(self, now: float) -> None:
+        if not self.enabled:
+            return
+        if now >= self._full_at:
+            self._full_at = now + FULL_EVERY_S
+            gc.unfreeze()
+            gc.collect()
+        gc.freeze()
