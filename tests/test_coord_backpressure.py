@@ -21,10 +21,10 @@ def test_advice_follows_the_lag_with_hysteresis():
     p = bp.Backpressure(CoordinatorMetrics(reg))
     reply: dict = {"ok": True, "commands": []}
     p.observe_lag(0.01, 0.0)
-    p.advise(reply)
+    p.advise(reply, 0.0)
     assert reply == {"ok": True, "commands": []}  # calm: the reply is what it always was
     p.observe_lag(0.6, 1.0)
-    p.advise(reply)
+    p.advise(reply, 1.0)
     assert reply["report_interval_s"] == bp.SLOW_INTERVAL_S
     assert reg.get_sample_value("watchdog_coordinator_behind_seconds") == 0.6
     assert reg.get_sample_value("watchdog_coordinator_advised_report_interval_seconds") == bp.SLOW_INTERVAL_S
@@ -50,6 +50,26 @@ def test_a_lagging_coordinator_does_not_call_hosts_lost():
     assert health.lost_hosts(behind, now, cfg) == set()
     assert DeadRank(cfg).check(now, behind) == []
     assert health.lost_hosts(behind, now + 0.9, cfg) == {"host1"}  # past limit + lag: lost after all
+
+
+def test_a_host_told_to_slow_down_is_not_lost_while_it_follows_the_advice():
+    # Seen in a real run: the loop lagged 0.6 s while four ranks imported torch, the
+    # reply to a report stating 0.25 s advised 2 s, and the host's next report, on
+    # time for the advice, came after 5 x 0.25 s: the host was called lost and its
+    # healthy ranks dead.
+    cfg = DetectorConfig()
+    p = bp.Backpressure()
+    p.observe_lag(0.6, 10.0)
+    p.advise({}, 10.0)
+    assert p.advised_in_effect(10.0) == bp.SLOW_INTERVAL_S
+    view = t.view(t.healthy(8), now=10.0, received={"host0": 10.0, "host1": 10.0})
+    view = replace(view, hosts={h: replace(hv, interval_s=0.25) for h, hv in view.hosts.items()})
+    now = 11.9  # 1.9 s of silence: past 5 x 0.25 s, inside one advised interval
+    assert health.lost_hosts(view, now, cfg) == {"host0", "host1"}  # what the advice used to be up against
+    advised = replace(view, advised_interval_s=p.advised_in_effect(now))
+    assert health.lost_hosts(advised, now, cfg) == set() and DeadRank(cfg).check(now, advised) == []
+    assert health.lost_hosts(advised, 10.0 + 5 * bp.SLOW_INTERVAL_S + 0.1, cfg) == {"host0", "host1"}  # then lost
+    assert p.advised_in_effect(10.0 + 2 * bp.SLOW_INTERVAL_S + 0.1) == 0.0  # advice no agent follows any more
 
 
 def test_the_reply_carries_the_advice_over_http(tmp_path):

@@ -36,8 +36,7 @@ def reference(view, now, cfg):
         return {}
     others = len(ranks) - 1
     steps = cfg.straggler_windows * median([w.n for rv in ranks.values() for w in rv.windows])
-    sigma = median(spreads) * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-    threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
+    sigma_steps = median(spreads) * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
     out = {}
     for r, rv in ranks.items():
         wins = [w for w in rv.windows if base.get((w.index, r), 0) > 0][-cfg.straggler_windows :]
@@ -48,8 +47,6 @@ def reference(view, now, cfg):
         n = len(wins)
         out[r] = {
             "factor": mine / theirs,
-            "threshold": threshold,
-            "sigma": sigma,
             "window_factors": [w.compute_s / base[(w.index, r)] for w in wins],
             "compute_s": mine / n,
             "baseline_s": theirs / n,
@@ -57,7 +54,22 @@ def reference(view, now, cfg):
             "first_step": wins[0].index * cfg.straggler_window_steps,
             "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
         }
+    within = [_stdev(sc["window_factors"]) for sc in out.values()]
+    sigma_windows = median(within) / math.sqrt(cfg.straggler_windows) if within else 0.0
+    sigma = max(sigma_steps, sigma_windows)
+    for sc in out.values():
+        sc.update(
+            threshold=max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma),
+            sigma=sigma,
+            sigma_steps=sigma_steps,
+            sigma_windows=sigma_windows,
+        )
     return out
+
+
+def _stdev(xs):
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
 
 
 def test_scores_equal_the_reference_on_random_jobs():

@@ -67,6 +67,7 @@ class Backpressure:
         self.revisit_s = 0.0  # how long it takes to hear from every host once, at the accepted rate
         self._delays: deque[tuple[float, float]] = deque()  # (when, how long the report was queued)
         self._base: dict[str, float] = {}  # host -> least arrival age seen (its clock offset, and no queue)
+        self._advised: dict[float, float] = {}  # interval advised -> when it was last sent (few distinct values)
 
     def note_report(self, now: float) -> None:
         """An accepted report (monotonic seconds)."""
@@ -146,7 +147,20 @@ class Backpressure:
             self._metrics.behind.set(self.behind_s)
             self._metrics.advised_interval.set(self.interval_s)
 
-    def advise(self, reply: dict[str, Any]) -> None:
+    def advise(self, reply: dict[str, Any], now: float) -> None:
         """Add the advice to an accepted report's reply (absent while calm)."""
         if self.interval_s:
             reply["report_interval_s"] = self.interval_s
+            if self._advised.get(self.interval_s) != now:
+                with self._lock:
+                    self._advised[self.interval_s] = now
+
+    def advised_in_effect(self, now: float) -> float:
+        """The longest interval sent as advice recently enough that an agent may
+        still be following it (within two of its intervals): the host that got it
+        reports that much later, which its silence limit must allow (the report
+        carrying the advice stated the agent's old interval). 0 when none."""
+        with self._lock:
+            for iv in [iv for iv, t in self._advised.items() if now - t > 2 * iv]:
+                del self._advised[iv]
+            return max(self._advised, default=0.0)

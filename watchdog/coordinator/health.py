@@ -27,7 +27,7 @@ STALL_SLACK_S = 0.5
 def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> float:
     hv = view.hosts[host]
     # Reports still queued in a coordinator that is behind are not silence.
-    return cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s
+    return cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s
 
 
 def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
@@ -38,7 +38,7 @@ def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
     silent = {
         h
         for h, hv in view.hosts.items()
-        if now - hv.received_at > cfg.host_silence_intervals * max(hv.interval_s, 0.1) + view.behind_s
+        if now - hv.received_at > cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s
     }
     if not silent:
         return silent

@@ -89,7 +89,7 @@ def make_server(
             status, reply, _ = reports.reject(500, "internal", "internal error", time.monotonic())
         if status == 200:
             pressure.note_report(now)
-            pressure.advise(reply)
+            pressure.advise(reply, now)
         return _json(status, reply, close=status >= 400)
 
     def get(req: Request) -> Response:

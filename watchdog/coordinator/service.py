@@ -120,7 +120,8 @@ class Coordinator:
             if view.ranks and view.world_size > len(view.ranks):
                 hosts = max(hosts, -(-view.world_size * hosts // len(view.ranks)))
             behind = max(behind, self.backpressure.deficit(now, hosts, interval))
-        return replace(view, behind_s=behind) if behind > 0 else view
+        advised = self.backpressure.advised_in_effect(now)
+        return replace(view, behind_s=behind, advised_interval_s=advised) if behind > 0 or advised > 0 else view
 
     @property
     def active(self) -> dict[tracker.Key, tracker.Active]:

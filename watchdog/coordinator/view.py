@@ -130,6 +130,14 @@ class ClusterView:
     # How far behind the coordinator's report handling runs (backpressure.py):
     # reports still queued are not silence, so silence limits grow by it.
     behind_s: float = 0.0
+    # The longest report interval the coordinator advised in a recent reply: an
+    # agent told to slow down still stated its old interval in the report that got
+    # the advice, and its next one comes that much later, which is not silence.
+    advised_interval_s: float = 0.0
+
+    def reporting_interval(self, hv: HostView) -> float:
+        """How often ``hv`` may be expected to report now (at least 0.1 s)."""
+        return max(hv.interval_s, self.advised_interval_s, 0.1)
 
     def first_registered_at(self) -> float | None:
         return min((r.registered_at for r in self.ranks.values()), default=None)

@@ -84,7 +84,7 @@ class DeadRank:
         seen = min(rv.dead_seen_at for rv in rvs)
         lost = lost_hosts(view, now, self.cfg)
         heard = all(hv.received_at >= first or h in lost for h, hv in view.hosts.items())
-        patience = 1.5 * max(hv.interval_s for hv in view.hosts.values())
+        patience = 1.5 * max(view.reporting_interval(hv) for hv in view.hosts.values())
         if not heard and now - seen < patience:
             return []  # wait for the other hosts: one of them may hold an earlier death
         after = sorted(set(followers) | {v for v in spared if v not in cluster})

@@ -9,9 +9,12 @@ compared with the median of the other ranks' same windows. It fires when the slo
 all those windows passes a threshold and every single window is slower than
 the others (``straggler_window_factor``: sustained, not one burst).
 
-The threshold adapts to the job's noise: 1 + ``straggler_sigmas`` x the spread
-of per-window ratios across all ranks (1.4826 x MAD, so one straggler does not
-widen it) scaled to K windows, and never below ``straggler_factor``. With 8
+The threshold adapts to the job's noise: 1 + ``straggler_sigmas`` x the larger of
+two estimates of the score's noise, and never below ``straggler_factor``: the
+per-step spread scaled to K windows (what independent jitter gives), and the
+median over ranks of each rank's window-to-window spread of its own factor /
+sqrt(K) (what bursts of contention on a shared host give: they hit one rank for
+a window or two, never every window alike as a straggler is slow). With 8
 ranks and +-10% iid jitter the 80-step score wanders with sigma ~0.007, giving
 a threshold ~1.034: healthy ranks stay ~4.7 sigma below it (none fired in 40
 simulated 10k-step runs), a 1.05x rank is ~2 sigma above it and is found in
@@ -85,8 +88,7 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
     others = len(wins_of) - 1
     per_step = median(spreads)
     steps = cfg.straggler_windows * median(ns)
-    sigma = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-    threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
+    sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
     k = cfg.straggler_windows
     out: dict[int, dict] = {}
     for r, rank_wins in wins_of.items():
@@ -109,8 +111,6 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
         n = len(picked)
         out[r] = {
             "factor": mine / theirs,
-            "threshold": threshold,
-            "sigma": sigma,
             "window_factors": [w.compute_s / b for w, b in picked],
             "compute_s": mine / n,
             "baseline_s": theirs / n,
@@ -118,7 +118,27 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
             "first_step": picked[0][0].index * cfg.straggler_window_steps,
             "last_step": (picked[-1][0].index + 1) * cfg.straggler_window_steps - 1,
         }
+    # The same noise as the job shows it: on a shared or contended host the slowdowns
+    # come in bursts (a neighbour's process, a page-cache flush) that hit one rank for a
+    # window or two, which the per-step spread above does not predict. Each rank's
+    # window-to-window spread of its own factor measures that; its median over ranks
+    # is not moved by a straggler, which is slow in every window alike (so this never
+    # hides one that is steady), and the K-window score varies by it / sqrt(K).
+    within = sorted(_stdev(sc["window_factors"]) for sc in out.values())
+    sigma_windows = median(within) / math.sqrt(k) if within else 0.0
+    sigma = max(sigma_iid, sigma_windows)
+    threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
+    for sc in out.values():
+        sc.update(threshold=threshold, sigma=sigma, sigma_steps=sigma_iid, sigma_windows=sigma_windows)
     return out
+
+
+def _stdev(xs: list[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mean = sum(xs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
 
 
 def _baselines(vals: list[float]) -> tuple[float, float, float, float, float]:
@@ -175,6 +195,8 @@ class Straggler:
                     evidence={
                         "factor": round(sc["factor"], 4),
                         "threshold": round(sc["threshold"], 4),
+                        "sigma_steps": round(sc["sigma_steps"], 5),
+                        "sigma_windows": round(sc["sigma_windows"], 5),
                         "window_factors": [round(x, 4) for x in sc["window_factors"]],
                         "compute_s": sc["compute_s"],
                         "baseline_s": sc["baseline_s"],
