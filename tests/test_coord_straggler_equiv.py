@@ -54,10 +54,10 @@ def reference(view, now, cfg):
             "first_step": wins[0].index * cfg.straggler_window_steps,
             "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
         }
-    within = [_stdev(sc["window_factors"]) for sc in out.values()]
-    sigma_windows = median(within) / math.sqrt(cfg.straggler_windows) if within else 0.0
-    sigma = max(sigma_steps, sigma_windows)
-    for sc in out.values():
+    own = {r: _stdev(sc["window_factors"]) / math.sqrt(cfg.straggler_windows) for r, sc in out.items()}
+    sigma_windows = median(list(own.values())) if own else 0.0
+    for r, sc in out.items():
+        sigma = max(sigma_steps, sigma_windows, own[r])
         sc.update(
             threshold=max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma),
             sigma=sigma,

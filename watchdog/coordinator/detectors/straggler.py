@@ -10,11 +10,11 @@ all those windows passes a threshold and every single window is slower than
 the others (``straggler_window_factor``: sustained, not one burst).
 
 The threshold adapts to the job's noise: 1 + ``straggler_sigmas`` x the larger of
-two estimates of the score's noise, and never below ``straggler_factor``: the
+estimates of the score's noise, and never below ``straggler_factor``: the
 per-step spread scaled to K windows (what independent jitter gives), and the
-median over ranks of each rank's window-to-window spread of its own factor /
-sqrt(K) (what bursts of contention on a shared host give: they hit one rank for
-a window or two, never every window alike as a straggler is slow). With 8
+window-to-window spread of the factor / sqrt(K), the median over ranks and the
+rank's own (what bursts of contention on a shared host give: they hit a rank
+for a window or two, never every window alike as a straggler is slow). With 8
 ranks and +-10% iid jitter the 80-step score wanders with sigma ~0.007, giving
 a threshold ~1.034: healthy ranks stay ~4.7 sigma below it (none fired in 40
 simulated 10k-step runs), a 1.05x rank is ~2 sigma above it and is found in
@@ -118,17 +118,17 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
             "first_step": picked[0][0].index * cfg.straggler_window_steps,
             "last_step": (picked[-1][0].index + 1) * cfg.straggler_window_steps - 1,
         }
-    # The same noise as the job shows it: on a shared or contended host the slowdowns
-    # come in bursts (a neighbour's process, a page-cache flush) that hit one rank for a
-    # window or two, which the per-step spread above does not predict. Each rank's
-    # window-to-window spread of its own factor measures that; its median over ranks
-    # is not moved by a straggler, which is slow in every window alike (so this never
-    # hides one that is steady), and the K-window score varies by it / sqrt(K).
-    within = sorted(_stdev(sc["window_factors"]) for sc in out.values())
-    sigma_windows = median(within) / math.sqrt(k) if within else 0.0
-    sigma = max(sigma_iid, sigma_windows)
-    threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
-    for sc in out.values():
+    # The noise as the job shows it: on a shared or contended host slowdowns come in
+    # bursts (a neighbour's process, a page-cache flush) that hit a rank for a window
+    # or two, which the per-step spread above does not predict. A rank's
+    # window-to-window spread of its own factor measures that: the median over ranks
+    # for the job, and the rank's own, so one burst does not make a straggler of it.
+    # A straggler is slow in every window alike, so neither hides a steady one.
+    own = {r: _stdev(sc["window_factors"]) / math.sqrt(k) for r, sc in out.items()}
+    sigma_windows = median(sorted(own.values())) if own else 0.0
+    for r, sc in out.items():
+        sigma = max(sigma_iid, sigma_windows, own[r])
+        threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
         sc.update(threshold=threshold, sigma=sigma, sigma_steps=sigma_iid, sigma_windows=sigma_windows)
     return out
 
