@@ -18,7 +18,10 @@ itself gets this monitor back; its first ``mon.step()`` removes the optimizer
 hook (absorbing an automatic step already taken in that iteration, so the
 counts match a run without ``watchdog run``); its first ``wrap_loader`` removes
 the DataLoader patch; its first ``phase()`` the save phases; ``watch_ddp`` on a
-model already hooked does nothing.
+model already hooked does nothing. A framework callback (``watchdog.hook.lightning``,
+``watchdog.hook.hf``) that marks steps, data waits and phases itself calls
+``hand_over`` when it is attached: the automatic sources it replaces stop before
+its first mark.
 
 Which processes are ranks (``rank_reason``, pure): one that a launcher placed
 (RANK, OMPI_*, PMI_*, a Slurm step: ``watchdog.hook.launcher``), or the command
@@ -108,6 +111,7 @@ def enable(mon: Any) -> None:
     """Turn every automatic source on for ``mon``; each one alone, so one that
     fails (a torch API that moved) is counted and the others still work."""
     mon._zero_code = True
+    mon._auto_off = {}  # source -> switch it off for good (hand_over)
     for name, fn in (("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves)):
         try:
             fn(mon)
@@ -117,9 +121,24 @@ def enable(mon: Any) -> None:
             mon._fail(name, exc)
 
 
-def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> None:
+def hand_over(mon: Any, *sources: str) -> None:
+    """Switch the automatic ``sources`` ("step", "data", "save") off now: a
+    framework callback marks them itself from here on. Nothing to do on a
+    monitor ``watchdog run`` did not instrument, or for a source already off."""
+    off = getattr(mon, "_auto_off", None) or {}
+    for source in sources:
+        fn = off.pop(source, None)
+        if fn is not None:
+            try:
+                fn()
+            except Exception as exc:
+                mon._fail("hand_over", exc)
+
+
+def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> Callable[[], None]:
     """Route the monitor's ``name`` through ``first`` once: it puts the plain
-    method back (no cost afterwards), undoes the automatic source, then answers."""
+    method back (no cost afterwards), undoes the automatic source, then answers.
+    Returns what puts the plain method back without a call (hand_over)."""
     plain = getattr(mon, name)
 
     def once(*args: Any, **kwargs: Any) -> Any:
@@ -127,6 +146,12 @@ def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> None:
         return first(plain, *args, **kwargs)
 
     setattr(mon, name, once)
+
+    def restore() -> None:
+        if getattr(mon, name) is once:
+            setattr(mon, name, plain)
+
+    return restore
 
 
 def _steps(mon: Any) -> None:
@@ -148,7 +173,13 @@ def _steps(mon: Any) -> None:
         # else: the optimizer hook already ended this iteration's step: counted once (its
         # loss is dropped rather than stored against the next step)
 
-    _explicit_wins(mon, "step", first_explicit_step)
+    restore = _explicit_wins(mon, "step", first_explicit_step)
+
+    def off() -> None:
+        handle.remove()
+        restore()
+
+    mon._auto_off["step"] = off
 
 
 def _data(mon: Any) -> None:
@@ -179,7 +210,14 @@ def _data(mon: Any) -> None:
         undo()  # the script times its own loader: ours would count every wait twice
         return plain(iterable, *args, **kwargs)
 
-    _explicit_wins(mon, "wrap_loader", first_explicit_wrap)
+    restores = [_explicit_wins(mon, name, first_explicit_wrap) for name in ("wrap_loader", "data_wait_begin")]
+
+    def off() -> None:
+        undo()
+        for restore in restores:
+            restore()
+
+    mon._auto_off["data"] = off
 
 
 def _ddp(mon: Any) -> None:
@@ -297,7 +335,13 @@ def _saves(mon: Any) -> None:
         undo()  # the script marks its own phases: exactly those
         return plain(*args, **kwargs)
 
-    _explicit_wins(mon, "phase", first_explicit_phase)
+    restore = _explicit_wins(mon, "phase", first_explicit_phase)
+
+    def off() -> None:
+        undo()
+        restore()
+
+    mon._auto_off["save"] = off
 
 
 def after_import(name: str, then: Callable[[Any], None]) -> Callable[[], None]:
