@@ -319,3 +319,32 @@ def test_hf_under_zero_code_counts_each_step_and_wait_once(mon, tmp_path):
     trainer.train()
     assert [(s.step, s.data_waits) for s in step_splits(read_monitor(mon))] == [(1, 1), (2, 1), (3, 1)]
     assert mon.errors == 0
+
+
+def test_under_zero_code_a_constructed_trainer_gets_the_callback_once(mon, tmp_path):
+    """``watchdog run``: the Trainer gets the callback when constructed; a script
+    that also adds its own (or calls watch) still has one callback."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    from transformers import Trainer
+
+    from watchdog.hook import hf, lightning
+
+    auto.enable(mon)
+    trainer = _hf_trainer(tmp_path, mon, max_steps=4, eval_strategy="steps", eval_steps=2, save_strategy="no")
+    (cb,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, hf.HfMarks)]
+    assert cb.automatic and cb.trainer is trainer and hf.watch(trainer) is cb
+    trainer.train()
+    assert [s.step for s in step_splits(read_monitor(mon))] == [1, 2, 3, 4]
+    assert phases(mon) == [Phase.EVAL, Phase.TRAIN, Phase.EVAL, Phase.TRAIN]
+    own = hf.WatchdogCallback(monitor=mon)
+    again = Trainer(model=trainer.model, args=trainer.args, eval_dataset=[], callbacks=[own])
+    assert [c for c in again.callback_handler.callbacks if isinstance(c, hf.HfMarks)] == [own]
+    assert own.trainer is again  # the script's callback learnt its trainer: checkpoints work
+
+    first = _lightning_trainer(tmp_path, [])
+    assert isinstance(first.callbacks[0], lightning.LightningMarks)
+    own = lightning.WatchdogCallback(monitor=mon)
+    second = _lightning_trainer(tmp_path, [own])
+    assert [c for c in second.callbacks if isinstance(c, lightning.LightningMarks)] == [own]
+    assert mon.errors == 0

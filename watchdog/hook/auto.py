@@ -12,6 +12,10 @@ decide whether this process is a rank, ``install()``, then ``enable()``:
   checkpoints  torch.save and torch.distributed.checkpoint.save run inside
                Phase.CHECKPOINT (when no phase is already open)
   init         init_process_group (install() wraps it; restart-safe under torchrun)
+  trainers     a Lightning or Transformers Trainer gets rank-watchdog's callback
+               when constructed (watchdog.hook.lightning / .hf): validation and
+               saves become phases, and checkpoint_restart saves the framework's
+               own checkpoint; the callback then marks steps and data waits
 
 Explicit calls win and nothing is counted twice. A script that calls install()
 itself gets this monitor back; its first ``mon.step()`` removes the optimizer
@@ -112,7 +116,11 @@ def enable(mon: Any) -> None:
     fails (a torch API that moved) is counted and the others still work."""
     mon._zero_code = True
     mon._auto_off = {}  # source -> switch it off for good (hand_over)
-    for name, fn in (("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves)):
+    sources = (
+        ("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves),
+        ("auto_trainers", _trainers),
+    )  # fmt: skip
+    for name, fn in sources:
         try:
             fn(mon)
         except ImportError:
@@ -342,6 +350,63 @@ def _saves(mon: Any) -> None:
         restore()
 
     mon._auto_off["save"] = off
+
+
+# module -> (Trainer class name, attach): the frameworks whose Trainer gets our callback
+TRAINERS = {
+    "lightning.pytorch.trainer.trainer": "_attach_lightning",
+    "transformers.trainer": "_attach_hf",
+}
+
+
+def _attach_lightning(trainer: Any, mon: Any) -> None:
+    from watchdog.hook import lightning
+
+    if not any(isinstance(cb, lightning.LightningMarks) for cb in trainer.callbacks):  # the script's own wins
+        # first: Lightning puts checkpoint callbacks last, and a save must follow our step
+        trainer.callbacks.insert(0, lightning.WatchdogCallback(monitor=mon))
+
+
+def _attach_hf(trainer: Any, mon: Any) -> None:
+    from watchdog.hook import hf
+
+    hf.watch(trainer, monitor=mon, automatic=True)
+
+
+def _trainers(mon: Any) -> None:
+    """Patch each framework's ``Trainer.__init__`` once its module is imported
+    (importing them here would cost every rank seconds)."""
+    patched: list[tuple[Any, Any, Any]] = []
+    rec = mon.recorder
+
+    def patch(module: Any) -> None:
+        cls = getattr(module, "Trainer", None)
+        if cls is None or getattr(cls.__init__, "_watchdog_trainer", False):
+            return
+        orig, attach = cls.__init__, globals()[TRAINERS[module.__name__]]
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig(self, *args, **kwargs)
+            if not rec.quiet:
+                try:
+                    attach(self, mon)
+                except Exception as exc:
+                    mon._fail("auto_trainers", exc)
+
+        __init__._watchdog_trainer = True  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+        patched.append((cls, orig, __init__))
+
+    cancels = [after_import(name, patch) for name in TRAINERS]
+
+    def undo() -> None:
+        for cancel in cancels:
+            cancel()
+        for cls, orig, ours in reversed(patched):
+            if cls.__init__ is ours:
+                cls.__init__ = orig
+
+    mon._undo.append(undo)
 
 
 def after_import(name: str, then: Callable[[Any], None]) -> Callable[[], None]:

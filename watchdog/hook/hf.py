@@ -49,6 +49,8 @@ WatchdogCallback: type  # built on first use: module __getattr__ below
 class HfMarks:
     """The callback's behaviour, without Transformers' base class."""
 
+    automatic = False  # added by `watchdog run` (watchdog.hook.auto), not by the script
+
     def __init__(self, monitor: Any = None, trainer: Any = None) -> None:
         if monitor is None:
             from watchdog.hook import install
@@ -58,12 +60,18 @@ class HfMarks:
 
         hand_over(monitor, "step", "data", "save")
         self.marks = CallbackMarks(monitor)
-        self.trainer = trainer
         self._eval = False  # our eval phase is open
         self._ckpt = False  # our checkpoint phase is open
         self._watched: set[int] = set()
-        if trainer is not None:
-            monitor.register_checkpoint(self._save)
+        self.trainer = None
+        self.know(trainer)
+
+    def know(self, trainer: Any) -> None:
+        """The trainer this callback serves: its DDP model is watched, and requested
+        checkpoints are its own. A callback added without one learns it here."""
+        if trainer is not None and self.trainer is None:
+            self.trainer = trainer
+            self.marks.mon.register_checkpoint(self._save)
 
     def _save(self, step: int) -> None:
         """A real Trainer checkpoint (what save_strategy writes), on every rank:
@@ -175,14 +183,19 @@ def _callback_class() -> type:
     return cls
 
 
-def watch(trainer: Any, monitor: Any = None) -> Any:
+def watch(trainer: Any, monitor: Any = None, *, automatic: bool = False) -> Any:
     """Add a ``WatchdogCallback`` that knows ``trainer`` (DDP watched, requested
     checkpoints saved as the Trainer's own); returns the callback. Call it once,
-    before ``train()``."""
+    before ``train()``. Under ``watchdog run`` the Trainer already has one
+    (``automatic``, added when it was constructed): that one is returned."""
     for cb in getattr(getattr(trainer, "callback_handler", None), "callbacks", ()):
         if isinstance(cb, HfMarks):
+            if cb.automatic or automatic:  # one of the two is `watchdog run`'s: one callback
+                cb.know(trainer)
+                return cb
             raise ValueError(f"watch(trainer): the trainer already has {cb!r}")
     callback = _callback_class()(monitor=monitor, trainer=trainer)
+    callback.automatic = automatic
     trainer.add_callback(callback)
     return callback
 
