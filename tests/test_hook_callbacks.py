@@ -348,3 +348,49 @@ def test_under_zero_code_a_constructed_trainer_gets_the_callback_once(mon, tmp_p
     second = _lightning_trainer(tmp_path, [own])
     assert [c for c in second.callbacks if isinstance(c, lightning.LightningMarks)] == [own]
     assert mon.errors == 0
+
+
+def test_a_resumed_run_counts_in_the_jobs_own_steps(tmp_path, clock):
+    pytest.importorskip("lightning")
+    from watchdog.hook.hf import watch
+    from watchdog.hook.lightning import WatchdogCallback
+
+    def steps(mon):
+        return [s.step for s in step_splits(read_monitor(mon))]
+
+    ckpt = tmp_path / "l.ckpt"
+    with installed(tmp_path / "a", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        trainer = _lightning_trainer(tmp_path, [WatchdogCallback(monitor=mon)], max_steps=3, limit_val_batches=0)
+        trainer.fit(_lightning_model(), _loader())
+        trainer.save_checkpoint(str(ckpt))
+    with installed(tmp_path / "b", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        trainer = _lightning_trainer(tmp_path, [WatchdogCallback(monitor=mon)], max_steps=5, limit_val_batches=0)
+        trainer.fit(_lightning_model(), _loader(), ckpt_path=str(ckpt))
+        assert steps(mon) == [4, 5]
+    with installed(tmp_path / "c", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        trainer = _hf_trainer(tmp_path, mon, max_steps=2, save_strategy="steps", save_steps=2)
+        watch(trainer, monitor=mon)
+        trainer.train()
+    with installed(tmp_path / "d", clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        trainer = _hf_trainer(tmp_path, mon, max_steps=4, save_strategy="no")
+        watch(trainer, monitor=mon)
+        trainer.train(resume_from_checkpoint=True)
+        assert steps(mon) == [3, 4]
+
+
+def test_a_callback_that_fails_or_a_disabled_monitor_never_stops_training(mon, tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    from watchdog.hook import NullMonitor
+    from watchdog.hook.lightning import WatchdogCallback
+
+    def broken(self, stepped):
+        raise RuntimeError("a framework attribute moved")
+
+    monkeypatch.setattr(CallbackMarks, "batch_end", broken)
+    trainer = _lightning_trainer(tmp_path, [WatchdogCallback(monitor=mon)], max_steps=3, limit_val_batches=0)
+    trainer.fit(_lightning_model(), _loader())
+    assert trainer.global_step == 3 and mon.errors == 3  # counted by the monitor, not raised
+    monkeypatch.undo()
+    trainer = _lightning_trainer(tmp_path, [WatchdogCallback(monitor=NullMonitor())], max_steps=3)
+    trainer.fit(_lightning_model(), _loader(), _loader(4))
+    assert trainer.global_step == 3
