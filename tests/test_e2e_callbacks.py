@@ -80,6 +80,45 @@ def test_lightning_callback_hang_is_named_and_validation_and_saves_are_phases(tm
     print(f"\nlightning callback hang: {found[0]['reason'][:200]}")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning not installed")
+def test_lightning_callback_checkpoint_restart_saves_a_lightning_checkpoint_and_the_job_resumes_from_it(tmp_path):
+    """rank 1's steps 2x slower: straggler names it, checkpoint_restart has every
+    rank's callback save a Lightning checkpoint at the requested step, torchrun
+    restarts the group, and the script resumes from that checkpoint to the end."""
+    policy = (
+        '[actions]\nstraggler = "checkpoint_restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+        "cooldown_seconds = 0\nabort_grace_seconds = 3\nmax_restarts = 1\n"
+    )
+    stack = Stack(
+        tmp_path,
+        2,
+        policy,
+        [],
+        env={"LIGHTNING_SLOW": "1:2.5", "LIGHTNING_STEPS": "260", "CALLBACK_OUT": str(tmp_path)},
+        script=FIXTURES / "lightning_cb.py",
+        prefix=(),
+    )
+    try:
+        stack.start()
+        code = stack.torchrun.wait(150)
+        wait_for(lambda: records(stack.jpath, je.RESUMED), timeout_s=30, what="the resumed record")
+    finally:
+        stack.stop()
+    log = stack.logs()
+    assert code == 0, log[-4000:]
+    recs = records(stack.jpath)
+    action = next(r for r in recs if r["event"] == je.ACTION)
+    assert (action["action"], action["kind"], action["ranks"]) == ("checkpoint_restart", "straggler", [1]), action
+    asked = next(r for r in recs if r["event"] == je.ACTION_PROGRESS and r.get("phase") == "checkpoint")["step"]
+    (done,) = records(stack.jpath, je.CHECKPOINTED)
+    assert done["step"] == asked and not records(stack.jpath, je.CHECKPOINT_FAILED)
+    assert (tmp_path / "checkpoints" / f"watchdog-step={asked}.ckpt").is_file()
+    assert records(stack.jpath, je.RESUMED)[0]["step"] == asked
+    torchrun_log = stack.torchrun.proc.log()
+    assert f"resuming from watchdog-step={asked}.ckpt" in torchrun_log and "done: 260 steps" in torchrun_log
+    print(f"\nlightning checkpoint_restart: saved at step {asked}, resumed from it; {action['reason'][:120]}")
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None,
     reason="transformers/accelerate not installed",

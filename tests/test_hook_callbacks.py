@@ -394,3 +394,26 @@ def test_a_callback_that_fails_or_a_disabled_monitor_never_stops_training(mon, t
     trainer = _lightning_trainer(tmp_path, [WatchdogCallback(monitor=NullMonitor())], max_steps=3)
     trainer.fit(_lightning_model(), _loader(), _loader(4))
     assert trainer.global_step == 3
+
+
+def test_lightning_a_sigtermed_rank_exits_as_one_under_torchelastic(mon, monkeypatch):
+    """Lightning ends a SIGTERMed rank with status 0, which torchrun reads as
+    "finished" (no restart ever follows: tests/test_e2e_callbacks.py)."""
+    pytest.importorskip("lightning")
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from watchdog.hook.lightning import WatchdogCallback
+
+    cb = WatchdogCallback(monitor=mon)
+    exc = SIGTERMException()
+    cb.on_exception(None, None, exc)
+    assert exc.code is None  # not under torchelastic: Lightning's own status
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    cb.on_exception(None, None, exc)
+    assert exc.code == 143
+    other = SystemExit(0)
+    cb.on_exception(None, None, other)
+    assert other.code == 0  # only Lightning's SIGTERM exit
+    exc = SIGTERMException()
+    WatchdogCallback(monitor=mon, sigterm_exit_code=None).on_exception(None, None, exc)
+    assert exc.code is None and mon.errors == 0

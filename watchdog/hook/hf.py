@@ -63,7 +63,7 @@ class HfMarks:
         self._eval = False  # our eval phase is open
         self._ckpt = False  # our checkpoint phase is open
         self._watched: set[int] = set()
-        self.trainer = None
+        self.trainer: Any = None
         self.know(trainer)
 
     def know(self, trainer: Any) -> None:

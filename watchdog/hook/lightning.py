@@ -18,6 +18,11 @@ What it marks (``watchdog.hook.callback_marks`` holds the shared rules):
                (``trainer.save_checkpoint``, resumable with ``fit(ckpt_path=...)``)
                and is acked only once the save returned on this rank
 
+A SIGTERMed rank under torchelastic exits with status 143 instead of Lightning's
+0 (``sigterm_exit_code``): with 0, torchrun reads the group as finished and a
+restart (torchrun's own, or the coordinator's ``restart`` and
+``checkpoint_restart``, which SIGTERM the workers) never happens.
+
 The monitor is installed when the callback is constructed (before the Trainer
 initialises the process group, so the hook sees the group join and makes it
 restart-safe under torchrun). Under ``watchdog run`` it takes over the automatic
@@ -31,12 +36,16 @@ older ``pytorch_lightning`` package does not accept it).
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
 from watchdog.hook.callback_marks import CallbackMarks, guarded
 from watchdog.wire import Phase
+
+log = logging.getLogger("watchdog.hook")
 
 __all__ = ["WatchdogCallback"]
 
@@ -54,7 +63,12 @@ class LightningMarks:
     """The callback's behaviour, without Lightning's base class (tests drive it
     with the real Trainer through ``WatchdogCallback``)."""
 
-    def __init__(self, monitor: Any = None, checkpoint_path: Callable[[Any, int], str] | None = None) -> None:
+    def __init__(
+        self,
+        monitor: Any = None,
+        checkpoint_path: Callable[[Any, int], str] | None = None,
+        sigterm_exit_code: int | None = 128 + signal.SIGTERM,
+    ) -> None:
         if monitor is None:
             from watchdog.hook import install
 
@@ -66,6 +80,7 @@ class LightningMarks:
         hand_over(monitor, "step", "data", "save")
         self.marks = CallbackMarks(monitor)
         self.checkpoint_path = checkpoint_path or default_checkpoint_path
+        self.sigterm_exit_code = sigterm_exit_code
         self._last_step = -1
         self._trainer: Any = None
         self._plain_save: Any = None
@@ -142,6 +157,21 @@ class LightningMarks:
     @guarded
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.marks.stop()
+        # Lightning ends a SIGTERMed rank with SIGTERMException, a SystemExit whose
+        # status is 0: torchelastic then reads the group as finished, and neither its
+        # own restarts nor the coordinator's restart actions (which SIGTERM the
+        # workers) can bring it back. Under torchelastic, exit as a SIGTERMed process does.
+        if (
+            self.sigterm_exit_code is not None
+            and type(exception).__name__ == "SIGTERMException"
+            and isinstance(exception, SystemExit)
+            and exception.code in (None, 0)
+            and os.environ.get("TORCHELASTIC_RUN_ID")
+        ):
+            exception.code = self.sigterm_exit_code
+            log.warning(
+                "watchdog.hook lightning: SIGTERM: exiting with status %d (torchelastic may restart)", exception.code
+            )
 
     # -- evaluation -------------------------------------------------------------------
 
@@ -174,7 +204,9 @@ def _callback_class() -> type:
         class WatchdogCallback(LightningMarks, Callback):
             """rank-watchdog's Lightning callback (see ``watchdog.hook.lightning``).
             ``monitor``: the monitor to mark (default: ``watchdog.hook.install()``);
-            ``checkpoint_path(trainer, step)``: where a requested checkpoint goes."""
+            ``checkpoint_path(trainer, step)``: where a requested checkpoint goes;
+            ``sigterm_exit_code``: a SIGTERMed rank's exit status under torchelastic
+            (Lightning's own is 0, which reads as "finished"; None keeps it)."""
 
         WatchdogCallback.__module__ = __name__
         cls = _built["WatchdogCallback"] = WatchdogCallback
