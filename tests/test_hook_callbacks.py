@@ -115,6 +115,17 @@ def test_hand_over_switches_the_automatic_sources_off_before_the_first_mark(mon,
     assert mon.errors == 0
 
 
+def test_under_zero_code_a_scripts_own_data_wait_marks_switch_the_loader_patch_off(mon):
+    torch = pytest.importorskip("torch")
+    auto.enable(mon)
+    mon.data_wait_begin()  # the script marks its own waits: the DataLoader is no longer timed
+    mon.data_wait_end()
+    for _ in torch.utils.data.DataLoader(list(range(3)), batch_size=1):
+        pass
+    mon.step()
+    assert [s.data_waits for s in step_splits(read_monitor(mon))] == [1]
+
+
 # -- Lightning, its real Trainer -------------------------------------------------------------
 
 

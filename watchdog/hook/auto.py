@@ -214,9 +214,9 @@ def _data(mon: Any) -> None:
 
     mon._undo.append(undo)
 
-    def first_explicit_wrap(plain: Callable, iterable: Any, *args: Any, **kwargs: Any) -> Any:
-        undo()  # the script times its own loader: ours would count every wait twice
-        return plain(iterable, *args, **kwargs)
+    def first_explicit_wrap(plain: Callable, *args: Any, **kwargs: Any) -> Any:
+        undo()  # the script times its own loader (or marks its waits): ours would count every wait twice
+        return plain(*args, **kwargs)
 
     restores = [_explicit_wins(mon, name, first_explicit_wrap) for name in ("wrap_loader", "data_wait_begin")]
 
