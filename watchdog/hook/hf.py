@@ -15,7 +15,8 @@ What it marks (``watchdog.hook.callback_marks`` holds the shared rules):
                (the DefaultFlowCallback runs before any callback added later) to
                ``on_evaluate``; ``checkpoint`` from ``should_save`` to ``on_save``.
                An ``evaluate()`` called outside training is ``eval`` from its
-               first prediction step.
+               first prediction step. With ``save_strategy="best"`` the Trainer
+               decides to save after on_evaluate: that save is not marked.
   collectives  DDP's gradient buckets (``watch_ddp`` on ``trainer.model_wrapped``
                once the Trainer has wrapped it), torch.distributed's functions
   checkpoint   with ``watch(trainer)``: registered with the monitor, so the
