@@ -47,7 +47,8 @@ def records(path: Path, *names: str) -> list[dict]:
 
 
 class Stack:
-    """Coordinator, agent and ``watchdog run -- torchrun`` of the unmodified loop."""
+    """Coordinator, agent and ``watchdog run -- torchrun`` of the unmodified loop
+    (``prefix=()``: plain torchrun, for scripts that call the API themselves)."""
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class Stack:
         script_args: list[str],
         env: dict | None = None,
         script: Path = SCRIPT,
+        prefix: tuple = localjob.WATCHDOG_RUN,
     ):
         self.tmp, self.nproc, self.job = tmp, nproc, "zero-" + secrets.token_hex(3)
         token = tmp / "token"
@@ -75,7 +77,7 @@ class Stack:
             script_args=script_args,
             torchrun_args=["--max-restarts=1"] if policy else [],
             env={**self.env, **(env or {})},
-            prefix=localjob.WATCHDOG_RUN,
+            prefix=prefix,
         )
 
     def start(self) -> Stack:

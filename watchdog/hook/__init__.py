@@ -16,7 +16,9 @@ talks to the agent and never reads the slot back, except the control words.
 API (``Monitor``; ``NullMonitor`` has the same methods and does nothing):
   step(), step_scope(), wrap_loader(iterable), phase(name),
   collective(op, group=None, nbytes=0), watch_ddp(model, *, hook=None, state=None),
-  register_checkpoint(fn), set_step(n), close(); errors, status, stats(), slot_path.
+  register_checkpoint(fn), set_step(n), data_wait_begin(), data_wait_end(counted=True),
+  close(); errors, status, stats(), slot_path.
+Lightning and Transformers callbacks: ``watchdog.hook.lightning``, ``watchdog.hook.hf``.
 ``current()`` returns the installed monitor (or the no-op one).
 
 Slot contents worth knowing on the reading side:

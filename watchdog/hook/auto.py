@@ -12,13 +12,20 @@ decide whether this process is a rank, ``install()``, then ``enable()``:
   checkpoints  torch.save and torch.distributed.checkpoint.save run inside
                Phase.CHECKPOINT (when no phase is already open)
   init         init_process_group (install() wraps it; restart-safe under torchrun)
+  trainers     a Lightning or Transformers Trainer gets rank-watchdog's callback
+               when constructed (watchdog.hook.lightning / .hf): validation and
+               saves become phases, and checkpoint_restart saves the framework's
+               own checkpoint; the callback then marks steps and data waits
 
 Explicit calls win and nothing is counted twice. A script that calls install()
 itself gets this monitor back; its first ``mon.step()`` removes the optimizer
 hook (absorbing an automatic step already taken in that iteration, so the
 counts match a run without ``watchdog run``); its first ``wrap_loader`` removes
 the DataLoader patch; its first ``phase()`` the save phases; ``watch_ddp`` on a
-model already hooked does nothing.
+model already hooked does nothing. A framework callback (``watchdog.hook.lightning``,
+``watchdog.hook.hf``) that marks steps, data waits and phases itself calls
+``hand_over`` when it is attached: the automatic sources it replaces stop before
+its first mark.
 
 Which processes are ranks (``rank_reason``, pure): one that a launcher placed
 (RANK, OMPI_*, PMI_*, a Slurm step: ``watchdog.hook.launcher``), or the command
@@ -108,7 +115,12 @@ def enable(mon: Any) -> None:
     """Turn every automatic source on for ``mon``; each one alone, so one that
     fails (a torch API that moved) is counted and the others still work."""
     mon._zero_code = True
-    for name, fn in (("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves)):
+    mon._auto_off = {}  # source -> switch it off for good (hand_over)
+    sources = (
+        ("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves),
+        ("auto_trainers", _trainers),
+    )  # fmt: skip
+    for name, fn in sources:
         try:
             fn(mon)
         except ImportError:
@@ -117,9 +129,24 @@ def enable(mon: Any) -> None:
             mon._fail(name, exc)
 
 
-def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> None:
+def hand_over(mon: Any, *sources: str) -> None:
+    """Switch the automatic ``sources`` ("step", "data", "save") off now: a
+    framework callback marks them itself from here on. Nothing to do on a
+    monitor ``watchdog run`` did not instrument, or for a source already off."""
+    off = getattr(mon, "_auto_off", None) or {}
+    for source in sources:
+        fn = off.pop(source, None)
+        if fn is not None:
+            try:
+                fn()
+            except Exception as exc:
+                mon._fail("hand_over", exc)
+
+
+def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> Callable[[], None]:
     """Route the monitor's ``name`` through ``first`` once: it puts the plain
-    method back (no cost afterwards), undoes the automatic source, then answers."""
+    method back (no cost afterwards), undoes the automatic source, then answers.
+    Returns what puts the plain method back without a call (hand_over)."""
     plain = getattr(mon, name)
 
     def once(*args: Any, **kwargs: Any) -> Any:
@@ -127,6 +154,12 @@ def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> None:
         return first(plain, *args, **kwargs)
 
     setattr(mon, name, once)
+
+    def restore() -> None:
+        if getattr(mon, name) is once:
+            setattr(mon, name, plain)
+
+    return restore
 
 
 def _steps(mon: Any) -> None:
@@ -148,7 +181,13 @@ def _steps(mon: Any) -> None:
         # else: the optimizer hook already ended this iteration's step: counted once (its
         # loss is dropped rather than stored against the next step)
 
-    _explicit_wins(mon, "step", first_explicit_step)
+    restore = _explicit_wins(mon, "step", first_explicit_step)
+
+    def off() -> None:
+        handle.remove()
+        restore()
+
+    mon._auto_off["step"] = off
 
 
 def _data(mon: Any) -> None:
@@ -175,11 +214,18 @@ def _data(mon: Any) -> None:
 
     mon._undo.append(undo)
 
-    def first_explicit_wrap(plain: Callable, iterable: Any, *args: Any, **kwargs: Any) -> Any:
-        undo()  # the script times its own loader: ours would count every wait twice
-        return plain(iterable, *args, **kwargs)
+    def first_explicit_wrap(plain: Callable, *args: Any, **kwargs: Any) -> Any:
+        undo()  # the script times its own loader (or marks its waits): ours would count every wait twice
+        return plain(*args, **kwargs)
 
-    _explicit_wins(mon, "wrap_loader", first_explicit_wrap)
+    restores = [_explicit_wins(mon, name, first_explicit_wrap) for name in ("wrap_loader", "data_wait_begin")]
+
+    def off() -> None:
+        undo()
+        for restore in restores:
+            restore()
+
+    mon._auto_off["data"] = off
 
 
 def _ddp(mon: Any) -> None:
@@ -297,7 +343,70 @@ def _saves(mon: Any) -> None:
         undo()  # the script marks its own phases: exactly those
         return plain(*args, **kwargs)
 
-    _explicit_wins(mon, "phase", first_explicit_phase)
+    restore = _explicit_wins(mon, "phase", first_explicit_phase)
+
+    def off() -> None:
+        undo()
+        restore()
+
+    mon._auto_off["save"] = off
+
+
+# module -> (Trainer class name, attach): the frameworks whose Trainer gets our callback
+TRAINERS = {
+    "lightning.pytorch.trainer.trainer": "_attach_lightning",
+    "transformers.trainer": "_attach_hf",
+}
+
+
+def _attach_lightning(trainer: Any, mon: Any) -> None:
+    from watchdog.hook import lightning
+
+    if not any(isinstance(cb, lightning.LightningMarks) for cb in trainer.callbacks):  # the script's own wins
+        # first: Lightning puts checkpoint callbacks last, and a save must follow our step
+        trainer.callbacks.insert(0, lightning.WatchdogCallback(monitor=mon))
+
+
+def _attach_hf(trainer: Any, mon: Any) -> None:
+    from watchdog.hook import hf
+
+    hf.watch(trainer, monitor=mon, automatic=True)
+
+
+def _trainers(mon: Any) -> None:
+    """Patch each framework's ``Trainer.__init__`` once its module is imported
+    (importing them here would cost every rank seconds)."""
+    patched: list[tuple[Any, Any, Any]] = []
+    rec = mon.recorder
+
+    def patch(module: Any) -> None:
+        cls = getattr(module, "Trainer", None)
+        if cls is None or getattr(cls.__init__, "_watchdog_trainer", False):
+            return
+        orig, attach = cls.__init__, globals()[TRAINERS[module.__name__]]
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            orig(self, *args, **kwargs)
+            if not rec.quiet:
+                try:
+                    attach(self, mon)
+                except Exception as exc:
+                    mon._fail("auto_trainers", exc)
+
+        __init__._watchdog_trainer = True  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+        patched.append((cls, orig, __init__))
+
+    cancels = [after_import(name, patch) for name in TRAINERS]
+
+    def undo() -> None:
+        for cancel in cancels:
+            cancel()
+        for cls, orig, ours in reversed(patched):
+            if cls.__init__ is ours:
+                cls.__init__ = orig
+
+    mon._undo.append(undo)
 
 
 def after_import(name: str, then: Callable[[Any], None]) -> Callable[[], None]:

@@ -62,6 +62,8 @@ _QUIET = {
     "collective": NULL_MONITOR.collective,
     "watch_ddp": NULL_MONITOR.watch_ddp,
     "set_step": NULL_MONITOR.set_step,
+    "data_wait_begin": NULL_MONITOR.data_wait_begin,
+    "data_wait_end": NULL_MONITOR.data_wait_end,
     "_poll_control": nop,
     "_poll_flight": nop,
     "_poll_completions": nop,
@@ -176,6 +178,18 @@ class Monitor:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"wrap_loader: batch_size must be an int >= 0, got {batch_size!r}")
         return TimedLoader(iterable, self.recorder, device=device, non_blocking=non_blocking, batch_size=batch_size)
+
+    def data_wait_begin(self) -> None:
+        """A data wait starts now, for code that sees batches come and go but not
+        the loader's fetch (a framework callback: batch end -> next batch start).
+        Scripts that iterate a loader use ``wrap_loader`` instead."""
+        self.recorder.data_enter()
+
+    def data_wait_end(self, counted: bool = True) -> None:
+        """The wait opened by ``data_wait_begin`` ends now and counts as one data
+        wait of the step in progress; ``counted=False`` drops it (the gap was
+        validation or a checkpoint). Without an open wait it does nothing."""
+        self.recorder.data_exit(counted)
 
     def set_batch_size(self, samples: int) -> None:
         """This rank's samples per step (when no wrapped loader tells): after an

@@ -48,6 +48,12 @@ class NullMonitor:
     def set_batch_size(self, samples: int) -> None:
         pass
 
+    def data_wait_begin(self) -> None:
+        pass
+
+    def data_wait_end(self, counted: bool = True) -> None:
+        pass
+
     def phase(self, name: Any) -> nullcontext:
         return NULL_CONTEXT
 

@@ -41,6 +41,8 @@ from watchdog.hook.noop import nop
 from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
 from watchdog.wire import (
     H_BATCH_PER_RANK,
+    H_DATA_ENTER_NS,
+    H_DATA_EXIT_NS,
     H_LAST_COLL_NS,
     H_LAST_DATA_NS,
     H_LAST_STEP_NS,
@@ -99,7 +101,10 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # (mon.collective, the DDP comm hook). The two copies written out inline, the
 # loader's data-wait marks and the patched collectives, cannot be swapped: they
 # ask ``quiet`` (one slot read) instead.
-_QUIET_METHODS = ("step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg")
+_QUIET_METHODS = (
+    "step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg",
+    "data_enter", "data_exit",
+)  # fmt: skip
 
 
 class Recorder:
@@ -110,6 +115,7 @@ class Recorder:
         "__dict__",
         "_acc_data",
         "_clock",
+        "_data_t0",
         "_n_data",
         "_phase",
         "_phase_stack",
@@ -152,6 +158,7 @@ class Recorder:
         self._step_start = start_ns
         self._acc_data = 0
         self._n_data = 0
+        self._data_t0 = 0  # an explicit data wait open since (data_enter), 0: none
         self._tot_step = 0
         self._tot_data = 0
         self._tot_coll = 0
@@ -294,6 +301,36 @@ class Recorder:
                 self._slot.end()
         except Exception as exc:
             self.on_error("step_scope", exc)
+
+    # -- data waits marked by a framework callback (the loader's own are inline: loader.py) --
+
+    def data_enter(self) -> None:
+        """A data wait starts now (a callback saw a batch end): the same header word
+        as the loader's marks, so a live reader sees "waiting on data since t"."""
+        try:
+            now = self._clock()
+            self._slot.write(((H_DATA_ENTER_NS, now),))
+            self._data_t0 = now
+        except Exception as exc:
+            self.on_error("data", exc)
+
+    def data_exit(self, counted: bool = True) -> None:
+        """The open data wait ends now (the next batch starts): added to the step in
+        progress as one wait, or, ``counted=False``, dropped (the gap turned out to
+        be validation or a checkpoint, not data). No open wait: nothing to do."""
+        t0 = self._data_t0
+        if not t0:
+            return
+        try:
+            now = self._clock()
+            self._data_t0 = 0
+            with self._slot.lock:
+                if counted:
+                    self._acc_data += now - t0
+                    self._n_data += 1
+                self._slot.write(((H_DATA_EXIT_NS, now),))
+        except Exception as exc:
+            self.on_error("data", exc)
 
     def set_batch(self, samples: int) -> None:
         """The per-rank batch size (samples per step on this rank), a cold path."""
