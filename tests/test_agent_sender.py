@@ -229,3 +229,24 @@ def test_back_pressure_advice_slows_reports_and_is_bounded():
     # silence limit (in intervals) grows with it: a slowed agent is not a lost host.
     assert sent == [1.0, 1.0, 2.0, 10.0, 1.0]
     assert s.interval_s == 1.0  # advice withdrawn (absent), or malformed: our own interval
+
+
+def test_a_death_torchrun_replaced_between_two_reports_is_reported_once_before_the_successor():
+    # Seen in CI: rank 1 SIGKILLed, torchrun restarted the group 0.5 s later, and the
+    # coordinator (told to report every 2 s) only ever saw the new processes: no dead_rank.
+    import dataclasses
+
+    old = dataclasses.replace(view("j", 1), proc=ProcSample(False, "gone"), state=track.DEAD, path="/run/j.1.old")
+    new = view("j", 1)
+    sent, ok = [], [False]
+
+    def post(url, payload, token, timeout):
+        sent.append({r["rank"]: (r["pid"], r["alive"]) for r in payload["ranks"]})
+        return {"ok": True} if ok[0] else {"ok": False}
+
+    s = make([view("j", 0), new], post, job="j", replaced_deaths=lambda: [old])
+    s.send_once()  # the coordinator refuses it: the death is still untold
+    ok[0] = True
+    s.send_once()
+    s.send_once()
+    assert sent == [{0: (100, True), 1: (101, False)}] * 2 + [{0: (100, True), 1: (101, True)}]

@@ -89,6 +89,7 @@ class Agent:
                 interval_s=cfg.report_interval_s,
                 timeout_s=cfg.report_timeout_s,
                 views=self.tracker.views,
+                replaced_deaths=self.tracker.replaced_deaths,
                 accelerators=self.accelerator_dicts,
                 handle_commands=handle_commands,
                 outbox=outbox,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from watchdog import logs
-from watchdog.agent import report
+from watchdog.agent import report, track
 from watchdog.agent.slots import LocalRank
 from watchdog.report import split_valid
 
@@ -137,6 +137,7 @@ class Sender:
         interval_s: float,
         timeout_s: float,
         views: Callable[[], Sequence[LocalRank]],
+        replaced_deaths: Callable[[], Sequence[LocalRank]] = tuple,
         accelerators: Callable[[], list[dict]] = list,
         post: Callable | None = None,
         handle_commands: Callable[[str, list[dict]], None] = log_commands,
@@ -148,6 +149,8 @@ class Sender:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
+        self._replaced_deaths = replaced_deaths
+        self._told_dead: set[str] = set()  # slot paths whose death a report carried
         self._handle_commands, self._outbox = handle_commands, outbox
         self._log = log or logs.get("watchdog.agent.sender")
         self._mono_ns, self._wall = mono_ns, wall
@@ -164,7 +167,7 @@ class Sender:
         self.last_commands: list[dict] = []
 
     def send_once(self) -> None:
-        views = tuple(self._views())
+        views = self._with_untold_deaths(tuple(self._views()))
         live_paths = {v.path for v in views}
         self._since = {p: i for p, i in self._since.items() if p in live_paths}
         acc = self._accelerators()
@@ -198,6 +201,7 @@ class Sender:
                 self._failing = False
                 self._log.info("reports resumed", url=self._url)
             self._since.update(report.marks(mine))
+            self._told_dead.update(v.path for v in mine if v.state == track.DEAD)
             self.advised_interval_s = _advised(reply)
             if acks:
                 self._outbox.delivered(job, acks)
@@ -206,6 +210,25 @@ class Sender:
                 self.commands_received += len(commands)
                 self.last_commands = commands
                 self._handle_commands(job, commands)
+
+    def _with_untold_deaths(self, views: tuple[LocalRank, ...]) -> tuple[LocalRank, ...]:
+        """``views``, with a replaced incarnation's death standing in for its successor
+        until a report has carried it: the coordinator names a dead rank from the
+        death it sees (which rank died first, and of what), and a group that
+        torchrun restarted between two reports would otherwise show none."""
+        deaths = tuple(self._replaced_deaths())
+        # forget what is no longer tracked; a death told while its rank was current stays told
+        self._told_dead &= {v.path for v in views} | {d.path for d in deaths}
+        untold: dict[tuple[str, int], LocalRank] = {}
+        for d in deaths:
+            key = (d.identity.job, d.identity.rank)
+            if d.path not in self._told_dead and (
+                key not in untold or d.header.created_wall_ns > untold[key].header.created_wall_ns
+            ):
+                untold[key] = d
+        if not untold:
+            return views
+        return tuple(untold.get((v.identity.job, v.identity.rank), v) for v in views)
 
     def _drop_invalid(self, rep: Any, views: Sequence[LocalRank]) -> Any:
         """A slot with out-of-range values (corrupt or forged) costs its own rank,

@@ -100,6 +100,7 @@ class _Slot:
     cpu_pct: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
     superseded: bool = False
+    died_here: bool = False  # seen alive, then dead, by this agent (not found dead at its start)
     error: str = ""  # reason of the read-error episode in progress
     launcher: tuple[int, int] = (0, 0)
     host_pid: int = 0
@@ -401,8 +402,10 @@ class SlotTracker:
             slot.death = deathcause.explain(wait_status=None, hook_status="failed", slot_path=slot.path)
         if state != slot.state:
             event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
-            if state == track.DEAD and self._causes:
-                slot.death = self._death(slot)
+            if state == track.DEAD:
+                slot.died_here = slot.state == track.ALIVE
+                if self._causes:
+                    slot.death = self._death(slot)
             self._log.info(
                 event,
                 job=ident.job,
@@ -532,6 +535,17 @@ class SlotTracker:
         with self._lock:
             out = [self._local(s) for s in self._slots.values() if not s.superseded]
         return tuple(sorted(out, key=lambda v: (v.identity.job, v.identity.rank)))
+
+    def replaced_deaths(self) -> tuple[LocalRank, ...]:
+        """Dead incarnations a newer one has replaced: a rank that died and was
+        restarted (torchrun restarts its group within a second) between two reports
+        was never seen dead by the coordinator; the sender tells it once."""
+        with self._lock:
+            # Only deaths seen happen: a restarted agent finds earlier incarnations dead,
+            # which the coordinator knew of before (and a stale one would be news to it).
+            return tuple(
+                self._local(s) for s in self._slots.values() if s.superseded and s.state == track.DEAD and s.died_here
+            )
 
     def incarnations(self, job: str) -> tuple[LocalRank, ...]:
         """Every tracked slot of ``job``, superseded and dead ones included: evidence
