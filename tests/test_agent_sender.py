@@ -46,7 +46,7 @@ def make(views, post, job="", handled=None, **kw):
         post=as_json,
         log=kw.pop("log", Log()),
         handle_commands=((lambda job, c: handled.extend(c)) if handled is not None else lambda job, c: None),
-        mono_ns=lambda: 10 * S,
+        mono_ns=kw.pop("mono_ns", lambda: 10 * S),
         wall=lambda: 1.8e9,
         **kw,
     )
@@ -250,3 +250,48 @@ def test_a_death_torchrun_replaced_between_two_reports_is_reported_once_before_t
     s.send_once()
     s.send_once()
     assert sent == [{0: (100, True), 1: (101, False)}] * 2 + [{0: (100, True), 1: (101, True)}]
+
+
+class _VirtualTime:
+    """The sender's clock and its stop event's wait, on one virtual clock: waiting advances it."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def mono(self):
+        return self.ns
+
+    def wait(self, s):
+        self.ns += int(s * S)
+        return False
+
+    def is_set(self):
+        return False
+
+
+def test_a_slowed_agent_reports_a_death_at_its_own_pace():
+    # Told to report every 10 s by a busy coordinator, an agent whose rank dies
+    # reports it within its own interval (1 s), not up to 10 s later.
+    import dataclasses
+
+    t = _VirtualTime()
+    ranks = [view("j", 0), view("j", 1)]
+    s = make(ranks, lambda *a: {"ok": True, "report_interval_s": 10.0}, job="j", mono_ns=t.mono)
+    s._stop = t
+    s.send_once()
+    assert s.interval_s == 10.0
+    assert s._sleep_until(10 * S) == 10 * S  # nothing happened: the advised pace holds
+    ranks[1] = dataclasses.replace(ranks[1], proc=ProcSample(False, "gone"), state=track.DEAD)
+    t.ns = 10 * S
+    assert s._sleep_until(20 * S) == 11 * S  # the death goes after one own interval
+    s.send_once()
+    t.ns = 20 * S
+    assert s._sleep_until(30 * S) == 30 * S  # told once: back to the advised pace
+
+
+def test_an_agent_not_slowed_keeps_its_own_pace():
+    t = _VirtualTime()
+    s = make([view("j", 0)], lambda *a: {"ok": True}, job="j", mono_ns=t.mono)
+    s._stop = t
+    s.send_once()
+    assert s._sleep_until(3 * S) == 3 * S

@@ -24,6 +24,12 @@ How detection degrades, and why never with a false finding:
   so is how old reports are when it reads them (``note_delay``: at 16,384 ranks
   on a starved core they sat 15-30 s in socket buffers, unseen by the loop's
   lag, and the hosts looked silent: 231 false dead_rank findings before this).
+- A small job is never slowed down: below ``MIN_ADVISE_RATE`` reports a second
+  reports cost a few ms of CPU a second, so a late loop there is late for
+  another reason (a loaded machine: four ranks importing torch on two cores
+  lagged it 0.6 s) and slowing the agents would only have found a dead rank
+  later. The lag still counts in every silence limit; only the advice waits.
+  (Advice from a deficit is not held back: a deficit means reports queue.)
 - The hang deadline's 5 s floor covers a 2 s interval plus a step: progress
   seen one report late is not a hang; and the coordinator's lag is added to the
   deadline too, since progress still queued is not the absence of progress.
@@ -45,6 +51,7 @@ MAX_INTERVAL_S = 10.0  # the longest interval agents accept as advice (agent.sen
 HEADROOM = 1.25  # ask for this much longer than the time it takes to get round every host
 WINDOW_S = 1.0
 RATE_WINDOW_S = 10.0
+MIN_ADVISE_RATE = 20.0  # reports a second below which report handling cannot be what makes the loop late
 PROBE_S = 0.1  # how often the loop is probed (httpio.LAG_PROBE_S)
 MAX_QUEUED_S = 120.0  # a report older than this on arrival says more about its host's clock than about us
 
@@ -100,6 +107,14 @@ class Backpressure:
         recent = sorted(d for t, d in delays if t >= now - RATE_WINDOW_S)
         return recent[int(0.99 * (len(recent) - 1))] if recent else 0.0
 
+    def rate(self, now: float) -> float:
+        """Reports accepted a second over the last ``RATE_WINDOW_S`` (or since the first)."""
+        if self._first_report is None:
+            return 0.0
+        span = max(1.0, min(RATE_WINDOW_S, now - self._first_report))
+        with self._lock:
+            return sum(1 for t in self._accepted if t >= now - span) / span
+
     def deficit(self, now: float, hosts: int, interval_s: float) -> float:
         """How much longer than a report interval the coordinator takes to get round
         every host, from the rate it accepted reports at over the last
@@ -132,7 +147,8 @@ class Backpressure:
         while self._recent and self._recent[0][0] < now - WINDOW_S:
             self._recent.popleft()
         self.behind_s = max(x for _, x in self._recent)
-        if self.behind_s > BEHIND_S or self.deficit_s > BEHIND_S or self.queued(now) > BEHIND_S:
+        late = (self.behind_s > BEHIND_S or self.queued(now) > BEHIND_S) and self.rate(now) >= MIN_ADVISE_RATE
+        if late or self.deficit_s > BEHIND_S:
             # The pace it can keep: at 16,384 ranks on half a core a 2 s interval
             # still sent twice what was handled, and the queue never drained.
             pace = max(self.revisit_s if self.deficit_s > BEHIND_S else 0.0, self.queued(now)) * HEADROOM
