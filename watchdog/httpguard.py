@@ -80,19 +80,7 @@ class GuardedServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            self.refused_busy += 1
-            self._once(
-                "busy",
-                "connection refused: too many open connections",
-                peer=client_address[0],
-                max_connections=self.max_connections,
-                refused=self.refused_busy,
-            )
-            try:
-                request.setblocking(False)
-                request.send(_BUSY)
-            except OSError:
-                pass
+            refuse_busy(self, request, client_address[0])
             self.shutdown_request(request)
             return
         try:
@@ -207,3 +195,23 @@ class GuardedHandler(BaseHTTPRequestHandler):
 
 def server_class(host: str) -> type[GuardedServer]:
     return GuardedServer6 if ":" in host else GuardedServer
+
+
+def refuse_busy(server: Any, conn: Any, peer: str) -> None:
+    """One connection past ``server.max_connections``: answered 503 without being
+    read or served, counted (``server.refused_busy``) and logged once a minute
+    (``server._once``). The caller closes it. Shared by the thread-per-connection
+    servers here and the coordinator's event loop (``coordinator.httpio``)."""
+    server.refused_busy += 1
+    server._once(
+        "busy",
+        "connection refused: too many open connections",
+        peer=peer,
+        max_connections=server.max_connections,
+        refused=server.refused_busy,
+    )
+    try:
+        conn.setblocking(False)
+        conn.send(_BUSY)
+    except OSError:
+        pass

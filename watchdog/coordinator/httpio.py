@@ -51,7 +51,6 @@ MAX_CONNECTIONS = 8192  # 2,048 agents at 16,384 ranks, scrapers, status clients
 LAG_PROBE_S = 0.1  # backpressure.PROBE_S
 T = TypeVar("T")
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # distinct classes before 3.11
-_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 
 
 @dataclass
@@ -195,19 +194,7 @@ class LoopServer:
             self._loop.add_reader(self._sock.fileno(), self._accept)  # type: ignore[union-attr]
 
     def _refuse(self, conn: socket.socket, peer: str) -> None:
-        self.refused_busy += 1
-        self._once(
-            "busy",
-            "connection refused: too many open connections",
-            peer=peer,
-            max_connections=self.max_connections,
-            refused=self.refused_busy,
-        )
-        try:
-            conn.setblocking(False)
-            conn.send(_BUSY)
-        except OSError:
-            pass
+        httpguard.refuse_busy(self, conn, peer)
         conn.close()
 
     async def _probe_lag(self) -> None:
