@@ -18,6 +18,7 @@ attribute that moved) is handed to the monitor's failure policy instead.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -93,3 +94,33 @@ def guarded(method: F) -> F:
             return None
 
     return call  # type: ignore[return-value]
+
+
+def lazy_callback(
+    module: str, marks: type, base: tuple[str, str], framework: str, extra: str, doc: str
+) -> tuple[Callable[[], type], Callable[[str], Any]]:
+    """The framework callback class, built on first use: ``marks`` on the
+    framework's callback base (``base``: module and class name), so that importing
+    ``watchdog.hook.<framework>`` never imports the framework. Returns the class
+    builder and the module's ``__getattr__`` serving ``WatchdogCallback``; without
+    the framework, a clear ImportError naming it (``framework``) and the extra to install."""
+    built: list[type] = []
+
+    def build() -> type:
+        if not built:
+            try:
+                framework_base = getattr(importlib.import_module(base[0]), base[1])
+            except ImportError as exc:
+                raise ImportError(
+                    f"{module}.WatchdogCallback needs {framework}: pip install 'rank-watchdog[{extra}]'"
+                ) from exc
+            cls = type("WatchdogCallback", (marks, framework_base), {"__doc__": doc, "__module__": module})
+            built.append(cls)
+        return built[0]
+
+    def module_getattr(name: str) -> Any:
+        if name == "WatchdogCallback":
+            return build()
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return build, module_getattr

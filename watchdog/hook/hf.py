@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.hook.callback_marks import CallbackMarks, guarded
+from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
 from watchdog.wire import Phase
 
 __all__ = ["WatchdogCallback", "watch"]
@@ -160,28 +160,16 @@ class HfMarks:
             self.marks.leave()
 
 
-_built: dict[str, type] = {}
-
-
-def _callback_class() -> type:
-    """``WatchdogCallback``: HfMarks on Transformers' TrainerCallback, built once."""
-    cls = _built.get("WatchdogCallback")
-    if cls is None:
-        try:
-            from transformers import TrainerCallback
-        except ImportError as exc:
-            raise ImportError(
-                "watchdog.hook.hf.WatchdogCallback needs Transformers: pip install 'rank-watchdog[hf]'"
-            ) from exc
-
-        class WatchdogCallback(HfMarks, TrainerCallback):
-            """rank-watchdog's Trainer callback (see ``watchdog.hook.hf``).
-            ``monitor``: the monitor to mark (default: ``watchdog.hook.install()``);
-            ``trainer``: lets it watch DDP and save requested checkpoints (``watch``)."""
-
-        WatchdogCallback.__module__ = __name__
-        cls = _built["WatchdogCallback"] = WatchdogCallback
-    return cls
+_callback_class, __getattr__ = lazy_callback(
+    __name__,
+    HfMarks,
+    ("transformers", "TrainerCallback"),
+    "Transformers",
+    "hf",
+    """rank-watchdog's Trainer callback (see ``watchdog.hook.hf``).
+    ``monitor``: the monitor to mark (default: ``watchdog.hook.install()``);
+    ``trainer``: lets it watch DDP and save requested checkpoints (``watch``).""",
+)
 
 
 def watch(trainer: Any, monitor: Any = None, *, automatic: bool = False) -> Any:
@@ -199,9 +187,3 @@ def watch(trainer: Any, monitor: Any = None, *, automatic: bool = False) -> Any:
     callback.automatic = automatic
     trainer.add_callback(callback)
     return callback
-
-
-def __getattr__(name: str) -> Any:
-    if name == "WatchdogCallback":
-        return _callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,7 +42,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.hook.callback_marks import CallbackMarks, guarded
+from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
 from watchdog.wire import Phase
 
 log = logging.getLogger("watchdog.hook")
@@ -187,33 +187,15 @@ class LightningMarks:
     on_validation_end = on_test_end = on_predict_end = _eval_end
 
 
-_built: dict[str, type] = {}
-
-
-def _callback_class() -> type:
-    """``WatchdogCallback``: LightningMarks on Lightning's Callback base, built once."""
-    cls = _built.get("WatchdogCallback")
-    if cls is None:
-        try:
-            from lightning.pytorch import Callback
-        except ImportError as exc:
-            raise ImportError(
-                "watchdog.hook.lightning.WatchdogCallback needs Lightning: pip install 'rank-watchdog[lightning]'"
-            ) from exc
-
-        class WatchdogCallback(LightningMarks, Callback):
-            """rank-watchdog's Lightning callback (see ``watchdog.hook.lightning``).
-            ``monitor``: the monitor to mark (default: ``watchdog.hook.install()``);
-            ``checkpoint_path(trainer, step)``: where a requested checkpoint goes;
-            ``sigterm_exit_code``: a SIGTERMed rank's exit status under torchelastic
-            (Lightning's own is 0, which reads as "finished"; None keeps it)."""
-
-        WatchdogCallback.__module__ = __name__
-        cls = _built["WatchdogCallback"] = WatchdogCallback
-    return cls
-
-
-def __getattr__(name: str) -> Any:
-    if name == "WatchdogCallback":
-        return _callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_callback_class, __getattr__ = lazy_callback(
+    __name__,
+    LightningMarks,
+    ("lightning.pytorch", "Callback"),
+    "Lightning",
+    "lightning",
+    """rank-watchdog's Lightning callback (see ``watchdog.hook.lightning``).
+    ``monitor``: the monitor to mark (default: ``watchdog.hook.install()``);
+    ``checkpoint_path(trainer, step)``: where a requested checkpoint goes;
+    ``sigterm_exit_code``: a SIGTERMed rank's exit status under torchelastic
+    (Lightning's own is 0, which reads as "finished"; None keeps it).""",
+)
