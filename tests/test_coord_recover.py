@@ -311,3 +311,21 @@ def test_an_action_this_module_cannot_carry_on_is_closed_saying_so():
     assert rec.interrupted[0]["result"].startswith(
         "interrupted: the coordinator restarted and cannot carry this action on"
     )
+
+
+def test_a_rollback_restart_killed_while_the_old_workers_were_stopping_carries_on_as_a_restart():
+    # Its rollback commands went out in the replies that carried the SIGTERMs, so
+    # what is left after a coordinator restart is the restart's own: stop those
+    # processes, then wait for the new ones (which resume before the anomaly).
+    pol = replace(POLICY, actions={"loss_anomaly": "rollback_restart"})
+    anomaly = replace(finding(kind="loss_anomaly", ranks=(1,)), evidence={"step": 40})
+    j, c = Journaled(), JobController(pol)
+    reqs, events = j.tick(c, [anomaly], old_view(), 101.0)
+    assert [r.type for r in reqs if r.type == commands.ROLLBACK] == [commands.ROLLBACK]
+    assert sigs(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]
+    c2, rec = restarted(j.records, 103.0, pol)
+    assert rec.op is not None and (rec.op.action, rec.op.phase) == ("rollback_restart", "term")
+    assert rec.interrupted == () and c2.state is S.RESTARTING
+    v = T.view([T.rank(r, world_size=4, alive=r != 1, **LAUNCHER) for r in range(4)], 104.0)
+    reqs, _ = c2.tick([], v, 108.5)
+    assert sigs(reqs) == [("SIGKILL", r, 1000 + r) for r in (0, 2, 3)]  # the old processes, as a restart would

@@ -45,7 +45,7 @@ from .finding import Finding
 
 # The actions rebuilt mid-flight: each goes through restart.py's ``term`` -> ``resume``
 # phases or abort's. Any other action found in flight is closed as interrupted.
-RECOVERABLE = frozenset({"abort", "restart", "checkpoint_restart", "exclude_host_restart"})
+RECOVERABLE = frozenset({"abort", "restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart"})
 # The records a decision is rebuilt from; a journal with none of them is a fresh start.
 DECISIONS = frozenset(
     {
