@@ -119,11 +119,13 @@ def test_killed_after_the_old_workers_were_gone_it_sees_the_resume_and_never_res
     reqs, events = c2.tick([], v, 123.0)
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["action_id"] == "a-1" and events[1][1]["ok"] is True
-    # The budget survived: the next dead rank, after the cooldown, aborts instead of restarting.
+    # The budget and the failure it was spent on survived: the next dead rank, after
+    # the cooldown, aborts instead of restarting; it is a dead rank on the same host
+    # again, which the repeat breaker names first.
     reqs, events = c2.tick([finding(ranks=(2,), detected=190.0)], v, 190.0)
     action = dict(events)[je.ACTION]
     assert (action["action_id"], action["action"]) == ("a-2", "abort")
-    assert "restart budget exhausted (1 of 1 restarts used)" in action["reason"]
+    assert "the same failure at the same place after 1 restart(s)" in action["reason"]
 
 
 def test_killed_while_the_old_workers_were_stopping_it_signals_only_those_processes():
@@ -320,8 +322,8 @@ def test_a_rollback_restart_killed_while_the_old_workers_were_stopping_carries_o
     pol = replace(POLICY, actions={"loss_anomaly": "rollback_restart"})
     anomaly = replace(finding(kind="loss_anomaly", ranks=(1,)), evidence={"step": 40})
     j, c = Journaled(), JobController(pol)
-    reqs, events = j.tick(c, [anomaly], old_view(), 101.0)
-    assert [r.type for r in reqs if r.type == commands.ROLLBACK] == [commands.ROLLBACK]
+    reqs, _ = j.tick(c, [anomaly], old_view(), 101.0)
+    assert sum(r.type == commands.ROLLBACK for r in reqs) == 1  # one host: one rollback command
     assert sigs(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]
     c2, rec = restarted(j.records, 103.0, pol)
     assert rec.op is not None and (rec.op.action, rec.op.phase) == ("rollback_restart", "term")
@@ -329,3 +331,40 @@ def test_a_rollback_restart_killed_while_the_old_workers_were_stopping_carries_o
     v = T.view([T.rank(r, world_size=4, alive=r != 1, **LAUNCHER) for r in range(4)], 104.0)
     reqs, _ = c2.tick([], v, 108.5)
     assert sigs(reqs) == [("SIGKILL", r, 1000 + r) for r in (0, 2, 3)]  # the old processes, as a restart would
+
+
+def test_the_failures_restarts_were_spent_on_survive_a_coordinator_restart():
+    # The repeat-failure breaker compares a new failure with the ones restarts
+    # were spent on: a coordinator restarted on its journal must still know them,
+    # frames included (they arrive in a stack_groups record after the action).
+    from watchdog.coordinator import fingerprint
+
+    pol = replace(POLICY, max_restarts=5, cooldown_s=0)
+    j, c = Journaled(), JobController(pol)
+    evidence = {"culprits": {"1": {"host": "host0", "step": 12}}}
+    j.tick(c, [replace(finding(), evidence=evidence)], old_view(), 101.0)
+    frames = ("wait (train.py:80)", "loop (train.py:120)")
+    j.records.append(
+        {
+            "event": je.STACK_GROUPS,
+            "t_wall": WALL0 + 105,
+            "trigger": {"kind": "dead_rank", "ranks": [1]},
+            "groups": [{"culprit": True, "frames": [["wait", "train.py", 80], ["loop", "train.py", 120]]}],
+        }
+    )
+    c.stacks({"kind": "dead_rank", "ranks": [1]}, frames)
+    _, rec = restarted(j.records, 130.0, pol)
+    assert rec.job.history == c.job.history
+    assert [(fp.kind, fp.hosts, fp.ranks, fp.step, fp.frames) for fp in rec.job.history] == [
+        ("dead_rank", ("host0",), (1,), 12, frames)
+    ]
+    assert fingerprint.from_dict({"kind": 3}) is None and fingerprint.from_dict("x") is None  # hostile lines
+
+
+def test_a_fingerprint_survives_its_journal_form():
+    from watchdog.coordinator import fingerprint
+
+    fp = fingerprint.Fingerprint("collective_hang", ("h1",), (2,), 0, 40, "all_reduce", 12, ("f (a.py:1)",))
+    assert fingerprint.from_dict(fp.to_dict()) == fp
+    odd = {**fp.to_dict(), "ranks": [2, "x", True], "step": "12", "frames": "nope"}
+    assert fingerprint.from_dict(odd) == fingerprint.Fingerprint("collective_hang", ("h1",), (2,), 0, 40, "all_reduce")

@@ -88,6 +88,24 @@ def of(finding: Any, frames: Iterable[str] = ()) -> Fingerprint:
     )
 
 
+def from_dict(d: Any) -> Fingerprint | None:
+    """A journaled fingerprint (``to_dict``) back, or None when it is not one:
+    the journal is read after a crash and may hold anything."""
+    if not isinstance(d, Mapping) or not isinstance(d.get("kind"), str):
+        return None
+    hosts, ranks, frames = d.get("hosts"), d.get("ranks"), d.get("frames")
+    return Fingerprint(
+        kind=d["kind"],
+        hosts=tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) else (),
+        ranks=tuple(r for r in ranks if _int(r)) if isinstance(ranks, list) else (),
+        group=d["group"] if _int(d.get("group")) else None,
+        seq=d["seq"] if _int(d.get("seq")) else None,
+        op=d["op"] if isinstance(d.get("op"), str) else "",
+        step=d["step"] if _int(d.get("step")) else None,
+        frames=tuple(f for f in frames if isinstance(f, str))[:MAX_FRAMES] if isinstance(frames, list) else (),
+    )
+
+
 def culprit_frames(record: Mapping[str, Any]) -> tuple[str, ...]:
     """The innermost frames of the culprit's stack group in a ``stack_groups``
     record, as "func (file:line)"; () when no culprit group has frames."""

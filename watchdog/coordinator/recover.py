@@ -8,6 +8,10 @@ function of the records and the clocks:
 
 - restart budget: every ``action`` (not a dry run) with a ``restart`` number;
 - cooldown: the last ``action`` / ``action_outcome``;
+- the failures restarts were spent on (repeats.py): each restarting action's
+  ``fingerprint``, completed by the culprit frames of a later ``stack_groups``
+  record, so a failure that comes back after a coordinator restart is still
+  known as the same one;
 - job state: the last ``state`` record with a ``job_state``;
 - action ids: numbering continues after the highest ``a-<n>`` (ids stay unique
   in the journal);
@@ -34,12 +38,12 @@ for another job name is skipped.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import fingerprint, tracker
 from . import journal_events as je
 from . import policy as P
-from . import tracker
 from .actions.common import Operation
 from .finding import Finding
 
@@ -159,10 +163,19 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
     progress: dict[str, dict[str, Any]] = {}  # id -> its first action_progress with idents
     restarted: dict[str, dict[str, Any]] = {}  # id -> its restart record
     opened: dict[tracker.Key, dict[str, Any]] = {}
+    control = P.JobControl()  # its fingerprint history: what restarts were spent on (repeats.py)
     for rec in records:
         event = rec.get("event")
         if event == je.START:
             ours = not job or not rec.get("job") or rec.get("job") == job
+            continue
+        if ours and event == je.STACK_GROUPS and isinstance(rec.get("trigger"), dict):
+            # the culprit's frames, arrived after the action: they complete its fingerprint
+            trig = rec["trigger"]
+            ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
+            frames = fingerprint.culprit_frames(rec)
+            if frames and isinstance(trig.get("kind"), str):
+                control = control.complete(trig["kind"], ranks, frames)
             continue
         if not ours or event not in DECISIONS:
             continue
@@ -177,6 +190,9 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
             last_action = mono(rec.get("t_wall"))
             if isinstance(rec.get("restart"), int) and rec.get("action") in P.RESTARTING_ACTIONS:
                 restarts.append(last_action)
+                fp = fingerprint.from_dict(rec.get("fingerprint"))
+                if fp is not None:
+                    control = control.remember(fp)
             actions[aid] = rec
         elif event == je.ACTION_PROGRESS and isinstance(aid, str) and aid in actions and "idents" in rec:
             progress.setdefault(aid, rec)
@@ -226,7 +242,7 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
         )
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
         state = P.JobState.DEGRADED if active else P.JobState.RUNNING
-    job_control = P.JobControl(state=state, restarts=tuple(restarts), last_action_at=last_action)
+    job_control = replace(control, state=state, restarts=tuple(restarts), last_action_at=last_action)
     return Recovered(
         job=job_control, count=count, op=op, restart_op=again, interrupted=tuple(interrupted), active=active, records=n
     )
