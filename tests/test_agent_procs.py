@@ -121,3 +121,12 @@ def test_pidfd_sees_a_sigkill_at_once_and_a_sigstop_at_the_next_sample():
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize("pid", [0, -5, 2**31, 2**63 - 1])
+def test_a_pid_no_process_can_have_is_gone_not_an_error(pid):
+    # A corrupt or forged slot's pid: found by the slot fuzzer, where 2**56 made
+    # os.pidfd_open raise OverflowError and cost the slot its poll.
+    table = ProcessTable()
+    s = table.check(pid, 1, 0, resources=True)
+    assert (s.alive, s.status) == (False, "gone") and table.errors == 0

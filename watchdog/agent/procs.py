@@ -61,6 +61,8 @@ class ProcSample:
 GONE = ProcSample(alive=False, status="gone")
 Key = tuple[int, int]
 
+PID_MAX_LIMIT = 4_194_304  # Linux's bound on /proc/sys/kernel/pid_max (and os.pidfd_open takes an int)
+
 
 class ProcessTable:
     """One psutil.Process per (pid, start) reused across polls; a process found dead
@@ -110,6 +112,8 @@ class ProcessTable:
         on every call for unpinned ones."""
         key = (pid, start_us)
         prev = self._last.get(key)
+        if not 0 < pid <= PID_MAX_LIMIT:  # a corrupt or forged slot: no process has that pid
+            return self._bury(key, now_ns, prev, "gone")
         pinned = key in self._fds
         if pinned:  # the common case, first: a pinned process between resource samples
             if key in self._exited:
