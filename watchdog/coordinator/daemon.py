@@ -85,7 +85,8 @@ class Daemon:
                 if last is not None and is_stall(now - last, interval):  # we were stopped, not the hosts
                     self.coordinator.stalled(now, now - last, wall)
                 last = now
-                self.coordinator.tick(now, wall)
+                with self.coordinator.journal.batch():  # one fsync for all the tick journals
+                    self.coordinator.tick(now, wall)
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)

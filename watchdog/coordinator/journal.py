@@ -3,7 +3,14 @@
 
 Every write is flushed; findings, resolutions, start/stop, commands sent and
 their outcomes (evidence included) are also fsync'd,
-so what paged someone survives a crash. A kill mid-write leaves at most a torn
+so what paged someone survives a crash. Group commit: inside ``batch()`` (the
+coordinator's tick) this thread's durable records are written and flushed at
+once, as always, and fsync'd together when the block ends. A tick that sends
+``snapshot_slots`` to 2,048 hosts journals 2,048 commands: one fsync each took
+1.5 s on this project's VM, the tick's whole budget and more, and several
+seconds on a busy disk; a crash of the coordinator loses nothing either way
+(the records are in the kernel), and a crash of the machine at most what the
+last tick wrote. A kill mid-write leaves at most a torn
 last line: ``read`` skips lines that do not parse, and a writer reopening a
 journal that does not end in a newline first terminates the torn line, so it can
 never glue itself to the next record.
@@ -18,6 +25,7 @@ lost since when, so a post-mortem knows the hole is there.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -98,6 +106,25 @@ class Journal:
                 fh.seek(-1, os.SEEK_END)
                 self._torn = fh.read(1) != b"\n"
         self._good_end = self._fh.tell()  # the file's length after the last whole record
+        self._batching = threading.local()  # per thread: another thread's durable record is not held back
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group commit for this thread: durable records written inside are fsync'd
+        once, at the end of the block (nested blocks join the outer one)."""
+        local = self._batching
+        if getattr(local, "on", False):
+            yield
+            return
+        local.on, local.dirty = True, False
+        try:
+            yield
+        finally:
+            local.on = False
+            if local.dirty:
+                with self._lock:
+                    if not self._fh.closed:
+                        os.fsync(self._fh.fileno())  # an OSError: the tick's, logged and counted there
 
     def _append(self, data: bytes, fsync: bool) -> None:
         """One whole record or an OSError; never leaves a partial record behind if it can help it."""
@@ -108,7 +135,10 @@ class Journal:
             if wrote != len(data):
                 raise ShortWrite(wrote or 0, len(data))
             if fsync:
-                os.fsync(self._fh.fileno())
+                if getattr(self._batching, "on", False):
+                    self._batching.dirty = True
+                else:
+                    os.fsync(self._fh.fileno())
         except OSError:
             try:  # cut the torn bytes off again (shrinking a file needs no free space); _torn stays as it was
                 os.ftruncate(self._fh.fileno(), self._good_end)
