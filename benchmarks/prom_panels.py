@@ -41,8 +41,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 from prometheus_client import CollectorRegistry  # noqa: E402
+from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 
 from watchdog import wire  # noqa: E402
 from watchdog.agent import testing, track  # noqa: E402
@@ -193,7 +193,7 @@ def targets(hosts: list[str], step_s: float, scrape_s: float) -> list[dict]:
         for p in doc["panels"]:
             for t in p["targets"]:
                 expr = t["expr"].replace("$__rate_interval", rate)
-                expr = re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+                expr = re.sub(r"\$(\w+)", lambda m, v=values: v[m.group(1)], expr)
                 title = f"{name.split('-')[-1][:-5]}: {p['title']}" + (
                     f" [{t['refId']}]" if len(p["targets"]) > 1 else ""
                 )
