@@ -31,6 +31,7 @@ import dataclasses
 import json
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +45,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from prometheus_client import CollectorRegistry  # noqa: E402
 from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 
-from watchdog import wire  # noqa: E402
+from watchdog import logs, wire  # noqa: E402
 from watchdog.agent import testing, track  # noqa: E402
 from watchdog.agent.accelmetrics import AcceleratorCollector  # noqa: E402
 from watchdog.agent.exporter import Exporter  # noqa: E402
@@ -183,18 +184,34 @@ def start_coordinator(job: SimJob, stop: threading.Event) -> Server:
     return srv
 
 
-def targets(hosts: list[str], step_s: float, scrape_s: float) -> list[dict]:
-    """Every panel target of both dashboards with Grafana's variables filled in."""
+def dashboards(rev: str = "") -> dict[str, dict]:
+    """The committed dashboards, or those of git revision ``rev`` (a baseline)."""
+    out = {}
+    for name in DASHBOARDS:
+        path = REPO / "grafana" / "dashboards" / name
+        if rev:
+            text = subprocess.run(
+                ["git", "show", f"{rev}:{path.relative_to(REPO)}"], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout
+        else:
+            text = path.read_text()
+        out[name] = json.loads(text)
+    return out
+
+
+def targets(hosts: list[str], step_s: float, scrape_s: float, baseline: str = "") -> list[dict]:
+    """Every panel target of both dashboards with Grafana's variables filled in
+    (then the baseline revision's, titled with the revision)."""
     rate = f"{round(max(step_s + scrape_s, 4 * scrape_s))}s"
     out = []
-    for name in DASHBOARDS:
-        doc = json.loads((REPO / "grafana" / "dashboards" / name).read_text())
+    sets = [("", dashboards())] + ([(f"{baseline} ", dashboards(baseline))] if baseline else [])
+    for prefix, name, doc in ((pre, n, d) for pre, docs in sets for n, d in docs.items()):
         values = {"training_job": JOB, "host": ".*" if name.endswith("job.json") else hosts[0], "rank": ".*"}
         for p in doc["panels"]:
             for t in p["targets"]:
                 expr = t["expr"].replace("$__rate_interval", rate)
                 expr = re.sub(r"\$(\w+)", lambda m, v=values: v[m.group(1)], expr)
-                title = f"{name.split('-')[-1][:-5]}: {p['title']}" + (
+                title = f"{prefix}{name.split('-')[-1][:-5]}: {p['title']}" + (
                     f" [{t['refId']}]" if len(p["targets"]) > 1 else ""
                 )
                 out.append({"title": title, "expr": expr, "instant": bool(t.get("instant")), "raw": t["expr"]})
@@ -258,7 +275,7 @@ def run_detail(args, detail: str, work: Path) -> dict:
         end = time.time()
         rows = [
             time_target(prom, t, end, args.range_seconds, args.step_seconds, args.repeats)
-            for t in targets([f"node{0:04d}"], args.step_seconds, args.scrape_seconds)
+            for t in targets([f"node{0:04d}"], args.step_seconds, args.scrape_seconds, args.baseline)
         ]
         head = api(prom, "/api/v1/status/tsdb", {})["headStats"]["numSeries"]
         scraped = api(prom, "/api/v1/query", {"query": "sum(scrape_samples_scraped)"})["result"]
@@ -300,6 +317,15 @@ def print_tables(results: list[dict], slow_ms: float) -> None:
             f"{r['samples_per_scrape']} samples per scrape round, all targets {total:.0f} ms (sum of p50), "
             f"rule groups (ms per evaluation): {r['rule_eval_ms']}"
         )
+        groups: dict[str, list[dict]] = {}
+        for x in r["rows"]:
+            groups.setdefault(x["title"].split(":")[0], []).append(x)
+        for g, xs in groups.items():
+            print(
+                f"  {g + ' dashboard:':<22} {sum(x['p50_ms'] for x in xs):8.0f} ms  "
+                f"{sum(x['series'] for x in xs):6d} series  {sum(x['samples'] or 0 for x in xs):9d} samples  "
+                f"(all targets once, sum of p50)"
+            )
         slow = sorted((x for x in r["rows"] if x["per_rank"] and x["p50_ms"] > slow_ms), key=lambda x: -x["p50_ms"])
         print(f"  targets reading raw per-rank series slower than {slow_ms:g} ms: " + ("none" if not slow else ""))
         for x in slow:
@@ -317,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-seconds", type=float, default=4.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--slow-ms", type=float, default=50.0)
+    ap.add_argument("--baseline", default="", help="also time the dashboards of this git revision (e.g. main)")
     ap.add_argument("--json", action="store_true", help="one JSON object per detail instead of the tables")
     args = ap.parse_args(argv)
+    logs.configure("warning")  # 129 servers saying "listening" would bury the table
     if Prometheus.binary() is None:
         print("prometheus not found (Debian's prometheus: bash .ci/setup)", file=sys.stderr)
         return 2

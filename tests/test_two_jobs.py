@@ -6,7 +6,9 @@ from the Kubernetes label or the Slurm job id), each coordinator sees only its
 job's ranks, a rank killed in one job is a finding of that job's coordinator
 only, and one Prometheus holds both jobs apart by their `training_job` label
 (`job` stays the scrape job's), in the raw series, the recording rules and the
-dashboards' coordinator join.
+dashboards' coordinator join. A global Prometheus federating with the shipped
+deploy/prometheus/fleet/federate.yml gets both jobs' aggregates and no per-rank
+series.
 
 The ranks are fake ones writing their slots through the real hook writer
 (agent/testing.py): what is under test is which monitor sees which rank."""
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from promserver import Prometheus
 from waiting import wait_for
 
@@ -32,7 +35,8 @@ from watchdog.dev import localjob
 pytestmark = pytest.mark.integration
 
 JOBS = ("alpha", "beta")
-PROM_RULES = sorted((Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "rules").glob("*.rules.yml"))
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
+PROM_RULES = sorted((DEPLOY / "rules").glob("*.rules.yml"))
 HOST = "shared-node"
 
 
@@ -55,7 +59,7 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
     ranks: dict[str, list[subprocess.Popen]] = {}
     coords: dict[str, localjob.Process] = {}
     agents: dict[str, localjob.Process] = {}
-    prom = None
+    prom = fleet = None
     try:
         for job in JOBS:
             work = tmp_path / job
@@ -126,9 +130,30 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
             log=tmp_path / "prometheus.log",
         )
         assert events("alpha", je.FINDING) == []
+
+        # The fleet view: a global Prometheus federating the shipped match[] selectors.
+        (tmp_path / "fleet").mkdir()
+        fleet = Prometheus(tmp_path / "fleet", [])
+        doc = yaml.safe_load((DEPLOY / "fleet" / "federate.yml").read_text())
+        doc["global"] = {"scrape_interval": "500ms", "evaluation_interval": "500ms"}
+        (sc,) = doc["scrape_configs"]
+        sc.update(
+            scrape_interval="500ms", scrape_timeout="500ms", static_configs=[{"targets": [f"127.0.0.1:{prom.port}"]}]
+        )
+        (tmp_path / "fleet" / "prometheus.yml").write_text(yaml.safe_dump(doc))
+        fleet.start()
+        wait_for(
+            lambda: _by_job(fleet, 'job:watchdog_ranks:sum{state="dead"}') == {"alpha": 0, "beta": 1},
+            30,
+            "both jobs in the federated Prometheus",
+            log=tmp_path / "fleet" / "prometheus.log",
+        )
+        assert _by_job(fleet, "count by (training_job) (watchdog_coordinator_info)") == {"alpha": 1, "beta": 1}
+        assert fleet.query('count({__name__=~"watchdog_rank_.+|rank:watchdog_.+|watchdog_host_.+"})') == []
     finally:
-        if prom is not None:
-            prom.stop()
+        for p in (fleet, prom):
+            if p is not None:
+                p.stop()
         for rs in ranks.values():
             for r in rs:
                 r.kill()
