@@ -90,9 +90,7 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
         end = time.time()
         dash = generator().job_dashboard()
         split = query_range(prom, panel_expr(dash, "Where step time goes", job), start + 30, end, 2)
-        heat = query_range(
-            prom, panel_expr(dash, HEATMAP, job), start + 30, end, 2
-        )
+        heat = query_range(prom, panel_expr(dash, HEATMAP, job), start + 30, end, 2)
         return {"split": split, "heat": heat}, dash, start, end
     finally:
         torchrun.stop()
