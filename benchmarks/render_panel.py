@@ -30,6 +30,7 @@ from promserver import Prometheus  # noqa: E402
 
 from watchdog.dev import localjob  # noqa: E402
 
+HEATMAP = "Straggler heatmap: compute vs job mean, the 10 slowest ranks"
 RATE_WINDOW = "10s"  # what $__rate_interval is with a 1 s scrape and a ~2 s query step
 
 
@@ -69,7 +70,8 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
     cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "scrape" / "static.yml").read_text())
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     cfg.pop("alerting")
-    cfg["rule_files"] = []
+    # The panels divide by and read the recording rules (1m rates: plot from start + 30 s on).
+    cfg["rule_files"] = [str(p) for p in sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.rules.yml"))]
     cfg["scrape_configs"] = [cfg["scrape_configs"][0]]  # the agent job
     cfg["scrape_configs"][0]["static_configs"][0]["targets"] = [agent.address]
     (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
@@ -88,9 +90,7 @@ def collect(seconds: float, work: Path) -> tuple[dict, dict, float, float]:
         end = time.time()
         dash = generator().job_dashboard()
         split = query_range(prom, panel_expr(dash, "Where step time goes", job), start + 30, end, 2)
-        heat = query_range(
-            prom, panel_expr(dash, "Straggler heatmap: compute vs median, per rank", job), start + 30, end, 2
-        )
+        heat = query_range(prom, panel_expr(dash, HEATMAP, job), start + 30, end, 2)
         return {"split": split, "heat": heat}, dash, start, end
     finally:
         torchrun.stop()
@@ -143,7 +143,7 @@ def plot(data: dict, out: Path) -> None:
         extent=(ht[0], ht[-1], len(heat) - 0.5, -0.5),
     )
     ax2.set_yticks(range(len(heat)), [f"rank {s['metric']['rank']}" for s in heat])
-    ax2.set_title("Straggler heatmap: compute vs median, per rank", color="#ccccdc", fontsize=10, loc="left")
+    ax2.set_title(HEATMAP, color="#ccccdc", fontsize=10, loc="left")
     ax2.set_xlabel("seconds", color="#ccccdc", fontsize=8)
     cb = fig.colorbar(im, ax=ax2, fraction=0.04)
     cb.ax.tick_params(colors="#ccccdc", labelsize=8)

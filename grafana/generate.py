@@ -15,6 +15,13 @@ tests/test_grafana_*.py fail when the committed files differ from what this
 writes, when an expression does not parse (promtool), uses a metric missing from
 tests/golden/, or when grafana-foundation-sdk drops a key of the JSON.
 Plain dicts on purpose: the dashboards stay readable JSON that imports anywhere.
+
+Built for a 16,384-rank job (docs/scale.md, "Prometheus at scale"): the job-wide
+panels read the recording rules of deploy/prometheus/rules/ (load them: without
+them those panels are empty), mostly the host aggregates' (watchdog-scale.rules.yml),
+which are there at --metrics.rank-detail=summary too; a job-wide panel that shows
+ranks shows only the top few (topk); the rank dashboard shows the ranks of the
+hosts selected (its host variable has no "All").
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ JHR = 'training_job="$training_job", host=~"$host", rank=~"$rank"'
 JOB_KEY = "training_job, namespace, cluster"
 TARGET = "cluster, job, instance"  # one scrape target: how coordinator and agent series meet their info
 RI = "$__rate_interval"
+TOP = 10  # ranks or hosts a job-wide panel lists: the few worth a look, never all of them
 
 
 def per_step(part_sel: str, step_sel: str) -> str:
@@ -59,27 +67,21 @@ def per_step(part_sel: str, step_sel: str) -> str:
     )
 
 
-def step_seconds(sel: str) -> str:
-    return (
-        f"sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
-        f" / rate(watchdog_rank_steps_total{{{sel}}}[{RI}])"
-    )
-
-
-def compute_vs_median(sel: str) -> str:
-    """A rank's compute per step over the median of all the job's ranks (1 = typical)."""
+def compute_vs_job(sel: str) -> str:
+    """A rank's compute per step over the job's mean compute per step (1 = typical).
+    The mean comes from the hosts' aggregates (a recording rule), so it covers every
+    rank at either rank detail and the query reads only the selected ranks' series."""
     compute = ', part="compute"'
     return (
         f"({per_step(sel + compute, sel)})"
-        f" / on ({JOB_KEY}) group_left () quantile by ({JOB_KEY}) (0.5, {per_step(J + compute, J)})"
+        f" / on ({JOB_KEY}) group_left () job:watchdog_host_step_part_seconds:mean1m{{{J}{compute}}}"
     )
 
 
-def data_share(sel: str) -> str:
-    return (
-        f'rate(watchdog_rank_step_part_seconds_total{{{sel}, part="data"}}[{RI}])'
-        f" / ignoring (part) sum without (part) (rate(watchdog_rank_step_part_seconds_total{{{sel}}}[{RI}]))"
-    )
+# The job's live ranks: processes that exist, running or stopped (the hosts' counts).
+RANKS_LIVE = f'sum(job:watchdog_ranks:sum{{{J}, state=~"alive|stopped"}})'
+# The selected hosts of the job (one series per host): joins host-level series to the job.
+JOB_HOSTS = f'(watchdog_host_ranks{{{JH}, state="alive"}} > 0)'
 
 
 def of_job(metric: str) -> str:
@@ -177,7 +179,7 @@ def stat(lay, title, desc, expr, unit="short", w=4, h=4, thresholds=None, text="
 
 
 def variables(with_rank: bool) -> dict:
-    def query_var(name: str, label: str, query: str, multi: bool) -> dict:
+    def query_var(name: str, label: str, query: str, multi: bool, all_: bool | None = None) -> dict:
         v = {
             "name": name,
             "label": label,
@@ -188,9 +190,9 @@ def variables(with_rank: bool) -> dict:
             "sort": 3,
             "hide": 0,
             "multi": multi,
-            "includeAll": multi,
+            "includeAll": multi if all_ is None else all_,
         }
-        if multi:
+        if v["includeAll"]:
             v["allValue"] = ".*"
         return v
 
@@ -203,8 +205,10 @@ def variables(with_rank: bool) -> dict:
             "hide": 0,
             "refresh": 1,
         },
-        query_var("training_job", "Training job", "label_values(watchdog_rank_alive, training_job)", False),
-        query_var("host", "Host", f"label_values(watchdog_rank_alive{{{J}}}, host)", True),
+        query_var("training_job", "Training job", "label_values(watchdog_host_ranks, training_job)", False),
+        # On the rank dashboard no "All": its panels show every selected host's ranks,
+        # and all of a 16,384-rank job's would be 2,048 hosts' worth of series.
+        query_var("host", "Host", f"label_values(watchdog_host_ranks{{{J}}}, host)", True, not with_rank),
     ]
     if with_rank:
         out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
@@ -240,7 +244,7 @@ def annotations() -> dict:
                 "iconColor": "purple",
                 "datasource": DS,
                 "expr": "sum by (type, result) (increase(watchdog_agent_commands_executed_total[2m])"
-                f" and on ({TARGET}) watchdog_rank_alive{{{J}}}) > 0",
+                f" and on ({TARGET}) watchdog_host_ranks{{{J}}}) > 0",
                 "titleFormat": "action: {{type}} ({{result}})",
                 "step": "60s",
             },
@@ -284,29 +288,33 @@ def job_dashboard() -> dict:
         stat(
             lay,
             "Ranks alive",
-            "Rank processes that exist (pid and start time), across the job's hosts.",
-            f"sum(watchdog_rank_alive{{{J}}})",
+            "Rank processes that exist (pid and start time), running or stopped, across the job's hosts.",
+            RANKS_LIVE,
         ),
-        stat(lay, "Ranks expected", "World size the job's ranks declare.", f"max(watchdog_job_world_size{{{J}}})"),
+        stat(
+            lay, "Ranks expected", "World size the job's ranks declare.", f"max(job:watchdog_ranks_expected:max{{{J}}})"
+        ),
         stat(
             lay,
             "Dead ranks",
             "Processes gone without a clean exit (RankWatchdogRankDead).",
-            f"count(watchdog_rank_alive{{{J}}} == 0 and watchdog_rank_exited{{{J}}} == 0) or vector(0)",
+            f'sum(job:watchdog_ranks:sum{{{J}, state="dead"}}) or vector(0)',
             thresholds=thr_bad,
         ),
         stat(
             lay,
-            "Frozen ranks",
-            "Alive, heartbeat older than 30 s (RankWatchdogRankFrozen).",
-            f"count(watchdog_rank_heartbeat_age_seconds{{{J}}} > 30 and watchdog_rank_alive{{{J}}} == 1) or vector(0)",
-            thresholds=thr_bad,
+            "Oldest heartbeat",
+            "Seconds since the stalest live rank's hook heartbeat, anywhere in the job. Above 30 s "
+            "a rank is frozen or stopped (RankWatchdogRankFrozen names it; the rank dashboard shows it).",
+            f"max(job:watchdog_heartbeat_age_seconds:max{{{J}}})",
+            unit="s",
+            thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 30}],
         ),
         stat(
             lay,
             "Steps / s",
-            "Training steps per second (the most advanced rank).",
-            f"max(rate(watchdog_rank_steps_total{{{J}}}[{RI}]))",
+            "Training steps per second (per rank, the most advanced host's).",
+            f"max(job:watchdog_host_steps:rate1m{{{J}}})",
         ),
         stat(
             lay,
@@ -317,38 +325,33 @@ def job_dashboard() -> dict:
         ),
         ts(
             lay,
-            "Step time across ranks",
-            "Mean step time per rank over the rate window: median, p99 and the "
-            "slowest rank. In synchronous training they are nearly equal; see the split for where time goes.",
+            "Step time: all ranks and the slowest host",
+            "Mean step time over the last minute, all ranks together, and the slowest host's ranks. "
+            "In synchronous training they are nearly equal; see the split for where time goes.",
             [
-                target(f"quantile(0.5, {step_seconds(JH)})", "p50", "A"),
-                target(f"quantile(0.99, {step_seconds(JH)})", "p99", "B"),
-                target(f"max({step_seconds(JH)})", "max", "C"),
+                target(f"job:watchdog_host_step_seconds:mean1m{{{J}}}", "mean", "A"),
+                target(f"job:watchdog_host_step_seconds:max1m{{{J}}}", "slowest host", "B"),
             ],
             unit="s",
         ),
         ts(
             lay,
             "Where step time goes",
-            "Seconds per step, all selected ranks together, split into data wait, "
+            "Seconds per step, all ranks together, split into data wait, "
             "collective wait and compute (compute = step - data - collective). Stacked: the top is the step time.",
-            [
-                target(
-                    f"sum by (part) (rate(watchdog_rank_step_part_seconds_total{{{JH}}}[{RI}]))"
-                    f" / scalar(sum(rate(watchdog_rank_steps_total{{{JH}}}[{RI}])))",
-                    "{{part}}",
-                )
-            ],
+            [target(f"job:watchdog_host_step_part_seconds:mean1m{{{J}}}", "{{part}}")],
             unit="s",
             stack=True,
         ),
         panel(
             lay,
             "heatmap",
-            "Straggler heatmap: compute vs median, per rank",
-            "Each row is a rank; colour is its compute time per step over the job's median (1 = typical). "
-            "A rank that stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min).",
-            [target(compute_vs_median(JH), "{{rank}}")],
+            f"Straggler heatmap: compute vs job mean, the {TOP} slowest ranks",
+            "Each row is a rank; colour is its compute time per step over the job's mean (1 = typical). "
+            f"The {TOP} slowest selected ranks at each point in time, not all of a large job's. A rank that "
+            "stays red is a straggler (RankWatchdogStraggler fires at 1.1 for 15 min). At "
+            "--metrics.rank-detail=summary the agents export each host's slowest ranks, which are these.",
+            [target(f"topk({TOP}, {compute_vs_job(JH)})", "{{rank}}")],
             12,
             8,
             "none",
@@ -366,55 +369,66 @@ def job_dashboard() -> dict:
         ts(
             lay,
             "Throughput",
-            "Steps per second (the most advanced rank) and samples are steps x global batch.",
-            [target(f"max(rate(watchdog_rank_steps_total{{{JH}}}[{RI}]))", "steps/s")],
+            "Steps per second (per rank, the most advanced host's); samples are steps x global batch.",
+            [target(f"job:watchdog_host_steps:rate1m{{{J}}}", "steps/s")],
             unit="ops",
         ),
         ts(
             lay,
-            "Accelerator utilisation per host",
-            "Mean NVML utilisation of the hosts' accelerators. "
+            f"Accelerator utilisation: the job and the {TOP} least busy hosts",
+            "Mean NVML utilisation of the hosts' accelerators, over the selected hosts and for the least busy. "
             "Low utilisation next to a high data-wait share means the input pipeline starves the job.",
             [
+                target(f"avg(host:watchdog_accelerator_utilization:avg and on (host) {JOB_HOSTS})", "all hosts", "A"),
                 target(
-                    f"avg by (host) (watchdog_accelerator_utilization_ratio and on (host) watchdog_rank_alive{{{JH}}})",
+                    f"bottomk({TOP}, host:watchdog_accelerator_utilization:avg and on (host) {JOB_HOSTS})",
                     "{{host}}",
-                )
+                    "B",
+                ),
             ],
             unit="percentunit",
             defaults={"min": 0, "max": 1},
         ),
         ts(
             lay,
-            "Data-wait share per rank",
-            "Share of each rank's step time spent waiting on its data iterator. "
-            "One rank high: its host or loader (RankWatchdogRankDataStarvation); every rank high: the pipeline.",
-            [target(data_share(JH), "rank {{rank}}")],
+            f"Data-wait share: the job and the {TOP} hungriest hosts",
+            "Share of step time spent waiting on the data iterator, all ranks together and per host. "
+            "One host high: its loader or storage (RankWatchdogRankDataStarvation names the rank); "
+            "the job high: the pipeline.",
+            [
+                target(
+                    f'job:watchdog_host_step_part_seconds:mean1m{{{J}, part="data"}}'
+                    f" / ignoring (part) job:watchdog_host_step_seconds:mean1m{{{J}}}",
+                    "job",
+                    "A",
+                ),
+                target(f'topk({TOP}, host:watchdog_step_part:share1m{{{JH}, part="data"}})', "{{host}}", "B"),
+            ],
             unit="percentunit",
             defaults={"min": 0},
         ),
         ts(
             lay,
-            "Ranks alive vs expected",
-            "Ranks whose process exists, against the declared world size.",
+            "Ranks by state vs expected",
+            "The job's ranks by state (alive, stopped, dead, exited), against the declared world size.",
             [
-                target(f"sum(watchdog_rank_alive{{{J}}})", "alive", "A"),
-                target(f"max(watchdog_job_world_size{{{J}}})", "expected", "B"),
+                target(f"sum by (state) (job:watchdog_ranks:sum{{{J}}})", "{{state}}", "A"),
+                target(f"max(job:watchdog_ranks_expected:max{{{J}}})", "expected", "B"),
             ],
         ),
         ts(
             lay,
-            "Heartbeat age per rank",
-            "Seconds since each rank's hook heartbeat (every 0.5 s). Above 30 s "
-            "with the process alive, the rank is frozen.",
-            [target(f"watchdog_rank_heartbeat_age_seconds{{{JH}}}", "rank {{rank}}")],
+            f"Oldest heartbeat: the {TOP} stalest hosts",
+            "Seconds since the hook heartbeat (every 0.5 s) of each host's stalest live rank. Above 30 s "
+            "with the process alive, the rank is frozen; the rank dashboard for that host names it.",
+            [target(f"topk({TOP}, watchdog_host_heartbeat_age_max_seconds{{{JH}}})", "{{host}}")],
             unit="s",
         ),
         ts(
             lay,
-            "Coordinator: straggler score per rank",
+            f"Coordinator: straggler score, the {TOP} highest ranks",
             "The coordinator's windowed compute ratio vs the median of the other ranks (1 = typical).",
-            [target(of_job("watchdog_coordinator_straggler_score"), "rank {{rank}}")],
+            [target(f"topk({TOP}, {of_job('watchdog_coordinator_straggler_score')})", "rank {{rank}}")],
         ),
         ts(
             lay,
@@ -589,9 +603,9 @@ def rank_dashboard() -> dict:
         ),
         ts(
             lay,
-            "Compute vs job median",
-            "Compute per step over the median of all the job's ranks; 1 = typical.",
-            [target(compute_vs_median(JHR), "rank {{rank}}")],
+            "Compute vs job mean",
+            "Compute per step over the mean of all the job's ranks; 1 = typical.",
+            [target(compute_vs_job(JHR), "rank {{rank}}")],
         ),
         ts(
             lay,

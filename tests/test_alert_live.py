@@ -76,7 +76,8 @@ def prometheus_config(dst: Path, agent: str, coordinator: str, rules: Path, aler
     """The shipped static example with its targets, rules and Alertmanager pointed here."""
     doc = yaml.safe_load((promcheck.REPO / "deploy" / "prometheus" / "scrape" / "static.yml").read_text())
     doc["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    doc["rule_files"] = [str(rules)]
+    # The recording rules too: the dashboards' job-wide panels read them.
+    doc["rule_files"] = [str(rules), str(promcheck.RECORDING_RULES), str(promcheck.SCALE_RULES)]
     doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [alertmanager]
     jobs = {sc["job_name"]: sc for sc in doc["scrape_configs"]}
     jobs["rank-watchdog-agent"]["static_configs"][0]["targets"] = [agent]

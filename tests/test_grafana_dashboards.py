@@ -1,7 +1,8 @@
 """The Grafana dashboards (grafana/dashboards/*.json): generated and committed in
-step, every PromQL expression parses (promtool) and uses only golden metric names,
-panel ids and grid positions are unique, and grafana-foundation-sdk (the 11.6 schema)
-reads them back without dropping or changing a key."""
+step, every PromQL expression parses (promtool) and uses only golden metric names or
+the shipped recording rules, panel ids and grid positions are unique, no panel can
+return a series per rank of a whole large job, and grafana-foundation-sdk (the 11.6
+schema) reads them back without dropping or changing a key."""
 
 from __future__ import annotations
 
@@ -76,12 +77,48 @@ def test_the_parse_check_can_fail(tmp_path):
     assert promcheck.check_exprs({"bad": "sum(rate(x[5m])"}, tmp_path) != ""
 
 
-def test_every_metric_is_in_the_golden_files(docs):
-    allowed = promcheck.golden_metric_names() | promcheck.PROMETHEUS_BUILTINS
+def test_every_metric_is_in_the_golden_files_or_a_shipped_rule(docs):
+    allowed = promcheck.golden_metric_names() | promcheck.PROMETHEUS_BUILTINS | promcheck.recording_names()
     for name, doc in docs.items():
         for where, expr in dashboard_exprs(doc).items():
             unknown = promcheck.metric_names(substitute(expr)) - allowed
-            assert not unknown, f"{name} {where}: not in {promcheck.golden_files()}: {sorted(unknown)}"
+            assert not unknown, f"{name} {where}: not in {promcheck.golden_files()} or the rules: {sorted(unknown)}"
+
+
+# Series with one instance per rank: a query returning them for a whole 16,384-rank
+# job pulls 16,384 series (times their label fan-out) into the browser.
+PER_RANK = re.compile(r"\b(watchdog_rank_\w+|watchdog_coordinator_straggler_score|rank:watchdog_\w+)\b")
+
+
+def test_job_dashboard_shows_ranks_only_through_topk(docs):
+    """The job-wide panels read the host aggregates' recording rules; where a panel
+    lists ranks it lists the top few, whatever the job's size."""
+    for where, expr in dashboard_exprs(docs["rank-watchdog-job.json"]).items():
+        if PER_RANK.search(expr):
+            assert re.match(r"(topk|bottomk)\(\d+, ", expr), f"{where} returns a series per rank: {expr}"
+
+
+def test_job_wide_panels_read_the_host_aggregates(docs):
+    """They work at --metrics.rank-detail=summary, where most per-rank series are
+    not exported: every job-dashboard target reads a host aggregate, a rule over
+    them, or the coordinator (the per-rank heatmap divides by a host rule)."""
+    scale_rules = {r["record"] for r in promcheck.load_rules(promcheck.SCALE_RULES)}
+    for where, expr in dashboard_exprs(docs["rank-watchdog-job.json"]).items():
+        names = promcheck.metric_names(substitute(expr))
+        assert names & (scale_rules | {"job:watchdog_ranks_expected:max"}) or any(
+            n.startswith(("watchdog_host_", "watchdog_coordinator_", "ALERTS")) for n in names
+        ), f"{where}: {sorted(names)}"
+
+
+def test_rank_dashboard_is_bounded_by_its_host_and_rank_variables(docs):
+    doc = docs["rank-watchdog-rank.json"]
+    host = next(v for v in doc["templating"]["list"] if v["name"] == "host")
+    assert host["multi"] and not host["includeAll"], "no 'All' hosts: a whole job's ranks"
+    for where, expr in dashboard_exprs(doc).items():
+        for m in re.finditer(r"\b(watchdog_(?:rank|accelerator)_\w+)\{([^}]*)\}", expr):
+            assert 'host=~"$host"' in m.group(2), f"{where}: {m.group(0)}"
+            if m.group(1).startswith("watchdog_rank_") and not where.startswith("variable"):
+                assert 'rank=~"$rank"' in m.group(2), f"{where}: {m.group(0)}"
 
 
 def test_panel_ids_and_positions_are_unique(docs):
@@ -115,11 +152,12 @@ def test_job_overview_has_what_the_issue_asks(docs):
     kinds = {p["type"] for p in job["panels"]}
     assert "heatmap" in kinds  # straggler heatmap per rank
     for needle in (
-        "watchdog_rank_alive",
-        "watchdog_job_world_size",
-        "watchdog_rank_step_part_seconds_total",
-        "watchdog_rank_steps_total",
-        "watchdog_accelerator_utilization_ratio",
+        "job:watchdog_ranks:sum",
+        "job:watchdog_ranks_expected:max",
+        "job:watchdog_host_step_part_seconds:mean1m",
+        "watchdog_rank_step_part_seconds_total",  # the heatmap's per-rank compute
+        "job:watchdog_host_steps:rate1m",
+        "host:watchdog_accelerator_utilization:avg",
         'part="data"',
     ):
         assert needle in exprs, needle
