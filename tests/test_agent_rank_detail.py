@@ -60,6 +60,19 @@ def test_summary_keeps_every_rank_not_running_and_the_k_slowest():
     assert ranks_shown(fams) == {1, 2, 3, 5}
 
 
+def test_summary_keeps_a_rank_frozen_with_its_process_running():
+    # Frozen in a native call holding the GIL: alive, running, not the slowest by
+    # its last step, but its heartbeat stopped. RankWatchdogRankFrozen reads its
+    # per-rank series, so summary detail must keep them.
+    views = host_job()
+    frozen = views[4]
+    views[4] = LocalRank(frozen.path, frozen.header, NOW - 8_000 * MS, False, frozen.proc, frozen.state, 0.0, ())
+    fams = rankmetrics.rank_families(views, "h1", NOW, rankmetrics.SUMMARY, slowest=1)
+    assert ranks_shown(fams) == {1, 2, 3, 4, 5}
+    (age,) = [s.value for s in samples(fams, "watchdog_rank_heartbeat_age_seconds") if s.labels["rank"] == "4"]
+    assert age == pytest.approx(8.0)
+
+
 def test_full_keeps_every_rank():
     fams = rankmetrics.rank_families(host_job(), "h1", NOW)
     assert ranks_shown(fams) == set(range(8))

@@ -3,8 +3,9 @@ function of (views, host, now, detail), wrapped in a one-method collector.
 
 At ``summary`` detail (``--metrics.rank-detail``) a host exports the per-rank
 series of only the ranks worth a look: every rank that is not alive and running
-(dead, stopped, exited: what the rank alerts fire on) and the ``slowest`` ranks
-by their last step's compute (where a straggler shows). A 16,384-rank job on
+(dead, stopped, exited: what the rank alerts fire on), every rank whose heartbeat
+went stale (frozen with its process running), and the ``slowest`` ranks by their
+last step's compute (where a straggler shows). A 16,384-rank job on
 2,048 hosts is ~504,000 per-rank and host series at full detail (29 a rank, 14
 a host); at summary with the slowest one per host and every rank healthy,
 ~88,000 (docs/scale.md)."""
@@ -41,12 +42,20 @@ def _running(v: LocalRank) -> bool:
     return v.state == track.ALIVE and v.proc.alive and not v.proc.stopped
 
 
-def shown(views: Sequence[LocalRank], detail: str = FULL, slowest: int = 1) -> list[LocalRank]:
+# A heartbeat older than this keeps the rank's series at summary detail: the hook
+# beats every 0.5 s, and RankWatchdogRankFrozen (30 s) needs the series to exist
+# long before it fires for a rank frozen with its process running (a native call
+# holding the GIL), which is neither stopped nor, often, the host's slowest.
+STALE_HEARTBEAT_S = 5.0
+
+
+def shown(views: Sequence[LocalRank], detail: str = FULL, slowest: int = 1, now_ns: int = 0) -> list[LocalRank]:
     """The ranks whose per-rank series are exported, in their order."""
     if detail == FULL:
         return list(views)
     running = [v for v in views if _running(v)]
     keep = {id(v) for v in sorted(running, key=_compute_s, reverse=True)[:slowest]}
+    keep |= {id(v) for v in running if track.age_s(now_ns, v.heartbeat_ns) > STALE_HEARTBEAT_S}
     return [v for v in views if id(v) in keep or not _running(v)]
 
 
@@ -98,7 +107,7 @@ def rank_families(
         if v.identity.job not in seen_jobs:
             seen_jobs.add(v.identity.job)
             world.add_metric([v.identity.job, host], v.identity.world_size)
-    for v in shown(views, detail, slowest):
+    for v in shown(views, detail, slowest, now_ns):
         h, ident = v.header, v.identity
         lab = [ident.job, str(ident.rank), str(ident.local_rank), host]
 
