@@ -19,6 +19,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.health import analyze
+from watchdog.coordinator.view import empty, fold
 
 NOW = 100.0
 # No warm-up allowance: these hangs happen in the first steps, which is the point.
@@ -222,3 +223,77 @@ def test_the_broadcast_root_waiting_for_the_loader_rank_is_not_named():
     assert f.ranks == (1,) and "data loader" in f.reason
     no_fr = [dataclasses.replace(s, recent_colls=(), fr_read_age_s=-1.0) for s in states]
     assert blame(no_fr).culprits == (0, 1)  # what the marks say without it
+
+
+# -- the whole path: NCCL-shaped Flight Recorder dumps -> hook -> slot -> agent -> fold -> detector
+
+
+def _nccl_entry(seq, state, created_s, op="nccl:all_reduce"):
+    ns = int(created_s * 1e9)
+    return {
+        "collective_seq_id": seq,
+        "process_group": ["0", "default_pg"],
+        "profiling_name": op,
+        "input_sizes": [[1024]],
+        "input_dtypes": ["Float"],
+        "state": state,
+        "time_created_ns": ns,
+        "time_discovered_started_ns": ns + 1000 if state != "scheduled" else None,
+        "time_discovered_completed_ns": ns + 2000 if state == "completed" else None,
+    }
+
+
+def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
+    """Each rank's hook reads its dump once (the real FlightRecorderSource into a
+    real slot); the agent reads the slots into one host report."""
+    import json
+
+    from watchdog import wire
+    from watchdog.agent import testing as at
+    from watchdog.agent import track
+    from watchdog.agent.procs import ProcSample
+    from watchdog.agent.report import build_report
+    from watchdog.agent.slots import LocalRank
+    from watchdog.hook.flightrecorder import FlightRecorderSource
+    from watchdog.hook.slotwriter import SlotWriter
+
+    started = mono_ns - 20 * 10**9  # the slots were created (and the step began) 20 s ago
+    ranks = []
+    for r, entries in dumps.items():
+        ident = at.identity("job", r, len(dumps), pid=1000 + r, proc_start_us=7, local_rank=r)
+        slot = SlotWriter.format(bytearray(wire.slot_size(64)), ident, 64, wall_ns=0, mono_ns=started)
+        slot.put(wire.H_STATUS, int(wire.Status.RUNNING))
+        raw = json.dumps({"version": "2.10", "entries": entries}).encode()
+        src = FlightRecorderSource(lambda raw=raw: lambda: raw, slot.write_wide, lambda: mono_ns - 10**9,
+                                   lambda: 30, mark=slot.write)  # fmt: skip
+        assert src.poll(force=True) == len(entries)
+        data = slot.copy()
+        header = wire.decode_header(data[: wire.RING_OFFSET])
+        recs = wire.decode_records(data[wire.RING_OFFSET :], 64, header[wire.H_RING_HEAD])
+        proc = ProcSample(True, "running", cpu_seconds=1.0, rss_bytes=1 << 20, sampled_ns=mono_ns)
+        ranks.append(
+            LocalRank(
+                f"/run/{r}.slot", header, mono_ns - 10**8, False, proc, track.ALIVE, 50.0, (), coll_records=tuple(recs)
+            )
+        )
+    return build_report("job", "host0", "agent", 1, ranks, mono_ns, wall_s, 1.0)
+
+
+def test_not_started_on_gpu_through_the_hook_the_agent_and_the_fold():
+    wall, mono = 1_800_000_000.0, 5_000 * 10**9
+    k = wall - 10.0  # every rank enqueued #7 ten seconds ago; rank 2's GPU never reached it
+    dumps = {
+        r: [_nccl_entry(6, "completed", k - 1.0), _nccl_entry(7, "scheduled" if r == 2 else "started", k)]
+        for r in range(4)
+    }
+    view, _ = fold(empty("job"), _host_report(dumps, wall, mono), NOW, CFG)
+    assert [c.state for c, _ in view.ranks[2].colls] == ["completed", "scheduled"]
+    assert view.ranks[0].fr_read_at() == pytest.approx(NOW - 1.0)
+    (f,) = CollectiveHang(CFG).check(NOW, view)
+    assert f.ranks == (2,)
+    assert "rank 2 entered on CPU, not started on GPU: all_reduce #7 on the default group" in f.reason
+
+    gloo = {r: [{**e, "state": "scheduled"} for e in entries] for r, entries in dumps.items()}
+    view, _ = fold(empty("job"), _host_report(gloo, wall, mono), NOW, CFG)
+    (f,) = CollectiveHang(CFG).check(NOW, view)
+    assert "not started on GPU" not in f.reason and f.ranks == (0, 1, 2, 3)  # the stalled-job finding, as before
