@@ -74,10 +74,12 @@ class FrFront:
 
 def positions(rv: FoldedRank) -> dict[int, Position]:
     out: dict[int, Position] = {}
-    for c, at in rv.colls:
-        cur = out.get(c.group)
-        if cur is None or c.seq > cur.seq:
+    groups = len({key[0] for key, _, _ in rv.coll_keys})  # at 4,096 ranks a tick, stopping early is most of it
+    for c, at in reversed(rv.colls):  # sorted by (seq, group): the first seen per group is its newest
+        if c.group not in out:
             out[c.group] = Position(c.seq, at, c)
+            if len(out) == groups:
+                break
     g, s = rv.state.fr_newest_group, rv.state.fr_newest_seq
     if s > 0 and (g not in out or out[g].seq < s):
         out[g] = Position(s, math.nan, None)
