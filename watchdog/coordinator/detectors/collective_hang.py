@@ -10,8 +10,12 @@ The culprits are the ranks that have not entered the collective the others wait
 in (see ``health.analyze``): a rank stuck in its own code, in the data loader,
 dead, frozen or exited early (uneven inputs). A dead or frozen culprit also gets
 its own dead_rank / frozen_rank finding; this one names the same rank and says
-how long the others have waited. When nobody is in a collective (all stuck in
-data loading, say), every live rank is named with where it is.
+how long the others have waited. When nobody is in a collective the hook sees,
+the ranks' Flight Recorders may show them in one issued from C++ (frblame.py):
+then the ranks behind it are named, or nobody while no reading made since the
+wait began proves who ("unproven"); on NCCL, the ranks whose collective was
+entered on CPU but not started on GPU. Otherwise (all stuck in data loading,
+say) every live rank is named with where it is.
 """
 
 from __future__ import annotations
