@@ -78,6 +78,17 @@ def check_nccl_completion(run_dir: str) -> None:
         torch.cuda._sleep(cycles)
         dist.all_reduce(t)
         enq = time.monotonic_ns()
+        # While the GPU still sleeps, the Flight Recorder must show this all-reduce entered on the
+        # CPU and not started: the state the hang analysis names as "not started on GPU" (frblame).
+        mon.flight.poll(force=True)
+        queued = [r.payload for r in records(mon, "COLL_SIG") if r.t_ns >= enq]
+        state = wire.CollState(queued[-1][5]).label if queued else "no new signature"
+        read_ms = (time.monotonic_ns() - t0) / 1e6
+        row(
+            "nccl: queued behind a kernel = not started",
+            "ok" if state == "scheduled" else "FAIL",
+            f"newest all-reduce read as {state!r} at +{read_ms:.1f} ms, while the GPU sleeps",
+        )
         h = wire.read_slot(mon.slot_path, 1 << 62).header
         cpu_exit_ms = (h[wire.H_COLL_EXIT_NS] - h[wire.H_COLL_ENTER_NS]) / 1e6
         deadline = time.monotonic() + 30

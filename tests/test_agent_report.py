@@ -231,3 +231,30 @@ def test_flight_recorder_signatures_are_reported_once_with_their_age_on_their_ow
     assert again.ranks[0].recent_colls == ()
     back = wire_report.HostReport.from_dict(json.loads(json.dumps(again.to_dict())))
     assert back.ranks[0].recent_colls == ()
+
+
+def test_the_last_flight_recorder_read_travels_and_never_read_says_so():
+    """When the hook last read its Flight Recorder decides whether the coordinator
+    may name a rank from it: "never" must not read as "just now"."""
+    words = {**WORDS, wire.H_FR_NEWEST_GROUP: 77, wire.H_FR_NEWEST_SEQ: 12, wire.H_FR_READ_NS: NOW - 3 * S}
+    rep = build_report("j", "h", "a", 1, [view(words=words), view(1, words=WORDS)], NOW, 0, 1.0)
+    read, never = rep.ranks
+    assert (read.fr_read_age_s, read.fr_newest_group, read.fr_newest_seq) == (3.0, 77, 12)
+    assert (never.fr_read_age_s, never.fr_newest_seq) == (-1.0, 0)
+    assert wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+    raw = json.loads(json.dumps(rep.to_dict()))
+    for r in raw["ranks"]:  # an older agent
+        del r["fr_read_age_s"], r["fr_newest_group"], r["fr_newest_seq"]
+    assert [r.fr_read_age_s for r in wire_report.HostReport.from_dict(raw).ranks] == [-1.0, -1.0]
+
+
+@pytest.mark.parametrize(
+    "field,value", [("fr_read_age_s", -2.0), ("fr_read_age_s", float("inf")), ("fr_newest_seq", -1)]
+)
+def test_a_hostile_flight_recorder_read_drops_the_rank_not_the_host(field, value):
+    rep = build_report("j", "h", "a", 1, [view(words=WORDS)], NOW, 0, 1.0)
+    raw = json.loads(json.dumps(rep.to_dict()))
+    raw["ranks"][0][field] = value
+    dropped = []
+    assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
+    assert field in dropped[0][2]

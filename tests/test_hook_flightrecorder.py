@@ -290,3 +290,67 @@ def test_a_rank_waiting_in_a_collective_reads_at_once_within_the_budget(tmp_path
             clock.advance(monitor.STUCK_READ_NS)
             mon._poll_background()
             assert len(calls) == n + 1  # once per wait
+
+
+def test_each_read_leaves_its_time_and_the_newest_collective_in_the_slot(tmp_path, monkeypatch):
+    """The coordinator trusts a rank's Flight Recorder picture only if it was read
+    after the stall began: every read, new entries or not, says when it was made."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    clock = FakeClock()
+    dumps = [dump_of(REAL[:1]), dump_of(REAL), dump_of(REAL)]
+    with installed(tmp_path, clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        mon.flight._find, mon.flight._dump = (lambda: lambda: dumps.pop(0)), None
+        mon.flight._since = 0  # REAL's entries predate this monitor
+        got = []
+        for _ in range(3):
+            t0 = clock()
+            mon.flight.poll(force=True)
+            h = read_monitor(mon).header
+            got.append((h[wire.H_FR_NEWEST_GROUP], h[wire.H_FR_NEWEST_SEQ], h[wire.H_FR_READ_NS] == t0))
+            clock.advance(1_000_000_000)
+        assert got == [(0, 2, True), (0, 3, True), (0, 3, True)]  # the last read found nothing new, and says so
+        assert not read_monitor(mon).torn
+
+
+def test_a_rank_stalled_outside_any_collective_it_sees_reads_once_per_stall(tmp_path, monkeypatch):
+    """A rank waiting in a collective issued from C++ (DDP's _pre_forward), or the
+    rank stuck in its data loader that they wait for, looks like "in training
+    code" to the marks: after STALL_READ_BEATS beats without a step or a new
+    entry it reads at once, whatever the budget says, and only once."""
+    from watchdog.hook import monitor
+
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    clock = FakeClock()
+    calls = []
+    entries = list(REAL)
+
+    def dump():
+        calls.append(clock())
+        clock.advance(10_000_000)  # 10 ms a read: the budget then holds the next for 5 s
+        return dump_of(entries)
+
+    with installed(tmp_path, clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
+        mon.flight._find, mon.flight._dump = (lambda: dump), None
+        beat = 500_000_000  # the beats are driven here: the monitor is told they come every 0.5 s
+        mon._fr_still_ns = monitor.STALL_READ_BEATS * beat
+        mon.flight._since = 0  # REAL's entries predate this monitor
+
+        def beats(n):
+            for _ in range(n):
+                clock.advance(beat)
+                mon._poll_background()
+
+        mon._poll_background()  # reads (the budget allows it) and sees the newest entry: a stall starts
+        n = len(calls)
+        beats(monitor.STALL_READ_BEATS - 1)
+        assert len(calls) == n  # not yet a stall: the budget rules
+        beats(1)
+        assert len(calls) == n + 1  # stalled: read now
+        beats(8)
+        assert len(calls) == n + 1  # once per stall
+        mon.step()  # progress: a new stall may get its own read later
+        beats(monitor.STALL_READ_BEATS + 2)
+        assert len(calls) == n + 2
+        assert read_monitor(mon).header[wire.H_FR_READ_NS] == calls[-1]

@@ -149,6 +149,11 @@ class RankState:
     batch_per_rank: int = 0
     # Collectives the rank's Flight Recorder saw since the last report, oldest first.
     recent_colls: tuple[CollSig, ...] = ()
+    # The hook's last Flight Recorder read (wire H_FR_*): seconds since it began
+    # (-1 = never read, or an older hook), and the newest (group, seq) it held.
+    fr_read_age_s: float = -1.0
+    fr_newest_group: int = 0
+    fr_newest_seq: int = 0
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
@@ -376,6 +381,7 @@ _COUNTS = (
     "ctrl_ack_step",
     "coll_bytes_total",
     "batch_per_rank",
+    "fr_newest_seq",
 )
 _AGES = (
     "step_age_s",
@@ -410,6 +416,10 @@ def rank_problem(r: RankState) -> str:
         return f"cpu_percent out of range: {r.cpu_percent!r}"
     if not (math.isfinite(r.created_wall) and 0 <= r.created_wall < 1e11):
         return f"created_wall out of range: {r.created_wall!r}"
+    if r.fr_read_age_s != -1.0 and not _seconds_ok(r.fr_read_age_s):
+        return f"fr_read_age_s must be -1 (never read) or finite seconds >= 0, got {r.fr_read_age_s!r}"
+    if not -(1 << 63) <= r.fr_newest_group < (1 << 63):
+        return f"fr_newest_group out of range: {r.fr_newest_group!r}"
     c = r.coll
     for name in ("seq", "done_seq", "bytes", "outstanding"):
         if not _count_ok(getattr(c, name)):

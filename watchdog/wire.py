@@ -100,7 +100,11 @@ H_LOSS_BAD_COUNT = 43  # steps whose loss was NaN or infinite
 # Where the time goes, finer (added in place, still version 1: see SPLIT_WORDS below).
 H_TOTAL_COLL_BYTES = 44  # running sum of the bytes of every collective entered
 H_BATCH_PER_RANK = 45  # samples per batch on this rank (the timed loader's, or set); 0 = unknown
-H_LAST_DYNAMIC = 47  # 46, 47 reserved (zero)
+# The hook's last Flight Recorder read (added in place, still version 1: see FR_READ_WORDS
+# below): the newest collective it held, and when the read began (monotonic ns, 0 = never).
+H_FR_NEWEST_GROUP = 46
+H_FR_NEWEST_SEQ = 47
+H_LAST_DYNAMIC = 47
 # A second seqlocked block: running sums (ns) of the opt-in finer split of
 # compute (mon.watch_model) and of host-to-device copies (wrap_loader(device=)).
 H_TOTAL_FWD_NS = 50
@@ -108,6 +112,7 @@ H_TOTAL_BWD_NS = 51
 H_TOTAL_OPT_NS = 52
 H_TOTAL_H2D_NS = 53
 H_SPLIT_LAST = 53
+H_FR_READ_NS = 54  # seqlocked with H_FR_NEWEST_*: one bracket writes the three
 # Single-writer words, read outside the seqlock.
 H_HEARTBEAT_NS = 48  # hook heartbeat thread
 H_HEARTBEAT_COUNT = 49
@@ -131,11 +136,15 @@ LOSS_WORDS = (H_LOSS_BITS, H_LOSS_STEP, H_LOSS_BAD_STEP, H_LOSS_BAD_COUNT)
 # agent reports them as absent.
 SPLIT_WORDS = (H_TOTAL_FWD_NS, H_TOTAL_BWD_NS, H_TOTAL_OPT_NS, H_TOTAL_H2D_NS)
 SPLIT_PARTS = ("forward", "backward", "optimizer", "h2d")
+# And for 46, 47 and 54: H_FR_READ_NS == 0 means "never read" (or an older hook).
+# A coordinator names a rank behind in the Flight Recorder only from a read made
+# after the stall began, so this time is what makes the picture usable.
+FR_READ_WORDS = (H_FR_NEWEST_GROUP, H_FR_NEWEST_SEQ, H_FR_READ_NS)
 
 
 def seqlocked(index: int) -> bool:
     """Whether header word ``index`` changes only inside a seqlock bracket."""
-    return H_STEP <= index <= H_LAST_DYNAMIC or H_TOTAL_FWD_NS <= index <= H_SPLIT_LAST or index == H_SEQ
+    return H_STEP <= index <= H_LAST_DYNAMIC or H_TOTAL_FWD_NS <= index <= H_FR_READ_NS or index == H_SEQ
 
 
 _DOUBLE = struct.Struct("<d")

@@ -87,8 +87,19 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0, now_wall_ns: int = 0) 
         **_loss(h),
         coll_bytes_total=h[wire.H_TOTAL_COLL_BYTES],
         batch_per_rank=h[wire.H_BATCH_PER_RANK],
+        **_fr_read(h, now_ns),
         death=v.death,
     )
+
+
+def _fr_read(h: wire.SlotHeader, now_ns: int) -> dict:
+    if h[wire.H_FR_READ_NS] <= 0:
+        return {}  # never read (or an older hook): the defaults say so
+    return {
+        "fr_read_age_s": track.age_s(now_ns, h[wire.H_FR_READ_NS]),
+        "fr_newest_group": h[wire.H_FR_NEWEST_GROUP],
+        "fr_newest_seq": h[wire.H_FR_NEWEST_SEQ],
+    }
 
 
 def _loss(h: wire.SlotHeader) -> dict:

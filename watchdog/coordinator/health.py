@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import frblame
 from .config import DetectorConfig
 from .memo import per_tick
 from .mismatch import find as find_mismatch
@@ -22,6 +23,9 @@ OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
 FAULTY = (DEAD, FROZEN, LOST)
 # Progress times are estimated from reports; this absorbs their jitter.
 STALL_SLACK_S = 0.5
+# The Flight Recorder's view (frblame) is consulted once no live rank has made
+# progress for this long: a per-tick cost at scale that a running job never pays.
+FR_AFTER_S = 1.0
 
 
 def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> float:
@@ -89,7 +93,13 @@ class Blame:
     elsewhere: tuple[int, ...]  # waiting in a collective on another group
     waiting_since: float  # earliest enter among the waiters
     latest_enter: float
-    how: str  # "missing", "behind", "mismatched", "failed_inside", "other_group" or "unknown"
+    # "missing", "behind", "mismatched", "failed_inside", "other_group" or "unknown"; from the
+    # Flight Recorder also "not_started" (entered on CPU, not started on GPU) and "unproven"
+    # (someone is behind, but no reading made since the wait began says who: nobody named)
+    how: str
+    source: str = "marks"  # "marks": the hook's own collective marks; "flight_recorder": frblame
+    unread: tuple[int, ...] = ()  # behind, with no Flight Recorder reading since the wait began
+    detail: tuple[tuple[int, str], ...] = ()  # (culprit, where it is stuck), when known
 
 
 def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str] | None = None) -> Blame | None:
@@ -105,7 +115,7 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     # counting them as waiters would have the live ranks blamed for a wait seen on stale data.
     wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] not in (EXITED, LOST)}
     if not wait:
-        return None
+        return _fr_blame(view, now, health)
     groups = Counter(rv.state.coll.group for rv in wait.values())
     group = min(groups, key=lambda g: (-groups[g], g))
     on = {r: rv for r, rv in wait.items() if rv.state.coll.group == group}
@@ -122,6 +132,10 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     #    since before the others started waiting (a rank still making progress
     #    elsewhere is not what they wait for).
     missing = [r for r, rv in view.ranks.items() if r not in wait and (health[r] in FAULTY + (EXITED,) or stalled(rv))]
+    fr = _fr_front(view, now, health) if missing else None
+    if fr is not None:  # the Flight Recorder shows more than the marks: these wait in the same collective
+        held = set(fr.waiters) | set(fr.earlier)
+        missing = [r for r in missing if r not in held]
     # 2. Waiting, but on an earlier collective than the others entered (a rank
     #    killed half-way through its gradient buckets).
     behind = [r for r, rv in on.items() if rv.state.coll.seq < front]
@@ -154,6 +168,9 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
             break
     else:
         how = "unknown"
+        found = _fr_blame(view, now, health)
+        if found is not None and found.culprits:
+            return found  # every visible waiter in, but the Flight Recorder names who holds them
     blamed = set(culprits)  # a set: at 16k ranks a list made this O(waiters x culprits)
     waiters = tuple(sorted(r for r in on if r not in blamed))
     return Blame(
@@ -169,12 +186,40 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     )
 
 
+def _fr_front(view: ClusterView, now: float, health: dict[int, str]) -> frblame.FrFront | None:
+    ok = {r for r, h in health.items() if h == OK}
+    if not ok or now - max(view.ranks[r].progress_at for r in ok) < FR_AFTER_S:
+        return None
+    failed = {r for r, h in health.items() if h in FAULTY + (EXITED,)}
+    return frblame.find(view, ok, failed)
+
+
+def _fr_blame(view: ClusterView, now: float, health: dict[int, str]) -> Blame | None:
+    f = _fr_front(view, now, health)
+    if f is None:
+        return None
+    return Blame(
+        group=f.group,
+        seq=f.seq,
+        op=f.op,
+        waiters=f.waiters,
+        culprits=f.culprits,
+        elsewhere=(),
+        waiting_since=f.waiting_since,
+        latest_enter=f.latest_enter,
+        how=f.how,
+        source="flight_recorder",
+        unread=f.unread,
+        detail=tuple(sorted(f.detail.items())),
+    )
+
+
 def victims(
     view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int, str], blame: Blame | None
 ) -> set[int]:
     """Failed ranks that were waiting for someone else when they failed: they are
     not the root cause and get no finding of their own."""
-    if blame is None or not blame.culprits or blame.how in ("failed_inside", "unknown"):
+    if blame is None or not blame.culprits or blame.how in ("failed_inside", "unknown", "unproven"):
         return set()
     return {r for r in blame.waiters + blame.elsewhere if health[r] in FAULTY}
 

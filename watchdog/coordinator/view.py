@@ -105,6 +105,11 @@ class FoldedRank:
         """When the last collective was entered (meaningful while outstanding > 0)."""
         return self.received_at - self.state.coll.since_s
 
+    def fr_read_at(self) -> float | None:
+        """When the hook's last Flight Recorder read began; None: never read."""
+        age = self.state.fr_read_age_s
+        return None if age < 0 else self.received_at - age
+
 
 @dataclass(frozen=True)
 class HostView:

@@ -243,7 +243,13 @@ def json_dumper() -> Callable[[], bytes] | None:
 class FlightRecorderSource:
     """Finds FR (``find``: ``json_dumper``) and reads it on each ``poll`` (background thread) and writes the collectives it
     has not written yet, or whose state moved, as COLL_SIG records through
-    ``write`` (SlotWriter.write_wide). After a dump it cannot read, it stops."""
+    ``write`` (SlotWriter.write_wide). After a dump it cannot read, it stops.
+
+    After every read, ``mark`` (SlotWriter.write) gets the header words
+    wire.FR_READ_WORDS: the newest (group, seq) FR held and when the read began.
+    They are stored after the records, so a reader that sees the new time sees
+    the records too; the coordinator trusts a rank's Flight Recorder picture
+    only when that time is after the stall began."""
 
     def __init__(
         self,
@@ -254,10 +260,12 @@ class FlightRecorderSource:
         *,
         per_poll: int = MAX_PER_POLL,
         since_wall_ns: int = 0,
+        mark: Callable[[tuple[tuple[int, int], ...]], None] | None = None,
     ) -> None:
         self._find = find  # looked up on each poll until found: torch may be imported after install
         self._dump: Callable[[], bytes] | None = None
         self._write = write
+        self._mark = mark
         self._clock = clock
         self._step = step
         self._per_poll = per_poll
@@ -273,6 +281,8 @@ class FlightRecorderSource:
         self._next_ns = 0  # no read before this (clock ns): the duty-cycle budget
         self.broken = ""  # why the source stopped; "" while it works
         self.failures = 0  # dumps that raised in a row
+        self.newest = (0, 0)  # (group, seq) of the newest collective FR held at the last read
+        self.read_at_ns = 0  # when the last read that succeeded began (clock ns; 0 = none yet)
 
     def _give_up(self, exc: BaseException) -> None:
         self.broken = f"{type(exc).__name__}: {exc}"[:300]
@@ -318,11 +328,16 @@ class FlightRecorderSource:
         if len(seen) > MAX_SEEN:  # forget the oldest: FR's ring has long dropped them
             for key in list(seen)[: len(seen) - MAX_SEEN // 2]:
                 del seen[key]
-        if not fresh:
-            return 0
-        now, step = self._clock(), self._step()
-        self._write([e.record(now, step) for e in fresh])
-        self.written += len(fresh)
+        if entries:  # else the newest is the one an earlier read saw (the scan stopped at it)
+            self.newest = (entries[-1].group, entries[-1].seq)
+        self.read_at_ns = t0
+        if fresh:
+            now, step = self._clock(), self._step()
+            self._write([e.record(now, step) for e in fresh])
+            self.written += len(fresh)
+        if self._mark is not None:
+            group, seq = self.newest
+            self._mark(((wire.H_FR_NEWEST_GROUP, group), (wire.H_FR_NEWEST_SEQ, seq), (wire.H_FR_READ_NS, t0)))
         return len(fresh)
 
 

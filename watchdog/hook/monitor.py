@@ -52,6 +52,12 @@ T = TypeVar("T")
 
 # A collective wait this long gets a Flight Recorder read at once (see _read_flight_recorder).
 STUCK_READ_NS = 1_000_000_000
+# So does a rank that looks stalled outside any collective the hook sees (no step, no
+# new Flight Recorder entry) for this many heartbeats, or two of its last steps if
+# longer: it may be waiting in one issued from C++ (DDP's _pre_forward, FSDP), or be
+# the rank the others wait for. Either way the coordinator needs a reading of its
+# Flight Recorder made after the stall began, and the duty budget may be 35 s away.
+STALL_READ_BEATS = 4
 
 # Methods replaced when the monitor goes quiet (closed, disabled, forked child).
 _QUIET = {
@@ -124,11 +130,19 @@ class Monitor:
             clock,
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
+            mark=slot.write,
         )
         self._poll_flight: Callable[[], object] = (
             self._read_flight_recorder if getattr(config, "flight_recorder", True) else nop
         )
         self._fr_forced_for = -1  # the collective wait a read was already forced for
+        # What "no progress" is compared against (steps, newest FR entry), since when, and whether the
+        # one read such a stall gets was made: a read that finds new entries is progress, so a stall
+        # gets one forced read, and a slow step at most one.
+        self._fr_still: tuple = ()
+        self._fr_still_since = 0
+        self._fr_still_forced = False
+        self._fr_still_ns = int(STALL_READ_BEATS * config.heartbeat_interval_s * 1e9)
         # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
         self.completions: completion.CompletionTracker | None = None
         self._poll_completions: Callable[[], object] = nop
@@ -285,16 +299,31 @@ class Monitor:
 
     def _read_flight_recorder(self) -> None:
         """Within the read budget (flightrecorder.DUTY), except once per wait in a
-        collective that lasts STUCK_READ_NS: a hang is when the ranks' Flight
-        Recorders matter, and a training thread blocked in a collective loses
-        nothing to the read."""
+        collective that lasts STUCK_READ_NS, and once per stall outside one (see
+        STALL_READ_BEATS): a hang is when the ranks' Flight Recorders matter, and a
+        training thread that is blocked loses nothing to the read."""
         m = self.recorder.collectives
         since = m.span_start
-        if m.outstanding and since != self._fr_forced_for and self._clock() - since > STUCK_READ_NS:
+        now = self._clock()
+        if m.outstanding and since != self._fr_forced_for and now - since > STUCK_READ_NS:
             self._fr_forced_for = since
+            self.flight.poll(force=True)
+        elif not m.outstanding and self._stalled_outside_collectives(now):
+            self._fr_still_forced = True
             self.flight.poll(force=True)
         else:
             self.flight.poll()
+        still = (self.recorder.steps, self.flight.newest)  # after the read: what it found is not a stall
+        if still != self._fr_still:
+            self._fr_still, self._fr_still_since, self._fr_still_forced = still, now, False
+
+    def _stalled_outside_collectives(self, now: int) -> bool:
+        """No step and no new Flight Recorder entry for the stall threshold, and no
+        read forced for this stall yet."""
+        if self._fr_still_forced or not self._fr_still or self.recorder.steps != self._fr_still[0]:
+            return False
+        limit = max(self._fr_still_ns, 2 * self.slot.words[wire.H_LAST_STEP_NS])
+        return now - self._fr_still_since >= limit
 
     def use_completions(self, source: completion.CompletionSource) -> None:
         """Track when the accelerator reaches each collective and step boundary

@@ -10,8 +10,12 @@ The culprits are the ranks that have not entered the collective the others wait
 in (see ``health.analyze``): a rank stuck in its own code, in the data loader,
 dead, frozen or exited early (uneven inputs). A dead or frozen culprit also gets
 its own dead_rank / frozen_rank finding; this one names the same rank and says
-how long the others have waited. When nobody is in a collective (all stuck in
-data loading, say), every live rank is named with where it is.
+how long the others have waited. When nobody is in a collective the hook sees,
+the ranks' Flight Recorders may show them in one issued from C++ (frblame.py):
+then the ranks behind it are named, or nobody while no reading made since the
+wait began proves who ("unproven"); on NCCL, the ranks whose collective was
+entered on CPU but not started on GPU. Otherwise (all stuck in data loading,
+say) every live rank is named with where it is.
 """
 
 from __future__ import annotations
@@ -101,11 +105,32 @@ class CollectiveHang:
         evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
         if b is None:
             return [self._stalled(now, view, st, evidence)]
-        evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how)
+        evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how, source=b.source)
+        if b.source == "flight_recorder":
+            evidence.update(culprit_order=list(b.culprits), unread=list(b.unread), detail=dict(b.detail))
         waited = (
             f"{ranks_phrase(b.waiters)} waiting {seconds(now - b.waiting_since)}" if b.waiters else "no rank waiting"
         )
         coll = f"{b.op} #{b.seq} on {group_name(b.group)}"
+        if b.source == "flight_recorder":
+            coll += " (per the Flight Recorder)"
+        if b.how == "unproven":
+            reason = (
+                f"{waited} in {coll}; {ranks_phrase(b.unread)} not in it, with no Flight Recorder reading "
+                "since the wait began: nobody named until one shows who holds it up; stacks requested"
+            )
+            return [
+                Finding(
+                    kind=self.name,
+                    ranks=(),
+                    hosts=(),
+                    reason=reason,
+                    onset_mono=st.onset,
+                    detected_mono=now,
+                    evidence=evidence,
+                    wants_stacks=tuple(sorted(b.waiters + b.unread)),
+                )
+            ]
         if not b.culprits:
             reason = (
                 f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
@@ -130,8 +155,13 @@ class CollectiveHang:
             "failed_inside": "failed inside",
             "mismatched": "called a different collective (op or size) than",
             "other_group": "is waiting elsewhere instead of in",
+            "not_started": "entered on CPU, not started on GPU:",
         }[b.how]
-        if len(rvs) == 1:
+        if b.how == "not_started":
+            why = dict(b.detail)
+            stuck = "; ".join(f"rank {r}: {why[r]}" for r in b.culprits if r in why)
+            reason = f"{ranks_phrase(b.culprits)} {verb} {coll}; {waited}; {stuck}"
+        elif len(rvs) == 1:
             rv = rvs[0]
             status = _STATUS.get(st.health[rv.rank]) or heartbeat(rv, now, self.cfg.frozen_heartbeat_s)
             reason = f"{who(rv)} {verb} {coll}; {waited}; rank {rv.rank} last seen {where(rv, now)}, {status}"
@@ -143,13 +173,13 @@ class CollectiveHang:
         return [
             Finding(
                 kind=self.name,
-                ranks=b.culprits,
+                ranks=tuple(sorted(b.culprits)),  # the order, root cause first, is evidence["culprit_order"]
                 hosts=tuple(sorted({rv.host for rv in rvs})),
                 reason=reason,
                 onset_mono=st.onset,
                 detected_mono=now,
                 evidence=evidence,
-                wants_stacks=b.culprits,
+                wants_stacks=tuple(sorted(b.culprits)),
             )
         ]
 

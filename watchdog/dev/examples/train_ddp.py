@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="inject the faults after a restart too (a deterministic failure)")
     p.add_argument("--plain-init", action="store_true",
                    help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin")
+    p.add_argument("--buffers", action="store_true",
+                   help="a BatchNorm in the model: DDP broadcasts its buffers in every forward, from C++")
     p.add_argument("--final-params", default=None,
                    help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
     args = p.parse_args(argv)
@@ -290,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     world = dist.get_world_size()
 
     torch.manual_seed(args.seed)
-    model = DDP(nn.Sequential(nn.Linear(args.dim, 128), nn.ReLU(), nn.Linear(128, 1)))
+    # With --buffers, DDP's _pre_forward broadcasts the BatchNorm statistics in every forward: a
+    # collective issued from C++, which the hook's patching does not see (the Flight Recorder does).
+    norm = [nn.BatchNorm1d(128)] if args.buffers else []
+    model = DDP(nn.Sequential(nn.Linear(args.dim, 128), *norm, nn.ReLU(), nn.Linear(128, 1)))
     mon.watch_ddp(model)  # watchdog: times DDP's gradient all-reduce
     mon.watch_model(model, opt := torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))  # watchdog: forward/backward/optimizer
 
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         # run resumed at step S would sum step S+1's gradients in another order than an
         # uninterrupted run (last-bit differences). One zero backward, no optimizer step,
         # puts every real step on the rebuilt buckets: resumes are bit-exact.
-        model(torch.zeros(1, args.dim)).sum().mul(0.0).backward()
+        model(torch.zeros(2, args.dim)).sum().mul(0.0).backward()  # 2 rows: a BatchNorm (--buffers) needs them
         opt.zero_grad(set_to_none=True)
     if args.ckpt_dir:
         # watchdog: a checkpoint on request (checkpoint_restart), in the periodic format,
