@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from watchdog import report as wire_report
 from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.listing import CachedLister
@@ -311,8 +312,8 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     good = open(wr.path, "rb").read()
     (tmp_path / "trunc.slot").write_bytes(good[:300])
     future = bytearray(good)
-    future[wire.H_VERSION * 8 : wire.H_VERSION * 8 + 8] = (2).to_bytes(8, "little")
-    (tmp_path / "v2.slot").write_bytes(bytes(future))
+    future[wire.H_VERSION * 8 : wire.H_VERSION * 8 + 8] = (wire.VERSION + 1).to_bytes(8, "little")
+    (tmp_path / "future.slot").write_bytes(bytes(future))
     (tmp_path / "not-a-slot.txt").write_bytes(b"ignored")
     log = Log()
     t = SlotTracker(run, log=log)
@@ -470,3 +471,33 @@ def test_a_run_dir_with_ranks_never_says_it_has_none():
     for i in range(0, 200, 10):
         t.poll(T0 + i * S, W0 + i * S)
     assert not log.named("no rank slots found")
+
+
+def test_a_burst_of_collective_records_does_not_push_out_unreported_steps(tmp_path):
+    """FSDP-like: 600 Flight Recorder signatures between two agent polls, more than
+    twice the step ring. The steps written before them still reach the report, the
+    signatures too (the newest, capped), and neither is reported twice."""
+    from watchdog.agent.report import build_report, marks
+
+    run = str(tmp_path)
+    wr = testing.RankSlot(run, testing.identity("j", 0, 2))
+    now = wr.words[wire.H_HEARTBEAT_NS]
+    for _ in range(3):
+        wr.step(S // 10, S // 100, S // 50, now_ns=now)
+    shape = wire.pack_shape((4,))
+    for seq in range(1, 601):
+        wr.event(wire.RecordKind.COLL_SIG, now, 3, 0, seq, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    t = SlotTracker(run, log=Log())
+    t.poll(now + S // 10, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 1, [v], now + S // 10, time.time(), 1.0).ranks
+    delivered = marks([v])
+    assert [x.step for x in r.recent_steps] == [1, 2, 3]
+    assert [c.seq for c in r.recent_colls] == list(range(601 - wire_report.MAX_COLLS_PER_RANK, 601))
+    wr.step(S // 10, now_ns=now + S)
+    wr.event(wire.RecordKind.COLL_SIG, now, 4, 0, 601, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    t.poll(now + 2 * S, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 2, [v], now + 2 * S, time.time(), 1.0, since=delivered).ranks
+    assert [x.step for x in r.recent_steps] == [4] and [c.seq for c in r.recent_colls] == [601]
+    wr.close()

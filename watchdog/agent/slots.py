@@ -70,8 +70,11 @@ class LocalRank:
     inode: int = 0
     # Why it died (deathcause.explain), once dead; empty while alive or unknown.
     death: dict = field(default_factory=dict)
-    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK.
+    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK:
+    # from the step ring of a version-1 slot (older hooks), numbered with the step records.
     coll_records: tuple[wire.Record, ...] = ()
+    # The same from the event ring of a version-2 slot, numbered on their own (wire.read_slot's events_since).
+    event_colls: tuple[wire.Record, ...] = ()
 
     @property
     def identity(self) -> wire.Identity:
@@ -94,8 +97,10 @@ class _Slot:
     state: str = track.ALIVE
     torn: bool = False
     since: int = 0  # next ring index to ask for
+    events_since: int = 0  # the same for the event ring (version-2 slots)
     steps: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
     colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
+    ev_colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
@@ -258,10 +263,12 @@ class SlotTracker:
         self._dir_missing = False
         return entries
 
-    def _read_or_count(self, path: str, since: int, current_error: str) -> wire.SlotSnapshot | str | None:
+    def _read_or_count(
+        self, path: str, since: int, current_error: str, events_since: int = 0
+    ) -> wire.SlotSnapshot | str | None:
         """The snapshot, or the error reason, or None when the file vanished."""
         try:
-            return self._read(path, since)
+            return self._read(path, since, events_since) if events_since else self._read(path, since)
         except FileNotFoundError:  # deleted between listdir and open: not an error
             return None
         except (wire.SlotError, OSError) as exc:
@@ -375,7 +382,7 @@ class SlotTracker:
         ident, prev = slot.header.identity, slot.proc
         resources = now_ns - prev.sampled_ns >= self._resource_ns
         proc = self.procs.check(ident.pid, ident.proc_start_us, now_ns, resources=resources)
-        snap = self._read_or_count(slot.path, slot.since, slot.error)
+        snap = self._read_or_count(slot.path, slot.since, slot.error, slot.events_since)
         if snap is None:  # deleted since the (possibly cached) listing
             self._forget(slot.path)
             return
@@ -455,6 +462,14 @@ class SlotTracker:
         else:
             last = since
         slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
+        if snap.events:
+            self._absorb_events(slot, snap)
+
+    def _absorb_events(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
+        """The event ring: Flight Recorder signatures (and GPU completions)."""
+        since = slot.events_since
+        slot.ev_colls.extend(r for r in snap.events if r.index >= since and r.kind == _COLL_SIG)
+        slot.events_since = max(since, snap.events[-1].index + 1)
 
     def _resolve(self) -> None:
         winners = set(
@@ -570,6 +585,7 @@ class SlotTracker:
             s.inode,
             s.death,
             tuple(s.colls),
+            tuple(s.ev_colls),
         )
 
     def state_counts(self) -> dict[str, int]:

@@ -120,7 +120,7 @@ class Monitor:
         # off by configuration, it is a no-op decided here.
         self.flight = flightrecorder.FlightRecorderSource(
             flightrecorder.json_dumper,
-            slot.write_wide,
+            slot.write_events,
             clock,
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
@@ -300,7 +300,7 @@ class Monitor:
         """Track when the accelerator reaches each collective and step boundary
         (install: a CUDA event source when a GPU is there; tests: a fake). Before
         collectives are patched, so the patch can add the marker."""
-        tracker = completion.CompletionTracker(source, self.slot.write_wide, self._clock)
+        tracker = completion.CompletionTracker(source, self.slot.write_events, self._clock)
         self.completions = tracker
         self._poll_completions = tracker.poll
         step = self.recorder.step

@@ -126,7 +126,7 @@ def step_splits(snapshot: wire.SlotSnapshot) -> list[StepSplit]:
 
 
 def records_of(snapshot: wire.SlotSnapshot, kind: wire.RecordKind) -> list[wire.Record]:
-    return [r for r in snapshot.records if r.kind == kind]
+    return [r for r in snapshot.all_records if r.kind == kind]
 
 
 class RankSlot:
@@ -191,6 +191,10 @@ class RankSlot:
 
     def record(self, kind: wire.RecordKind, t_ns: int, step: int, *payload: int) -> None:
         self.slot.write((), (int(kind), t_ns, step, *payload))
+
+    def event(self, kind: wire.RecordKind, t_ns: int, step: int, *payload: int) -> None:
+        """One record on the event ring (where the hook writes COLL_SIG and COMPLETION)."""
+        self.slot.write_events([(int(kind), t_ns, step, payload)])
 
     def step(
         self,
