@@ -244,7 +244,16 @@ def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
     for i in range(3):
         t.poll(T0 + i * S // 10, W0)
     assert [v.path for v in t.views()] == ["/run/good.slot"]
-    assert t.read_errors == {"corrupt": 1, "version": 1, "torn": 0, "io": 1, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 1,
+        "version": 1,
+        "torn": 0,
+        "io": 1,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
     assert t.state_counts()[track.INVALID] == 3
     w.put("/run/garbage.slot", slot("/run/garbage.slot", rank=1, pid=100))  # formatted later: recovers
@@ -322,9 +331,27 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     (v,) = t.views()
     assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1
     # Just-written files that do not parse may be a hook formatting its slot: not errors yet.
-    assert t.read_errors == {"corrupt": 0, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 0,
+        "version": 1,
+        "torn": 0,
+        "io": 0,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     t.poll(mono + 3 * S, wall + 3 * S)
-    assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 3,
+        "version": 1,
+        "torn": 0,
+        "io": 0,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     assert t.state_counts()[track.INVALID] == 4
     wr.close()
 
@@ -500,4 +527,30 @@ def test_a_burst_of_collective_records_does_not_push_out_unreported_steps(tmp_pa
     (v,) = t.views()
     (r,) = build_report("j", "h", "a", 2, [v], now + 2 * S, time.time(), 1.0, since=delivered).ranks
     assert [x.step for x in r.recent_steps] == [4] and [c.seq for c in r.recent_colls] == [601]
+    wr.close()
+
+
+def test_gpu_completions_in_the_slot_become_the_reports_gpu_split_and_hostile_ones_a_counter(tmp_path):
+    from watchdog.agent.gpusteps import COLLECTIVE, STEP
+    from watchdog.agent.report import build_report
+
+    gpu, ms = int(wire.Clock.GPU_EVENT), 1_000_000
+    wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2))
+    t0 = wr.words[wire.H_HEARTBEAT_NS]
+    wr.step(10 * ms, 2 * ms, ms // 20, now_ns=t0)
+    wr.event(wire.RecordKind.COMPLETION, t0, 1, STEP, 0, 1, t0, t0 + 5 * ms, gpu, 0)
+    wr.step(10 * ms, 2 * ms, ms // 20, now_ns=t0 + 10 * ms)
+    wr.event(wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 1, t0 + 9 * ms, t0 + 145 * ms, gpu, t0 + 105 * ms)
+    wr.event(
+        wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 2, t0, t0 + ms, gpu, t0 + 9 * ms
+    )  # ends before it starts
+    wr.event(wire.RecordKind.COMPLETION, t0, 2, STEP, 0, 2, t0 + 10 * ms, t0 + 146 * ms, gpu, 0)
+    t = SlotTracker(str(tmp_path), log=Log())
+    t.poll(t0 + 200 * ms, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 1, [v], t0 + 200 * ms, time.time(), 1.0).ranks
+    (g,) = r.recent_gpu
+    assert r.gpu_clock == "gpu" and g.step == 2
+    assert (g.step_s, g.coll_s, g.data_s) == pytest.approx((0.141, 0.040, 0.002))
+    assert t.read_errors["record"] == 1
     wr.close()

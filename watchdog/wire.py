@@ -194,7 +194,11 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # COMPLETION payload: when the accelerator reached a marker queued after a
 #                   collective or a step (watchdog.hook.completion): A what (1
 #                   collective, 2 step), B group key, C seq (or step), D enqueued
-#                   (Clock.MONOTONIC), E completed, F the Clock of E
+#                   (Clock.MONOTONIC), E completed, F the Clock of E and G, G
+#                   started: when the accelerator reached the marker queued just
+#                   before the collective (0 = not known; steps have none).
+#                   R_STEP: steps completed when it was queued (a collective of
+#                   step k carries k - 1; the marker ending step k carries k)
 
 
 class Status(enum.IntEnum):

@@ -55,6 +55,7 @@ def rank_state(v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0)
     colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= since]
     colls += [coll_sig(r, now_ns, now_wall_ns) for r in v.event_colls if r.index >= events_since]
     colls = colls[-MAX_COLLS_PER_RANK:]
+    gpu = [g for i, g in v.gpu_steps if i >= events_since][-MAX_STEPS_PER_RANK:]
     return RankState(
         rank=ident.rank,
         local_rank=ident.local_rank,
@@ -83,6 +84,8 @@ def rank_state(v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0)
         created_wall=h.created_wall_ns / 1e9,
         recent_steps=tuple(track.step_sample(r) for r in fresh),
         recent_colls=tuple(c for c in colls if c.seq > 0),
+        recent_gpu=tuple(gpu),
+        gpu_clock=v.gpu_clock,
         proc_status=v.proc.status,
         # > 0 marks the time as measured (the coordinator orders deaths by it).
         gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
@@ -153,16 +156,12 @@ def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, Mark]:
     out: dict[str, Mark] = {}
     for v in tracked_ranks:
         last = max((rs[-1].index for rs in (v.step_records, v.coll_records) if rs), default=-1)
-        last_ev = max((rs[-1].index for rs in _event_kinds(v) if rs), default=-1)
+        last_ev = max(v.event_colls[-1].index if v.event_colls else -1, v.gpu_steps[-1][0] if v.gpu_steps else -1)
         if last_ev >= 0:
             out[v.path] = (last + 1, last_ev + 1)
         elif last >= 0:
             out[v.path] = last + 1
     return out
-
-
-def _event_kinds(v: LocalRank) -> tuple[Sequence, ...]:
-    return (v.event_colls,)
 
 
 def jobs(tracked_ranks: Iterable[LocalRank]) -> list[str]:

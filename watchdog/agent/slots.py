@@ -25,19 +25,21 @@ from dataclasses import dataclass, field
 import psutil
 
 from watchdog import flags, logs, rundir, wire
-from watchdog.agent import deathcause, track
+from watchdog.agent import deathcause, gpusteps, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
-from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK
+from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
 # followed); owner: the file's owner is not the owner of the process it names
-# (a forgery: pid and start time are public in /proc).
-READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner")
+# (a forgery: pid and start time are public in /proc). record: ring records with
+# values no hook writes (counted per record, agent/gpusteps.py), left out of reports.
+READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record")
 _SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
 _NOT_AGAIN = (*_SETTLED, "owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
 _COLL_SIG = int(wire.RecordKind.COLL_SIG)
+_COMPLETION = int(wire.RecordKind.COMPLETION)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
 EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
@@ -75,6 +77,10 @@ class LocalRank:
     coll_records: tuple[wire.Record, ...] = ()
     # The same from the event ring of a version-2 slot, numbered on their own (wire.read_slot's events_since).
     event_colls: tuple[wire.Record, ...] = ()
+    # Steps split on the accelerator's clock (agent/gpusteps.py), each with the event-ring
+    # index of the completion that ended it, oldest first, at most MAX_STEPS_PER_RANK.
+    gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
+    gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
 
     @property
     def identity(self) -> wire.Identity:
@@ -101,6 +107,8 @@ class _Slot:
     steps: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
     colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
     ev_colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
+    gpu: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
+    gpu_fold: gpusteps.GpuFold | None = None  # made at the first COMPLETION record
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
@@ -455,6 +463,8 @@ class SlotTracker:
         else:
             slot.torn, slot.snap = False, snap
         since = slot.since
+        if slot.gpu_fold is not None and snap.records:
+            self._fold_gpu(slot, [r for r in snap.records if r.index >= since and r.kind == _STEP_END], [])
         if snap.records:
             slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
             slot.colls.extend(r for r in snap.records if r.index >= since and r.kind == _COLL_SIG)
@@ -468,8 +478,32 @@ class SlotTracker:
     def _absorb_events(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
         """The event ring: Flight Recorder signatures (and GPU completions)."""
         since = slot.events_since
-        slot.ev_colls.extend(r for r in snap.events if r.index >= since and r.kind == _COLL_SIG)
+        fresh = [r for r in snap.events if r.index >= since]
+        slot.ev_colls.extend(r for r in fresh if r.kind == _COLL_SIG)
+        if slot.gpu_fold is None and any(r.kind == _COMPLETION for r in fresh):
+            # The first completions: the data waits of the steps read so far pair with them.
+            slot.gpu_fold = gpusteps.GpuFold()
+            self._fold_gpu(slot, list(slot.steps), [])
+        if slot.gpu_fold is not None:
+            self._fold_gpu(slot, [], fresh)
         slot.events_since = max(since, snap.events[-1].index + 1)
+
+    def _fold_gpu(self, slot: _Slot, steps: list[wire.Record], events: list[wire.Record]) -> None:
+        fold = slot.gpu_fold
+        assert fold is not None
+        before = fold.rejected
+        slot.gpu.extend(fold.feed(steps, events))
+        if fold.rejected > before:
+            if not self.read_errors["record"]:
+                ident = slot.header.identity
+                self._log.warning(
+                    "slot records rejected",
+                    path=slot.path,
+                    job=ident.job,
+                    rank=ident.rank,
+                    detail="completion records with values no hook writes: left out of the GPU-side split",
+                )
+            self.read_errors["record"] += fold.rejected - before
 
     def _resolve(self) -> None:
         winners = set(
@@ -586,6 +620,8 @@ class SlotTracker:
             s.death,
             tuple(s.colls),
             tuple(s.ev_colls),
+            tuple(s.gpu),
+            "gpu" if s.gpu_fold is not None and s.gpu_fold.last_step >= 0 else "",
         )
 
     def state_counts(self) -> dict[str, int]:
