@@ -222,6 +222,8 @@ def measure(
         bytes_per_step=int(per_step_bytes),
         bytes_per_compute_s=int(per_step_bytes / med_compute) if med_compute > 0 else None,
     )
+    clocks = {view.ranks[r].split_clock for r in per_rank}
+    evidence["clock"] = clocks.pop() if len(clocks) == 1 else "mixed"  # the clock the split came from
     if finer:  # the finer split (mon.watch_model), median over the ranks that measure it
         evidence["split"] = {k: round(median([v[i] for v in finer.values()]), 6) for i, k in enumerate(FINER)}
         evidence["split_ranks"] = len(finer)
