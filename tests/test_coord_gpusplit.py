@@ -63,3 +63,20 @@ def test_gpu_steps_keep_what_only_the_cpu_side_measures():
     view = t.view([t.rank(0, recent_steps=cpu, recent_gpu=t.gpu_steps(1, 30, step_s=0.2, coll_s=0.1))])
     x = view.ranks[0].history[-1]
     assert (x.coll_s, x.coll_bytes, x.forward_s) == (pytest.approx(0.1), 4096, pytest.approx(0.03))
+
+
+def test_the_coordinator_exports_which_clock_its_split_came_from(tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.service import Coordinator
+
+    reg, path = CollectorRegistry(), str(tmp_path / "j.jsonl")
+    coord = Coordinator(Config(journal=path), Journal(path, lambda: (1.7e9 + 100.0, 100.0)), registry=reg)
+    assert 'watchdog_coordinator_step_split_clock{clock="cpu"} 1.0' in generate_latest(reg).decode()
+    for host in sorted({t.host_of(r) for r in range(8)}):
+        coord.accept(t.report(host, [nccl_rank(r, gpu=True) for r in range(8) if t.host_of(r) == host]), now=100.0)
+    coord.tick(101.0, 1.7e9 + 101.0)
+    text = generate_latest(reg).decode()
+    assert 'watchdog_coordinator_step_split_clock{clock="gpu"} 1.0' in text
+    assert 'watchdog_coordinator_step_split_clock{clock="cpu"} 0.0' in text

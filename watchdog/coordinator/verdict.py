@@ -45,6 +45,7 @@ DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
     "unknown",
 )
 VERDICTS = (DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN)
+SPLIT_CLOCKS = ("gpu", "cpu", "mixed")  # where the split came from (evidence "clock"; FoldedRank.split_clock)
 CAUSES = (DATA, COMMUNICATION, STRAGGLER)  # time lost per step, as a share of step time
 
 # Shares of step time (memory: share of accelerator memory) at which a cause is the verdict.
