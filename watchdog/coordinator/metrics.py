@@ -15,9 +15,8 @@ from watchdog.report import MAX_ACKS_PER_REPORT
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
 from .goodput import CATEGORIES as GOODPUT_CATEGORIES
-from .verdict import SPLIT_CLOCKS
+from .verdict import SPLIT_CLOCKS, VERDICTS
 from .verdict import THRESHOLDS as VERDICT_SHARES
-from .verdict import VERDICTS
 
 # Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
 # keyed by these names: the detector that computes the value says which gauge it is.
