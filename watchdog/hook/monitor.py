@@ -262,6 +262,7 @@ class Monitor:
         self._run_undo()
         self._heartbeat.stop()
         self._final_flight_read()
+        self._final_completions()
         if not self._disabled and not self._failed:
             self.recorder.set_status(Status.EXITED)
         self._go_quiet()
@@ -278,6 +279,14 @@ class Monitor:
         try:
             if self._poll_flight is not nop:
                 self.flight.poll(force=True)
+        except Exception:
+            pass
+
+    def _final_completions(self) -> None:
+        """At exit: the accelerator work done since the last beat (a script that
+        synchronised before exiting leaves its last steps' GPU times)."""
+        try:
+            self._poll_completions()
         except Exception:
             pass
 
