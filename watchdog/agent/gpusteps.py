@@ -47,6 +47,7 @@ class GpuFold:
     cpu: dict[int, tuple[int, int]] = field(default_factory=dict)  # step -> (data ns, phase)
     colls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # R_STEP -> (started, completed)
     rejected: int = 0
+    totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective over the steps split so far
 
     def feed(self, steps: list[wire.Record], events: list[wire.Record]) -> list[tuple[int, GpuStep]]:
         """New STEP_END records (step ring) and new event records, oldest first;
@@ -96,10 +97,13 @@ class GpuFold:
         step_ns = done - prev_done
         coll_ns = _union_within(colls, prev_done, done)
         data_ns, phase = cpu
+        data_ns = min(max(0, data_ns), step_ns)
+        s, d, c = self.totals_ns
+        self.totals_ns = (s + step_ns, d + data_ns, c + coll_ns)
         return GpuStep(
             step=k,
             step_s=step_ns / 1e9,
-            data_s=min(data_ns, step_ns) / 1e9 if data_ns > 0 else 0.0,
+            data_s=data_ns / 1e9,
             coll_s=coll_ns / 1e9,
             lag_s=max(0, done - enq) / 1e9 if done - enq <= MAX_SPAN_NS else 0.0,
             phase=track.label(wire.Phase, phase, "other"),

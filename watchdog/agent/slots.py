@@ -81,6 +81,7 @@ class LocalRank:
     # index of the completion that ended it, oldest first, at most MAX_STEPS_PER_RANK.
     gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
     gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
+    gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
 
     @property
     def identity(self) -> wire.Identity:
@@ -622,6 +623,7 @@ class SlotTracker:
             tuple(s.ev_colls),
             tuple(s.gpu),
             "gpu" if s.gpu_fold is not None and s.gpu_fold.last_step >= 0 else "",
+            s.gpu_fold.totals_ns if s.gpu_fold is not None else (0, 0, 0),
         )
 
     def state_counts(self) -> dict[str, int]:
