@@ -50,6 +50,7 @@ def test_the_verdict_and_status_say_which_clock_their_figures_came_from():
     view = t.view([nccl_rank(r, gpu=True) for r in range(8)])
     m = verdict.measure(100.0, view)
     assert m.evidence["clock"] == "gpu" and m.evidence["coll_s"] == pytest.approx(0.1)
+    assert verdict.reason(verdict.STRAGGLER, m).endswith("(split on the GPU clock)")
     assert verdict.measure(100.0, t.view([nccl_rank(r, gpu=False) for r in range(8)])).evidence["clock"] == "cpu"
     row = status.build(view, {}, 100.0, 1.7e9, Config())["ranks"][SLOW]
     assert row["clock"] == "cpu" and row["gpu"]["clock"] == "gpu"

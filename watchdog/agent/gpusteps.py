@@ -55,7 +55,7 @@ class GpuFold:
         for r in steps:
             if r.kind == _STEP_END:
                 self.cpu[r.step] = (r.payload[1], r.payload[5])
-        if len(self.cpu) > CPU_STEPS_KEPT:
+        if len(self.cpu) > 2 * CPU_STEPS_KEPT:  # the GPU source stopped: keep the newest, amortised
             for k in sorted(self.cpu)[: len(self.cpu) - CPU_STEPS_KEPT]:
                 del self.cpu[k]
         out = []

@@ -295,6 +295,15 @@ def decide(state: Verdict, m: Measure, now: float) -> Verdict:
 
 
 def reason(verdict: str, m: Measure) -> str:
+    text = _reason(verdict, m)
+    clock = m.evidence.get("clock")
+    if verdict in (COMMUNICATION, STRAGGLER, COMPUTE) and clock in ("gpu", "mixed"):
+        # Which clock the split came from: the accelerator's completions, not the hook's CPU marks.
+        text += " (split on the GPU clock" + (" for some ranks only)" if clock == "mixed" else ")")
+    return text
+
+
+def _reason(verdict: str, m: Measure) -> str:
     e, s = m.evidence, m.shares
     step = seconds(e.get("step_s", 0.0))
     if verdict == DATA:
