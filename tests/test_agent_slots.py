@@ -554,3 +554,30 @@ def test_gpu_completions_in_the_slot_become_the_reports_gpu_split_and_hostile_on
     assert (g.step_s, g.coll_s, g.data_s) == pytest.approx((0.141, 0.040, 0.002))
     assert t.read_errors["record"] == 1
     wr.close()
+
+
+def test_an_older_hooks_version_1_slot_is_still_tracked_and_reported(tmp_path):
+    """One ring for every kind, no event ring: steps and Flight Recorder
+    signatures still reach the report, each once."""
+    from watchdog.agent.report import build_report, marks
+
+    wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2), name="new.slot")
+    now = wr.words[wire.H_HEARTBEAT_NS]
+    wr.step(S // 10, now_ns=now)
+    shape = wire.pack_shape((4,))
+    wr.record(wire.RecordKind.COLL_SIG, now, 1, 0, 1, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    raw = bytearray(open(wr.path, "rb").read()[: wire.event_ring_offset(wire.DEFAULT_RING_CAPACITY)])
+    wr.close()
+    os.unlink(wr.path)
+    for word, value in ((wire.H_VERSION, 1), (wire.H_EVENT_RING_OFFSET, 0), (wire.H_EVENT_RING_CAPACITY, 0)):
+        raw[word * 8 : word * 8 + 8] = value.to_bytes(8, "little")
+    (tmp_path / "old.slot").write_bytes(bytes(raw))
+    t = SlotTracker(str(tmp_path), log=Log())
+    t.poll(now + S // 10, time.time_ns())
+    (v,) = t.views()
+    assert v.header.version == 1 and t.read_errors == dict.fromkeys(t.read_errors, 0)
+    (r,) = build_report("j", "h", "a", 1, [v], now + S // 10, time.time(), 1.0).ranks
+    assert [x.step for x in r.recent_steps] == [1] and [c.seq for c in r.recent_colls] == [1]
+    assert marks([v]) == {v.path: 2}  # one ring, one numbering
+    (r,) = build_report("j", "h", "a", 2, [v], now + S // 10, time.time(), 1.0, since=marks([v])).ranks
+    assert r.recent_steps == () and r.recent_colls == ()
