@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.waiting import wait_for
 from watchdog.dev import localjob
@@ -36,14 +37,13 @@ def test_gpu_side_step_times_arrive_in_the_coordinator(tmp_path):
             tmp_path, job, 2, tmp_path / "journal.jsonl", extra=["--tick.interval-seconds", "0.25"]
         )
         procs.append(coord)
-        procs.append(
-            localjob.start_agent(
-                tmp_path,
-                run_dir,
-                job,
-                extra=["--coordinator.url", coord.url, "--report.interval-seconds", "0.25"],
-            )
+        agent = localjob.start_agent(
+            tmp_path,
+            run_dir,
+            job,
+            extra=["--coordinator.url", coord.url, "--report.interval-seconds", "0.25"],
         )
+        procs.append(agent)
         torchrun.start()
         assert torchrun.wait(120) == 0, torchrun.proc.log() if torchrun.proc else ""
 
@@ -53,6 +53,7 @@ def test_gpu_side_step_times_arrive_in_the_coordinator(tmp_path):
             return rows if len(done) == 2 else None
 
         rows = wait_for(gpu_rows, timeout_s=30, what="both ranks' GPU-side steps in the coordinator")
+        metrics = localjob.http_get(agent.url + "/metrics")
     finally:
         torchrun.stop()
         for p in reversed(procs):
@@ -64,3 +65,14 @@ def test_gpu_side_step_times_arrive_in_the_coordinator(tmp_path):
         # closer together than that, whatever the CPU's pace.
         assert gpu["step_s"] >= KERNEL_S * 0.9, gpu
         assert gpu["step_s"] == pytest.approx(gpu["data_s"] + gpu["coll_s"] + gpu["compute_s"]), gpu
+    # The agent's own export of the same split, labelled with its clock.
+    gpu_series = [
+        s
+        for f in text_string_to_metric_families(metrics)
+        for s in f.samples
+        if s.name == "watchdog_rank_gpu_step_part_seconds_total"
+    ]
+    assert {(s.labels["rank"], s.labels["clock"]) for s in gpu_series} == {("0", "gpu"), ("1", "gpu")}
+    for r in ("0", "1"):
+        total = sum(s.value for s in gpu_series if s.labels["rank"] == r)
+        assert total >= 20 * KERNEL_S * 0.9, gpu_series  # 20+ steps of at least a kernel each
