@@ -81,3 +81,14 @@ def test_the_coordinator_exports_which_clock_its_split_came_from(tmp_path):
     text = generate_latest(reg).decode()
     assert 'watchdog_coordinator_step_split_clock{clock="gpu"} 1.0' in text
     assert 'watchdog_coordinator_step_split_clock{clock="cpu"} 0.0' in text
+
+
+def test_a_gpu_split_that_stopped_is_no_longer_read():
+    """The completion source failed (a sticky CUDA error): GPU samples end at step
+    120 while the CPU side goes on; past GPU_STALE_STEPS the CPU split is read again."""
+    from watchdog.coordinator.view import GPU_STALE_STEPS
+
+    view = t.view([nccl_rank(r, gpu=True) for r in range(8)])
+    later = [t.rank(r, recent_steps=t.steps(121, GPU_STALE_STEPS + 10, step_s=0.2, coll_s=0.0001)) for r in range(8)]
+    view = t.view(later, now=130.0, base=view, seq=2)
+    assert view.ranks[0].split_clock == "cpu" and view.ranks[0].history[-1].coll_s == pytest.approx(0.0001)

@@ -26,6 +26,7 @@ from .steps import StepStats, WindowStat, add_samples
 _EMPTY: Mapping = MappingProxyType({})
 LOSS_HISTORY = 64
 COLL_HISTORY = 32  # Flight Recorder signatures kept per rank (the newest by sequence)
+GPU_STALE_STEPS = 64  # a GPU-clock split this many steps behind the CPU side's is no longer read
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,21 @@ class FoldedRank:
 
     @property
     def split_stats(self) -> StepStats:
-        """The step split detectors read: the GPU clock's when the rank has one."""
-        return self.gpu_stats if self.gpu_stats.steps_seen else self.step_stats
+        """The step split detectors read: the GPU clock's when the rank has one
+        that keeps up (a completion source that failed mid-run stops it: its old
+        windows must not stand for the rank's present)."""
+        return self.gpu_stats if self._gpu_current() else self.step_stats
 
     @property
     def split_clock(self) -> str:
         """Which clock ``split_stats`` (``history``, ``windows``) came from: "gpu" or "cpu"."""
-        return "gpu" if self.gpu_stats.steps_seen else "cpu"
+        return "gpu" if self._gpu_current() else "cpu"
+
+    def _gpu_current(self) -> bool:
+        g, c = self.gpu_stats.history, self.step_stats.history
+        if not self.gpu_stats.steps_seen:
+            return False
+        return not g or not c or g[-1].step + GPU_STALE_STEPS >= c[-1].step
 
     # Detectors read the step statistics as the rank's own attributes.
     @property
