@@ -92,3 +92,16 @@ def test_a_gpu_split_that_stopped_is_no_longer_read():
     later = [t.rank(r, recent_steps=t.steps(121, GPU_STALE_STEPS + 10, step_s=0.2, coll_s=0.0001)) for r in range(8)]
     view = t.view(later, now=130.0, base=view, seq=2)
     assert view.ranks[0].split_clock == "cpu" and view.ranks[0].history[-1].coll_s == pytest.approx(0.0001)
+
+
+def test_watchdog_status_shows_the_gpu_split_marked_as_such():
+    from watchdog.coordinator.status_cli import _ms, render
+
+    view = t.view([nccl_rank(r, gpu=r == SLOW) for r in range(8)])
+    doc = status.build(view, {}, 100.0, 1.7e9, Config())
+    lines = render(doc).splitlines()
+    rows = {ln.split()[0]: ln.split() for ln in lines[3:11]}
+    # step, data, compute, collective: the GPU side's, marked
+    assert rows[str(SLOW)][5:9] == [_ms(x) + "g" for x in (0.2, 0.0, 0.15, 0.05)]
+    assert not any(x.endswith("g") for x in rows["0"][5:9])  # the CPU side's
+    assert any(ln.startswith("(g: on the accelerator's clock") for ln in lines)
