@@ -112,6 +112,16 @@ def check_nccl_completion(run_dir: str) -> None:
                 f"GPU completion at +{gpu_ms:.1f} ms on clock {wire.Clock(p[5]).label}; "
                 f"synchronize() returned at +{(synced - t0) / 1e6:.1f} ms",
             )
+            # The marker queued before the call: reached when the sleep kernel ended,
+            # so the collective's GPU-side time is completed - started, not the sleep.
+            started_ms = (p[6] - t0) / 1e6 if p[6] > 0 else 0.0
+            row(
+                "nccl: GPU-side collective start",
+                "ok" if p[6] > 0 and started_ms > 0.5 * gpu_ms and p[6] <= p[4] else "FAIL",
+                f"started at +{started_ms:.1f} ms, GPU-side collective time {(p[4] - p[6]) / 1e6:.3f} ms"
+                if p[6] > 0
+                else "no start marker (COMPLETION word G is 0)",
+            )
         mon._poll_background()
         sigs = [r.payload for r in records(mon, "COLL_SIG")]
         states = sorted({wire.CollState(p[5]).label for p in sigs})

@@ -228,3 +228,35 @@ def test_bytes_batch_and_finer_split_are_exported_where_measured(tmp_path):
         ("watchdog_rank_model_part_seconds_total", "0", "backward"): pytest.approx(0.24),
         ("watchdog_rank_model_part_seconds_total", "0", "optimizer"): pytest.approx(0.04),
     }  # no h2d (never measured), nothing optional for the plain rank
+
+
+def test_the_gpu_clock_split_is_exported_with_its_clock_only_where_a_completion_source_runs(tmp_path):
+    from watchdog.agent.gpusteps import COLLECTIVE, STEP
+
+    gpu = int(wire.Clock.GPU_EVENT)
+    measured = testing.RankSlot(str(tmp_path), testing.identity("train", 0, 2), name="r0.slot")
+    plain = testing.RankSlot(str(tmp_path), testing.identity("train", 1, 2), name="r1.slot")
+    t0 = measured.words[wire.H_HEARTBEAT_NS]
+    measured.step(10 * MS, 2 * MS, MS // 20, now_ns=t0)
+    measured.event(wire.RecordKind.COMPLETION, t0, 1, STEP, 0, 1, t0, t0, gpu, 0)
+    measured.step(10 * MS, 2 * MS, MS // 20, now_ns=t0 + 10 * MS)
+    measured.event(wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 1, t0, t0 + 140 * MS, gpu, t0 + 100 * MS)
+    measured.event(wire.RecordKind.COMPLETION, t0, 2, STEP, 0, 2, t0 + 10 * MS, t0 + 141 * MS, gpu, 0)
+    plain.step(400 * MS, 50 * MS, 150 * MS)
+    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
+    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([])))
+    agent.poll_once()
+    text = generate_latest(agent.registry).decode()
+    measured.close()
+    plain.close()
+    got = {
+        (s.labels["rank"], s.labels["clock"], s.labels["part"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "watchdog_rank_gpu_step_part_seconds_total"
+    }
+    assert got == {
+        ("0", "gpu", "data"): pytest.approx(0.002),
+        ("0", "gpu", "collective"): pytest.approx(0.040),
+        ("0", "gpu", "compute"): pytest.approx(0.099),
+    }

@@ -258,3 +258,32 @@ def test_a_hostile_flight_recorder_read_drops_the_rank_not_the_host(field, value
     dropped = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert field in dropped[0][2]
+
+
+def test_gpu_side_steps_are_reported_once_with_their_clock_and_survive_the_wire():
+    from dataclasses import replace
+
+    g = wire_report.GpuStep(step=41, step_s=0.141, data_s=0.002, coll_s=0.04, lag_s=0.131)
+    v = replace(view(), gpu_steps=((12, g),), gpu_clock="gpu")
+    rep = build_report("j", "h", "a", 1, [v], NOW, 0.0, 1.0)
+    (r,) = rep.ranks
+    assert r.recent_gpu == (g,) and r.gpu_clock == "gpu"
+    raw = json.loads(json.dumps(rep.to_dict()))
+    assert wire_report.HostReport.from_dict(raw).ranks[0].recent_gpu == (g,)
+    assert marks([v]) == {v.path: (0, 13)}  # the event ring's own numbering
+    again = build_report("j", "h", "a", 2, [v], NOW, 0.0, 1.0, since=marks([v]))
+    assert again.ranks[0].recent_gpu == ()
+
+
+@pytest.mark.parametrize("field, value", [("coll_s", -1.0), ("step_s", float("inf")), ("step", -3), ("lag_s", "x")])
+def test_a_hostile_gpu_step_drops_only_its_rank(field, value):
+    from dataclasses import replace
+
+    g = wire_report.GpuStep(step=41, step_s=0.141, data_s=0.002, coll_s=0.04)
+    raw = json.loads(
+        json.dumps(build_report("j", "h", "a", 1, [replace(view(), gpu_steps=((1, g),))], NOW, 0.0, 1.0).to_dict())
+    )
+    raw["ranks"][0]["recent_gpu"][0][field] = value
+    dropped = []
+    assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
+    assert "recent_gpu" in dropped[0][2]

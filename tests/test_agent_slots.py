@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from watchdog import report as wire_report
 from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.listing import CachedLister
@@ -243,7 +244,16 @@ def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
     for i in range(3):
         t.poll(T0 + i * S // 10, W0)
     assert [v.path for v in t.views()] == ["/run/good.slot"]
-    assert t.read_errors == {"corrupt": 1, "version": 1, "torn": 0, "io": 1, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 1,
+        "version": 1,
+        "torn": 0,
+        "io": 1,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
     assert t.state_counts()[track.INVALID] == 3
     w.put("/run/garbage.slot", slot("/run/garbage.slot", rank=1, pid=100))  # formatted later: recovers
@@ -311,8 +321,8 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     good = open(wr.path, "rb").read()
     (tmp_path / "trunc.slot").write_bytes(good[:300])
     future = bytearray(good)
-    future[wire.H_VERSION * 8 : wire.H_VERSION * 8 + 8] = (2).to_bytes(8, "little")
-    (tmp_path / "v2.slot").write_bytes(bytes(future))
+    future[wire.H_VERSION * 8 : wire.H_VERSION * 8 + 8] = (wire.VERSION + 1).to_bytes(8, "little")
+    (tmp_path / "future.slot").write_bytes(bytes(future))
     (tmp_path / "not-a-slot.txt").write_bytes(b"ignored")
     log = Log()
     t = SlotTracker(run, log=log)
@@ -321,9 +331,27 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     (v,) = t.views()
     assert v.proc.alive and v.header[wire.H_STEP] == 1 and len(v.step_records) == 1
     # Just-written files that do not parse may be a hook formatting its slot: not errors yet.
-    assert t.read_errors == {"corrupt": 0, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 0,
+        "version": 1,
+        "torn": 0,
+        "io": 0,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     t.poll(mono + 3 * S, wall + 3 * S)
-    assert t.read_errors == {"corrupt": 3, "version": 1, "torn": 0, "io": 0, "type": 0, "link": 0, "owner": 0}
+    assert t.read_errors == {
+        "corrupt": 3,
+        "version": 1,
+        "torn": 0,
+        "io": 0,
+        "type": 0,
+        "link": 0,
+        "owner": 0,
+        "record": 0,
+    }
     assert t.state_counts()[track.INVALID] == 4
     wr.close()
 
@@ -470,3 +498,86 @@ def test_a_run_dir_with_ranks_never_says_it_has_none():
     for i in range(0, 200, 10):
         t.poll(T0 + i * S, W0 + i * S)
     assert not log.named("no rank slots found")
+
+
+def test_a_burst_of_collective_records_does_not_push_out_unreported_steps(tmp_path):
+    """FSDP-like: 600 Flight Recorder signatures between two agent polls, more than
+    twice the step ring. The steps written before them still reach the report, the
+    signatures too (the newest, capped), and neither is reported twice."""
+    from watchdog.agent.report import build_report, marks
+
+    run = str(tmp_path)
+    wr = testing.RankSlot(run, testing.identity("j", 0, 2))
+    now = wr.words[wire.H_HEARTBEAT_NS]
+    for _ in range(3):
+        wr.step(S // 10, S // 100, S // 50, now_ns=now)
+    shape = wire.pack_shape((4,))
+    for seq in range(1, 601):
+        wr.event(wire.RecordKind.COLL_SIG, now, 3, 0, seq, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    t = SlotTracker(run, log=Log())
+    t.poll(now + S // 10, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 1, [v], now + S // 10, time.time(), 1.0).ranks
+    delivered = marks([v])
+    assert [x.step for x in r.recent_steps] == [1, 2, 3]
+    assert [c.seq for c in r.recent_colls] == list(range(601 - wire_report.MAX_COLLS_PER_RANK, 601))
+    wr.step(S // 10, now_ns=now + S)
+    wr.event(wire.RecordKind.COLL_SIG, now, 4, 0, 601, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    t.poll(now + 2 * S, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 2, [v], now + 2 * S, time.time(), 1.0, since=delivered).ranks
+    assert [x.step for x in r.recent_steps] == [4] and [c.seq for c in r.recent_colls] == [601]
+    wr.close()
+
+
+def test_gpu_completions_in_the_slot_become_the_reports_gpu_split_and_hostile_ones_a_counter(tmp_path):
+    from watchdog.agent.gpusteps import COLLECTIVE, STEP
+    from watchdog.agent.report import build_report
+
+    gpu, ms = int(wire.Clock.GPU_EVENT), 1_000_000
+    wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2))
+    t0 = wr.words[wire.H_HEARTBEAT_NS]
+    wr.step(10 * ms, 2 * ms, ms // 20, now_ns=t0)
+    wr.event(wire.RecordKind.COMPLETION, t0, 1, STEP, 0, 1, t0, t0 + 5 * ms, gpu, 0)
+    wr.step(10 * ms, 2 * ms, ms // 20, now_ns=t0 + 10 * ms)
+    wr.event(wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 1, t0 + 9 * ms, t0 + 145 * ms, gpu, t0 + 105 * ms)
+    wr.event(
+        wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 2, t0, t0 + ms, gpu, t0 + 9 * ms
+    )  # ends before it starts
+    wr.event(wire.RecordKind.COMPLETION, t0, 2, STEP, 0, 2, t0 + 10 * ms, t0 + 146 * ms, gpu, 0)
+    t = SlotTracker(str(tmp_path), log=Log())
+    t.poll(t0 + 200 * ms, time.time_ns())
+    (v,) = t.views()
+    (r,) = build_report("j", "h", "a", 1, [v], t0 + 200 * ms, time.time(), 1.0).ranks
+    (g,) = r.recent_gpu
+    assert r.gpu_clock == "gpu" and g.step == 2
+    assert (g.step_s, g.coll_s, g.data_s) == pytest.approx((0.141, 0.040, 0.002))
+    assert t.read_errors["record"] == 1
+    wr.close()
+
+
+def test_an_older_hooks_version_1_slot_is_still_tracked_and_reported(tmp_path):
+    """One ring for every kind, no event ring: steps and Flight Recorder
+    signatures still reach the report, each once."""
+    from watchdog.agent.report import build_report, marks
+
+    wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2), name="new.slot")
+    now = wr.words[wire.H_HEARTBEAT_NS]
+    wr.step(S // 10, now_ns=now)
+    shape = wire.pack_shape((4,))
+    wr.record(wire.RecordKind.COLL_SIG, now, 1, 0, 1, int(wire.CollOp.ALL_REDUCE), 4, 1, 1, shape, now, 0, 0, 1, 1)
+    raw = bytearray(open(wr.path, "rb").read()[: wire.event_ring_offset(wire.DEFAULT_RING_CAPACITY)])
+    wr.close()
+    os.unlink(wr.path)
+    for word, value in ((wire.H_VERSION, 1), (wire.H_EVENT_RING_OFFSET, 0), (wire.H_EVENT_RING_CAPACITY, 0)):
+        raw[word * 8 : word * 8 + 8] = value.to_bytes(8, "little")
+    (tmp_path / "old.slot").write_bytes(bytes(raw))
+    t = SlotTracker(str(tmp_path), log=Log())
+    t.poll(now + S // 10, time.time_ns())
+    (v,) = t.views()
+    assert v.header.version == 1 and t.read_errors == dict.fromkeys(t.read_errors, 0)
+    (r,) = build_report("j", "h", "a", 1, [v], now + S // 10, time.time(), 1.0).ranks
+    assert [x.step for x in r.recent_steps] == [1] and [c.seq for c in r.recent_colls] == [1]
+    assert marks([v]) == {v.path: 2}  # one ring, one numbering
+    (r,) = build_report("j", "h", "a", 2, [v], now + S // 10, time.time(), 1.0, since=marks([v])).ranks
+    assert r.recent_steps == () and r.recent_colls == ()

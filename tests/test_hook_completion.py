@@ -79,12 +79,18 @@ def test_collectives_and_steps_get_markers_through_a_fake_source(tmp_path, monke
             dist.all_reduce(torch.ones(4))
             dist.all_reduce(torch.ones(4))
             mon.step()
-            assert src.marked == 3
-            src.complete(3, at_ns=123_456)
+            assert src.marked == 5  # before and after each collective, after the step
+            src.complete(1, at_ns=100_000)  # the long kernel queued before the first all-reduce ends
+            src.complete(2, at_ns=123_456)  # the all-reduce completes
+            src.complete(5, at_ns=130_000)
             mon._poll_background()  # what the heartbeat thread runs
-            recs = [r.payload for r in records_of(read_monitor(mon), RecordKind.COMPLETION)]
+            snap = read_monitor(mon)
+            recs = [r.payload for r in records_of(snap, RecordKind.COMPLETION)]
             assert [(p[0], p[1], p[2]) for p in recs] == [(COLLECTIVE, 0, 1), (COLLECTIVE, 0, 2), (STEP, 0, 1)]
-            assert all(p[4] == 123_456 and p[5] == wire.Clock.GPU_EVENT for p in recs)
+            assert [(p[6], p[4]) for p in recs] == [(100_000, 123_456), (130_000, 130_000), (0, 130_000)]
+            assert all(p[5] == wire.Clock.GPU_EVENT for p in recs)
+            # On the event ring, not among the step records.
+            assert not any(r.kind == RecordKind.COMPLETION for r in snap.records)
         finally:
             dist.destroy_process_group()
 

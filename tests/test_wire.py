@@ -107,7 +107,7 @@ DYNAMIC = wire.H_LAST_DYNAMIC - wire.H_STEP + 1
 @given(values=st.lists(INT64, min_size=DYNAMIC, max_size=DYNAMIC))
 def test_dynamic_header_words_round_trip(tmp_path_factory, values):
     buf = fresh()
-    values[wire.H_RING_HEAD - wire.H_STEP] = 0  # keep the ring empty: only the header is under test
+    values[wire.H_RING_HEAD - wire.H_STEP] = 0  # keep the rings empty: only the header is under test
     for i, v in zip(range(wire.H_STEP, wire.H_LAST_DYNAMIC + 1), values):
         set_word(buf, i, v)
     path = write_file(tmp_path_factory.mktemp("w"), buf)
@@ -130,9 +130,9 @@ def test_loss_round_trips_through_its_words(tmp_path_factory, value, step):
 
 
 def test_a_slot_without_loss_words_reports_no_loss(tmp_path):
-    """Version 1 slots from hooks older than the loss words have them zero: no loss, not a 0.0 loss."""
+    """Slots from hooks older than the loss words have them zero: no loss, not a 0.0 loss."""
     header = wire.read_slot(write_file(tmp_path, fresh())).header
-    assert header.version == 1 and header.loss is None
+    assert header.version == wire.VERSION and header.loss is None
     assert wire.H_LAST_DYNAMIC < wire.H_HEARTBEAT_NS and all(
         wire.H_STEP <= w <= wire.H_LAST_DYNAMIC for w in wire.LOSS_WORDS
     )
@@ -292,3 +292,73 @@ def test_list_slot_files(tmp_path):
     (tmp_path / "other.txt").write_bytes(b"")
     assert wire.list_slot_files(str(tmp_path)) == [str(tmp_path / "a.rank0.pid1.slot")]
     assert list(wire.list_slot_files(str(tmp_path / "missing"))) == []
+
+
+def put_event(buf, cap: int, index: int, kind: int = wire.RecordKind.COMPLETION, payload=()) -> None:
+    ev_cap = wire.EVENT_RING_FACTOR * cap
+    off = wire.event_ring_offset(cap) + (index % ev_cap) * wire.RECORD_WORDS * wire.WORD
+    words = [index, kind, 5000 + index, 7, *payload]
+    struct.pack_into(f"<{wire.RECORD_WORDS}q", buf, off, *(words + [0] * (wire.RECORD_WORDS - len(words))))
+
+
+def test_a_burst_of_collective_events_leaves_the_step_records_readable(tmp_path):
+    """A DDP/FSDP burst writes a record or two per collective: in their own ring,
+    hundreds of them never push out the steps the agent has not read yet."""
+    cap = 4
+    buf = fresh(cap)
+    for i in range(3):
+        put_record(buf, cap, i)
+    set_word(buf, wire.H_RING_HEAD, 3)
+    for i in range(40):  # 2.5 times around the event ring
+        put_event(buf, cap, i, payload=(1, 0, i + 1))
+    set_word(buf, wire.H_EVENT_RING_HEAD, 40)
+    path = write_file(tmp_path, buf)
+    snap = wire.read_slot(path)
+    assert [r.index for r in snap.records] == [0, 1, 2]
+    assert [r.index for r in snap.events] == list(range(40 - 4 * cap, 40))
+    assert all(r.kind == wire.RecordKind.COMPLETION for r in snap.events)
+    # Each ring has its own "since": reading new steps does not re-read old events.
+    again = wire.read_slot(path, since=3, events_since=38)
+    assert again.records == () and [r.index for r in again.events] == [38, 39]
+
+
+def test_a_version_1_slot_from_an_older_hook_is_still_read(tmp_path):
+    """One ring holding every kind, no event-ring words: read as before."""
+    cap = 8
+    buf = bytearray(wire.event_ring_offset(cap))  # the version-1 size
+    full = bytearray(wire.slot_size(cap))
+    wire.init_slot(full, identity(), cap, wall_ns=1, mono_ns=2)
+    buf[:] = full[: len(buf)]
+    for w in (wire.H_EVENT_RING_OFFSET, wire.H_EVENT_RING_CAPACITY):
+        set_word(buf, w, 0)
+    set_word(buf, wire.H_VERSION, 1)
+    put_record(buf, cap, 0)
+    put_record(buf, cap, 1, kind=wire.RecordKind.COLL_SIG, payload=(0, 1))
+    set_word(buf, wire.H_RING_HEAD, 2)
+    snap = wire.read_slot(write_file(tmp_path, buf))
+    assert snap.header.version == 1 and snap.header.event_ring_capacity == 0 and snap.events == ()
+    assert [r.kind for r in snap.records] == [wire.RecordKind.STEP_END, wire.RecordKind.COLL_SIG]
+
+
+@pytest.mark.parametrize(
+    "word, value",
+    [
+        (wire.H_EVENT_RING_OFFSET, 64),  # pointing into the header
+        (wire.H_EVENT_RING_OFFSET, 1 << 40),  # far past the file
+        (wire.H_EVENT_RING_CAPACITY, 1 << 30),  # a huge read
+        (wire.H_EVENT_RING_CAPACITY, 0),
+        (wire.H_EVENT_RING_HEAD, -5),
+    ],
+)
+def test_a_forged_event_ring_layout_is_rejected_as_corrupt(tmp_path, word, value):
+    buf = fresh(8)
+    set_word(buf, word, value)
+    with pytest.raises(wire.CorruptSlot):
+        wire.read_slot(write_file(tmp_path, buf))
+
+
+def test_an_unknown_version_is_rejected(tmp_path):
+    buf = fresh(8)
+    set_word(buf, wire.H_VERSION, 3)
+    with pytest.raises(wire.UnsupportedVersion):
+        wire.read_slot(write_file(tmp_path, buf))

@@ -54,6 +54,32 @@ class StepSample:
 
 
 @dataclass(frozen=True)
+class GpuStep:
+    """One step's split on the accelerator's clock (agent/gpusteps.py): step time
+    between consecutive GPU step completions, collective wait from the GPU-side
+    times of its collectives, data wait from the CPU side. ``lag_s``: how long
+    after the CPU ended the step the GPU finished it (its queue's depth)."""
+
+    step: int
+    step_s: float
+    data_s: float
+    coll_s: float
+    lag_s: float = 0.0
+    phase: str = "train"
+
+    @property
+    def compute_s(self) -> float:
+        return max(0.0, self.step_s - self.data_s - self.coll_s)
+
+    def as_step_sample(self) -> StepSample:
+        """The same figures where a detector reads a step (its clock said by whoever holds it)."""
+        return StepSample(self.step, self.step_s, self.data_s, self.coll_s, self.phase)
+
+
+GPU_FIELDS = ("step_s", "data_s", "coll_s", "lag_s")
+
+
+@dataclass(frozen=True)
 class CollectiveState:
     group: int = 0  # wire.group_key of the process group (0 = default)
     seq: int = 0  # last collective entered on that group (1-based; 0 = none yet)
@@ -154,6 +180,11 @@ class RankState:
     fr_read_age_s: float = -1.0
     fr_newest_group: int = 0
     fr_newest_seq: int = 0
+    # Steps the accelerator finished since the last report, split on its clock
+    # (GpuStep), oldest first; and that clock ("gpu"; "" while the rank has no
+    # completion source: a CPU-only machine, gloo on CPU).
+    recent_gpu: tuple[GpuStep, ...] = ()
+    gpu_clock: str = ""
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
@@ -294,6 +325,7 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
         )
     kw["recent_steps"] = tuple(samples)
     kw["recent_colls"] = _colls_from_dict(raw.get("recent_colls", []), where)
+    kw["recent_gpu"] = _gpu_from_dict(raw.get("recent_gpu", []), where)
     kw["death"] = _death_from_dict(raw.get("death", {}), where)
     if not 0 <= kw["rank"] < kw["world_size"]:
         raise ReportError(f"{where}: rank {kw['rank']} outside world size {kw['world_size']}")
@@ -338,6 +370,23 @@ def _colls_from_dict(val: Any, where: str) -> tuple[CollSig, ...]:
         out.append(
             CollSig(group=group, shape=None if shape is None else tuple(shape), age_s=float(age), **counts, **texts)
         )
+    return tuple(out)
+
+
+def _gpu_from_dict(val: Any, where: str) -> tuple[GpuStep, ...]:
+    if not isinstance(val, list) or len(val) > MAX_STEPS_PER_RANK:
+        raise ReportError(f"{where}: recent_gpu must be a list of at most {MAX_STEPS_PER_RANK}")
+    out = []
+    for j, g in enumerate(val):
+        gw = f"{where}.recent_gpu[{j}]"
+        if not isinstance(g, dict):
+            raise ReportError(f"{gw} must be an object")
+        step = _get(g, "step", int, gw)
+        secs = {k: _get(g, k, _NUM, gw) for k in GPU_FIELDS if k != "lag_s" or k in g}
+        phase = _get(g, "phase", str, gw) if "phase" in g else "train"
+        if not _count_ok(step) or not all(_seconds_ok(v) for v in secs.values()) or len(phase) > _SIG_TEXT:
+            raise ReportError(f"{gw}: step must be a count and durations finite seconds >= 0")
+        out.append(GpuStep(step=step, phase=phase, **{k: float(v) for k, v in secs.items()}))
     return tuple(out)
 
 
@@ -433,6 +482,11 @@ def rank_problem(r: RankState) -> str:
             return f"recent_steps[{j}]: step and coll_bytes must be integers in 0..2^62"
         if not all(_seconds_ok(getattr(x, k)) for k in ("step_s", "data_s", "coll_s", *_FINER)):
             return f"recent_steps[{j}]: durations must be finite seconds >= 0"
+    for j, g in enumerate(r.recent_gpu):
+        if not _count_ok(g.step) or not all(_seconds_ok(getattr(g, k)) for k in GPU_FIELDS):
+            return f"recent_gpu[{j}]: step must be a count and durations finite seconds >= 0"
+    if len(r.gpu_clock) > _SIG_TEXT:
+        return f"gpu_clock is at most {_SIG_TEXT} characters"
     return ""
 
 
@@ -522,6 +576,12 @@ def _fast_rank(raw: dict) -> RankState | None:
             colls = _colls_from_dict(colls, "ranks[]")
         except ReportError:
             return None
+    gpu = raw.get("recent_gpu", ())
+    if gpu:  # GPU-side steps: only where a completion source runs
+        try:
+            gpu = _gpu_from_dict(gpu, "ranks[]")
+        except ReportError:
+            return None
     if "death" in raw and raw["death"] != {}:  # why a rank died: rare, checked field by field below
         return None
     if not 0 <= kw["rank"] < kw["world_size"]:
@@ -532,4 +592,5 @@ def _fast_rank(raw: dict) -> RankState | None:
         return None
     kw["recent_steps"] = tuple(samples)
     kw["recent_colls"] = tuple(colls)
+    kw["recent_gpu"] = tuple(gpu)
     return RankState(**kw)

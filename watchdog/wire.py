@@ -6,11 +6,20 @@ that the agent reads with ``pread`` (a truncated file can never SIGBUS a reader)
 Because it is a file, a SIGKILLed or SIGSTOPped rank's last state and last events
 stay readable: exactly what a post-mortem needs.
 
-Layout (version 1, little-endian, every number an int64 "word")::
+Layout (version 2, little-endian, every number an int64 "word")::
 
     bytes 0 .. 511      header words (H_* indices below)
     bytes 512 .. 1023   identity strings (job, host, run id), NUL padded
-    bytes 1024 ..       ring of ``ring_capacity`` records of RECORD_WORDS words
+    bytes 1024 ..       step ring: ``ring_capacity`` records of RECORD_WORDS words
+                        (steps, phases, process group, control, errors)
+    then                event ring: EVENT_RING_FACTOR x ``ring_capacity`` records
+                        (COLL_SIG, COMPLETION: one or two per collective)
+
+Why two rings: a burst of collectives (DDP buckets, FSDP's per-layer gathers)
+writes a Flight Recorder signature and a GPU completion per collective; sharing
+one 256-record ring, they pushed the step records out before the agent read
+them. Each ring has its own head and record numbering. A version-1 slot (an
+older hook) has one ring holding every kind; readers accept both versions.
 
 Consistency. Header words H_STEP .. H_LAST_DYNAMIC are written under a seqlock:
 the writer makes H_SEQ odd, stores, makes it even. A reader copies the header and
@@ -37,7 +46,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MAGIC = int.from_bytes(b"RWDSLOT\x00", "little")
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: one ring for every record kind (hooks before the event ring)
 WORD = 8
 HEADER_WORDS = 64  # 512 bytes
 IDENTITY_OFFSET = 512
@@ -47,6 +57,11 @@ RING_OFFSET = 1024
 RECORD_WORDS = 16
 DEFAULT_RING_CAPACITY = 256
 MAX_RING_CAPACITY = 1 << 16
+# Event ring size, per step-ring record. A step writes one step record; each
+# collective up to two events (its Flight Recorder signature, its GPU completion).
+# 4 x 256 = 1024 events (128 KiB) hold ~500 collectives: a poll interval (0.1 s)
+# of an FSDP job issuing a few thousand collectives a second.
+EVENT_RING_FACTOR = 4
 SLOT_SUFFIX = ".slot"
 FR_DUMP_SUFFIX = ".fr"
 
@@ -66,6 +81,8 @@ H_WORLD_SIZE = 10
 H_CREATED_WALL_NS = 11
 H_CREATED_MONO_NS = 12
 H_STATUS = 13  # Status; also written at exit
+H_EVENT_RING_OFFSET = 14  # version 2: byte offset of the event ring (0 in version 1)
+H_EVENT_RING_CAPACITY = 15  # version 2: its capacity in records
 # Dynamic, under the seqlock.
 H_STEP = 16  # steps completed
 H_STEP_START_NS = 17  # monotonic start of the step in progress
@@ -113,6 +130,7 @@ H_TOTAL_OPT_NS = 52
 H_TOTAL_H2D_NS = 53
 H_SPLIT_LAST = 53
 H_FR_READ_NS = 54  # seqlocked with H_FR_NEWEST_*: one bracket writes the three
+H_EVENT_RING_HEAD = 55  # version 2: events ever written; the next goes to head % event capacity
 # Single-writer words, read outside the seqlock.
 H_HEARTBEAT_NS = 48  # hook heartbeat thread
 H_HEARTBEAT_COUNT = 49
@@ -144,7 +162,7 @@ FR_READ_WORDS = (H_FR_NEWEST_GROUP, H_FR_NEWEST_SEQ, H_FR_READ_NS)
 
 def seqlocked(index: int) -> bool:
     """Whether header word ``index`` changes only inside a seqlock bracket."""
-    return H_STEP <= index <= H_LAST_DYNAMIC or H_TOTAL_FWD_NS <= index <= H_FR_READ_NS or index == H_SEQ
+    return H_STEP <= index <= H_LAST_DYNAMIC or H_TOTAL_FWD_NS <= index <= H_EVENT_RING_HEAD or index == H_SEQ
 
 
 _DOUBLE = struct.Struct("<d")
@@ -185,7 +203,11 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # COMPLETION payload: when the accelerator reached a marker queued after a
 #                   collective or a step (watchdog.hook.completion): A what (1
 #                   collective, 2 step), B group key, C seq (or step), D enqueued
-#                   (Clock.MONOTONIC), E completed, F the Clock of E
+#                   (Clock.MONOTONIC), E completed, F the Clock of E and G, G
+#                   started: when the accelerator reached the marker queued just
+#                   before the collective (0 = not known; steps have none).
+#                   R_STEP: steps completed when it was queued (a collective of
+#                   step k carries k - 1; the marker ending step k carries k)
 
 
 class Status(enum.IntEnum):
@@ -332,8 +354,14 @@ def group_key(name: str) -> int:
     return zlib.crc32(name.encode("utf-8", "replace")) or 1
 
 
-def slot_size(ring_capacity: int) -> int:
+def event_ring_offset(ring_capacity: int) -> int:
+    """Where the event ring starts: right after the step ring."""
     return RING_OFFSET + ring_capacity * RECORD_WORDS * WORD
+
+
+def slot_size(ring_capacity: int) -> int:
+    """Bytes of a version-2 slot: header, step ring, event ring."""
+    return event_ring_offset(ring_capacity) + EVENT_RING_FACTOR * ring_capacity * RECORD_WORDS * WORD
 
 
 def slot_filename(job: str, rank: int, pid: int) -> str:
@@ -370,7 +398,7 @@ class Identity:
 
 def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> None:
     """Format ``buf`` (a writable buffer of slot_size(ring_capacity) bytes) as a
-    fresh version-1 slot. Used by the hook at install and by tests."""
+    fresh version-2 slot. Used by the hook at install and by tests."""
     if not 1 <= ring_capacity <= MAX_RING_CAPACITY:
         raise ValueError(f"ring capacity must be in 1..{MAX_RING_CAPACITY}, got {ring_capacity}")
     size = slot_size(ring_capacity)
@@ -388,6 +416,8 @@ def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono
     words[H_RING_OFFSET] = RING_OFFSET
     words[H_RING_CAPACITY] = ring_capacity
     words[H_RECORD_WORDS] = RECORD_WORDS
+    words[H_EVENT_RING_OFFSET] = event_ring_offset(ring_capacity)
+    words[H_EVENT_RING_CAPACITY] = EVENT_RING_FACTOR * ring_capacity
     words[H_PID] = identity.pid
     words[H_PROC_START_US] = identity.proc_start_us
     words[H_RANK] = identity.rank
@@ -470,6 +500,12 @@ class SlotHeader:
     created_mono_ns: int
     status: int
     words: tuple[int, ...] = field(repr=False)  # every header word, for the fields below
+    event_ring_capacity: int = 0  # 0: a version-1 slot, every record kind on the one ring
+
+    @property
+    def event_head(self) -> int:
+        """Events ever written (0 in a version-1 slot)."""
+        return self.words[H_EVENT_RING_HEAD] if self.event_ring_capacity else 0
 
     def __getitem__(self, index: int) -> int:
         return self.words[index]
@@ -507,8 +543,8 @@ def decode_header(raw: bytes) -> SlotHeader:
     words = struct.unpack_from(f"<{HEADER_WORDS}q", raw, 0)
     if words[H_MAGIC] != MAGIC:
         raise CorruptSlot("bad magic (not a rank-watchdog slot, or not formatted yet)")
-    if words[H_VERSION] != VERSION:
-        raise UnsupportedVersion(f"slot version {words[H_VERSION]}, this reader knows {VERSION}")
+    if words[H_VERSION] not in READABLE_VERSIONS:
+        raise UnsupportedVersion(f"slot version {words[H_VERSION]}, this reader knows {READABLE_VERSIONS}")
     cap = words[H_RING_CAPACITY]
     if (
         words[H_RING_OFFSET] != RING_OFFSET
@@ -516,6 +552,15 @@ def decode_header(raw: bytes) -> SlotHeader:
         or not 1 <= cap <= MAX_RING_CAPACITY
     ):
         raise CorruptSlot("ring geometry out of range")
+    event_cap = 0
+    if words[H_VERSION] >= 2:
+        # The one layout version 2 allows: a forged offset or size could point
+        # reads anywhere in the file, or make them huge.
+        event_cap = words[H_EVENT_RING_CAPACITY]
+        if words[H_EVENT_RING_OFFSET] != event_ring_offset(cap) or event_cap != EVENT_RING_FACTOR * cap:
+            raise CorruptSlot("event ring geometry out of range")
+        if words[H_EVENT_RING_HEAD] < 0:
+            raise CorruptSlot("event ring head is negative")
     job, host, run_id, _ = _decode_identity(raw[IDENTITY_OFFSET:RING_OFFSET])
     ident = Identity(
         job=job,
@@ -537,12 +582,14 @@ def decode_header(raw: bytes) -> SlotHeader:
         created_mono_ns=words[H_CREATED_MONO_NS],
         status=words[H_STATUS],
         words=words,
+        event_ring_capacity=event_cap,
     )
 
 
-def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 0) -> list[Record]:
+def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 0, base: int = 0) -> list[Record]:
     """Records with index in [max(since, head - capacity), head), oldest first.
-    ``raw_ring`` is the ring area as read. A slot whose record does not carry the
+    ``raw_ring`` is the ring area as read, from ring place ``base`` on (a reader
+    that copied only the places it needs). A slot whose record does not carry the
     index expected at its position was overwritten during the read (or is
     corrupt); such records are dropped, never misattributed."""
     if head <= 0:
@@ -551,8 +598,8 @@ def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 
     out: list[Record] = []
     rec_bytes = RECORD_WORDS * WORD
     for index in range(first, head):
-        off = (index % ring_capacity) * rec_bytes
-        if off + rec_bytes > len(raw_ring):
+        off = (index % ring_capacity - base) * rec_bytes
+        if off < 0 or off + rec_bytes > len(raw_ring):
             continue  # cut short; a later index may wrap to a place that is there
         w = struct.unpack_from(f"<{RECORD_WORDS}q", raw_ring, off)
         if w[R_INDEX] != index:
@@ -565,12 +612,19 @@ def decode_records(raw_ring: bytes, ring_capacity: int, head: int, since: int = 
 class SlotSnapshot:
     path: str
     header: SlotHeader
-    records: tuple[Record, ...]
+    records: tuple[Record, ...]  # the step ring (a version-1 slot: every record)
     torn: bool = False  # header words may be mid-update (writer stopped inside a write)
     # The file as opened (fstat of the fd that was read): who owns it decides
     # whether its identity is believed (agent/slots.py); -1 = not known.
     uid: int = -1
     inode: int = 0
+    # The event ring (COLL_SIG, COMPLETION), numbered on its own; () in a version-1 slot.
+    events: tuple[Record, ...] = ()
+
+    @property
+    def all_records(self) -> tuple[Record, ...]:
+        """Both rings, step ring first (indices of the two are not comparable)."""
+        return self.records + self.events if self.events else self.records
 
 
 # Every open of a slot: the last path component is never followed (O_NOFOLLOW),
@@ -615,34 +669,69 @@ def read_header_consistent(fd: int, attempts: int = 8) -> tuple[SlotHeader, bool
     return decode_header(raw), True
 
 
-def read_slot(path: str, since: int = 0) -> SlotSnapshot:
+def _read_ring(
+    fd: int, header: SlotHeader, offset: int, cap: int, head: int, head_word: int, since: int
+) -> list[Record]:
+    """Records [since, head) of one ring, read by pread of only the places they
+    occupy (one or two spans: a reader polling at 20 Hz copies what is new, not
+    the whole ring)."""
+    first = max(since, head - cap, 0)
+    if head <= first:
+        return []
+    rec_bytes = RECORD_WORDS * WORD
+    a, b = first % cap, (head - 1) % cap
+    if a <= b:
+        base, raw = a, os.pread(fd, (b - a + 1) * rec_bytes, offset + a * rec_bytes)
+    else:  # wrapped: the tail of the ring, then its start
+        base, raw = 0, os.pread(fd, cap * rec_bytes, offset)
+    # Did the writer write while we copied the ring? Record i shares its place
+    # with record i + cap: records up to head_now - 1 - cap were overwritten by
+    # finished writes, and while a bracket is open (odd seq, also a writer stopped
+    # mid-write) record head_now - cap may be half overwritten, its index word
+    # still reading as its own.
+    n = head_word - H_SEQ + 1
+    span = os.pread(fd, n * WORD, H_SEQ * WORD)
+    seq_now, head_now = header[H_SEQ], head
+    if len(span) == n * WORD:
+        seq_now = struct.unpack_from("<q", span, 0)[0]
+        head_now = struct.unpack_from("<q", span, (head_word - H_SEQ) * WORD)[0]
+    if seq_now % 2:
+        since = max(since, head_now - cap + 1)
+    elif seq_now != header[H_SEQ]:
+        since = max(since, head_now - cap)
+    return decode_records(raw, cap, head, since, base)
+
+
+def read_slot(path: str, since: int = 0, events_since: int = 0) -> SlotSnapshot:
     """Read one slot file without mapping it (a truncated mmap would SIGBUS us).
-    Records with index >= ``since`` only. Raises SlotError or OSError; never
-    blocks (see ``open_slot_file``)."""
+    Step-ring records with index >= ``since`` only, event-ring records with
+    index >= ``events_since``. Raises SlotError or OSError; never blocks (see
+    ``open_slot_file``)."""
     fd, st = open_slot_file(path)
     try:
         header, torn = read_header_consistent(fd)
         cap = header.ring_capacity
-        head = header[H_RING_HEAD]
-        records: list[Record] = []
-        if head > since:
-            raw_ring = os.pread(fd, cap * RECORD_WORDS * WORD, RING_OFFSET)
-            # Did the writer write while we copied the ring? Record i shares its
-            # place with record i + cap: records up to head_now - 1 - cap were
-            # overwritten by finished writes, and while a bracket is open (odd seq,
-            # also a writer stopped mid-write) record head_now - cap may be half
-            # overwritten, its index word still reading as its own.
-            span = os.pread(fd, (H_RING_HEAD - H_SEQ + 1) * WORD, H_SEQ * WORD)
-            seq_now, head_now = header[H_SEQ], head
-            if len(span) == (H_RING_HEAD - H_SEQ + 1) * WORD:
-                seq_now = struct.unpack_from("<q", span, 0)[0]
-                head_now = struct.unpack_from("<q", span, (H_RING_HEAD - H_SEQ) * WORD)[0]
-            if seq_now % 2:
-                since = max(since, head_now - cap + 1)
-            elif seq_now != header[H_SEQ]:
-                since = max(since, head_now - cap)
-            records = decode_records(raw_ring, cap, head, since)
-        return SlotSnapshot(path=path, header=header, records=tuple(records), torn=torn, uid=st.st_uid, inode=st.st_ino)
+        records = _read_ring(fd, header, RING_OFFSET, cap, header[H_RING_HEAD], H_RING_HEAD, since)
+        events: list[Record] = []
+        if header.event_ring_capacity:
+            events = _read_ring(
+                fd,
+                header,
+                header[H_EVENT_RING_OFFSET],
+                header.event_ring_capacity,
+                header.event_head,
+                H_EVENT_RING_HEAD,
+                events_since,
+            )
+        return SlotSnapshot(
+            path=path,
+            header=header,
+            records=tuple(records),
+            torn=torn,
+            uid=st.st_uid,
+            inode=st.st_ino,
+            events=tuple(events),
+        )
     finally:
         os.close(fd)
 

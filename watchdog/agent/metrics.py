@@ -17,7 +17,7 @@ exactly 30 of them per rank (SERIES_PER_RANK, checked against a real exposition)
                                                                   --
                                                                   30
 
-and up to 5 more where the rank measures them (OPTIONAL_SPECS; absent, not 0,
+and up to 8 more where the rank measures them (OPTIONAL_SPECS; absent, not 0,
 elsewhere, so that most jobs pay no cardinality for them):
 
     batch_size                          the per-rank batch, once the hook knows it
@@ -25,6 +25,11 @@ elsewhere, so that most jobs pay no cardinality for them):
                                         the finer split (mon.watch_model, and
                                         wrap_loader(device=) for h2d), each part
                                         once measured
+    gpu_step_part_seconds_total{clock=gpu,part=data|collective|compute}
+                                        the split on the accelerator's clock, where
+                                        the hook has a completion source (CUDA
+                                        events): on NCCL the CPU side's collective
+                                        wait reads ~0 and this one does not
 
 The parts of a step add up to it: compute = step - data - collective (never
 negative). There is no separate total-step-time counter: it is the sum over
@@ -117,6 +122,12 @@ RANK_MODEL_PART = _c(
     "host-to-device copy.",
     R + ("part",),
 )
+RANK_GPU_PART_TOTAL = _c(
+    "rank_gpu_step_part_seconds_total",
+    "Step time on the accelerator's clock (clock=gpu: between its step completions) split into data wait (the CPU "
+    "side's), collective wait (GPU-side collective times) and compute, summed over the steps it finished.",
+    R + ("clock", "part"),
+)
 RANK_HOOK_ERRORS = _c("rank_hook_errors_total", "Errors the rank's hook caught (never raised into training).", R)
 RANK_CPU = _c("rank_cpu_seconds_total", "User plus system CPU time of the rank's process.", R)
 RANK_RSS = _g("rank_resident_memory_bytes", "Resident memory of the rank's process.", R)
@@ -144,7 +155,7 @@ RANK_SPECS = (
     RANK_CPU,
     RANK_RSS,
 )
-OPTIONAL_SPECS = (RANK_BATCH, RANK_MODEL_PART)  # exported only where measured
+OPTIONAL_SPECS = (RANK_BATCH, RANK_MODEL_PART, RANK_GPU_PART_TOTAL)  # exported only where measured
 MODEL_PARTS = wire.SPLIT_PARTS
 _FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
 SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)

@@ -142,6 +142,11 @@ def rank_families(
         for part, word in zip(m.MODEL_PARTS, wire.SPLIT_WORDS):
             if h[word] > 0:  # measured: an older hook, or no watch_model, leaves it 0
                 put(m.RANK_MODEL_PART, h[word] / 1e9, part)
+        if v.gpu_clock:  # a completion source split steps on the accelerator's clock
+            step_ns, data_ns, coll_ns = v.gpu_totals_ns
+            gpu = (data_ns / 1e9, coll_ns / 1e9, max(0, step_ns - data_ns - coll_ns) / 1e9)
+            for part, value in zip(m.PARTS, gpu):
+                put(m.RANK_GPU_PART_TOTAL, value, v.gpu_clock, part)
         put(m.RANK_HOOK_ERRORS, h[wire.H_HOOK_ERRORS])
         put(m.RANK_CPU, v.proc.cpu_seconds)
         put(m.RANK_RSS, v.proc.rss_bytes)

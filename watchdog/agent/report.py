@@ -34,8 +34,13 @@ def coll_sig(rec: wire.Record, now_mono_ns: int, now_wall_ns: int) -> CollSig:
     )
 
 
-def rank_state(v: LocalRank, now_ns: int, since: int = 0, now_wall_ns: int = 0) -> RankState:
-    """``since``: the first ring record index not yet reported for this slot."""
+Mark = int | tuple[int, int]  # first step-ring index not reported, or (that, first event-ring index)
+
+
+def rank_state(v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0) -> RankState:
+    """``since``: the first ring record index not yet reported for this slot (and,
+    as a pair, the first event-ring index: version-2 slots number them apart)."""
+    since, events_since = since if isinstance(since, tuple) else (since, 0)
     h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
     coll = CollectiveState(
         group=h[wire.H_COLL_GROUP],
@@ -47,7 +52,10 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0, now_wall_ns: int = 0) 
         since_s=age(wire.H_COLL_ENTER_NS),
     )
     fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:]
-    colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= since][-MAX_COLLS_PER_RANK:]
+    colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= since]
+    colls += [coll_sig(r, now_ns, now_wall_ns) for r in v.event_colls if r.index >= events_since]
+    colls = colls[-MAX_COLLS_PER_RANK:]
+    gpu = [g for i, g in v.gpu_steps if i >= events_since][-MAX_STEPS_PER_RANK:]
     return RankState(
         rank=ident.rank,
         local_rank=ident.local_rank,
@@ -76,6 +84,8 @@ def rank_state(v: LocalRank, now_ns: int, since: int = 0, now_wall_ns: int = 0) 
         created_wall=h.created_wall_ns / 1e9,
         recent_steps=tuple(track.step_sample(r) for r in fresh),
         recent_colls=tuple(c for c in colls if c.seq > 0),
+        recent_gpu=tuple(gpu),
+        gpu_clock=v.gpu_clock,
         proc_status=v.proc.status,
         # > 0 marks the time as measured (the coordinator orders deaths by it).
         gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
@@ -126,7 +136,7 @@ def build_report(
     now_wall: float,
     interval_s: float,
     *,
-    since: Mapping[str, int] | None = None,
+    since: Mapping[str, Mark] | None = None,
     accelerators: Sequence[dict] = (),
     acks: Sequence[dict] = (),
 ) -> HostReport:
@@ -150,13 +160,17 @@ def build_report(
     )
 
 
-def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, int]:
-    """path -> the ``since`` for the next report once this one was delivered (ring
-    indices are shared by every record kind: one mark covers steps and collectives)."""
-    out = {}
+def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, Mark]:
+    """path -> the ``since`` for the next report once this one was delivered: the
+    step ring's next index (shared there by every kind a version-1 slot holds),
+    paired with the event ring's when the slot has one."""
+    out: dict[str, Mark] = {}
     for v in tracked_ranks:
-        last = max((rs[-1].index for rs in (v.step_records, v.coll_records) if rs), default=None)
-        if last is not None:
+        last = max((rs[-1].index for rs in (v.step_records, v.coll_records) if rs), default=-1)
+        last_ev = max(v.event_colls[-1].index if v.event_colls else -1, v.gpu_steps[-1][0] if v.gpu_steps else -1)
+        if last_ev >= 0:
+            out[v.path] = (last + 1, last_ev + 1)
+        elif last >= 0:
             out[v.path] = last + 1
     return out
 

@@ -156,7 +156,7 @@ class Sender:
         self._mono_ns, self._wall = mono_ns, wall
         self._limit = logs.RateLimited(60.0)
         self._seq: dict[str, int] = {}
-        self._since: dict[str, int] = {}
+        self._since: dict[str, report.Mark] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False

@@ -25,19 +25,21 @@ from dataclasses import dataclass, field
 import psutil
 
 from watchdog import flags, logs, rundir, wire
-from watchdog.agent import deathcause, track
+from watchdog.agent import deathcause, gpusteps, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
-from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK
+from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
 # followed); owner: the file's owner is not the owner of the process it names
-# (a forgery: pid and start time are public in /proc).
-READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner")
+# (a forgery: pid and start time are public in /proc). record: ring records with
+# values no hook writes (counted per record, agent/gpusteps.py), left out of reports.
+READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record")
 _SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
 _NOT_AGAIN = (*_SETTLED, "owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
 _COLL_SIG = int(wire.RecordKind.COLL_SIG)
+_COMPLETION = int(wire.RecordKind.COMPLETION)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
 EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
@@ -70,8 +72,16 @@ class LocalRank:
     inode: int = 0
     # Why it died (deathcause.explain), once dead; empty while alive or unknown.
     death: dict = field(default_factory=dict)
-    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK.
+    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK:
+    # from the step ring of a version-1 slot (older hooks), numbered with the step records.
     coll_records: tuple[wire.Record, ...] = ()
+    # The same from the event ring of a version-2 slot, numbered on their own (wire.read_slot's events_since).
+    event_colls: tuple[wire.Record, ...] = ()
+    # Steps split on the accelerator's clock (agent/gpusteps.py), each with the event-ring
+    # index of the completion that ended it, oldest first, at most MAX_STEPS_PER_RANK.
+    gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
+    gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
+    gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
 
     @property
     def identity(self) -> wire.Identity:
@@ -94,8 +104,12 @@ class _Slot:
     state: str = track.ALIVE
     torn: bool = False
     since: int = 0  # next ring index to ask for
+    events_since: int = 0  # the same for the event ring (version-2 slots)
     steps: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
     colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
+    ev_colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
+    gpu: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
+    gpu_fold: gpusteps.GpuFold | None = None  # made at the first COMPLETION record
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
@@ -258,10 +272,12 @@ class SlotTracker:
         self._dir_missing = False
         return entries
 
-    def _read_or_count(self, path: str, since: int, current_error: str) -> wire.SlotSnapshot | str | None:
+    def _read_or_count(
+        self, path: str, since: int, current_error: str, events_since: int = 0
+    ) -> wire.SlotSnapshot | str | None:
         """The snapshot, or the error reason, or None when the file vanished."""
         try:
-            return self._read(path, since)
+            return self._read(path, since, events_since) if events_since else self._read(path, since)
         except FileNotFoundError:  # deleted between listdir and open: not an error
             return None
         except (wire.SlotError, OSError) as exc:
@@ -375,7 +391,7 @@ class SlotTracker:
         ident, prev = slot.header.identity, slot.proc
         resources = now_ns - prev.sampled_ns >= self._resource_ns
         proc = self.procs.check(ident.pid, ident.proc_start_us, now_ns, resources=resources)
-        snap = self._read_or_count(slot.path, slot.since, slot.error)
+        snap = self._read_or_count(slot.path, slot.since, slot.error, slot.events_since)
         if snap is None:  # deleted since the (possibly cached) listing
             self._forget(slot.path)
             return
@@ -448,6 +464,8 @@ class SlotTracker:
         else:
             slot.torn, slot.snap = False, snap
         since = slot.since
+        if slot.gpu_fold is not None and snap.records:
+            self._fold_gpu(slot, [r for r in snap.records if r.index >= since and r.kind == _STEP_END], [])
         if snap.records:
             slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
             slot.colls.extend(r for r in snap.records if r.index >= since and r.kind == _COLL_SIG)
@@ -455,6 +473,38 @@ class SlotTracker:
         else:
             last = since
         slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
+        if snap.events:
+            self._absorb_events(slot, snap)
+
+    def _absorb_events(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
+        """The event ring: Flight Recorder signatures (and GPU completions)."""
+        since = slot.events_since
+        fresh = [r for r in snap.events if r.index >= since]
+        slot.ev_colls.extend(r for r in fresh if r.kind == _COLL_SIG)
+        if slot.gpu_fold is None and any(r.kind == _COMPLETION for r in fresh):
+            # The first completions: the data waits of the steps read so far pair with them.
+            slot.gpu_fold = gpusteps.GpuFold()
+            self._fold_gpu(slot, list(slot.steps), [])
+        if slot.gpu_fold is not None:
+            self._fold_gpu(slot, [], fresh)
+        slot.events_since = max(since, snap.events[-1].index + 1)
+
+    def _fold_gpu(self, slot: _Slot, steps: list[wire.Record], events: list[wire.Record]) -> None:
+        fold = slot.gpu_fold
+        assert fold is not None
+        before = fold.rejected
+        slot.gpu.extend(fold.feed(steps, events))
+        if fold.rejected > before:
+            if not self.read_errors["record"]:
+                ident = slot.header.identity
+                self._log.warning(
+                    "slot records rejected",
+                    path=slot.path,
+                    job=ident.job,
+                    rank=ident.rank,
+                    detail="completion records with values no hook writes: left out of the GPU-side split",
+                )
+            self.read_errors["record"] += fold.rejected - before
 
     def _resolve(self) -> None:
         winners = set(
@@ -570,6 +620,10 @@ class SlotTracker:
             s.inode,
             s.death,
             tuple(s.colls),
+            tuple(s.ev_colls),
+            tuple(s.gpu),
+            "gpu" if s.gpu_fold is not None and s.gpu_fold.last_step >= 0 else "",
+            s.gpu_fold.totals_ns if s.gpu_fold is not None else (0, 0, 0),
         )
 
     def state_counts(self) -> dict[str, int]:

@@ -15,8 +15,8 @@ from watchdog.report import MAX_ACKS_PER_REPORT
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
 from .goodput import CATEGORIES as GOODPUT_CATEGORIES
+from .verdict import SPLIT_CLOCKS, VERDICTS
 from .verdict import THRESHOLDS as VERDICT_SHARES
-from .verdict import VERDICTS
 
 # Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
 # keyed by these names: the detector that computes the value says which gauge it is.
@@ -139,6 +139,12 @@ class CoordinatorMetrics:
             ["cause"],
             registry=r,
         )
+        self.split_clock = Gauge(
+            "watchdog_coordinator_step_split_clock",
+            "1 for the clock the step split (bottleneck shares, straggler windows) comes from: gpu (accelerator completion times), cpu (the hook's marks), mixed; 0 for the others",
+            ["clock"],
+            registry=r,
+        )
         self.goodput_seconds = Counter(
             "watchdog_coordinator_goodput_seconds_total",
             "Job wall time by what it went to (productive, data_wait, collective_wait, straggler, checkpoint_eval, restart, redone, startup); the categories add up to wall time",
@@ -190,6 +196,8 @@ class CoordinatorMetrics:
             self.bottleneck.labels(v).set(1 if v == "unknown" else 0)
         for cause in VERDICT_SHARES:
             self.bottleneck_share.labels(cause).set(0)
+        for clock in SPLIT_CLOCKS:
+            self.split_clock.labels(clock).set(1 if clock == "cpu" else 0)
         for cat in GOODPUT_CATEGORIES:
             self.goodput_seconds.labels(cat)
         for kind in COMMAND_TYPES:

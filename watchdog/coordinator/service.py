@@ -311,6 +311,9 @@ class Coordinator:
                 self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
             for cause, share in m.shares.items():
                 self.metrics.bottleneck_share.labels(cause).set(round(share, 4))
+            if "clock" in m.evidence:
+                for clock in verdict.SPLIT_CLOCKS:
+                    self.metrics.split_clock.labels(clock).set(1 if clock == m.evidence["clock"] else 0)
             restarting = self.control.state == JobState.RESTARTING
             self.goodput.tick(now, view, restarting)
             for cat, secs in self.goodput.seconds.items():

@@ -12,6 +12,19 @@ from .tracker import Active, Key
 from .view import ClusterView
 
 
+def _gpu_split(g) -> dict[str, Any]:
+    """The last step the accelerator finished, split on its clock."""
+    return {
+        "clock": "gpu",
+        "step": g.step,
+        "step_s": g.step_s,
+        "data_s": g.data_s,
+        "coll_s": g.coll_s,
+        "compute_s": g.compute_s,
+        "lag_s": g.lag_s,
+    }
+
+
 def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: float, cfg: Config) -> dict[str, Any]:
     det = cfg.detectors
     hl = health.classify_all(view, now, det)
@@ -57,6 +70,8 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
                 "data_s": s.last_data_s,
                 "coll_s": s.last_coll_s,
                 "compute_s": s.last_compute_s,
+                "clock": "cpu",  # the four above: the hook's own marks
+                **({"gpu": _gpu_split(rv.gpu_last)} if rv.gpu_last is not None else {}),
                 "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
                 "report_age_s": round(now - rv.received_at, 3),
                 "coll": {

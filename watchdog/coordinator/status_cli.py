@@ -50,12 +50,17 @@ def render(doc: dict[str, Any]) -> str:
     )
     cols = ("RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS", "HB_AGE", "FINDINGS")
     rows = [cols]
+    gpu_rows = 0
     for r in doc.get("ranks", []):
         if r.get("health") == "missing":
             rows.append(
                 (str(r["rank"]), "-", "missing", "-", "-", "-", "-", "-", "-", "-", ",".join(r.get("findings", [])))
             )
             continue
+        # Where the accelerator's clock split the step, its figures (marked "g"):
+        # on NCCL the CPU side's collective wait reads ~0.
+        src, mark = (r["gpu"], "g") if isinstance(r.get("gpu"), dict) else (r, "")
+        gpu_rows += bool(mark)
         phase = r.get("phase", "")
         if r.get("in_data_wait"):
             phase += "/data"
@@ -68,16 +73,18 @@ def render(doc: dict[str, Any]) -> str:
                 r.get("health", ""),
                 str(r.get("step", "")),
                 phase,
-                _ms(r.get("step_s")),
-                _ms(r.get("data_s")),
-                _ms(r.get("compute_s")),
-                _ms(r.get("coll_s")),
+                _ms(src.get("step_s")) + mark,
+                _ms(src.get("data_s")) + mark,
+                _ms(src.get("compute_s")) + mark,
+                _ms(src.get("coll_s")) + mark,
                 f"{r.get('heartbeat_age_s', 0):.1f}s",
                 ",".join(r.get("findings", [])) or "-",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
     lines = [head, ""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    if gpu_rows:
+        lines.append("(g: on the accelerator's clock: step between GPU step ends, GPU-side collective wait)")
     b, g = doc.get("bottleneck"), doc.get("goodput")
     if b or g:
         lines.append("")

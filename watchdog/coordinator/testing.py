@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from watchdog.report import CollectiveState, CollSig, HostReport, RankState, StepSample
+from watchdog.report import CollectiveState, CollSig, GpuStep, HostReport, RankState, StepSample
 
 from .config import DetectorConfig
 from .view import ClusterView, empty, fold
@@ -62,6 +62,13 @@ def steps(
 ) -> tuple[StepSample, ...]:
     """``n`` completed steps numbered ``first`` ... ``first + n - 1``."""
     return tuple(StepSample(step=first + i, step_s=step_s, data_s=data_s, coll_s=coll_s, phase=phase) for i in range(n))
+
+
+def gpu_steps(
+    first: int, n: int, step_s: float = 0.1, data_s: float = 0.0, coll_s: float = 0.02, lag_s: float = 0.0
+) -> tuple[GpuStep, ...]:
+    """``n`` steps the accelerator finished, split on its clock (RankState.recent_gpu)."""
+    return tuple(GpuStep(first + i, step_s, data_s, coll_s, lag_s) for i in range(n))
 
 
 def rank(

@@ -45,6 +45,7 @@ DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
     "unknown",
 )
 VERDICTS = (DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN)
+SPLIT_CLOCKS = ("gpu", "cpu", "mixed")  # where the split came from (evidence "clock"; FoldedRank.split_clock)
 CAUSES = (DATA, COMMUNICATION, STRAGGLER)  # time lost per step, as a share of step time
 
 # Shares of step time (memory: share of accelerator memory) at which a cause is the verdict.
@@ -222,6 +223,8 @@ def measure(
         bytes_per_step=int(per_step_bytes),
         bytes_per_compute_s=int(per_step_bytes / med_compute) if med_compute > 0 else None,
     )
+    clocks = {view.ranks[r].split_clock for r in per_rank}
+    evidence["clock"] = clocks.pop() if len(clocks) == 1 else "mixed"  # the clock the split came from
     if finer:  # the finer split (mon.watch_model), median over the ranks that measure it
         evidence["split"] = {k: round(median([v[i] for v in finer.values()]), 6) for i, k in enumerate(FINER)}
         evidence["split_ranks"] = len(finer)
@@ -292,6 +295,15 @@ def decide(state: Verdict, m: Measure, now: float) -> Verdict:
 
 
 def reason(verdict: str, m: Measure) -> str:
+    text = _reason(verdict, m)
+    clock = m.evidence.get("clock")
+    if verdict in (COMMUNICATION, STRAGGLER, COMPUTE) and clock in ("gpu", "mixed"):
+        # Which clock the split came from: the accelerator's completions, not the hook's CPU marks.
+        text += " (split on the GPU clock" + (" for some ranks only)" if clock == "mixed" else ")")
+    return text
+
+
+def _reason(verdict: str, m: Measure) -> str:
     e, s = m.evidence, m.shares
     step = seconds(e.get("step_s", 0.0))
     if verdict == DATA:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from watchdog.report import CollSig, HostReport, RankState, StepSample
+from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
 
 from . import journal_events as je
 from .config import DetectorConfig
@@ -26,6 +26,7 @@ from .steps import StepStats, WindowStat, add_samples
 _EMPTY: Mapping = MappingProxyType({})
 LOSS_HISTORY = 64
 COLL_HISTORY = 32  # Flight Recorder signatures kept per rank (the newest by sequence)
+GPU_STALE_STEPS = 64  # a GPU-clock split this many steps behind the CPU side's is no longer read
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,34 @@ class FoldedRank:
     # The same, as ((group, seq), comparable signature, time): built once per report
     # that brings new ones, so comparing thousands of ranks each tick stays cheap.
     coll_keys: tuple[tuple[tuple[int, int], tuple, float], ...] = ()
+    # The same step statistics on the accelerator's clock (report.GpuStep: step time
+    # between GPU step completions, GPU-side collective wait), for ranks whose hook
+    # has a completion source. On NCCL the CPU side reads collective wait ~0: where
+    # these exist, the split that detectors read comes from them (``split_stats``).
+    gpu_stats: StepStats = StepStats()
+    gpu_last: GpuStep | None = None  # the latest step the accelerator finished, as reported
 
     @property
     def rank(self) -> int:
         return self.state.rank
+
+    @property
+    def split_stats(self) -> StepStats:
+        """The step split detectors read: the GPU clock's when the rank has one
+        that keeps up (a completion source that failed mid-run stops it: its old
+        windows must not stand for the rank's present)."""
+        return self.gpu_stats if self._gpu_current() else self.step_stats
+
+    @property
+    def split_clock(self) -> str:
+        """Which clock ``split_stats`` (``history``, ``windows``) came from: "gpu" or "cpu"."""
+        return "gpu" if self._gpu_current() else "cpu"
+
+    def _gpu_current(self) -> bool:
+        g, c = self.gpu_stats.history, self.step_stats.history
+        if not self.gpu_stats.steps_seen:
+            return False
+        return not g or not c or g[-1].step + GPU_STALE_STEPS >= c[-1].step
 
     # Detectors read the step statistics as the rank's own attributes.
     @property
@@ -66,11 +91,11 @@ class FoldedRank:
 
     @property
     def history(self) -> tuple[StepSample, ...]:
-        return self.step_stats.history
+        return self.split_stats.history
 
     @property
     def windows(self) -> tuple[WindowStat, ...]:
-        return self.step_stats.windows
+        return self.split_stats.windows
 
     @property
     def p99_step_s(self) -> float:
@@ -316,7 +341,25 @@ def _fold_rank(
         colls = _fold_colls(rv.colls, s.recent_colls, now)
         rv = replace(rv, colls=colls, coll_keys=tuple(((c.group, c.seq), comparable(c), at) for c, at in colls))
     st = add_samples(rv.step_stats, s.recent_steps, cfg)
-    return rv if st is rv.step_stats else replace(rv, step_stats=st)
+    rv = rv if st is rv.step_stats else replace(rv, step_stats=st)
+    if s.recent_gpu:
+        gst = add_samples(rv.gpu_stats, gpu_samples(s.recent_gpu, st.history), cfg)
+        rv = replace(rv, gpu_stats=gst, gpu_last=s.recent_gpu[-1])
+    return rv
+
+
+def gpu_samples(gpu: tuple[GpuStep, ...], cpu: tuple[StepSample, ...]) -> tuple[StepSample, ...]:
+    """GPU-clock steps as StepSamples, keeping what only the CPU side measures
+    (collective bytes, the finer split) from the same step's CPU sample."""
+    by_step = {x.step: x for x in cpu[-2 * len(gpu) - 8 :]}  # the GPU runs a few steps behind at most
+    out = []
+    for g in gpu:
+        x = by_step.get(g.step)
+        if x is None:
+            out.append(g.as_step_sample())
+        else:
+            out.append(replace(x, step_s=g.step_s, data_s=g.data_s, coll_s=g.coll_s, phase=g.phase))
+    return tuple(out)
 
 
 # Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,

@@ -12,6 +12,13 @@ two questions:
   reached (``Event.query()`` is non-blocking), else the time it was, in the
   source's ``clock`` (``wire.Clock``).
 
+A collective gets two markers: one queued just *before* the call (reached when
+the work queued ahead of it, the step's compute, is done: the collective can
+start) and one right after (reached when it completed). Their difference is the
+collective's GPU-side time, waiting for the slowest peer included: the
+collective wait that the CPU side reads as ~0 on NCCL. A step gets one marker,
+after its last work: consecutive ones give the GPU-side step time.
+
 ``CompletionTracker`` keeps the markers in flight (bounded: a wedged GPU must not
 grow memory), polls them from the hook's background thread, and writes each
 resolved one as a COMPLETION ring record: the enqueue time on the host's
@@ -80,8 +87,20 @@ class CompletionTracker:
             self._pending.clear()
         log.warning("watchdog.hook completion source failed, no longer used: %s", self.broken)
 
-    def submit(self, what: int, group: int, seq: int, step: int) -> None:
-        """Training thread: right after a collective returned (or a step ended). Never raises."""
+    def mark(self) -> Any:
+        """Training thread, before a collective call: its start marker (None when
+        the source is broken or fails). Never raises."""
+        if self.broken:
+            return None
+        try:
+            return self.source.mark()
+        except Exception as exc:
+            self._give_up(exc)
+            return None
+
+    def submit(self, what: int, group: int, seq: int, step: int, before: Any = None) -> None:
+        """Training thread: right after a collective returned (or a step ended);
+        ``before``: the marker ``mark()`` queued before the call. Never raises."""
         if self.broken:
             return
         try:
@@ -93,7 +112,7 @@ class CompletionTracker:
             if len(self._pending) >= self._max:
                 self._pending.popleft()
                 self.dropped += 1
-            self._pending.append((what, group, seq, step, self._clock(), marker))
+            self._pending.append((what, group, seq, step, self._clock(), marker, before))
 
     @property
     def in_flight(self) -> int:
@@ -114,9 +133,11 @@ class CompletionTracker:
             with self._lock:
                 if not self._pending:
                     break
-                what, group, seq, step, enq, marker = self._pending[0]
+                what, group, seq, step, enq, marker, before = self._pending[0]
             try:
                 at = self.source.done(marker)
+                # Queued ahead of ``marker`` on the same stream: reached by now.
+                started = self.source.done(before) if at is not None and before is not None else None
             except Exception as exc:
                 self._give_up(exc)
                 break
@@ -125,7 +146,8 @@ class CompletionTracker:
             with self._lock:
                 if self._pending and self._pending[0][5] is marker:
                     self._pending.popleft()
-            out.append((int(RecordKind.COMPLETION), self._clock(), step, (what, group, seq, enq, at, clock)))
+            payload = (what, group, seq, enq, at, clock, started or 0)
+            out.append((int(RecordKind.COMPLETION), self._clock(), step, payload))
         if out:
             self._write(out)
             self.resolved += len(out)
@@ -162,16 +184,17 @@ class CudaEventSource:
 def with_completion(
     wrapper: Callable, marks_of: Callable[[], Any], tracker: CompletionTracker, steps: Callable[[], int]
 ):
-    """A patched collective that also queues a completion marker after the call
-    (used only when a source exists: on CPU the plain wrapper is installed)."""
+    """A patched collective that also queues completion markers before and after
+    the call (used only when a source exists: on CPU the plain wrapper is installed)."""
 
     def collective(*args, **kwargs):
+        before = tracker.mark()
         ret = wrapper(*args, **kwargs)
         m = marks_of()
         if m is not None and not m.quiet:
             try:
                 st = m.current
-                tracker.submit(COLLECTIVE, st.key, st.seq, steps())
+                tracker.submit(COLLECTIVE, st.key, st.seq, steps(), before)
             except Exception:  # never into training
                 pass
         return ret

@@ -111,7 +111,7 @@ class CollEntry:
     completed_ns: int = 0
 
     def record(self, t_ns: int, step: int) -> tuple[int, int, int, tuple[int, ...]]:
-        """The COLL_SIG ring record (SlotWriter.write_wide)."""
+        """The COLL_SIG ring record (SlotWriter.write_events)."""
         payload = (
             self.group,
             self.seq,
@@ -243,7 +243,7 @@ def json_dumper() -> Callable[[], bytes] | None:
 class FlightRecorderSource:
     """Finds FR (``find``: ``json_dumper``) and reads it on each ``poll`` (background thread) and writes the collectives it
     has not written yet, or whose state moved, as COLL_SIG records through
-    ``write`` (SlotWriter.write_wide). After a dump it cannot read, it stops.
+    ``write`` (SlotWriter.write_events). After a dump it cannot read, it stops.
 
     After every read, ``mark`` (SlotWriter.write) gets the header words
     wire.FR_READ_WORDS: the newest (group, seq) FR held and when the read began.

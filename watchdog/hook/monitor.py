@@ -126,7 +126,7 @@ class Monitor:
         # off by configuration, it is a no-op decided here.
         self.flight = flightrecorder.FlightRecorderSource(
             flightrecorder.json_dumper,
-            slot.write_wide,
+            slot.write_events,
             clock,
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
@@ -276,6 +276,7 @@ class Monitor:
         self._run_undo()
         self._heartbeat.stop()
         self._final_flight_read()
+        self._final_completions()
         if not self._disabled and not self._failed:
             self.recorder.set_status(Status.EXITED)
         self._go_quiet()
@@ -292,6 +293,14 @@ class Monitor:
         try:
             if self._poll_flight is not nop:
                 self.flight.poll(force=True)
+        except Exception:
+            pass
+
+    def _final_completions(self) -> None:
+        """At exit: the accelerator work done since the last beat (a script that
+        synchronised before exiting leaves its last steps' GPU times)."""
+        try:
+            self._poll_completions()
         except Exception:
             pass
 
@@ -329,7 +338,7 @@ class Monitor:
         """Track when the accelerator reaches each collective and step boundary
         (install: a CUDA event source when a GPU is there; tests: a fake). Before
         collectives are patched, so the patch can add the marker."""
-        tracker = completion.CompletionTracker(source, self.slot.write_wide, self._clock)
+        tracker = completion.CompletionTracker(source, self.slot.write_events, self._clock)
         self.completions = tracker
         self._poll_completions = tracker.poll
         step = self.recorder.step

@@ -37,9 +37,10 @@ import threading
 from collections.abc import Iterable
 
 from watchdog import wire
-from watchdog.wire import H_RING_HEAD, H_SEQ, R_A, R_INDEX, R_KIND, R_L, R_STEP, R_T_NS, WORD
+from watchdog.wire import H_EVENT_RING_HEAD, H_RING_HEAD, H_SEQ, R_A, R_INDEX, R_KIND, R_L, R_STEP, R_T_NS, WORD
 
 REC_BYTES = wire.RECORD_WORDS * WORD
+_PAD = (0,) * (wire.RECORD_WORDS - 4)
 # A ring record's words, R_INDEX .. R_L, in one pack (native order, as
 # wire.init_slot writes: the slot is little-endian and so are the hosts).
 pack_record = struct.Struct("16q").pack_into
@@ -52,7 +53,7 @@ class SlotWriter:
     """Owns the mapping, its int64 view, the seqlock counter, the ring head and
     the lock. ``buf`` must already be formatted (``format`` does both)."""
 
-    __slots__ = ("_buf", "_cap", "_head", "_ring0", "_seq", "_words", "lock")
+    __slots__ = ("_buf", "_cap", "_ev0", "_ev_cap", "_ev_head", "_head", "_ring0", "_seq", "_words", "lock")
 
     def __init__(self, buf, ring_capacity: int) -> None:
         self.lock = threading.RLock()
@@ -62,6 +63,10 @@ class SlotWriter:
         self._head = 0
         self._cap = ring_capacity
         self._ring0 = wire.RING_OFFSET
+        # The event ring (wire version 2): written on the cold paths only.
+        self._ev0 = wire.event_ring_offset(ring_capacity)
+        self._ev_cap = wire.EVENT_RING_FACTOR * ring_capacity
+        self._ev_head = 0
 
     @classmethod
     def format(cls, buf, identity: wire.Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> SlotWriter:
@@ -143,6 +148,25 @@ class SlotWriter:
         try:
             for kind, t_ns, step, payload in records:
                 self.append_wide(kind, t_ns, step, payload)
+        finally:
+            self.end()
+
+    def write_events(self, records: Iterable[tuple[int, int, int, tuple[int, ...]]]) -> None:
+        """The event ring's one writer (background thread: Flight Recorder
+        signatures, GPU completions): records ``(kind, t_ns, step, payload)`` in
+        one bracket, so a burst of collectives never pushes out step records."""
+        self.begin()
+        try:
+            head, cap, w = self._ev_head, self._ev_cap, self._words
+            for kind, t_ns, step, payload in records:
+                if len(payload) > wire.RECORD_WORDS - 4:
+                    raise ValueError(f"a record holds {wire.RECORD_WORDS - 4} payload words, got {len(payload)}")
+                pack_record(
+                    w, self._ev0 + (head % cap) * REC_BYTES, head, kind, t_ns, step, *payload, *_PAD[len(payload) :]
+                )
+                head += 1
+                w[H_EVENT_RING_HEAD] = head
+                self._ev_head = head
         finally:
             self.end()
 

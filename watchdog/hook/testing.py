@@ -67,6 +67,33 @@ class FakeCompletionSource:
         return self._done.get(marker)
 
 
+class FakeStream:
+    """A simulated accelerator stream on the host's monotonic clock, for real jobs
+    on CPU: ``launch(ns)`` queues a kernel that the training thread does not wait
+    for (as a CUDA launch), and a marker completes when the stream reaches it.
+    ``install(completion_source=FakeStream())``; ``synchronize()`` waits for the
+    stream (as ``torch.cuda.synchronize()`` at the end of training)."""
+
+    clock = wire.Clock.GPU_EVENT
+
+    def __init__(self, clock=time.monotonic_ns) -> None:
+        self._clock = clock
+        self._end = 0  # when the work queued so far is done
+
+    def launch(self, ns: int) -> None:
+        self._end = max(self._end, self._clock()) + ns
+
+    def mark(self) -> int:
+        self._end = max(self._end, self._clock())
+        return self._end
+
+    def done(self, marker: int) -> int | None:
+        return marker if self._clock() >= marker else None
+
+    def synchronize(self) -> None:
+        time.sleep(max(0, self._end - self._clock()) / 1e9)
+
+
 class FakeClock:
     """A monotonic nanosecond clock that moves only when told: ``install(clock=c)``."""
 
@@ -126,7 +153,7 @@ def step_splits(snapshot: wire.SlotSnapshot) -> list[StepSplit]:
 
 
 def records_of(snapshot: wire.SlotSnapshot, kind: wire.RecordKind) -> list[wire.Record]:
-    return [r for r in snapshot.records if r.kind == kind]
+    return [r for r in snapshot.all_records if r.kind == kind]
 
 
 class RankSlot:
@@ -191,6 +218,10 @@ class RankSlot:
 
     def record(self, kind: wire.RecordKind, t_ns: int, step: int, *payload: int) -> None:
         self.slot.write((), (int(kind), t_ns, step, *payload))
+
+    def event(self, kind: wire.RecordKind, t_ns: int, step: int, *payload: int) -> None:
+        """One record on the event ring (where the hook writes COLL_SIG and COMPLETION)."""
+        self.slot.write_events([(int(kind), t_ns, step, payload)])
 
     def step(
         self,

@@ -44,7 +44,8 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
     'compute_s', 'baseline_s', 'step_s', 'first_step', 'last_step'}. Also feeds
     the straggler-score gauge (``Straggler.gauges``)."""
     health = classify_all(view, now, cfg)
-    wins_of = {r: rv.step_stats.windows for r, rv in view.ranks.items() if health[r] == OK and rv.step_stats.windows}
+    # On the GPU clock where ranks have one: on NCCL the CPU side's compute holds the collective wait.
+    wins_of = {r: rv.windows for r, rv in view.ranks.items() if health[r] == OK and rv.windows}
     return _scores_of(wins_of, cfg)
 
 
@@ -203,6 +204,7 @@ class Straggler:
                         "step_s": sc["step_s"],
                         "cost_share": round(cost, 4),
                         "cpu_percent": rv.state.cpu_percent,
+                        "clock": rv.split_clock,
                         "first_step": sc["first_step"],
                         "last_step": sc["last_step"],
                     },
