@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from watchdog.coordinator import stats
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import P99_SAMPLES, StepStats, _close_windows, add_samples
+from watchdog.coordinator.steps import P99_SAMPLES, StepStats, WindowStat, add_samples
 from watchdog.report import StepSample
 
 
@@ -36,23 +36,59 @@ def reference(s: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig
     return StepStats(
         steps_seen=seen + len(fresh),
         history=history,
-        windows=_close_windows(s.windows, history, cfg),
+        windows=reference_windows(s.windows, history, cfg),
         p99_step_s=p99,
         train_steps=len(train),
         data_share=stats.data_share(train),
     )
 
 
+def reference_windows(
+    windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig
+) -> tuple[WindowStat, ...]:
+    """steps._close_windows as it was: every window past, rescanned on every report."""
+    size = cfg.straggler_window_steps
+    newest = history[-1].step // size
+    done = windows[-1].index if windows else -1
+    by_window: dict[int, list[StepSample]] = {}
+    if newest - 1 <= done:
+        return windows
+    for x in reversed(history):
+        w = x.step // size
+        if w <= done:
+            break
+        if w < newest and x.phase == "train":
+            by_window.setdefault(w, []).append(x)
+    out = list(windows)
+    for w in sorted(by_window):
+        xs = by_window[w]
+        if len(xs) >= max(2, size // 2):
+            comp = [x.compute_s for x in xs]
+            mean = stats.clipped_mean(comp)
+            out.append(
+                WindowStat(
+                    w,
+                    len(xs),
+                    mean,
+                    sum(x.step_s for x in xs) / len(xs),
+                    stats.clipped_stdev(comp) / mean if mean > 0 else 0.0,
+                )
+            )
+    keep = max(16, 2 * cfg.straggler_windows)
+    return tuple(out[-keep:])
+
+
 # Few distinct durations, so ties (which the sorted windows must order as a stable sort does) are common.
 durations = st.sampled_from([0.0, 0.01, 0.1, 0.1, 0.25, 0.3, 1.5, 0.1 + 0.2]) | st.floats(0.0, 5.0)
-sample = st.tuples(durations, durations, st.sampled_from(["train", "train", "train", "eval", "checkpoint"]))
+sample = st.tuples(durations, durations, durations, st.sampled_from(["train", "train", "train", "eval", "checkpoint"]))
 batches = st.lists(st.tuples(st.integers(-3, 6), st.lists(sample, max_size=12)), max_size=60)
 configs = st.builds(
     DetectorConfig,
     warmup_steps=st.integers(0, 4),
     history_steps=st.sampled_from([1, 3, 40, 99, 100, 150, 256]),
     starvation_window_steps=st.sampled_from([1, 2, 7, 50, 60]),
-    straggler_window_steps=st.sampled_from([2, 5, 20]),
+    straggler_window_steps=st.sampled_from([1, 2, 5, 20]),
+    straggler_windows=st.sampled_from([1, 4, 10]),
 )
 
 
@@ -63,8 +99,8 @@ def stream(batches_: list) -> list[tuple[StepSample, ...]]:
     for gap, xs in batches_:
         step = max(0, step + gap)
         batch = []
-        for step_s, data_s, phase in xs:
-            batch.append(StepSample(step=step, step_s=step_s, data_s=min(data_s, step_s), coll_s=0.0, phase=phase))
+        for step_s, data_s, coll_s, phase in xs:
+            batch.append(StepSample(step=step, step_s=step_s, data_s=min(data_s, step_s), coll_s=coll_s, phase=phase))
             step += 1
         out.append(tuple(batch))
     return out

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from math import floor, isfinite
+from math import floor
 
 from watchdog.report import StepSample
 
@@ -46,6 +47,9 @@ class StepStats:
     # and mutated, by the StepStats that follows this one: it is used only while
     # it still describes ``history`` (``_Running.tip``), otherwise rebuilt from it.
     running: _Running | None = field(default=None, compare=False, repr=False)
+    # Every window below this one has been summarised or found to be no evidence
+    # (too few train steps): it is not looked at again. Derived, so not compared.
+    windows_scanned: int = field(default=-1, compare=False, repr=False)
 
 
 def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
@@ -68,27 +72,23 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     if not history:
         return replace(st, steps_seen=seen + len(fresh), history=history)
     run = st.running
-    if run is None or run.tip is not st.history or not run.fits(cfg) or not _finite(new):
+    if run is None or run.tip is not st.history or not run.fits(cfg):
         run = _Running.build(st.history, cfg)  # a stale or foreign StepStats: rebuilt from its history
-    if run is None:  # non-finite durations (a caller that skipped validation): the plain definitions
+    if run is None or not run.extend(new):  # a duration not finite (a caller that skipped validation)
         return _recomputed(st, history, seen + len(fresh), cfg)
-    for x in new:
-        run.push(x)
     run.tip = history
     train_steps, share = run.data_share()
+    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg)
     return StepStats(
         steps_seen=seen + len(fresh),
         history=history,
-        windows=_close_windows(st.windows, history, cfg),
+        windows=windows,
         p99_step_s=run.p99(),
         train_steps=train_steps,
         data_share=share,
+        windows_scanned=scanned,
         running=run,
     )
-
-
-def _finite(xs: list[StepSample]) -> bool:
-    return all(isfinite(x.step_s) and isfinite(x.data_s) for x in xs)
 
 
 def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: DetectorConfig) -> StepStats:
@@ -96,10 +96,12 @@ def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: 
     train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
         -cfg.starvation_window_steps :
     ]
+    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg)
     return StepStats(
         steps_seen=seen,
         history=history,
-        windows=_close_windows(st.windows, history, cfg),
+        windows=windows,
+        windows_scanned=scanned,
         p99_step_s=stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99),
         train_steps=len(train),
         data_share=stats.data_share(train),
@@ -143,7 +145,7 @@ class _Running:
         self._p_sorted: list[float] = []
         self._s_len = min(2 * cfg.starvation_window_steps, cfg.history_steps)  # samples looked at
         self._s_cap = cfg.starvation_window_steps  # train samples kept
-        self._s_fifo: deque[tuple[float, int, float]] = deque()  # (data_s, index, step_s), oldest first
+        self._s_fifo: deque[tuple[float, int]] = deque()  # (data_s, index), oldest first
         self._s_keys: list[tuple[float, int]] = []  # (data_s, index), sorted
         self._s_data: list[float] = []  # data_s, in _s_keys' order
         self._s_step: list[float] = []  # step_s, in _s_keys' order
@@ -155,36 +157,43 @@ class _Running:
     def build(cls, history: tuple[StepSample, ...], cfg: DetectorConfig) -> _Running | None:
         """From a history's tail; None if a duration in it is not finite."""
         run = cls(cfg)
-        tail = history[-max(run._p_len, run._s_len) :] if history else ()
-        if not _finite(list(tail)):
+        if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else ()):
             return None
-        for x in tail:
-            run.push(x)
         run.tip = history
         return run
 
-    def push(self, x: StepSample) -> None:
+    def extend(self, xs: Iterable[StepSample]) -> bool:
+        """Add samples, newest last. False if a step or data time is not finite
+        (NaN would break the sorted windows' order): then the windows are left
+        unusable (``tip`` None) and the caller computes without them."""
         i = self._n
-        self._n = i + 1
-        if self._p_len > 0:
-            insort(self._p_sorted, x.step_s)
-            self._p_fifo.append(x.step_s)
-            if len(self._p_fifo) > self._p_len:
-                old = self._p_fifo.popleft()
-                del self._p_sorted[bisect_left(self._p_sorted, old)]
-        fifo = self._s_fifo
-        if x.phase == "train" and self._s_cap > 0:
-            key = (x.data_s, i)
-            at = bisect_left(self._s_keys, key)
-            self._s_keys.insert(at, key)
-            self._s_data.insert(at, x.data_s)
-            self._s_step.insert(at, x.step_s)
-            fifo.append((x.data_s, i, x.step_s))
-        # Out: train samples that left the last _s_len samples, then the oldest beyond _s_cap.
-        while fifo and (fifo[0][1] <= i - self._s_len or len(fifo) > self._s_cap):
-            data_s, j, _ = fifo.popleft()
-            at = bisect_left(self._s_keys, (data_s, j))
-            del self._s_keys[at], self._s_data[at], self._s_step[at]
+        p_len, p_fifo, p_sorted = self._p_len, self._p_fifo, self._p_sorted
+        s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
+        keys, data, step = self._s_keys, self._s_data, self._s_step
+        for x in xs:
+            step_s, data_s = x.step_s, x.data_s
+            if step_s - step_s != 0.0 or data_s - data_s != 0.0:  # NaN or infinite
+                self.tip = None
+                return False
+            if p_len:
+                insort(p_sorted, step_s)
+                p_fifo.append(step_s)
+                if len(p_fifo) > p_len:
+                    del p_sorted[bisect_left(p_sorted, p_fifo.popleft())]
+            if s_cap and x.phase == "train":
+                key = (data_s, i)
+                at = bisect_left(keys, key)
+                keys.insert(at, key)
+                data.insert(at, data_s)
+                step.insert(at, step_s)
+                s_fifo.append(key)
+            # Out: train samples no longer among the last s_len samples, then the oldest beyond s_cap.
+            while s_fifo and (s_fifo[0][1] <= i - s_len or len(s_fifo) > s_cap):
+                at = bisect_left(keys, s_fifo.popleft())
+                del keys[at], data[at], step[at]
+            i += 1
+        self._n = i
+        return True
 
     def p99(self) -> float:
         """``stats.quantile(window, 0.99)`` of the sorted window (same interpolation)."""
@@ -208,15 +217,18 @@ class _Running:
 
 
 def _close_windows(
-    windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig
-) -> tuple[WindowStat, ...]:
-    """Summarise every window that the newest sample has moved past."""
+    windows: tuple[WindowStat, ...], scanned: int, history: tuple[StepSample, ...], cfg: DetectorConfig
+) -> tuple[tuple[WindowStat, ...], int]:
+    """Summarise every window that the newest sample has moved past; returns the
+    windows and the new ``StepStats.windows_scanned``. A window's samples are all
+    in once the newest is past it (samples arrive in step order), so one that was
+    no evidence stays so and is not scanned again on every report."""
     size = cfg.straggler_window_steps
     newest = history[-1].step // size
-    done = windows[-1].index if windows else -1
-    by_window: dict[int, list[StepSample]] = {}
+    done = max(windows[-1].index if windows else -1, scanned)
     if newest - 1 <= done:
-        return windows
+        return windows, done
+    by_window: dict[int, list[StepSample]] = {}
     for x in reversed(history):  # only the tail can be in windows not yet closed
         w = x.step // size
         if w <= done:
@@ -227,16 +239,9 @@ def _close_windows(
     for w in sorted(by_window):
         xs = by_window[w]
         if len(xs) >= max(2, size // 2):  # a window mostly outside training is no evidence
-            comp = [x.compute_s for x in xs]
-            mean = stats.clipped_mean(comp)
+            mean, sd = stats.clipped_mean_stdev([x.compute_s for x in xs])  # one median and MAD for both
             out.append(
-                WindowStat(
-                    w,
-                    len(xs),
-                    mean,
-                    sum(x.step_s for x in xs) / len(xs),
-                    stats.clipped_stdev(comp) / mean if mean > 0 else 0.0,
-                )
+                WindowStat(w, len(xs), mean, sum(x.step_s for x in xs) / len(xs), sd / mean if mean > 0 else 0.0)
             )
     keep = max(16, 2 * cfg.straggler_windows)
-    return tuple(out[-keep:])
+    return tuple(out[-keep:]), newest - 1

