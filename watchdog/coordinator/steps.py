@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from math import floor
+from operator import itemgetter
 
 from watchdog.report import StepSample
 
@@ -19,6 +20,7 @@ from . import stats
 from .config import DetectorConfig
 
 P99_SAMPLES = 100
+_first, _third = itemgetter(0), itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,9 @@ class _Running:
 
     - the step times of the last ``P99_SAMPLES`` samples, sorted (p99);
     - the train samples among the last ``2 x starvation_window_steps`` samples,
-      at most ``starvation_window_steps`` of them, sorted by (data wait, arrival),
-      which is the order ``stats.data_share``'s stable sort gives, with their step
-      times in the same order, so its sums add the same numbers in the same order.
+      at most ``starvation_window_steps`` of them, as (data wait, arrival, step
+      time) sorted: the order ``stats.data_share``'s stable sort gives, so its
+      sums add the same numbers in the same order.
 
     Windows are capped by the history's own length (``history[-n:]`` of a
     shorter history is all of it)."""
@@ -128,16 +130,14 @@ class _Running:
         "_p_len",
         "_p_sorted",
         "_s_cap",
-        "_s_data",
         "_s_fifo",
-        "_s_keys",
         "_s_len",
-        "_s_step",
+        "_s_sorted",
         "tip",
     )
 
     def __init__(self, cfg: DetectorConfig) -> None:
-        self.tip: tuple[StepSample, ...] = ()  # the history this describes
+        self.tip: tuple[StepSample, ...] | None = ()  # the history this describes (None: unusable)
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0  # samples pushed
         self._p_len = min(P99_SAMPLES, cfg.history_steps)
@@ -145,10 +145,8 @@ class _Running:
         self._p_sorted: list[float] = []
         self._s_len = min(2 * cfg.starvation_window_steps, cfg.history_steps)  # samples looked at
         self._s_cap = cfg.starvation_window_steps  # train samples kept
-        self._s_fifo: deque[tuple[float, int]] = deque()  # (data_s, index), oldest first
-        self._s_keys: list[tuple[float, int]] = []  # (data_s, index), sorted
-        self._s_data: list[float] = []  # data_s, in _s_keys' order
-        self._s_step: list[float] = []  # step_s, in _s_keys' order
+        self._s_fifo: deque[tuple[float, int, float]] = deque()  # (data_s, index, step_s), oldest first
+        self._s_sorted: list[tuple[float, int, float]] = []  # the same, sorted
 
     def fits(self, cfg: DetectorConfig) -> bool:
         return self._cfg == (cfg.history_steps, cfg.starvation_window_steps)
@@ -169,7 +167,7 @@ class _Running:
         i = self._n
         p_len, p_fifo, p_sorted = self._p_len, self._p_fifo, self._p_sorted
         s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
-        keys, data, step = self._s_keys, self._s_data, self._s_step
+        train = self._s_sorted
         for x in xs:
             step_s, data_s = x.step_s, x.data_s
             if step_s - step_s != 0.0 or data_s - data_s != 0.0:  # NaN or infinite
@@ -181,16 +179,12 @@ class _Running:
                 if len(p_fifo) > p_len:
                     del p_sorted[bisect_left(p_sorted, p_fifo.popleft())]
             if s_cap and x.phase == "train":
-                key = (data_s, i)
-                at = bisect_left(keys, key)
-                keys.insert(at, key)
-                data.insert(at, data_s)
-                step.insert(at, step_s)
-                s_fifo.append(key)
+                entry = (data_s, i, step_s)  # i is unique: step_s is never compared
+                insort(train, entry)
+                s_fifo.append(entry)
             # Out: train samples no longer among the last s_len samples, then the oldest beyond s_cap.
             while s_fifo and (s_fifo[0][1] <= i - s_len or len(s_fifo) > s_cap):
-                at = bisect_left(keys, s_fifo.popleft())
-                del keys[at], data[at], step[at]
+                del train[bisect_left(train, s_fifo.popleft())]
             i += 1
         self._n = i
         return True
@@ -208,12 +202,14 @@ class _Running:
     def data_share(self) -> tuple[int, float]:
         """(train samples in the window, ``stats.data_share`` of them): the top
         tenth by data wait left out, the rest summed in sorted order."""
-        n = len(self._s_keys)
+        train = self._s_sorted
+        n = len(train)
         if not n:
             return 0, 0.0
         keep = n - max(1, n // 10) or n
-        step = sum(self._s_step[:keep])
-        return n, (sum(self._s_data[:keep]) / step if step > 0 else 0.0)
+        kept = train[:keep]
+        step = sum(map(_third, kept))
+        return n, (sum(map(_first, kept)) / step if step > 0 else 0.0)
 
 
 def _close_windows(
