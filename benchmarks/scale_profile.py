@@ -20,6 +20,7 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import sys
 import tempfile
 import time
@@ -99,6 +100,7 @@ def main() -> None:
     print(f"core share at one report per host per second: {total / accepted * len(hosts):.2f}")
     print(f"tick CPU (last half): p50 {ticks[len(ticks) // 2] * 1e3:.1f} ms  max {ticks[-1] * 1e3:.1f} ms")
     print(f"findings opened: {opened}  (straggler is rank {job.straggler})")
+    print(f"max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 

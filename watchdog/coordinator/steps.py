@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from math import floor
 from operator import itemgetter
@@ -70,13 +69,14 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     seen = st.steps_seen
     skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
     new = fresh[skip:]
-    history = (st.history + tuple(new))[-cfg.history_steps :]
+    seq = st.history + tuple(new)
+    history = seq[-cfg.history_steps :]
     if not history:
         return replace(st, steps_seen=seen + len(fresh), history=history)
     run = st.running
     if run is None or run.tip is not st.history or not run.fits(cfg):
         run = _Running.build(st.history, cfg)  # a stale or foreign StepStats: rebuilt from its history
-    if run is None or not run.extend(new):  # a duration not finite (a caller that skipped validation)
+    if run is None or not run.extend(seq, len(st.history)):  # a duration not finite (a caller that skipped validation)
         return _recomputed(st, history, seen + len(fresh), cfg)
     run.tip = history
     train_steps, share = run.data_share()
@@ -126,7 +126,6 @@ class _Running:
     __slots__ = (
         "_cfg",
         "_n",
-        "_p_fifo",
         "_p_len",
         "_p_sorted",
         "_s_cap",
@@ -141,7 +140,6 @@ class _Running:
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0  # samples pushed
         self._p_len = min(P99_SAMPLES, cfg.history_steps)
-        self._p_fifo: deque[float] = deque()
         self._p_sorted: list[float] = []
         self._s_len = min(2 * cfg.starvation_window_steps, cfg.history_steps)  # samples looked at
         self._s_cap = cfg.starvation_window_steps  # train samples kept
@@ -155,29 +153,31 @@ class _Running:
     def build(cls, history: tuple[StepSample, ...], cfg: DetectorConfig) -> _Running | None:
         """From a history's tail; None if a duration in it is not finite."""
         run = cls(cfg)
-        if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else ()):
+        if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else (), 0):
             return None
         run.tip = history
         return run
 
-    def extend(self, xs: Iterable[StepSample]) -> bool:
-        """Add samples, newest last. False if a step or data time is not finite
-        (NaN would break the sorted windows' order): then the windows are left
-        unusable (``tip`` None) and the caller computes without them."""
+    def extend(self, seq: tuple[StepSample, ...], start: int) -> bool:
+        """Add ``seq[start:]``, newest last, where ``seq[:start]`` ends with the
+        samples added before (the history they came in): the step time leaving
+        the p99 window is read from there. False if a step or data time is not
+        finite (NaN would break the sorted windows' order): then the windows are
+        left unusable (``tip`` None) and the caller computes without them."""
         i = self._n
-        p_len, p_fifo, p_sorted = self._p_len, self._p_fifo, self._p_sorted
+        p_len, p_sorted = self._p_len, self._p_sorted
         s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
         train = self._s_sorted
-        for x in xs:
+        for pos in range(start, len(seq)):
+            x = seq[pos]
             step_s, data_s = x.step_s, x.data_s
             if step_s - step_s != 0.0 or data_s - data_s != 0.0:  # NaN or infinite
                 self.tip = None
                 return False
             if p_len:
                 insort(p_sorted, step_s)
-                p_fifo.append(step_s)
-                if len(p_fifo) > p_len:
-                    del p_sorted[bisect_left(p_sorted, p_fifo.popleft())]
+                if pos >= p_len:  # the window was full: its oldest leaves
+                    del p_sorted[bisect_left(p_sorted, seq[pos - p_len].step_s)]
             if s_cap and x.phase == "train":
                 entry = (data_s, i, step_s)  # i is unique: step_s is never compared
                 insort(train, entry)
