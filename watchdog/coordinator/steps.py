@@ -7,7 +7,11 @@ Knows nothing of the view: ``view.FoldedRank`` holds a ``StepStats`` and calls
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from bisect import bisect_left, insort
+from collections import deque
+from dataclasses import dataclass, field, replace
+from math import floor
+from operator import itemgetter
 
 from watchdog.report import StepSample
 
@@ -15,6 +19,7 @@ from . import stats
 from .config import DetectorConfig
 
 P99_SAMPLES = 100
+_first, _third = itemgetter(0), itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -38,42 +43,188 @@ class StepStats:
     p99_step_s: float = 0.0
     train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
     data_share: float = 0.0  # share of their step time spent waiting on data (see loader_starvation)
+    # The order statistics behind p99_step_s and data_share, kept up to date as
+    # samples arrive (``_Running``); not part of the value (compare=False). Shared,
+    # and mutated, by the StepStats that follows this one: it is used only while
+    # it still describes ``history`` (``_Running.tip``), otherwise rebuilt from it.
+    running: _Running | None = field(default=None, compare=False, repr=False)
+    # Every window below this one has been summarised or found to be no evidence
+    # (too few train steps): it is not looked at again. Derived, so not compared.
+    windows_scanned: int = field(default=-1, compare=False, repr=False)
 
 
 def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
+    """``st`` with ``samples`` added (those not newer than its history are ignored).
+
+    O(new samples x log window): the p99 over the last ``P99_SAMPLES`` steps and
+    the loader share over the last train steps come from sorted windows kept
+    between reports, not from re-sorting them on every report (at 16,384 ranks
+    that was most of the fold). The results are those of the plain definitions
+    (``stats.quantile``, ``stats.data_share`` over the history's tail), bit for bit:
+    tests/test_coord_steps_incremental.py compares both on random streams."""
     last = st.history[-1].step if st.history else None
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
         return st
     seen = st.steps_seen
     skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
-    history = (st.history + tuple(fresh[skip:]))[-cfg.history_steps :]
+    new = fresh[skip:]
+    seq = st.history + tuple(new)
+    history = seq[-cfg.history_steps :]
     if not history:
         return replace(st, steps_seen=seen + len(fresh), history=history)
-    p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
-    train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
-        -cfg.starvation_window_steps :
-    ]
+    run = st.running
+    if run is None or run.tip is not st.history or not run.fits(cfg):
+        run = _Running.build(st.history, cfg)  # a stale or foreign StepStats: rebuilt from its history
+    if run is None or not run.extend(seq, len(st.history)):  # a duration not finite (a caller that skipped validation)
+        return _recomputed(st, history, seen + len(fresh), cfg)
+    run.tip = history
+    train_steps, share = run.data_share()
+    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg)
     return StepStats(
         steps_seen=seen + len(fresh),
         history=history,
-        windows=_close_windows(st.windows, history, cfg),
-        p99_step_s=p99,
+        windows=windows,
+        p99_step_s=run.p99(),
+        train_steps=train_steps,
+        data_share=share,
+        windows_scanned=scanned,
+        running=run,
+    )
+
+
+def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: DetectorConfig) -> StepStats:
+    """The plain definitions, from the history's tail."""
+    train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
+        -cfg.starvation_window_steps :
+    ]
+    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg)
+    return StepStats(
+        steps_seen=seen,
+        history=history,
+        windows=windows,
+        windows_scanned=scanned,
+        p99_step_s=stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99),
         train_steps=len(train),
         data_share=stats.data_share(train),
     )
 
 
+class _Running:
+    """Sorted windows over the newest samples of a rank's history (warm-up
+    excluded), updated one sample at a time:
+
+    - the step times of the last ``P99_SAMPLES`` samples, sorted (p99);
+    - the train samples among the last ``2 x starvation_window_steps`` samples,
+      at most ``starvation_window_steps`` of them, as (data wait, arrival, step
+      time) sorted: the order ``stats.data_share``'s stable sort gives, so its
+      sums add the same numbers in the same order.
+
+    Windows are capped by the history's own length (``history[-n:]`` of a
+    shorter history is all of it)."""
+
+    __slots__ = (
+        "_cfg",
+        "_n",
+        "_p_len",
+        "_p_sorted",
+        "_s_cap",
+        "_s_fifo",
+        "_s_len",
+        "_s_sorted",
+        "tip",
+    )
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.tip: tuple[StepSample, ...] | None = ()  # the history this describes (None: unusable)
+        self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
+        self._n = 0  # samples pushed
+        self._p_len = min(P99_SAMPLES, cfg.history_steps)
+        self._p_sorted: list[float] = []
+        self._s_len = min(2 * cfg.starvation_window_steps, cfg.history_steps)  # samples looked at
+        self._s_cap = cfg.starvation_window_steps  # train samples kept
+        self._s_fifo: deque[tuple[float, int, float]] = deque()  # (data_s, index, step_s), oldest first
+        self._s_sorted: list[tuple[float, int, float]] = []  # the same, sorted
+
+    def fits(self, cfg: DetectorConfig) -> bool:
+        return self._cfg == (cfg.history_steps, cfg.starvation_window_steps)
+
+    @classmethod
+    def build(cls, history: tuple[StepSample, ...], cfg: DetectorConfig) -> _Running | None:
+        """From a history's tail; None if a duration in it is not finite."""
+        run = cls(cfg)
+        if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else (), 0):
+            return None
+        run.tip = history
+        return run
+
+    def extend(self, seq: tuple[StepSample, ...], start: int) -> bool:
+        """Add ``seq[start:]``, newest last, where ``seq[:start]`` ends with the
+        samples added before (the history they came in): the step time leaving
+        the p99 window is read from there. False if a step or data time is not
+        finite (NaN would break the sorted windows' order): then the windows are
+        left unusable (``tip`` None) and the caller computes without them."""
+        i = self._n
+        p_len, p_sorted = self._p_len, self._p_sorted
+        s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
+        train = self._s_sorted
+        for pos in range(start, len(seq)):
+            x = seq[pos]
+            step_s, data_s = x.step_s, x.data_s
+            if step_s - step_s != 0.0 or data_s - data_s != 0.0:  # NaN or infinite
+                self.tip = None
+                return False
+            if p_len:
+                insort(p_sorted, step_s)
+                if pos >= p_len:  # the window was full: its oldest leaves
+                    del p_sorted[bisect_left(p_sorted, seq[pos - p_len].step_s)]
+            if s_cap and x.phase == "train":
+                entry = (data_s, i, step_s)  # i is unique: step_s is never compared
+                insort(train, entry)
+                s_fifo.append(entry)
+            # Out: train samples no longer among the last s_len samples, then the oldest beyond s_cap.
+            while s_fifo and (s_fifo[0][1] <= i - s_len or len(s_fifo) > s_cap):
+                del train[bisect_left(train, s_fifo.popleft())]
+            i += 1
+        self._n = i
+        return True
+
+    def p99(self) -> float:
+        """``stats.quantile(window, 0.99)`` of the sorted window (same interpolation)."""
+        items = self._p_sorted
+        if not items:
+            return 0.0
+        pos = (len(items) - 1) * 0.99
+        lo = floor(pos)
+        hi = min(lo + 1, len(items) - 1)
+        return items[lo] + (items[hi] - items[lo]) * (pos - lo)
+
+    def data_share(self) -> tuple[int, float]:
+        """(train samples in the window, ``stats.data_share`` of them): the top
+        tenth by data wait left out, the rest summed in sorted order."""
+        train = self._s_sorted
+        n = len(train)
+        if not n:
+            return 0, 0.0
+        keep = n - max(1, n // 10) or n
+        kept = train[:keep]
+        step = sum(map(_third, kept))
+        return n, (sum(map(_first, kept)) / step if step > 0 else 0.0)
+
+
 def _close_windows(
-    windows: tuple[WindowStat, ...], history: tuple[StepSample, ...], cfg: DetectorConfig
-) -> tuple[WindowStat, ...]:
-    """Summarise every window that the newest sample has moved past."""
+    windows: tuple[WindowStat, ...], scanned: int, history: tuple[StepSample, ...], cfg: DetectorConfig
+) -> tuple[tuple[WindowStat, ...], int]:
+    """Summarise every window that the newest sample has moved past; returns the
+    windows and the new ``StepStats.windows_scanned``. A window's samples are all
+    in once the newest is past it (samples arrive in step order), so one that was
+    no evidence stays so and is not scanned again on every report."""
     size = cfg.straggler_window_steps
     newest = history[-1].step // size
-    done = windows[-1].index if windows else -1
-    by_window: dict[int, list[StepSample]] = {}
+    done = max(windows[-1].index if windows else -1, scanned)
     if newest - 1 <= done:
-        return windows
+        return windows, done
+    by_window: dict[int, list[StepSample]] = {}
     for x in reversed(history):  # only the tail can be in windows not yet closed
         w = x.step // size
         if w <= done:
@@ -84,16 +235,9 @@ def _close_windows(
     for w in sorted(by_window):
         xs = by_window[w]
         if len(xs) >= max(2, size // 2):  # a window mostly outside training is no evidence
-            comp = [x.compute_s for x in xs]
-            mean = stats.clipped_mean(comp)
+            mean, sd = stats.clipped_mean_stdev([x.compute_s for x in xs])  # one median and MAD for both
             out.append(
-                WindowStat(
-                    w,
-                    len(xs),
-                    mean,
-                    sum(x.step_s for x in xs) / len(xs),
-                    stats.clipped_stdev(comp) / mean if mean > 0 else 0.0,
-                )
+                WindowStat(w, len(xs), mean, sum(x.step_s for x in xs) / len(xs), sd / mean if mean > 0 else 0.0)
             )
     keep = max(16, 2 * cfg.straggler_windows)
-    return tuple(out[-keep:])
+    return tuple(out[-keep:]), newest - 1
