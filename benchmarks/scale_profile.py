@@ -3,17 +3,22 @@
 virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
 and profiled without the generator or the network in the numbers.
 
-    python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--profile tick|accept] [--top 25]
+    python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--freeze-at 30] [--profile tick|accept] [--top 25]
 
-Prints the CPU per accepted report (decode + fold), tick duration p50/max over
-the last half of the run, the findings opened (there must be none but the
-straggler), and with ``--profile`` the top functions by own time.
+Prints the CPU per accepted report (decode + fold), the tick's thread CPU
+p50/p99/max over the last half of the run (and over the ticks on which a
+straggler window closed: the straggler scores are recomputed then), the
+findings opened with the step the straggler was named at (there must be none
+but the straggler, and with ``--freeze-at`` the frozen rank), and with
+``--profile`` the top functions by own time. CPU is ``time.thread_time()``: the
+machine's other load does not count.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import math
 import os
 import pstats
 import sys
@@ -23,7 +28,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scalesim
 
+from watchdog.coordinator import verdict
 from watchdog.coordinator.config import Config
+from watchdog.coordinator.gcpolicy import GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import HostReport
@@ -33,51 +40,103 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=16384)
     ap.add_argument("--seconds", type=int, default=40, help="virtual seconds: one report per host and one tick each")
+    ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     args = ap.parse_args()
 
     t0 = 1_800_000_000.0
-    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3)
+    frozen = {} if args.freeze_at is None else {"frozen": 2 * args.ranks // 3 + 1, "freeze_at": t0 + args.freeze_at}
+    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3, **frozen)
     hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "journal.jsonl")
         journal = Journal(path, lambda: (time.time(), time.monotonic()))
         coord = Coordinator(Config(job=job.job, world_size=args.ranks, journal=path), journal)
+        coord.runner._timer = time.thread_time  # each detector's duration in thread CPU too
+        parts: dict[str, list[float]] = {}
+        if args.breakdown:
+            _time_parts(coord, parts)
+        gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
         prof = cProfile.Profile() if args.profile else None
-        accept_cpu, accepted, ticks, opened = 0.0, 0, [], []
+        accept_cpu, accepted, ticks, closing, opened = 0.0, 0, [], [], []
+        window = coord.cfg.detectors.straggler_window_steps
         for sec in range(args.seconds):
             profiling = prof is not None and sec >= args.seconds // 2
             for i, h in enumerate(hosts):
                 wall = t0 + sec + i / len(hosts)
                 raw = h.report(wall, 1.0)
-                c0 = time.process_time()
+                c0 = time.thread_time()
                 if profiling and args.profile == "accept":
                     prof.enable()
                 coord.accept(HostReport.from_dict(raw), wall - t0)
                 if profiling and args.profile == "accept":
                     prof.disable()
-                accept_cpu += time.process_time() - c0
+                accept_cpu += time.thread_time() - c0
                 accepted += 1
                 h.delivered(raw)
             now = float(sec + 1)
-            c0 = time.process_time()
+            c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
             res = coord.tick(now, t0 + now)
             if profiling and args.profile == "tick":
                 prof.disable()
             if sec >= args.seconds // 2:
-                ticks.append(time.process_time() - c0)
-            opened += [(f.kind, f.ranks) for f in res.opened]
+                ticks.append(time.thread_time() - c0)
+                for o in res.outcomes:
+                    parts.setdefault(f"detector {o.name}", []).append(o.duration_s)
+                # A window closed on this tick when the job's step crossed a window boundary since the last one.
+                step_now, step_before = int((now - 0.5) // job.wall_s), int((now - 1.5) // job.wall_s)
+                if step_now // window != step_before // window:
+                    closing.append(ticks[-1])
+            gc_policy.after_tick(now)
+            for f in res.opened:
+                at = f"step {f.evidence['last_step']}" if f.kind == "straggler" else f"t={now:.0f}s"
+                opened.append((f.kind, f.ranks[:8], at))
         journal.close()
-    ticks.sort()
     print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
     print(f"accept: {accept_cpu / accepted * 1e6:.0f} us CPU per report ({accepted} reports)")
-    print(f"tick CPU (last half): p50 {ticks[len(ticks) // 2] * 1e3:.1f} ms  max {ticks[-1] * 1e3:.1f} ms")
-    print(f"findings opened: {opened}  (straggler is rank {job.straggler})")
+    print(f"tick thread CPU (last half, {len(ticks)} ticks): {_spread(ticks)}")
+    print(f"  ticks on which a straggler window closed ({len(closing)}): {_spread(closing)}")
+    print(f"findings opened: {opened}  (straggler is rank {job.straggler}, frozen rank {job.frozen})")
+    if args.breakdown:
+        half = args.seconds - args.seconds // 2
+        for name, xs in sorted(parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
+            print(f"  {name:32s} {_spread(xs[-half:])}")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
+    """Wrap the tick's parts so each records its thread CPU per call."""
+
+    def timed(name: str, fn):
+        def wrapper(*a, **kw):
+            c0 = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                parts.setdefault(name, []).append(time.thread_time() - c0)
+
+        return wrapper
+
+    for name in ("view_at", "_hosts", "_collect", "_act", "_gauges", "_performance"):
+        setattr(coord, name, timed(name, getattr(coord, name)))
+    coord.runner.run = timed("detectors (all)", coord.runner.run)
+    coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
+    coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)
+    verdict.measure = timed("verdict.measure", verdict.measure)
+
+
+def _spread(xs: list[float]) -> str:
+    """p50 / p99 / max in ms (p99 of few ticks is their nearest-rank value)."""
+    if not xs:
+        return "-"
+    xs = sorted(xs)
+    p99 = xs[min(len(xs) - 1, math.ceil(0.99 * len(xs)) - 1)]
+    return f"p50 {xs[len(xs) // 2] * 1e3:.1f} ms  p99 {p99 * 1e3:.1f} ms  max {xs[-1] * 1e3:.1f} ms"
 
 
 if __name__ == "__main__":

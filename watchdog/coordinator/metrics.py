@@ -177,6 +177,8 @@ class CoordinatorMetrics:
             HANG_DEADLINE_SECONDS: self.hang_deadline,
         }
         self._labels_set: dict[str, set[str]] = {}  # labelled detector gauge -> label values exported
+        # labelled detector gauge -> the mapping last exported (held: its id is not reused while here)
+        self._labels_from: dict[str, Mapping] = {}
         # Children exist from the start, so a zero is a zero and not a missing series.
         for kind in KINDS:
             self.findings.labels(kind)
@@ -203,6 +205,9 @@ class CoordinatorMetrics:
             if not isinstance(value, Mapping):
                 gauge.set(value)
                 continue
+            if self._labels_from.get(name) is value:
+                continue  # the same mapping as last tick (a detector's kept answer): every series already holds it
+            self._labels_from[name] = value
             for label in self._labels_set.get(name, set()) - set(value):
                 gauge.remove(label)  # a rank no longer scored: no stale series
             for label, v in value.items():
