@@ -26,8 +26,8 @@ it explains performance, it does not page.
 from __future__ import annotations
 
 import math
-from operator import add, attrgetter, itemgetter
 from dataclasses import dataclass, field
+from operator import add, attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from . import stats

@@ -39,6 +39,8 @@ from ..stats import median
 from ..steps import WindowStat
 from ..view import ClusterView
 
+Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
+
 
 @per_tick()
 def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict]:
@@ -51,7 +53,9 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
 
 def _windows_of(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, tuple[WindowStat, ...]]:
     health = classify_all(view, now, cfg)
-    return {r: st.windows for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK) if st.windows}
+    return {
+        r: st.windows for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK) if st.windows
+    }
 
 
 class Scorer:
@@ -74,7 +78,7 @@ class Scorer:
         self._dirty: set[int] = set()  # indices whose members changed since their table was built
         # index -> (computes sorted, spreads > 0 sorted, sizes sorted)
         self._tables: dict[int, tuple[list[float], list[float], list[int]]] = {}
-        self._cuts: dict[int, tuple[float, ...] | None] = {}  # index -> its baselines if usable, as last used
+        self._cuts: dict[int, Cut | None] = {}  # index -> its baselines if usable, as last used
         # rank -> (score without the job-wide thresholds, its own window noise, indices it read)
         self._base: dict[int, tuple[dict, float, frozenset[int]]] = {}
         self._out: dict[int, dict] | None = None
@@ -154,7 +158,6 @@ class Scorer:
         per_step = median(spreads)
         steps = cfg.straggler_windows * median(list(chain.from_iterable(t[2] for t in self._tables.values())))
         sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-        k = cfg.straggler_windows
         base = self._base
         for r, rank_wins in wins_of.items():
             kept = base.get(r)
@@ -178,7 +181,7 @@ class Scorer:
 
 
 def _rank_score(
-    rank_wins: tuple[WindowStat, ...], usable: dict[int, tuple[float, ...]], cfg: DetectorConfig
+    rank_wins: tuple[WindowStat, ...], usable: dict[int, Cut], cfg: DetectorConfig
 ) -> tuple[dict, float, frozenset[int]] | None:
     """One rank's score over its last k windows with a baseline (as ``_compute``),
     its own window-to-window noise, and the window indices it read."""
