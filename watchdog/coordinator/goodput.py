@@ -26,8 +26,9 @@ reads the clock. Counters sum to the time ticked (until the job ended) minus
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from operator import add, attrgetter
+from operator import add, attrgetter, sub
 from typing import Any
 
 from watchdog.report import StepSample
@@ -50,7 +51,7 @@ CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL
 PAUSE_PHASES = ("checkpoint", "eval")
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
-_STEP, _DATA, _COLL = attrgetter("step_s"), attrgetter("data_s"), attrgetter("coll_s")
+_STEP, _DATA, _COLL, _NUMBER = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step"))
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
 
@@ -135,21 +136,17 @@ class Ledger:
             rv = ranks[r]
             last = seen.get(r)
             hist = rv.history
-            # Only the steps since the last tick, found from the newest back: walking the
+            # Only the steps since the last tick, found by bisection: walking the
             # whole history of every rank every tick cost 0.3 s a tick at 16,384 ranks.
-            new = len(hist)
-            if last is not None:
-                while new and hist[new - 1].step > last:
-                    new -= 1
-            else:
-                new = 0
+            if not hist or (last is not None and hist[-1].step <= last):
+                continue
+            new = 0 if last is None else bisect_right(hist, last, key=_NUMBER)  # steps are in order
             for x in hist[new:]:
                 got = buffer.get(x.step)
                 if got is None:
                     got = buffer[x.step] = {}
                 got[r] = x
-            if hist:
-                seen[r] = hist[-1].step
+            seen[r] = hist[-1].step
         self.world_sizes.update({ranks[r].state.world_size for r in live})
 
     def _ready_steps(self, live: list[int]) -> list[dict[int, StepSample]]:
@@ -180,7 +177,9 @@ class Ledger:
                 continue
             # Column by column through C-level map: this runs for every rank of every step.
             datas = list(map(_DATA, xs))
-            computes = [max(0.0, s - d - c) for s, d, c in zip(map(_STEP, xs), datas, map(_COLL, xs))]  # compute_s
+            computes = list(map(sub, map(sub, map(_STEP, xs), datas), map(_COLL, xs)))  # compute_s: s - d - c ...
+            if min(computes) < 0.0:
+                computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
             compute = median(computes)
             slow = max(0.0, max(map(add, computes, datas)) - compute - data)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import add, attrgetter, itemgetter
+from operator import add, attrgetter, itemgetter, sub
 from typing import Any, NamedTuple
 
 from . import stats
@@ -97,6 +97,8 @@ class Summary(NamedTuple):
 
 _STEP, _DATA, _COLL, _BYTES = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "coll_bytes"))
 _FINER = attrgetter(*FINER)
+_FINER_EACH = tuple(attrgetter(k) for k in FINER)
+_PHASE = attrgetter("phase")
 
 
 def summarize(history: tuple[StepSample, ...]) -> Summary | None:
@@ -105,22 +107,30 @@ def summarize(history: tuple[StepSample, ...]) -> Summary | None:
     Field by field through C-level ``map``: at 16,384 ranks this runs for up to
     2,048 ranks a tick (``Summaries``); the arithmetic, and so every float, is
     the one the plain loops gave (tests/test_coord_verdict_summaries.py)."""
-    tail = history[-2 * WINDOW_STEPS :]  # the last WINDOW_STEPS train steps are here unless phases interleave
-    xs = [x for x in tail if x.phase == "train"]
-    if len(xs) < WINDOW_STEPS and len(tail) < len(history):
-        xs = [x for x in history if x.phase == "train"]
-    xs = xs[-WINDOW_STEPS:]
+    tail = history[-WINDOW_STEPS:]
+    if list(map(_PHASE, tail)).count("train") == WINDOW_STEPS:
+        xs = tail  # the usual case: the last WINDOW_STEPS steps all trained
+    else:
+        tail = history[-2 * WINDOW_STEPS :]  # the last WINDOW_STEPS train steps are here unless phases interleave
+        xs = [x for x in tail if x.phase == "train"]
+        if len(xs) < WINDOW_STEPS and len(tail) < len(history):
+            xs = [x for x in history if x.phase == "train"]
+        xs = xs[-WINDOW_STEPS:]
     n = len(xs)
     if n < MIN_STEPS:
         return None
     step = list(map(_STEP, xs))
     data = list(map(_DATA, xs))
     coll = list(map(_COLL, xs))
-    compute = [max(0.0, s - d - c) for s, d, c in zip(step, data, coll)]  # StepSample.compute_s
+    compute = list(map(sub, map(sub, step, data), coll))  # StepSample.compute_s: s - d - c, not below 0
+    if min(compute) < 0.0:
+        compute = [max(0.0, c) for c in compute]
     # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
     own, spread = stats.clipped_mean_stdev(list(map(add, compute, data)))
-    split = [f for f in map(_FINER, xs) if any(f)]
-    finer = tuple(sum(col) / len(split) for col in zip(*split)) if split else None
+    finer = None
+    if any(any(map(get, xs)) for get in _FINER_EACH):  # most jobs measure no finer split: 4 C-level scans
+        split = [f for f in map(_FINER, xs) if any(f)]
+        finer = tuple(sum(col) / len(split) for col in zip(*split))
     return Summary(
         sum(step) / n,
         sum(data) / n,
