@@ -26,6 +26,7 @@ it explains performance, it does not page.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import add, attrgetter, itemgetter, sub
 from typing import Any, NamedTuple
@@ -108,6 +109,7 @@ def summarize(history: tuple[StepSample, ...]) -> Summary | None:
     2,048 ranks a tick (``Summaries``); the arithmetic, and so every float, is
     the one the plain loops gave (tests/test_coord_verdict_summaries.py)."""
     tail = history[-WINDOW_STEPS:]
+    xs: Sequence[StepSample]
     if list(map(_PHASE, tail)).count("train") == WINDOW_STEPS:
         xs = tail  # the usual case: the last WINDOW_STEPS steps all trained
     else:
