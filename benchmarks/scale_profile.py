@@ -44,6 +44,12 @@ def main() -> None:
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
+    ap.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="a baseline's package (DIR/watchdog, e.g. from `git archive <commit> watchdog`): its detectors, "
+        "verdict, goodput and gauges run on the same views each tick, timed next to this tree's",
+    )
     args = ap.parse_args()
 
     t0 = 1_800_000_000.0
@@ -59,6 +65,7 @@ def main() -> None:
         if args.breakdown:
             _time_parts(coord, parts)
         gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
+        base = _Baseline(args.compare_with, coord) if args.compare_with else None
         prof = cProfile.Profile() if args.profile else None
         accept_cpu, accepted, ticks, closing, opened = 0.0, 0, [], [], []
         window = coord.cfg.detectors.straggler_window_steps
@@ -77,6 +84,8 @@ def main() -> None:
                 accepted += 1
                 h.delivered(raw)
             now = float(sec + 1)
+            if base is not None:
+                base.tick(now, coord.view_at(now), measured=sec >= args.seconds // 2)
             c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
@@ -105,6 +114,8 @@ def main() -> None:
         half = args.seconds - args.seconds // 2
         for name, xs in sorted(parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
             print(f"  {name:32s} {_spread(xs[-half:])}")
+    if base is not None:
+        base.print(parts)
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 
@@ -128,6 +139,69 @@ def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
     coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
     coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)
     verdict.measure = timed("verdict.measure", verdict.measure)
+
+
+class _Baseline:
+    """Another version's tick parts (detectors with their gauges exported,
+    verdict, goodput), loaded as the package ``baseline_watchdog`` and run on the
+    same view before this tree's tick, so both are timed in one run under the
+    same load. Its modules import the shared wire types (``watchdog.report``)
+    from this tree, so they read the same view objects."""
+
+    def __init__(self, root: str, coord: Coordinator) -> None:
+        import importlib
+        import importlib.util
+
+        from prometheus_client import CollectorRegistry
+
+        pkg = os.path.join(os.path.abspath(root), "watchdog")
+        spec = importlib.util.spec_from_file_location(
+            "baseline_watchdog", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
+        )
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["baseline_watchdog"] = mod
+        spec.loader.exec_module(mod)
+        det = importlib.import_module("baseline_watchdog.coordinator.detectors")
+        self.verdict = importlib.import_module("baseline_watchdog.coordinator.verdict")
+        goodput = importlib.import_module("baseline_watchdog.coordinator.goodput")
+        metrics = importlib.import_module("baseline_watchdog.coordinator.metrics")
+        self.cfg = coord.cfg.detectors
+        self.detectors = det.build(self.cfg)
+        self.metrics = metrics.CoordinatorMetrics(CollectorRegistry(), tuple(d.name for d in self.detectors))
+        self.summaries = self.verdict.Summaries()
+        self.ledger = goodput.Ledger()
+        self.ticks: list[float] = []
+        self.parts: dict[str, list[float]] = {}
+
+    def tick(self, now: float, view, measured: bool) -> None:
+        c0 = time.thread_time()
+        for d in self.detectors:
+            t0 = time.thread_time()
+            d.check(now, view)
+            gauges = getattr(d, "gauges", None)
+            if gauges is not None:
+                self.metrics.set_detector_gauges(dict(gauges(now, view)))
+            if measured:
+                self.parts.setdefault(f"detector {d.name}", []).append(time.thread_time() - t0)
+        t0 = time.thread_time()
+        self.verdict.measure(now, view, self.cfg, self.summaries)
+        t1 = time.thread_time()
+        self.ledger.tick(now, view, False)
+        t2 = time.thread_time()
+        if measured:
+            self.parts.setdefault("verdict.measure", []).append(t1 - t0)
+            self.parts.setdefault("goodput.tick", []).append(t2 - t1)
+            self.ticks.append(t2 - c0)
+
+    def print(self, parts: dict[str, list[float]]) -> None:
+        """Baseline against this tree, part by part (this tree's detectors include their gauges' export)."""
+        print("\nsame views, one run: baseline (detectors + gauges, verdict, goodput) -> this tree")
+        mine = [sum(x) for x in zip(*(v for k, v in parts.items() if k.startswith("detector ")), strict=False)]
+        mine = [a + b + c for a, b, c in zip(mine, parts.get("verdict.measure", []), parts.get("goodput.tick", []))]
+        print(f"  {'those parts, per tick':32s} {_spread(self.ticks)}  ->  {_spread(mine[-len(self.ticks) :])}")
+        for name, xs in sorted(self.parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
+            print(f"  {name:32s} {_spread(xs)}  ->  {_spread(parts.get(name, [])[-len(xs) :])}")
 
 
 def _spread(xs: list[float]) -> str:
