@@ -151,10 +151,12 @@ class Summaries:
     every tick was the tick's largest cost (5 s per tick measured in-process);
     this refreshes at most ``budget`` changed ranks a tick, the longest-waiting
     first, and keeps the others' last summary: at 16,384 ranks each summary is at
-    most 8 ticks old. The verdict is advisory and has hysteresis, so a few
-    seconds' lag is all this costs; under ``budget`` ranks it is exact."""
+    most 16 ticks old. The verdict is advisory and has hysteresis, so a few
+    seconds' lag is all this costs; under ``budget`` ranks it is exact. (1,024:
+    a summary costs ~30 us, so ~30 ms of a tick; 2,048 was ~60-100 ms of the
+    100 ms a tick may take at 16,384 ranks, docs/scale.md.)"""
 
-    def __init__(self, budget: int = 2048) -> None:
+    def __init__(self, budget: int = 1024) -> None:
         self.budget = budget
         self._cache: dict[int, tuple[tuple[StepSample, ...], Summary | None, int]] = {}
         self._tick = 0
