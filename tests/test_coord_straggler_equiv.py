@@ -184,3 +184,14 @@ def _quantized(view, quant, cache):
             cache[key] = cache[("last", r)] = wins
         ranks[r] = replace(rv, step_stats=replace(rv.step_stats, windows=cache[key]))
     return replace(view, ranks=MappingProxyType(ranks))
+
+
+def test_median_of_sorted_lists_is_the_median_of_their_values():
+    rng = random.Random(13)
+    for _ in range(500):
+        lists = [
+            sorted(round(rng.uniform(0, 1), rng.choice((1, 2, 6))) for _ in range(rng.randint(0, 9)))
+            for _ in range(rng.randint(1, 5))
+        ]
+        values = [v for xs in lists for v in xs]
+        assert straggler.median_of_sorted(lists) == median(values), lists
