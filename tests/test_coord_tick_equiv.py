@@ -186,3 +186,35 @@ def test_hook_mismatches_are_judged_as_before():
         assert mismatch.judge(view) == want_best, trial
         found += want_best is not None
     assert found > 20
+
+
+def test_goodput_buffers_every_new_step_once_whatever_the_gaps():
+    """The ledger's new steps per rank (found without a search when steps are
+    consecutive, by bisection otherwise) are what a walk over the whole history finds."""
+    from watchdog.coordinator import goodput
+
+    rng = random.Random(17)
+    ledger = goodput.Ledger()
+    want: dict[int, dict[int, StepSample]] = {}
+    last: dict[int, int] = {}
+    view = None
+    step = dict.fromkeys(range(6), 0)
+    for tick in range(40):
+        states = []
+        for r in range(6):
+            new = []
+            for _ in range(rng.choice((0, 1, 3, 5))):
+                step[r] += rng.choice((1, 1, 1, 2, 4))  # gaps: a report's steps need not be consecutive
+                new.append(StepSample(step[r], 0.1, 0.0, 0.02))
+            states.append(t.rank(r, world_size=6, step=step[r] + 1, recent_steps=new))
+        view = t.view(states, now=100.0 + tick, base=view, seq=tick + 1)
+        live = list(view.ranks)
+        ledger._collect(view, live)
+        for r in live:
+            for x in view.ranks[r].history:
+                if x.step > last.get(r, -1):
+                    want.setdefault(x.step, {})[r] = x
+            if view.ranks[r].history:
+                last[r] = view.ranks[r].history[-1].step
+        assert ledger.buffer == want, tick
+    assert sum(map(len, want.values())) > 200

@@ -140,7 +140,12 @@ class Ledger:
             # whole history of every rank every tick cost 0.3 s a tick at 16,384 ranks.
             if not hist or (last is not None and hist[-1].step <= last):
                 continue
-            new = 0 if last is None else bisect_right(hist, last, key=_NUMBER)  # steps are in order
+            if last is None:
+                new = 0
+            else:  # steps are in order, usually consecutive: then the first new one is found without a search
+                new = len(hist) - (hist[-1].step - last)
+                if not (0 < new <= len(hist) and hist[new - 1].step == last):
+                    new = bisect_right(hist, last, key=_NUMBER)
             for x in hist[new:]:
                 got = buffer.get(x.step)
                 if got is None:
