@@ -209,7 +209,7 @@ def test_goodput_buffers_every_new_step_once_whatever_the_gaps():
             states.append(t.rank(r, world_size=6, step=step[r] + 1, recent_steps=new))
         view = t.view(states, now=100.0 + tick, base=view, seq=tick + 1)
         live = list(view.ranks)
-        ledger._collect(view, live)
+        ledger._scan(view)
         for r in live:
             for x in view.ranks[r].history:
                 if x.step > last.get(r, -1):
