@@ -87,6 +87,13 @@ class Scorer:
         return self.of(_windows_of(view, now, self.cfg))
 
     def of(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> dict[int, dict]:
+        prev = self._wins
+        if (
+            self._out is not None
+            and len(prev) == len(wins_of)
+            and all(map(is_, map(prev.get, wins_of), wins_of.values()))
+        ):
+            return self._out  # no rank's windows moved (most ticks): checked in C, without the bookkeeping loop
         moved = self._update(wins_of)
         if not moved and self._out is not None:
             return self._out
