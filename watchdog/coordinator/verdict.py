@@ -191,16 +191,16 @@ def measure(
     got = summaries.get(view, live) if summaries is not None else {r: summarize(view.ranks[r].history) for r in live}
     # Column by column (C-level map over the summaries): at 16,384 ranks a loop
     # filling five dicts a rank cost more than the medians.
-    sms = {r: sm for r, sm in got.items() if sm is not None}
-    ready = len(sms) == len(live)
+    per_rank = {r: sm for r, sm in got.items() if sm is not None}  # rank -> its summary
+    ready = len(per_rank) == len(live)
     mem = _memory(view)
     shares = {DATA: 0.0, COMMUNICATION: 0.0, STRAGGLER: 0.0, MEMORY: mem[0]}
-    evidence: dict[str, Any] = {"ranks": len(sms), "world_size": view.world_size}
+    evidence: dict[str, Any] = {"ranks": len(per_rank), "world_size": view.world_size}
     if mem[0] > 0:
         evidence.update(memory_share=round(mem[0], 4), memory_host=mem[1])
-    if not sms:
+    if not per_rank:
         return Measure(shares, evidence, False)
-    vals = list(sms.values())
+    vals = list(per_rank.values())
     steps, datas, colls, computes, owns, noises, sent = (list(map(itemgetter(i), vals)) for i in range(7))
     finer = [f for f in map(itemgetter(7), vals) if f is not None]  # mean forward, backward, optimizer, h2d
     step = median(steps)
@@ -209,7 +209,7 @@ def measure(
     # The rank the others wait for: its own work (compute, and its loader's wait) is
     # the longest (the first such rank, as ``max`` over the ranks in order).
     i = owns.index(max(owns))
-    slow = list(sms)[i]
+    slow = list(per_rank)[i]
     extra_data = max(0.0, datas[i] - med_data)
     # A rank that computes longer makes the others wait in the all-reduce; the rank
     # that waits least there shows what communication itself costs.
@@ -218,7 +218,7 @@ def measure(
         shares[DATA] = median([d / s for s, d in zip(steps, datas) if s > 0])
         shares[COMMUNICATION] = min(coll_shares) if coll_shares else 0.0
         extra = owns[i] - median(owns)
-        if len(sms) > 1 and extra > NOISE_SIGMAS * noises[i]:  # jitter's luck is not a straggler
+        if len(per_rank) > 1 and extra > NOISE_SIGMAS * noises[i]:  # jitter's luck is not a straggler
             shares[STRAGGLER] = extra / step
     per_step_bytes = median(sent)
     evidence.update(

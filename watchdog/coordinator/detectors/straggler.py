@@ -53,9 +53,8 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
 
 def _windows_of(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, tuple[WindowStat, ...]]:
     health = classify_all(view, now, cfg)
-    return {
-        r: st.windows for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK) if st.windows
-    }
+    # ``rv.windows``: the rank's windows as the view gives them (on the GPU clock where it has one)
+    return {r: w for r, w in ((r, rv.windows) for r, rv in view.ranks.items() if health[r] == OK) if w}
 
 
 class Scorer:
