@@ -218,3 +218,28 @@ def test_goodput_buffers_every_new_step_once_whatever_the_gaps():
                 last[r] = view.ranks[r].history[-1].step
         assert ledger.buffer == want, tick
     assert sum(map(len, want.values())) > 200
+
+
+def test_detector_gauges_export_what_the_detector_handed_out_as_it_changes():
+    """The exporter skips a mapping it already exported and sets only the series
+    that moved: what Prometheus sees is still exactly the last mapping."""
+    from prometheus_client import CollectorRegistry
+
+    from watchdog.coordinator.metrics import STRAGGLER_SCORE, CoordinatorMetrics
+
+    reg = CollectorRegistry()
+    m = CoordinatorMetrics(reg, ("straggler",))
+
+    def exported() -> dict[str, float]:
+        return {s.labels["rank"]: s.value for fam in reg.collect() if fam.name == STRAGGLER_SCORE for s in fam.samples}
+
+    first = {"1": 1.0, "2": 1.2, "3": 0.9}
+    m.set_detector_gauges({STRAGGLER_SCORE: first})
+    assert exported() == first
+    m.set_detector_gauges({STRAGGLER_SCORE: first})  # the kept answer, handed out again
+    assert exported() == first
+    later = {"2": 1.25, "3": 0.9, "4": 1.0}  # rank 1 no longer scored, 2 moved, 4 new
+    m.set_detector_gauges({STRAGGLER_SCORE: later})
+    assert exported() == later
+    m.set_detector_gauges({STRAGGLER_SCORE: dict(first)})  # back: an equal mapping, another object
+    assert exported() == first
