@@ -1,16 +1,18 @@
 """In-process profile of the coordinator at N ranks: the same simulated hosts as
 ``scale.py`` (``scalesim``), but folded straight into a ``Coordinator`` on a
-virtual clock (no HTTP), so the report path and the tick can be timed and
-profiled without the generator or the network in the numbers. Each report goes
-through the request handler's steps (JSON decode, schema, validate, fold), each
-timed on its own; times are the thread's CPU (``time.thread_time``), so other
-processes on the machine do not count.
+virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
+and profiled without the generator or the network in the numbers.
 
-    python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--profile tick|accept] [--top 25]
+    python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--freeze-at 30] [--profile tick|accept] [--top 25]
 
-Prints the CPU per accepted report and its split, tick duration p50/max over
-the last half of the run, the findings opened (there must be none but the
-straggler), and with ``--profile`` the top functions by own time.
+Prints the CPU per accepted report and its split (JSON decode, schema,
+validate, fold: the request handler's steps), the tick's thread CPU
+p50/p99/max over the last half of the run (and over the ticks on which a
+straggler window closed: the straggler scores are recomputed then), the
+findings opened with the step the straggler was named at (there must be none
+but the straggler, and with ``--freeze-at`` the frozen rank), and with
+``--profile`` the top functions by own time, and the process's max RSS. CPU is
+``time.thread_time()``: the machine's other load does not count.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import os
 import pstats
 import resource
@@ -28,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scalesim
 
+from watchdog.coordinator import verdict
 from watchdog.coordinator.api import decode, validate
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import GcPolicy
@@ -40,22 +44,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=16384)
     ap.add_argument("--seconds", type=int, default=40, help="virtual seconds: one report per host and one tick each")
+    ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
+    ap.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="a baseline's package (DIR/watchdog, e.g. from `git archive <commit> watchdog`): its detectors, "
+        "verdict, goodput and gauges run on the same views each tick, timed next to this tree's",
+    )
     args = ap.parse_args()
 
     t0 = 1_800_000_000.0
-    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3)
+    frozen = {} if args.freeze_at is None else {"frozen": 2 * args.ranks // 3 + 1, "freeze_at": t0 + args.freeze_at}
+    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3, **frozen)
     hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "journal.jsonl")
         journal = Journal(path, lambda: (time.time(), time.monotonic()))
         coord = Coordinator(Config(job=job.job, world_size=args.ranks, journal=path), journal)
+        coord.runner._timer = time.thread_time  # each detector's duration in thread CPU too
+        parts: dict[str, list[float]] = {}
+        if args.breakdown:
+            _time_parts(coord, parts)
+        gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
+        base = _Baseline(args.compare_with, coord) if args.compare_with else None
         prof = cProfile.Profile() if args.profile else None
-        gc_policy = GcPolicy(0.0)  # as in the coordinator's own process (daemon.py)
-        parts = dict.fromkeys(("JSON decode", "schema", "validate", "fold"), 0.0)
-        accepted, ticks, opened = 0, [], []
+        accept = dict.fromkeys(("JSON decode", "schema", "validate", "fold"), 0.0)
+        accepted, ticks, closing, opened = 0, [], [], []
         clock = time.thread_time
+        window = coord.cfg.detectors.straggler_window_steps
         for sec in range(args.seconds):
             profiling = prof is not None and sec >= args.seconds // 2
             for i, h in enumerate(hosts):
@@ -67,8 +86,7 @@ def main() -> None:
                 c0 = clock()
                 obj = decode(body)  # the request handler's steps, in its order (api.ReportHandler.handle)
                 c1 = clock()
-                dropped: list = []
-                report = HostReport.from_dict(obj, dropped)
+                report = HostReport.from_dict(obj, [])
                 c2 = clock()
                 validate(report, ranks_checked=True)
                 c3 = clock()
@@ -76,33 +94,142 @@ def main() -> None:
                 c4 = clock()
                 if profiling and args.profile == "accept":
                     prof.disable()
-                for key, dt in zip(parts, (c1 - c0, c2 - c1, c3 - c2, c4 - c3)):
-                    parts[key] += dt
+                for key, dt in zip(accept, (c1 - c0, c2 - c1, c3 - c2, c4 - c3), strict=True):
+                    accept[key] += dt
                 accepted += 1
                 h.delivered(raw)
             now = float(sec + 1)
-            c0 = clock()
+            if base is not None:
+                base.tick(now, coord.view_at(now), measured=sec >= args.seconds // 2)
+            c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
             res = coord.tick(now, t0 + now)
             if profiling and args.profile == "tick":
                 prof.disable()
             if sec >= args.seconds // 2:
-                ticks.append(clock() - c0)
+                ticks.append(time.thread_time() - c0)
+                for o in res.outcomes:
+                    parts.setdefault(f"detector {o.name}", []).append(o.duration_s)
+                # A window closed on this tick when the job's step crossed a window boundary since the last one.
+                step_now, step_before = int((now - 0.5) // job.wall_s), int((now - 1.5) // job.wall_s)
+                if step_now // window != step_before // window:
+                    closing.append(ticks[-1])
             gc_policy.after_tick(now)
-            opened += [(f.kind, f.ranks) for f in res.opened]
+            for f in res.opened:
+                at = f"step {f.evidence['last_step']}" if f.kind == "straggler" else f"t={now:.0f}s"
+                opened.append((f.kind, f.ranks[:8], at))
         journal.close()
-    ticks.sort()
     print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
-    total = sum(parts.values())
-    split = "  ".join(f"{k} {v / accepted * 1e6:.0f}" for k, v in parts.items())
+    total = sum(accept.values())
+    split = "  ".join(f"{k} {v / accepted * 1e6:.0f}" for k, v in accept.items())
     print(f"accept: {total / accepted * 1e6:.0f} us CPU per report ({split}; {accepted} reports)")
     print(f"core share at one report per host per second: {total / accepted * len(hosts):.2f}")
-    print(f"tick CPU (last half): p50 {ticks[len(ticks) // 2] * 1e3:.1f} ms  max {ticks[-1] * 1e3:.1f} ms")
-    print(f"findings opened: {opened}  (straggler is rank {job.straggler})")
+    print(f"tick thread CPU (last half, {len(ticks)} ticks): {_spread(ticks)}")
+    print(f"  ticks on which a straggler window closed ({len(closing)}): {_spread(closing)}")
+    print(f"findings opened: {opened}  (straggler is rank {job.straggler}, frozen rank {job.frozen})")
+    if args.breakdown:
+        half = args.seconds - args.seconds // 2
+        for name, xs in sorted(parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
+            print(f"  {name:32s} {_spread(xs[-half:])}")
+    if base is not None:
+        base.print(parts)
     print(f"max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
+    """Wrap the tick's parts so each records its thread CPU per call."""
+
+    def timed(name: str, fn):
+        def wrapper(*a, **kw):
+            c0 = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                parts.setdefault(name, []).append(time.thread_time() - c0)
+
+        return wrapper
+
+    for name in ("view_at", "_hosts", "_collect", "_act", "_gauges", "_performance"):
+        setattr(coord, name, timed(name, getattr(coord, name)))
+    coord.runner.run = timed("detectors (all)", coord.runner.run)
+    coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
+    coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)
+    verdict.measure = timed("verdict.measure", verdict.measure)
+
+
+class _Baseline:
+    """Another version's tick parts (detectors with their gauges exported,
+    verdict, goodput), loaded as the package ``baseline_watchdog`` and run on the
+    same view before this tree's tick, so both are timed in one run under the
+    same load. Its modules import the shared wire types (``watchdog.report``)
+    from this tree, so they read the same view objects."""
+
+    def __init__(self, root: str, coord: Coordinator) -> None:
+        import importlib
+        import importlib.util
+
+        from prometheus_client import CollectorRegistry
+
+        pkg = os.path.join(os.path.abspath(root), "watchdog")
+        spec = importlib.util.spec_from_file_location(
+            "baseline_watchdog", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
+        )
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["baseline_watchdog"] = mod
+        spec.loader.exec_module(mod)
+        det = importlib.import_module("baseline_watchdog.coordinator.detectors")
+        self.verdict = importlib.import_module("baseline_watchdog.coordinator.verdict")
+        goodput = importlib.import_module("baseline_watchdog.coordinator.goodput")
+        metrics = importlib.import_module("baseline_watchdog.coordinator.metrics")
+        self.cfg = coord.cfg.detectors
+        self.detectors = det.build(self.cfg)
+        self.metrics = metrics.CoordinatorMetrics(CollectorRegistry(), tuple(d.name for d in self.detectors))
+        self.summaries = self.verdict.Summaries()
+        self.ledger = goodput.Ledger()
+        self.ticks: list[float] = []
+        self.parts: dict[str, list[float]] = {}
+
+    def tick(self, now: float, view, measured: bool) -> None:
+        c0 = time.thread_time()
+        for d in self.detectors:
+            t0 = time.thread_time()
+            d.check(now, view)
+            gauges = getattr(d, "gauges", None)
+            if gauges is not None:
+                self.metrics.set_detector_gauges(dict(gauges(now, view)))
+            if measured:
+                self.parts.setdefault(f"detector {d.name}", []).append(time.thread_time() - t0)
+        t0 = time.thread_time()
+        self.verdict.measure(now, view, self.cfg, self.summaries)
+        t1 = time.thread_time()
+        self.ledger.tick(now, view, False)
+        t2 = time.thread_time()
+        if measured:
+            self.parts.setdefault("verdict.measure", []).append(t1 - t0)
+            self.parts.setdefault("goodput.tick", []).append(t2 - t1)
+            self.ticks.append(t2 - c0)
+
+    def print(self, parts: dict[str, list[float]]) -> None:
+        """Baseline against this tree, part by part (this tree's detectors include their gauges' export)."""
+        print("\nsame views, one run: baseline (detectors + gauges, verdict, goodput) -> this tree")
+        mine = [sum(x) for x in zip(*(v for k, v in parts.items() if k.startswith("detector ")), strict=False)]
+        mine = [a + b + c for a, b, c in zip(mine, parts.get("verdict.measure", []), parts.get("goodput.tick", []))]
+        print(f"  {'those parts, per tick':32s} {_spread(self.ticks)}  ->  {_spread(mine[-len(self.ticks) :])}")
+        for name, xs in sorted(self.parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
+            print(f"  {name:32s} {_spread(xs)}  ->  {_spread(parts.get(name, [])[-len(xs) :])}")
+
+
+def _spread(xs: list[float]) -> str:
+    """p50 / p99 / max in ms (p99 of few ticks is their nearest-rank value)."""
+    if not xs:
+        return "-"
+    xs = sorted(xs)
+    p99 = xs[min(len(xs) - 1, math.ceil(0.99 * len(xs)) - 1)]
+    return f"p50 {xs[len(xs) // 2] * 1e3:.1f} ms  p99 {p99 * 1e3:.1f} ms  max {xs[-1] * 1e3:.1f} ms"
 
 
 if __name__ == "__main__":

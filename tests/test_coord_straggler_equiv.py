@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect_left
+from dataclasses import replace
+from types import MappingProxyType
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
@@ -129,12 +131,67 @@ def test_scores_between_window_closings_are_the_last_answer_and_a_closing_recomp
         for r in range(6)
     ]
     view = t.view(states, now=100.0)
-    first = straggler.scores.uncached(view, 100.5, cfg)
+    scorer = straggler.Scorer(cfg)  # the detector's own, kept between ticks
+    first = scorer.scores(view, 100.5)
     assert first and first == reference(view, 100.5, cfg)
-    assert straggler.scores.uncached(view, 101.5, cfg) is first  # same windows: not recomputed
+    assert scorer.scores(view, 101.5) is first  # same windows: not recomputed
     states[2] = t.rank(
         2, world_size=6, step=120, recent_steps=[StepSample(k, 0.15, 0.0, 0.05) for k in range(100, 120)]
     )
     later = t.view(states, now=103.0)
-    again = straggler.scores.uncached(later, 103.5, cfg)
+    again = scorer.scores(later, 103.5)
     assert again is not first and again == reference(later, 103.5, cfg)
+
+
+def test_the_kept_scores_equal_a_full_recompute_tick_after_tick():
+    """The detector's Scorer (tables rebuilt per window index that changed, ranks
+    rescored only when their windows or baselines moved) against the from-scratch
+    computation and the reference, every half second of jobs whose windows close
+    rank by rank, with a straggler, ties, and a rank that dies."""
+    compared = scored = 0
+    for seed, quant in ((1, 0.0), (2, 0.002), (3, 0.0)):
+        cfg = DetectorConfig(straggler_window_steps=10)
+        sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.1, seed=seed, cfg=cfg)
+        sim.slow(3, 1.15)
+        sim.kill(7, at_step=120)
+        scorer = straggler.Scorer(cfg)
+        kept: dict = {}
+        now = 0.0
+        while now < 40.0:
+            now += 0.5
+            view = sim.run_until(now)
+            if quant:  # coarse computes: equal values (ties) in a window's table
+                view = _quantized(view, quant, kept)
+            got = scorer.scores(view, now)
+            assert got == straggler.scores.uncached(view, now, cfg) == reference(view, now, cfg), (seed, now)
+            compared += 1
+            scored += len(got)
+    assert compared == 240 and scored > 1000  # the comparison is not vacuous
+
+
+def _quantized(view, quant, cache):
+    """The same view with each window's compute rounded (new WindowStat objects
+    only where rounding changed one, as a fold would)."""
+    ranks = {}
+    for r, rv in view.ranks.items():
+        key = (r, rv.step_stats.windows)
+        if key not in cache:
+            wins = tuple(replace(w, compute_s=round(w.compute_s / quant) * quant) for w in rv.step_stats.windows)
+            prev = cache.get(("last", r))
+            if prev is not None:  # keep the objects a rank already had, as steps._close_windows does
+                old = {w.index: w for w in prev}
+                wins = tuple(old[w.index] if w.index in old and old[w.index] == w else w for w in wins)
+            cache[key] = cache[("last", r)] = wins
+        ranks[r] = replace(rv, step_stats=replace(rv.step_stats, windows=cache[key]))
+    return replace(view, ranks=MappingProxyType(ranks))
+
+
+def test_median_of_sorted_lists_is_the_median_of_their_values():
+    rng = random.Random(13)
+    for _ in range(500):
+        lists = [
+            sorted(round(rng.uniform(0, 1), rng.choice((1, 2, 6))) for _ in range(rng.randint(0, 9)))
+            for _ in range(rng.randint(1, 5))
+        ]
+        values = [v for xs in lists for v in xs]
+        assert straggler.median_of_sorted(lists) == median(values), lists

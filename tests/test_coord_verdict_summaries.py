@@ -52,3 +52,17 @@ def test_clipped_mean_stdev_is_the_pair_of_separate_statistics():
     cases += [[rng.choice([0.1, 0.2, 9.0]) for _ in range(rng.randint(2, 60))] for _ in range(200)]
     for xs in cases:
         assert stats.clipped_mean_stdev(xs) == (stats.clipped_mean(xs), stats.clipped_stdev(xs)), xs
+
+
+def test_when_every_rank_changes_every_tick_no_summary_is_older_than_ranks_over_budget_ticks():
+    sim = SimJob(world_size=12, jitter=0.1, seed=3)
+    s = V.Summaries(budget=5)
+    now, oldest = 0.0, 0
+    while now < 30.0:
+        now += 1.0
+        view = sim.run_until(now)
+        V.measure(now, view, summaries=s)
+        if now > 8.0:  # every rank has its 20 steps and reports every second: all change every tick
+            ages = [s._tick - s._cache[r][2] for r in view.ranks]
+            oldest = max(oldest, *ages)
+    assert oldest == 2  # 12 ranks, 5 a tick: refreshed every 3rd tick, never later

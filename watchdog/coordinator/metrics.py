@@ -182,7 +182,9 @@ class CoordinatorMetrics:
             HANG_SECONDS: self.hang,
             HANG_DEADLINE_SECONDS: self.hang_deadline,
         }
-        self._labels_set: dict[str, set[str]] = {}  # labelled detector gauge -> label values exported
+        self._labels_set: dict[str, dict[str, float]] = {}  # labelled detector gauge -> the values exported
+        # labelled detector gauge -> the mapping last exported (held: its id is not reused while here)
+        self._labels_from: dict[str, Mapping] = {}
         # Children exist from the start, so a zero is a zero and not a missing series.
         for kind in KINDS:
             self.findings.labels(kind)
@@ -211,8 +213,13 @@ class CoordinatorMetrics:
             if not isinstance(value, Mapping):
                 gauge.set(value)
                 continue
-            for label in self._labels_set.get(name, set()) - set(value):
+            if self._labels_from.get(name) is value:
+                continue  # the same mapping as last tick (a detector's kept answer): every series already holds it
+            self._labels_from[name] = value
+            before = self._labels_set.get(name, {})
+            for label in before.keys() - value.keys():
                 gauge.remove(label)  # a rank no longer scored: no stale series
             for label, v in value.items():
-                gauge.labels(label).set(v)
-            self._labels_set[name] = set(value)
+                if before.get(label) != v:  # only the series that moved: 16,384 of them at 16,384 ranks
+                    gauge.labels(label).set(v)
+            self._labels_set[name] = dict(value)

@@ -72,15 +72,30 @@ def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
     return out
 
 
-def _hook(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
-    out: dict[tuple[int, int], dict[int, Entry]] = {}
-    for r, rv in view.ranks.items():
+def _hook(view: ClusterView) -> tuple[dict[tuple[int, int], dict[int, Entry]], dict[int, int]]:
+    """(the keys where some rank differs, built in full; the ranks seen on each
+    group). As ``_fr``: one probe per rank otherwise, no description built for
+    16,384 ranks a tick to find that they agree."""
+    first: dict[tuple[int, int], tuple] = {}
+    differ: set[tuple[int, int]] = set()
+    members: Counter[int] = Counter()
+    for rv in view.ranks.values():
         c = rv.state.coll
         if c.seq <= 0:
             continue
+        key = (c.group, c.seq)
         sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.bytes)
-        out.setdefault((c.group, c.seq), {})[r] = (sig, f"{c.op} of {c.bytes} bytes", rv.coll_enter())
-    return out
+        f = first.setdefault(key, sig)
+        if f != sig:
+            differ.add(key)
+        members[c.group] += 1
+    out: dict[tuple[int, int], dict[int, Entry]] = {}
+    for r, rv in view.ranks.items() if differ else ():
+        c = rv.state.coll
+        if c.seq > 0 and (c.group, c.seq) in differ:
+            sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.bytes)
+            out.setdefault((c.group, c.seq), {})[r] = (sig, f"{c.op} of {c.bytes} bytes", rv.coll_enter())
+    return out, dict(members)
 
 
 def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str, group_size: int) -> Mismatch | None:
@@ -150,10 +165,14 @@ def judge(view: ClusterView) -> Mismatch | None:
     Recorder read behind, so FR may hold the odd rank and one healthy one (a tie)
     while the hook's marks, written before the call, hold all three."""
     found = []
-    for source, collect in (("fr", _fr), ("hook", _hook)):
-        keys = list(collect(view).items())
-        sizes = _group_sizes(view, keys)
-        found += [m for key, at_key in keys if (m := _judge(key, at_key, source, sizes[key[0]])) is not None]
+    fr = list(_fr(view).items())
+    sizes = _group_sizes(view, fr)
+    found += [m for key, at_key in fr if (m := _judge(key, at_key, "fr", sizes[key[0]])) is not None]
+    # The hook's group sizes count every rank on the group (each has one key there), not only
+    # the ranks at keys that differ: _hook returns them with the keys worth judging.
+    hook, members = _hook(view)
+    sizes = {g: (max(view.world_size, n) if g == 0 else n) for g, n in members.items()}
+    found += [m for key, at_key in hook.items() if (m := _judge(key, at_key, "hook", sizes[key[0]])) is not None]
     if not found:
         return None
     return min(found, key=lambda m: (not m.odd, m.onset, m.source != "fr", m.seq, m.group))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import repeat
+from operator import sub
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -67,13 +69,25 @@ def clipped_mean_stdev(values: Sequence[float], k: float = 3.0) -> tuple[float, 
     n = len(values)
     if not n:
         return 0.0, 0.0
-    med = median(values)
-    mad = median([abs(v - med) for v in values]) * 1.4826
+    items = sorted(values)
+    med = _sorted_median(items)
+    mad = median(list(map(abs, map(sub, values, repeat(med))))) * 1.4826  # |v - med|, C-level
     lo, hi = (med - k * mad, med + k * mad) if mad > 0 else (med, med)
-    xs = [min(max(v, lo), hi) for v in values]
+    # Usually nothing is clamped (the sorted ends say so): the values as they are, in
+    # their order, so the sums below are the same floats (the verdict runs this for
+    # up to 2,048 ranks a tick).
+    xs = values if lo <= items[0] and items[-1] <= hi else [min(max(v, lo), hi) for v in values]
     mean = sum(xs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else 0.0
+    sd = math.sqrt(sum(map(pow, map(sub, xs, repeat(mean)), repeat(2))) / (n - 1)) if n >= 2 else 0.0  # (x - mean) ** 2
     return (mean if mad > 0 else med), sd
+
+
+def _sorted_median(items: Sequence[float]) -> float:
+    """``median`` of values already sorted (the same interpolation)."""
+    pos = (len(items) - 1) * 0.5
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(items) - 1)
+    return items[lo] + (items[hi] - items[lo]) * (pos - lo)
 
 
 def median_without(sorted_values: Sequence[float], index: int) -> float:

@@ -26,7 +26,9 @@ it explains performance, it does not page.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import add, attrgetter, itemgetter, sub
 from typing import Any, NamedTuple
 
 from . import stats
@@ -95,20 +97,43 @@ class Summary(NamedTuple):
     finer: tuple[float, ...] | None
 
 
+_STEP, _DATA, _COLL, _BYTES = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "coll_bytes"))
+_FINER = attrgetter(*FINER)
+_FINER_EACH = tuple(attrgetter(k) for k in FINER)
+_PHASE = attrgetter("phase")
+
+
 def summarize(history: tuple[StepSample, ...]) -> Summary | None:
-    """One rank's recent train steps, summarised; None under MIN_STEPS of them."""
-    xs = [x for x in history if x.phase == "train"][-WINDOW_STEPS:]
+    """One rank's recent train steps, summarised; None under MIN_STEPS of them.
+
+    Field by field through C-level ``map``: at 16,384 ranks this runs for up to
+    2,048 ranks a tick (``Summaries``); the arithmetic, and so every float, is
+    the one the plain loops gave (tests/test_coord_verdict_summaries.py)."""
+    tail = history[-WINDOW_STEPS:]
+    xs: Sequence[StepSample]
+    if list(map(_PHASE, tail)).count("train") == WINDOW_STEPS:
+        xs = tail  # the usual case: the last WINDOW_STEPS steps all trained
+    else:
+        tail = history[-2 * WINDOW_STEPS :]  # the last WINDOW_STEPS train steps are here unless phases interleave
+        xs = [x for x in tail if x.phase == "train"]
+        if len(xs) < WINDOW_STEPS and len(tail) < len(history):
+            xs = [x for x in history if x.phase == "train"]
+        xs = xs[-WINDOW_STEPS:]
     n = len(xs)
     if n < MIN_STEPS:
         return None
-    step = [x.step_s for x in xs]
-    data = [x.data_s for x in xs]
-    coll = [x.coll_s for x in xs]
-    compute = [max(0.0, s - d - c) for s, d, c in zip(step, data, coll)]  # StepSample.compute_s
+    step = list(map(_STEP, xs))
+    data = list(map(_DATA, xs))
+    coll = list(map(_COLL, xs))
+    compute = list(map(sub, map(sub, step, data), coll))  # StepSample.compute_s: s - d - c, not below 0
+    if min(compute) < 0.0:
+        compute = [max(0.0, c) for c in compute]
     # One-off spikes (a GC pause, a first-iteration rebuild) are clipped: a straggler is slow every step.
-    own, spread = stats.clipped_mean_stdev([c + d for c, d in zip(compute, data)])
-    split = [x for x in xs if x.forward_s or x.backward_s or x.optimizer_s or x.h2d_s]
-    finer = tuple(sum(getattr(x, k) for x in split) / len(split) for k in FINER) if split else None
+    own, spread = stats.clipped_mean_stdev(list(map(add, compute, data)))
+    finer = None
+    if any(any(map(get, xs)) for get in _FINER_EACH):  # most jobs measure no finer split: 4 C-level scans
+        split = [f for f in map(_FINER, xs) if any(f)]
+        finer = tuple(sum(col) / len(split) for col in zip(*split))
     return Summary(
         sum(step) / n,
         sum(data) / n,
@@ -116,7 +141,7 @@ def summarize(history: tuple[StepSample, ...]) -> Summary | None:
         sum(compute) / n,
         own,
         spread / math.sqrt(n),
-        sum(x.coll_bytes for x in xs) / n,
+        sum(map(_BYTES, xs)) / n,
         finer,
     )
 
@@ -127,28 +152,40 @@ class Summaries:
     every tick was the tick's largest cost (5 s per tick measured in-process);
     this refreshes at most ``budget`` changed ranks a tick, the longest-waiting
     first, and keeps the others' last summary: at 16,384 ranks each summary is at
-    most 8 ticks old. The verdict is advisory and has hysteresis, so a few
-    seconds' lag is all this costs; under ``budget`` ranks it is exact."""
+    most 16 ticks old. The verdict is advisory and has hysteresis, so a few
+    seconds' lag is all this costs; under ``budget`` ranks it is exact. (1,024:
+    a summary costs ~30 us, so ~30 ms of a tick; 2,048 was ~60-100 ms of the
+    100 ms a tick may take at 16,384 ranks, docs/scale.md.)"""
 
-    def __init__(self, budget: int = 2048) -> None:
+    def __init__(self, budget: int = 1024) -> None:
         self.budget = budget
         self._cache: dict[int, tuple[tuple[StepSample, ...], Summary | None, int]] = {}
         self._tick = 0
+        self._cursor = 0  # where the round robin over the ranks goes on next tick
 
     def get(self, view: ClusterView, ranks: list[int]) -> dict[int, Summary | None]:
         self._tick += 1
-        cache = self._cache
-        stale = []
-        for r in ranks:
-            hit = cache.get(r)
-            if hit is None or hit[0] is not view.ranks[r].history:
-                stale.append(r)
-        if len(stale) > self.budget:
-            stale.sort(key=lambda r: cache[r][2] if r in cache else -1)  # never summarised, then the oldest
-            stale = stale[: self.budget]
-        for r in stale:
+        cache, left = self._cache, self.budget
+        # Never summarised first (a dict probe each, no rank object read), then round
+        # robin from where the last tick stopped: the longest-waiting first when every
+        # rank changes every tick (16,384 ranks reporting once a second), without
+        # reading all 16,384 ranks' histories to find the stale ones and sorting them.
+        for r in [r for r in ranks if r not in cache][:left]:
             hist = view.ranks[r].history
             cache[r] = (hist, summarize(hist), self._tick)
+            left -= 1
+        n = len(ranks)
+        if left > 0 and n:
+            start, i = self._cursor % n, 0
+            while i < n and left > 0:
+                r = ranks[(start + i) % n]
+                i += 1
+                hist = view.ranks[r].history
+                hit = cache.get(r)
+                if hit is None or hit[0] is not hist:
+                    cache[r] = (hist, summarize(hist), self._tick)
+                    left -= 1
+            self._cursor = start + i
         if len(cache) > 2 * len(view.ranks) + 64:  # ranks gone from the view (never the ones asked for)
             for r in [r for r in cache if r not in view.ranks]:
                 del cache[r]
@@ -161,25 +198,12 @@ def measure(
     """``summaries``: the coordinator's ``Summaries`` (kept between ticks); without
     one, every live rank is summarised now."""
     health = classify_all(view, now, cfg)
-    live = [r for r in view.ranks if health[r] == OK]
+    live = [r for r, h in health.items() if h == OK]  # health is in the view's rank order
     got = summaries.get(view, live) if summaries is not None else {r: summarize(view.ranks[r].history) for r in live}
-    per_rank: dict[int, tuple[float, float, float, float]] = {}  # rank -> mean step, data, coll, compute
-    bytes_per_step: dict[int, float] = {}  # rank -> mean collective bytes per step
-    finer: dict[int, tuple[float, ...]] = {}  # rank -> mean forward, backward, optimizer, h2d (where measured)
-    noise: dict[int, float] = {}  # rank -> standard error of its mean own work (compute + data)
-    own_work: dict[int, float] = {}  # rank -> clipped mean of its own work per step
-    ready = True
-    for r in live:
-        sm = got[r]
-        if sm is None:
-            ready = False
-            continue
-        per_rank[r] = (sm.step, sm.data, sm.coll, sm.compute)
-        own_work[r] = sm.own
-        noise[r] = sm.noise
-        bytes_per_step[r] = sm.bytes_per_step
-        if sm.finer is not None:
-            finer[r] = sm.finer
+    # Column by column (C-level map over the summaries): at 16,384 ranks a loop
+    # filling five dicts a rank cost more than the medians.
+    per_rank = {r: sm for r, sm in got.items() if sm is not None}  # rank -> its summary
+    ready = len(per_rank) == len(live)
     mem = _memory(view)
     shares = {DATA: 0.0, COMMUNICATION: 0.0, STRAGGLER: 0.0, MEMORY: mem[0]}
     evidence: dict[str, Any] = {"ranks": len(per_rank), "world_size": view.world_size}
@@ -187,35 +211,38 @@ def measure(
         evidence.update(memory_share=round(mem[0], 4), memory_host=mem[1])
     if not per_rank:
         return Measure(shares, evidence, False)
-    step = median([v[0] for v in per_rank.values()])
-    computes = {r: v[3] for r, v in per_rank.items()}
-    med_compute = median(list(computes.values()))
-    med_data = median([v[1] for v in per_rank.values()])
-    # The rank the others wait for: its own work (compute, and its loader's wait) is the longest.
-    own = own_work
-    slow = max(own, key=lambda r: own[r])
-    extra_data = max(0.0, per_rank[slow][1] - med_data)
+    vals = list(per_rank.values())
+    steps, datas, colls, computes, owns, noises, sent = (list(map(itemgetter(i), vals)) for i in range(7))
+    finer = [f for f in map(itemgetter(7), vals) if f is not None]  # mean forward, backward, optimizer, h2d
+    step = median(steps)
+    med_compute = median(computes)
+    med_data = median(datas)
+    # The rank the others wait for: its own work (compute, and its loader's wait) is
+    # the longest (the first such rank, as ``max`` over the ranks in order).
+    i = owns.index(max(owns))
+    slow = list(per_rank)[i]
+    extra_data = max(0.0, datas[i] - med_data)
     # A rank that computes longer makes the others wait in the all-reduce; the rank
     # that waits least there shows what communication itself costs.
-    coll_shares = {r: v[2] / v[0] for r, v in per_rank.items() if v[0] > 0}
+    coll_shares = [c / s for s, c in zip(steps, colls) if s > 0]
     if step > 0:
-        shares[DATA] = median([v[1] / v[0] for v in per_rank.values() if v[0] > 0])
-        shares[COMMUNICATION] = min(coll_shares.values()) if coll_shares else 0.0
-        extra = own[slow] - median(list(own.values()))
-        if len(per_rank) > 1 and extra > NOISE_SIGMAS * noise[slow]:  # jitter's luck is not a straggler
+        shares[DATA] = median([d / s for s, d in zip(steps, datas) if s > 0])
+        shares[COMMUNICATION] = min(coll_shares) if coll_shares else 0.0
+        extra = owns[i] - median(owns)
+        if len(per_rank) > 1 and extra > NOISE_SIGMAS * noises[i]:  # jitter's luck is not a straggler
             shares[STRAGGLER] = extra / step
-    per_step_bytes = median(list(bytes_per_step.values()))
+    per_step_bytes = median(sent)
     evidence.update(
         step_s=round(step, 6),
         compute_s=round(med_compute, 6),
-        data_s=round(median([v[1] for v in per_rank.values()]), 6),
-        coll_s=round(median([v[2] for v in per_rank.values()]), 6),
+        data_s=round(med_data, 6),
+        coll_s=round(median(colls), 6),
         data_share=round(shares[DATA], 4),
         coll_share=round(shares[COMMUNICATION], 4),
         straggler_share=round(shares[STRAGGLER], 4),
         slowest_rank=slow,
-        slowest_compute_s=round(computes[slow], 6),
-        slowest_factor=round(computes[slow] / med_compute, 4) if med_compute > 0 else None,
+        slowest_compute_s=round(computes[i], 6),
+        slowest_factor=round(computes[i] / med_compute, 4) if med_compute > 0 else None,
         slowest_extra_data_s=round(extra_data, 6),
         # Bytes per step against compute per step: what the communication costs
         # for the work it synchronises (the last collective alone says little:
@@ -226,7 +253,7 @@ def measure(
     clocks = {view.ranks[r].split_clock for r in per_rank}
     evidence["clock"] = clocks.pop() if len(clocks) == 1 else "mixed"  # the clock the split came from
     if finer:  # the finer split (mon.watch_model), median over the ranks that measure it
-        evidence["split"] = {k: round(median([v[i] for v in finer.values()]), 6) for i, k in enumerate(FINER)}
+        evidence["split"] = {k: round(median([v[j] for v in finer]), 6) for j, k in enumerate(FINER)}
         evidence["split_ranks"] = len(finer)
     return Measure(shares, evidence, ready)
 

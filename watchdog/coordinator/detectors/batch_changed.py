@@ -40,12 +40,15 @@ class BatchChanged:
         live = [rv for r, rv in view.ranks.items() if health[r] == OK]
         if not live:
             return []
-        sizes = {rv.state.world_size for rv in live}
+        states = [rv.state for rv in live]
+        sizes = {s.world_size for s in states}
         if len(sizes) != 1:
             return []  # mid-restart: wait until the live ranks agree
         new = sizes.pop()
+        if len(live) < new:
+            return []  # (checked before the largest size ever reported: the cheap test first)
         old = max(rv.state.world_size for rv in view.ranks.values())
-        if old == new or len(live) < new:
+        if old == new:
             return []
         since = min(rv.registered_at for rv in live if rv.state.world_size == new)
         # The old group's per-rank batch from its ranks still in the view (those

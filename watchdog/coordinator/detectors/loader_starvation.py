@@ -30,10 +30,12 @@ class LoaderStarvation:
         cfg = self.cfg
         health = classify_all(view, now, cfg)
         # Shares are computed when reports are folded (view.py), not per tick.
+        # (rv.step_stats read directly, not through the rank's properties: a pass over every rank each tick)
+        least = cfg.starvation_min_steps
         shares = {
-            r: rv.data_share
-            for r, rv in view.ranks.items()
-            if health[r] == OK and rv.train_steps >= cfg.starvation_min_steps
+            r: st.data_share
+            for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK)
+            if st.train_steps >= least
         }
         starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
         if not starving or any(h == OK and r not in shares for r, h in health.items()):

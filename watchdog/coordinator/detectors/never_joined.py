@@ -36,13 +36,14 @@ class NeverJoined:
         health = classify_all(view, now, self.cfg)
         # A rank that steps or runs collectives has joined, whatever its pg_state
         # says (a hook that could not patch init_process_group never updates it).
+        # (the rarest condition first: a pass over every rank each tick, almost all of them stepping)
         overdue = [
             rv
             for r, rv in view.ranks.items()
-            if health[r] not in (DEAD, LOST, EXITED)
-            and now - rv.registered_at > limit
-            and rv.state.step == 0
+            if rv.state.step == 0
             and rv.state.coll.seq == 0
+            and health[r] not in (DEAD, LOST, EXITED)
+            and now - rv.registered_at > limit
         ]
         missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
         uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
