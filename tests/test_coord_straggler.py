@@ -143,3 +143,25 @@ def test_a_steady_straggler_is_still_found_among_noisy_ranks(seed):
     states = [t.rank(r, world_size=4, recent_steps=_jittery(r, steady if r == 1 else {}, seed)) for r in range(4)]
     view = t.view(states, now=100.0, ranks_per_host=4)
     assert [f.ranks for f in Straggler(CFG).check(100.0, view)] == [(1,)]
+
+
+def test_the_score_gauge_exports_the_slowest_ranks_not_every_rank():
+    # One series per rank was most of a 16,384-rank coordinator's /metrics; its
+    # panel shows the top 10. The slowest GAUGE_RANKS ranks (and any rank named)
+    # keep theirs, in step with the scores.
+    from watchdog.coordinator.detectors import straggler
+    from watchdog.coordinator.metrics import STRAGGLER_SCORE
+
+    world = 2 * straggler.GAUGE_RANKS
+    states = [
+        t.rank(r, world_size=world, recent_steps=t.steps(1, 120, step_s=0.3, coll_s=0.3 - (0.1 + r * 1e-4)))
+        for r in range(world)
+    ]
+    det = Straggler(CFG)
+    view = t.view(states, now=100.0, ranks_per_host=8)
+    shown = det.gauges(100.0, view)[STRAGGLER_SCORE]
+    all_scores = scores(view, 100.0, CFG)
+    assert len(all_scores) == world and len(shown) == straggler.GAUGE_RANKS
+    slowest = sorted(all_scores, key=lambda r: -all_scores[r]["factor"])[: straggler.GAUGE_RANKS]
+    assert set(shown) == {str(r) for r in slowest}
+    assert shown[str(world - 1)] == round(all_scores[world - 1]["factor"], 4)

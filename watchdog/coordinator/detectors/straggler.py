@@ -25,6 +25,7 @@ rank, so (slow - median) / step time.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from operator import is_
@@ -38,6 +39,8 @@ from ..metrics import STRAGGLER_SCORE, GaugeValues
 from ..stats import median
 from ..steps import WindowStat
 from ..view import ClusterView
+
+GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)
 
 Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
 
@@ -377,11 +380,16 @@ class Straggler:
         return self._last[2]
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
-        """Each scored rank's slowdown factor, by rank label (the same mapping
-        object while the scores are: the exporter skips an unchanged one)."""
+        """The slowdown factor of the ``GAUGE_RANKS`` slowest scored ranks (and of
+        every rank named), by rank label; the same mapping object while the scores
+        are (the exporter skips an unchanged one). One series per rank of a
+        16,384-rank job was most of the coordinator's /metrics, and its dashboard
+        panel shows the top 10."""
         sc = self.scores(now, view)
         if self._gauge is None or self._gauge[0] is not sc:
-            self._gauge = (sc, {STRAGGLER_SCORE: {str(r): round(s["factor"], 4) for r, s in sc.items()}})
+            top = heapq.nlargest(GAUGE_RANKS, sc, key=lambda r: sc[r]["factor"])
+            shown = sorted({*top, *self.flagged(sc)})
+            self._gauge = (sc, {STRAGGLER_SCORE: {str(r): round(sc[r]["factor"], 4) for r in shown}})
         return self._gauge[1]
 
     def flagged(self, sc: dict[int, dict]) -> list[int]:
