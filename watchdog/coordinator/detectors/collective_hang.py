@@ -125,35 +125,13 @@ class CollectiveHang:
                 f"{waited} in {coll}; {ranks_phrase(b.unread)} not in it, with no Flight Recorder reading "
                 "since the wait began: nobody named until one shows who holds it up; stacks requested"
             )
-            return [
-                Finding(
-                    kind=self.name,
-                    ranks=(),
-                    hosts=(),
-                    reason=reason,
-                    onset_mono=st.onset,
-                    detected_mono=now,
-                    evidence=evidence,
-                    wants_stacks=tuple(sorted(b.waiters + b.unread)),
-                )
-            ]
+            return [self._nobody(now, st, reason, evidence, tuple(sorted(b.waiters + b.unread)))]
         if not b.culprits:
             reason = (
                 f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
                 "missing from it: a transport/NCCL problem or mismatched collectives; stacks requested"
             )
-            return [
-                Finding(
-                    kind=self.name,
-                    ranks=(),
-                    hosts=(),
-                    reason=reason,
-                    onset_mono=st.onset,
-                    detected_mono=now,
-                    evidence=evidence,
-                    wants_stacks=b.waiters,
-                )
-            ]
+            return [self._nobody(now, st, reason, evidence, b.waiters)]
         rvs = [view.ranks[r] for r in b.culprits]
         verb = {
             "missing": "never entered",
@@ -188,6 +166,19 @@ class CollectiveHang:
                 wants_stacks=tuple(sorted(b.culprits)),
             )
         ]
+
+    def _nobody(self, now: float, st: HangState, reason: str, evidence: dict, wants: tuple[int, ...]) -> Finding:
+        """A hang whose culprit is not known (yet): it names no rank, asks for stacks."""
+        return Finding(
+            kind=self.name,
+            ranks=(),
+            hosts=(),
+            reason=reason,
+            onset_mono=st.onset,
+            detected_mono=now,
+            evidence=evidence,
+            wants_stacks=wants,
+        )
 
     def _stalled(self, now: float, view: ClusterView, st: HangState, evidence: dict) -> Finding:
         rvs = [view.ranks[r] for r in st.stuck]

@@ -227,8 +227,9 @@ def _kth(lists: list[list], k: int) -> float:
 def _rank_score(
     rank_wins: tuple[WindowStat, ...], usable: dict[int, Cut], cfg: DetectorConfig
 ) -> tuple[dict, float, frozenset[int]] | None:
-    """One rank's score over its last k windows with a baseline (as ``_compute``),
-    its own window-to-window noise, and the window indices it read."""
+    """One rank's score over its last k windows with a baseline, its own
+    window-to-window noise, and the window indices it read (what the Scorer keeps
+    between ticks; ``_compute`` asks it for every rank)."""
     k = cfg.straggler_windows
     picked: list[tuple[WindowStat, float]] = []  # newest first
     read = []
@@ -287,42 +288,18 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
     per_step = median(spreads)
     steps = cfg.straggler_windows * median(ns)
     sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-    k = cfg.straggler_windows
     out: dict[int, dict] = {}
+    own: dict[int, float] = {}  # each rank's window-to-window noise (below)
     for r, rank_wins in wins_of.items():
-        picked: list[tuple[WindowStat, float]] = []  # newest first: the last k windows with a baseline
-        for w in reversed(rank_wins):
-            cut = usable.get(w.index)
-            if cut is None:
-                continue
-            v = w.compute_s
-            b = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
-            if b > 0:
-                picked.append((w, b))
-                if len(picked) == k:
-                    break
-        if len(picked) < k:
-            continue
-        picked.reverse()
-        mine = sum(w.compute_s for w, _ in picked)
-        theirs = sum(b for _, b in picked)
-        n = len(picked)
-        out[r] = {
-            "factor": mine / theirs,
-            "window_factors": [w.compute_s / b for w, b in picked],
-            "compute_s": mine / n,
-            "baseline_s": theirs / n,
-            "step_s": sum(w.step_s for w, _ in picked) / n,
-            "first_step": picked[0][0].index * cfg.straggler_window_steps,
-            "last_step": (picked[-1][0].index + 1) * cfg.straggler_window_steps - 1,
-        }
+        got = _rank_score(rank_wins, usable, cfg)
+        if got is not None:
+            out[r], own[r], _ = got
     # The noise as the job shows it: on a shared or contended host slowdowns come in
     # bursts (a neighbour's process, a page-cache flush) that hit a rank for a window
     # or two, which the per-step spread above does not predict. A rank's
     # window-to-window spread of its own factor measures that: the median over ranks
     # for the job, and the rank's own, so one burst does not make a straggler of it.
     # A straggler is slow in every window alike, so neither hides a steady one.
-    own = {r: _stdev(sc["window_factors"]) / math.sqrt(k) for r, sc in out.items()}
     sigma_windows = median(sorted(own.values())) if own else 0.0
     for r, sc in out.items():
         sigma = max(sigma_iid, sigma_windows, own[r])
