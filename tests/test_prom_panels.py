@@ -17,7 +17,7 @@ from watchdog.agent import metrics as m
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
-HOSTS, PER_HOST = 3, 4  # 12 ranks: more than a job panel's top 10
+HOSTS, PER_HOST = 3, 8  # 24 ranks: well over a job panel's top 10
 TOP = 10
 
 
@@ -43,13 +43,17 @@ def test_every_panel_answers_at_both_details_and_job_panels_stay_bounded():
         assert not empty, f"{detail}: panels without data: {empty}"
     full, summary = by["full"]["rows"], by["summary"]["rows"]
     assert [x["title"] for x in full] == [x["title"] for x in summary]
+    # topk in a range query picks the top at each step: where ranks trade places
+    # (step-quantised counters read through rate()) the union over the range
+    # holds a few more than 10 (11 of 12 in one CI run). What must hold: a job
+    # panel never returns a series per rank of the job.
     for x in full:
         if x["title"].startswith("job: "):
-            assert x["series"] <= TOP, x
-    # The straggler heatmap lists the top 10 of 12 ranks at full; at summary the
+            assert x["series"] <= 2 * TOP < HOSTS * PER_HOST, x
+    # The straggler heatmap lists the slowest ranks at full; at summary the
     # agents export only each host's slowest rank, and those are what it lists.
     heat = next(i for i, x in enumerate(full) if "Straggler heatmap" in x["title"])
-    assert (full[heat]["series"], summary[heat]["series"]) == (TOP, HOSTS)
+    assert TOP <= full[heat]["series"] <= 2 * TOP and summary[heat]["series"] == HOSTS
     # The rank dashboard (first host, all its ranks): every rank at full, the slowest at summary.
     state = next(i for i, x in enumerate(full) if x["title"] == "rank: Process state")
     assert (full[state]["series"], summary[state]["series"]) == (PER_HOST, 1)

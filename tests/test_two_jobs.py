@@ -99,14 +99,16 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
 
         targets = [p.address for p in procs]
         prom = Prometheus(tmp_path, targets, scrape_interval_s=0.5, rule_files=PROM_RULES).start()
-        wait_for(
-            lambda: _by_job(prom, 'job:watchdog_ranks:sum{state="alive"}') == {"alpha": 2, "beta": 2},
+        wait_for(  # every target scraped at least once: the agents' series and both coordinators'
+            lambda: (
+                _by_job(prom, 'job:watchdog_ranks:sum{state="alive"}') == {"alpha": 2, "beta": 2}
+                and _by_job(prom, "count by (training_job) (watchdog_coordinator_info)") == {"alpha": 1, "beta": 1}
+            ),
             60,
-            "both jobs' rank counts from the recording rules",
+            "both jobs' rank counts from the recording rules, and both coordinators",
             log=tmp_path / "prometheus.log",
         )
         assert _by_job(prom, "count by (training_job) (watchdog_rank_alive)") == {"alpha": 2, "beta": 2}
-        assert _by_job(prom, "count by (training_job) (watchdog_coordinator_info)") == {"alpha": 1, "beta": 1}
         # The dashboards' join of a coordinator series to its training job finds that job's coordinator only.
         for job in JOBS:
             (hit,) = prom.query(
@@ -143,12 +145,14 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
         (tmp_path / "fleet" / "prometheus.yml").write_text(yaml.safe_dump(doc))
         fleet.start()
         wait_for(
-            lambda: _by_job(fleet, 'job:watchdog_ranks:sum{state="dead"}') == {"alpha": 0, "beta": 1},
+            lambda: (
+                _by_job(fleet, 'job:watchdog_ranks:sum{state="dead"}') == {"alpha": 0, "beta": 1}
+                and _by_job(fleet, "count by (training_job) (watchdog_coordinator_info)") == {"alpha": 1, "beta": 1}
+            ),
             30,
-            "both jobs in the federated Prometheus",
+            "both jobs and both coordinators in the federated Prometheus",
             log=tmp_path / "fleet" / "prometheus.log",
         )
-        assert _by_job(fleet, "count by (training_job) (watchdog_coordinator_info)") == {"alpha": 1, "beta": 1}
         assert fleet.query('count({__name__=~"watchdog_rank_.+|rank:watchdog_.+|watchdog_host_.+"})') == []
     finally:
         for p in (fleet, prom):
