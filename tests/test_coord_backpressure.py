@@ -158,6 +158,26 @@ def test_a_coordinator_hearing_each_host_less_often_counts_the_difference_as_lag
     assert p.interval_s == bp.MAX_INTERVAL_S  # never past what agents accept
 
 
+def test_a_small_job_whose_ranks_are_still_starting_is_not_slowed_down():
+    # A 4-rank demo on one host reporting every 0.25 s: while one rank of four is seen,
+    # the host count is estimated at four, so each looks heard from every second. That
+    # deficit is the ranks not being there yet, not reports queued here: advising 2 s
+    # made the hosts report every 2 s for the rest of the job, the demo's evidence came
+    # seconds late and a cut-off host looked silent only after a hang had been called.
+    p = bp.Backpressure()
+    for i in range(40):
+        p.note_report(i * 0.25)
+    assert p.deficit(10.0, hosts=4, interval_s=0.25) > bp.BEHIND_S  # as the silence limits see it
+    p.observe_lag(0.0, 10.0)
+    reply: dict = {}
+    p.advise(reply, 10.0)
+    assert reply == {} and p.interval_s == 0.0
+    # The same shortfall from hosts that send enough between them is the coordinator's own.
+    assert p.deficit(10.0, hosts=40, interval_s=0.25) > bp.BEHIND_S
+    p.observe_lag(0.0, 10.1)
+    assert p.interval_s >= bp.SLOW_INTERVAL_S
+
+
 CFG_JOIN = DetectorConfig().join_deadline_s
 
 
