@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from watchdog.coordinator import health
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
+from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()
@@ -133,3 +137,32 @@ def test_mismatched_collective_names_the_odd_rank():
     (f,) = run(states)
     assert f.ranks == (4,) and f.evidence["how"] == "mismatched"
     assert "called a different collective" in f.reason
+
+
+def test_a_silent_hosts_last_waits_do_not_make_the_live_ranks_culprits():
+    # Host b (ranks 2, 3) went silent at 100 while its ranks were inside collective #500.
+    # Agents were advised to report every 2 s, so b is lost only after 10 s of silence.
+    # Ranks 0 and 1 on host a keep stepping; rank 0 is inside collective #490 right now
+    # (a job whose ranks number their collectives apart). b's last states are 6 s old:
+    # they are not a wait going on now, and nobody on a may be named for it.
+    hist = t.steps(1, 50)
+    b = [
+        t.rank(r, world_size=4, step=499, step_age_s=0.02, recent_steps=hist,
+               collective=t.coll(seq=500, outstanding=1, since_s=0.01))
+        for r in (2, 3)
+    ]  # fmt: skip
+    view = t.view(b, now=100.0, ranks_per_host=2)
+    a = [
+        t.rank(0, world_size=4, step=489, step_age_s=0.02, recent_steps=hist,
+               collective=t.coll(seq=490, outstanding=1, since_s=0.01)),
+        t.rank(1, world_size=4, step=495, step_age_s=0.05, recent_steps=hist),
+    ]  # fmt: skip
+    view = replace(t.view(a, now=106.0, ranks_per_host=2, base=view), advised_interval_s=2.0)
+    assert health.lost_hosts(view, 106.0, CFG) == set()
+    assert CollectiveHang(CFG).check(106.0, view) == []
+    # Still silent at 111: b is lost, and that is the only finding (dead_rank's).
+    a = [t.rank(r, world_size=4, step=545, step_age_s=0.02, recent_steps=hist) for r in (0, 1)]
+    view = replace(t.view(a, now=111.0, ranks_per_host=2, base=view, seq=2), advised_interval_s=2.0)
+    assert health.lost_hosts(view, 111.0, CFG) == {"host1"}
+    assert CollectiveHang(CFG).check(111.0, view) == []
+    assert [(f.kind, f.ranks) for f in DeadRank(CFG).check(111.0, view)] == [("dead_rank", (2, 3))]

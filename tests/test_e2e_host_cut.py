@@ -159,8 +159,9 @@ def test_a_host_cut_off_is_named_once_and_recovers(tmp_path, netns):
         _ip("link", "set", "vb", "down", ns=ns_b)
         finding = wait_for(lambda: events(je.FINDING, t_cut), 60, "host B named lost", log=coord.log_path)
         time.sleep(4.0)  # several ticks more: still one finding, one host_lost
-        findings = [(f["kind"], f["ranks"], f.get("hosts")) for f in events(je.FINDING, t_cut)]
-        assert findings == [("dead_rank", [2, 3], ["hostb"])], findings
+        found = events(je.FINDING, t_cut)
+        findings = [(f["kind"], f["ranks"], f.get("hosts")) for f in found]
+        assert findings == [("dead_rank", [2, 3], ["hostb"])], [(f["reason"], f.get("evidence")) for f in found]
         assert "host hostb lost" in finding[0]["reason"]
         assert [r["host"] for r in events(je.HOST_LOST, t_cut)] == ["hostb"]
         destructive = [c for c in events(je.COMMAND, t_cut) if c.get("type") in ("signal", "checkpoint")]

@@ -23,6 +23,8 @@ OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
 FAULTY = (DEAD, FROZEN, LOST)
 # Progress times are estimated from reports; this absorbs their jitter.
 STALL_SLACK_S = 0.5
+# A host silent this many of its report intervals (and not yet lost) is "quiet".
+QUIET_INTERVALS = 2.0
 # The Flight Recorder's view (frblame) is consulted once no live rank has made
 # progress for this long: a per-tick cost at scale that a running job never pays.
 FR_AFTER_S = 1.0
@@ -36,6 +38,16 @@ def host_silence_limit(view: ClusterView, host: str, cfg: DetectorConfig) -> flo
 
 def host_lost(view: ClusterView, host: str, now: float, cfg: DetectorConfig) -> bool:
     return host in lost_hosts(view, now, cfg)
+
+
+def quiet_hosts(view: ClusterView, now: float) -> set[str]:
+    """Hosts that missed more than ``QUIET_INTERVALS`` of their reports (lost ones too):
+    what their ranks last said is not what they are doing now."""
+    return {
+        h
+        for h, hv in view.hosts.items()
+        if now - hv.received_at > QUIET_INTERVALS * view.reporting_interval(hv) + view.behind_s
+    }
 
 
 def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
@@ -137,8 +149,15 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
 def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None:
     health = classify_all(view, now, cfg)
     # A lost host's ranks are not waiting "now": their last state is as old as the host's silence, so
-    # counting them as waiters would have the live ranks blamed for a wait seen on stale data.
-    wait = {r: rv for r, rv in view.ranks.items() if waiting(rv) and health[r] not in (EXITED, LOST)}
+    # counting them as waiters would have the live ranks blamed for a wait seen on stale data. Nor are
+    # those of a host that missed a few reports but is not lost yet (10 s at a 2 s advised interval,
+    # past the 5 s hang floor): its ranks' wait is as old as its silence too.
+    quiet = quiet_hosts(view, now)
+    wait = {
+        r: rv
+        for r, rv in view.ranks.items()
+        if waiting(rv) and health[r] not in (EXITED, LOST) and (not quiet or rv.host not in quiet)
+    }
     if not wait:
         return _fr_blame(view, now, health)
     groups = Counter(rv.state.coll.group for rv in wait.values())
