@@ -26,6 +26,8 @@ from watchdog.dev import localjob
 # The demo's own --json lines; findings, resolutions and actions keep their journal names.
 INFO = "info"
 SUMMARY = "summary"
+# Past the linger, how long to wait for the first finding's evidence to come back.
+EVIDENCE_WAIT_S = 20.0
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -48,7 +50,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--linger-seconds",
         type=float,
         default=8.0,
-        help="after the first finding, keep watching this long before stopping the job",
+        help="after the first finding, keep watching this long (and until its evidence is in, "
+        f"at most {EVIDENCE_WAIT_S:g} s more) before stopping the job",
     )
     p.add_argument("--timeout-seconds", type=float, default=180.0, help="stop everything after this long")
     p.add_argument(
@@ -194,6 +197,37 @@ class JournalTail:
         return out
 
 
+class EvidenceWait:
+    """Whether the evidence asked for the first finding (slot snapshots, stacks,
+    Flight Recorder buffers: one command per host and type) has come back, so the
+    demo stops the job only once the post-mortem it points at is complete. A
+    slow machine can take longer than the linger to answer (py-spy pauses each
+    rank in turn); a command that expires or is refused counts as answered."""
+
+    OUTCOMES = (je.EVIDENCE, je.COMMAND_DONE, je.COMMAND_REFUSED, je.COMMAND_EXPIRED)
+
+    def __init__(self) -> None:
+        self.trigger: dict | None = None
+        self.pending: set[tuple[str, str]] = set()  # (type, host)
+        self.asked = False
+
+    def see(self, rec: dict) -> None:
+        event = rec.get("event")
+        if event == je.FINDING and self.trigger is None:
+            self.trigger = {"kind": rec.get("kind"), "ranks": rec.get("ranks")}
+        elif self.trigger is None or rec.get("trigger") != self.trigger:
+            return
+        elif event == je.COMMAND:
+            self.pending.add((str(rec.get("type")), str(rec.get("host"))))
+            self.asked = True
+        elif event in self.OUTCOMES:
+            self.pending.discard((str(rec.get("type")), str(rec.get("host"))))
+
+    @property
+    def complete(self) -> bool:
+        return self.asked and not self.pending
+
+
 def _finding_fields(rec: dict) -> dict:
     """Journal records may nest the finding; flatten what the printer needs."""
     inner = rec.get("finding")
@@ -297,10 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         tail = JournalTail(journal)
         first_finding_at = None
+        evidence = EvidenceWait()
         deadline = time.monotonic() + args.timeout_seconds
         while time.monotonic() < deadline:
             for rec in tail.poll():
                 event = rec.get("event")
+                evidence.see(rec)
                 if event == je.FINDING:
                     flat = _finding_fields(rec)
                     findings.append(flat)
@@ -323,9 +359,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         out.action(rec)
                 break
             # With a policy the job's end is the story (restarted, or aborted): no linger cut-off.
-            if not acting and first_finding_at and time.monotonic() - first_finding_at > args.linger_seconds:
-                out.info("stopping the job (detection only: no action policy in this demo run)")
-                break
+            since = time.monotonic() - first_finding_at if first_finding_at else 0.0
+            if not acting and first_finding_at and since > args.linger_seconds:
+                if evidence.complete or since > args.linger_seconds + EVIDENCE_WAIT_S:
+                    out.info("stopping the job (detection only: no action policy in this demo run)")
+                    break
             time.sleep(0.1)
         else:
             out.info(f"timeout after {args.timeout_seconds} s")
