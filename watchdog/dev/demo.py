@@ -359,11 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         out.action(rec)
                 break
             # With a policy the job's end is the story (restarted, or aborted): no linger cut-off.
+            # Past the linger, the job stops once the first finding's evidence is in.
             since = time.monotonic() - first_finding_at if first_finding_at else 0.0
-            if not acting and first_finding_at and since > args.linger_seconds:
-                if evidence.complete or since > args.linger_seconds + EVIDENCE_WAIT_S:
-                    out.info("stopping the job (detection only: no action policy in this demo run)")
-                    break
+            waited = evidence.complete or since > args.linger_seconds + EVIDENCE_WAIT_S
+            if not acting and first_finding_at and since > args.linger_seconds and waited:
+                out.info("stopping the job (detection only: no action policy in this demo run)")
+                break
             time.sleep(0.1)
         else:
             out.info(f"timeout after {args.timeout_seconds} s")
