@@ -166,3 +166,23 @@ def test_a_silent_hosts_last_waits_do_not_make_the_live_ranks_culprits():
     assert health.lost_hosts(view, 111.0, CFG) == {"host1"}
     assert CollectiveHang(CFG).check(111.0, view) == []
     assert [(f.kind, f.ranks) for f in DeadRank(CFG).check(111.0, view)] == [("dead_rank", (2, 3))]
+
+
+def test_a_quiet_hosts_ranks_are_not_culprits_on_what_they_said_before_the_wait():
+    # Ranks 0-3 (host0) entered all_reduce #812 12.4 s ago. Host1 (ranks 4-7) last reported
+    # 13 s ago, computing step 811, and has missed its reports since (advised 2 s: lost only
+    # after 10 s of silence, plus this coordinator's own lag). Whether 4-7 entered since is
+    # unknown: nobody is named until host1 reports again or is lost.
+    quiet = [stuck(r, age=0.5) for r in range(4, 8)]
+    view = t.view(quiet, now=87.0)
+    view = t.view([waiting(r) for r in range(4)], now=100.0, base=view, seq=2)
+    view = replace(view, advised_interval_s=2.0, behind_s=4.0)
+    assert health.lost_hosts(view, 100.0, CFG) == set() and health.quiet_hosts(view, 100.0) == {"host1"}
+    (f,) = CollectiveHang(CFG).check(100.0, view)
+    assert f.ranks == () and f.hosts == () and f.evidence["unheard"] == [4, 5, 6, 7]
+    assert "host host1 has missed its reports since; nobody named" in f.reason
+    # Had host1 said after the wait began that its ranks were still computing, they are named.
+    late = t.view([stuck(r, age=12.9) for r in range(4, 8)], now=95.0, base=view, seq=3)
+    late = replace(late, advised_interval_s=2.0, behind_s=0.0)
+    (f,) = CollectiveHang(CFG).check(100.0, late)
+    assert f.ranks == (4, 5, 6, 7)

@@ -132,10 +132,12 @@ class Blame:
     latest_enter: float
     # "missing", "behind", "mismatched", "failed_inside", "other_group" or "unknown"; from the
     # Flight Recorder also "not_started" (entered on CPU, not started on GPU) and "unproven"
-    # (someone is behind, but no reading made since the wait began says who: nobody named)
+    # (someone is behind, but no reading made since the wait began says who: nobody named); from
+    # the marks "unheard" (the only ranks not in it are on quiet hosts, not heard from since the
+    # last waiter entered: nobody named until they report or their host is lost)
     how: str
     source: str = "marks"  # "marks": the hook's own collective marks; "flight_recorder": frblame
-    unread: tuple[int, ...] = ()  # behind, with no Flight Recorder reading since the wait began
+    unread: tuple[int, ...] = ()  # behind with no Flight Recorder reading, or unheard, since the wait began
     detail: tuple[tuple[int, str], ...] = ()  # (culprit, where it is stuck), when known
 
 
@@ -174,8 +176,17 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
 
     # 1. Ranks not in any collective: failed, exited, or stuck in their own code
     #    since before the others started waiting (a rank still making progress
-    #    elsewhere is not what they wait for).
-    missing = [r for r, rv in view.ranks.items() if r not in wait and (health[r] in FAULTY + (EXITED,) or stalled(rv))]
+    #    elsewhere is not what they wait for). A quiet host's rank last heard from
+    #    before the last waiter entered may have entered since: it is "unheard",
+    #    never a culprit on that alone.
+    missing, unheard = [], []
+    for r, rv in view.ranks.items():
+        if r in wait:
+            continue
+        if health[r] in FAULTY + (EXITED,):
+            missing.append(r)
+        elif stalled(rv):
+            (unheard if quiet and rv.host in quiet and rv.received_at <= latest_enter else missing).append(r)
     fr = _fr_front(view, now, health) if missing else None
     if fr is not None:  # the Flight Recorder shows more than the marks: these wait in the same collective
         held = set(fr.waiters) | set(fr.earlier)
@@ -215,6 +226,8 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         found = _fr_blame(view, now, health)
         if found is not None and found.culprits:
             return found  # every visible waiter in, but the Flight Recorder names who holds them
+        if unheard:
+            how = "unheard"  # nobody named until they report again or their host is lost
     blamed = set(culprits)  # a set: at 16k ranks a list made this O(waiters x culprits)
     waiters = tuple(sorted(r for r in on if r not in blamed))
     return Blame(
@@ -227,6 +240,7 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         waiting_since=min(rv.coll_enter() for rv in on.values()),
         latest_enter=latest_enter,
         how=how,
+        unread=tuple(sorted(unheard)) if how == "unheard" else (),
     )
 
 

@@ -15,7 +15,10 @@ the ranks' Flight Recorders may show them in one issued from C++ (frblame.py):
 then the ranks behind it are named, or nobody while no reading made since the
 wait began proves who ("unproven"); on NCCL, the ranks whose collective was
 entered on CPU but not started on GPU. Otherwise (all stuck in data loading,
-say) every live rank is named with where it is.
+say) every live rank is named with where it is. A rank is judged on what its
+agent said since the wait began: one on a host that has missed its reports
+since ("quiet", not yet lost) is not a culprit on its last state alone, and
+when such ranks are the only ones not in the collective, nobody is named yet.
 """
 
 from __future__ import annotations
@@ -120,6 +123,15 @@ class CollectiveHang:
         coll = f"{b.op} #{b.seq} on {group_name(b.group)}"
         if b.source == "flight_recorder":
             coll += " (per the Flight Recorder)"
+        if b.how == "unheard":
+            quiet = sorted({view.ranks[r].host for r in b.unread})
+            reason = (
+                f"{waited} in {coll}; {ranks_phrase(b.unread)} not in it as last heard, before the wait began: "
+                f"host {', '.join(quiet)} has missed its reports since; nobody named until "
+                "they report again or their host is lost"
+            )
+            evidence["unheard"] = list(b.unread)
+            return [self._nobody(now, st, reason, evidence, b.waiters)]
         if b.how == "unproven":
             reason = (
                 f"{waited} in {coll}; {ranks_phrase(b.unread)} not in it, with no Flight Recorder reading "
