@@ -296,3 +296,28 @@ def test_each_feature_is_stated_where_it_is_deployed():
         assert feature in text, feature
     daemonset = (K8S / "agent-daemonset.yaml").read_text()
     assert "CAP_SYS_PTRACE" in daemonset and "CAP_KILL" in daemonset
+
+
+def test_a_job_and_its_agents_take_the_job_name_from_the_operators_label():
+    # Copying the PyTorchJob for another job changes metadata.name only: the training
+    # operator labels every pod with it, and the ranks and the sidecar read that label,
+    # so they cannot disagree with each other or with the job. The coordinator is one
+    # per job and names it (and its world size) itself.
+    label = "metadata.labels['training.kubeflow.org/job-name']"
+    (job,) = by_kind("PyTorchJob")
+    for owner, t in pod_templates():
+        if not owner.startswith("PyTorchJob"):
+            continue
+        for c in containers(t):
+            (e,) = [e for e in c.get("env", []) if e["name"] == "WATCHDOG_JOB_NAME"]
+            assert "value" not in e and e["valueFrom"]["fieldRef"]["fieldPath"] == label, (owner, c["name"])
+    coords = [
+        c
+        for owner, t in pod_templates()
+        if owner.startswith("Deployment")
+        for c in containers(t)
+        if c["args"][:1] == ["coordinator"]
+    ]
+    assert coords and all(
+        {e["name"]: e.get("value") for e in c["env"]}["WATCHDOG_JOB_NAME"] == job["metadata"]["name"] for c in coords
+    )
