@@ -104,9 +104,13 @@ def main() -> None:
             c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
+            ran = {k: len(parts.get(k, ())) for k in _CADENCED}
             res = coord.tick(now, t0 + now)
             if profiling and args.profile == "tick":
                 prof.disable()
+            for k, n in ran.items():  # a part the cadence skipped costs this tick 0 (perf_cadence)
+                if args.breakdown and len(parts.get(k, ())) == n:
+                    parts.setdefault(k, []).append(0.0)
             if sec >= args.seconds // 2:
                 ticks.append(time.thread_time() - c0)
                 for o in res.outcomes:
@@ -132,11 +136,17 @@ def main() -> None:
         half = args.seconds - args.seconds // 2
         for name, xs in sorted(parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
             print(f"  {name:32s} {_spread(xs[-half:])}")
+        for name in _CADENCED:  # on the ticks they ran (perf_cadence)
+            ran = [x for x in parts.get(name, [])[-half:] if x > 0]
+            print(f"  {name + ' when run (' + str(len(ran)) + ')':32s} {_spread(ran)}")
     if base is not None:
         base.print(parts)
     print(f"max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+_CADENCED = ("verdict.measure", "goodput.tick", "_performance")
 
 
 def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
@@ -157,6 +167,8 @@ def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
     coord.runner.run = timed("detectors (all)", coord.runner.run)
     coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
     coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)
+    coord.goodput._scan = timed("goodput._scan", coord.goodput._scan)  # type: ignore[method-assign]
+    coord.goodput._split = timed("goodput._split", coord.goodput._split)  # type: ignore[method-assign]
     verdict.measure = timed("verdict.measure", verdict.measure)
 
 
