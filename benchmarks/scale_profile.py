@@ -47,6 +47,9 @@ def main() -> None:
     ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--no-freeze-before-tick", action="store_true", help="collector frozen after each tick only (as before)"
+    )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     ap.add_argument(
         "--compare-with",
@@ -100,7 +103,11 @@ def main() -> None:
                 h.delivered(raw)
             now = float(sec + 1)
             if base is not None:
+                if not args.no_freeze_before_tick:
+                    gc_policy.before_tick()  # the baseline's parts under the same collector policy
                 base.tick(now, coord.view_at(now), measured=sec >= args.seconds // 2)
+            if not args.no_freeze_before_tick:
+                gc_policy.before_tick()  # as the daemon does (gcpolicy.py)
             c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
