@@ -179,8 +179,8 @@ class Ledger:
             number = xs[0].step
             # Column by column through C-level map, each column read once: this runs
             # for every rank of every step (~65,000 samples a second at 16,384 ranks).
-            steps = list(map(_STEP, xs))
-            step_s = max(steps)
+            step_times = list(map(_STEP, xs))
+            step_s = max(step_times)
             if number <= self.max_step:
                 parts[REDONE] += step_s
                 continue
@@ -189,7 +189,7 @@ class Ledger:
                 parts[CHECKPOINT_EVAL] += step_s
                 continue
             datas = list(map(_DATA, xs))
-            computes = list(map(sub, map(sub, steps, datas), map(_COLL, xs)))  # compute_s: s - d - c ...
+            computes = list(map(sub, map(sub, step_times, datas), map(_COLL, xs)))  # compute_s: s - d - c ...
             if min(computes) < 0.0:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
