@@ -47,6 +47,9 @@ def main() -> None:
     ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--no-freeze-before-tick", action="store_true", help="collector frozen after each tick only (as before)"
+    )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     ap.add_argument(
         "--compare-with",
@@ -100,13 +103,21 @@ def main() -> None:
                 h.delivered(raw)
             now = float(sec + 1)
             if base is not None:
+                if not args.no_freeze_before_tick:
+                    gc_policy.before_tick()  # the baseline's parts under the same collector policy
                 base.tick(now, coord.view_at(now), measured=sec >= args.seconds // 2)
+            if not args.no_freeze_before_tick:
+                gc_policy.before_tick()  # as the daemon does (gcpolicy.py)
             c0 = time.thread_time()
             if profiling and args.profile == "tick":
                 prof.enable()
+            ran = {k: len(parts.get(k, ())) for k in _CADENCED}
             res = coord.tick(now, t0 + now)
             if profiling and args.profile == "tick":
                 prof.disable()
+            for k, n in ran.items():  # a part the cadence skipped costs this tick 0 (perf_cadence)
+                if args.breakdown and len(parts.get(k, ())) == n:
+                    parts.setdefault(k, []).append(0.0)
             if sec >= args.seconds // 2:
                 ticks.append(time.thread_time() - c0)
                 for o in res.outcomes:
@@ -132,11 +143,17 @@ def main() -> None:
         half = args.seconds - args.seconds // 2
         for name, xs in sorted(parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
             print(f"  {name:32s} {_spread(xs[-half:])}")
+        for name in _CADENCED:  # on the ticks they ran (perf_cadence)
+            ran = [x for x in parts.get(name, [])[-half:] if x > 0]
+            print(f"  {name + ' when run (' + str(len(ran)) + ')':32s} {_spread(ran)}")
     if base is not None:
         base.print(parts)
     print(f"max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+
+_CADENCED = ("verdict.measure", "goodput.tick", "_performance")
 
 
 def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
@@ -157,6 +174,8 @@ def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
     coord.runner.run = timed("detectors (all)", coord.runner.run)
     coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
     coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)
+    coord.goodput._scan = timed("goodput._scan", coord.goodput._scan)  # type: ignore[method-assign]
+    coord.goodput._split = timed("goodput._split", coord.goodput._split)  # type: ignore[method-assign]
     verdict.measure = timed("verdict.measure", verdict.measure)
 
 

@@ -34,3 +34,23 @@ def test_disabled_policy_does_nothing():
     before = gc.get_freeze_count()
     GcPolicy(now=0.0, enabled=False).after_tick(1e9)
     assert gc.get_freeze_count() == before
+
+
+def test_before_the_tick_what_reports_left_is_out_of_the_ticks_collections():
+    policy = GcPolicy(now=0.0)
+    try:
+        gc.collect()
+        folded = [Node() for _ in range(1000)]  # what the reports folded since the last tick
+        policy.before_tick()
+        assert gc.get_freeze_count() >= len(folded)
+        assert all(gc.is_tracked(n) for n in folded[:3])
+        young = gc.get_count()[0]
+        assert young < len(folded)  # a collection during the tick no longer walks them
+    finally:
+        gc.unfreeze()
+
+
+def test_disabled_policy_freezes_nothing_before_the_tick():
+    before = gc.get_freeze_count()
+    GcPolicy(now=0.0, enabled=False).before_tick()
+    assert gc.get_freeze_count() == before

@@ -93,6 +93,8 @@ class Config:
     evidence: bool = True
     commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
     stacks_max_per_host: int = 64  # at a hang: stacks asked per host (stack_plan.MAX_PER_HOST)
+    # The bottleneck verdict every tick up to this many ranks, every ceil(ranks / this) ticks above (perf_cadence.py).
+    performance_ranks_per_tick: int = 4096
     # Which finding earns which action (policy.py); the default alerts only.
     policy: Policy = Policy()
     policy_file: str = ""
@@ -282,6 +284,14 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
         "host (the rest is journaled as stacks_capped)",
         positive_int,
         field="stacks_max_per_host",
+    ),
+    Flag(
+        "performance.ranks-per-tick",
+        4096,
+        "the bottleneck verdict runs every tick up to this many ranks, every ceil(ranks / this) "
+        "ticks above (at 16,384 ranks: every 4th), never on a tick a finding opened on",
+        positive_int,
+        field="performance_ranks_per_tick",
     ),
     Flag(
         "policy.file",

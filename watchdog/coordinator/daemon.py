@@ -85,6 +85,7 @@ class Daemon:
                 if last is not None and is_stall(now - last, interval):  # we were stopped, not the hosts
                     self.coordinator.stalled(now, now - last, wall)
                 last = now
+                gc_policy.before_tick()  # the tick's collections walk only its own objects (gcpolicy.py)
                 with self.coordinator.journal.batch():  # one fsync for all the tick journals
                     self.coordinator.tick(now, wall)
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking

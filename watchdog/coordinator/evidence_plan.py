@@ -18,7 +18,6 @@ One request per (host, type): an agent answers for its own ranks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,24 +83,67 @@ def plan(
 ) -> list[CommandRequest]:
     """A hang asks for every live rank's stack (``stack_plan``), anything else
     for the culprits' and one waiter's."""
-    out = []
-    stacks = (
-        stack_plan.every_rank(f, view, max_stacks_per_host)[0]
-        if f.kind in stack_plan.ALL_RANKS_KINDS
-        else stack_ranks(f, view, max_dumps)
-    )
+    return plan_capped(f, view, max_dumps, max_stacks_per_host)[0]
+
+
+def plan_capped(
+    f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, max_stacks_per_host: int = stack_plan.MAX_PER_HOST
+) -> tuple[list[CommandRequest], dict[str, list[int]]]:
+    """``plan``, and for a hang the ranks the per-host cap left out ({host:
+    ranks}, journaled as ``stacks_capped``). At 16,384 ranks a hang's plan is
+    three requests to each of 2,048 hosts: every live rank is chosen once (it was
+    three times, ~60 ms each), and a rank list shared by two types (stacks and
+    Flight Recorder) is grouped by host once."""
+    every: list[int] = []
+    left: dict[str, list[int]] = {}
+    if f.kind in stack_plan.ALL_RANKS_KINDS or f.kind in FR_KINDS:
+        every, left = stack_plan.every_rank(f, view, max_stacks_per_host)
+    if f.kind in stack_plan.ALL_RANKS_KINDS:
+        stacks = every
+    else:
+        stacks, left = stack_ranks(f, view, max_dumps), {}
     wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
     if f.kind in FR_KINDS:
-        wanted.append((commands.DUMP_FLIGHT_RECORDER, stack_plan.every_rank(f, view, max_stacks_per_host)[0]))
+        wanted.append((commands.DUMP_FLIGHT_RECORDER, every))
+    out = []
+    grouped: dict[int, list[tuple[str, tuple[dict[str, int], ...]]]] = {}  # id(rank list) -> its targets by host
     for kind, ranks in wanted:
-        for host, rvs in sorted(_by_host(view.ranks[r] for r in ranks).items()):
-            targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
-            out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))
-    return out
+        by_host = grouped.get(id(ranks))
+        if by_host is None:
+            by_host = grouped[id(ranks)] = _targets_by_host(view, ranks)
+        out += [CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)) for host, targets in by_host]
+    return out, left
 
 
-def _by_host(rvs: Iterable[FoldedRank]) -> dict[str, list[FoldedRank]]:
-    out: dict[str, list[FoldedRank]] = {}
-    for rv in sorted(rvs, key=lambda x: x.rank):
-        out.setdefault(rv.host, []).append(rv)
+def _targets_by_host(view: ClusterView, ranks: list[int]) -> list[tuple[str, tuple[dict[str, int], ...]]]:
+    """[(host, its ranks' targets by rank)] sorted by host, in one pass over ``ranks``."""
+    by_host: dict[str, list[dict[str, int]]] = {}
+    target, got = commands.target, view.ranks
+    for r in sorted(ranks):
+        rv = got[r]
+        t = target(rv.rank, rv.state.pid, rv.state.proc_start_us)
+        ts = by_host.get(rv.host)
+        if ts is None:
+            by_host[rv.host] = [t]
+        else:
+            ts.append(t)
+    return [(host, tuple(ts)) for host, ts in sorted(by_host.items())]
+
+
+def brief(reqs: list[CommandRequest], hosts_listed: int = 8) -> dict[str, dict[str, Any]]:
+    """The requests for a log line: hosts and ranks per type (and the hosts'
+    names while there are few): at 16,384 ranks the full list was 6,144 dicts
+    in one line."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in reqs:
+        got = out.get(r.type)
+        if got is None:
+            got = out[r.type] = {"hosts": 0, "ranks": 0, "on": []}
+        got["hosts"] += 1
+        got["ranks"] += len(r.targets)
+        if len(got["on"]) < hosts_listed:
+            got["on"].append(r.host)
+    for got in out.values():
+        if got["hosts"] > hosts_listed:
+            del got["on"]
     return out

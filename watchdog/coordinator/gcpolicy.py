@@ -11,6 +11,13 @@ So after each tick the objects alive are moved out of the collector's sight
 that for acyclic data, which reference counting frees the moment it is dropped,
 frozen or not. A reference cycle frozen before it became garbage would stay,
 so every ``FULL_EVERY_S`` everything is unfrozen and collected once.
+
+And before each tick (``before_tick``): at 16,384 ranks a second of reports
+leaves ~1 million new objects that no freeze has hidden yet, and a tick part
+that allocates tens of thousands of its own (the straggler scores when windows
+close: a few per rank) set off full collections that walked all of them, in
+whichever part allocated. Freezing first leaves a tick's collections only the
+tick's own objects. ``gc.freeze`` is O(1).
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ class GcPolicy:
     def __init__(self, now: float, enabled: bool = True) -> None:
         self.enabled = enabled
         self._full_at = now + FULL_EVERY_S
+
+    def before_tick(self) -> None:
+        if self.enabled:
+            gc.freeze()
 
     def after_tick(self, now: float) -> None:
         if not self.enabled:

@@ -51,7 +51,8 @@ CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL
 PAUSE_PHASES = ("checkpoint", "eval")
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
-_STEP, _DATA, _COLL, _NUMBER = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step"))
+_STEP, _DATA, _COLL, _NUMBER, _PHASE = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step", "phase"))
+_PAUSES = frozenset(PAUSE_PHASES)
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
 
@@ -176,17 +177,19 @@ class Ledger:
         for got in steps:
             xs = list(got.values())
             number = xs[0].step
-            step_s = max(map(_STEP, xs))
+            # Column by column through C-level map, each column read once: this runs
+            # for every rank of every step (~65,000 samples a second at 16,384 ranks).
+            step_times = list(map(_STEP, xs))
+            step_s = max(step_times)
             if number <= self.max_step:
                 parts[REDONE] += step_s
                 continue
             self.max_step = number
-            if any(x.phase in PAUSE_PHASES for x in xs):
+            if not _PAUSES.isdisjoint(map(_PHASE, xs)):
                 parts[CHECKPOINT_EVAL] += step_s
                 continue
-            # Column by column through C-level map: this runs for every rank of every step.
             datas = list(map(_DATA, xs))
-            computes = list(map(sub, map(sub, map(_STEP, xs), datas), map(_COLL, xs)))  # compute_s: s - d - c ...
+            computes = list(map(sub, map(sub, step_times, datas), map(_COLL, xs)))  # compute_s: s - d - c ...
             if min(computes) < 0.0:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)

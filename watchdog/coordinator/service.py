@@ -23,6 +23,7 @@ from . import (
     fingerprint,
     goodput,
     health,
+    perf_cadence,
     recover,
     stack_gather,
     stack_plan,
@@ -101,6 +102,7 @@ class Coordinator:
         self.goodput = goodput.Ledger()
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
+        self._cadence = perf_cadence.Cadence(cfg.performance_ranks_per_tick)
         self._performance_failed = logs.RateLimited(every_s=600.0)
 
     @property
@@ -242,7 +244,7 @@ class Coordinator:
             if not o.ok:
                 self.metrics.det_errors.labels(o.name).inc()
         self._gauges(view, now, outcomes)
-        self._performance(view, now)
+        self._performance(view, now, self._cadence.due(len(view.ranks), busy=bool(faults)))
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
@@ -288,51 +290,58 @@ class Coordinator:
 
     GOODPUT_EVERY_S = 60.0  # a goodput record in the journal this often (and one at stop)
 
-    def _performance(self, view: ClusterView, now: float) -> None:
+    def _performance(self, view: ClusterView, now: float, verdict_due: bool = True) -> None:
         """Never a finding and never in the way of detection: a bug here is logged
-        rarely and the tick goes on."""
+        rarely and the tick goes on. ``verdict_due``: the verdict's turn (perf_cadence)."""
         try:
-            m = verdict.measure(now, view, self.cfg.detectors, self._summaries)
-            new = verdict.decide(self.verdict, m, now)
-            if new.verdict != self.verdict.verdict:
-                self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
-                self._record(
-                    je.VERDICT,
-                    {
-                        "verdict": new.verdict,
-                        "previous": self.verdict.verdict,
-                        "reason": new.reason,
-                        "shares": {k: round(v, 4) for k, v in m.shares.items()},
-                        "evidence": new.evidence,
-                    },
-                )
-            self.verdict = new
-            for v in verdict.VERDICTS:
-                self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
-            for cause, share in m.shares.items():
-                self.metrics.bottleneck_share.labels(cause).set(round(share, 4))
-            if "clock" in m.evidence:
-                for clock in verdict.SPLIT_CLOCKS:
-                    self.metrics.split_clock.labels(clock).set(1 if clock == m.evidence["clock"] else 0)
-            restarting = self.control.state == JobState.RESTARTING
-            self.goodput.tick(now, view, restarting)
-            for cat, secs in self.goodput.seconds.items():
-                delta = secs - self._goodput_exported[cat]
-                if delta > 0:
-                    self.metrics.goodput_seconds.labels(cat).inc(delta)
-                    self._goodput_exported[cat] = secs
-            self.metrics.goodput_ratio.set(round(self.goodput.goodput(), 4))
-            if self.goodput.started and (
-                self._goodput_journaled_at is None or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S
-            ):
-                self._goodput_journaled_at = now
-                self._record(je.GOODPUT, self.goodput_record(final=False))
+            if verdict_due:
+                self._verdict(view, now)
+            self._goodput(view, now)
         except Exception as exc:  # performance reporting must never stop detection
             first, suppressed = self._performance_failed.should_log(type(exc).__name__, now)
             if first:
                 self.log.error(
                     "performance_failed", error=f"{type(exc).__name__}: {exc}", suppressed=suppressed, exc_info=True
                 )
+
+    def _verdict(self, view: ClusterView, now: float) -> None:
+        m = verdict.measure(now, view, self.cfg.detectors, self._summaries)
+        new = verdict.decide(self.verdict, m, now)
+        if new.verdict != self.verdict.verdict:
+            self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
+            self._record(
+                je.VERDICT,
+                {
+                    "verdict": new.verdict,
+                    "previous": self.verdict.verdict,
+                    "reason": new.reason,
+                    "shares": {k: round(v, 4) for k, v in m.shares.items()},
+                    "evidence": new.evidence,
+                },
+            )
+        self.verdict = new
+        for v in verdict.VERDICTS:
+            self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
+        for cause, share in m.shares.items():
+            self.metrics.bottleneck_share.labels(cause).set(round(share, 4))
+        if "clock" in m.evidence:
+            for clock in verdict.SPLIT_CLOCKS:
+                self.metrics.split_clock.labels(clock).set(1 if clock == m.evidence["clock"] else 0)
+
+    def _goodput(self, view: ClusterView, now: float) -> None:
+        restarting = self.control.state == JobState.RESTARTING
+        self.goodput.tick(now, view, restarting)
+        for cat, secs in self.goodput.seconds.items():
+            delta = secs - self._goodput_exported[cat]
+            if delta > 0:
+                self.metrics.goodput_seconds.labels(cat).inc(delta)
+                self._goodput_exported[cat] = secs
+        self.metrics.goodput_ratio.set(round(self.goodput.goodput(), 4))
+        if self.goodput.started and (
+            self._goodput_journaled_at is None or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S
+        ):
+            self._goodput_journaled_at = now
+            self._record(je.GOODPUT, self.goodput_record(final=False))
 
     def goodput_record(self, final: bool) -> dict[str, Any]:
         """The journal's goodput record: the ledger so far, and the verdict."""
@@ -367,22 +376,18 @@ class Coordinator:
                     )
                 return
             cap = self.cfg.stacks_max_per_host
-            reqs = evidence_plan.plan(f, view, max_stacks_per_host=cap)
-            if f.kind in stack_plan.ALL_RANKS_KINDS:
-                left = stack_plan.every_rank(f, view, cap)[1]
-                if left:
-                    rec = stack_plan.capped_record(f, left, cap)
-                    self.log.warning(je.STACKS_CAPPED, **rec)
-                    self._record(je.STACKS_CAPPED, rec)
+            reqs, left = evidence_plan.plan_capped(f, view, max_stacks_per_host=cap)
+            if left:
+                rec = stack_plan.capped_record(f, left, cap)
+                self.log.warning(je.STACKS_CAPPED, **rec)
+                self._record(je.STACKS_CAPPED, rec)
             if reqs:
                 self._collected[f.key] = now
                 self._expect_stacks(reqs, now)
                 self.dispatch.request(reqs, now)
+                # Hosts and ranks per type: the per-host requests are journaled as they go out (``command``).
                 self.log.info(
-                    "evidence_requested",
-                    kind=f.kind,
-                    ranks=list(f.ranks),
-                    requests=[{"host": r.host, "type": r.type, "ranks": r.ranks} for r in reqs],
+                    "evidence_requested", kind=f.kind, ranks=list(f.ranks), requests=evidence_plan.brief(reqs)
                 )
 
     # -- actions ---------------------------------------------------------------

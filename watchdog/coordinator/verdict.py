@@ -150,10 +150,11 @@ class Summaries:
     """Each rank's ``summarize``, kept between ticks. A rank's history changes with
     every report that carries a step, so at 16,384 ranks summarising every rank
     every tick was the tick's largest cost (5 s per tick measured in-process);
-    this refreshes at most ``budget`` changed ranks a tick, the longest-waiting
+    this refreshes at most ``budget`` changed ranks a run, the longest-waiting
     first, and keeps the others' last summary: at 16,384 ranks each summary is at
-    most 16 ticks old. The verdict is advisory and has hysteresis, so a few
-    seconds' lag is all this costs; under ``budget`` ranks it is exact. (1,024:
+    most 16 runs old (the verdict runs every 4th tick there, ``perf_cadence``:
+    ~64 s). The verdict is advisory and has hysteresis, so this lag is all it
+    costs; under ``budget`` ranks it is exact. (1,024:
     a summary costs ~30 us, so ~30 ms of a tick; 2,048 was ~60-100 ms of the
     100 ms a tick may take at 16,384 ranks, docs/scale.md.)"""
 

@@ -1,0 +1,101 @@
+"""The evidence plan built in one pass (``plan_capped``) asks for exactly what the
+plan it replaced asked for (kept below as the reference), host by host, with the
+same targets and triggers, and leaves out the same ranks when the per-host cap
+bites; the ``evidence_requested`` log line counts hosts and ranks per type."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog import commands
+from watchdog.coordinator import stack_plan
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.evidence_plan import (
+    FR_KINDS,
+    MAX_DUMPS,
+    CommandRequest,
+    brief,
+    plan_capped,
+    snapshot_ranks,
+    stack_ranks,
+    trigger,
+)
+from watchdog.coordinator.finding import Finding
+
+
+def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_PER_HOST):
+    """The plan as it was before the one-pass rewrite, with the service's cap check."""
+    out = []
+    stacks = (
+        stack_plan.every_rank(f, view, max_stacks_per_host)[0]
+        if f.kind in stack_plan.ALL_RANKS_KINDS
+        else stack_ranks(f, view, max_dumps)
+    )
+    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
+    if f.kind in FR_KINDS:
+        wanted.append((commands.DUMP_FLIGHT_RECORDER, stack_plan.every_rank(f, view, max_stacks_per_host)[0]))
+    for kind, ranks in wanted:
+        by_host: dict[str, list] = {}
+        for rv in sorted((view.ranks[r] for r in ranks), key=lambda x: x.rank):
+            by_host.setdefault(rv.host, []).append(rv)
+        for host, rvs in sorted(by_host.items()):
+            targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
+            out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))
+    left = stack_plan.every_rank(f, view, max_stacks_per_host)[1] if f.kind in stack_plan.ALL_RANKS_KINDS else {}
+    return out, left
+
+
+def _finding(kind, ranks, wants=(), **evidence):
+    return Finding(
+        kind=kind,
+        ranks=tuple(ranks),
+        hosts=(),
+        reason="r",
+        onset_mono=0.0,
+        detected_mono=1.0,
+        evidence=evidence,
+        wants_stacks=tuple(wants),
+    )
+
+
+def _view():
+    # 96 ranks, 12 per host (so a cap of 5 bites), two dead and one exited
+    ranks = t.with_rank(t.with_rank(t.healthy(96), 13, alive=False), 70, alive=False)
+    ranks = t.with_rank(ranks, 41, status="exited")
+    return t.view(ranks, ranks_per_host=12)
+
+
+FINDINGS = [
+    _finding("collective_hang", [50], wants=[50], waiters=[3, 60, 61, 95]),
+    _finding("frozen_rank", [13, 77], wants=[77]),
+    _finding("collective_mismatch", [8, 9], wants=[8, 9, 40]),
+    _finding("straggler", [60]),
+    _finding("dead_rank", [13, 70]),
+    _finding("batch_changed", [], wants=[1, 2]),
+]
+
+
+@pytest.mark.parametrize("cap", [64, 5, 1])
+@pytest.mark.parametrize("f", FINDINGS, ids=[f.kind for f in FINDINGS])
+def test_one_pass_plan_is_the_reference_plan(f, cap):
+    view = _view()
+    got, left = plan_capped(f, view, max_stacks_per_host=cap)
+    want, want_left = _reference(f, view, max_stacks_per_host=cap)
+    assert got == want
+    assert left == want_left
+    if cap == 5 and f.kind in stack_plan.ALL_RANKS_KINDS:
+        assert left  # the cap bit: the test covers the left-out ranks
+
+
+def test_the_log_line_counts_hosts_and_ranks_per_type():
+    view = _view()
+    reqs, _ = plan_capped(FINDINGS[0], view)
+    b = brief(reqs, hosts_listed=4)
+    assert b[commands.SNAPSHOT_SLOTS] == {
+        "hosts": 6,
+        "ranks": 64,
+    }  # MAX_SNAPSHOTS: ranks 0-62 and 50; no names past 4 hosts
+    assert b[commands.DUMP_STACKS] == {"hosts": 8, "ranks": 93}  # every live rank
+    assert b[commands.DUMP_FLIGHT_RECORDER]["ranks"] == 93
+    small = brief([r for r in reqs if r.host in ("host0", "host1")], hosts_listed=4)
+    assert small[commands.DUMP_STACKS] == {"hosts": 2, "ranks": 23, "on": ["host0", "host1"]}

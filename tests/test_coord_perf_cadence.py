@@ -1,0 +1,83 @@
+"""The verdict's cadence (perf_cadence.py): every tick on small jobs, every few
+ticks on large ones, never on a finding's tick; the verdict on the cadence still
+names the cause, and goodput stays what a ledger ticked every tick keeps on the
+same views."""
+
+from __future__ import annotations
+
+from watchdog.coordinator import goodput as G
+from watchdog.coordinator import verdict as V
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.perf_cadence import Cadence, period
+from watchdog.coordinator.service import Coordinator
+from watchdog.coordinator.testing import SimJob
+
+
+def test_period_grows_with_the_job():
+    assert [period(n, 4096) for n in (8, 4096, 4097, 8192, 16384)] == [1, 1, 2, 2, 4]
+
+
+def test_small_jobs_run_the_verdict_every_tick_even_on_a_findings_tick():
+    c = Cadence(4096)
+    assert [c.due(4096, busy=b) for b in (False, True, False)] == [True, True, True]
+
+
+def test_large_jobs_run_it_once_a_period_from_the_first_tick():
+    c = Cadence(4096)
+    assert [c.due(16384, busy=False) for _ in range(8)] == [True, False, False, False] * 2
+
+
+def test_a_findings_tick_defers_it_to_the_next_tick():
+    c = Cadence(4096)
+    assert [c.due(16384, busy=False) for _ in range(4)] == [True, False, False, False]
+    assert c.due(16384, busy=True) is False  # its turn: the finding's tick pays for its evidence instead
+    assert c.due(16384, busy=False) is True
+
+
+class _Both:
+    """Feeds the coordinator on the cadence and, on the very same views, a
+    ledger ticked every tick (what every tick used to do)."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord, self.ref = coord, G.Ledger()
+
+    def accept(self, rep, at):
+        return self.coord.accept(rep, at)
+
+    def tick(self, now, wall):
+        view = self.coord.view_at(now)
+        self.ref.tick(now, view, False)
+        return self.coord.tick(now, wall)
+
+    @property
+    def view(self):
+        return self.coord.view
+
+
+def _coordinator(tmp_path, ranks_per_tick: int) -> Coordinator:
+    path = str(tmp_path / "j.jsonl")
+    cfg = Config(journal=path, job="job", world_size=8, tick_s=0.5, performance_ranks_per_tick=ranks_per_tick)
+    return Coordinator(cfg, Journal(path, lambda: (1.7e9, 0.0)))
+
+
+def test_goodput_is_not_on_the_cadence(tmp_path):
+    c = _coordinator(tmp_path, 2)  # the verdict every 4th tick
+    both = _Both(c)
+    sim = SimJob(jitter=0.1, seed=7)
+    sim.slow(5, 1.4)  # a straggler, so more than one category moves
+    sim.run_until(40.0, coordinator=both, tick_s=0.5)
+    assert period(len(c.view.ranks), 2) == 4
+    ref, got = both.ref, c.goodput
+    assert got.last_tick == ref.last_tick == 40.0
+    assert got.seconds == ref.seconds and got.pending == ref.pending and got.steps == ref.steps
+    assert got.seconds[G.STRAGGLER] > 3.0
+
+
+def test_the_verdict_on_the_cadence_names_the_straggler(tmp_path):
+    c = _coordinator(tmp_path, 2)
+    sim = SimJob(jitter=0.1, seed=3)
+    sim.slow(5, 1.5)
+    sim.run_until(40.0, coordinator=c, tick_s=0.5)
+    assert c.verdict.verdict == V.STRAGGLER
+    assert c.verdict.evidence["slowest_rank"] == 5
