@@ -9,6 +9,15 @@ the time since it received the report.
 JSON over HTTP, one object, ``"v": REPORT_VERSION``. Unknown keys are ignored (a
 newer agent can add fields); missing or mistyped required keys are a ReportError
 with a message naming the field.
+
+Version 2 (``"v": 2``, ``as_rows``) is the same content with each rank, its
+collective and each step sample as a JSON array under a field list sent once
+per report (``rank_fields``, ``coll_fields``, ``step_fields``): JSON decoding
+then builds lists, not one dict per rank and per step (half the bytes, ~0.6x
+the decode time), and the schema reads values by position. It decodes to
+exactly the ``HostReport`` of the version-1 body. An agent sends it only once
+a coordinator's reply listed 2 in ``"report_versions"`` (``REPORT_VERSIONS``);
+the coordinator reads both.
 """
 
 from __future__ import annotations
@@ -19,7 +28,11 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
-REPORT_VERSION = 1
+REPORT_VERSION = 1  # HostReport.to_dict()'s form: an object per rank and per step
+ROWS_VERSION = 2  # the same content as arrays under field lists (as_rows)
+REPORT_VERSIONS = (REPORT_VERSION, ROWS_VERSION)  # what this coordinator reads; its replies say so
+MAX_FIELDS = 128  # names in one version-2 field list
+MAX_FIELD_NAME = 64
 MAX_RANKS_PER_REPORT = 4096
 MAX_STEPS_PER_RANK = 256
 MAX_COLLS_PER_RANK = 32  # collective signatures (Flight Recorder) per rank per report
@@ -225,15 +238,19 @@ class HostReport:
         if not isinstance(obj, dict):
             raise ReportError("report must be a JSON object")
         v = obj.get("v")
-        if v != REPORT_VERSION:
-            raise ReportError(f"unsupported report version {v!r}; this coordinator speaks {REPORT_VERSION}")
+        if v != REPORT_VERSION and v != ROWS_VERSION:
+            raise ReportError(f"unsupported report version {v!r}; this coordinator reads {_VERSIONS_TEXT}")
         ranks_raw = _get(obj, "ranks", list, "report")
         if len(ranks_raw) > MAX_RANKS_PER_REPORT:
             raise ReportError(f"report has {len(ranks_raw)} ranks, limit {MAX_RANKS_PER_REPORT}")
+        parse, named = _rank_from_dict, _named
+        if v == ROWS_VERSION:
+            lay = _layout(obj)
+            parse, named = lay.rank, lay.named
         if dropped is None:
-            ranks = tuple(_rank_from_dict(r, i) for i, r in enumerate(ranks_raw))
+            ranks = tuple(parse(r, i) for i, r in enumerate(ranks_raw))
         else:
-            ranks = tuple(_tolerant_ranks(ranks_raw, dropped))
+            ranks = tuple(_tolerant_ranks(ranks_raw, dropped, parse, named))
         return cls(
             job=_get(obj, "job", str, "report"),
             host=_get(obj, "host", str, "report"),
@@ -395,12 +412,18 @@ def _gpu_from_dict(val: Any, where: str) -> tuple[GpuStep, ...]:
     return tuple(out)
 
 
-def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]]):
+def _named(raw: Any) -> Any:
+    """A version-1 rank entry's "rank" as sent, to name it when it is dropped."""
+    return raw.get("rank") if isinstance(raw, dict) else None
+
+
+def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]], parse=None, named_of=_named):
+    parse = parse or _rank_from_dict
     seen: set[int] = set()
     for i, raw in enumerate(ranks_raw):
-        named = raw.get("rank") if isinstance(raw, dict) else None
+        named = named_of(raw)
         try:
-            r = _rank_from_dict(raw, i)
+            r = parse(raw, i)
         except (ReportError, TypeError, ValueError, OverflowError) as exc:
             dropped.append((i, named, str(exc)[:300]))
             continue
@@ -749,3 +772,210 @@ def _fast_step(x: dict) -> StepSample | None:
     if type(more[0]) is not int or not all(type(v) in (int, float) for v in more[1:]):
         return None
     return StepSample(x["step"], float(vals[0]), float(vals[1]), float(vals[2]), phase, more[0], *map(float, more[1:]))
+
+
+# -- version 2: ranks and steps as arrays under field lists -------------------------
+
+RANK_FIELDS = tuple(f.name for f in fields(RankState))
+COLL_FIELDS = _COLL_NAMES
+STEP_FIELDS = _STEP_FULL
+_VERSIONS_TEXT = ", ".join(map(str, REPORT_VERSIONS))
+_FIELD_LISTS = ("rank_fields", "coll_fields", "step_fields")
+_PADDING = [_ABSENT_VALUE]  # appended to a row whose field list lacks a field that has a default
+_NO_STEPS: tuple = ()
+
+
+def as_rows(body: dict[str, Any]) -> dict[str, Any]:
+    """The version-2 body of a version-1 body (``HostReport.to_dict()`` or JSON of
+    it): the same content, each rank, its ``coll`` and each step sample an array
+    under a field list sent once (the union of the names, first seen first). What
+    v2 cannot say (a field one rank has and another lacks) is a ValueError; an
+    agent's ranks all have every field. ``recent_colls``, ``recent_gpu`` and
+    ``death`` stay objects inside the row: rarer, and read by the checking parser."""
+    ranks = body["ranks"]
+    rank_fields = _union(ranks) or RANK_FIELDS
+    colls = [r["coll"] for r in ranks if isinstance(r.get("coll"), dict)]
+    steps = [s for r in ranks if isinstance(r.get("recent_steps"), list) for s in r["recent_steps"]]
+    coll_fields, step_fields = _union(colls) or COLL_FIELDS, _union(steps) or STEP_FIELDS
+    rows = []
+    for r in ranks:
+        row = _row_of(r, rank_fields)
+        if "coll" in r and isinstance(r["coll"], dict):
+            row[rank_fields.index("coll")] = _row_of(r["coll"], coll_fields)
+        if isinstance(r.get("recent_steps"), list):
+            row[rank_fields.index("recent_steps")] = [_row_of(x, step_fields) for x in r["recent_steps"]]
+        rows.append(row)
+    out = {k: v for k, v in body.items() if k != "ranks"}
+    out.update(
+        v=ROWS_VERSION,
+        rank_fields=list(rank_fields),
+        coll_fields=list(coll_fields),
+        step_fields=list(step_fields),
+        ranks=rows,
+    )
+    return out
+
+
+def _union(objs: list) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for o in objs:
+        if not isinstance(o, dict):
+            raise ValueError(f"version 2 has no form for {type(o).__name__} where an object goes")
+        names.update(dict.fromkeys(o))
+    return tuple(names)
+
+
+def _row_of(obj: dict, names: tuple[str, ...]) -> list[Any]:
+    if not isinstance(obj, dict):
+        raise ValueError(f"version 2 has no form for {type(obj).__name__} where an object goes")
+    if len(obj) != len(names) or not all(n in obj for n in names):
+        raise ValueError("version 2 cannot say that one entry lacks a field another has")
+    return [obj[n] for n in names]
+
+
+_MAX_LAYOUTS = 64  # distinct field lists remembered; hostile input cannot grow it further
+_LAYOUTS: dict[tuple, _Layout] = {}
+
+
+def _layout(obj: dict) -> _Layout:
+    """The version-2 report's field lists, checked and turned into positions once
+    per distinct lists (an agent sends the same lists in every report)."""
+    lists = [_get(obj, name, list, "report") for name in _FIELD_LISTS]
+    for name, names in zip(_FIELD_LISTS, lists, strict=True):
+        if not 0 < len(names) <= MAX_FIELDS:
+            raise ReportError(f"report: {name} must list 1..{MAX_FIELDS} field names, got {len(names)}")
+    try:
+        key = tuple(map(tuple, lists))
+        lay = _LAYOUTS.get(key)
+    except TypeError:  # an unhashable name (a list, an object): refused below
+        key, lay = None, None
+    if lay is not None:
+        return lay
+    for name, names in zip(_FIELD_LISTS, lists, strict=True):
+        for j, n in enumerate(names):
+            if type(n) is not str or not 0 < len(n) <= MAX_FIELD_NAME:
+                raise ReportError(f"report: {name}[{j}] must be a field name of 1..{MAX_FIELD_NAME} characters")
+        if len(set(names)) != len(names):
+            twice = next(n for j, n in enumerate(names) if n in names[:j])
+            raise ReportError(f"report: {name} names {twice!r} twice")
+    assert key is not None
+    lay = _Layout(*key)
+    if len(_LAYOUTS) < _MAX_LAYOUTS:
+        _LAYOUTS[key] = lay
+    return lay
+
+
+class _Layout:
+    """Positions of the fields in one set of version-2 field lists. Names this
+    coordinator does not know are skipped, as a version-1 object's unknown keys
+    are: a newer agent can add fields. A rank whose row the positional fast path
+    cannot take (a missing field without a default, a value not of exactly its
+    JSON type, anything odd) is made into the version-1 object of the same
+    content and goes through that parser: the same result, the same messages."""
+
+    def __init__(self, rank_fields: tuple[str, ...], coll_fields: tuple[str, ...], step_fields: tuple[str, ...]):
+        self.rank_fields, self.coll_fields, self.step_fields = rank_fields, coll_fields, step_fields
+        self.width, self.coll_width, self.step_width = len(rank_fields), len(coll_fields), len(step_fields)
+        at = {n: i for i, n in enumerate(rank_fields)}
+        absent = len(rank_fields)  # the position of _PADDING's value in a padded row
+        # The simple fields: every one present, or absent with a default (filled in by the type plan).
+        self.fast = all(n in at or n in _RANK_DEFAULT_VALUES for n in _FAST_NAMES) and "coll" in at
+        self.pad = not all(n in at for n in _FAST_NAMES)
+        self.simple = itemgetter(*(at.get(n, absent) for n in _FAST_NAMES))
+        self.rank_i = at.get("rank", -1)
+        self.coll_i = at.get("coll", -1)
+        self.steps_i, self.colls_i = at.get("recent_steps", -1), at.get("recent_colls", -1)
+        self.gpu_i, self.death_i = at.get("recent_gpu", -1), at.get("death", -1)
+        cat = {n: i for i, n in enumerate(coll_fields)}
+        self.coll_of = itemgetter(*(cat[n] for n in _COLL_NAMES)) if all(n in cat for n in _COLL_NAMES) else None
+        sat = {n: i for i, n in enumerate(step_fields)}
+        self.step_of: Any = None
+        if all(n in sat for n in _STEP_FULL):
+            self.step_of, self.step_types = itemgetter(*(sat[n] for n in _STEP_FULL)), _STEP_FULL_TYPES
+        elif all(n in sat for n in _STEP_SHORT) and not any(n in sat for n in _STEP_FULL[len(_STEP_SHORT) :]):
+            self.step_of, self.step_types = itemgetter(*(sat[n] for n in _STEP_SHORT)), _STEP_SHORT_TYPES
+
+    def named(self, row: Any) -> Any:
+        """A row's "rank" as sent, to name it when it is dropped."""
+        return row[self.rank_i] if type(row) is list and len(row) == self.width and self.rank_i >= 0 else None
+
+    def rank(self, row: Any, i: int) -> RankState:
+        fast = self._fast(row) if self.fast and type(row) is list and len(row) == self.width else None
+        return fast if fast is not None else _rank_from_dict(self.as_object(row, f"ranks[{i}]"), i)
+
+    def as_object(self, row: Any, where: str) -> dict[str, Any]:
+        """The version-1 rank object of ``row``, its errors naming the field lists."""
+        if type(row) is not list:
+            raise ReportError(f"{where} must be an array of the {self.width} values rank_fields names")
+        if len(row) != self.width:
+            raise ReportError(f"{where} has {len(row)} values; rank_fields names {self.width}")
+        obj = dict(zip(self.rank_fields, row))
+        if "coll" in obj:
+            obj["coll"] = self._sub(obj["coll"], self.coll_fields, "coll_fields", f"{where}.coll")
+        steps = obj.get("recent_steps")
+        if type(steps) is list and len(steps) <= MAX_STEPS_PER_RANK:  # else the version-1 message
+            obj["recent_steps"] = [
+                self._sub(x, self.step_fields, "step_fields", f"{where}.recent_steps[{j}]") for j, x in enumerate(steps)
+            ]
+        return obj
+
+    @staticmethod
+    def _sub(row: Any, names: tuple[str, ...], listed: str, where: str) -> dict[str, Any]:
+        if type(row) is not list or len(row) != len(names):
+            raise ReportError(f"{where} must be an array of the {len(names)} values {listed} names")
+        return dict(zip(names, row))
+
+    def _fast(self, row: list) -> RankState | None:
+        """``_fast_rank`` by position: a rank whose every field has exactly its
+        JSON type; None for anything else."""
+        vals = self.simple(row + _PADDING if self.pad else row)
+        types = tuple(map(type, vals))
+        plan = _PLANS[types] if types in _PLANS else _plan(types)
+        if plan is None:
+            return None
+        kw: dict[str, Any] = dict(zip(_FAST_NAMES, vals))
+        if plan:  # an older agent's missing fields, ints where floats go
+            for name, default in plan:
+                kw[name] = float(kw[name]) if default is float else default
+        coll = row[self.coll_i]
+        if type(coll) is not list or len(coll) != self.coll_width or self.coll_of is None:
+            return None
+        cvals = self.coll_of(coll)
+        if tuple(map(type, cvals)) != _COLL_EXACT:
+            return None
+        kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
+        steps = row[self.steps_i] if self.steps_i >= 0 else _NO_STEPS
+        if type(steps) is not list and steps is not _NO_STEPS:
+            return None
+        if steps and (self.step_of is None or len(steps) > MAX_STEPS_PER_RANK):
+            return None
+        samples = []
+        width, step_of, step_types = self.step_width, self.step_of, getattr(self, "step_types", ())
+        for x in steps:
+            if type(x) is not list or len(x) != width:
+                return None
+            got = step_of(x)
+            if tuple(map(type, got)) != step_types:
+                return None
+            samples.append(StepSample(*got))
+        colls = row[self.colls_i] if self.colls_i >= 0 else ()
+        if colls:  # Flight Recorder signatures: nested and rarer, the checking parser's
+            try:
+                colls = _colls_from_dict(colls, "ranks[]")
+            except ReportError:
+                return None
+        gpu = row[self.gpu_i] if self.gpu_i >= 0 else ()
+        if gpu:  # GPU-side steps: only where a completion source runs
+            try:
+                gpu = _gpu_from_dict(gpu, "ranks[]")
+            except ReportError:
+                return None
+        if self.death_i >= 0 and row[self.death_i] != {}:  # why a rank died: rare, checked field by field
+            return None
+        if not 0 <= kw["rank"] < kw["world_size"]:
+            return None
+        kw["recent_steps"] = tuple(samples)
+        kw["recent_colls"] = tuple(colls)
+        kw["recent_gpu"] = tuple(gpu)
+        kw["death"] = {}
+        return _built(RankState, kw)
