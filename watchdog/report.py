@@ -243,14 +243,14 @@ class HostReport:
         ranks_raw = _get(obj, "ranks", list, "report")
         if len(ranks_raw) > MAX_RANKS_PER_REPORT:
             raise ReportError(f"report has {len(ranks_raw)} ranks, limit {MAX_RANKS_PER_REPORT}")
-        parse, named = _rank_from_dict, _named
-        if v == ROWS_VERSION:
-            lay = _layout(obj)
-            parse, named = lay.rank, lay.named
+        lay = _layout(obj) if v == ROWS_VERSION else None
         if dropped is None:
+            parse = _rank_from_dict if lay is None else lay.rank
             ranks = tuple(parse(r, i) for i, r in enumerate(ranks_raw))
+        elif lay is None:
+            ranks = tuple(_tolerant_ranks(ranks_raw, dropped))
         else:
-            ranks = tuple(_tolerant_ranks(ranks_raw, dropped, parse, named))
+            ranks = tuple(_tolerant_ranks(ranks_raw, dropped, lay.checked_rank, lay.named))
         return cls(
             job=_get(obj, "job", str, "report"),
             host=_get(obj, "host", str, "report"),
@@ -417,17 +417,21 @@ def _named(raw: Any) -> Any:
     return raw.get("rank") if isinstance(raw, dict) else None
 
 
-def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]], parse=None, named_of=_named):
-    parse = parse or _rank_from_dict
+def _unchecked(raw: Any, i: int) -> tuple[RankState, bool]:
+    return _rank_from_dict(raw, i), False
+
+
+def _tolerant_ranks(ranks_raw: list, dropped: list[tuple[int, Any, str]], parse=_unchecked, named_of=_named):
+    """``parse(raw, i)``: (the rank, whether its values are known to be in range)."""
     seen: set[int] = set()
     for i, raw in enumerate(ranks_raw):
         named = named_of(raw)
         try:
-            r = parse(raw, i)
+            r, fine = parse(raw, i)
         except (ReportError, TypeError, ValueError, OverflowError) as exc:
             dropped.append((i, named, str(exc)[:300]))
             continue
-        problem = rank_problem(r)
+        problem = "" if fine else rank_problem(r)
         if not problem and r.rank in seen:
             problem = f"rank {r.rank} appears twice in one report"
         if problem:
@@ -691,13 +695,14 @@ def _fast_rank(raw: dict) -> RankState | None:
         if sample is None:
             return None
         samples.append(sample)
-    colls = raw.get("recent_colls", ())
+    colls, gpu = raw.get("recent_colls", []), raw.get("recent_gpu", [])
+    if type(colls) is not list or type(gpu) is not list:  # null, say: the checking path names it
+        return None
     if colls:  # Flight Recorder signatures: nested and rarer, the checking parser's
         try:
             colls = _colls_from_dict(colls, "ranks[]")
         except ReportError:
             return None
-    gpu = raw.get("recent_gpu", ())
     if gpu:  # GPU-side steps: only where a completion source runs
         try:
             gpu = _gpu_from_dict(gpu, "ranks[]")
@@ -783,6 +788,7 @@ _VERSIONS_TEXT = ", ".join(map(str, REPORT_VERSIONS))
 _FIELD_LISTS = ("rank_fields", "coll_fields", "step_fields")
 _PADDING = [_ABSENT_VALUE]  # appended to a row whose field list lacks a field that has a default
 _NO_STEPS: tuple = ()
+_SEQ = (list, tuple)
 
 
 def as_rows(body: dict[str, Any]) -> dict[str, Any]:
@@ -795,14 +801,14 @@ def as_rows(body: dict[str, Any]) -> dict[str, Any]:
     ranks = body["ranks"]
     rank_fields = _union(ranks) or RANK_FIELDS
     colls = [r["coll"] for r in ranks if isinstance(r.get("coll"), dict)]
-    steps = [s for r in ranks if isinstance(r.get("recent_steps"), list) for s in r["recent_steps"]]
+    steps = [s for r in ranks if isinstance(r.get("recent_steps"), _SEQ) for s in r["recent_steps"]]
     coll_fields, step_fields = _union(colls) or COLL_FIELDS, _union(steps) or STEP_FIELDS
     rows = []
     for r in ranks:
         row = _row_of(r, rank_fields)
         if "coll" in r and isinstance(r["coll"], dict):
             row[rank_fields.index("coll")] = _row_of(r["coll"], coll_fields)
-        if isinstance(r.get("recent_steps"), list):
+        if isinstance(r.get("recent_steps"), _SEQ):  # a tuple in to_dict(), a list in JSON
             row[rank_fields.index("recent_steps")] = [_row_of(x, step_fields) for x in r["recent_steps"]]
         rows.append(row)
     out = {k: v for k, v in body.items() if k != "ranks"}
@@ -900,8 +906,13 @@ class _Layout:
         return row[self.rank_i] if type(row) is list and len(row) == self.width and self.rank_i >= 0 else None
 
     def rank(self, row: Any, i: int) -> RankState:
+        return self.checked_rank(row, i)[0]
+
+    def checked_rank(self, row: Any, i: int) -> tuple[RankState, bool]:
+        """(the rank, True if its values are known to be in range: ``rank_problem``
+        would find nothing)."""
         fast = self._fast(row) if self.fast and type(row) is list and len(row) == self.width else None
-        return fast if fast is not None else _rank_from_dict(self.as_object(row, f"ranks[{i}]"), i)
+        return fast if fast is not None else (_rank_from_dict(self.as_object(row, f"ranks[{i}]"), i), False)
 
     def as_object(self, row: Any, where: str) -> dict[str, Any]:
         """The version-1 rank object of ``row``, its errors naming the field lists."""
@@ -925,9 +936,10 @@ class _Layout:
             raise ReportError(f"{where} must be an array of the {len(names)} values {listed} names")
         return dict(zip(names, row))
 
-    def _fast(self, row: list) -> RankState | None:
+    def _fast(self, row: list) -> tuple[RankState, bool] | None:
         """``_fast_rank`` by position: a rank whose every field has exactly its
-        JSON type; None for anything else."""
+        JSON type, and whether its values are in range (``_in_range``); None for
+        anything else."""
         vals = self.simple(row + _PADDING if self.pad else row)
         types = tuple(map(type, vals))
         plan = _PLANS[types] if types in _PLANS else _plan(types)
@@ -949,7 +961,7 @@ class _Layout:
             return None
         if steps and (self.step_of is None or len(steps) > MAX_STEPS_PER_RANK):
             return None
-        samples = []
+        samples, gots = [], []
         width, step_of, step_types = self.step_width, self.step_of, getattr(self, "step_types", ())
         for x in steps:
             if type(x) is not list or len(x) != width:
@@ -957,14 +969,17 @@ class _Layout:
             got = step_of(x)
             if tuple(map(type, got)) != step_types:
                 return None
+            gots.append(got)
             samples.append(StepSample(*got))
-        colls = row[self.colls_i] if self.colls_i >= 0 else ()
+        colls = row[self.colls_i] if self.colls_i >= 0 else []
+        gpu = row[self.gpu_i] if self.gpu_i >= 0 else []
+        if type(colls) is not list or type(gpu) is not list:  # null, say: the checking path names it
+            return None
         if colls:  # Flight Recorder signatures: nested and rarer, the checking parser's
             try:
                 colls = _colls_from_dict(colls, "ranks[]")
             except ReportError:
                 return None
-        gpu = row[self.gpu_i] if self.gpu_i >= 0 else ()
         if gpu:  # GPU-side steps: only where a completion source runs
             try:
                 gpu = _gpu_from_dict(gpu, "ranks[]")
@@ -978,4 +993,55 @@ class _Layout:
         kw["recent_colls"] = tuple(colls)
         kw["recent_gpu"] = tuple(gpu)
         kw["death"] = {}
-        return _built(RankState, kw)
+        if plan:  # the values as the rank holds them: an older agent's defaults, floats for ints
+            vals = tuple(map(kw.__getitem__, _FAST_NAMES))
+        fine = not gpu and _in_range(vals, cvals, gots, len(step_types) == len(_STEP_FULL))
+        return _built(RankState, kw), fine
+
+
+_AT = {n: i for i, n in enumerate(_FAST_NAMES)}
+_counts_at, _ages_at = itemgetter(*(_AT[n] for n in _COUNTS)), itemgetter(*(_AT[n] for n in _AGES))
+_CHECKED_AT = itemgetter(
+    *(_AT[n] for n in ("world_size", "rank", "pid", "cpu_percent", "created_wall", "fr_read_age_s"))
+)
+_FR_GROUP_AT, _GPU_CLOCK_AT = _AT["fr_newest_group"], _AT["gpu_clock"]
+_coll_counts_at = itemgetter(*(_COLL_NAMES.index(n) for n in ("seq", "done_seq", "bytes", "outstanding")))
+_COLL_GROUP_AT, _COLL_SINCE_AT = _COLL_NAMES.index("group"), _COLL_NAMES.index("since_s")
+_full_counts_at = itemgetter(*(_STEP_FULL.index(n) for n in ("step", "coll_bytes")))
+_full_secs_at = itemgetter(*(_STEP_FULL.index(n) for n in ("step_s", "data_s", "coll_s", *_FINER)))
+_short_counts_at = itemgetter(_STEP_SHORT.index("step"))
+_short_secs_at = itemgetter(*(_STEP_SHORT.index(n) for n in ("step_s", "data_s", "coll_s")))
+_INT64 = 1 << 63
+
+
+def _in_range(vals: tuple, cvals: tuple, steps: list[tuple], full: bool) -> bool:
+    """``_plainly_fine`` on a version-2 row's values as read, before they become a
+    RankState, for values already known to be exactly of their types (an int
+    count, a float second): the same ranges, without an attribute read per field.
+    False means "not known": ``rank_problem`` then decides."""
+    counts = (*_counts_at(vals), *_coll_counts_at(cvals))
+    secs = (*_ages_at(vals), cvals[_COLL_SINCE_AT])
+    if steps:
+        if full:
+            counts += tuple(chain.from_iterable(map(_full_counts_at, steps)))
+            secs += tuple(chain.from_iterable(map(_full_secs_at, steps)))
+        else:
+            counts += tuple(map(_short_counts_at, steps))
+            secs += tuple(chain.from_iterable(map(_short_secs_at, steps)))
+    world, rank, pid, cpu, created, fr_age = _CHECKED_AT(vals)
+    return (
+        0 < world <= MAX_WORLD_SIZE
+        and 0 <= rank < world
+        and min(counts) >= 0
+        and max(counts) < MAX_COUNT
+        and pid > 0
+        and math.isfinite(sum(secs))
+        and min(secs) >= 0
+        and max(secs) < MAX_SECONDS
+        and -_INT64 <= cvals[_COLL_GROUP_AT] < _INT64
+        and 0 <= cpu < 1e7
+        and 0 <= created < 1e11
+        and (fr_age == -1.0 or 0 <= fr_age < MAX_SECONDS)
+        and -_INT64 <= vals[_FR_GROUP_AT] < _INT64
+        and len(vals[_GPU_CLOCK_AT]) <= _SIG_TEXT
+    )
