@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from itertools import chain
+from itertools import chain, starmap
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
@@ -786,7 +786,6 @@ COLL_FIELDS = _COLL_NAMES
 STEP_FIELDS = _STEP_FULL
 _VERSIONS_TEXT = ", ".join(map(str, REPORT_VERSIONS))
 _FIELD_LISTS = ("rank_fields", "coll_fields", "step_fields")
-_PADDING = [_ABSENT_VALUE]  # appended to a row whose field list lacks a field that has a default
 _NO_STEPS: tuple = ()
 _SEQ = (list, tuple)
 
@@ -883,12 +882,15 @@ class _Layout:
         self.rank_fields, self.coll_fields, self.step_fields = rank_fields, coll_fields, step_fields
         self.width, self.coll_width, self.step_width = len(rank_fields), len(coll_fields), len(step_fields)
         at = {n: i for i, n in enumerate(rank_fields)}
-        absent = len(rank_fields)  # the position of _PADDING's value in a padded row
-        # The simple fields: every one present, or absent with a default (filled in by the type plan).
-        self.fast = all(n in at or n in _RANK_DEFAULT_VALUES for n in _FAST_NAMES) and "coll" in at
-        self.pad = not all(n in at for n in _FAST_NAMES)
-        self.simple = itemgetter(*(at.get(n, absent) for n in _FAST_NAMES))
+        # The simple fields: every one present, or absent with a default (an older agent's,
+        # or a sender that leaves defaults out), read from the padding after the row.
+        absent = [n for n in _FAST_NAMES if n not in at]
+        self.fast = all(n in _RANK_DEFAULT_VALUES for n in absent) and "coll" in at
+        self.padding = [_RANK_DEFAULT_VALUES.get(n) for n in absent]
+        self.pad = bool(absent)
         self.rank_i = at.get("rank", -1)
+        at.update((n, len(rank_fields) + j) for j, n in enumerate(absent))
+        self.simple = itemgetter(*(at[n] for n in _FAST_NAMES))
         self.coll_i = at.get("coll", -1)
         self.steps_i, self.colls_i = at.get("recent_steps", -1), at.get("recent_colls", -1)
         self.gpu_i, self.death_i = at.get("recent_gpu", -1), at.get("death", -1)
@@ -896,10 +898,11 @@ class _Layout:
         self.coll_of = itemgetter(*(cat[n] for n in _COLL_NAMES)) if all(n in cat for n in _COLL_NAMES) else None
         sat = {n: i for i, n in enumerate(step_fields)}
         self.step_of: Any = None
-        if all(n in sat for n in _STEP_FULL):
-            self.step_of, self.step_types = itemgetter(*(sat[n] for n in _STEP_FULL)), _STEP_FULL_TYPES
+        self.step_full = all(n in sat for n in _STEP_FULL)
+        if self.step_full:
+            self.step_of = itemgetter(*(sat[n] for n in _STEP_FULL))
         elif all(n in sat for n in _STEP_SHORT) and not any(n in sat for n in _STEP_FULL[len(_STEP_SHORT) :]):
-            self.step_of, self.step_types = itemgetter(*(sat[n] for n in _STEP_SHORT)), _STEP_SHORT_TYPES
+            self.step_of = itemgetter(*(sat[n] for n in _STEP_SHORT))  # an older agent's: no finer split
 
     def named(self, row: Any) -> Any:
         """A row's "rank" as sent, to name it when it is dropped."""
@@ -940,13 +943,13 @@ class _Layout:
         """``_fast_rank`` by position: a rank whose every field has exactly its
         JSON type, and whether its values are in range (``_in_range``); None for
         anything else."""
-        vals = self.simple(row + _PADDING if self.pad else row)
+        vals = self.simple(row + self.padding if self.pad else row)
         types = tuple(map(type, vals))
         plan = _PLANS[types] if types in _PLANS else _plan(types)
         if plan is None:
             return None
         kw: dict[str, Any] = dict(zip(_FAST_NAMES, vals))
-        if plan:  # an older agent's missing fields, ints where floats go
+        if plan:  # ints where floats go (absent fields were read from the padding, as their defaults)
             for name, default in plan:
                 kw[name] = float(kw[name]) if default is float else default
         coll = row[self.coll_i]
@@ -957,20 +960,30 @@ class _Layout:
             return None
         kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
         steps = row[self.steps_i] if self.steps_i >= 0 else _NO_STEPS
-        if type(steps) is not list and steps is not _NO_STEPS:
-            return None
-        if steps and (self.step_of is None or len(steps) > MAX_STEPS_PER_RANK):
-            return None
-        samples, gots = [], []
-        width, step_of, step_types = self.step_width, self.step_of, getattr(self, "step_types", ())
-        for x in steps:
-            if type(x) is not list or len(x) != width:
+        step_counts: tuple = ()
+        step_secs: tuple = ()
+        samples: tuple = ()
+        if steps:  # all at once in C: their shapes, then their values' types
+            if type(steps) is not list or self.step_of is None or len(steps) > MAX_STEPS_PER_RANK:
                 return None
-            got = step_of(x)
-            if tuple(map(type, got)) != step_types:
+            if set(map(type, steps)) != _LIST or set(map(len, steps)) != {self.step_width}:
                 return None
-            gots.append(got)
-            samples.append(StepSample(*got))
+            gots = list(map(self.step_of, steps))
+            if self.step_full:
+                step_counts = tuple(chain.from_iterable(map(_full_counts_at, gots)))
+                step_secs = tuple(chain.from_iterable(map(_full_secs_at, gots)))
+            else:
+                step_counts = tuple(map(_step_at, gots))
+                step_secs = tuple(chain.from_iterable(map(_short_secs_at, gots)))
+            if (
+                set(map(type, step_counts)) != _INT
+                or set(map(type, step_secs)) != _FLOAT
+                or set(map(type, map(_phase_at, gots))) != _STR
+            ):
+                return None  # ints where floats go, say: the checking path converts them
+            samples = tuple(starmap(StepSample, gots))
+        elif type(steps) is not list and steps is not _NO_STEPS:
+            return None
         colls = row[self.colls_i] if self.colls_i >= 0 else []
         gpu = row[self.gpu_i] if self.gpu_i >= 0 else []
         if type(colls) is not list or type(gpu) is not list:  # null, say: the checking path names it
@@ -989,13 +1002,13 @@ class _Layout:
             return None
         if not 0 <= kw["rank"] < kw["world_size"]:
             return None
-        kw["recent_steps"] = tuple(samples)
+        kw["recent_steps"] = samples
         kw["recent_colls"] = tuple(colls)
         kw["recent_gpu"] = tuple(gpu)
         kw["death"] = {}
-        if plan:  # the values as the rank holds them: an older agent's defaults, floats for ints
+        if plan:  # the values as the rank holds them: floats for ints
             vals = tuple(map(kw.__getitem__, _FAST_NAMES))
-        fine = not gpu and _in_range(vals, cvals, gots, len(step_types) == len(_STEP_FULL))
+        fine = not gpu and _in_range(vals, cvals, step_counts, step_secs)
         return _built(RankState, kw), fine
 
 
@@ -1009,25 +1022,19 @@ _coll_counts_at = itemgetter(*(_COLL_NAMES.index(n) for n in ("seq", "done_seq",
 _COLL_GROUP_AT, _COLL_SINCE_AT = _COLL_NAMES.index("group"), _COLL_NAMES.index("since_s")
 _full_counts_at = itemgetter(*(_STEP_FULL.index(n) for n in ("step", "coll_bytes")))
 _full_secs_at = itemgetter(*(_STEP_FULL.index(n) for n in ("step_s", "data_s", "coll_s", *_FINER)))
-_short_counts_at = itemgetter(_STEP_SHORT.index("step"))
+_step_at, _phase_at = itemgetter(_STEP_FULL.index("step")), itemgetter(_STEP_FULL.index("phase"))  # short too
+_LIST, _STR = {list}, {str}
 _short_secs_at = itemgetter(*(_STEP_SHORT.index(n) for n in ("step_s", "data_s", "coll_s")))
 _INT64 = 1 << 63
 
 
-def _in_range(vals: tuple, cvals: tuple, steps: list[tuple], full: bool) -> bool:
+def _in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) -> bool:
     """``_plainly_fine`` on a version-2 row's values as read, before they become a
     RankState, for values already known to be exactly of their types (an int
     count, a float second): the same ranges, without an attribute read per field.
     False means "not known": ``rank_problem`` then decides."""
-    counts = (*_counts_at(vals), *_coll_counts_at(cvals))
-    secs = (*_ages_at(vals), cvals[_COLL_SINCE_AT])
-    if steps:
-        if full:
-            counts += tuple(chain.from_iterable(map(_full_counts_at, steps)))
-            secs += tuple(chain.from_iterable(map(_full_secs_at, steps)))
-        else:
-            counts += tuple(map(_short_counts_at, steps))
-            secs += tuple(chain.from_iterable(map(_short_secs_at, steps)))
+    counts = (*_counts_at(vals), *_coll_counts_at(cvals), *step_counts)
+    secs = (*_ages_at(vals), cvals[_COLL_SINCE_AT], *step_secs)
     world, rank, pid, cpu, created, fr_age = _CHECKED_AT(vals)
     return (
         0 < world <= MAX_WORLD_SIZE
