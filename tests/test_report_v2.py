@@ -276,3 +276,22 @@ def test_a_report_with_no_ranks_has_field_lists_too():
 def test_v2_is_smaller():
     rep = t.report("h", [t.rank(r, recent_steps=t.steps(1, 4)) for r in range(8)])
     assert len(json.dumps(as_rows(rep.to_dict()))) < 0.6 * len(json.dumps(rep.to_dict()))
+
+
+def test_field_lists_without_a_required_field_drop_every_rank_by_name():
+    """No "rank" (or no "coll") in rank_fields: each rank is dropped with the
+    version-1 message, not a crash; with a default (an older agent's), it is filled."""
+    body = good_v2()
+    i = body["rank_fields"].index("rank")
+    del body["rank_fields"][i]
+    for row in body["ranks"]:
+        del row[i]
+    rep, _, dropped = decoded(body)
+    assert rep.ranks == () and [(j, r) for j, r, _ in dropped] == [(0, None), (1, None)]
+    assert all("missing field 'rank'" in why for *_, why in dropped)
+    body = good_v2()
+    i = body["rank_fields"].index("gone_age_s")
+    del body["rank_fields"][i]
+    for row in body["ranks"]:
+        del row[i]
+    assert decoded(body)[0] == decoded(good_v2())[0]
