@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import math
 import os
@@ -79,6 +80,7 @@ def main() -> None:
         gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
         base = _Baseline(args.compare_with, coord) if args.compare_with else None
         prof = cProfile.Profile() if args.profile else None
+        collector = _Collector()
         versions = {"1": (1,), "2": (2,), "both": (1, 2)}[args.report_version]
         size = dict.fromkeys(versions, 0)
         accept = {v: dict.fromkeys(("JSON decode", "schema", "validate", "fold"), 0.0) for v in versions}
@@ -98,18 +100,24 @@ def main() -> None:
                 reports = {}
                 for v in versions if accepted % 2 == 0 else versions[::-1]:  # neither always goes first
                     c0 = clock()
+                    collector.phase = (v, "JSON decode")
                     obj = decode(bodies[v])  # the request handler's steps, in its order (api.ReportHandler.handle)
                     c1 = clock()
+                    collector.phase = (v, "schema")
                     reports[v] = HostReport.from_dict(obj, [])
                     c2 = clock()
+                    collector.phase = (v, "validate")
                     validate(reports[v], ranks_checked=True)
                     c3 = clock()
+                    collector.phase = None
                     for key, dt in zip(("JSON decode", "schema", "validate"), (c1 - c0, c2 - c1, c3 - c2), strict=True):
                         accept[v][key] += dt
                 report = reports[versions[-1]]
                 c3 = clock()
+                collector.phase = (0, "fold")
                 coord.accept(report, wall - t0)
                 c4 = clock()
+                collector.phase = None
                 if profiling and args.profile == "accept":
                     prof.disable()
                 for v in versions:
@@ -145,11 +153,14 @@ def main() -> None:
     for v in versions:
         total = sum(accept[v].values())
         split = "  ".join(f"{k} {x / accepted * 1e6:.0f}" for k, x in accept[v].items())
+        collector.spent[(v, "fold")] = collector.spent.get((0, "fold"), 0.0)
         print(
             f"accept v{v}: {total / accepted * 1e6:.0f} us CPU per report ({split}; {accepted} reports, "
             f"{size[v] / accepted / 1e3:.1f} KB each); core share at one report per host per second: "
             f"{total / accepted * len(hosts):.2f}"
         )
+        gc_split = "  ".join(f"{k} {collector.spent.get((v, k), 0.0) / accepted * 1e6:.0f}" for k in accept[v])
+        print(f"  of which the cyclic collector: {gc_split}")
     if len(versions) == 2:
         print(
             f"  (one run, the same reports; each decoded both ways, version {versions[-1]}'s folded; equal each time)"
@@ -250,6 +261,24 @@ class _Baseline:
         print(f"  {'those parts, per tick':32s} {_spread(self.ticks)}  ->  {_spread(mine[-len(self.ticks) :])}")
         for name, xs in sorted(self.parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
             print(f"  {name:32s} {_spread(xs)}  ->  {_spread(parts.get(name, [])[-len(xs) :])}")
+
+
+class _Collector:
+    """Thread CPU the cyclic garbage collector takes inside each timed step (the
+    step it interrupts pays for it): collections run when enough container
+    objects were allocated, whoever allocated them."""
+
+    def __init__(self) -> None:
+        self.phase: tuple[int, str] | None = None
+        self.spent: dict[tuple[int, str], float] = {}
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, event: str, info: dict) -> None:
+        if event == "start":
+            self._started = time.thread_time()
+        elif self.phase is not None:
+            self.spent[self.phase] = self.spent.get(self.phase, 0.0) + time.thread_time() - self._started
 
 
 def _same(a: HostReport, b: HostReport) -> bool:
