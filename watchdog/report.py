@@ -644,10 +644,15 @@ def _built(cls: type[_T], values: dict[str, Any]) -> _T:
     ``object.__setattr__``): a RankState costs ~1 us instead of ~6. Only for
     values already checked, with every field present (none of these classes has
     a ``__post_init__``), and for objects the coordinator keeps one of per rank:
-    such an instance owns its dict (64 bytes more than through ``__init__``)."""
+    such an instance owns its dict (64 bytes more than through ``__init__``):
+    ``values`` itself, adopted rather than copied (the caller's dict was built
+    for it; one dict fewer to allocate, in cold memory at 16,384 ranks)."""
     out = object.__new__(cls)
-    out.__dict__.update(values)
+    _set_attr(out, "__dict__", values)
     return out
+
+
+_set_attr = object.__setattr__
 
 
 def _fast_rank(raw: dict) -> RankState | None:
