@@ -295,7 +295,7 @@ def test_process_start_report_stop(tmp_path):
             headers={"Authorization": "Bearer secret", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=5) as resp:
-            assert json.load(resp) == {"ok": True, "commands": []}
+            assert json.load(resp) == {"ok": True, "commands": [], "report_versions": [1, 2]}
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
