@@ -4,10 +4,12 @@ virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
 and profiled without the generator or the network in the numbers.
 
     python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--freeze-at 30] [--profile tick|accept] [--top 25]
+        [--report-version 1|2|both]
 
 Prints the CPU per accepted report and its split (JSON decode, schema,
-validate, fold: the request handler's steps), for version-1 and version-2
-bodies of the same reports (``--report-version``), the tick's thread CPU
+validate, fold: the request handler's steps, and the cyclic collector's share
+of each), for version-1 and version-2 bodies of the same reports
+(``--report-version``; both by default, checked equal), the tick's thread CPU
 p50/p99/max over the last half of the run (and over the ticks on which a
 straggler window closed: the straggler scores are recomputed then), the
 findings opened with the step the straggler was named at (there must be none
