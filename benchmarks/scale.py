@@ -43,7 +43,13 @@ REPORT_PATH = "/api/v1/report"
 
 
 async def _agent(
-    host: scalesim.Host, addr: tuple[str, int], interval: float, t_end: float, window: tuple[float, float], out: dict
+    host: scalesim.Host,
+    addr: tuple[str, int],
+    interval: float,
+    t_end: float,
+    window: tuple[float, float],
+    out: dict,
+    wanted: int = 2,
 ) -> None:
     await asyncio.sleep(random.uniform(0, interval))  # start-up jitter, as the real agent does
     reader, writer = await asyncio.open_connection(*addr)
@@ -75,6 +81,9 @@ async def _agent(
                 reader, writer = await asyncio.open_connection(*addr)
             else:
                 host.delivered(rep)
+                # Version negotiation, as the agent does (agent/sender.py): rows once the reply says they are read.
+                versions = reply.get("report_versions") if isinstance(reply, dict) else None
+                host.version = 2 if wanted == 2 and isinstance(versions, list) and 2 in versions else 1
             if window[0] <= now < window[1]:
                 out["lat"].append(lat)
                 out["bytes"].append(len(body))
@@ -97,13 +106,14 @@ def _worker(
     t_end: float,
     window: tuple[float, float],
     q: mp.Queue,
+    wanted: int = 2,
 ) -> None:
     out: dict = {"lat": [], "bytes": [], "errors": 0, "slowed": 0}
 
     async def main() -> None:
         sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}") for i in hosts]
         res = await asyncio.gather(
-            *(_agent(h, addr, interval, t_end, window, out) for h in sims), return_exceptions=True
+            *(_agent(h, addr, interval, t_end, window, out, wanted) for h in sims), return_exceptions=True
         )
         out["errors"] += sum(1 for r in res if isinstance(r, BaseException))
 
@@ -179,6 +189,7 @@ def run_size(
     after_s: float,
     python: str,
     extra_flags: list[str],
+    report_version: int = 2,
 ) -> dict:
     tmp = tempfile.mkdtemp(prefix=f"watchdog-scale-{n_ranks}-")
     journal, addr_file = os.path.join(tmp, "journal.jsonl"), os.path.join(tmp, "addr")
@@ -231,7 +242,7 @@ def run_size(
         for p in range(ctx_procs):
             w = mp.Process(
                 target=_worker,
-                args=(job, list(range(p, n_hosts, ctx_procs)), addr, interval, t_end, window, q),
+                args=(job, list(range(p, n_hosts, ctx_procs)), addr, interval, t_end, window, q, report_version),
                 daemon=True,
             )
             w.start()
@@ -354,6 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steady-seconds", type=float, default=25.0)
     ap.add_argument("--after-seconds", type=float, default=12.0, help="how long to run after the freeze")
     ap.add_argument("--json", action="store_true", help="print one JSON object per size too")
+    ap.add_argument(
+        "--report-version",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="2: agents send version-2 reports once the coordinator's reply says it reads them (as agents do); "
+        "1: agents that only speak version 1",
+    )
     ap.add_argument("coordinator_flags", nargs="*", help="extra coordinator flags (after --)")
     a = ap.parse_args(argv)
     core = None if a.core < 0 or (os.cpu_count() or 1) < 2 else a.core
@@ -369,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             after_s=a.after_seconds,
             python=sys.executable,
             extra_flags=a.coordinator_flags,
+            report_version=a.report_version,
         )
         rows.append(row)
         if a.json:

@@ -4,9 +4,12 @@ virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
 and profiled without the generator or the network in the numbers.
 
     python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--freeze-at 30] [--profile tick|accept] [--top 25]
+        [--report-version 1|2|both]
 
 Prints the CPU per accepted report and its split (JSON decode, schema,
-validate, fold: the request handler's steps), the tick's thread CPU
+validate, fold: the request handler's steps, and the cyclic collector's share
+of each), for version-1 and version-2 bodies of the same reports
+(``--report-version``; both by default, checked equal), the tick's thread CPU
 p50/p99/max over the last half of the run (and over the ticks on which a
 straggler window closed: the straggler scores are recomputed then), the
 findings opened with the step the straggler was named at (there must be none
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import math
 import os
@@ -37,7 +41,7 @@ from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.report import HostReport
+from watchdog.report import HostReport, as_rows
 
 
 def main() -> None:
@@ -49,6 +53,13 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument(
         "--no-freeze-before-tick", action="store_true", help="collector frozen after each tick only (as before)"
+    )
+    ap.add_argument(
+        "--report-version",
+        choices=("1", "2", "both"),
+        default="both",
+        help="the report body decoded: version 1 (an object per rank), 2 (rows under field lists), or both "
+        "(each report decoded both ways, timed apart, checked equal; the version-2 one folded)",
     )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     ap.add_argument(
@@ -74,7 +85,10 @@ def main() -> None:
         gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
         base = _Baseline(args.compare_with, coord) if args.compare_with else None
         prof = cProfile.Profile() if args.profile else None
-        accept = dict.fromkeys(("JSON decode", "schema", "validate", "fold"), 0.0)
+        collector = _Collector()
+        versions = {"1": (1,), "2": (2,), "both": (1, 2)}[args.report_version]
+        size = dict.fromkeys(versions, 0)
+        accept = {v: dict.fromkeys(("JSON decode", "schema", "validate", "fold"), 0.0) for v in versions}
         accepted, ticks, closing, opened = 0, [], [], []
         clock = time.thread_time
         window = coord.cfg.detectors.straggler_window_steps
@@ -83,22 +97,39 @@ def main() -> None:
             for i, h in enumerate(hosts):
                 wall = t0 + sec + i / len(hosts)
                 raw = h.report(wall, 1.0)
-                body = json.dumps(raw).encode()
+                bodies = {1: json.dumps(raw).encode()}
+                if 2 in versions:
+                    bodies[2] = json.dumps(as_rows(raw)).encode()
                 if profiling and args.profile == "accept":
                     prof.enable()
-                c0 = clock()
-                obj = decode(body)  # the request handler's steps, in its order (api.ReportHandler.handle)
-                c1 = clock()
-                report = HostReport.from_dict(obj, [])
-                c2 = clock()
-                validate(report, ranks_checked=True)
+                reports = {}
+                for v in versions if accepted % 2 == 0 else versions[::-1]:  # neither always goes first
+                    c0 = clock()
+                    collector.phase = (v, "JSON decode")
+                    obj = decode(bodies[v])  # the request handler's steps, in its order (api.ReportHandler.handle)
+                    c1 = clock()
+                    collector.phase = (v, "schema")
+                    reports[v] = HostReport.from_dict(obj, [])
+                    c2 = clock()
+                    collector.phase = (v, "validate")
+                    validate(reports[v], ranks_checked=True)
+                    c3 = clock()
+                    collector.phase = None
+                    for key, dt in zip(("JSON decode", "schema", "validate"), (c1 - c0, c2 - c1, c3 - c2), strict=True):
+                        accept[v][key] += dt
+                report = reports[versions[-1]]
                 c3 = clock()
+                collector.phase = (0, "fold")
                 coord.accept(report, wall - t0)
                 c4 = clock()
+                collector.phase = None
                 if profiling and args.profile == "accept":
                     prof.disable()
-                for key, dt in zip(accept, (c1 - c0, c2 - c1, c3 - c2, c4 - c3), strict=True):
-                    accept[key] += dt
+                for v in versions:
+                    accept[v]["fold"] += c4 - c3
+                    size[v] += len(bodies[v])
+                if len(reports) == 2 and not _same(reports[1], reports[2]):
+                    sys.exit(f"version 1 and version 2 of report {h.name} #{h.seq} decoded differently")
                 accepted += 1
                 h.delivered(raw)
             now = float(sec + 1)
@@ -132,10 +163,21 @@ def main() -> None:
                 opened.append((f.kind, f.ranks[:8], at))
         journal.close()
     print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
-    total = sum(accept.values())
-    split = "  ".join(f"{k} {v / accepted * 1e6:.0f}" for k, v in accept.items())
-    print(f"accept: {total / accepted * 1e6:.0f} us CPU per report ({split}; {accepted} reports)")
-    print(f"core share at one report per host per second: {total / accepted * len(hosts):.2f}")
+    for v in versions:
+        total = sum(accept[v].values())
+        split = "  ".join(f"{k} {x / accepted * 1e6:.0f}" for k, x in accept[v].items())
+        collector.spent[(v, "fold")] = collector.spent.get((0, "fold"), 0.0)
+        print(
+            f"accept v{v}: {total / accepted * 1e6:.0f} us CPU per report ({split}; {accepted} reports, "
+            f"{size[v] / accepted / 1e3:.1f} KB each); core share at one report per host per second: "
+            f"{total / accepted * len(hosts):.2f}"
+        )
+        gc_split = "  ".join(f"{k} {collector.spent.get((v, k), 0.0) / accepted * 1e6:.0f}" for k in accept[v])
+        print(f"  of which the cyclic collector: {gc_split}")
+    if len(versions) == 2:
+        print(
+            f"  (one run, the same reports; each decoded both ways, version {versions[-1]}'s folded; equal each time)"
+        )
     print(f"tick thread CPU (last half, {len(ticks)} ticks): {_spread(ticks)}")
     print(f"  ticks on which a straggler window closed ({len(closing)}): {_spread(closing)}")
     print(f"findings opened: {opened}  (straggler is rank {job.straggler}, frozen rank {job.frozen})")
@@ -240,6 +282,29 @@ class _Baseline:
         print(f"  {'those parts, per tick':32s} {_spread(self.ticks)}  ->  {_spread(mine[-len(self.ticks) :])}")
         for name, xs in sorted(self.parts.items(), key=lambda kv: -sorted(kv[1])[len(kv[1]) // 2]):
             print(f"  {name:32s} {_spread(xs)}  ->  {_spread(parts.get(name, [])[-len(xs) :])}")
+
+
+class _Collector:
+    """Thread CPU the cyclic garbage collector takes inside each timed step (the
+    step it interrupts pays for it): collections run when enough container
+    objects were allocated, whoever allocated them."""
+
+    def __init__(self) -> None:
+        self.phase: tuple[int, str] | None = None
+        self.spent: dict[tuple[int, str], float] = {}
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, event: str, info: dict) -> None:
+        if event == "start":
+            self._started = time.thread_time()
+        elif self.phase is not None:
+            self.spent[self.phase] = self.spent.get(self.phase, 0.0) + time.thread_time() - self._started
+
+
+def _same(a: HostReport, b: HostReport) -> bool:
+    """Equal reports, the rank's ``death`` included (RankState's equality leaves it out)."""
+    return a == b and [r.death for r in a.ranks] == [r.death for r in b.ranks]
 
 
 def _spread(xs: list[float]) -> str:

@@ -9,11 +9,17 @@ the step ends. A straggler has ``factor > 1`` (the step wall time covers the
 slowest rank, as in real synchronous training). A frozen rank stops at
 ``freeze_at``: its heartbeat goes stale and it never enters the next all-reduce,
 so every other rank waits in it: a collective hang whose culprit is that rank.
+
+A host sends version-1 reports (an object per rank) or, with ``version = 2``,
+the same content as rows under field lists (``watchdog.report.as_rows``), as an
+agent does once the coordinator's reply said it reads them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from watchdog.report import ROWS_VERSION, as_rows
 
 RANKS_PER_HOST = 8
 HEARTBEAT_S = 0.5
@@ -61,10 +67,11 @@ class Host:
         self.seq = 0
         self.reported = dict.fromkeys(self.ranks, 0)  # rank -> steps completed already reported
         self.created = job.t0 - 5.0
+        self.version = 1  # the report version sent; 2 once the coordinator said it reads it
 
     def report(self, now: float, interval_s: float) -> dict:
         self.seq += 1
-        return {
+        body = {
             "v": 1,
             "job": self.job.job,
             "host": self.name,
@@ -74,9 +81,15 @@ class Host:
             "interval_s": interval_s,
             "ranks": [self._rank(r, now) for r in self.ranks],
         }
+        return as_rows(body) if self.version == ROWS_VERSION else body
 
     def delivered(self, report: dict) -> None:
         """The coordinator accepted ``report``: its steps are not sent again."""
+        if report["v"] == ROWS_VERSION:
+            at_rank, at_step = report["rank_fields"].index("rank"), report["rank_fields"].index("step")
+            for row in report["ranks"]:
+                self.reported[row[at_rank]] = row[at_step]
+            return
         for rs in report["ranks"]:
             self.reported[rs["rank"]] = rs["step"]
 

@@ -2,6 +2,7 @@
 step records re-sent after a failure, commands handed to the seam; and one real
 POST to a loopback HTTP server."""
 
+import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -295,3 +296,43 @@ def test_an_agent_not_slowed_keeps_its_own_pace():
     s._stop = t
     s.send_once()
     assert s._sleep_until(3 * S) == 3 * S
+
+
+def test_report_version_2_only_after_a_reply_that_says_it_is_read():
+    """The first report is version 1; a reply listing 2 in report_versions makes
+    the next version 2 (the same report to the coordinator's parser); a reply
+    without it (an older coordinator), with odd values, or a failed send goes
+    back to version 1."""
+    recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
+    sent = []
+    replies = [
+        {"ok": True, "report_versions": [1, 2]},
+        {"ok": True, "report_versions": [1, 2]},
+        {"ok": True},  # an older coordinator now (restarted as one)
+        {"ok": True, "report_versions": [1, 2]},
+        ConnectionRefusedError("refused"),
+        {"ok": True, "report_versions": ["2", 2.0, True, None]},  # none of them is version 2
+        {"ok": True, "report_versions": 2},
+        {"ok": True, "report_versions": [2]},
+    ]
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        reply = replies[len(sent) - 1]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    s = make([view("a", 0, recs), view("a", 1)], post, job="a")
+    for _ in replies:
+        s.send_once()
+    assert [p["v"] for p in sent] == [1, 2, 2, 1, 2, 1, 1, 1]
+    assert s.report_version == 2
+    v1, v2 = sent[0], sent[1]
+    assert v2["rank_fields"] == list(wire_report.RANK_FIELDS) and all(type(r) is list for r in v2["ranks"])
+    first = wire_report.HostReport.from_dict(v1)
+    second = wire_report.HostReport.from_dict(v2)
+    assert first.ranks[0].recent_steps  # the steps, sent once (then marked delivered)
+    same = [dataclasses.replace(r, recent_steps=()) for r in first.ranks]
+    assert second == dataclasses.replace(first, seq=2, ranks=tuple(same))  # the same content, as rows
+    assert s.failed == 1 and s.ok == 7

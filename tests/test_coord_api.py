@@ -15,6 +15,7 @@ from watchdog.coordinator.api import ReportHandler, authorized
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
+from watchdog.report import as_rows
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -40,7 +41,7 @@ def rejected(c, reason):
 
 def test_good_report_is_accepted(coord):
     status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, body(t.report("a", t.healthy())), 10.0)
-    assert (status, reply, reason) == (200, {"ok": True, "commands": []}, "")
+    assert (status, reply, reason) == (200, {"ok": True, "commands": [], "report_versions": [1, 2]}, "")
     assert coord.registry.get_sample_value("watchdog_coordinator_reports_received_total") == 1
     assert len(coord.view.ranks) == 8
 
@@ -264,3 +265,84 @@ def test_absurd_world_size_is_dropped(coord):
     status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
     assert (status, reason) == (200, "") and "world_size" in reply["dropped"][0]["error"]
     assert 0 not in {r.rank for r in coord.view.ranks.values()}
+
+
+def rows(report) -> dict:
+    return json.loads(json.dumps(as_rows(report.to_dict())))
+
+
+def test_version_2_is_accepted_and_folds_as_version_1_does(tmp_path, coord):
+    """The same reports, one coordinator fed version 1 and one version 2: the same view."""
+    other = Coordinator(
+        Config(job="job", token=TOKEN, journal=str(tmp_path / "k.jsonl")),
+        Journal(str(tmp_path / "k.jsonl"), lambda: (time.time(), time.monotonic())),
+    )
+    try:
+        for seq in (1, 2):
+            rep = t.report("a", [t.rank(r, recent_steps=t.steps(seq * 5, 5)) for r in range(8)], seq=seq)
+            one = ReportHandler(coord, TOKEN).handle(AUTH, body(rep), 10.0 + seq)
+            two = ReportHandler(other, TOKEN).handle(AUTH, json.dumps(rows(rep)).encode(), 10.0 + seq)
+            assert one == two and one[0] == 200 and one[1]["report_versions"] == [1, 2]
+        assert coord.view_at(13.0) == other.view_at(13.0) and len(other.view.ranks) == 8
+    finally:
+        other.journal.close()
+
+
+V2_REFUSED = [
+    ({"rank_fields": None}, "'rank_fields' must be list"),
+    ({"step_fields": ["step", "step"]}, "step_fields names 'step' twice"),
+    ({"coll_fields": [f"f{i}" for i in range(1000)]}, "coll_fields must list 1..128 field names, got 1000"),
+    ({"rank_fields": [{"rank": 1}]}, "rank_fields[0] must be a field name"),
+    ({"v": 3}, "unsupported report version 3; this coordinator reads 1, 2"),
+]
+
+
+@pytest.mark.parametrize("change,message", V2_REFUSED)
+def test_hostile_version_2_is_refused_clearly_counted_and_the_handler_goes_on(coord, change, message):
+    h = ReportHandler(coord, TOKEN)
+    raw = json.dumps({**rows(t.report("a", t.healthy())), **change}).encode()
+    status, reply, reason = h.handle(AUTH, raw, 10.0)
+    assert status == 400 and message in reply["error"]
+    assert rejected(coord, reason) == 1 and reason == ("version" if "version" in message else "schema")
+    assert h.handle(AUTH, json.dumps(rows(t.report("a", t.healthy()))).encode(), 11.0)[0] == 200
+
+
+def test_a_bad_version_2_row_is_dropped_and_named_in_the_reply(coord):
+    obj = rows(t.report("a", t.healthy(4)))
+    obj["ranks"][2] = obj["ranks"][2][:-1]
+    status, reply, _ = ReportHandler(coord, TOKEN).handle(AUTH, json.dumps(obj).encode(), 10.0)
+    assert (
+        status == 200
+        and reply["dropped"][0]["index"] == 2
+        and "values; rank_fields names" in reply["dropped"][0]["error"]
+    )
+    assert sorted(r.rank for r in coord.view.ranks.values()) == [0, 1, 3]
+    assert coord.registry.get_sample_value("watchdog_coordinator_report_ranks_dropped_total") == 1
+
+
+V2_FIELDS = [
+    ("rank_fields",),
+    ("rank_fields", 0),
+    ("coll_fields", 2),
+    ("step_fields",),
+    ("step_fields", 1),
+    ("ranks", 0),
+    ("ranks", 0, 0),
+    ("ranks", 0, 16),
+    ("ranks", 0, 16, 3),
+    ("ranks", 0, 25),
+    ("ranks", 0, 25, 0),
+    ("ranks", 0, 25, 0, 1),
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(V2_FIELDS), value=json_values)
+def test_fuzz_mutated_version_2_reports_are_accepted_or_cleanly_refused(coord, path, value):
+    obj = rows(t.report("a", [t.rank(0, recent_steps=t.steps(1, 3))]))
+    assert obj["rank_fields"][16] == "coll" and obj["rank_fields"][25] == "recent_steps"
+    raw = json.dumps(mutate(obj, path, value), allow_nan=False).encode()
+    status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, raw, 10.0)
+    assert status in (200, 400, 409), reply
+    if status != 200:
+        assert reason == "schema" and isinstance(reply["error"], str)

@@ -104,8 +104,8 @@ def test_the_reply_carries_the_advice_over_http(tmp_path):
     finally:
         d.stop()
     assert replies == [
-        {"ok": True, "commands": []},
-        {"ok": True, "commands": [], "report_interval_s": bp.SLOW_INTERVAL_S},
+        {"ok": True, "commands": [], "report_versions": [1, 2]},
+        {"ok": True, "commands": [], "report_versions": [1, 2], "report_interval_s": bp.SLOW_INTERVAL_S},
     ]
 
 

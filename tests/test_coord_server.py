@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from watchdog.agent import testing as agent_testing
+from watchdog.agent import track
+from watchdog.agent.procs import ProcSample
+from watchdog.agent.sender import Sender
+from watchdog.agent.slots import LocalRank
 from watchdog.coordinator import journal, server
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
@@ -91,12 +96,14 @@ def test_address_file_has_the_bound_port(daemon, tmp_path):
 
 
 def test_good_and_bad_reports_over_http(daemon):
-    assert post(daemon, report_bytes([t.rank(r) for r in range(4)])) == (200, {"ok": True, "commands": []})
+    ok = {"ok": True, "commands": [], "report_versions": [1, 2]}
+    assert post(daemon, report_bytes([t.rank(r) for r in range(4)])) == (200, ok)
     cases = [
         (b"{not json", {}, 400, "bad_json"),
         (report_bytes([t.rank(0)], seq=2), {"Authorization": "Bearer wrong"}, 401, "unauthorized"),
         (report_bytes([t.rank(0)], seq=2), {"Authorization": None}, 401, "unauthorized"),
-        (json.dumps({**t.report("x", []).to_dict(), "v": 2}).encode(), {}, 400, "version"),
+        (json.dumps({**t.report("x", []).to_dict(), "v": 3}).encode(), {}, 400, "version"),
+        (json.dumps({**t.report("x", []).to_dict(), "v": 2}).encode(), {}, 400, "schema"),  # v2 without field lists
         (json.dumps({"v": 1, "job": "job"}).encode(), {}, 400, "schema"),
         (json.dumps(t.report("x", [], job="other").to_dict()).encode(), {}, 409, "wrong_job"),
         (b"", {"Content-Length": str(10 * 1024 * 1024)}, 413, "too_large"),  # refused before reading
@@ -114,6 +121,40 @@ def test_good_and_bad_reports_over_http(daemon):
     assert metric(daemon, "watchdog_coordinator_reports_received_total") == 2
     assert get(daemon, "/healthz")[0] == 200
     assert post(daemon, b"{}", path="/nope")[0] == 404
+
+
+def test_an_agent_sends_version_2_once_the_coordinator_says_it_reads_it(daemon):
+    """The real sender and poster against the real server: version 1 first, then
+    version 2, every report accepted and folded."""
+
+    def view(rank):
+        ident = agent_testing.identity("job", rank, 8, pid=100 + rank, proc_start_us=1)
+        snap = agent_testing.snapshot(ident, path=f"/run/job.{rank}.slot")
+        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+
+    sent = []
+    sender = Sender(
+        url=f"http://{daemon.address}",
+        token=TOKEN,
+        job="job",
+        host="h0",
+        agent_id="a0",
+        interval_s=1.0,
+        timeout_s=5.0,
+        views=lambda: [view(r) for r in range(4)],
+    )
+    real_post = sender._post
+    sender._post = lambda url, payload, token, timeout: (
+        sent.append(payload["v"]) or real_post(url, payload, token, timeout)
+    )
+    try:
+        for _ in range(3):
+            sender.send_once()
+    finally:
+        real_post.close()
+    assert sent == [1, 2, 2] and (sender.ok, sender.failed) == (3, 0)
+    assert sorted(r for r in daemon.coordinator.view.ranks) == [0, 1, 2, 3]
+    assert metric(daemon, "watchdog_coordinator_reports_received_total") == 3
 
 
 def test_status_needs_the_token_and_metrics_do_not(daemon):
@@ -254,7 +295,7 @@ def test_process_start_report_stop(tmp_path):
             headers={"Authorization": "Bearer secret", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=5) as resp:
-            assert json.load(resp) == {"ok": True, "commands": []}
+            assert json.load(resp) == {"ok": True, "commands": [], "report_versions": [1, 2]}
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)

@@ -21,7 +21,7 @@ from ..report import (
     MAX_INTERVAL_S,
     MAX_WORLD_SIZE,
     MIN_INTERVAL_S,
-    REPORT_VERSION,
+    REPORT_VERSIONS,
     HostReport,
     ReportError,
     rank_problem,
@@ -32,6 +32,7 @@ __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"
 # request headers: a plain dict in tests, http.server's message on the wire
 Headers = Mapping[str, str] | Message
 Reply = tuple[int, dict[str, Any], str]  # (HTTP status, JSON body, counter reason or "" if accepted)
+_VERSIONS = ", ".join(map(str, REPORT_VERSIONS))
 
 
 def header(headers: Headers, name: str) -> str:
@@ -139,11 +140,11 @@ class ReportHandler:
         if not isinstance(obj, dict):
             return self.reject(400, "schema", "report must be a JSON object", now, peer)
         v = obj.get("v")
-        if type(v) is not int or v != REPORT_VERSION:  # 1.0 and true are not version 1
+        if type(v) is not int or v not in REPORT_VERSIONS:  # 1.0 and true are not version 1
             return self.reject(
                 400,
                 "version",
-                f"unsupported report version {obj.get('v')!r}; this coordinator speaks {REPORT_VERSION}",
+                f"unsupported report version {obj.get('v')!r}; this coordinator reads {_VERSIONS}",
                 now,
                 peer,
             )
@@ -164,6 +165,9 @@ class ReportHandler:
             reply = self.coordinator.accept(report, now)
         except WrongJob as exc:
             return self.reject(409, "wrong_job", str(exc), now, peer)
+        # Added field: the versions this coordinator reads. An agent sends version 2
+        # only after a reply listing it, so an older coordinator keeps getting version 1.
+        reply["report_versions"] = list(REPORT_VERSIONS)
         if dropped:  # added field: the agent can see which entries were left out and why
             self._dropped(report, dropped, now, peer)
             reply["dropped"] = [
