@@ -179,7 +179,8 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     #    elsewhere is not what they wait for). A quiet host's rank last heard from
     #    before the last waiter entered may have entered since: it is "unheard",
     #    never a culprit on that alone.
-    missing, unheard = [], []
+    missing: list[int] = []
+    unheard: list[int] = []
     for r, rv in view.ranks.items():
         if r in wait:
             continue
