@@ -38,7 +38,7 @@ import scalesim
 from watchdog.coordinator import verdict
 from watchdog.coordinator.api import decode, validate
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.gcpolicy import GcPolicy
+from watchdog.coordinator.gcpolicy import YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import HostReport, as_rows
@@ -53,6 +53,12 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument(
         "--no-freeze-before-tick", action="store_true", help="collector frozen after each tick only (as before)"
+    )
+    ap.add_argument(
+        "--gc-young",
+        type=int,
+        default=YOUNG_THRESHOLD,
+        help=f"the collector's young-generation threshold (default {YOUNG_THRESHOLD:,}, as the daemon; CPython's is 700)",
     )
     ap.add_argument(
         "--report-version",
@@ -82,7 +88,7 @@ def main() -> None:
         parts: dict[str, list[float]] = {}
         if args.breakdown:
             _time_parts(coord, parts)
-        gc_policy = GcPolicy(0.0)  # as the daemon does after each tick (gcpolicy.py)
+        gc_policy = GcPolicy(0.0, young_threshold=args.gc_young)  # as the daemon does (gcpolicy.py)
         base = _Baseline(args.compare_with, coord) if args.compare_with else None
         prof = cProfile.Profile() if args.profile else None
         collector = _Collector()

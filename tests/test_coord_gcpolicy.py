@@ -6,7 +6,17 @@ from __future__ import annotations
 import gc
 import weakref
 
-from watchdog.coordinator.gcpolicy import FULL_EVERY_S, GcPolicy
+import pytest
+
+from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
+
+
+@pytest.fixture(autouse=True)
+def _thresholds():
+    """A policy sets the process's collector thresholds: the test session's own are put back."""
+    saved = gc.get_threshold()
+    yield
+    gc.set_threshold(*saved)
 
 
 class Node:
@@ -54,3 +64,11 @@ def test_disabled_policy_freezes_nothing_before_the_tick():
     before = gc.get_freeze_count()
     GcPolicy(now=0.0, enabled=False).before_tick()
     assert gc.get_freeze_count() == before
+
+
+def test_a_daemons_policy_collects_the_young_generation_less_often():
+    gc.set_threshold(700, 10, 10)
+    GcPolicy(now=0.0, enabled=False)
+    assert gc.get_threshold() == (700, 10, 10)  # not its process: left alone
+    GcPolicy(now=0.0)
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)

@@ -18,6 +18,14 @@ that allocates tens of thousands of its own (the straggler scores when windows
 close: a few per rank) set off full collections that walked all of them, in
 whichever part allocated. Freezing first leaves a tick's collections only the
 tick's own objects. ``gc.freeze`` is O(1).
+
+And the young generation is collected every ``YOUNG_THRESHOLD`` allocations
+instead of CPython's 700: a report at 16,384 ranks allocates a few hundred
+objects (a RankState, a CollectiveState and its step samples per rank), so the
+default ran a young collection every report or two, each walking what the last
+reports left; that was 89-162 us of a ~430 us fold. The objects are acyclic and
+freed by reference counting whatever the threshold; a collection every
+50,000 allocations walks at most that many, a few ms.
 """
 
 from __future__ import annotations
@@ -25,12 +33,16 @@ from __future__ import annotations
 import gc
 
 FULL_EVERY_S = 600.0
+YOUNG_THRESHOLD = 50_000
 
 
 class GcPolicy:
-    def __init__(self, now: float, enabled: bool = True) -> None:
+    def __init__(self, now: float, enabled: bool = True, young_threshold: int = YOUNG_THRESHOLD) -> None:
         self.enabled = enabled
         self._full_at = now + FULL_EVERY_S
+        if enabled:  # the process's collector: only a daemon that owns its process sets it
+            _, older, oldest = gc.get_threshold()
+            gc.set_threshold(young_threshold, older, oldest)
 
     def before_tick(self) -> None:
         if self.enabled:
