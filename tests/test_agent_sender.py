@@ -11,7 +11,7 @@ from watchdog import report as wire_report
 from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.procs import ProcSample
-from watchdog.agent.sender import JsonPoster, Sender
+from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
 from watchdog.agent.slots import LocalRank
 
 S = 1_000_000_000
@@ -301,8 +301,9 @@ def test_an_agent_not_slowed_keeps_its_own_pace():
 def test_report_version_2_only_after_a_reply_that_says_it_is_read():
     """The first report is version 1; a reply listing 2 in report_versions makes
     the next version 2 (the same report to the coordinator's parser); a reply
-    without it (an older coordinator), with odd values, or a failed send goes
-    back to version 1."""
+    without it (an older coordinator), with odd values, or a refusal as unreadable
+    (400) goes back to version 1; a send that failed otherwise (refused connection,
+    busy, timed out: an overloaded coordinator) keeps version 2."""
     recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
     sent = []
     replies = [
@@ -311,6 +312,9 @@ def test_report_version_2_only_after_a_reply_that_says_it_is_read():
         {"ok": True},  # an older coordinator now (restarted as one)
         {"ok": True, "report_versions": [1, 2]},
         ConnectionRefusedError("refused"),
+        HttpRefused(503, "HTTP 503: busy"),
+        HttpRefused(400, "HTTP 400: schema"),  # an older coordinator cannot read version 2
+        {"ok": True, "report_versions": [1, 2]},
         {"ok": True, "report_versions": ["2", 2.0, True, None]},  # none of them is version 2
         {"ok": True, "report_versions": 2},
         {"ok": True, "report_versions": [2]},
@@ -326,7 +330,7 @@ def test_report_version_2_only_after_a_reply_that_says_it_is_read():
     s = make([view("a", 0, recs), view("a", 1)], post, job="a")
     for _ in replies:
         s.send_once()
-    assert [p["v"] for p in sent] == [1, 2, 2, 1, 2, 1, 1, 1]
+    assert [p["v"] for p in sent] == [1, 2, 2, 1, 2, 2, 2, 1, 2, 1, 1]
     assert s.report_version == 2
     v1, v2 = sent[0], sent[1]
     assert v2["rank_fields"] == list(wire_report.RANK_FIELDS) and all(type(r) is list for r in v2["ranks"])
@@ -335,4 +339,4 @@ def test_report_version_2_only_after_a_reply_that_says_it_is_read():
     assert first.ranks[0].recent_steps  # the steps, sent once (then marked delivered)
     same = [dataclasses.replace(r, recent_steps=()) for r in first.ranks]
     assert second == dataclasses.replace(first, seq=2, ranks=tuple(same))  # the same content, as rows
-    assert s.failed == 1 and s.ok == 7
+    assert s.failed == 3 and s.ok == 8
