@@ -16,26 +16,12 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
 from watchdog.coordinator.evidence_plan import CommandRequest, plan
-from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
 from watchdog.evidence import SlotEvidence, StackDump
 
 TOKEN = "job-token"
-
-
-def finding(kind, ranks, wants=(), **evidence):
-    return Finding(
-        kind=kind,
-        ranks=tuple(ranks),
-        hosts=(),
-        reason="r",
-        onset_mono=0.0,
-        detected_mono=1.0,
-        evidence=evidence,
-        wants_stacks=tuple(wants),
-    )
 
 
 def summary(reqs):
@@ -47,7 +33,7 @@ def summary(reqs):
 
 def test_hang_snapshots_and_dumps_every_rank():
     view = t.view(t.healthy(8), ranks_per_host=4)
-    f = finding("collective_hang", [5], wants=[5], waiters=[0, 1, 2, 3, 4, 6, 7])
+    f = t.finding("collective_hang", [5], wants=[5], waiters=[0, 1, 2, 3, 4, 6, 7])
     assert summary(plan(f, view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]),
         ("host1", "snapshot_slots", [4, 5, 6, 7]),
@@ -63,7 +49,7 @@ def test_hang_snapshots_and_dumps_every_rank():
 
 def test_hang_with_a_dead_culprit_dumps_only_the_live_ranks():
     view = t.view(t.with_rank(t.healthy(4), 2, alive=False), ranks_per_host=4)
-    f = finding("collective_hang", [2], wants=[2], waiters=[0, 1, 3])
+    f = t.finding("collective_hang", [2], wants=[2], waiters=[0, 1, 3])
     assert summary(plan(f, view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]),
         ("host0", "dump_stacks", [0, 1, 3]),
@@ -74,7 +60,7 @@ def test_hang_with_a_dead_culprit_dumps_only_the_live_ranks():
 def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
     view = t.view(t.with_rank(t.healthy(8), 6, alive=False), ranks_per_host=4)
     # Every lane: the dead rank's file and what the others were doing.
-    assert summary(plan(finding("dead_rank", [6]), view)) == [
+    assert summary(plan(t.finding("dead_rank", [6]), view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]),
         ("host1", "snapshot_slots", [4, 5, 6, 7]),
     ]
@@ -82,7 +68,7 @@ def test_dead_rank_gets_a_snapshot_of_its_file_and_no_stack():
 
 def test_frozen_rank_gets_snapshots_and_every_ranks_stack():
     view = t.view(t.healthy(4), ranks_per_host=4)
-    assert summary(plan(finding("frozen_rank", [3], wants=[3]), view)) == [
+    assert summary(plan(t.finding("frozen_rank", [3], wants=[3]), view)) == [
         ("host0", "snapshot_slots", [0, 1, 2, 3]),
         ("host0", "dump_stacks", [0, 1, 2, 3]),
         ("host0", "dump_flight_recorder", [0, 1, 2, 3]),
@@ -91,7 +77,7 @@ def test_frozen_rank_gets_snapshots_and_every_ranks_stack():
 
 def test_dumps_are_capped_and_unknown_ranks_skipped():
     view = t.view(t.healthy(16), ranks_per_host=16)
-    f = finding("straggler", [], wants=range(16), waiters=list(range(16)))
+    f = t.finding("straggler", [], wants=range(16), waiters=list(range(16)))
     dumps = [r for r in plan(f, view) if r.type == "dump_stacks"]
     assert [len(r.targets) for r in dumps] == [8]
     hang = [
@@ -99,12 +85,12 @@ def test_dumps_are_capped_and_unknown_ranks_skipped():
     ]
     assert [len(r.targets) for r in hang] == [12]  # per host, at a hang
     # An unregistered rank has neither stack nor slot; the registered ones are snapshotted.
-    assert summary(plan(finding("never_joined", [20]), view)) == [("host0", "snapshot_slots", list(range(16)))]
+    assert summary(plan(t.finding("never_joined", [20]), view)) == [("host0", "snapshot_slots", list(range(16)))]
 
 
 def test_snapshots_are_capped_culprits_first():
     view = t.view(t.healthy(100), ranks_per_host=100)
-    (req,) = plan(finding("dead_rank", [99]), view)
+    (req,) = plan(t.finding("dead_rank", [99]), view)
     assert len(req.ranks) == 64 and 99 in req.ranks and req.ranks[:63] == list(range(63))
 
 

@@ -20,7 +20,6 @@ from watchdog.coordinator.evidence_plan import (
     stack_ranks,
     trigger,
 )
-from watchdog.coordinator.finding import Finding
 
 
 def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_PER_HOST):
@@ -45,19 +44,6 @@ def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_
     return out, left
 
 
-def _finding(kind, ranks, wants=(), **evidence):
-    return Finding(
-        kind=kind,
-        ranks=tuple(ranks),
-        hosts=(),
-        reason="r",
-        onset_mono=0.0,
-        detected_mono=1.0,
-        evidence=evidence,
-        wants_stacks=tuple(wants),
-    )
-
-
 def _view():
     # 96 ranks, 12 per host (so a cap of 5 bites), two dead and one exited
     ranks = t.with_rank(t.with_rank(t.healthy(96), 13, alive=False), 70, alive=False)
@@ -66,12 +52,12 @@ def _view():
 
 
 FINDINGS = [
-    _finding("collective_hang", [50], wants=[50], waiters=[3, 60, 61, 95]),
-    _finding("frozen_rank", [13, 77], wants=[77]),
-    _finding("collective_mismatch", [8, 9], wants=[8, 9, 40]),
-    _finding("straggler", [60]),
-    _finding("dead_rank", [13, 70]),
-    _finding("batch_changed", [], wants=[1, 2]),
+    t.finding("collective_hang", [50], wants=[50], waiters=[3, 60, 61, 95]),
+    t.finding("frozen_rank", [13, 77], wants=[77]),
+    t.finding("collective_mismatch", [8, 9], wants=[8, 9, 40]),
+    t.finding("straggler", [60]),
+    t.finding("dead_rank", [13, 70]),
+    t.finding("batch_changed", [], wants=[1, 2]),
 ]
 
 

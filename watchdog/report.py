@@ -700,19 +700,10 @@ def _fast_rank(raw: dict) -> RankState | None:
         if sample is None:
             return None
         samples.append(sample)
-    colls, gpu = raw.get("recent_colls", []), raw.get("recent_gpu", [])
-    if type(colls) is not list or type(gpu) is not list:  # null, say: the checking path names it
+    nested = _nested(raw.get("recent_colls", []), raw.get("recent_gpu", []))
+    if nested is None:
         return None
-    if colls:  # Flight Recorder signatures: nested and rarer, the checking parser's
-        try:
-            colls = _colls_from_dict(colls, "ranks[]")
-        except ReportError:
-            return None
-    if gpu:  # GPU-side steps: only where a completion source runs
-        try:
-            gpu = _gpu_from_dict(gpu, "ranks[]")
-        except ReportError:
-            return None
+    colls, gpu = nested
     if "death" in raw and raw["death"] != {}:  # why a rank died: rare, checked field by field below
         return None
     if not 0 <= kw["rank"] < kw["world_size"]:
@@ -722,6 +713,22 @@ def _fast_rank(raw: dict) -> RankState | None:
     kw["recent_gpu"] = tuple(gpu)
     kw["death"] = {}
     return _built(RankState, kw)  # every field set: the plan filled in what an older agent leaves out
+
+
+def _nested(colls: Any, gpu: Any) -> tuple[tuple[CollSig, ...], tuple[GpuStep, ...]] | None:
+    """A fast-path rank's Flight Recorder signatures (nested and rarer) and GPU-side
+    steps (only where a completion source runs), through the checking parsers;
+    None for anything they refuse, or not a list (null, say): the checking path
+    then names it."""
+    if type(colls) is not list or type(gpu) is not list:
+        return None
+    try:
+        return (
+            _colls_from_dict(colls, "ranks[]") if colls else (),
+            _gpu_from_dict(gpu, "ranks[]") if gpu else (),
+        )
+    except ReportError:
+        return None
 
 
 def _exact_step(x: dict) -> StepSample | None:
@@ -989,20 +996,10 @@ class _Layout:
             samples = tuple(starmap(StepSample, gots))
         elif type(steps) is not list and steps is not _NO_STEPS:
             return None
-        colls = row[self.colls_i] if self.colls_i >= 0 else []
-        gpu = row[self.gpu_i] if self.gpu_i >= 0 else []
-        if type(colls) is not list or type(gpu) is not list:  # null, say: the checking path names it
+        nested = _nested(row[self.colls_i] if self.colls_i >= 0 else [], row[self.gpu_i] if self.gpu_i >= 0 else [])
+        if nested is None:
             return None
-        if colls:  # Flight Recorder signatures: nested and rarer, the checking parser's
-            try:
-                colls = _colls_from_dict(colls, "ranks[]")
-            except ReportError:
-                return None
-        if gpu:  # GPU-side steps: only where a completion source runs
-            try:
-                gpu = _gpu_from_dict(gpu, "ranks[]")
-            except ReportError:
-                return None
+        colls, gpu = nested
         if self.death_i >= 0 and row[self.death_i] != {}:  # why a rank died: rare, checked field by field
             return None
         if not 0 <= kw["rank"] < kw["world_size"]:

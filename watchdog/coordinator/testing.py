@@ -20,6 +20,7 @@ from typing import Any
 from watchdog.report import CollectiveState, CollSig, GpuStep, HostReport, RankState, StepSample
 
 from .config import DetectorConfig
+from .finding import Finding
 from .view import ClusterView, empty, fold
 
 _agent_ids = itertools.count(1)
@@ -141,6 +142,21 @@ def report(
         sent_wall=sent_wall,
         interval_s=interval_s,
         ranks=tuple(ranks),
+    )
+
+
+def finding(kind: str, ranks: Iterable[int], wants: Iterable[int] = (), **evidence: Any) -> Finding:
+    """A finding as a detector opens it (no hosts, a placeholder reason): what the
+    evidence plan and the service's collection read."""
+    return Finding(
+        kind=kind,
+        ranks=tuple(ranks),
+        hosts=(),
+        reason="r",
+        onset_mono=0.0,
+        detected_mono=1.0,
+        evidence=evidence,
+        wants_stacks=tuple(wants),
     )
 
 
