@@ -16,7 +16,7 @@ to version 1, so an older coordinator, or one restarted as an older version, is
 never sent what it cannot read for more than one report. A send that failed for
 any other reason (no answer, busy, timed out) keeps the version: falling back to
 version 1 when the coordinator is overloaded would double its bytes and decoding
-exactly then (at 16,384 simulated ranks most agents had fallen back).
+exactly then.
 """
 
 from __future__ import annotations
