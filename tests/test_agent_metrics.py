@@ -202,6 +202,18 @@ def test_report_accelerators_name_the_ranks_on_each_device(tmp_path):
     wr.close()
 
 
+def _scrape_once(tmp_path, *slots) -> str:
+    """One poll of a real agent over ``tmp_path`` (no accelerator), its exposition;
+    the slots are closed after."""
+    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
+    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([])))
+    agent.poll_once()
+    text = generate_latest(agent.registry).decode()
+    for slot in slots:
+        slot.close()
+    return text
+
+
 def test_bytes_batch_and_finer_split_are_exported_where_measured(tmp_path):
     measured = testing.RankSlot(str(tmp_path), testing.identity("train", 0, 2), name="r0.slot")
     plain = testing.RankSlot(str(tmp_path), testing.identity("train", 1, 2), name="r1.slot")
@@ -209,12 +221,7 @@ def test_bytes_batch_and_finer_split_are_exported_where_measured(tmp_path):
         measured.step(400 * MS, 50 * MS, 150 * MS, coll_bytes=3 << 20, split=(60 * MS, 120 * MS, 20 * MS, 0))
         plain.step(400 * MS, 50 * MS, 150 * MS)
     measured.batch(32)
-    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
-    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([])))
-    agent.poll_once()
-    text = generate_latest(agent.registry).decode()
-    measured.close()
-    plain.close()
+    text = _scrape_once(tmp_path, measured, plain)
     got = {}
     for f in text_string_to_metric_families(text):
         for s in f.samples:
@@ -243,12 +250,7 @@ def test_the_gpu_clock_split_is_exported_with_its_clock_only_where_a_completion_
     measured.event(wire.RecordKind.COMPLETION, t0, 1, COLLECTIVE, 0, 1, t0, t0 + 140 * MS, gpu, t0 + 100 * MS)
     measured.event(wire.RecordKind.COMPLETION, t0, 2, STEP, 0, 2, t0 + 10 * MS, t0 + 141 * MS, gpu, 0)
     plain.step(400 * MS, 50 * MS, 150 * MS)
-    cfg = config.AgentConfig(run_dir=str(tmp_path), listen=("127.0.0.1", 0), host="h1")
-    agent = Agent(cfg, accelerators=Accelerators(testing.FakeNvml([])))
-    agent.poll_once()
-    text = generate_latest(agent.registry).decode()
-    measured.close()
-    plain.close()
+    text = _scrape_once(tmp_path, measured, plain)
     got = {
         (s.labels["rank"], s.labels["clock"], s.labels["part"]): s.value
         for f in text_string_to_metric_families(text)
