@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scalesim
 
-from watchdog.coordinator import verdict
+from watchdog.coordinator import columns, verdict
 from watchdog.coordinator.api import decode, validate
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import YOUNG_THRESHOLD, GcPolicy
@@ -225,6 +225,7 @@ def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
     coord.goodput._scan = timed("goodput._scan", coord.goodput._scan)  # type: ignore[method-assign]
     coord.goodput._split = timed("goodput._split", coord.goodput._split)  # type: ignore[method-assign]
     verdict.measure = timed("verdict.measure", verdict.measure)
+    columns.build = timed("columns.build", columns.build)
 
 
 class _Baseline:
