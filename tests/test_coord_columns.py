@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.view import ClusterView, FoldedRank
+from watchdog.coordinator.view import ClusterView, FoldedRank, Folder, empty
 
 
 def _expected(rv: FoldedRank) -> dict:
@@ -98,3 +98,14 @@ def test_columns_are_built_once_per_view_object_and_not_shared_by_another():
 def test_an_empty_view_has_empty_columns():
     cols = columns.of(t.view([]))
     assert len(cols) == 0 and cols.status == ()
+
+
+def test_a_value_no_array_holds_makes_the_folder_fall_back_to_building_them():
+    folder = Folder(empty("job", 0))
+    folder.fold(t.report("host0", t.healthy(4)), 100.0)
+    assert columns.cached(folder.snapshot()) is not None
+    huge = t.with_rank(t.healthy(4), 1, pid=1 << 70)  # never past validation; still no crash
+    folder.fold(t.report("host0", huge, seq=2), 101.0)
+    view = folder.snapshot()
+    assert columns.cached(view) is None
+    assert columns.of(view).pid[1] == 1 << 70

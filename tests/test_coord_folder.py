@@ -1,14 +1,24 @@
 """The coordinator's in-place ``Folder`` gives the same views as the pure
 ``fold`` (which copies the view per report), report by report: joins,
 progress, deaths, restarts, stale incarnations, retried reports, learned world
-size, and an agent restart."""
+size, and an agent restart; and the columns it keeps as it folds are those the
+pure view's ranks give (columns.py)."""
 
 from __future__ import annotations
 
 import random
 
+from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.view import Folder, empty, fold
+
+
+def assert_same_columns(snapshot, pure):
+    kept = columns.cached(snapshot)
+    assert kept is not None  # the Folder's own, not built from the ranks
+    built = columns.build(pure)
+    for name in columns.NAMES:
+        assert list(getattr(kept, name)) == list(getattr(built, name)), name
 
 
 def reports():
@@ -39,6 +49,7 @@ def test_folder_matches_fold_report_by_report():
             ev2 = folder.fold(rep, now)
             assert ev1 == ev2
             assert folder.snapshot() == pure
+            assert_same_columns(folder.snapshot(), pure)
 
 
 def test_folder_matches_fold_on_random_streams():
@@ -70,6 +81,7 @@ def test_folder_matches_fold_on_random_streams():
             pure, ev1 = fold(pure, rep, now)
             assert folder.fold(rep, now) == ev1
             assert folder.snapshot() == pure
+            assert_same_columns(folder.snapshot(), pure)
 
 
 def test_snapshot_is_immutable_and_cached():

@@ -1,24 +1,30 @@
-"""The per-rank values the detectors read, as columns: built in one pass over a
-view's ranks, once per view, and shared by every detector of the tick.
+"""The per-rank values the detectors read, as columns, shared by every detector
+of the tick.
 
 At 16,384 ranks a pass over the ranks' objects costs ~10-30 ms, nearly all of
 it in cache misses (a FoldedRank, its RankState and its CollectiveState are
 three objects, allocated wherever their report was folded), and a tick made
-about fifteen such passes. Here the objects are read once; a detector then
-walks a few tuples of plain values (``zip(cols.status, cols.alive, ...)``),
-which is ~5x cheaper per pass.
+about fifteen such passes. Here a detector walks a few flat columns of plain
+values instead (``zip(cols.status, cols.alive, ...)``), ~5x cheaper per pass.
 
 Column ``i`` of every field is ``cols.rank[i]``'s value, in the view's rank
 order (``view.ranks``), so ``zip`` lines them up. The columns are a pure
-function of the view (``of`` memoizes them on the view object, which is
-immutable); a value a detector needs that is not here is read from
-``view.ranks[r]`` for the few ranks that need it.
+function of the view, memoized on the (immutable) view object by ``of``. The
+coordinator's ``Folder`` keeps them up to date as it folds (``Store``: a rank's
+values written while its new objects are still in cache, numbers in typed
+arrays that a snapshot copies with memcpy), so a tick does not read the rank
+objects at all to get them; any other view builds them in one pass over its
+ranks (``build``), with the same values (tests/test_coord_columns.py). A value
+a detector needs that is not here is read from ``view.ranks[r]`` for the few
+ranks that need it.
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .view import ClusterView, FoldedRank
@@ -26,44 +32,48 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RankColumns:
-    rank: tuple[int, ...] = ()
-    host: tuple[str, ...] = ()
+    rank: Sequence[int] = ()
+    host: Sequence[str] = ()
     # the hook's and the OS's view of the process (RankState)
-    status: tuple[str, ...] = ()
-    alive: tuple[bool, ...] = ()
-    proc_status: tuple[str, ...] = ()
-    heartbeat_age_s: tuple[float, ...] = ()
-    heartbeat_moved: tuple[bool, ...] = ()
-    pid: tuple[int, ...] = ()
-    proc_start_us: tuple[int, ...] = ()
-    world_size: tuple[int, ...] = ()
-    pg_state: tuple[str, ...] = ()
-    phase: tuple[str, ...] = ()
-    step: tuple[int, ...] = ()
-    in_data_wait: tuple[bool, ...] = ()
+    status: Sequence[str] = ()
+    alive: Sequence[bool] = ()
+    proc_status: Sequence[str] = ()
+    heartbeat_age_s: Sequence[float] = ()
+    heartbeat_moved: Sequence[bool] = ()
+    pid: Sequence[int] = ()
+    proc_start_us: Sequence[int] = ()
+    world_size: Sequence[int] = ()
+    pg_state: Sequence[str] = ()
+    phase: Sequence[str] = ()
+    step: Sequence[int] = ()
+    in_data_wait: Sequence[bool] = ()
     # times on the coordinator's clock (FoldedRank)
-    received_at: tuple[float, ...] = ()
-    registered_at: tuple[float, ...] = ()
-    progress_at: tuple[float, ...] = ()
-    step_start: tuple[float, ...] = ()  # received_at - step_age_s (FoldedRank.step_start)
+    received_at: Sequence[float] = ()
+    registered_at: Sequence[float] = ()
+    progress_at: Sequence[float] = ()
+    step_start: Sequence[float] = ()  # received_at - step_age_s (FoldedRank.step_start)
     # the last collective the hook saw (RankState.coll)
-    coll_group: tuple[int, ...] = ()
-    coll_seq: tuple[int, ...] = ()
-    coll_done_seq: tuple[int, ...] = ()
-    coll_outstanding: tuple[int, ...] = ()
-    coll_enter: tuple[float, ...] = ()  # received_at - coll.since_s (FoldedRank.coll_enter)
-    coll_op: tuple[str, ...] = ()
-    coll_bytes: tuple[int, ...] = ()
+    coll_group: Sequence[int] = ()
+    coll_seq: Sequence[int] = ()
+    coll_done_seq: Sequence[int] = ()
+    coll_outstanding: Sequence[int] = ()
+    coll_enter: Sequence[float] = ()  # received_at - coll.since_s (FoldedRank.coll_enter)
+    coll_op: Sequence[str] = ()
+    coll_bytes: Sequence[int] = ()
     # step statistics (FoldedRank.step_stats: the CPU clock's)
-    steps_seen: tuple[int, ...] = ()
-    has_history: tuple[bool, ...] = ()
-    p99_step_s: tuple[float, ...] = ()
+    steps_seen: Sequence[int] = ()
+    has_history: Sequence[bool] = ()
+    p99_step_s: Sequence[float] = ()
 
     def __len__(self) -> int:
         return len(self.rank)
 
 
 NAMES = tuple(f.name for f in fields(RankColumns))
+# How the Store keeps each column: numbers in typed arrays (copied with memcpy, read
+# back as the same values: bools as 0/1), strings in lists.
+_ARRAY_CODE = {"Sequence[float]": "d", "Sequence[int]": "q", "Sequence[bool]": "b"}
+_CODES = tuple(_ARRAY_CODE.get(str(f.type)) for f in fields(RankColumns))
 
 
 def _row(rv: FoldedRank) -> tuple:
@@ -104,6 +114,56 @@ def _row(rv: FoldedRank) -> tuple:
     )
 
 
+def _copy(col: Any) -> Any:
+    return col[:]  # array or list: a new one with the same values
+
+
+class Store:
+    """The columns of the ranks folded so far, kept up to date by the Folder:
+    ``put`` writes a rank's values in its row (a new rank gets the next one, as
+    the Folder's dict of ranks orders them), ``columns`` copies them for a view.
+    A value a typed array cannot hold (not expected: reports are validated)
+    makes the store give up; the views then build their own columns."""
+
+    def __init__(self) -> None:
+        self._row: dict[int, int] = {}
+        self._cols: list[Any] = [array(code) if code else [] for code in _CODES]
+        self.failed = False
+
+    def put(self, rv: FoldedRank) -> None:
+        if self.failed:
+            return
+        values = _row(rv)
+        i = self._row.get(values[0])
+        try:
+            if i is None:
+                for col, v in zip(self._cols, values):
+                    col.append(v)
+                self._row[values[0]] = len(self._row)
+            else:
+                for col, v in zip(self._cols, values):
+                    col[i] = v
+        except (OverflowError, TypeError):
+            self.failed = True
+
+    def columns(self) -> RankColumns | None:
+        return None if self.failed else RankColumns(*map(_copy, self._cols))
+
+
+def attach(view: ClusterView, cols: RankColumns | None) -> ClusterView:
+    """``view`` with ``cols`` as its columns (the caller vouches that they are):
+    the Folder's snapshot, and a copy of a view that changed nothing they hold."""
+    if cols is not None:
+        object.__setattr__(view, "_columns", cols)  # frozen dataclass: a cache, not a field
+    return view
+
+
+def cached(view: ClusterView) -> RankColumns | None:
+    """The columns ``view`` already has, if any."""
+    got: RankColumns | None = view.__dict__.get("_columns")
+    return got
+
+
 def build(view: ClusterView) -> RankColumns:
     """The columns of ``view``'s ranks (uncached: ``of`` is the memoized one)."""
     if not view.ranks:
@@ -114,8 +174,8 @@ def build(view: ClusterView) -> RankColumns:
 def of(view: ClusterView) -> RankColumns:
     """``build(view)``, once per view object: the view is immutable, so its
     columns are too; kept on the view itself so they go when it does."""
-    got = view.__dict__.get("_columns")
+    got = cached(view)
     if got is None:
         got = build(view)
-        object.__setattr__(view, "_columns", got)  # frozen dataclass: a cache, not a field
+        attach(view, got)
     return got

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from .. import commands, logs
 from ..report import HostReport
 from . import (
+    columns,
     evidence_plan,
     fingerprint,
     goodput,
@@ -123,7 +124,10 @@ class Coordinator:
                 hosts = max(hosts, -(-view.world_size * hosts // len(view.ranks)))
             behind = max(behind, self.backpressure.deficit(now, hosts, interval))
         advised = self.backpressure.advised_in_effect(now)
-        return replace(view, behind_s=behind, advised_interval_s=advised) if behind > 0 or advised > 0 else view
+        if behind <= 0 and advised <= 0:
+            return view
+        # The same ranks: the snapshot's columns are this view's too.
+        return columns.attach(replace(view, behind_s=behind, advised_interval_s=advised), columns.cached(view))
 
     @property
     def active(self) -> dict[tracker.Key, tracker.Active]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
 
+from . import columns
 from . import journal_events as je
 from .config import DetectorConfig
 from .steps import StepStats, WindowStat, add_samples
@@ -209,6 +210,9 @@ class Folder:
     def __init__(self, view: ClusterView) -> None:
         self._hosts, self._ranks = dict(view.hosts), dict(view.ranks)
         self._view: ClusterView | None = view
+        self._columns = columns.Store()  # the detectors' columns, written as ranks fold
+        for rv in self._ranks.values():
+            self._columns.put(rv)
         self.job, self.world_size, self.world_size_fixed = view.job, view.world_size, view.world_size_fixed
 
     def fold(self, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> list[Event]:
@@ -218,6 +222,11 @@ class Folder:
         self.world_size = _fold_into(
             self._hosts, self._ranks, self.world_size, self.world_size_fixed, report, now, cfg, events
         )
+        ranks, put = self._ranks, self._columns.put
+        for state in report.ranks:
+            rv = ranks.get(state.rank)
+            if rv is not None:
+                put(rv)  # just built: still in cache
         self._view = None
         return events
 
@@ -233,6 +242,7 @@ class Folder:
                 hosts=MappingProxyType(dict(self._hosts)),
                 ranks=MappingProxyType(dict(self._ranks)),
             )
+            columns.attach(self._view, self._columns.columns())
         return self._view
 
 
