@@ -52,6 +52,12 @@ class Job:
         u = ((r * 2654435761 + k * 40503) & 0xFFFF) / 32768.0 - 1.0  # cheap deterministic jitter in [-1, 1)
         return self.compute_s * self.factor(r) * (1 + self.jitter * u)
 
+    def loss(self, r: int, k: int) -> float:
+        """The training loss rank ``r`` reports after step ``k`` (as a script passing
+        ``mon.step(loss=...)``, or the Lightning / Hugging Face callbacks, does): falling, noisy."""
+        u = ((r * 40503 + k * 2654435761) & 0xFFFF) / 32768.0 - 1.0
+        return 2.0 + 8.0 / (1 + k / 50) + 0.05 * u
+
     def freeze_step(self) -> int:
         return int((self.freeze_at - self.t0) // self.wall_s)
 
@@ -158,5 +164,7 @@ class Host:
             "launcher_start_us": 1_700_000_000_000_000,
             "ctrl_ack_seq": 0,
             "ctrl_ack_step": 0,
+            "loss": j.loss(r, k - 1) if k else 0.0,
+            "loss_step": k,
             "ctrl_ack_ok": True,
         }

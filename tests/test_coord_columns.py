@@ -43,6 +43,9 @@ def _expected(rv: FoldedRank) -> dict:
         "steps_seen": st.steps_seen,
         "has_history": bool(st.history),
         "p99_step_s": st.p99_step_s,
+        "loss_step": s.loss_step,
+        "loss_bad_step": s.loss_bad_step,
+        "loss_calm": rv.loss_calm,
     }
 
 
@@ -68,6 +71,8 @@ def _random_view(rng: random.Random, n: int) -> ClusterView:
                 op=rng.choice(("all_reduce", "broadcast")),
             ),
             recent_steps=t.steps(1, rng.randrange(0, 12), step_s=rng.uniform(0.05, 0.2)),
+            loss_step=rng.choice((0, 40)),
+            loss_bad_step=rng.choice((0, 0, 38)),
         )
         for r in rng.sample(range(n), n)  # ranks in no particular order
     ]

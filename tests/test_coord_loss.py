@@ -85,3 +85,63 @@ def test_spike_on_every_rank_is_job_wide_and_noise_is_not_a_spike():
     assert DET.check(120.0, fold_series([*base, (12, [1.3, 1.25, 1.2, 1.3], {})])) == []
     (f,) = DET.check(120.0, fold_series([*base, (12, [8.0, 9.0, 7.0, 8.5], {})]))
     assert f.ranks == () and "every rank" in f.reason
+
+
+def _spike_reference(hist):
+    """The spike test, sample by sample, as loss_anomaly runs it on a rank not screened out."""
+    import statistics
+
+    from watchdog.coordinator.loss_screen import SPIKE_MADS, SPIKE_MIN_HISTORY, SPIKE_RATIO, SPIKE_RECENT
+
+    for i in range(max(SPIKE_MIN_HISTORY, len(hist) - SPIKE_RECENT), len(hist)):
+        base = [v for _, v in hist[:i]]
+        med = statistics.median(base)
+        mad = statistics.median(abs(v - med) for v in base) * 1.4826
+        bound = max(med + SPIKE_MADS * mad, med * SPIKE_RATIO if med > 0 else med + SPIKE_MADS * mad)
+        if hist[i][1] > bound:
+            return True
+    return False
+
+
+def test_a_calm_rank_never_holds_a_spike():
+    """The screen that spares the spike test on most ranks (loss_screen.calm) is
+    exact: whatever the history (falling, noisy, negative, zero, spiking at the
+    bound), a rank it calls calm is one the full test finds no spike on."""
+    import random
+
+    from watchdog.coordinator.loss_screen import calm
+
+    rng = random.Random(7)
+    calm_seen = spikes_seen = 0
+    for trial in range(3000):
+        n = rng.randrange(0, 70)
+        shape = rng.choice(("flat", "falling", "noisy", "negative", "zeros", "spiky"))
+        vals = []
+        for k in range(n):
+            v = {
+                "flat": 2.0 + rng.gauss(0, 0.01),
+                "falling": 10.0 / (1 + k) + rng.uniform(0, 0.1),
+                "noisy": rng.uniform(0.01, 3.0),
+                "negative": -1.0 + rng.gauss(0, 0.5),
+                "zeros": rng.choice((0.0, 0.0, 1.0)),
+                "spiky": 1.0 + rng.gauss(0, 0.05),
+            }[shape]
+            if shape == "spiky" and rng.random() < 0.1:
+                v *= rng.uniform(1.5, 30.0)  # near and far past the bound
+            vals.append(v)
+        hist = tuple((100 + k, v) for k, v in enumerate(vals))
+        spiked = _spike_reference(hist)
+        spikes_seen += spiked
+        if calm(hist):
+            calm_seen += 1
+            assert not spiked, (trial, shape, hist)
+    assert calm_seen > 500 and spikes_seen > 50  # both sides exercised
+
+
+def test_a_spike_on_one_rank_is_still_named_with_the_others_screened_out():
+    series = [(100 + i, [1.0 + 0.01 * (i % 3)] * 4, None) for i in range(20)]
+    series.append((120, [1.0, 1.0, 9.0, 1.0], None))
+    v = fold_series(series)
+    assert [rv.loss_calm for rv in v.ranks.values()] == [True, True, False, True]
+    (f,) = DET.check(121.0, v)
+    assert f.ranks == (2,) and f.evidence["cause"] == "spike"

@@ -64,6 +64,10 @@ class RankColumns:
     steps_seen: Sequence[int] = ()
     has_history: Sequence[bool] = ()
     p99_step_s: Sequence[float] = ()
+    # -- for loss_anomaly: the latest loss's step (0: the rank reports none), the first non-finite one's
+    loss_step: Sequence[int] = ()
+    loss_bad_step: Sequence[int] = ()
+    loss_calm: Sequence[bool] = ()  # FoldedRank.loss_calm
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -111,6 +115,9 @@ def _row(rv: FoldedRank) -> tuple:
         st.steps_seen,
         bool(st.history),
         st.p99_step_s,
+        s.loss_step,
+        s.loss_bad_step,
+        rv.loss_calm,
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
 
-from . import columns
+from . import columns, loss_screen
 from . import journal_events as je
 from .config import DetectorConfig
 from .steps import StepStats, WindowStat, add_samples
@@ -51,6 +51,7 @@ class FoldedRank:
     # Finite losses seen (step, loss), oldest first, at most LOSS_HISTORY: one per
     # report at most (the latest at read time), for loss_anomaly's robust bound.
     losses: tuple[tuple[int, float], ...] = ()
+    loss_calm: bool = True  # no spike possible in ``losses`` (loss_screen.calm), decided as they change
     # The rank's recent collectives as its Flight Recorder saw them, each with its
     # creation time on the coordinator's clock, by (group, seq), at most COLL_HISTORY.
     colls: tuple[tuple[CollSig, float], ...] = ()
@@ -172,7 +173,7 @@ class ClusterView:
         return max(hv.interval_s, self.advised_interval_s, 0.1)
 
     def first_registered_at(self) -> float | None:
-        return min((r.registered_at for r in self.ranks.values()), default=None)
+        return min(columns.of(self).registered_at, default=None)
 
 
 def empty(job: str = "", world_size: int = 0) -> ClusterView:
@@ -354,7 +355,8 @@ def _fold_rank(
     if not s.alive or rv.died_at is not None:
         rv = _death(rv, s, now)
     if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
-        rv = _updated(rv, {"losses": (*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss))})
+        losses = (*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss))
+        rv = _updated(rv, {"losses": losses, "loss_calm": loss_screen.calm(losses)})
     if s.recent_colls:
         colls = _fold_colls(rv.colls, s.recent_colls, now)
         coll_keys = tuple(((c.group, c.seq), comparable(c), at) for c, at in colls)

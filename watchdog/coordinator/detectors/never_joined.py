@@ -12,6 +12,7 @@ rank that steps or runs collectives has joined whatever its pg_state says.
 
 from __future__ import annotations
 
+from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import DEAD, EXITED, LOST, classify_all
@@ -36,15 +37,17 @@ class NeverJoined:
         health = classify_all(view, now, self.cfg)
         # A rank that steps or runs collectives has joined, whatever its pg_state
         # says (a hook that could not patch init_process_group never updates it).
-        # (the rarest condition first: a pass over every rank each tick, almost all of them stepping)
-        overdue = [
-            rv
-            for r, rv in view.ranks.items()
-            if rv.state.step == 0
-            and rv.state.coll.seq == 0
-            and health[r] not in (DEAD, LOST, EXITED)
-            and now - rv.registered_at > limit
-        ]
+        # Read from the view's columns, the rarest condition first: nearly every rank steps.
+        c = columns.of(view)
+        overdue = (
+            [
+                view.ranks[r]
+                for r, step, seq, registered in zip(c.rank, c.step, c.coll_seq, c.registered_at)
+                if step == 0 and seq == 0 and health[r] not in (DEAD, LOST, EXITED) and now - registered > limit
+            ]
+            if 0 in c.step
+            else []
+        )
         missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
         uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
         inside = [rv for rv in overdue if rv.state.pg_state == "initializing"]
@@ -64,7 +67,7 @@ class NeverJoined:
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
             hosts = tuple(sorted({rv.host for rv in uncalled}))
         elif inside and not any(
-            rv.state.pg_state == "none" and health[r] not in (DEAD, LOST, EXITED) for r, rv in view.ranks.items()
+            pg == "none" and health[r] not in (DEAD, LOST, EXITED) for r, pg in zip(c.rank, c.pg_state)
         ):
             # Blame the ranks inside rendezvous only when nobody is yet to call
             # init: a rank that registered a moment later than the others has a
