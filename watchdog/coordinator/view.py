@@ -351,12 +351,13 @@ def _fold_rank(
         }
         if s.recent_steps:  # folded here, so that the common report builds one FoldedRank
             changes["step_stats"] = add_samples(prev.step_stats, s.recent_steps, cfg)
+        changes.update(_loss_changes(prev, s))  # so is a new loss (then the block below finds none)
         rv = _updated(prev, changes)
     if not s.alive or rv.died_at is not None:
         rv = _death(rv, s, now)
-    if s.loss_step > 0 and s.loss_finite and (not rv.losses or rv.losses[-1][0] != s.loss_step):
-        losses = (*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss))
-        rv = _updated(rv, {"losses": losses, "loss_calm": loss_screen.calm(losses)})
+    loss = _loss_changes(rv, s)
+    if loss:
+        rv = _updated(rv, loss)
     if s.recent_colls:
         colls = _fold_colls(rv.colls, s.recent_colls, now)
         coll_keys = tuple(((c.group, c.seq), comparable(c), at) for c, at in colls)
@@ -367,6 +368,15 @@ def _fold_rank(
         gst = add_samples(rv.gpu_stats, gpu_samples(s.recent_gpu, rv.step_stats.history), cfg)
         rv = _updated(rv, {"gpu_stats": gst, "gpu_last": s.recent_gpu[-1]})
     return rv
+
+
+def _loss_changes(rv: FoldedRank, s: RankState) -> dict[str, Any]:
+    """The new ``losses`` and ``loss_calm`` when ``s`` carries a finite loss ``rv``
+    has not kept yet (one per report at most), else nothing."""
+    if s.loss_step <= 0 or not s.loss_finite or (rv.losses and rv.losses[-1][0] == s.loss_step):
+        return {}
+    losses = (*rv.losses[-(LOSS_HISTORY - 1) :], (s.loss_step, s.loss))
+    return {"losses": losses, "loss_calm": loss_screen.calm(losses)}
 
 
 def gpu_samples(gpu: tuple[GpuStep, ...], cpu: tuple[StepSample, ...]) -> tuple[StepSample, ...]:
