@@ -243,3 +243,43 @@ def test_detector_gauges_export_what_the_detector_handed_out_as_it_changes():
     assert exported() == later
     m.set_detector_gauges({STRAGGLER_SCORE: dict(first)})  # back: an equal mapping, another object
     assert exported() == first
+
+
+def test_never_joined_overdue_ranks_are_the_plain_passes():
+    """never_joined reads columns: the same ranks, in the same order, as the pass
+    over the rank objects it replaced (steps, collectives, health, deadline)."""
+    from watchdog.coordinator.detectors import never_joined
+
+    cfg = DetectorConfig()
+    rng = random.Random(23)
+    found = 0
+    for trial in range(80):
+        n = rng.randrange(1, 24)
+        states = [
+            t.rank(
+                r,
+                world_size=n,
+                step=rng.choice((0, 0, 3)),
+                collective=t.coll(seq=rng.choice((0, 0, 2))),
+                pg_state=rng.choice(("none", "initializing", "joined")),
+                status=rng.choice(("running", "running", "exited")),
+                alive=rng.random() > 0.1,
+            )
+            for r in range(n)
+        ]
+        first = t.view(states[: rng.randrange(n + 1)], now=100.0)  # some registered early, the rest later
+        view = t.view(states, now=180.0, base=first, seq=2, received={"host0": 150.0} if trial % 4 == 0 else None)
+        now = 181.0
+        limit = rng.choice((10.0, 60.0, 120.0))
+        h = health.classify_all(view, now, cfg)
+        want = [
+            rv
+            for r, rv in view.ranks.items()
+            if rv.state.step == 0
+            and rv.state.coll.seq == 0
+            and h[r] not in (health.DEAD, health.LOST, health.EXITED)
+            and now - rv.registered_at > limit
+        ]
+        assert never_joined._overdue(view, now, limit, h) == want, trial
+        found += bool(want)
+    assert found > 10

@@ -16,9 +16,25 @@ from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import DEAD, EXITED, LOST, classify_all
-from ..view import ClusterView
+from ..view import ClusterView, FoldedRank
 
 EVIDENCE_MAX = 64  # rank lists in evidence; the reason's ranges name them all
+
+
+def _overdue(view: ClusterView, now: float, limit: float, health: dict[int, str]) -> list[FoldedRank]:
+    """Ranks past their own deadline that have not stepped nor run a collective, and
+    are not dead, lost or exited. A rank that steps or runs collectives has joined,
+    whatever its pg_state says (a hook that could not patch init_process_group never
+    updates it). Read from the view's columns, the rarest condition first: nearly
+    every rank steps, and this runs every tick."""
+    c = columns.of(view)
+    if 0 not in c.step:
+        return []
+    return [
+        view.ranks[r]
+        for r, step, seq, registered in zip(c.rank, c.step, c.coll_seq, c.registered_at)
+        if step == 0 and seq == 0 and health[r] not in (DEAD, LOST, EXITED) and now - registered > limit
+    ]
 
 
 class NeverJoined:
@@ -35,19 +51,8 @@ class NeverJoined:
         # (backpressure.py): a host whose first report waits there is not missing.
         limit = self.cfg.join_deadline_s + view.behind_s
         health = classify_all(view, now, self.cfg)
-        # A rank that steps or runs collectives has joined, whatever its pg_state
-        # says (a hook that could not patch init_process_group never updates it).
-        # Read from the view's columns, the rarest condition first: nearly every rank steps.
-        c = columns.of(view)
-        overdue = (
-            [
-                view.ranks[r]
-                for r, step, seq, registered in zip(c.rank, c.step, c.coll_seq, c.registered_at)
-                if step == 0 and seq == 0 and health[r] not in (DEAD, LOST, EXITED) and now - registered > limit
-            ]
-            if 0 in c.step
-            else []
-        )
+        overdue = _overdue(view, now, limit, health)
+        c = columns.of(view)  # (the same columns _overdue read: built once per view)
         missing = [r for r in range(view.world_size) if r not in view.ranks] if now - first > limit else []
         uncalled = [rv for rv in overdue if rv.state.pg_state == "none"]
         inside = [rv for rv in overdue if rv.state.pg_state == "initializing"]
