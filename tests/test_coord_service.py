@@ -201,3 +201,21 @@ def test_status_table_renders_missing_ranks_and_lost_hosts(make):
     assert row["1"][4] == "train/data" and row["4"][2] == "lost" and row["4"][-1] == "dead_rank"
     assert row["5"][1:3] == ["-", "missing"]
     assert "[dead_rank] host host1 lost" in text
+
+
+def test_the_views_a_tick_reads_carry_the_folders_columns(make):
+    """The detectors read the columns the Folder kept as reports folded, also from
+    the copy of the view a late coordinator makes (its lag in the silence limits),
+    never columns rebuilt from the rank objects (what they are there to avoid)."""
+    from watchdog.coordinator import columns
+
+    c = make(job="job", world_size=8)
+    for h in range(2):
+        c.accept(t.report(f"host{h}", t.healthy(8)[4 * h : 4 * h + 4]), 10.0)
+    calm = c.view_at(10.5)
+    c.backpressure.observe_lag(0.8, 10.5)  # the request loop ran late
+    late = c.view_at(10.6)
+    assert late.behind_s > 0 and late is not calm
+    for v in (calm, late):
+        kept = columns.cached(v)
+        assert kept is not None and list(kept.rank) == list(v.ranks)
