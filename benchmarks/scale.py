@@ -8,7 +8,7 @@ Per size: one straggler (1.1x compute from step 0) and, once the straggler had
 time to show, one frozen rank (heartbeat stops, never enters the next
 all-reduce, so all others wait in it). Prints one table: coordinator CPU
 (share of one core over the steady window), RSS, report latency p50/p99 (as
-the agents saw it), tick duration p50/p99 (from the coordinator's histogram,
+the agents saw it), tick duration p50/p99 and the tick thread's own CPU p50/p99 (from the coordinator's histograms,
 interpolated like Prometheus' histogram_quantile), hang and frozen-rank
 detection latency, whether every finding after the freeze named only the
 frozen rank, the straggler's detection (in steps from the job's start), any
@@ -273,6 +273,8 @@ def run_size(
     nbytes = [x for r in results for x in r["bytes"]]
     name = "watchdog_coordinator_tick_duration_seconds"
     b0, b1 = _buckets(m0, name), _buckets(m1, name)
+    cpu_name = "watchdog_coordinator_tick_cpu_seconds"  # the tick's own work, without its waits for the GIL
+    c0, c1 = _buckets(m0, cpu_name), _buckets(m1, cpu_name)
     findings = [r for r in _journal(journal) if r["event"] == "finding"]
     hang = next((f for f in findings if f["kind"] == "collective_hang" and f["t_wall"] >= freeze_at), None)
     froz = next((f for f in findings if f["kind"] == "frozen_rank" and f["t_wall"] >= freeze_at), None)
@@ -293,6 +295,8 @@ def run_size(
         "lat_p99_ms": 1e3 * _pct(lat, 0.99),
         "tick_p50_ms": 1e3 * _hist_quantile(0.5, b0, b1),
         "tick_p99_ms": 1e3 * _hist_quantile(0.99, b0, b1),
+        "tick_cpu_p50_ms": 1e3 * _hist_quantile(0.5, c0, c1),
+        "tick_cpu_p99_ms": 1e3 * _hist_quantile(0.99, c0, c1),
         "reports_per_s": len(lat) / steady_s,
         "hang_s": hang["t_wall"] - freeze_at if hang else None,
         "frozen_s": froz["t_wall"] - freeze_at if froz else None,
@@ -331,6 +335,8 @@ COLUMNS = [
     ("lat_p99_ms", "rep p99 ms", "{:.1f}"),
     ("tick_p50_ms", "tick p50 ms", "{:.1f}"),
     ("tick_p99_ms", "tick p99 ms", "{:.1f}"),
+    ("tick_cpu_p50_ms", "tick CPU p50", "{:.1f}"),
+    ("tick_cpu_p99_ms", "tick CPU p99", "{:.1f}"),
     ("hang_s", "hang s", "{:.1f}"),
     ("frozen_s", "frozen s", "{:.1f}"),
     ("culprit_ok", "culprit", "{}"),

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 from watchdog.agent import testing as agent_testing
 from watchdog.agent import track
@@ -306,3 +307,21 @@ def test_process_start_report_stop(tmp_path):
     assert config["token"] == "<set>" and "secret" not in json.dumps(config)
     logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert any(e.get("event") == "config" for e in logged) and "secret" not in err
+
+
+def test_every_tick_records_its_duration_and_its_own_cpu(daemon):
+    """The tick's CPU apart from its duration: under a busy request loop the
+    duration is mostly waiting, and an operator must be able to tell the two."""
+
+    def counts():
+        m = daemon.coordinator.registry.get_sample_value
+        return (
+            m("watchdog_coordinator_tick_duration_seconds_count") or 0,
+            m("watchdog_coordinator_tick_cpu_seconds_count") or 0,
+        )
+
+    wait_for(lambda: counts()[1] >= 2, 10.0, "two ticks")
+    ticks, cpu_ticks = counts()
+    assert abs(ticks - cpu_ticks) <= 1  # observed together, each tick
+    m = daemon.coordinator.registry.get_sample_value
+    assert m("watchdog_coordinator_tick_cpu_seconds_sum") <= m("watchdog_coordinator_tick_duration_seconds_sum") + 0.01

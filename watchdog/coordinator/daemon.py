@@ -80,7 +80,7 @@ class Daemon:
         gc_policy = GcPolicy(next_at, enabled=self._own_process)
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 if last is not None and is_stall(now - last, interval):  # we were stopped, not the hosts
                     self.coordinator.stalled(now, now - last, wall)
@@ -91,6 +91,7 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
+            self.coordinator.metrics.tick_cpu.observe(time.thread_time() - c0)
             gc_policy.after_tick(now)
             # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
             next_at = max(next_at + interval, time.monotonic())
