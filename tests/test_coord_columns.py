@@ -46,6 +46,13 @@ def _expected(rv: FoldedRank) -> dict:
         "loss_step": s.loss_step,
         "loss_bad_step": s.loss_bad_step,
         "loss_calm": rv.loss_calm,
+        # -- for perf
+        "split_clock": rv.split_clock,
+        "history": rv.history,
+        "windows": rv.windows,
+        "train_steps": rv.train_steps,
+        "data_share": rv.data_share,
+        "batch_per_rank": s.batch_per_rank,
     }
 
 
@@ -70,7 +77,10 @@ def _random_view(rng: random.Random, n: int) -> ClusterView:
                 since_s=rng.uniform(0, 9),
                 op=rng.choice(("all_reduce", "broadcast")),
             ),
-            recent_steps=t.steps(1, rng.randrange(0, 12), step_s=rng.uniform(0.05, 0.2)),
+            recent_steps=t.steps(1, rng.randrange(0, 120), step_s=rng.uniform(0.05, 0.2), data_s=rng.uniform(0, 0.05)),
+            # the accelerator's clock: none, keeping up, or stale (so the split is the CPU's again)
+            recent_gpu=t.gpu_steps(rng.choice((1, 40)), rng.choice((0, 0, 30, 80)), step_s=rng.uniform(0.05, 0.2)),
+            batch_per_rank=rng.choice((0, 16, 32)),
             loss_step=rng.choice((0, 40)),
             loss_bad_step=rng.choice((0, 0, 38)),
         )
@@ -81,6 +91,7 @@ def _random_view(rng: random.Random, n: int) -> ClusterView:
 
 def test_columns_are_each_ranks_values_in_the_views_order():
     rng = random.Random(5)
+    clocks, windows = set(), 0
     for trial in range(20):
         view = _random_view(rng, rng.randrange(1, 40))
         cols = columns.of(view)
@@ -89,6 +100,9 @@ def test_columns_are_each_ranks_values_in_the_views_order():
         for i, rv in enumerate(view.ranks.values()):
             got = {name: getattr(cols, name)[i] for name in columns.NAMES}
             assert got == _expected(rv), (trial, rv.rank)
+            clocks.add(rv.split_clock)
+            windows += bool(rv.windows)
+    assert clocks == {"cpu", "gpu"} and windows  # both clocks' splits, and closed straggler windows, compared
 
 
 def test_columns_are_built_once_per_view_object_and_not_shared_by_another():

@@ -27,6 +27,9 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from watchdog.report import StepSample
+
+    from .steps import WindowStat
     from .view import ClusterView, FoldedRank
 
 
@@ -68,6 +71,14 @@ class RankColumns:
     loss_step: Sequence[int] = ()
     loss_bad_step: Sequence[int] = ()
     loss_calm: Sequence[bool] = ()  # FoldedRank.loss_calm
+    # -- for perf (straggler, verdict, loader_starvation, batch_changed)
+    # the step split detectors read (FoldedRank.split_stats: the GPU clock's where it keeps up)
+    split_clock: Sequence[str] = ()  # "gpu" or "cpu" (FoldedRank.split_clock)
+    history: Sequence[tuple[StepSample, ...]] = ()  # FoldedRank.history
+    windows: Sequence[tuple[WindowStat, ...]] = ()  # FoldedRank.windows
+    train_steps: Sequence[int] = ()  # the CPU clock's (FoldedRank.train_steps)
+    data_share: Sequence[float] = ()  # the CPU clock's (FoldedRank.data_share)
+    batch_per_rank: Sequence[int] = ()
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -86,6 +97,9 @@ def _row(rv: FoldedRank) -> tuple:
     c = s.coll
     st = rv.step_stats
     at = rv.received_at
+    g = rv.gpu_stats
+    gpu = bool(g.steps_seen) and rv._gpu_current()  # FoldedRank.split_stats, without a property call per rank
+    sp = g if gpu else st
     return (
         s.rank,
         rv.host,
@@ -118,6 +132,13 @@ def _row(rv: FoldedRank) -> tuple:
         s.loss_step,
         s.loss_bad_step,
         rv.loss_calm,
+        # -- for perf
+        "gpu" if gpu else "cpu",
+        sp.history,
+        sp.windows,
+        st.train_steps,
+        st.data_share,
+        s.batch_per_rank,
     )
 
 
