@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import columns
 from .view import SIZE_FREE_OPS as _SIZE_FREE
 from .view import ClusterView
 
@@ -74,27 +75,32 @@ def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
 
 def _hook(view: ClusterView) -> tuple[dict[tuple[int, int], dict[int, Entry]], dict[int, int]]:
     """(the keys where some rank differs, built in full; the ranks seen on each
-    group). As ``_fr``: one probe per rank otherwise, no description built for
-    16,384 ranks a tick to find that they agree."""
+    group). Read from the view's columns: the distinct (group, seq, op, bytes)
+    are counted in C, and a job whose ranks agree has a handful of them (the
+    collective most ranks are in, the next one), so the signatures are compared
+    per distinct mark, not per rank; no description is built for 16,384 ranks a
+    tick to find that they agree."""
+    c = columns.of(view)
     first: dict[tuple[int, int], tuple] = {}
     differ: set[tuple[int, int]] = set()
     members: Counter[int] = Counter()
-    for rv in view.ranks.values():
-        c = rv.state.coll
-        if c.seq <= 0:
+    # (first seen in the view's rank order, as the loop over the ranks it replaced)
+    for (group, seq, op, nbytes), n in Counter(zip(c.coll_group, c.coll_seq, c.coll_op, c.coll_bytes)).items():
+        if seq <= 0:
             continue
-        key = (c.group, c.seq)
-        sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.bytes)
-        f = first.setdefault(key, sig)
-        if f != sig:
+        key = (group, seq)
+        sig = (op,) if op in _SIZE_FREE else (op, nbytes)
+        if first.setdefault(key, sig) != sig:
             differ.add(key)
-        members[c.group] += 1
+        members[group] += n
     out: dict[tuple[int, int], dict[int, Entry]] = {}
-    for r, rv in view.ranks.items() if differ else ():
-        c = rv.state.coll
-        if c.seq > 0 and (c.group, c.seq) in differ:
-            sig = (c.op,) if c.op in _SIZE_FREE else (c.op, c.bytes)
-            out.setdefault((c.group, c.seq), {})[r] = (sig, f"{c.op} of {c.bytes} bytes", rv.coll_enter())
+    if differ:
+        for r, group, seq, op, nbytes, enter in zip(
+            c.rank, c.coll_group, c.coll_seq, c.coll_op, c.coll_bytes, c.coll_enter
+        ):
+            if seq > 0 and (group, seq) in differ:
+                sig = (op,) if op in _SIZE_FREE else (op, nbytes)
+                out.setdefault((group, seq), {})[r] = (sig, f"{op} of {nbytes} bytes", enter)
     return out, dict(members)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding
 from ..health import OK, classify_all
@@ -36,25 +37,28 @@ class BatchChanged:
         self.cfg = cfg
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
+        c = columns.of(view)
+        sizes_all = c.world_size
+        if not sizes_all or min(sizes_all) == max(sizes_all):
+            return []  # every rank, live or not, says one world size: no restart changed it (two scans in C)
         health = classify_all(view, now, self.cfg)
-        live = [rv for r, rv in view.ranks.items() if health[r] == OK]
+        live = [i for i, r in enumerate(c.rank) if health[r] == OK]
         if not live:
             return []
-        states = [rv.state for rv in live]
-        sizes = {s.world_size for s in states}
+        sizes = {sizes_all[i] for i in live}
         if len(sizes) != 1:
             return []  # mid-restart: wait until the live ranks agree
         new = sizes.pop()
         if len(live) < new:
             return []  # (checked before the largest size ever reported: the cheap test first)
-        old = max(rv.state.world_size for rv in view.ranks.values())
+        old = max(sizes_all)
         if old == new:
             return []
-        since = min(rv.registered_at for rv in live if rv.state.world_size == new)
+        since = min(c.registered_at[i] for i in live if sizes_all[i] == new)
         # The old group's per-rank batch from its ranks still in the view (those
         # beyond the new size); the new one from the live ranks. 0: not known.
-        old_batch = _per_rank([rv.state.batch_per_rank for rv in view.ranks.values() if rv.state.world_size == old])
-        new_batches = [rv.state.batch_per_rank for rv in live]
+        old_batch = _per_rank([b for b, size in zip(c.batch_per_rank, sizes_all) if size == old])
+        new_batches = [c.batch_per_rank[i] for i in live]
         new_batch = _per_rank(new_batches)
         old_global = old_batch * old if old_batch else 0
         new_global = sum(new_batches) if all(new_batches) else 0
@@ -90,7 +94,7 @@ class BatchChanged:
             Finding(
                 kind=self.name,
                 ranks=(),
-                hosts=tuple(sorted({rv.host for rv in live})),
+                hosts=tuple(sorted({c.host[i] for i in live})),
                 reason=reason,
                 onset_mono=since,
                 detected_mono=now,

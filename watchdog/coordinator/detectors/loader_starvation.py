@@ -11,6 +11,7 @@ in its history at all (view warm-up).
 
 from __future__ import annotations
 
+from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import OK, classify_all
@@ -28,14 +29,16 @@ class LoaderStarvation:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
+        # Shares are computed when reports are folded (view.py), not per tick; read as columns.
+        c = columns.of(view)
+        if not c.data_share or not max(c.data_share) > cfg.starvation_share:
+            return []  # no rank, live or not, is over the share: nobody starves (one scan in C, most ticks)
         health = classify_all(view, now, cfg)
-        # Shares are computed when reports are folded (view.py), not per tick.
-        # (rv.step_stats read directly, not through the rank's properties: a pass over every rank each tick)
         least = cfg.starvation_min_steps
         shares = {
-            r: st.data_share
-            for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK)
-            if st.train_steps >= least
+            r: share
+            for r, steps, share in zip(c.rank, c.train_steps, c.data_share)
+            if steps >= least and health[r] == OK
         }
         starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
         if not starving or any(h == OK and r not in shares for r, h in health.items()):
@@ -43,7 +46,8 @@ class LoaderStarvation:
         rvs = [view.ranks[r] for r in starving]
         hosts = tuple(sorted({rv.host for rv in rvs}))
         share = median([shares[r] for r in starving])
-        rest = [s for r, s in shares.items() if r not in starving]
+        named = set(starving)  # (a list here made an input-bound 16,384-rank job quadratic)
+        rest = [s for r, s in shares.items() if r not in named]
         n = max(view.ranks[r].train_steps for r in starving)
         onset = now - max(sum(x.step_s for x in view.ranks[r].history[-n:]) for r in starving)
         evidence = {
