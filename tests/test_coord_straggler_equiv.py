@@ -195,3 +195,29 @@ def test_median_of_sorted_lists_is_the_median_of_their_values():
         ]
         values = [v for xs in lists for v in xs]
         assert straggler.median_of_sorted(lists) == median(values), lists
+
+
+def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(monkeypatch):
+    """The first ranks to close a window gain an index that is no baseline yet:
+    their score stands (not recomputed) and still equals the reference; once the
+    index becomes a baseline they are scored again with it."""
+    cfg = DetectorConfig(straggler_window_steps=10)
+    sim = t.SimJob(world_size=12, ranks_per_host=1, jitter=0.1, seed=5, cfg=cfg)
+    sim.slow(3, 1.15)
+    scorer = straggler.Scorer(cfg)
+    calls = []
+    real = straggler._rank_score
+    monkeypatch.setattr(straggler, "_rank_score", lambda *a: calls.append(1) or real(*a))
+    kept = compared = 0
+    now = 0.0
+    while now < 30.0:
+        now += 0.25
+        view = sim.run_until(now)
+        before = dict(scorer._wins)
+        calls.clear()
+        got = scorer.scores(view, now)
+        moved = sum(1 for r, w in straggler._windows_of(view, now, cfg).items() if before.get(r) is not w)
+        kept += max(0, moved - len(calls)) if scorer._base else 0
+        assert got == reference(view, now, cfg), now
+        compared += bool(got)
+    assert compared > 40 and kept > 10  # scores kept through moved windows, and equal all along

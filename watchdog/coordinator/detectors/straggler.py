@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import heapq
 import math
+import weakref
 from bisect import bisect_right
-from operator import is_
+from operator import is_, truediv
 
+from .. import columns
 from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
@@ -43,6 +45,8 @@ from ..view import ClusterView
 GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)
 
 Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
+Change = tuple[tuple[WindowStat, ...], tuple[WindowStat, ...]] | None  # a rank's windows dropped and added; None: gone
+_STILL = ((), ())  # (a rank whose windows did not move)
 
 
 @per_tick()
@@ -56,8 +60,9 @@ def scores(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, dict
 
 def _windows_of(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, tuple[WindowStat, ...]]:
     health = classify_all(view, now, cfg)
-    # ``rv.windows``: the rank's windows as the view gives them (on the GPU clock where it has one)
-    return {r: w for r, w in ((r, rv.windows) for r, rv in view.ranks.items() if health[r] == OK) if w}
+    c = columns.of(view)
+    # ``windows``: the rank's windows as the view gives them (on the GPU clock where it has one)
+    return {r: w for r, w in zip(c.rank, c.windows) if w and health[r] == OK}
 
 
 class Scorer:
@@ -102,35 +107,53 @@ class Scorer:
         self._out = self._score(wins_of, moved)
         return self._out
 
-    def _update(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> set[int]:
-        """Fold the ranks' window changes into the per-index members; the ranks that changed."""
-        prev, moved = self._wins, set()
+    def _update(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> dict[int, Change]:
+        """Fold the ranks' window changes into the per-index members; the ranks that
+        changed, each with the windows it lost and gained (None: gone)."""
+        prev, moved = self._wins, {}
+        members, dirty = self._members, self._dirty
         for r in [r for r in prev if r not in wins_of]:
             for w in prev.pop(r):
                 self._drop(r, w)
             self._base.pop(r, None)
-            moved.add(r)
+            moved[r] = None
         for r, wins in wins_of.items():
             old = prev.get(r)
             if old is wins:
                 continue
-            moved.add(r)
             prev[r] = wins
+            dropped: tuple[WindowStat, ...] = ()
             if old is None:
                 added: tuple[WindowStat, ...] = wins
             else:
                 # Usually the old windows minus the oldest few, then the new ones (steps._close_windows).
-                d = next((i for i, w in enumerate(old) if w is wins[0]), None) if wins else None
+                w0 = wins[0] if wins else None
+                if w0 is None:
+                    d = None
+                elif old[0] is w0:  # (the first two answers of the search below, without a generator)
+                    d = 0
+                elif len(old) > 1 and old[1] is w0:
+                    d = 1
+                else:
+                    d = next((i for i, w in enumerate(old) if w is w0), None)
                 shared = len(old) - d if d is not None else 0
                 if d is not None and shared <= len(wins) and all(map(is_, old[d:], wins)):
                     dropped, added = old[:d], wins[shared:]
                 else:
                     dropped, added = old, wins
                 for w in dropped:
-                    self._drop(r, w)
+                    m = members.get(w.index)
+                    if m is not None and m.get(r) is w:
+                        del m[r]
+                        dirty.add(w.index)
             for w in added:
-                self._members.setdefault(w.index, {})[r] = w
-                self._dirty.add(w.index)
+                x = w.index
+                m = members.get(x)
+                if m is None:
+                    m = members[x] = {}
+                m[r] = w
+                dirty.add(x)
+            moved[r] = (dropped, added)
         return moved
 
     def _drop(self, r: int, w: WindowStat) -> None:
@@ -139,7 +162,7 @@ class Scorer:
             del m[r]
             self._dirty.add(w.index)
 
-    def _score(self, wins_of: dict[int, tuple[WindowStat, ...]], moved: set[int]) -> dict[int, dict]:
+    def _score(self, wins_of: dict[int, tuple[WindowStat, ...]], moved: dict[int, Change]) -> dict[int, dict]:
         cfg = self.cfg
         for index in self._dirty:
             m = self._members.get(index)
@@ -172,8 +195,27 @@ class Scorer:
         base = self._base
         for r, rank_wins in wins_of.items():
             kept = base.get(r)
-            if kept is not None and r not in moved and regraded.isdisjoint(kept[2]):
-                continue
+            if kept is not None:
+                change = moved.get(r, _STILL)
+                if change is _STILL:
+                    if regraded.isdisjoint(kept[2]):
+                        continue
+                elif change is not None:
+                    # Its windows moved, but not the ones it read: a window index that is no
+                    # baseline yet (the first ranks to close a window) is skipped by the walk in
+                    # _rank_score, and one dropped beyond what it read was never reached. The
+                    # score stands; the new indices join what it read, so that it is scored
+                    # again once one of them becomes a baseline (most of a closing's ticks).
+                    dropped, added = change
+                    new = [w.index for w in added]
+                    if (
+                        regraded.isdisjoint(kept[2])
+                        and kept[2].isdisjoint([w.index for w in dropped])
+                        and not any(map(cuts.get, new))
+                    ):
+                        if new:
+                            base[r] = (kept[0], kept[1], kept[2].union(new))
+                        continue
             got = _rank_score(rank_wins, usable, cfg)
             if got is None:
                 base.pop(r, None)
@@ -182,12 +224,16 @@ class Scorer:
         own = {r: base[r][1] for r in wins_of if r in base}
         sigma_windows = median(sorted(own.values())) if own else 0.0
         out: dict[int, dict] = {}
+        factor, sigmas = cfg.straggler_factor, cfg.straggler_sigmas
         for r, o in own.items():
-            sc = dict(base[r][0])
             sigma = max(sigma_iid, sigma_windows, o)
-            threshold = max(cfg.straggler_factor, 1.0 + cfg.straggler_sigmas * sigma)
-            sc.update(threshold=threshold, sigma=sigma, sigma_steps=sigma_iid, sigma_windows=sigma_windows)
-            out[r] = sc
+            out[r] = {
+                **base[r][0],
+                "threshold": max(factor, 1.0 + sigmas * sigma),
+                "sigma": sigma,
+                "sigma_steps": sigma_iid,
+                "sigma_windows": sigma_windows,
+            }
         return out
 
 
@@ -231,34 +277,40 @@ def _rank_score(
     window-to-window noise, and the window indices it read (what the Scorer keeps
     between ticks; ``_compute`` asks it for every rank)."""
     k = cfg.straggler_windows
-    picked: list[tuple[WindowStat, float]] = []  # newest first
+    picked: list[WindowStat] = []  # newest first
+    bs: list[float] = []  # their baselines
     read = []
     for w in reversed(rank_wins):
-        read.append(w.index)
-        cut = usable.get(w.index)
+        x = w.index
+        read.append(x)
+        cut = usable.get(x)
         if cut is None:
             continue
         v = w.compute_s
         b = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
         if b > 0:
-            picked.append((w, b))
+            picked.append(w)
+            bs.append(b)
             if len(picked) == k:
                 break
     if len(picked) < k:
         return None
     picked.reverse()
-    mine = sum(w.compute_s for w, _ in picked)
-    theirs = sum(b for _, b in picked)
+    bs.reverse()
+    # Sums over lists (oldest first) rather than generators: the same additions in the same order.
+    vs = [w.compute_s for w in picked]
+    mine = sum(vs)
+    theirs = sum(bs)
     n = len(picked)
-    factors = [w.compute_s / b for w, b in picked]
+    factors = list(map(truediv, vs, bs))
     score = {
         "factor": mine / theirs,
         "window_factors": factors,
         "compute_s": mine / n,
         "baseline_s": theirs / n,
-        "step_s": sum(w.step_s for w, _ in picked) / n,
-        "first_step": picked[0][0].index * cfg.straggler_window_steps,
-        "last_step": (picked[-1][0].index + 1) * cfg.straggler_window_steps - 1,
+        "step_s": sum([w.step_s for w in picked]) / n,
+        "first_step": picked[0].index * cfg.straggler_window_steps,
+        "last_step": (picked[-1].index + 1) * cfg.straggler_window_steps - 1,
     }
     return score, _stdev(factors) / math.sqrt(k), frozenset(read)
 
@@ -313,7 +365,7 @@ def _stdev(xs: list[float]) -> float:
     if n < 2:
         return 0.0
     mean = sum(xs) / n
-    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return math.sqrt(sum([(x - mean) ** 2 for x in xs]) / (n - 1))
 
 
 def _baselines(vals: list[float]) -> tuple[float, float, float, float, float]:
@@ -349,11 +401,14 @@ class Straggler:
         self._flagged: tuple[dict[int, dict], list[int]] | None = None
         self._gauge: tuple[dict[int, dict], GaugeValues] | None = None
         self.scorer = Scorer(cfg)
-        self._last: tuple[ClusterView, float, dict[int, dict]] | None = None  # check and gauges ask for one tick's
+        # check and gauges ask for one tick's. The view is held by a weak reference: the
+        # last holder of the previous tick's view pays for freeing it (~0.1 s of
+        # deallocation at 16,384 ranks), which is not this detector's work.
+        self._last: tuple[weakref.ref[ClusterView], float, dict[int, dict]] | None = None
 
     def scores(self, now: float, view: ClusterView) -> dict[int, dict]:
-        if self._last is None or self._last[0] is not view or self._last[1] != now:
-            self._last = (view, now, self.scorer.scores(view, now))
+        if self._last is None or self._last[0]() is not view or self._last[1] != now:
+            self._last = (weakref.ref(view), now, self.scorer.scores(view, now))
         return self._last[2]
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
