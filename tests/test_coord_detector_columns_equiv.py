@@ -225,3 +225,38 @@ def test_loader_starvation_finds_what_the_plain_code_found():
         assert got == ref.check(100.5, view), trial
         seen[got[0].evidence["scope"] if got else "none"] += 1
     assert seen["none"] > 20 and seen["ranks"] > 10 and seen["all"] > 10  # not vacuous
+
+
+def test_the_verdicts_clock_is_the_summarised_ranks_split_clock():
+    """verdict.measure reads the ranks' histories and split clocks from the view's
+    columns: the clock it names is the one the summarised ranks' objects give
+    (gpu, cpu or mixed), with dead ranks of another clock left out."""
+    from watchdog.coordinator import verdict
+
+    cfg = DetectorConfig()
+    rng = random.Random(41)
+    seen: Counter = Counter()
+    for trial in range(60):
+        world = rng.choice((2, 5, 9))
+        states = []
+        for r in range(world):
+            gpu = rng.random() < (0.5, 0.0, 1.0)[trial % 3]
+            states.append(
+                t.rank(
+                    r,
+                    world_size=world,
+                    step=61,
+                    recent_steps=t.steps(1, 60, step_s=0.1, data_s=0.01 * (r % 3)),
+                    recent_gpu=t.gpu_steps(1, 60, step_s=0.1) if gpu else (),
+                    alive=rng.random() > 0.15,
+                )
+            )
+        view = t.view(states, now=100.0)
+        m = verdict.measure(100.5, view, cfg)
+        hl = classify_all.uncached(view, 100.5, cfg)
+        clocks = {rv.split_clock for r, rv in view.ranks.items() if hl[r] == OK}
+        want = clocks.pop() if len(clocks) == 1 else "mixed"
+        if m.evidence["ranks"]:
+            assert m.evidence["clock"] == want, trial
+            seen[want] += 1
+    assert seen["gpu"] and seen["cpu"] and seen["mixed"]  # not vacuous

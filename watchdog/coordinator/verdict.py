@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from operator import add, attrgetter, itemgetter, sub
 from typing import Any, NamedTuple
 
-from . import stats
+from . import columns, stats
 from .config import DetectorConfig
 from .finding import seconds
 from .health import OK, classify_all
@@ -167,12 +167,14 @@ class Summaries:
     def get(self, view: ClusterView, ranks: list[int]) -> dict[int, Summary | None]:
         self._tick += 1
         cache, left = self._cache, self.budget
+        c = columns.of(view)
+        history = dict(zip(c.rank, c.history))  # each rank's (split clock's) history, without its objects
         # Never summarised first (a dict probe each, no rank object read), then round
         # robin from where the last tick stopped: the longest-waiting first when every
         # rank changes every tick (16,384 ranks reporting once a second), without
         # reading all 16,384 ranks' histories to find the stale ones and sorting them.
         for r in [r for r in ranks if r not in cache][:left]:
-            hist = view.ranks[r].history
+            hist = history[r]
             cache[r] = (hist, summarize(hist), self._tick)
             left -= 1
         n = len(ranks)
@@ -181,7 +183,7 @@ class Summaries:
             while i < n and left > 0:
                 r = ranks[(start + i) % n]
                 i += 1
-                hist = view.ranks[r].history
+                hist = history[r]
                 hit = cache.get(r)
                 if hit is None or hit[0] is not hist:
                     cache[r] = (hist, summarize(hist), self._tick)
@@ -251,7 +253,11 @@ def measure(
         bytes_per_step=int(per_step_bytes),
         bytes_per_compute_s=int(per_step_bytes / med_compute) if med_compute > 0 else None,
     )
-    clocks = {view.ranks[r].split_clock for r in per_rank}
+    c = columns.of(view)
+    clocks = set(c.split_clock)  # every rank's: one clock is then every summarised rank's clock too
+    if len(clocks) > 1:
+        clock = dict(zip(c.rank, c.split_clock))
+        clocks = set(map(clock.__getitem__, per_rank))
     evidence["clock"] = clocks.pop() if len(clocks) == 1 else "mixed"  # the clock the split came from
     if finer:  # the finer split (mon.watch_model), median over the ranks that measure it
         evidence["split"] = {k: round(median([v[j] for v in finer]), 6) for j, k in enumerate(FINER)}
