@@ -110,7 +110,8 @@ class Scorer:
     def _update(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> dict[int, Change]:
         """Fold the ranks' window changes into the per-index members; the ranks that
         changed, each with the windows it lost and gained (None: gone)."""
-        prev, moved = self._wins, {}
+        prev = self._wins
+        moved: dict[int, Change] = {}
         members, dirty = self._members, self._dirty
         for r in [r for r in prev if r not in wins_of]:
             for w in prev.pop(r):
