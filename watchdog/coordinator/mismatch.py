@@ -23,7 +23,9 @@ no accusation.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import columns
@@ -148,17 +150,18 @@ def _group_sizes(view: ClusterView, keys) -> dict[int, int]:
 
 # The last view judged and its answer: the view is immutable and several detectors
 # (health.analyze, dead_rank, collective_mismatch) ask about the same one each tick.
-_last: tuple[ClusterView | None, Mismatch | None] = (None, None)
+# The view weakly held, as memo.per_tick does (freeing it is not the next tick's work).
+_last: tuple[Callable[[], ClusterView | None], Mismatch | None] = (lambda: None, None)
 
 
 def find(view: ClusterView) -> Mismatch | None:
     """``judge(view)``, remembered for the last view asked about."""
     global _last
     seen, answer = _last
-    if seen is view:
+    if seen() is view:
         return answer
     answer = judge(view)
-    _last = (view, answer)
+    _last = (weakref.ref(view), answer)
     return answer
 
 
