@@ -45,3 +45,29 @@ def test_memoized_analyses_equal_the_uncached_ones():
         assert health.analyze(view, now, cfg) == health._analyze.uncached(view, now, cfg)
         assert straggler.scores(view, now, cfg) == straggler.scores.uncached(view, now, cfg)
     assert hang_state(101.0, view, cfg).blame.culprits == (5,)
+
+
+def test_the_memos_do_not_keep_the_last_ticks_view_alive():
+    """A view held by a memo after its tick was freed by the next tick (~0.1 s at
+    16,384 ranks); the memos, the mismatch answer and the straggler detector
+    hold it weakly, so it goes as soon as the tick lets go of it, and a new view
+    (even one at the same address) is never taken for it."""
+    import gc
+    import weakref
+
+    from watchdog.coordinator import mismatch
+
+    cfg = DetectorConfig()
+    det = straggler.Straggler(cfg)
+    view = t.view(t.healthy(8, recent_steps=t.steps(1, 100)), now=100.0)
+    first = health.classify_all(view, 100.5, cfg)
+    hang_state(100.5, view, cfg)
+    mismatch.find(view)
+    det.check(100.5, view)
+    gone = weakref.ref(view)
+    del view
+    gc.collect()
+    assert gone() is None
+    again = t.view(t.with_rank(t.healthy(8), 3, heartbeat_age_s=9.0), now=100.0)
+    assert health.classify_all(again, 100.5, cfg) is not first
+    assert health.classify_all(again, 100.5, cfg)[3] == health.FROZEN
