@@ -74,7 +74,8 @@ class Scorer:
     is the answer. When windows close, the table of each window index (every
     rank's compute in it, sorted, and its baselines) is rebuilt only for the
     indices that gained or lost a rank's window, and a rank's score is computed
-    again only if its windows changed or a window it used got other baselines;
+    again only if a window it read changed or got other baselines (a new window
+    that is no baseline yet changes no score);
     at 16,384 ranks rebuilding every window of every rank was ~0.5 s a closing.
     Equal to ``_compute`` from scratch (tests/test_coord_straggler_equiv.py)."""
 
@@ -206,7 +207,8 @@ class Scorer:
                     # baseline yet (the first ranks to close a window) is skipped by the walk in
                     # _rank_score, and one dropped beyond what it read was never reached. The
                     # score stands; the new indices join what it read, so that it is scored
-                    # again once one of them becomes a baseline (most of a closing's ticks).
+                    # again once one of them becomes a baseline (on the ticks where only some
+                    # ranks have closed the new window: ~15% off such a tick at 16,384 ranks).
                     dropped, added = change
                     new = [w.index for w in added]
                     if (
