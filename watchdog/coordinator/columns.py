@@ -58,6 +58,8 @@ class RankColumns:
     steps_seen: tuple[int, ...] = ()
     has_history: tuple[bool, ...] = ()
     p99_step_s: tuple[float, ...] = ()
+    # -- for hang
+    fr_held: tuple[bool, ...] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -101,6 +103,8 @@ def _row(rv: FoldedRank) -> tuple:
         st.steps_seen,
         bool(st.history),
         st.p99_step_s,
+        # -- for hang
+        bool(rv.colls) or bool(s.fr_newest_seq),
     )
 
 
