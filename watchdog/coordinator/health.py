@@ -108,7 +108,14 @@ def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int
     if lost:
         odd.update(compress(rows, map(lost.__contains__, c.host)))
     out = dict.fromkeys(rank, OK)
-    status, host, alive, moved, hb_age, proc = c.status, c.host, c.alive, c.heartbeat_moved, c.heartbeat_age_s, c.proc_status
+    status, host, alive, moved, hb_age, proc = (
+        c.status,
+        c.host,
+        c.alive,
+        c.heartbeat_moved,
+        c.heartbeat_age_s,
+        c.proc_status,
+    )
     for i in odd:
         if status[i] == "exited":
             out[rank[i]] = EXITED
