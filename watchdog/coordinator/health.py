@@ -204,7 +204,7 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     latest_enter = max(enters)
     on_ranks = _take(rank, on)
     wait_ranks = on_ranks if on is wait else _take(rank, wait)
-    elsewhere = tuple(sorted(set(wait_ranks) - set(on_ranks)))
+    elsewhere = () if on is wait else tuple(sorted(set(wait_ranks) - set(on_ranks)))
 
     # 1. Ranks not in any collective: failed, exited, or stuck in their own code
     #    since before the others started waiting (a rank still making progress
@@ -296,6 +296,8 @@ def _take(col: tuple, rows: list[int]) -> tuple:
 
 def _fr_front(view: ClusterView, now: float, health: dict[int, str]) -> frblame.FrFront | None:
     c = columns.of(view)
+    if not any(c.fr_held):
+        return None  # what frblame.find says when no rank's Flight Recorder showed anything
     is_ok = list(map(eq, repeat(OK), health.values()))  # classify_all's order is the columns'
     latest = max(compress(c.progress_at, is_ok), default=None)
     if latest is None or now - latest < FR_AFTER_S:
