@@ -22,7 +22,7 @@ from watchdog.coordinator.detectors import collective_hang as ch
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, HangState
 from watchdog.coordinator.detectors.dead_rank import CASCADE_S, TIE_COARSE_S, TIE_S, DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
-from watchdog.coordinator.finding import Finding, ranks_phrase, seconds
+from watchdog.coordinator.finding import Finding, rank_ranges, ranks_phrase, seconds
 from watchdog.coordinator.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, STALL_SLACK_S, Blame
 from watchdog.coordinator.mismatch import find as find_mismatch
 from watchdog.coordinator.view import ClusterView, FoldedRank
@@ -550,3 +550,28 @@ def test_the_hang_path_on_columns_is_the_plain_code_on_simulated_faults(monkeypa
             for now in (until, until + 0.7, until + 3.0):
                 seen.update(_compare(view, now, sim.cfg, monkeypatch)[1])
     assert {"dead_rank", "frozen_rank", "collective_hang", LOST, EXITED} <= set(seen), seen
+
+
+def _ref_rank_ranges(ranks) -> str:
+    """finding.rank_ranges as it was: a step per rank."""
+    out, items, i = [], sorted(set(ranks)), 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def test_rank_ranges_are_the_plain_walks():
+    """The waiters' phrase, on every tick of a hang at scale: runs found by halving."""
+    rng = random.Random(3)
+    cases = [[], [5], [16383], list(range(16384)), [r for r in range(16384) if r != 10923], list(range(0, 600, 2))]
+    for _ in range(1500):
+        span = rng.choice((20, 80, 400, 5000))
+        cases.append([rng.randrange(-3, span) for _ in range(rng.randrange(0, 300))])
+        lo = rng.randrange(0, 100)
+        cases.append([r for r in range(lo, lo + rng.randrange(1, 200)) if rng.random() > 0.02])
+    for ranks in cases:
+        assert rank_ranges(ranks) == _ref_rank_ranges(ranks), ranks

@@ -194,12 +194,12 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     if not wait:
         return _fr_blame(view, now, health)
     coll_group, coll_seq = c.coll_group, c.coll_seq
-    groups = Counter(_take(coll_group, wait))
+    groups = _count(_take(coll_group, wait))
     group = min(groups, key=lambda g: (-groups[g], g))
     on = wait if len(groups) == 1 else [i for i in wait if coll_group[i] == group]
     seq = min(_take(c.coll_done_seq, on)) + 1
     front = max(_take(coll_seq, on))
-    ops = Counter(_take(c.coll_op, on))
+    ops = _count(_take(c.coll_op, on))
     enters = _take(c.coll_enter, on)
     latest_enter = max(enters)
     on_ranks = _take(rank, on)
@@ -242,7 +242,11 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     #    or size than most: a desync); the minority is the odd one out.
     at_front = on if level else [i for i, q in zip(on, seqs) if q == front]
     op, nbytes = c.coll_op, c.coll_bytes
-    shapes = Counter(zip(_take(op, at_front), _take(nbytes, at_front)))
+    front_ops, front_bytes = _take(op, at_front), _take(nbytes, at_front)
+    if _same(front_ops) and _same(front_bytes):  # nearly always: one shape
+        shapes = Counter({(front_ops[0], front_bytes[0]): len(at_front)})
+    else:
+        shapes = Counter(zip(front_ops, front_bytes))
     mismatched = []
     if len(shapes) > 1:
         (top, n_top), (_, n_next) = shapes.most_common(2)
@@ -287,6 +291,17 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         how=how,
         unread=tuple(sorted(unheard)) if how == "unheard" else (),
     )
+
+
+def _same(values: tuple) -> bool:
+    """All equal (one C-level count; ``values`` is not empty)."""
+    return values.count(values[0]) == len(values)
+
+
+def _count(values: tuple) -> Counter:
+    """``Counter(values)``; one count when all are the same value (nearly always: a
+    single group, a single op), ~10x cheaper than counting 16,384 values one by one."""
+    return Counter({values[0]: len(values)}) if _same(values) else Counter(values)
 
 
 def _take(col: tuple, rows: list[int]) -> tuple:
