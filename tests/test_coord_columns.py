@@ -53,6 +53,8 @@ def _expected(rv: FoldedRank) -> dict:
         "train_steps": rv.train_steps,
         "data_share": rv.data_share,
         "batch_per_rank": s.batch_per_rank,
+        # -- for hang
+        "fr_held": bool(rv.colls or s.fr_newest_seq),
     }
 
 

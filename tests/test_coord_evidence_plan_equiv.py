@@ -16,23 +16,47 @@ from watchdog.coordinator.evidence_plan import (
     CommandRequest,
     brief,
     plan_capped,
-    snapshot_ranks,
     stack_ranks,
     trigger,
 )
+
+
+def _every_rank(f, view, max_per_host):
+    """``stack_plan.every_rank`` as it was: liveness read from each rank's objects, every host sorted."""
+    cap = max(1, min(max_per_host, commands.MAX_TARGETS))
+    first = set(f.ranks) | set(f.wants_stacks)
+    waiters = {w for w in f.evidence.get("waiters") or () if isinstance(w, int)}
+    by_host: dict[str, list[int]] = {}
+    for rank, rv in view.ranks.items():
+        if stack_plan.live(rv):
+            by_host.setdefault(rv.host, []).append(rank)
+    chosen: list[int] = []
+    left: dict[str, list[int]] = {}
+    for host, ranks in sorted(by_host.items()):
+        ranks.sort(key=lambda r: (r not in first, r not in waiters, r))
+        chosen += ranks[:cap]
+        if len(ranks) > cap:
+            left[host] = sorted(ranks[cap:])
+    return sorted(chosen), left
+
+
+def _snapshot_ranks(f, view, max_snapshots=64):
+    named = [r for r in sorted(set(f.ranks) | set(f.wants_stacks)) if r in view.ranks]
+    others = [r for r in sorted(view.ranks) if r not in named]
+    return sorted(named + others[: max(0, max_snapshots - len(named))])
 
 
 def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_PER_HOST):
     """The plan as it was before the one-pass rewrite, with the service's cap check."""
     out = []
     stacks = (
-        stack_plan.every_rank(f, view, max_stacks_per_host)[0]
+        _every_rank(f, view, max_stacks_per_host)[0]
         if f.kind in stack_plan.ALL_RANKS_KINDS
         else stack_ranks(f, view, max_dumps)
     )
-    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
+    wanted = [(commands.SNAPSHOT_SLOTS, _snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
     if f.kind in FR_KINDS:
-        wanted.append((commands.DUMP_FLIGHT_RECORDER, stack_plan.every_rank(f, view, max_stacks_per_host)[0]))
+        wanted.append((commands.DUMP_FLIGHT_RECORDER, _every_rank(f, view, max_stacks_per_host)[0]))
     for kind, ranks in wanted:
         by_host: dict[str, list] = {}
         for rv in sorted((view.ranks[r] for r in ranks), key=lambda x: x.rank):
@@ -40,7 +64,7 @@ def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_
         for host, rvs in sorted(by_host.items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
             out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))
-    left = stack_plan.every_rank(f, view, max_stacks_per_host)[1] if f.kind in stack_plan.ALL_RANKS_KINDS else {}
+    left = _every_rank(f, view, max_stacks_per_host)[1] if f.kind in stack_plan.ALL_RANKS_KINDS else {}
     return out, left
 
 
@@ -61,7 +85,7 @@ FINDINGS = [
 ]
 
 
-@pytest.mark.parametrize("cap", [64, 5, 1])
+@pytest.mark.parametrize("cap", [64, 11, 5, 1])  # 11: one less than a full host
 @pytest.mark.parametrize("f", FINDINGS, ids=[f.kind for f in FINDINGS])
 def test_one_pass_plan_is_the_reference_plan(f, cap):
     view = _view()

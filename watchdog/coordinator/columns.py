@@ -79,6 +79,8 @@ class RankColumns:
     train_steps: Sequence[int] = ()  # the CPU clock's (FoldedRank.train_steps)
     data_share: Sequence[float] = ()  # the CPU clock's (FoldedRank.data_share)
     batch_per_rank: Sequence[int] = ()
+    # -- for hang
+    fr_held: Sequence[bool] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -139,6 +141,8 @@ def _row(rv: FoldedRank) -> tuple:
         st.train_steps,
         st.data_share,
         s.batch_per_rank,
+        # -- for hang
+        bool(rv.colls) or bool(s.fr_newest_seq),
     )
 
 
@@ -203,7 +207,9 @@ def of(view: ClusterView) -> RankColumns:
     """``build(view)``, once per view object: the view is immutable, so its
     columns are too; kept on the view itself so they go when it does."""
     got = cached(view)
-    if got is None:
+    # Another copy of this module (a baseline package timed beside this tree's in
+    # benchmarks/scale_profile.py --compare-with) has its own, other fields: not ours.
+    if type(got) is not RankColumns:
         got = build(view)
         attach(view, got)
     return got

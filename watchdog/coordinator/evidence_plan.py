@@ -19,11 +19,12 @@ One request per (host, type): an agent answers for its own ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from watchdog import commands
 
-from . import stack_plan
+from . import columns, stack_plan
 from .finding import Finding
 from .view import ClusterView, FoldedRank
 
@@ -74,8 +75,8 @@ def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPS
     needs what the others were doing too (waiting in the collective the culprit
     never entered, still stepping, torn down after it)."""
     named = [r for r in sorted(set(f.ranks) | set(f.wants_stacks)) if r in view.ranks]
-    others = [r for r in sorted(view.ranks) if r not in named]
-    return sorted(named + others[: max(0, max_snapshots - len(named))])
+    others = islice((r for r in sorted(view.ranks) if r not in named), max(0, max_snapshots - len(named)))
+    return sorted(named + list(others))
 
 
 def plan(
@@ -107,24 +108,29 @@ def plan_capped(
         wanted.append((commands.DUMP_FLIGHT_RECORDER, every))
     out = []
     grouped: dict[int, list[tuple[str, tuple[dict[str, int], ...]]]] = {}  # id(rank list) -> its targets by host
+    trig = trigger(f)  # one for all: read only (at 16,384 ranks a hang's plan is 6,144 requests)
     for kind, ranks in wanted:
         by_host = grouped.get(id(ranks))
         if by_host is None:
             by_host = grouped[id(ranks)] = _targets_by_host(view, ranks)
-        out += [CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)) for host, targets in by_host]
+        out += [CommandRequest(host=host, type=kind, targets=targets, trigger=trig) for host, targets in by_host]
     return out, left
 
 
 def _targets_by_host(view: ClusterView, ranks: list[int]) -> list[tuple[str, tuple[dict[str, int], ...]]]:
-    """[(host, its ranks' targets by rank)] sorted by host, in one pass over ``ranks``."""
+    """[(host, its ranks' targets by rank)] sorted by host, in one pass over ``ranks``;
+    identities from the view's columns (at 16,384 ranks the objects were ~30 ms)."""
     by_host: dict[str, list[dict[str, int]]] = {}
-    target, got = commands.target, view.ranks
+    target = commands.target
+    c = columns.of(view)
+    row = dict(zip(c.rank, range(len(c.rank))))
+    pid, start, host_of = c.pid, c.proc_start_us, c.host
     for r in sorted(ranks):
-        rv = got[r]
-        t = target(rv.rank, rv.state.pid, rv.state.proc_start_us)
-        ts = by_host.get(rv.host)
+        i = row[r]
+        t, host = target(r, pid[i], start[i]), host_of[i]
+        ts = by_host.get(host)
         if ts is None:
-            by_host[rv.host] = [t]
+            by_host[host] = [t]
         else:
             ts.append(t)
     return [(host, tuple(ts)) for host, ts in sorted(by_host.items())]

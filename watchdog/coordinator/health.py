@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import eq, itemgetter, lt, not_
 
 from . import columns, frblame
 from .config import DetectorConfig
@@ -59,7 +61,8 @@ def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
     if not silent:
         return silent
     # An agent that goes quiet after all its ranks exited cleanly is the job ending.
-    return {rv.host for rv in view.ranks.values() if rv.host in silent and rv.state.status != "exited"}
+    c = columns.of(view)
+    return {h for h, status in zip(c.host, c.status) if h in silent and status != "exited"}
 
 
 def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
@@ -84,27 +87,44 @@ def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig,
 
 @per_tick()
 def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
+    """Each rank's ``classify``, in the view's rank order (the columns' order: the
+    hang analysis reads the values of this dict as a column)."""
     lost = lost_hosts(view, now, cfg)
-    if lost:
-        return {r: classify(rv, view, now, cfg, lost) for r, rv in view.ranks.items()}
-    # No host lost (nearly every tick): ``classify`` inlined, one pass over the view's
-    # columns without a call or an object per rank (at 16,384 ranks the calls, then the
-    # objects' cache misses, were most of this; the same answers: tests/test_coord_tick_equiv.py).
     frozen_s = cfg.frozen_heartbeat_s
     stopped_s = frozen_s / 3
     c = columns.of(view)
-    out = {}
-    for r, status, alive, moved, hb_age, proc in zip(
-        c.rank, c.status, c.alive, c.heartbeat_moved, c.heartbeat_age_s, c.proc_status
-    ):
-        if status == "exited":
-            out[r] = EXITED
-        elif not alive:
-            out[r] = DEAD
-        elif status != "disabled" and moved and hb_age > (stopped_s if proc == "stopped" else frozen_s):
-            out[r] = FROZEN
-        else:
-            out[r] = OK
+    rank = c.rank
+    # A rank that has not exited, is alive, not on a lost host and has a heartbeat
+    # younger than the shorter frozen limit is OK: nearly every rank on every tick.
+    # The others are found with C-level scans of the columns, and only they are
+    # classified one by one (``classify`` inlined; at 16,384 ranks a Python pass
+    # over every rank was ~8 ms a tick). The same answers: tests/test_coord_tick_equiv.py.
+    rows = range(len(rank))
+    odd = set(compress(rows, map(lt, repeat(stopped_s), c.heartbeat_age_s)))
+    if "exited" in c.status:
+        odd.update(compress(rows, map(eq, repeat("exited"), c.status)))
+    if not all(c.alive):
+        odd.update(compress(rows, map(not_, c.alive)))
+    if lost:
+        odd.update(compress(rows, map(lost.__contains__, c.host)))
+    out = dict.fromkeys(rank, OK)
+    status, host, alive, moved, hb_age, proc = (
+        c.status,
+        c.host,
+        c.alive,
+        c.heartbeat_moved,
+        c.heartbeat_age_s,
+        c.proc_status,
+    )
+    for i in odd:
+        if status[i] == "exited":
+            out[rank[i]] = EXITED
+        elif lost and host[i] in lost:
+            out[rank[i]] = LOST
+        elif not alive[i]:
+            out[rank[i]] = DEAD
+        elif status[i] != "disabled" and moved[i] and hb_age[i] > (stopped_s if proc[i] == "stopped" else frozen_s):
+            out[rank[i]] = FROZEN
     return out
 
 
@@ -146,30 +166,45 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
 
 @per_tick()
 def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None:
+    # Column by column (columns.py): at 16,384 ranks, in a hang, every rank waits and the
+    # passes over the rank objects this took were ~200 ms a tick. The same answers as the
+    # plain code it replaced, kept as the reference in tests/test_coord_hang_equiv.py.
     health = classify_all(view, now, cfg)
+    c = columns.of(view)
+    hs = tuple(health.values())  # classify_all's order is the columns' order
+    rank = c.rank
     # A lost host's ranks are not waiting "now": their last state is as old as the host's silence, so
     # counting them as waiters would have the live ranks blamed for a wait seen on stale data. Nor are
     # those of a host that missed a few reports but is not lost yet (10 s at a 2 s advised interval,
     # past the 5 s hang floor): its ranks' wait is as old as its silence too.
     quiet = quiet_hosts(view, now)
-    wait = {
-        r: rv
-        for r, rv in view.ranks.items()
-        if waiting(rv) and health[r] not in (EXITED, LOST) and (not quiet or rv.host not in quiet)
-    }
+    slack = STALL_SLACK_S
+    # ``waiting`` per row, from the same floats (step_start and coll_enter are the columns').
+    if quiet:
+        is_wait = [
+            out > 0 and start <= enter + slack and h != EXITED and h != LOST and host not in quiet
+            for out, start, enter, h, host in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs, c.host)
+        ]
+    else:
+        is_wait = [
+            out > 0 and start <= enter + slack and h != EXITED and h != LOST
+            for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
+        ]
+    wait = list(compress(range(len(rank)), is_wait))  # rows
     if not wait:
         return _fr_blame(view, now, health)
-    groups = Counter(rv.state.coll.group for rv in wait.values())
+    coll_group, coll_seq = c.coll_group, c.coll_seq
+    groups = _count(_take(coll_group, wait))
     group = min(groups, key=lambda g: (-groups[g], g))
-    on = {r: rv for r, rv in wait.items() if rv.state.coll.group == group}
-    seq = min(rv.state.coll.done_seq for rv in on.values()) + 1
-    front = max(rv.state.coll.seq for rv in on.values())
-    ops = Counter(rv.state.coll.op for rv in on.values())
-    latest_enter = max(rv.coll_enter() for rv in on.values())
-    elsewhere = tuple(sorted(set(wait) - set(on)))
-
-    def stalled(rv: FoldedRank) -> bool:
-        return rv.progress_at <= latest_enter + STALL_SLACK_S
+    on = wait if len(groups) == 1 else [i for i in wait if coll_group[i] == group]
+    seq = min(_take(c.coll_done_seq, on)) + 1
+    front = max(_take(coll_seq, on))
+    ops = _count(_take(c.coll_op, on))
+    enters = _take(c.coll_enter, on)
+    latest_enter = max(enters)
+    on_ranks = _take(rank, on)
+    wait_ranks = on_ranks if on is wait else _take(rank, wait)
+    elsewhere = () if on is wait else tuple(sorted(set(wait_ranks) - set(on_ranks)))
 
     # 1. Ranks not in any collective: failed, exited, or stuck in their own code
     #    since before the others started waiting (a rank still making progress
@@ -178,31 +213,47 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     #    never a culprit on that alone.
     missing: list[int] = []
     unheard: list[int] = []
-    for r, rv in view.ranks.items():
-        if r in wait:
-            continue
-        if health[r] in FAULTY + (EXITED,):
+    stalled_by = latest_enter + slack  # FoldedRank.progress_at <= this: stalled
+    failed_like = FAULTY + (EXITED,)
+    progress_at, host_of, received_at = c.progress_at, c.host, c.received_at
+    for i in compress(range(len(rank)), map(not_, is_wait)):  # in a hang, nearly every rank waits
+        r, h = rank[i], hs[i]
+        if h in failed_like:
             missing.append(r)
-        elif stalled(rv):
-            (unheard if quiet and rv.host in quiet and rv.received_at <= latest_enter else missing).append(r)
-    fr = _fr_front(view, now, health) if missing else None
+        elif progress_at[i] <= stalled_by:
+            (unheard if quiet and host_of[i] in quiet and received_at[i] <= latest_enter else missing).append(r)
+    fr_memo: list[frblame.FrFront | None] = []  # _fr_front at most once: it is pure
+
+    def fr_front() -> frblame.FrFront | None:
+        if not fr_memo:
+            fr_memo.append(_fr_front(view, now, health))
+        return fr_memo[0]
+
+    fr = fr_front() if missing else None
     if fr is not None:  # the Flight Recorder shows more than the marks: these wait in the same collective
         held = set(fr.waiters) | set(fr.earlier)
         missing = [r for r in missing if r not in held]
     # 2. Waiting, but on an earlier collective than the others entered (a rank
     #    killed half-way through its gradient buckets).
-    behind = [r for r, rv in on.items() if rv.state.coll.seq < front]
+    seqs = _take(coll_seq, on)
+    level = min(seqs) == front  # nearly always: then nobody is behind
+    behind = [] if level else [r for r, q in zip(on_ranks, seqs) if q < front]
     # 3. In the same collective by number but a different one in fact (another op
     #    or size than most: a desync); the minority is the odd one out.
-    at_front = {r: rv for r, rv in on.items() if rv.state.coll.seq == front}
-    shapes = Counter((rv.state.coll.op, rv.state.coll.bytes) for rv in at_front.values())
+    at_front = on if level else [i for i, q in zip(on, seqs) if q == front]
+    op, nbytes = c.coll_op, c.coll_bytes
+    front_ops, front_bytes = _take(op, at_front), _take(nbytes, at_front)
+    if _same(front_ops) and _same(front_bytes):  # nearly always: one shape
+        shapes = Counter({(front_ops[0], front_bytes[0]): len(at_front)})
+    else:
+        shapes = Counter(zip(front_ops, front_bytes))
     mismatched = []
     if len(shapes) > 1:
         (top, n_top), (_, n_next) = shapes.most_common(2)
         if n_top > n_next:
-            mismatched = [r for r, rv in at_front.items() if (rv.state.coll.op, rv.state.coll.bytes) != top]
+            mismatched = [rank[i] for i in at_front if (op[i], nbytes[i]) != top]
     # 4. Failed while inside the collective itself.
-    inside = [r for r in wait if health[r] in FAULTY]
+    inside = list(compress(wait_ranks, map(FAULTY.__contains__, _take(hs, wait))))
     # 0. A mismatch the recorded shapes show (Flight Recorder or hook marks) came
     #    first: the ranks waiting now wait because of it, whoever looks "behind".
     recorded = find_mismatch(view)
@@ -221,13 +272,13 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
             break
     else:
         how = "unknown"
-        found = _fr_blame(view, now, health)
+        found = _as_blame(fr_front())
         if found is not None and found.culprits:
             return found  # every visible waiter in, but the Flight Recorder names who holds them
         if unheard:
             how = "unheard"  # nobody named until they report again or their host is lost
     blamed = set(culprits)  # a set: at 16k ranks a list made this O(waiters x culprits)
-    waiters = tuple(sorted(r for r in on if r not in blamed))
+    waiters = tuple(sorted(set(on_ranks).difference(blamed) if blamed else on_ranks))
     return Blame(
         group=group,
         seq=seq,
@@ -235,23 +286,47 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         waiters=waiters,
         culprits=tuple(sorted(culprits)),
         elsewhere=tuple(r for r in elsewhere if r not in blamed),
-        waiting_since=min(rv.coll_enter() for rv in on.values()),
+        waiting_since=min(enters),
         latest_enter=latest_enter,
         how=how,
         unread=tuple(sorted(unheard)) if how == "unheard" else (),
     )
 
 
+def _same(values: tuple) -> bool:
+    """All equal (one C-level count; ``values`` is not empty)."""
+    return values.count(values[0]) == len(values)
+
+
+def _count(values: tuple) -> Counter:
+    """``Counter(values)``; one count when all are the same value (nearly always: a
+    single group, a single op), ~10x cheaper than counting 16,384 values one by one."""
+    return Counter({values[0]: len(values)}) if _same(values) else Counter(values)
+
+
+def _take(col: tuple, rows: list[int]) -> tuple:
+    """``col``'s values at ``rows`` (one C call: ``itemgetter`` of one row gives a bare value)."""
+    return itemgetter(*rows)(col) if len(rows) > 1 else tuple(col[i] for i in rows)
+
+
 def _fr_front(view: ClusterView, now: float, health: dict[int, str]) -> frblame.FrFront | None:
-    ok = {r for r, h in health.items() if h == OK}
-    if not ok or now - max(view.ranks[r].progress_at for r in ok) < FR_AFTER_S:
+    c = columns.of(view)
+    if not any(c.fr_held):
+        return None  # what frblame.find says when no rank's Flight Recorder showed anything
+    is_ok = list(map(eq, repeat(OK), health.values()))  # classify_all's order is the columns'
+    latest = max(compress(c.progress_at, is_ok), default=None)
+    if latest is None or now - latest < FR_AFTER_S:
         return None
-    failed = {r for r, h in health.items() if h in FAULTY + (EXITED,)}
+    ok = set(compress(health.keys(), is_ok))
+    failed = set(compress(health.keys(), map((FAULTY + (EXITED,)).__contains__, health.values())))
     return frblame.find(view, ok, failed)
 
 
 def _fr_blame(view: ClusterView, now: float, health: dict[int, str]) -> Blame | None:
-    f = _fr_front(view, now, health)
+    return _as_blame(_fr_front(view, now, health))
+
+
+def _as_blame(f: frblame.FrFront | None) -> Blame | None:
     if f is None:
         return None
     return Blame(
@@ -277,7 +352,11 @@ def victims(
     not the root cause and get no finding of their own."""
     if blame is None or not blame.culprits or blame.how in ("failed_inside", "unknown", "unproven"):
         return set()
-    return {r for r in blame.waiters + blame.elsewhere if health[r] in FAULTY}
+    # The few failed ranks, met with the (many) waiters in C rather than a lookup per waiter.
+    failed = set(compress(health.keys(), map(FAULTY.__contains__, health.values())))
+    if not failed:
+        return failed
+    return failed.intersection(blame.waiters) | failed.intersection(blame.elsewhere)
 
 
 def live(view: ClusterView, health: dict[int, str]) -> list[int]:

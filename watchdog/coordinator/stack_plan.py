@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from watchdog import commands
 
+from . import columns
 from .finding import Finding
 from .view import ClusterView, FoldedRank
 
@@ -37,16 +38,19 @@ def every_rank(
     first = set(f.ranks) | set(f.wants_stacks)
     waiters = {w for w in f.evidence.get("waiters") or () if isinstance(w, int)}
     by_host: dict[str, list[int]] = {}
-    for rank, rv in view.ranks.items():
-        if live(rv):
-            by_host.setdefault(rv.host, []).append(rank)
+    c = columns.of(view)  # ``live`` from the columns: at 16,384 ranks the objects were ~25 ms
+    for rank, host, alive, status in zip(c.rank, c.host, c.alive, c.status):
+        if alive and status != "exited":
+            by_host.setdefault(host, []).append(rank)
     chosen: list[int] = []
     left: dict[str, list[int]] = {}
     for host, ranks in sorted(by_host.items()):
+        if len(ranks) <= cap:  # all of them (the order is the sort below)
+            chosen += ranks
+            continue
         ranks.sort(key=lambda r: (r not in first, r not in waiters, r))
         chosen += ranks[:cap]
-        if len(ranks) > cap:
-            left[host] = sorted(ranks[cap:])
+        left[host] = sorted(ranks[cap:])
     return sorted(chosen), left
 
 

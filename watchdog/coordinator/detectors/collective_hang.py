@@ -25,13 +25,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, ge
 from typing import Any
 
-from .. import stats
+from .. import columns, stats
 from ..config import DetectorConfig
 from ..describe import heartbeat, where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..health import Blame, analyze, classify_all, live, waiting
+from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
@@ -59,12 +61,14 @@ class HangState:
 def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState | None:
     """Pure; also feeds the hang gauges. None when nothing is live."""
     health = classify_all(view, now, cfg)
-    alive = live(view, health)
-    if not alive:
+    c = columns.of(view)
+    # ``health.live`` as a column mask (classify_all's order is the columns'): at 16,384
+    # ranks each pass over the rank objects here was paid every tick.
+    alive = list(map((OK, FROZEN).__contains__, health.values()))
+    if not any(alive):
         return None  # all exited, dead or lost: dead_rank's business, not a hang
     blame = analyze(view, now, cfg, health)
-    ranks = view.ranks
-    progress = max(ranks[r].progress_at for r in alive)
+    progress = max(compress(c.progress_at, alive))
     age, onset = now - progress, progress
     if blame is not None and now - blame.waiting_since > age:
         age, onset = now - blame.waiting_since, blame.waiting_since
@@ -73,24 +77,22 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
         deadline_s=deadline(view, alive, cfg),
         onset=onset,
         blame=blame,
-        stuck=tuple(sorted(alive)) if blame is None else (),
+        stuck=tuple(sorted(compress(c.rank, alive))) if blame is None else (),
         health=health,
     )
 
 
-def deadline(view: ClusterView, alive: list[int], cfg: DetectorConfig) -> float:
-    # Step statistics and states read once per rank, without the FoldedRank properties:
-    # at 16,384 ranks each pass here is paid every tick.
-    rvs = list(map(view.ranks.__getitem__, alive))
-    sts = [rv.step_stats for rv in rvs]
-    p99s = [st.p99_step_s for st in sts if st.history]
+def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float:
+    """``alive[i]``: whether the rank in row ``i`` of the view's columns is live."""
+    c = columns.of(view)
+    p99s = list(compress(c.p99_step_s, map(and_, alive, c.has_history)))
     base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
     base += view.behind_s  # a coordinator running late has not yet seen the progress queued for it
-    phases = {rv.state.phase for rv in rvs}
+    phases = set(compress(c.phase, alive))
     if not phases.isdisjoint(SLOW_PHASES):
         base += cfg.hang_phase_allowance_s
     warmup = cfg.warmup_steps
-    if "init" in phases or any(st.steps_seen <= warmup for st in sts):
+    if "init" in phases or any(map(ge, repeat(warmup), compress(c.steps_seen, alive))):  # any steps_seen <= warmup
         base += cfg.hang_warmup_allowance_s
     return base
 

@@ -24,6 +24,10 @@ first is not blamed before the root cause's host is heard from.
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import eq
+
+from .. import columns
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
@@ -44,7 +48,8 @@ class DeadRank:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         health = classify_all(view, now, self.cfg)
-        if not any(h in (DEAD, LOST) for h in health.values()):
+        states = health.values()
+        if DEAD not in states and LOST not in states:
             return []
         blame = analyze(view, now, self.cfg, health)
         spared = victims(view, now, self.cfg, health, blame)
@@ -54,8 +59,9 @@ class DeadRank:
         lost = self._lost_hosts(now, view, health)
         # (time, ranks, precise): lost hosts take part in the ordering as one event each.
         events = [(f.onset_mono, f.ranks, False) for f in lost]
-        for r, rv in view.ranks.items():
-            if health[r] == DEAD and r not in spared and rv.died_at is not None:
+        for r in compress(health.keys(), map(eq, repeat(DEAD), states)):  # the view's rank order
+            rv = view.ranks[r]
+            if r not in spared and rv.died_at is not None:
                 events.append((rv.died_at, (r,), rv.died_precise))
         events.sort()
         out = list(lost)
@@ -90,7 +96,11 @@ class DeadRank:
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""
         waiting = ""
-        live_waiters = [w for w in blame.waiters if view.ranks[w].state.alive] if blame else []
+        live_waiters = []
+        if blame and set(cluster) & set(blame.culprits):  # the waiters' liveness from the columns: 16k objects
+            c = columns.of(view)
+            alive = dict(zip(c.rank, c.alive))
+            live_waiters = [w for w in blame.waiters if alive[w]]
         if blame and set(cluster) & set(blame.culprits) and live_waiters:
             waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
         rv = rvs[0]
@@ -138,9 +148,10 @@ class DeadRank:
     def _lost_hosts(self, now: float, view: ClusterView, health: dict[int, str]) -> list[Finding]:
         out = []
         by_host: dict[str, list[int]] = {}  # one pass: per host over all ranks was O(hosts x ranks)
-        for r, rv in view.ranks.items():
-            if health[r] == LOST:
-                by_host.setdefault(rv.host, []).append(r)
+        c = columns.of(view)  # classify_all's order is the columns'
+        for r, host, h in zip(c.rank, c.host, health.values()):
+            if h == LOST:
+                by_host.setdefault(host, []).append(r)
         for host, hv in sorted(view.hosts.items()):
             ranks = sorted(by_host.get(host, ()))
             if not ranks:

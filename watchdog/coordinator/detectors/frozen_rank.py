@@ -12,6 +12,9 @@ enough) and CPU use tells "blocked" (~0%) from "spinning in native code" (~100%)
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import eq
+
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
@@ -31,10 +34,13 @@ class FrozenRank:
             return []
         blame = analyze(view, now, self.cfg, health)
         spared = victims(view, now, self.cfg, health, blame)
+        # The waiters still running, once (at 16,384 ranks, a pass per frozen rank was not cheap).
+        live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
         out = []
-        for r, rv in sorted(view.ranks.items()):
-            if health[r] != FROZEN or r in spared:
+        for r in sorted(compress(health.keys(), map(eq, repeat(FROZEN), health.values()))):
+            if r in spared:
                 continue
+            rv = view.ranks[r]
             s = rv.state
             cpu = s.cpu_percent
             if s.status == "failed":  # the hook saw an uncaught exception: shutting down, not hung
@@ -47,7 +53,6 @@ class FrozenRank:
             else:
                 kind = f"busy in native code holding the GIL (CPU {cpu:.0f}%)"
             waiting = ""
-            live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
             if blame and r in blame.culprits and live_waiters:
                 waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
             out.append(
