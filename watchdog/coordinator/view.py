@@ -210,7 +210,7 @@ class Folder:
 
     def __init__(self, view: ClusterView) -> None:
         self._hosts, self._ranks = dict(view.hosts), dict(view.ranks)
-        self._view: ClusterView | None = view
+        self._view: ClusterView | None = None  # built on the first snapshot, with the columns below
         self._columns = columns.Store()  # the detectors' columns, written as ranks fold
         for rv in self._ranks.values():
             self._columns.put(rv)
