@@ -112,13 +112,16 @@ def test_columns_are_built_once_per_view_object_and_not_shared_by_another():
     assert columns.of(view) is columns.of(view)
     later = replace(view, behind_s=2.0)  # the coordinator's view_at makes such copies
     assert columns.of(later) is not columns.of(view)
-    assert columns.of(later) == columns.of(view)
+    assert [list(getattr(columns.of(later), n)) for n in columns.NAMES] == [
+        list(getattr(columns.of(view), n)) for n in columns.NAMES
+    ]
     assert later == replace(view, behind_s=2.0)  # the cache is not part of the view's value
 
 
 def test_an_empty_view_has_empty_columns():
-    cols = columns.of(t.view([]))
-    assert len(cols) == 0 and cols.status == ()
+    for view in (t.view([]), empty("job", 8)):  # the Folder's, and one built
+        cols = columns.of(view)
+        assert len(cols) == 0 and all(len(getattr(cols, n)) == 0 for n in columns.NAMES)
 
 
 def test_a_value_no_array_holds_makes_the_folder_fall_back_to_building_them():

@@ -25,7 +25,7 @@ from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.finding import Finding, rank_ranges, ranks_phrase, seconds
 from watchdog.coordinator.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, STALL_SLACK_S, Blame
 from watchdog.coordinator.mismatch import find as find_mismatch
-from watchdog.coordinator.view import ClusterView, FoldedRank, Folder
+from watchdog.coordinator.view import ClusterView, FoldedRank
 
 # -- the reference: the plain code, one pass over the rank objects per question ------------------
 
@@ -510,19 +510,9 @@ def _random_view(rng: random.Random) -> tuple[ClusterView, float, DetectorConfig
         if rng.random() < 0.7
         else t.view(states, now=now, received=received)
     )
-    if rng.random() < 0.5:  # the coordinator's own view: the Folder's columns (typed arrays, bools as 0/1)
-        view = _as_folded(view)
     cfg = DetectorConfig(hang_warmup_allowance_s=rng.choice((0.0, 30.0)), hang_floor_s=rng.choice((1.0, 5.0)))
     at = now + rng.choice((0.0, 0.5, 1.5, 6.0))
     return view, at, cfg
-
-
-def _as_folded(view: ClusterView) -> ClusterView:
-    """``view`` as the coordinator's Folder gives it: the same view, with the
-    columns the Folder keeps instead of ones built from the rank objects."""
-    got = Folder(view).snapshot()
-    assert got == view and type(columns.cached(got).status) is list and columns.cached(got).alive.typecode == "b"
-    return got
 
 
 def test_the_hang_path_on_columns_is_the_plain_code_on_random_views(monkeypatch):
@@ -557,8 +547,6 @@ def test_the_hang_path_on_columns_is_the_plain_code_on_simulated_faults(monkeypa
             getattr(sim, fault)(3, 5)
         for until in (0.5, 2.5, 3.2, 4.5, 6.0, 7.5, 9.0, 12.0, 18.0, 30.0):
             view = sim.run_until(until, silent_hosts=silent if until > 6.0 else ())
-            if seed % 2:
-                view = _as_folded(view)
             for now in (until, until + 0.7, until + 3.0):
                 seen.update(_compare(view, now, sim.cfg, monkeypatch)[1])
     assert {"dead_rank", "frozen_rank", "collective_hang", LOST, EXITED} <= set(seen), seen

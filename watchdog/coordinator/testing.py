@@ -21,7 +21,7 @@ from watchdog.report import CollectiveState, CollSig, GpuStep, HostReport, RankS
 
 from .config import DetectorConfig
 from .finding import Finding
-from .view import ClusterView, empty, fold
+from .view import ClusterView, Folder, empty, fold
 
 _agent_ids = itertools.count(1)
 
@@ -185,7 +185,14 @@ def view(
     for host, states in sorted(by_host.items()):
         at = (received or {}).get(host, now)
         v, _ = fold(v, report(host, states, job=job, seq=seq), at, cfg)
-    return v
+    return as_folded(v)
+
+
+def as_folded(view: ClusterView) -> ClusterView:
+    """``view`` as the coordinator's Folder gives it (the same view, with the columns
+    the Folder keeps as it folds: typed arrays, bools as 0/1), so that what tests
+    check is what the coordinator runs; the pure ``fold``'s views build theirs."""
+    return Folder(view).snapshot()
 
 
 def healthy(world_size: int = 8, **kw: Any) -> list[RankState]:
@@ -458,4 +465,4 @@ class SimJob:
                 else:
                     self.view, _ = fold(self.view, rep, at, self.cfg)
         self.now = until
-        return coordinator.view if coordinator is not None else self.view
+        return coordinator.view if coordinator is not None else as_folded(self.view)
