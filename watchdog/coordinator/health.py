@@ -11,9 +11,11 @@ failed ranks only failed because they were waiting for someone else.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, itemgetter, lt, not_
+from typing import Any
 
 from . import columns, frblame
 from .config import DetectorConfig
@@ -304,7 +306,7 @@ def _count(values: tuple) -> Counter:
     return Counter({values[0]: len(values)}) if _same(values) else Counter(values)
 
 
-def _take(col: tuple, rows: list[int]) -> tuple:
+def _take(col: Sequence[Any], rows: list[int]) -> tuple:
     """``col``'s values at ``rows`` (one C call: ``itemgetter`` of one row gives a bare value)."""
     return itemgetter(*rows)(col) if len(rows) > 1 else tuple(col[i] for i in rows)
 
