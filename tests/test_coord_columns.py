@@ -43,6 +43,8 @@ def _expected(rv: FoldedRank) -> dict:
         "steps_seen": st.steps_seen,
         "has_history": bool(st.history),
         "p99_step_s": st.p99_step_s,
+        # -- for goodput
+        "step_history": st.history,
     }
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from watchdog.report import StepSample
+
     from .view import ClusterView, FoldedRank
 
 
@@ -58,6 +60,8 @@ class RankColumns:
     steps_seen: tuple[int, ...] = ()
     has_history: tuple[bool, ...] = ()
     p99_step_s: tuple[float, ...] = ()
+    # -- for goodput
+    step_history: tuple[tuple[StepSample, ...], ...] = ()  # step_stats.history: the CPU clock's samples
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -101,6 +105,8 @@ def _row(rv: FoldedRank) -> tuple:
         st.steps_seen,
         bool(st.history),
         st.p99_step_s,
+        # -- for goodput
+        st.history,
     )
 
 

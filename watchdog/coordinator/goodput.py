@@ -27,13 +27,17 @@ reads the clock. Counters sum to the time ticked (until the job ended) minus
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import add, attrgetter, sub
+from itertools import compress
+from operator import add, attrgetter, itemgetter, sub
 from typing import Any
 
 from watchdog.report import StepSample
 
+from . import columns
 from . import journal_events as je
+from .columns import RankColumns
 from .stats import median, quantile
 from .view import ClusterView
 
@@ -51,7 +55,11 @@ CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL
 PAUSE_PHASES = ("checkpoint", "eval")
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
-_STEP, _DATA, _COLL, _NUMBER, _PHASE = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step", "phase"))
+# A buffered sample: (step, step_s, data_s, coll_s, phase), read from its StepSample once.
+Buffered = tuple[int, float, float, float, str]
+_VALUES = attrgetter("step", "step_s", "data_s", "coll_s", "phase")
+_AT_STEP, _STEP, _DATA, _COLL, _PHASE = (itemgetter(i) for i in range(5))
+_NUMBER = attrgetter("step")
 _PAUSES = frozenset(PAUSE_PHASES)
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
@@ -69,19 +77,22 @@ class Ledger:
     max_step: int = -1  # highest step number split; a lower one later is redone
     incarnations: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pid, start)
     seen: dict[int, int] = field(default_factory=dict)  # rank -> last step number taken from its history
-    buffer: dict[int, dict[int, StepSample]] = field(default_factory=dict)  # step -> rank -> sample
+    buffer: dict[int, dict[int, Buffered]] = field(default_factory=dict)  # step -> rank -> sample's values
     coll_history: list[float] = field(default_factory=list)
     world_sizes: set[int] = field(default_factory=set)
     # Per-step means for the scaling report: step, compute (median rank), collective, data.
     profile: dict[str, float] = field(
         default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
     )
+    # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
+    _tracked: tuple = field(default=(), repr=False, compare=False)
 
     def tick(self, now: float, view: ClusterView, restarting: bool = False) -> None:
         dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
         self.last_tick = now
         # Every rank exited cleanly: the job is over, and a coordinator that lingers is not its time.
-        over = bool(view.ranks) and all(rv.state.status == "exited" for rv in view.ranks.values())
+        status = columns.of(view).status
+        over = bool(status) and status.count("exited") == len(status)
         if over and self.ended:
             return
         self.ended = False
@@ -111,55 +122,114 @@ class Ledger:
     # -- bookkeeping ---------------------------------------------------------------
 
     def _scan(self, view: ClusterView, track: bool = True) -> tuple[list[int], bool, bool]:
-        """One pass over the ranks (at 16,384 ranks each pass over them costs
-        ~10-20 ms in cache misses alone, and this was five): the ranks whose
-        process lives (the ones whose steps the job waits on), whether an
-        incarnation changed or a rank died (``track``: restarts are followed), and
-        whether a live rank is in a checkpoint or eval phase. Their steps since the
-        last tick go into the buffer."""
-        live: list[int] = []
-        changed = pausing = False
-        incarnations, seen, buffer, started = self.incarnations, self.seen, self.buffer, self.started
-        sizes = self.world_sizes
-        for r, rv in view.ranks.items():
-            s = rv.state
-            if track:
-                inc = (s.pid, s.proc_start_us)  # rv.incarnation, without a property call
+        """The ranks whose process lives (the ones whose steps the job waits on),
+        whether an incarnation changed or a rank died (``track``: restarts are
+        followed), and whether a live rank is in a checkpoint or eval phase; their
+        steps since the last tick go into the buffer.
+
+        Read from the view's columns (columns.py), not from 16,384 rank objects: a
+        pass over those cost ~10-30 ms of cache misses alone at 16,384 ranks."""
+        cols = columns.of(view)
+        changed = self._track(cols) if track else False
+        hists: Sequence[tuple[StepSample, ...]]
+        if all(cols.alive) and "exited" not in cols.status:  # every rank live: no mask to apply
+            live, hists = list(cols.rank), cols.step_history
+            self.world_sizes.update(cols.world_size)
+            pausing = not _PAUSES.isdisjoint(cols.phase)
+        else:
+            mask = [a and s != "exited" for a, s in zip(cols.alive, cols.status)]
+            live, hists = list(compress(cols.rank, mask)), list(compress(cols.step_history, mask))
+            self.world_sizes.update(compress(cols.world_size, mask))
+            pausing = not _PAUSES.isdisjoint(compress(cols.phase, mask))
+        self._take(live, hists)
+        return live, changed, pausing
+
+    def _track(self, cols: RankColumns) -> bool:
+        """Follow incarnations: True if one changed (a restart) or a rank died."""
+        changed = False
+        now = (cols.rank, cols.pid, cols.proc_start_us)
+        if now != self._tracked:  # the same ranks, pids and start times as last time: no rank restarted
+            incarnations, seen = self.incarnations, self.seen
+            for r, inc in zip(cols.rank, zip(cols.pid, cols.proc_start_us)):
                 old = incarnations.get(r)
                 if old != inc:
                     if old is not None:
                         changed = True
-                        seen.pop(r, None)
+                        seen.pop(r, None)  # a new incarnation's history starts afresh
                     incarnations[r] = inc
-                if not s.alive and started and s.status != "exited":
-                    changed = True  # a rank died: the job waits for the restart from here
-            if not s.alive or s.status == "exited":
-                continue
-            live.append(r)
-            sizes.add(s.world_size)
-            if s.phase in PAUSE_PHASES:
-                pausing = True
-            # Only the steps since the last tick: walking the whole history of every
-            # rank every tick cost 0.3 s a tick at 16,384 ranks.
-            hist = rv.step_stats.history
-            last = seen.get(r)
-            if not hist or (last is not None and hist[-1].step <= last):
-                continue
-            if last is None:
-                new = 0
-            else:  # steps are in order, usually consecutive: then the first new one is found without a search
-                new = len(hist) - (hist[-1].step - last)
-                if not (0 < new <= len(hist) and hist[new - 1].step == last):
-                    new = bisect_right(hist, last, key=_NUMBER)
-            for x in hist[new:]:
-                got = buffer.get(x.step)
-                if got is None:
-                    got = buffer[x.step] = {}
-                got[r] = x
-            seen[r] = hist[-1].step
-        return live, changed, pausing
+            self._tracked = now
+        if self.started and not all(cols.alive):
+            # a rank died (not one that exited): the job waits for the restart from here
+            changed = any(not a and s != "exited" for a, s in zip(cols.alive, cols.status)) or changed
+        return changed
 
-    def _ready_steps(self, live: list[int]) -> list[dict[int, StepSample]]:
+    def _take(self, live: list[int], hists: Sequence[tuple[StepSample, ...]]) -> None:
+        """Buffer the live ranks' steps since the last tick, as flat values.
+
+        Only the steps since the last tick: walking the whole history of every
+        rank every tick cost 0.3 s a tick at 16,384 ranks. The ranks whose new
+        steps are the same run of step numbers (nearly all of them: a report
+        interval holds the same steps on every host, give or take one) form a
+        group, buffered step by step through C-level maps; each sample is read
+        once, here, into a tuple (``_VALUES``) that the split reads instead of
+        16,384 scattered objects."""
+        seen = self.seen
+        groups: dict[tuple[int, int], tuple[list[int], list[tuple[StepSample, ...]]]] = {}
+        for r, hist in zip(live, hists):
+            if not hist:
+                continue
+            newest = hist[-1].step
+            last = seen.get(r)
+            if last is None:
+                chunk = hist
+                key = (hist[0].step, len(hist))
+            elif newest <= last:
+                continue
+            else:  # steps are in order, usually consecutive: then the first new one is found without a search
+                new = len(hist) - (newest - last)
+                if 0 < new <= len(hist) and hist[new - 1].step == last:
+                    chunk = hist[new:]
+                    key = (last + 1, len(chunk))
+                else:
+                    chunk = hist[bisect_right(hist, last, key=_NUMBER) :]
+                    key = (chunk[0].step if chunk else 0, len(chunk))
+            seen[r] = newest
+            if not chunk:
+                continue
+            got = groups.get(key)
+            if got is None:
+                groups[key] = ([r], [chunk])
+            else:
+                got[0].append(r)
+                got[1].append(chunk)
+        for (first, n), (ranks, chunks) in groups.items():
+            self._buffer_group(first, n, ranks, chunks)
+
+    def _buffer_group(self, first: int, n: int, ranks: list[int], chunks: list[tuple[StepSample, ...]]) -> None:
+        """Buffer ``chunks`` (one per rank, ``n`` samples each, expected to be
+        steps ``first`` .. ``first + n - 1``) a step at a time; a chunk whose
+        step numbers are not that run (a report's steps out of order) sends the
+        group through the plain loop, which files each sample under its own step."""
+        buffer = self.buffer
+        rows: list[list[Buffered]] = []
+        for k in range(n):
+            vals = list(map(_VALUES, map(itemgetter(k), chunks)))
+            if list(map(_AT_STEP, vals)).count(first + k) != len(vals):
+                for r, chunk in zip(ranks, chunks):
+                    for x in chunk:
+                        got = buffer.get(x.step)
+                        if got is None:
+                            got = buffer[x.step] = {}
+                        got[r] = _VALUES(x)
+                return
+            rows.append(vals)
+        for k, vals in enumerate(rows):
+            got = buffer.get(first + k)
+            if got is None:
+                got = buffer[first + k] = {}
+            got.update(zip(ranks, vals))
+
+    def _ready_steps(self, live: list[int]) -> list[dict[int, Buffered]]:
         if not self.buffer:
             return []
         newest = max(self.buffer)
@@ -172,11 +242,11 @@ class Ledger:
                 out.append(self.buffer.pop(step))
         return out
 
-    def _split(self, steps: list[dict[int, StepSample]]) -> None:
+    def _split(self, steps: list[dict[int, Buffered]]) -> None:
         parts = dict.fromkeys(CATEGORIES, 0.0)
         for got in steps:
             xs = list(got.values())
-            number = xs[0].step
+            number = xs[0][0]
             # Column by column through C-level map, each column read once: this runs
             # for every rank of every step (~65,000 samples a second at 16,384 ranks).
             step_times = list(map(_STEP, xs))
