@@ -5,6 +5,7 @@ objects must be exactly what those objects say."""
 from __future__ import annotations
 
 import random
+from array import array
 from dataclasses import replace
 
 from watchdog.coordinator import columns
@@ -45,6 +46,7 @@ def _expected(rv: FoldedRank) -> dict:
         "p99_step_s": st.p99_step_s,
         # -- for goodput
         "step_history": st.history,
+        "step_flat": st.flat if st.flat_of is st.history else array("d"),
     }
 
 

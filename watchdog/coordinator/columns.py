@@ -17,6 +17,7 @@ immutable); a value a detector needs that is not here is read from
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -62,12 +63,14 @@ class RankColumns:
     p99_step_s: tuple[float, ...] = ()
     # -- for goodput
     step_history: tuple[tuple[StepSample, ...], ...] = ()  # step_stats.history: the CPU clock's samples
+    step_flat: tuple[array, ...] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
 
     def __len__(self) -> int:
         return len(self.rank)
 
 
 NAMES = tuple(f.name for f in fields(RankColumns))
+_NO_FLAT = array("d")  # shared, never mutated
 
 
 def _row(rv: FoldedRank) -> tuple:
@@ -107,6 +110,7 @@ def _row(rv: FoldedRank) -> tuple:
         st.p99_step_s,
         # -- for goodput
         st.history,
+        st.flat if st.flat_of is st.history else _NO_FLAT,
     )
 
 

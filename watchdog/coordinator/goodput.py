@@ -26,12 +26,13 @@ reads the clock. Counters sum to the time ticked (until the job ended) minus
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import add, attrgetter, itemgetter, sub
-from typing import Any
+from itertools import compress, repeat
+from operator import add, attrgetter, eq, getitem, itemgetter, not_, truth
+from typing import Any, cast
 
 from watchdog.report import StepSample
 
@@ -39,6 +40,8 @@ from . import columns
 from . import journal_events as je
 from .columns import RankColumns
 from .stats import median, quantile
+from .stepcolumns import StepColumns
+from .steps import FLAT_FIELDS, PAUSE_PHASES
 from .view import ClusterView
 
 PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = (
@@ -52,15 +55,13 @@ PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, RED
     "startup",
 )
 CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP)
-PAUSE_PHASES = ("checkpoint", "eval")
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
-# A buffered sample: (step, step_s, data_s, coll_s, phase), read from its StepSample once.
-Buffered = tuple[int, float, float, float, str]
-_VALUES = attrgetter("step", "step_s", "data_s", "coll_s", "phase")
-_AT_STEP, _STEP, _DATA, _COLL, _PHASE = (itemgetter(i) for i in range(5))
 _NUMBER = attrgetter("step")
 _PAUSES = frozenset(PAUSE_PHASES)
+_FIELDS = FLAT_FIELDS
+_EXACT = 1 << 53  # integers up to here are exact as doubles
+_tail: Callable[[array, slice], array] = getitem  # type: ignore[assignment]  # array[slice] -> array
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
 
@@ -77,7 +78,7 @@ class Ledger:
     max_step: int = -1  # highest step number split; a lower one later is redone
     incarnations: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pid, start)
     seen: dict[int, int] = field(default_factory=dict)  # rank -> last step number taken from its history
-    buffer: dict[int, dict[int, Buffered]] = field(default_factory=dict)  # step -> rank -> sample's values
+    buffer: dict[int, StepColumns] = field(default_factory=dict)  # step -> its samples so far, by rank
     coll_history: list[float] = field(default_factory=list)
     world_sizes: set[int] = field(default_factory=set)
     # Per-step means for the scaling report: step, compute (median rank), collective, data.
@@ -132,16 +133,18 @@ class Ledger:
         cols = columns.of(view)
         changed = self._track(cols) if track else False
         hists: Sequence[tuple[StepSample, ...]]
+        flats: Sequence[array]
         if all(cols.alive) and "exited" not in cols.status:  # every rank live: no mask to apply
-            live, hists = list(cols.rank), cols.step_history
+            live, hists, flats = list(cols.rank), cols.step_history, cols.step_flat
             self.world_sizes.update(cols.world_size)
             pausing = not _PAUSES.isdisjoint(cols.phase)
         else:
             mask = [a and s != "exited" for a, s in zip(cols.alive, cols.status)]
             live, hists = list(compress(cols.rank, mask)), list(compress(cols.step_history, mask))
+            flats = list(compress(cols.step_flat, mask))
             self.world_sizes.update(compress(cols.world_size, mask))
             pausing = not _PAUSES.isdisjoint(compress(cols.phase, mask))
-        self._take(live, hists)
+        self._take(live, hists, flats)
         return live, changed, pausing
 
     def _track(self, cols: RankColumns) -> bool:
@@ -163,73 +166,102 @@ class Ledger:
             changed = any(not a and s != "exited" for a, s in zip(cols.alive, cols.status)) or changed
         return changed
 
-    def _take(self, live: list[int], hists: Sequence[tuple[StepSample, ...]]) -> None:
-        """Buffer the live ranks' steps since the last tick, as flat values.
+    def _take(self, live: list[int], hists: Sequence[tuple[StepSample, ...]], flats: Sequence[array]) -> None:
+        """Buffer the live ranks' steps since the last tick.
 
         Only the steps since the last tick: walking the whole history of every
-        rank every tick cost 0.3 s a tick at 16,384 ranks. The ranks whose new
-        steps are the same run of step numbers (nearly all of them: a report
-        interval holds the same steps on every host, give or take one) form a
-        group, buffered step by step through C-level maps; each sample is read
-        once, here, into a tuple (``_VALUES``) that the split reads instead of
-        16,384 scattered objects."""
+        rank every tick cost 0.3 s a tick at 16,384 ranks. They are read from
+        each rank's flat numbers (``StepStats.flat``), not from its StepSample
+        objects: an array is one object, where a sample is an object, three
+        floats and a step number scattered in memory. The ranks whose last step
+        taken and newest step are the same (nearly all: a report interval holds
+        the same steps on every host, give or take one) form a run, found and
+        buffered through C-level calls over whole columns, without a Python
+        statement per rank. A rank whose new steps are not the plain case (its
+        first steps, more than its flat numbers hold, a gap, steps out of order)
+        is read from its history, as before."""
         seen = self.seen
-        groups: dict[tuple[int, int], tuple[list[int], list[tuple[StepSample, ...]]]] = {}
-        for r, hist in zip(live, hists):
-            if not hist:
-                continue
-            newest = hist[-1].step
-            last = seen.get(r)
-            if last is None:
-                chunk = hist
-                key = (hist[0].step, len(hist))
-            elif newest <= last:
-                continue
-            else:  # steps are in order, usually consecutive: then the first new one is found without a search
-                new = len(hist) - (newest - last)
-                if 0 < new <= len(hist) and hist[new - 1].step == last:
-                    chunk = hist[new:]
-                    key = (last + 1, len(chunk))
-                else:
-                    chunk = hist[bisect_right(hist, last, key=_NUMBER) :]
-                    key = (chunk[0].step if chunk else 0, len(chunk))
-            seen[r] = newest
-            if not chunk:
-                continue
-            got = groups.get(key)
-            if got is None:
-                groups[key] = ([r], [chunk])
-            else:
-                got[0].append(r)
-                got[1].append(chunk)
-        for (first, n), (ranks, chunks) in groups.items():
-            self._buffer_group(first, n, ranks, chunks)
+        lasts: list[int | None] = list(map(seen.get, live))
+        plain = list(map(truth, flats))  # no flat numbers: read from the history
+        if None in lasts or not all(plain):
+            plain = [p and last is not None for p, last in zip(plain, lasts)]
+            for r, hist in compress(zip(live, hists), map(not_, plain)):
+                if hist:
+                    self._take_from_history(r, hist)
+            live, hists, flats = list(compress(live, plain)), list(compress(hists, plain)), list(compress(flats, plain))
+            lasts = list(compress(lasts, plain))
+        if not lasts:
+            return
+        if max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
+            for r, hist in zip(live, hists):
+                self._take_from_history(r, hist)
+            return
+        # (last step taken, newest step) as one number, exact below 2^53: an
+        # object the collector does not track, and compared without a call
+        runs = list(map(complex, lasts, map(itemgetter(-_FIELDS), flats)))  # type: ignore[arg-type]
+        for run in set(runs):
+            last, newest = int(run.real), run.imag
+            if newest <= last:
+                continue  # nothing new
+            here = list(map(eq, runs, repeat(run)))
+            ranks = list(compress(live, here))
+            n = int(newest) - last
+            if self._buffer_run(last, n, ranks, list(compress(flats, here))):
+                seen.update(zip(ranks, repeat(last + n)))
+            else:  # not the plain case for some rank of the run: each from its history
+                for r, hist in compress(zip(live, hists), here):
+                    self._take_from_history(r, hist)
 
-    def _buffer_group(self, first: int, n: int, ranks: list[int], chunks: list[tuple[StepSample, ...]]) -> None:
-        """Buffer ``chunks`` (one per rank, ``n`` samples each, expected to be
-        steps ``first`` .. ``first + n - 1``) a step at a time; a chunk whose
-        step numbers are not that run (a report's steps out of order) sends the
-        group through the plain loop, which files each sample under its own step."""
+    def _take_from_history(self, r: int, hist: tuple[StepSample, ...]) -> None:
+        last = self.seen.get(r)
+        newest = hist[-1].step
+        if last is None:
+            new = 0
+        elif newest <= last:
+            return
+        else:  # steps are in order, usually consecutive: then the first new one is found without a search
+            new = len(hist) - (newest - last)
+            if not (0 < new <= len(hist) and hist[new - 1].step == last):
+                new = bisect_right(hist, last, key=_NUMBER)
+        self._buffer_samples(r, hist[new:])
+        self.seen[r] = newest
+
+    def _buffer_samples(self, r: int, samples: tuple[StepSample, ...]) -> None:
         buffer = self.buffer
-        rows: list[list[Buffered]] = []
-        for k in range(n):
-            vals = list(map(_VALUES, map(itemgetter(k), chunks)))
-            if list(map(_AT_STEP, vals)).count(first + k) != len(vals):
-                for r, chunk in zip(ranks, chunks):
-                    for x in chunk:
-                        got = buffer.get(x.step)
-                        if got is None:
-                            got = buffer[x.step] = {}
-                        got[r] = _VALUES(x)
-                return
-            rows.append(vals)
-        for k, vals in enumerate(rows):
-            got = buffer.get(first + k)
+        for x in samples:
+            got = buffer.get(x.step)
             if got is None:
-                got = buffer[first + k] = {}
-            got.update(zip(ranks, vals))
+                got = buffer[x.step] = StepColumns()
+            step_s, data_s = x.step_s, x.data_s
+            got.extend([r], [step_s], [data_s], [step_s - data_s - x.coll_s], [1.0 if x.phase in _PAUSES else 0.0])
 
-    def _ready_steps(self, live: list[int]) -> list[dict[int, Buffered]]:
+    def _buffer_run(self, last: int, n: int, ranks: list[int], arrays: list[array]) -> bool:
+        """Buffer steps ``last + 1`` .. ``last + n`` of these ranks from their
+        flat numbers, where each one's last ``n + 1`` samples should be steps
+        ``last`` .. ``last + n`` (the one before the new ones is the last taken,
+        and the new ones follow it without a gap or a turn: what the ledger's
+        history walk takes without a search). False, with nothing buffered, if
+        that is not so for every rank.
+
+        The ranks' last ``n + 1`` samples are copied into one array (their bytes
+        joined): each step's column of each value is then a strided slice of
+        it, and the check one comparison of bytes."""
+        width = (n + 1) * _FIELDS
+        both = array("d")
+        both.frombytes(b"".join(map(_tail, arrays, repeat(slice(-width, None)))))
+        want = array("d", range(last, last + n + 1)).tobytes() * len(arrays)
+        if len(both) != width * len(arrays) or both[::_FIELDS].tobytes() != want:
+            return False
+        buffer = self.buffer
+        for k in range(1, n + 1):
+            at = k * _FIELDS
+            got = buffer.get(last + k)
+            if got is None:
+                got = buffer[last + k] = StepColumns()
+            got.extend(ranks, *(both[at + j :: width].tolist() for j in (1, 2, 3, 4)))
+        return True
+
+    def _ready_steps(self, live: list[int]) -> list[tuple[int, StepColumns]]:
         if not self.buffer:
             return []
         newest = max(self.buffer)
@@ -238,28 +270,25 @@ class Ledger:
         for step in sorted(self.buffer):
             got = self.buffer[step]
             # keys() is set-like: no set of 16,384 ranks built per buffered step and tick
-            if (len(got) >= len(want) and want <= got.keys()) or step + STALE_STEPS <= newest:
-                out.append(self.buffer.pop(step))
+            if (len(got) >= len(want) and want <= got.at.keys()) or step + STALE_STEPS <= newest:
+                out.append((step, self.buffer.pop(step)))
         return out
 
-    def _split(self, steps: list[dict[int, Buffered]]) -> None:
+    def _split(self, steps: list[tuple[int, StepColumns]]) -> None:
         parts = dict.fromkeys(CATEGORIES, 0.0)
-        for got in steps:
-            xs = list(got.values())
-            number = xs[0][0]
-            # Column by column through C-level map, each column read once: this runs
-            # for every rank of every step (~65,000 samples a second at 16,384 ranks).
-            step_times = list(map(_STEP, xs))
-            step_s = max(step_times)
+        for number, got in steps:
+            # Whole columns through C-level calls: this runs for every rank of
+            # every step (~65,000 samples a second at 16,384 ranks).
+            step_s = max(got.step_s)
             if number <= self.max_step:
                 parts[REDONE] += step_s
                 continue
             self.max_step = number
-            if not _PAUSES.isdisjoint(map(_PHASE, xs)):
+            if any(got.pause):
                 parts[CHECKPOINT_EVAL] += step_s
                 continue
-            datas = list(map(_DATA, xs))
-            computes = list(map(sub, map(sub, step_times, datas), map(_COLL, xs)))  # compute_s: s - d - c ...
+            datas = got.data_s
+            computes = got.compute_s  # compute_s: s - d - c ...
             if min(computes) < 0.0:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
