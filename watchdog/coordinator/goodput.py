@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, eq, getitem, itemgetter, not_, truth
+from operator import add, attrgetter, getitem, itemgetter, not_, truth
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -39,7 +39,8 @@ from watchdog.report import StepSample
 from . import columns
 from . import journal_events as je
 from .columns import RankColumns
-from .stats import median, quantile
+from .median import median
+from .stats import quantile
 from .stepcolumns import StepColumns
 from .steps import FLAT_FIELDS, PAUSE_PHASES
 from .view import ClusterView
@@ -198,18 +199,23 @@ class Ledger:
             return
         # (last step taken, newest step) as one number, exact below 2^53: an
         # object the collector does not track, and compared without a call
-        runs = list(map(complex, lasts, map(itemgetter(-_FIELDS), flats)))  # type: ignore[arg-type]
-        for run in set(runs):
+        runs: dict[complex, list[int]] = {}
+        for i, run in enumerate(map(complex, lasts, map(itemgetter(-_FIELDS), flats))):  # type: ignore[arg-type]
+            got = runs.get(run)
+            if got is None:
+                runs[run] = [i]
+            else:
+                got.append(i)
+        for run, rows in runs.items():
             last, newest = int(run.real), run.imag
             if newest <= last:
                 continue  # nothing new
-            here = list(map(eq, runs, repeat(run)))
-            ranks = list(compress(live, here))
+            ranks = list(map(live.__getitem__, rows))
             n = int(newest) - last
-            if self._buffer_run(last, n, ranks, list(compress(flats, here))):
+            if self._buffer_run(last, n, ranks, list(map(flats.__getitem__, rows))):
                 seen.update(zip(ranks, repeat(last + n)))
             else:  # not the plain case for some rank of the run: each from its history
-                for r, hist in compress(zip(live, hists), here):
+                for r, hist in zip(ranks, map(hists.__getitem__, rows)):
                     self._take_from_history(r, hist)
 
     def _take_from_history(self, r: int, hist: tuple[StepSample, ...]) -> None:
