@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, getitem, itemgetter, not_, truth
+from operator import add, attrgetter, getitem, itemgetter, not_
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -183,14 +183,20 @@ class Ledger:
         is read from its history, as before."""
         seen = self.seen
         lasts: list[int | None] = list(map(seen.get, live))
-        plain = list(map(truth, flats))  # no flat numbers: read from the history
-        if None in lasts or not all(plain):
-            plain = [p and last is not None for p, last in zip(plain, lasts)]
+        newests: list[float] | None = None
+        if None not in lasts:
+            try:
+                newests = list(map(itemgetter(-_FIELDS), flats))
+            except IndexError:  # a rank without flat numbers
+                pass
+        if newests is None:  # some ranks are read from their history
+            plain = [bool(f) and last is not None for f, last in zip(flats, lasts)]
             for r, hist in compress(zip(live, hists), map(not_, plain)):
                 if hist:
                     self._take_from_history(r, hist)
             live, hists, flats = list(compress(live, plain)), list(compress(hists, plain)), list(compress(flats, plain))
             lasts = list(compress(lasts, plain))
+            newests = list(map(itemgetter(-_FIELDS), flats))
         if not lasts:
             return
         if max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
@@ -200,7 +206,7 @@ class Ledger:
         # (last step taken, newest step) as one number, exact below 2^53: an
         # object the collector does not track, and compared without a call
         runs: dict[complex, list[int]] = {}
-        for i, run in enumerate(map(complex, lasts, map(itemgetter(-_FIELDS), flats))):  # type: ignore[arg-type]
+        for i, run in enumerate(map(complex, lasts, newests)):  # type: ignore[arg-type]
             got = runs.get(run)
             if got is None:
                 runs[run] = [i]
@@ -275,8 +281,7 @@ class Ledger:
         out = []
         for step in sorted(self.buffer):
             got = self.buffer[step]
-            # keys() is set-like: no set of 16,384 ranks built per buffered step and tick
-            if (len(got) >= len(want) and want <= got.at.keys()) or step + STALE_STEPS <= newest:
+            if (len(got) >= len(want) and want <= got.seen) or step + STALE_STEPS <= newest:
                 out.append((step, self.buffer.pop(step)))
         return out
 

@@ -9,42 +9,47 @@ from __future__ import annotations
 
 
 class StepColumns:
-    """``at``: rank -> row; the rows' step time, data wait, compute before
+    """Per row: the rank (``ranks``), step time, data wait, compute before
     clipping ((step - data) - collective) and pause flag (1.0: a checkpoint or
-    eval phase). A rank added again keeps its first row's place and takes the
-    new values (what a dict of rank -> sample did: a restarted rank's step)."""
+    eval phase); ``seen``: the ranks with a row. A rank added again keeps its
+    first row's place and takes the new values (what a dict of rank -> sample
+    did: a restarted rank's step)."""
 
-    __slots__ = ("at", "compute_s", "data_s", "pause", "step_s")
+    __slots__ = ("compute_s", "data_s", "pause", "ranks", "seen", "step_s")
 
     def __init__(self) -> None:
-        self.at: dict[int, int] = {}
+        self.ranks: list[int] = []
+        self.seen: set[int] = set()
         self.step_s: list[float] = []
         self.data_s: list[float] = []
         self.compute_s: list[float] = []
         self.pause: list[float] = []
 
     def __len__(self) -> int:
-        return len(self.at)
+        return len(self.ranks)
 
     def extend(
         self, ranks: list[int], step_s: list[float], data_s: list[float], compute_s: list[float], pause: list[float]
     ) -> None:
         """Add a row per rank (``ranks`` distinct)."""
-        at, n = self.at, len(self.at)
-        first = len(self.step_s)
-        at.update(zip(ranks, range(first, first + len(ranks))))
+        had = len(self.seen)
+        self.seen.update(ranks)
+        self.ranks += ranks
         self.step_s += step_s
         self.data_s += data_s
         self.compute_s += compute_s
         self.pause += pause
-        if len(at) != n + len(ranks):  # a rank had a row already: keep its place, the new values
-            rows = list(at.values())
+        if len(self.seen) != had + len(ranks):  # a rank had a row already: keep its place, the new values
+            newest = dict(zip(self.ranks, range(len(self.ranks))))  # rank -> its last row
+            rows = [newest[r] for r in dict.fromkeys(self.ranks)]  # in the order ranks first came
+            self.ranks = [self.ranks[i] for i in rows]
             self.step_s = [self.step_s[i] for i in rows]
             self.data_s = [self.data_s[i] for i in rows]
             self.compute_s = [self.compute_s[i] for i in rows]
             self.pause = [self.pause[i] for i in rows]
-            self.at = dict(zip(at, range(len(rows))))
 
     def rows(self) -> dict[int, tuple[float, float, float, float]]:
         """rank -> (step_s, data_s, compute_s, pause), in row order (for tests and debugging)."""
-        return {r: (self.step_s[i], self.data_s[i], self.compute_s[i], self.pause[i]) for r, i in self.at.items()}
+        return {
+            r: (s, d, c, p) for r, s, d, c, p in zip(self.ranks, self.step_s, self.data_s, self.compute_s, self.pause)
+        }
