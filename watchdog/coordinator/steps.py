@@ -115,23 +115,27 @@ def _flat(st: StepStats, new: list[StepSample], keep: int) -> array:
     """``StepStats.flat`` after ``new`` is appended to ``st.history``: the last
     ``keep`` samples at most, those of ``st.flat`` (or of its history's tail) and
     the new ones; empty if a step number is too large to be exact."""
-    base = st.flat if st.flat_of is st.history else _encode(st.history[-keep:])
     added = _encode(new[-keep:])
-    if base is None or added is None:
+    if added is None:
         return array("d")
-    got = base + added
-    return got[-keep * FLAT_FIELDS :] if len(got) > keep * FLAT_FIELDS else got
+    room = keep * FLAT_FIELDS - len(added)  # for the newest of the samples before
+    if not room:
+        return added
+    base = st.flat if st.flat_of is st.history else _encode(st.history[-keep:])
+    if base is None:
+        return array("d")
+    return (base[-room:] if len(base) > room else base) + added
 
 
 def _encode(samples: tuple[StepSample, ...] | list[StepSample]) -> array | None:
     """The samples' flat numbers; None if a step number is too large to be exact."""
-    out = array("d")
+    out: list[float] = []
     for x in samples:
-        if x.step >= _EXACT_STEPS:
+        step, step_s, data_s = x.step, x.step_s, x.data_s
+        if step >= _EXACT_STEPS:
             return None
-        step_s, data_s = x.step_s, x.data_s
-        out.extend((x.step, step_s, data_s, step_s - data_s - x.coll_s, 1.0 if x.phase in _PAUSES else 0.0))
-    return out
+        out += (step, step_s, data_s, step_s - data_s - x.coll_s, 1.0 if x.phase in _PAUSES else 0.0)
+    return array("d", out)
 
 
 def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: DetectorConfig) -> StepStats:
