@@ -203,9 +203,9 @@ class Ledger:
             for r, hist in zip(live, hists):
                 self._take_from_history(r, hist)
             return
-        # (last step taken, newest step) as one number, exact below 2^53: an
-        # object the collector does not track, and compared without a call
-        runs: dict[complex, list[int]] = {}
+        # Runs keyed by (last step taken, newest step) as one complex number, exact
+        # below 2^53: a key the collector does not track and that hashes in C.
+        runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
         for i, run in enumerate(map(complex, lasts, newests)):  # type: ignore[arg-type]
             got = runs.get(run)
             if got is None:
