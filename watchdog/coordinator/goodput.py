@@ -63,6 +63,8 @@ _PAUSES = frozenset(PAUSE_PHASES)
 _FIELDS = FLAT_FIELDS
 _EXACT = 1 << 53  # integers up to here are exact as doubles
 _tail: Callable[[array, slice], array] = getitem  # type: ignore[assignment]  # array[slice] -> array
+# Steps gathered from histories: step -> (ranks, step_s, data_s, compute_s, pause), row by row.
+_Samples = dict[int, tuple[list[int], list[float], list[float], list[float], list[float]]]
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
 
@@ -182,6 +184,7 @@ class Ledger:
         first steps, more than its flat numbers hold, a gap, steps out of order)
         is read from its history, as before."""
         seen = self.seen
+        slow: _Samples = {}  # steps read from histories, buffered at the end
         lasts: list[int | None] = list(map(seen.get, live))
         newests: list[float] | None = None
         if None not in lasts:
@@ -193,16 +196,14 @@ class Ledger:
             plain = [bool(f) and last is not None for f, last in zip(flats, lasts)]
             for r, hist in compress(zip(live, hists), map(not_, plain)):
                 if hist:
-                    self._take_from_history(r, hist)
+                    self._take_from_history(r, hist, slow)
             live, hists, flats = list(compress(live, plain)), list(compress(hists, plain)), list(compress(flats, plain))
             lasts = list(compress(lasts, plain))
             newests = list(map(itemgetter(-_FIELDS), flats))
-        if not lasts:
-            return
-        if max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
+        if lasts and max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
             for r, hist in zip(live, hists):
-                self._take_from_history(r, hist)
-            return
+                self._take_from_history(r, hist, slow)
+            lasts = []
         # Runs keyed by (last step taken, newest step) as one complex number, exact
         # below 2^53: a key the collector does not track and that hashes in C.
         runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
@@ -222,9 +223,11 @@ class Ledger:
                 seen.update(zip(ranks, repeat(last + n)))
             else:  # not the plain case for some rank of the run: each from its history
                 for r, hist in zip(ranks, map(hists.__getitem__, rows)):
-                    self._take_from_history(r, hist)
+                    self._take_from_history(r, hist, slow)
+        self._buffer_samples(slow)
 
-    def _take_from_history(self, r: int, hist: tuple[StepSample, ...]) -> None:
+    def _take_from_history(self, r: int, hist: tuple[StepSample, ...], into: _Samples) -> None:
+        """Rank ``r``'s new steps from its history (the plain walk), into ``into``."""
         last = self.seen.get(r)
         newest = hist[-1].step
         if last is None:
@@ -235,17 +238,26 @@ class Ledger:
             new = len(hist) - (newest - last)
             if not (0 < new <= len(hist) and hist[new - 1].step == last):
                 new = bisect_right(hist, last, key=_NUMBER)
-        self._buffer_samples(r, hist[new:])
+        for x in hist[new:]:
+            got = into.get(x.step)
+            if got is None:
+                got = into[x.step] = ([], [], [], [], [])
+            step_s, data_s = x.step_s, x.data_s
+            got[0].append(r)
+            got[1].append(step_s)
+            got[2].append(data_s)
+            got[3].append(step_s - data_s - x.coll_s)
+            got[4].append(1.0 if x.phase in _PAUSES else 0.0)
         self.seen[r] = newest
 
-    def _buffer_samples(self, r: int, samples: tuple[StepSample, ...]) -> None:
+    def _buffer_samples(self, samples: _Samples) -> None:
+        """Buffer what ``_take_from_history`` gathered, a step at a time."""
         buffer = self.buffer
-        for x in samples:
-            got = buffer.get(x.step)
+        for step, (ranks, *values) in samples.items():
+            got = buffer.get(step)
             if got is None:
-                got = buffer[x.step] = StepColumns()
-            step_s, data_s = x.step_s, x.data_s
-            got.extend([r], [step_s], [data_s], [step_s - data_s - x.coll_s], [1.0 if x.phase in _PAUSES else 0.0])
+                got = buffer[step] = StepColumns()
+            got.extend(ranks, *(array("d", v) for v in values))
 
     def _buffer_run(self, last: int, n: int, ranks: list[int], arrays: list[array]) -> bool:
         """Buffer steps ``last + 1`` .. ``last + n`` of these ranks from their
@@ -270,7 +282,7 @@ class Ledger:
             got = buffer.get(last + k)
             if got is None:
                 got = buffer[last + k] = StepColumns()
-            got.extend(ranks, *(both[at + j :: width].tolist() for j in (1, 2, 3, 4)))
+            got.extend(ranks, *(both[at + j :: width] for j in (1, 2, 3, 4)))
         return True
 
     def _ready_steps(self, live: list[int]) -> list[tuple[int, StepColumns]]:
@@ -295,11 +307,11 @@ class Ledger:
                 parts[REDONE] += step_s
                 continue
             self.max_step = number
-            if any(got.pause):
+            if got.paused():
                 parts[CHECKPOINT_EVAL] += step_s
                 continue
             datas = got.data_s
-            computes = got.compute_s  # compute_s: s - d - c ...
+            computes: Sequence[float] = got.compute_s  # compute_s: s - d - c ...
             if min(computes) < 0.0:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
