@@ -262,15 +262,6 @@ class _Baseline:
         self.parts: dict[str, list[float]] = {}
 
     def tick(self, now: float, view, measured: bool) -> None:
-        # The view's memoized columns (columns.of) are the baseline's own RankColumns
-        # while it runs: neither tree reads the other's (their fields may differ).
-        view.__dict__.pop("_columns", None)
-        try:
-            self._tick(now, view, measured)
-        finally:
-            view.__dict__.pop("_columns", None)
-
-    def _tick(self, now: float, view, measured: bool) -> None:
         c0 = time.thread_time()
         for d in self.detectors:
             t0 = time.thread_time()
