@@ -5,6 +5,7 @@ objects must be exactly what those objects say."""
 from __future__ import annotations
 
 import random
+from array import array
 from dataclasses import replace
 
 from watchdog.coordinator import columns
@@ -55,6 +56,9 @@ def _expected(rv: FoldedRank) -> dict:
         "batch_per_rank": s.batch_per_rank,
         # -- for hang
         "fr_held": bool(rv.colls or s.fr_newest_seq),
+        # -- for goodput
+        "step_history": st.history,
+        "step_flat": st.flat if st.flat_of is st.history else array("d"),
     }
 
 

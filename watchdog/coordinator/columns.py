@@ -81,6 +81,9 @@ class RankColumns:
     batch_per_rank: Sequence[int] = ()
     # -- for hang
     fr_held: Sequence[bool] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
+    # -- for goodput
+    step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples
+    step_flat: Sequence[array] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -91,6 +94,7 @@ NAMES = tuple(f.name for f in fields(RankColumns))
 # back as the same values: bools as 0/1), strings in lists.
 _ARRAY_CODE = {"Sequence[float]": "d", "Sequence[int]": "q", "Sequence[bool]": "b"}
 _CODES = tuple(_ARRAY_CODE.get(str(f.type)) for f in fields(RankColumns))
+_NO_FLAT = array("d")  # shared, never mutated
 
 
 def _row(rv: FoldedRank) -> tuple:
@@ -143,6 +147,9 @@ def _row(rv: FoldedRank) -> tuple:
         s.batch_per_rank,
         # -- for hang
         bool(rv.colls) or bool(s.fr_newest_seq),
+        # -- for goodput
+        st.history,
+        st.flat if st.flat_of is st.history else _NO_FLAT,
     )
 
 

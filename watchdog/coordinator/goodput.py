@@ -26,15 +26,23 @@ reads the clock. Counters sum to the time ticked (until the job ended) minus
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import add, attrgetter, sub
-from typing import Any
+from itertools import compress, repeat
+from operator import add, attrgetter, getitem, itemgetter, not_
+from typing import Any, cast
 
 from watchdog.report import StepSample
 
+from . import columns
 from . import journal_events as je
-from .stats import median, quantile
+from .columns import RankColumns
+from .median import median
+from .stats import quantile
+from .stepcolumns import StepColumns
+from .steps import FLAT_FIELDS, PAUSE_PHASES
 from .view import ClusterView
 
 PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = (
@@ -48,11 +56,15 @@ PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, RED
     "startup",
 )
 CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP)
-PAUSE_PHASES = ("checkpoint", "eval")
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
-_STEP, _DATA, _COLL, _NUMBER, _PHASE = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step", "phase"))
+_NUMBER = attrgetter("step")
 _PAUSES = frozenset(PAUSE_PHASES)
+_FIELDS = FLAT_FIELDS
+_EXACT = 1 << 53  # integers up to here are exact as doubles
+_tail: Callable[[array, slice], array] = getitem  # type: ignore[assignment]  # array[slice] -> array
+# Steps gathered from histories: step -> (ranks, step_s, data_s, compute_s, pause), row by row.
+_Samples = dict[int, tuple[list[int], list[float], list[float], list[float], list[float]]]
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
 
 
@@ -69,19 +81,22 @@ class Ledger:
     max_step: int = -1  # highest step number split; a lower one later is redone
     incarnations: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (pid, start)
     seen: dict[int, int] = field(default_factory=dict)  # rank -> last step number taken from its history
-    buffer: dict[int, dict[int, StepSample]] = field(default_factory=dict)  # step -> rank -> sample
+    buffer: dict[int, StepColumns] = field(default_factory=dict)  # step -> its samples so far, by rank
     coll_history: list[float] = field(default_factory=list)
     world_sizes: set[int] = field(default_factory=set)
     # Per-step means for the scaling report: step, compute (median rank), collective, data.
     profile: dict[str, float] = field(
         default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
     )
+    # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
+    _tracked: tuple = field(default=(), repr=False, compare=False)
 
     def tick(self, now: float, view: ClusterView, restarting: bool = False) -> None:
         dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
         self.last_tick = now
         # Every rank exited cleanly: the job is over, and a coordinator that lingers is not its time.
-        over = bool(view.ranks) and all(rv.state.status == "exited" for rv in view.ranks.values())
+        status = columns.of(view).status
+        over = bool(status) and status.count("exited") == len(status)
         if over and self.ended:
             return
         self.ended = False
@@ -111,55 +126,166 @@ class Ledger:
     # -- bookkeeping ---------------------------------------------------------------
 
     def _scan(self, view: ClusterView, track: bool = True) -> tuple[list[int], bool, bool]:
-        """One pass over the ranks (at 16,384 ranks each pass over them costs
-        ~10-20 ms in cache misses alone, and this was five): the ranks whose
-        process lives (the ones whose steps the job waits on), whether an
-        incarnation changed or a rank died (``track``: restarts are followed), and
-        whether a live rank is in a checkpoint or eval phase. Their steps since the
-        last tick go into the buffer."""
-        live: list[int] = []
-        changed = pausing = False
-        incarnations, seen, buffer, started = self.incarnations, self.seen, self.buffer, self.started
-        sizes = self.world_sizes
-        for r, rv in view.ranks.items():
-            s = rv.state
-            if track:
-                inc = (s.pid, s.proc_start_us)  # rv.incarnation, without a property call
+        """The ranks whose process lives (the ones whose steps the job waits on),
+        whether an incarnation changed or a rank died (``track``: restarts are
+        followed), and whether a live rank is in a checkpoint or eval phase; their
+        steps since the last tick go into the buffer.
+
+        Read from the view's columns (columns.py), not from 16,384 rank objects: a
+        pass over those cost ~10-30 ms of cache misses alone at 16,384 ranks."""
+        cols = columns.of(view)
+        changed = self._track(cols) if track else False
+        hists: Sequence[tuple[StepSample, ...]]
+        flats: Sequence[array]
+        if all(cols.alive) and "exited" not in cols.status:  # every rank live: no mask to apply
+            live, hists, flats = list(cols.rank), cols.step_history, cols.step_flat
+            self.world_sizes.update(cols.world_size)
+            pausing = not _PAUSES.isdisjoint(cols.phase)
+        else:
+            mask = [a and s != "exited" for a, s in zip(cols.alive, cols.status)]
+            live, hists = list(compress(cols.rank, mask)), list(compress(cols.step_history, mask))
+            flats = list(compress(cols.step_flat, mask))
+            self.world_sizes.update(compress(cols.world_size, mask))
+            pausing = not _PAUSES.isdisjoint(compress(cols.phase, mask))
+        self._take(live, hists, flats)
+        return live, changed, pausing
+
+    def _track(self, cols: RankColumns) -> bool:
+        """Follow incarnations: True if one changed (a restart) or a rank died."""
+        changed = False
+        now = (cols.rank, cols.pid, cols.proc_start_us)
+        if now != self._tracked:  # the same ranks, pids and start times as last time: no rank restarted
+            incarnations, seen = self.incarnations, self.seen
+            for r, inc in zip(cols.rank, zip(cols.pid, cols.proc_start_us)):
                 old = incarnations.get(r)
                 if old != inc:
                     if old is not None:
                         changed = True
-                        seen.pop(r, None)
+                        seen.pop(r, None)  # a new incarnation's history starts afresh
                     incarnations[r] = inc
-                if not s.alive and started and s.status != "exited":
-                    changed = True  # a rank died: the job waits for the restart from here
-            if not s.alive or s.status == "exited":
-                continue
-            live.append(r)
-            sizes.add(s.world_size)
-            if s.phase in PAUSE_PHASES:
-                pausing = True
-            # Only the steps since the last tick: walking the whole history of every
-            # rank every tick cost 0.3 s a tick at 16,384 ranks.
-            hist = rv.step_stats.history
-            last = seen.get(r)
-            if not hist or (last is not None and hist[-1].step <= last):
-                continue
-            if last is None:
-                new = 0
-            else:  # steps are in order, usually consecutive: then the first new one is found without a search
-                new = len(hist) - (hist[-1].step - last)
-                if not (0 < new <= len(hist) and hist[new - 1].step == last):
-                    new = bisect_right(hist, last, key=_NUMBER)
-            for x in hist[new:]:
-                got = buffer.get(x.step)
-                if got is None:
-                    got = buffer[x.step] = {}
-                got[r] = x
-            seen[r] = hist[-1].step
-        return live, changed, pausing
+            self._tracked = now
+        if self.started and not all(cols.alive):
+            # a rank died (not one that exited): the job waits for the restart from here
+            changed = any(not a and s != "exited" for a, s in zip(cols.alive, cols.status)) or changed
+        return changed
 
-    def _ready_steps(self, live: list[int]) -> list[dict[int, StepSample]]:
+    def _take(self, live: list[int], hists: Sequence[tuple[StepSample, ...]], flats: Sequence[array]) -> None:
+        """Buffer the live ranks' steps since the last tick.
+
+        Only the steps since the last tick: walking the whole history of every
+        rank every tick cost 0.3 s a tick at 16,384 ranks. They are read from
+        each rank's flat numbers (``StepStats.flat``), not from its StepSample
+        objects: an array is one object, where a sample is an object, three
+        floats and a step number scattered in memory. The ranks whose last step
+        taken and newest step are the same (nearly all: a report interval holds
+        the same steps on every host, give or take one) form a run, found and
+        buffered through C-level calls over whole columns, without a Python
+        statement per rank. A rank whose new steps are not the plain case (its
+        first steps, more than its flat numbers hold, a gap, steps out of order)
+        is read from its history, as before."""
+        seen = self.seen
+        slow: _Samples = {}  # steps read from histories, buffered at the end
+        lasts: list[int | None] = list(map(seen.get, live))
+        newests: list[float] | None = None
+        if None not in lasts:
+            try:
+                newests = list(map(itemgetter(-_FIELDS), flats))
+            except IndexError:  # a rank without flat numbers
+                pass
+        if newests is None:  # some ranks are read from their history
+            plain = [bool(f) and last is not None for f, last in zip(flats, lasts)]
+            for r, hist in compress(zip(live, hists), map(not_, plain)):
+                if hist:
+                    self._take_from_history(r, hist, slow)
+            live, hists, flats = list(compress(live, plain)), list(compress(hists, plain)), list(compress(flats, plain))
+            lasts = list(compress(lasts, plain))
+            newests = list(map(itemgetter(-_FIELDS), flats))
+        if lasts and max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
+            for r, hist in zip(live, hists):
+                self._take_from_history(r, hist, slow)
+            lasts = []
+        # Runs keyed by (last step taken, newest step) as one complex number, exact
+        # below 2^53: a key the collector does not track and that hashes in C.
+        runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
+        for i, run in enumerate(map(complex, lasts, newests)):  # type: ignore[arg-type]
+            got = runs.get(run)
+            if got is None:
+                runs[run] = [i]
+            else:
+                got.append(i)
+        for run, rows in runs.items():
+            last, newest = int(run.real), run.imag
+            if newest <= last:
+                continue  # nothing new
+            ranks = list(map(live.__getitem__, rows))
+            n = int(newest) - last
+            if self._buffer_run(last, n, ranks, list(map(flats.__getitem__, rows))):
+                seen.update(zip(ranks, repeat(last + n)))
+            else:  # not the plain case for some rank of the run: each from its history
+                for r, hist in zip(ranks, map(hists.__getitem__, rows)):
+                    self._take_from_history(r, hist, slow)
+        self._buffer_samples(slow)
+
+    def _take_from_history(self, r: int, hist: tuple[StepSample, ...], into: _Samples) -> None:
+        """Rank ``r``'s new steps from its history (the plain walk), into ``into``."""
+        last = self.seen.get(r)
+        newest = hist[-1].step
+        if last is None:
+            new = 0
+        elif newest <= last:
+            return
+        else:  # steps are in order, usually consecutive: then the first new one is found without a search
+            new = len(hist) - (newest - last)
+            if not (0 < new <= len(hist) and hist[new - 1].step == last):
+                new = bisect_right(hist, last, key=_NUMBER)
+        for x in hist[new:]:
+            got = into.get(x.step)
+            if got is None:
+                got = into[x.step] = ([], [], [], [], [])
+            step_s, data_s = x.step_s, x.data_s
+            got[0].append(r)
+            got[1].append(step_s)
+            got[2].append(data_s)
+            got[3].append(step_s - data_s - x.coll_s)
+            got[4].append(1.0 if x.phase in _PAUSES else 0.0)
+        self.seen[r] = newest
+
+    def _buffer_samples(self, samples: _Samples) -> None:
+        """Buffer what ``_take_from_history`` gathered, a step at a time."""
+        buffer = self.buffer
+        for step, (ranks, *values) in samples.items():
+            got = buffer.get(step)
+            if got is None:
+                got = buffer[step] = StepColumns()
+            got.extend(ranks, *(array("d", v) for v in values))
+
+    def _buffer_run(self, last: int, n: int, ranks: list[int], arrays: list[array]) -> bool:
+        """Buffer steps ``last + 1`` .. ``last + n`` of these ranks from their
+        flat numbers, where each one's last ``n + 1`` samples should be steps
+        ``last`` .. ``last + n`` (the one before the new ones is the last taken,
+        and the new ones follow it without a gap or a turn: what the ledger's
+        history walk takes without a search). False, with nothing buffered, if
+        that is not so for every rank.
+
+        The ranks' last ``n + 1`` samples are copied into one array (their bytes
+        joined): each step's column of each value is then a strided slice of
+        it, and the check one comparison of bytes."""
+        width = (n + 1) * _FIELDS
+        both = array("d")
+        both.frombytes(b"".join(map(_tail, arrays, repeat(slice(-width, None)))))
+        want = array("d", range(last, last + n + 1)).tobytes() * len(arrays)
+        if len(both) != width * len(arrays) or both[::_FIELDS].tobytes() != want:
+            return False
+        buffer = self.buffer
+        for k in range(1, n + 1):
+            at = k * _FIELDS
+            got = buffer.get(last + k)
+            if got is None:
+                got = buffer[last + k] = StepColumns()
+            got.extend(ranks, *(both[at + j :: width] for j in (1, 2, 3, 4)))
+        return True
+
+    def _ready_steps(self, live: list[int]) -> list[tuple[int, StepColumns]]:
         if not self.buffer:
             return []
         newest = max(self.buffer)
@@ -167,29 +293,25 @@ class Ledger:
         out = []
         for step in sorted(self.buffer):
             got = self.buffer[step]
-            # keys() is set-like: no set of 16,384 ranks built per buffered step and tick
-            if (len(got) >= len(want) and want <= got.keys()) or step + STALE_STEPS <= newest:
-                out.append(self.buffer.pop(step))
+            if (len(got) >= len(want) and want <= got.seen) or step + STALE_STEPS <= newest:
+                out.append((step, self.buffer.pop(step)))
         return out
 
-    def _split(self, steps: list[dict[int, StepSample]]) -> None:
+    def _split(self, steps: list[tuple[int, StepColumns]]) -> None:
         parts = dict.fromkeys(CATEGORIES, 0.0)
-        for got in steps:
-            xs = list(got.values())
-            number = xs[0].step
-            # Column by column through C-level map, each column read once: this runs
-            # for every rank of every step (~65,000 samples a second at 16,384 ranks).
-            step_times = list(map(_STEP, xs))
-            step_s = max(step_times)
+        for number, got in steps:
+            # Whole columns through C-level calls: this runs for every rank of
+            # every step (~65,000 samples a second at 16,384 ranks).
+            step_s = max(got.step_s)
             if number <= self.max_step:
                 parts[REDONE] += step_s
                 continue
             self.max_step = number
-            if not _PAUSES.isdisjoint(map(_PHASE, xs)):
+            if got.paused():
                 parts[CHECKPOINT_EVAL] += step_s
                 continue
-            datas = list(map(_DATA, xs))
-            computes = list(map(sub, map(sub, step_times, datas), map(_COLL, xs)))  # compute_s: s - d - c ...
+            datas = got.data_s
+            computes: Sequence[float] = got.compute_s  # compute_s: s - d - c ...
             if min(computes) < 0.0:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)

@@ -7,6 +7,7 @@ Knows nothing of the view: ``view.FoldedRank`` holds a ``StepStats`` and calls
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,13 @@ from .config import DetectorConfig
 
 P99_SAMPLES = 100
 _first, _third = itemgetter(0), itemgetter(2)
+# The newest samples as flat numbers (``StepStats.flat``), FLAT_FIELDS doubles each:
+# step, step_s, data_s, (step_s - data_s) - coll_s, 1.0 in a pause phase else 0.0.
+FLAT_SAMPLES = 32
+FLAT_FIELDS = 5
+PAUSE_PHASES = ("checkpoint", "eval")  # phases in which the job does no training (goodput's checkpoint_eval)
+_EXACT_STEPS = 1 << 53  # a step number above this is not exact as a double: no flat values then
+_PAUSES = frozenset(PAUSE_PHASES)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,14 @@ class StepStats:
     # Every window below this one has been summarised or found to be no evidence
     # (too few train steps): it is not looked at again. Derived, so not compared.
     windows_scanned: int = field(default=-1, compare=False, repr=False)
+    # The newest samples of ``history`` (at most FLAT_SAMPLES; fewer, or none, is
+    # always allowed) as flat numbers in one array, built as they arrive: the
+    # goodput ledger reads them each tick for every rank, and an array's doubles
+    # are one object where a StepSample is an object, its floats and its step
+    # number scattered in memory (at 16,384 ranks, reading those was most of the
+    # ledger's tick). Never mutated; valid only while ``flat_of is history``.
+    flat: array = field(default_factory=lambda: array("d"), compare=False, repr=False)
+    flat_of: tuple[StepSample, ...] | None = field(default=None, compare=False, repr=False)
 
 
 def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
@@ -72,7 +88,7 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     seq = st.history + tuple(new)
     history = seq[-cfg.history_steps :]
     if not history:
-        return replace(st, steps_seen=seen + len(fresh), history=history)
+        return replace(st, steps_seen=seen + len(fresh), history=history, flat=array("d"), flat_of=history)
     run = st.running
     if run is None or run.tip is not st.history or not run.fits(cfg):
         run = _Running.build(st.history, cfg)  # a stale or foreign StepStats: rebuilt from its history
@@ -90,7 +106,36 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
         data_share=share,
         windows_scanned=scanned,
         running=run,
+        flat=_flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
+        flat_of=history,
     )
+
+
+def _flat(st: StepStats, new: list[StepSample], keep: int) -> array:
+    """``StepStats.flat`` after ``new`` is appended to ``st.history``: the last
+    ``keep`` samples at most, those of ``st.flat`` (or of its history's tail) and
+    the new ones; empty if a step number is too large to be exact."""
+    added = _encode(new[-keep:])
+    if added is None:
+        return array("d")
+    room = keep * FLAT_FIELDS - len(added)  # for the newest of the samples before
+    if not room:
+        return added
+    base = st.flat if st.flat_of is st.history else _encode(st.history[-keep:])
+    if base is None:
+        return array("d")
+    return (base[-room:] if len(base) > room else base) + added
+
+
+def _encode(samples: tuple[StepSample, ...] | list[StepSample]) -> array | None:
+    """The samples' flat numbers; None if a step number is too large to be exact."""
+    out: list[float] = []
+    for x in samples:
+        step, step_s, data_s = x.step, x.step_s, x.data_s
+        if step >= _EXACT_STEPS:
+            return None
+        out += (step, step_s, data_s, step_s - data_s - x.coll_s, 1.0 if x.phase in _PAUSES else 0.0)
+    return array("d", out)
 
 
 def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: DetectorConfig) -> StepStats:
