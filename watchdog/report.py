@@ -463,6 +463,9 @@ _COUNTS = (
     "coll_bytes_total",
     "batch_per_rank",
     "fr_newest_seq",
+    "loss_step",
+    "loss_bad_step",
+    "loss_bad_count",
 )
 _AGES = (
     "step_age_s",
@@ -497,6 +500,8 @@ def rank_problem(r: RankState) -> str:
             return f"{name} must be a finite number of seconds >= 0, got {getattr(r, name)!r}"
     if not (math.isfinite(r.cpu_percent) and 0 <= r.cpu_percent < 1e7):
         return f"cpu_percent out of range: {r.cpu_percent!r}"
+    if not (isinstance(r.loss, (int, float)) and math.isfinite(r.loss)):
+        return f"loss must be a finite number (a NaN or infinite loss is sent as loss_finite false), got {r.loss!r}"
     if not (math.isfinite(r.created_wall) and 0 <= r.created_wall < 1e11):
         return f"created_wall out of range: {r.created_wall!r}"
     if r.fr_read_age_s != -1.0 and not _seconds_ok(r.fr_read_age_s):
@@ -562,6 +567,8 @@ def _plainly_fine(r: RankState) -> bool:
         and -(1 << 63) <= c.group < (1 << 63)
         and type(r.cpu_percent) is float
         and 0 <= r.cpu_percent < 1e7
+        and type(r.loss) is float
+        and math.isfinite(r.loss)
         and type(r.created_wall) is float
         and 0 <= r.created_wall < 1e11
         and (r.fr_read_age_s == -1.0 or (type(r.fr_read_age_s) is float and 0 <= r.fr_read_age_s < MAX_SECONDS))
@@ -1017,7 +1024,7 @@ class _Layout:
 _AT = {n: i for i, n in enumerate(_FAST_NAMES)}
 _counts_at, _ages_at = itemgetter(*(_AT[n] for n in _COUNTS)), itemgetter(*(_AT[n] for n in _AGES))
 _CHECKED_AT = itemgetter(
-    *(_AT[n] for n in ("world_size", "rank", "pid", "cpu_percent", "created_wall", "fr_read_age_s"))
+    *(_AT[n] for n in ("world_size", "rank", "pid", "cpu_percent", "created_wall", "fr_read_age_s", "loss"))
 )
 _FR_GROUP_AT, _GPU_CLOCK_AT = _AT["fr_newest_group"], _AT["gpu_clock"]
 _coll_counts_at = itemgetter(*(_COLL_NAMES.index(n) for n in ("seq", "done_seq", "bytes", "outstanding")))
@@ -1037,9 +1044,10 @@ def _in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) -
     False means "not known": ``rank_problem`` then decides."""
     counts = (*_counts_at(vals), *_coll_counts_at(cvals), *step_counts)
     secs = (*_ages_at(vals), cvals[_COLL_SINCE_AT], *step_secs)
-    world, rank, pid, cpu, created, fr_age = _CHECKED_AT(vals)
+    world, rank, pid, cpu, created, fr_age, loss = _CHECKED_AT(vals)
     return (
-        0 < world <= MAX_WORLD_SIZE
+        math.isfinite(loss)
+        and 0 < world <= MAX_WORLD_SIZE
         and 0 <= rank < world
         and min(counts) >= 0
         and max(counts) < MAX_COUNT

@@ -13,20 +13,22 @@ only on the ranks that are not calm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 SPIKE_MIN_HISTORY = 8  # earlier samples needed before a spike can be judged
 SPIKE_RECENT = 8  # samples in which a spike is still reported
 SPIKE_MADS = 10.0
 SPIKE_RATIO = 2.0
 
 
-def calm(losses: tuple[tuple[int, float], ...]) -> bool:
-    """No sample that the spike test judges (``losses[i]`` for the last
+def calm(values: Sequence[float]) -> bool:
+    """No sample that the spike test judges (``values[i]`` for the last
     ``SPIKE_RECENT`` with ``i >= SPIKE_MIN_HISTORY``) can exceed its bound: each
     is at most ``SPIKE_RATIO`` x the minimum of the samples before the newest,
     which is at most ``SPIKE_RATIO`` x the median of those before it."""
-    n = len(losses)
+    n = len(values)
     if n <= SPIKE_MIN_HISTORY:
         return True  # too few to judge any
-    floor = min(v for _, v in losses[:-1])
-    peak = max(v for _, v in losses[max(SPIKE_MIN_HISTORY, n - SPIKE_RECENT) :])
+    floor = min(values[:-1])
+    peak = max(values[max(SPIKE_MIN_HISTORY, n - SPIKE_RECENT) :])
     return floor > 0 and peak <= SPIKE_RATIO * floor

@@ -112,20 +112,20 @@ class LossAnomaly:
         spiked: dict[int, tuple[int, float, float]] = {}
         judged = 0
         for r, rv in ranks.items():
-            hist = rv.losses
-            if len(hist) < SPIKE_MIN_HISTORY + 1:
+            values = rv.loss_values
+            n = len(values)
+            if n < SPIKE_MIN_HISTORY + 1:
                 continue
             judged += 1
             if rv.loss_calm:
                 continue  # no sample here can pass its bound (loss_screen.py)
-            for i in range(max(SPIKE_MIN_HISTORY, len(hist) - SPIKE_RECENT), len(hist)):
-                base = [v for _, v in hist[:i]]
+            for i in range(max(SPIKE_MIN_HISTORY, n - SPIKE_RECENT), n):
+                base = values[:i]
                 med = statistics.median(base)
                 mad = statistics.median(abs(v - med) for v in base) * 1.4826
                 bound = max(med + SPIKE_MADS * mad, med * SPIKE_RATIO if med > 0 else med + SPIKE_MADS * mad)
-                step, value = hist[i]
-                if value > bound:
-                    spiked[r] = (step, value, bound)
+                if values[i] > bound:
+                    spiked[r] = (rv.loss_steps[i], values[i], bound)
                     break
         if not spiked:
             return []
