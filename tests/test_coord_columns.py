@@ -29,7 +29,6 @@ def _expected(rv: FoldedRank) -> dict:
         "pg_state": s.pg_state,
         "phase": s.phase,
         "step": s.step,
-        "in_data_wait": s.in_data_wait,
         "received_at": rv.received_at,
         "registered_at": rv.registered_at,
         "progress_at": rv.progress_at,

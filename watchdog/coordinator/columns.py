@@ -49,7 +49,6 @@ class RankColumns:
     pg_state: Sequence[str] = ()
     phase: Sequence[str] = ()
     step: Sequence[int] = ()
-    in_data_wait: Sequence[bool] = ()
     # times on the coordinator's clock (FoldedRank)
     received_at: Sequence[float] = ()
     registered_at: Sequence[float] = ()
@@ -120,7 +119,6 @@ def _row(rv: FoldedRank) -> tuple:
         s.pg_state,
         s.phase,
         s.step,
-        s.in_data_wait,
         at,
         rv.registered_at,
         rv.progress_at,

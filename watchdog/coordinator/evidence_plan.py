@@ -26,7 +26,7 @@ from watchdog import commands
 
 from . import columns, stack_plan
 from .finding import Finding
-from .view import ClusterView, FoldedRank
+from .view import ClusterView
 
 MAX_DUMPS = 8
 FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch"})
@@ -56,15 +56,13 @@ def trigger(f: Finding) -> dict[str, Any]:
     return {"kind": f.kind, "ranks": list(f.ranks)}
 
 
-def _live(rv: FoldedRank) -> bool:
-    return rv.state.alive and rv.state.status != "exited"
-
-
 def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[int]:
-    wanted = [r for r in f.wants_stacks if r in view.ranks and _live(view.ranks[r])][:max_dumps]
+    wanted = [r for r in f.wants_stacks if r in view.ranks and stack_plan.live(view.ranks[r])][:max_dumps]
     if f.kind == "collective_hang":
         waiters = [w for w in f.evidence.get("waiters") or () if isinstance(w, int)]
-        extra = next((w for w in sorted(waiters) if w not in wanted and w in view.ranks and _live(view.ranks[w])), None)
+        extra = next(
+            (w for w in sorted(waiters) if w not in wanted and w in view.ranks and stack_plan.live(view.ranks[w])), None
+        )
         if extra is not None:
             wanted = wanted[: max_dumps - 1] + [extra]
     return sorted(set(wanted))

@@ -60,7 +60,6 @@ BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th perc
 BASELINE_SAMPLES = 512
 _NUMBER = attrgetter("step")
 _PAUSES = frozenset(PAUSE_PHASES)
-_FIELDS = FLAT_FIELDS
 _EXACT = 1 << 53  # integers up to here are exact as doubles
 _tail: Callable[[array, slice], array] = getitem  # type: ignore[assignment]  # array[slice] -> array
 # Steps gathered from histories: step -> (ranks, step_s, data_s, compute_s, pause), row by row.
@@ -189,7 +188,7 @@ class Ledger:
         newests: list[float] | None = None
         if None not in lasts:
             try:
-                newests = list(map(itemgetter(-_FIELDS), flats))
+                newests = list(map(itemgetter(-FLAT_FIELDS), flats))
             except IndexError:  # a rank without flat numbers
                 pass
         if newests is None:  # some ranks are read from their history
@@ -199,7 +198,7 @@ class Ledger:
                     self._take_from_history(r, hist, slow)
             live, hists, flats = list(compress(live, plain)), list(compress(hists, plain)), list(compress(flats, plain))
             lasts = list(compress(lasts, plain))
-            newests = list(map(itemgetter(-_FIELDS), flats))
+            newests = list(map(itemgetter(-FLAT_FIELDS), flats))
         if lasts and max(cast(list[int], lasts)) >= _EXACT:  # (no None left) a step number beyond 2^53: rare
             for r, hist in zip(live, hists):
                 self._take_from_history(r, hist, slow)
@@ -270,15 +269,15 @@ class Ledger:
         The ranks' last ``n + 1`` samples are copied into one array (their bytes
         joined): each step's column of each value is then a strided slice of
         it, and the check one comparison of bytes."""
-        width = (n + 1) * _FIELDS
+        width = (n + 1) * FLAT_FIELDS
         both = array("d")
         both.frombytes(b"".join(map(_tail, arrays, repeat(slice(-width, None)))))
         want = array("d", range(last, last + n + 1)).tobytes() * len(arrays)
-        if len(both) != width * len(arrays) or both[::_FIELDS].tobytes() != want:
+        if len(both) != width * len(arrays) or both[::FLAT_FIELDS].tobytes() != want:
             return False
         buffer = self.buffer
         for k in range(1, n + 1):
-            at = k * _FIELDS
+            at = k * FLAT_FIELDS
             got = buffer.get(last + k)
             if got is None:
                 got = buffer[last + k] = StepColumns()

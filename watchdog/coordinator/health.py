@@ -359,8 +359,3 @@ def victims(
     if not failed:
         return failed
     return failed.intersection(blame.waiters) | failed.intersection(blame.elsewhere)
-
-
-def live(view: ClusterView, health: dict[int, str]) -> list[int]:
-    """Ranks expected to make progress: everything but the exited, dead and lost."""
-    return [r for r in view.ranks if health[r] in (OK, FROZEN)]

@@ -62,8 +62,9 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
     """Pure; also feeds the hang gauges. None when nothing is live."""
     health = classify_all(view, now, cfg)
     c = columns.of(view)
-    # ``health.live`` as a column mask (classify_all's order is the columns'): at 16,384
-    # ranks each pass over the rank objects here was paid every tick.
+    # The live ranks (expected to make progress: OK or frozen, not exited, dead or lost) as a
+    # column mask (classify_all's order is the columns'): at 16,384 ranks each pass over the
+    # rank objects here was paid every tick.
     alive = list(map((OK, FROZEN).__contains__, health.values()))
     if not any(alive):
         return None  # all exited, dead or lost: dead_rank's business, not a hang

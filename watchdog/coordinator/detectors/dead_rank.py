@@ -96,13 +96,12 @@ class DeadRank:
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""
         waiting = ""
-        live_waiters = []
-        if blame and set(cluster) & set(blame.culprits):  # the waiters' liveness from the columns: 16k objects
-            c = columns.of(view)
+        if blame and set(cluster) & set(blame.culprits):
+            c = columns.of(view)  # the waiters' liveness from the columns, not from 16k objects
             alive = dict(zip(c.rank, c.alive))
             live_waiters = [w for w in blame.waiters if alive[w]]
-        if blame and set(cluster) & set(blame.culprits) and live_waiters:
-            waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
+            if live_waiters:
+                waiting = f"; {ranks_phrase(live_waiters)} waiting in {blame.op} #{blame.seq} for {seconds(now - blame.waiting_since)}"
         rv = rvs[0]
         causes = {x.rank: x.state.death.get("summary", "") for x in rvs if x.state.death.get("summary")}
         if len(rvs) == 1:

@@ -18,7 +18,7 @@ from operator import eq
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
-from ..health import FROZEN, analyze, classify_all, victims
+from ..health import FROZEN, OK, analyze, classify_all, victims
 from ..view import ClusterView
 
 
@@ -35,7 +35,7 @@ class FrozenRank:
         blame = analyze(view, now, self.cfg, health)
         spared = victims(view, now, self.cfg, health, blame)
         # The waiters still running, once (at 16,384 ranks, a pass per frozen rank was not cheap).
-        live_waiters = [w for w in blame.waiters if health[w] == "ok"] if blame else []
+        live_waiters = [w for w in blame.waiters if health[w] == OK] if blame else []
         out = []
         for r in sorted(compress(health.keys(), map(eq, repeat(FROZEN), health.values()))):
             if r in spared:

@@ -144,10 +144,7 @@ class Scorer:
                 else:
                     dropped, added = old, wins
                 for w in dropped:
-                    m = members.get(w.index)
-                    if m is not None and m.get(r) is w:
-                        del m[r]
-                        dirty.add(w.index)
+                    self._drop(r, w)
             for w in added:
                 x = w.index
                 m = members.get(x)
