@@ -138,6 +138,12 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+def _series(exposition: bytes) -> list[str]:
+    """The metric name of each series (sample line) in a text exposition."""
+    lines = exposition.decode().splitlines()
+    return [line.split("{", 1)[0].split(" ", 1)[0] for line in lines if line and not line.startswith("#")]
+
+
 def _scrape(url: str) -> tuple[bytes, float]:
     """(body, seconds); (b"", nan) when the coordinator did not answer in 30 s."""
     t = time.perf_counter()
@@ -306,6 +312,8 @@ def run_size(
         else None,
         "false": len(false),
         "metrics_kb": statistics.median(len(b) for b, _ in scrapes) / 1024,
+        "series": len(_series(scrapes[0][0])),
+        "created_series": sum(1 for name in _series(scrapes[0][0]) if name.endswith("_created")),
         "scrape_ms": 1e3 * statistics.median(t for _, t in scrapes),
         "bytes_per_report": statistics.mean(nbytes) if nbytes else 0.0,
         "errors": sum(r["errors"] for r in results),
@@ -342,6 +350,7 @@ COLUMNS = [
     ("culprit_ok", "culprit", "{}"),
     ("straggler_steps", "strag steps", "{}"),
     ("false", "false", "{}"),
+    ("series", "series", "{}"),
     ("metrics_kb", "metrics KB", "{:.0f}"),
     ("scrape_ms", "scrape ms", "{:.1f}"),
     ("bytes_per_report", "B/report", "{:.0f}"),

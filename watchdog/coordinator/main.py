@@ -10,6 +10,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+import prometheus_client
+
 from .. import flags, jobtoken, logs
 from .config import FLAGS, Config, from_values, loggable
 
@@ -76,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if readable:
         log.warning("token_file_readable", detail=readable)
     log.info("config", **loggable(cfg))
+    # client_python adds a ``<name>_created`` series beside every counter series. They
+    # are not part of this API (the golden file leaves them out), no rule or dashboard
+    # reads them, and at 16,384 ranks they are 18,432 of the exposition's ~53,000
+    # series: the per-host culprit counters, at 0 for every host and kind from the
+    # start. Left out, a scrape is about half the bytes and the time.
+    prometheus_client.disable_created_metrics()
     from .daemon import Daemon  # after the checks: a refused start opens no journal
 
     try:
