@@ -8,7 +8,6 @@ drive it with arbitrary bytes. The HTTP layer (``server.py``) only moves bytes.
 from __future__ import annotations
 
 import hmac
-import json
 import math
 from collections.abc import Mapping
 from email.message import Message
@@ -26,6 +25,7 @@ from ..report import (
     ReportError,
     rank_problem,
 )
+from . import jsonbody
 from .service import Coordinator, WrongJob
 
 __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]
@@ -57,13 +57,9 @@ def authorized(token: str, headers: Headers) -> bool:
     )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def decode(body: bytes) -> Any:
     """JSON, strictly: NaN/Infinity would poison every age computed from them."""
-    return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    return jsonbody.loads(body)
 
 
 def validate(report: HostReport, ranks_checked: bool = False) -> None:
