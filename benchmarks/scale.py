@@ -196,6 +196,7 @@ def run_size(
     python: str,
     extra_flags: list[str],
     report_version: int = 2,
+    compute_s: float = scalesim.Job.compute_s,
 ) -> dict:
     tmp = tempfile.mkdtemp(prefix=f"watchdog-scale-{n_ranks}-")
     journal, addr_file = os.path.join(tmp, "journal.jsonl"), os.path.join(tmp, "addr")
@@ -234,11 +235,13 @@ def run_size(
         addr, url = (host_s, int(port_s)), f"http://{host_s}:{port_s}"
         t_start = time.time() + 0.5
         straggler, frozen = n_ranks // 3, (2 * n_ranks) // 3 + 1
-        probe = scalesim.Job(n_ranks, t_start, straggler=straggler)
+        probe = scalesim.Job(n_ranks, t_start, compute_s=compute_s, straggler=straggler)
         # Freeze at a step's start (+ its data wait): the rank never enters that step's all-reduce.
         k = int((steady_s + 5.0) / probe.wall_s)
         freeze_at = t_start + k * probe.wall_s + probe.data_s / 2
-        job = scalesim.Job(n_ranks, t_start, straggler=straggler, frozen=frozen, freeze_at=freeze_at)
+        job = scalesim.Job(
+            n_ranks, t_start, compute_s=compute_s, straggler=straggler, frozen=frozen, freeze_at=freeze_at
+        )
         window = (t_start + 5.0, t_start + 5.0 + steady_s)
         t_end = freeze_at + after_s
         n_hosts = (n_ranks + scalesim.RANKS_PER_HOST - 1) // scalesim.RANKS_PER_HOST
@@ -388,6 +391,14 @@ def main(argv: list[str] | None = None) -> int:
         help="2: agents send version-2 reports once the coordinator's reply says it reads them (as agents do); "
         "1: agents that only speak version 1",
     )
+    ap.add_argument(
+        "--compute-s",
+        type=float,
+        default=scalesim.Job.compute_s,
+        help="each rank's compute time per step, seconds (a step adds the data wait, the straggler's 1.1x and "
+        "the all-reduce): the default 0.2 s makes ~4 steps a second, so each report carries ~4 step samples a "
+        "rank; jobs of thousands of GPUs step every few seconds",
+    )
     ap.add_argument("coordinator_flags", nargs="*", help="extra coordinator flags (after --)")
     a = ap.parse_args(argv)
     core = None if a.core < 0 or (os.cpu_count() or 1) < 2 else a.core
@@ -404,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             python=sys.executable,
             extra_flags=a.coordinator_flags,
             report_version=a.report_version,
+            compute_s=a.compute_s,
         )
         rows.append(row)
         if a.json:
