@@ -87,6 +87,47 @@ def test_a_tick_commits_its_durable_records_with_one_fsync(tmp_path, monkeypatch
     assert len(synced) == 3
 
 
+def test_the_request_loops_durable_records_are_synced_with_the_next_tick(tmp_path, monkeypatch):
+    # After a hang at 16,384 ranks every culprit host's stacks come back as command
+    # outcomes on the request loop: an fsync each held the loop 2.2 s in 25 while
+    # reports queued. Inside deferred() they are written (readable, safe from a
+    # crash of the coordinator) and fsync'd when the next batch (tick) ends.
+    import threading
+
+    synced = []
+    monkeypatch.setattr(journal.os, "fsync", lambda fd: synced.append(threading.current_thread().name))
+    path = tmp_path / "journal.jsonl"
+    j = journal.Journal(str(path), clock)
+
+    def loop():
+        with j.deferred():
+            j.write(je.COMMAND_DONE, {"evidence": "stacks"})
+            j.write(je.EVIDENCE, {})
+
+    other = threading.Thread(target=loop, name="loop")
+    other.start()
+    other.join()
+    assert synced == [] and len(path.read_text().splitlines()) == 2  # written, not yet synced
+    with j.batch():  # the next tick: nothing durable of its own, the loop's records pending
+        j.write(je.RANK_JOINED, {})
+    assert synced == ["MainThread"]
+    with j.batch():
+        pass  # nothing pending any more: no fsync
+    assert len(synced) == 1
+    other = threading.Thread(target=loop, name="loop")
+    other.start()
+    other.join()
+    j.write(je.FINDING, {})  # outside both: synced at once, as always, and the loop's with it
+    with j.batch():
+        pass
+    assert len(synced) == 2
+    with j.deferred():
+        j.write(je.RANK_JOINED, {})  # not durable: nothing to sync later either
+    with j.batch():
+        pass
+    assert len(synced) == 2
+
+
 def test_event_names_are_the_golden_ones():
     """The event names are the journal's format, read by tools we do not own: a
     rename must be a deliberate change of tests/golden/journal_events.txt."""

@@ -188,10 +188,12 @@ class Coordinator:
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
-        # Outside the lock: evidence lines are fsync'd and can be large.
+        # Outside the lock: evidence lines can be large. Fsync'd with the next tick's
+        # records, not here on the request loop (journal.py: group commit).
         done = self.dispatch.acked(report.host, report.acks, now) if report.acks else []
         outgoing, sent = self.dispatch.outgoing(report.job, report.host, report.sent_wall, report.interval_s, now)
-        self._command_events(done + sent)
+        with self.journal.deferred():
+            self._command_events(done + sent)
         return {"ok": True, "commands": outgoing}
 
     # -- tick ------------------------------------------------------------------
