@@ -189,13 +189,13 @@ class LoopServer:
             if len(self._conns) >= self.max_connections:
                 self._refuse(conn, peer)
                 continue
-            task = loop.create_task(self._open(conn, peer))
+            c = _Connection(self, peer)
+            self._conns.add(c)  # counted against the cap from its accept, before its transport exists
+            task = loop.create_task(self._open(c, conn, peer))
             self._opening.add(task)
             task.add_done_callback(self._opening.discard)
 
-    async def _open(self, conn: socket.socket, peer: str) -> None:
-        c = _Connection(self, peer)
-        self._conns.add(c)  # counted against the cap from its accept
+    async def _open(self, c: _Connection, conn: socket.socket, peer: str) -> None:
         try:
             await self._loop.connect_accepted_socket(lambda: c, conn)  # type: ignore[union-attr]
         except OSError as exc:
