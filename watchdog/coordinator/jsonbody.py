@@ -8,7 +8,7 @@ of a core at that size.
 
 The result must be the same value, to the type: the schema tells an integer
 from a float, and hostile input must meet the same checks with the same
-messages as before. orjson differs from ``json.loads`` in three ways, each sent
+messages as before. orjson differs from ``json.loads`` in two ways, each sent
 to the standard library:
 
 - what orjson refuses and the standard library reads: a number too large for a
