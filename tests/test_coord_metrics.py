@@ -63,3 +63,30 @@ def test_only_the_info_series_names_the_training_job():
     samples = [s for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples]
     assert not [s for s in samples if {"job", "instance", "exported_job"} & set(s.labels)]
     assert [s.labels for s in samples if s.name == "watchdog_coordinator_info"] == [{"training_job": "train"}]
+
+
+def test_metrics_endpoint_text_is_what_prometheus_client_writes_as_culprit_series_change():
+    """/metrics keeps the per-host culprit series' text between changes: it must
+    equal a plain ``generate_latest`` after every kind of change, hostile host
+    names (quotes, backslashes, newlines) included."""
+    from watchdog.coordinator.finding import KINDS
+
+    registry = CollectorRegistry()
+    m = CoordinatorMetrics(registry)
+    assert m.exposition() == generate_latest(registry)
+    hosts = ["n0", 'n"1', "n\\2", "n\n3", "nø4"]
+    for i, host in enumerate(hosts):
+        m.host_culprits.seen("job", host)
+        assert m.exposition() == generate_latest(registry)
+        m.host_culprits.inc("job", host, KINDS[i % len(KINDS)])
+        m.host_culprits.inc("job", hosts[0], "dead_rank")
+        assert m.exposition() == generate_latest(registry)
+    m.host_culprits.seen("job", "n0")  # seen again (an agent restarted): nothing changes
+    assert m.exposition() == m.exposition() == generate_latest(registry)
+    get = registry.get_sample_value
+    name = "watchdog_coordinator_host_culprit_findings_total"
+    assert get(name, {"training_job": "job", "host": "n0", "cause": "dead_rank"}) == len(hosts) + (
+        KINDS[0] == "dead_rank"
+    )
+    assert get(name, {"training_job": "job", "host": "n\n3", "cause": KINDS[3]}) == 1
+    assert get(name, {"training_job": "job", "host": "n\n3", "cause": KINDS[4]}) == 0

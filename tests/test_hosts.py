@@ -15,6 +15,7 @@ from waiting import wait_for
 
 from watchdog.coordinator import hosts_cli
 from watchdog.coordinator.config import Config
+from watchdog.coordinator.finding import KINDS
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.metrics import CoordinatorMetrics
 from watchdog.coordinator.service import Coordinator
@@ -74,8 +75,7 @@ def test_watchdog_hosts_against_a_real_prometheus(tmp_path):
     mets = [CoordinatorMetrics(r) for r in regs]
     for m, job in zip(mets, ("job-a", "job-b")):
         for host in ("n-bad", "n-good"):
-            for cause in ("collective_hang", "loss_anomaly"):
-                m.host_culprits.labels(job, host, cause)  # as the coordinator does on host_seen
+            m.host_culprits.seen(job, host)  # as the coordinator does on host_seen
     servers = [_serve(r) for r in regs]
     prom = Prometheus(
         tmp_path, [f"127.0.0.1:{s.server_port}" for s in servers], scrape_interval_s=0.5, rule_files=[RULES]
@@ -83,10 +83,14 @@ def test_watchdog_hosts_against_a_real_prometheus(tmp_path):
     try:
         prom.start()
         wait_for(
-            lambda: len(prom.query(f"count_over_time({C}[1m]) >= 3")) == 8, 60, what="zeros scraped", interval_s=0.5
+            # every kind at 0 for both hosts of both jobs
+            lambda: len(prom.query(f"count_over_time({C}[1m]) >= 3")) == 2 * 2 * len(KINDS),
+            60,
+            what="zeros scraped",
+            interval_s=0.5,
         )
-        mets[0].host_culprits.labels("job-a", "n-bad", "collective_hang").inc()
-        mets[1].host_culprits.labels("job-b", "n-bad", "loss_anomaly").inc()
+        mets[0].host_culprits.inc("job-a", "n-bad", "collective_hang")
+        mets[1].host_culprits.inc("job-b", "n-bad", "loss_anomaly")
 
         def suspects():
             hosts = hosts_cli.suspects(prom.url, 1.0, 5.0)

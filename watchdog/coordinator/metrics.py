@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from watchdog.commands import TYPES as COMMAND_TYPES
 from watchdog.report import MAX_ACKS_PER_REPORT
@@ -15,6 +15,8 @@ from watchdog.report import MAX_ACKS_PER_REPORT
 from .dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .finding import KINDS
 from .goodput import CATEGORIES as GOODPUT_CATEGORIES
+from .host_culprits import NAME as HOST_CULPRITS
+from .host_culprits import HostCulprits, Without
 from .verdict import SPLIT_CLOCKS, VERDICTS
 from .verdict import THRESHOLDS as VERDICT_SHARES
 
@@ -27,7 +29,6 @@ DETECTOR_GAUGES = {STRAGGLER_SCORE: True, HANG_SECONDS: False, HANG_DEADLINE_SEC
 # name -> value, or for a labelled gauge {label value: value} (the series to export now: others are removed).
 GaugeValues = Mapping[str, float | Mapping[str, float]]
 
-HOST_CULPRITS = "watchdog_coordinator_host_culprit_findings"
 REJECT_REASONS = (
     "bad_json",
     "too_large",
@@ -177,15 +178,11 @@ class CoordinatorMetrics:
             "watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r
         )
         # Hosts to avoid, across jobs: the shipped recording rules sum these over every
-        # coordinator into a decaying per-host suspicion score (`watchdog hosts`). Children
-        # are made at 0 when a host is first seen (``host_seen``), so the first culprit
-        # finding is an increase Prometheus sees, not a series that starts at 1.
-        self.host_culprits = Counter(
-            HOST_CULPRITS,
-            "Findings opened that named a culprit on this host, by cause (the finding kind)",
-            ["training_job", "host", "cause"],
-            registry=r,
-        )
+        # coordinator into a decaying per-host suspicion score (`watchdog hosts`). Series
+        # are made at 0 when a host is first seen, so the first culprit finding is an
+        # increase Prometheus sees, not a series that starts at 1 (host_culprits.py).
+        self.host_culprits = HostCulprits(r)
+        self._registry = r
         self._detector_gauges = {
             STRAGGLER_SCORE: self.straggler,
             HANG_SECONDS: self.hang,
@@ -214,6 +211,11 @@ class CoordinatorMetrics:
         for kind in COMMAND_TYPES:
             for outcome in COMMAND_OUTCOMES:
                 self.commands.labels(kind, outcome)
+
+    def exposition(self) -> bytes:
+        """/metrics: what ``generate_latest(registry)`` gives, the per-host culprit
+        series from their kept text."""
+        return generate_latest(Without(self._registry, HOST_CULPRITS)) + self.host_culprits.exposition()
 
     def set_detector_gauges(self, values: GaugeValues) -> None:
         """Export what a detector handed out (names checked by the runner)."""

@@ -26,7 +26,7 @@ import socket
 import time
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import httpguard, logs
 from .api import ReportHandler, authorized
@@ -94,7 +94,7 @@ def make_server(
 
     def get(req: Request) -> Response:
         if req.path == "/metrics":
-            return Response(200, generate_latest(coordinator.registry), CONTENT_TYPE_LATEST)
+            return Response(200, coordinator.metrics.exposition(), CONTENT_TYPE_LATEST)
         if req.path == "/healthz":
             return Response(200, b"ok\n", "text/plain")
         if req.path == STATUS_PATH:

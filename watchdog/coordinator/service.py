@@ -183,8 +183,7 @@ class Coordinator:
                 self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
             for name, payload in events:
                 if name == je.HOST_SEEN and not payload.get("agent_restarted"):
-                    for kind in KINDS:  # at 0 from the start: see metrics.host_culprits
-                        self.metrics.host_culprits.labels(view.job, report.host, kind)
+                    self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
                 self._record(name, payload)
         self.metrics.received.inc()
@@ -221,7 +220,7 @@ class Coordinator:
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
             for host in f.hosts:  # culprit hosts only: a finding with no culprit names none
-                self.metrics.host_culprits.labels(view.job, host, f.kind).inc()
+                self.metrics.host_culprits.inc(view.job, host, f.kind)
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
