@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.steps import FLAT_FIELDS
 from watchdog.coordinator.view import ClusterView, FoldedRank, Folder, empty
 
 
@@ -58,6 +59,7 @@ def _expected(rv: FoldedRank) -> dict:
         # -- for goodput
         "step_history": st.history,
         "step_flat": st.flat if st.flat_of is st.history else array("d"),
+        "step_newest": st.flat[-FLAT_FIELDS] if st.flat_of is st.history and st.flat else float("-inf"),
     }
 
 

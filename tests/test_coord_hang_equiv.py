@@ -204,9 +204,9 @@ def ref_hang_state(now, view, cfg):
         age_s=max(0.0, age),
         deadline_s=ref_deadline(view, alive, cfg),
         onset=onset,
-        blame=blame,
         stuck=tuple(sorted(alive)) if blame is None else (),
         health=health_,
+        _analysis=lambda: blame,
     )
 
 
@@ -408,7 +408,11 @@ def _compare(view: ClusterView, now: float, cfg: DetectorConfig, monkeypatch) ->
     blame = health._analyze.uncached(view, now, cfg)
     assert blame == ref_analyze(view, now, cfg)
     assert health.victims(view, now, cfg, got_health, blame) == ref_victims(got_health, blame)
-    assert ch.hang_state.uncached(now, view, cfg) == ref_hang_state(now, view, cfg)
+    got_state, want_state = ch.hang_state.uncached(now, view, cfg), ref_hang_state(now, view, cfg)
+    assert got_state == want_state
+    if want_state is not None:  # the blame is read when asked for (not compared with the state)
+        assert got_state.blame == want_state.blame
+        assert health.waiting_since(view, now, cfg) == (blame.waiting_since if blame is not None else None)
     frozen = FrozenRank(cfg).check(now, view)
     assert frozen == ref_frozen_check(cfg, now, view)
     dead = DeadRank(cfg).check(now, view)

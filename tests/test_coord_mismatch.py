@@ -196,3 +196,56 @@ def test_two_odd_ranks_seen_before_the_usual_ones_are_not_taken_for_the_majority
     assert check(job(partial)) == []
     (f,) = check(job(colls))
     assert f.ranks == (1, 3)
+
+
+def _fr_reference(view):
+    """mismatch._fr as it was: a pass over every rank object."""
+    first, differ = {}, set()
+    for rv in view.ranks.values():
+        for key, sig, _ in rv.coll_keys:
+            f = first.setdefault(key, sig)
+            if f is not sig and f != sig:
+                differ.add(key)
+    out = {}
+    if not differ:
+        return out
+    for r, rv in view.ranks.items():
+        for (key, sig, at), (c, _) in zip(rv.coll_keys, rv.colls, strict=False):
+            if key in differ:
+                out.setdefault(key, {})[r] = (sig, c.describe(), at)
+    return out
+
+
+def test_the_flight_recorder_signatures_read_only_the_ranks_that_hold_some():
+    """mismatch._fr reads only the ranks whose fr_held column is set: the same
+    keys, entries and order as the pass over every rank, on random views where
+    some ranks have no Flight Recorder entries, some only an older or newer
+    stretch, and some issued another shape; also as ranks restart (new pids)."""
+    import random
+
+    from watchdog.coordinator import mismatch
+
+    rng = random.Random(7)
+    shapes = ({}, {"elements": 6}, {"dtype": "bfloat16"}, {"op": "broadcast"})
+    differed = 0
+    for trial in range(200):
+        world = rng.choice((1, 3, 8, 17))
+        view = None
+        for tick in range(3):
+            states = []
+            for r in range(world):
+                if rng.random() < 0.4:
+                    colls = ()
+                else:
+                    lo = rng.randrange(1, 5)
+                    colls = tuple(
+                        t.sig(s, age_s=float(10 - s), **(rng.choice(shapes) if rng.random() < 0.1 else {}))
+                        for s in range(lo, lo + rng.randrange(1, 6))
+                    )
+                pid = 1000 + r + (100 if rng.random() < 0.1 else 0)
+                states.append(t.rank(r, world_size=world, pid=pid, recent_colls=colls))
+            view = t.view(states, now=100.0 + tick, base=view, seq=trial * 3 + tick + 1)
+            got, want = mismatch._fr(view), _fr_reference(view)
+            assert got == want and [list(v) for v in got.values()] == [list(v) for v in want.values()], (trial, tick)
+            differed += bool(want)
+    assert differed > 50

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from .steps import FLAT_FIELDS
+
 if TYPE_CHECKING:
     from watchdog.report import StepSample
 
@@ -83,6 +85,7 @@ class RankColumns:
     # -- for goodput
     step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples
     step_flat: Sequence[array] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
+    step_newest: Sequence[float] = ()  # step_flat's newest step number; -inf when it is empty
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -94,6 +97,7 @@ NAMES = tuple(f.name for f in fields(RankColumns))
 _ARRAY_CODE = {"Sequence[float]": "d", "Sequence[int]": "q", "Sequence[bool]": "b"}
 _CODES = tuple(_ARRAY_CODE.get(str(f.type)) for f in fields(RankColumns))
 _NO_FLAT = array("d")  # shared, never mutated
+NO_STEP = float("-inf")  # step_newest of a rank without flat numbers (a step number never is)
 
 
 def _row(rv: FoldedRank) -> tuple:
@@ -104,6 +108,7 @@ def _row(rv: FoldedRank) -> tuple:
     at = rv.received_at
     g = rv.gpu_stats
     gpu = bool(g.steps_seen) and rv._gpu_current()  # FoldedRank.split_stats, without a property call per rank
+    flat = st.flat if st.flat_of is st.history else _NO_FLAT
     sp = g if gpu else st
     return (
         s.rank,
@@ -147,7 +152,8 @@ def _row(rv: FoldedRank) -> tuple:
         bool(rv.colls) or bool(s.fr_newest_seq),
         # -- for goodput
         st.history,
-        st.flat if st.flat_of is st.history else _NO_FLAT,
+        flat,
+        flat[-FLAT_FIELDS] if flat else NO_STEP,
     )
 
 

@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, getitem, itemgetter, not_
+from operator import add, attrgetter, getitem, itemgetter, lt, not_
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -136,17 +136,18 @@ class Ledger:
         changed = self._track(cols) if track else False
         hists: Sequence[tuple[StepSample, ...]]
         flats: Sequence[array]
+        newest: Sequence[float]
         if all(cols.alive) and "exited" not in cols.status:  # every rank live: no mask to apply
-            live, hists, flats = list(cols.rank), cols.step_history, cols.step_flat
+            live, hists, flats, newest = list(cols.rank), cols.step_history, cols.step_flat, cols.step_newest
             self.world_sizes.update(cols.world_size)
             pausing = not _PAUSES.isdisjoint(cols.phase)
         else:
             mask = [a and s != "exited" for a, s in zip(cols.alive, cols.status)]
             live, hists = list(compress(cols.rank, mask)), list(compress(cols.step_history, mask))
-            flats = list(compress(cols.step_flat, mask))
+            flats, newest = list(compress(cols.step_flat, mask)), list(compress(cols.step_newest, mask))
             self.world_sizes.update(compress(cols.world_size, mask))
             pausing = not _PAUSES.isdisjoint(compress(cols.phase, mask))
-        self._take(live, hists, flats)
+        self._take(live, hists, flats, newest)
         return live, changed, pausing
 
     def _track(self, cols: RankColumns) -> bool:
@@ -168,7 +169,13 @@ class Ledger:
             changed = any(not a and s != "exited" for a, s in zip(cols.alive, cols.status)) or changed
         return changed
 
-    def _take(self, live: list[int], hists: Sequence[tuple[StepSample, ...]], flats: Sequence[array]) -> None:
+    def _take(
+        self,
+        live: list[int],
+        hists: Sequence[tuple[StepSample, ...]],
+        flats: Sequence[array],
+        newest_steps: Sequence[float] | None = None,
+    ) -> None:
         """Buffer the live ranks' steps since the last tick.
 
         Only the steps since the last tick: walking the whole history of every
@@ -181,16 +188,24 @@ class Ledger:
         buffered through C-level calls over whole columns, without a Python
         statement per rank. A rank whose new steps are not the plain case (its
         first steps, more than its flat numbers hold, a gap, steps out of order)
-        is read from its history, as before."""
+        is read from its history, as before.
+
+        ``newest_steps``: each flat's newest step number (``columns.NO_STEP`` for an empty
+        one), the view's ``step_newest`` column, written as the ranks folded: read
+        from it, not from 16,384 arrays (~3 ms of cache misses a tick)."""
         seen = self.seen
         slow: _Samples = {}  # steps read from histories, buffered at the end
         lasts: list[int | None] = list(map(seen.get, live))
         newests: list[float] | None = None
         if None not in lasts:
-            try:
-                newests = list(map(itemgetter(-FLAT_FIELDS), flats))
-            except IndexError:  # a rank without flat numbers
-                pass
+            if newest_steps is not None:
+                if not newest_steps or min(newest_steps) != columns.NO_STEP:  # else a rank without flat numbers
+                    newests = list(newest_steps)
+            else:
+                try:
+                    newests = list(map(itemgetter(-FLAT_FIELDS), flats))
+                except IndexError:  # a rank without flat numbers
+                    pass
         if newests is None:  # some ranks are read from their history
             plain = [bool(f) and last is not None for f, last in zip(flats, lasts)]
             for r, hist in compress(zip(live, hists), map(not_, plain)):
@@ -206,7 +221,13 @@ class Ledger:
         # Runs keyed by (last step taken, newest step) as one complex number, exact
         # below 2^53: a key the collector does not track and that hashes in C.
         runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
-        for i, run in enumerate(map(complex, lasts, newests)):  # type: ignore[arg-type]
+        # Only the rows with a step newer than the last taken (a C-level filter): the
+        # others add nothing, and between their host's reports (back-pressure spaces them
+        # 2-3 s apart at 16,384 ranks) most ranks have none. The same runs, rows and
+        # order: a run's key says whether it has new steps, so a run is kept or left whole.
+        fresh = list(map(lt, lasts, newests))  # type: ignore[arg-type]
+        keys = map(complex, compress(lasts, fresh), compress(newests, fresh))  # type: ignore[arg-type]
+        for i, run in zip(compress(range(len(fresh)), fresh), keys):
             got = runs.get(run)
             if got is None:
                 runs[run] = [i]

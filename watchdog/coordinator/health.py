@@ -54,7 +54,11 @@ def quiet_hosts(view: ClusterView, now: float) -> set[str]:
     }
 
 
+@per_tick()
 def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
+    """Hosts silent past their silence limit whose ranks did not all exit. Memoized
+    (read-only): the coordinator's host bookkeeping and every rank's health ask on
+    each tick, a pass over the 2,048 hosts of a 16,384-rank job each time."""
     silent = {
         h
         for h, hv in view.hosts.items()
@@ -175,30 +179,14 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
     c = columns.of(view)
     hs = tuple(health.values())  # classify_all's order is the columns' order
     rank = c.rank
-    # A lost host's ranks are not waiting "now": their last state is as old as the host's silence, so
-    # counting them as waiters would have the live ranks blamed for a wait seen on stale data. Nor are
-    # those of a host that missed a few reports but is not lost yet (10 s at a 2 s advised interval,
-    # past the 5 s hang floor): its ranks' wait is as old as its silence too.
     quiet = quiet_hosts(view, now)
     slack = STALL_SLACK_S
-    # ``waiting`` per row, from the same floats (step_start and coll_enter are the columns').
-    if quiet:
-        is_wait = [
-            out > 0 and start <= enter + slack and h != EXITED and h != LOST and host not in quiet
-            for out, start, enter, h, host in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs, c.host)
-        ]
-    else:
-        is_wait = [
-            out > 0 and start <= enter + slack and h != EXITED and h != LOST
-            for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
-        ]
+    is_wait = _is_wait(c, hs, quiet)
     wait = list(compress(range(len(rank)), is_wait))  # rows
     if not wait:
         return _fr_blame(view, now, health)
-    coll_group, coll_seq = c.coll_group, c.coll_seq
-    groups = _count(_take(coll_group, wait))
-    group = min(groups, key=lambda g: (-groups[g], g))
-    on = wait if len(groups) == 1 else [i for i in wait if coll_group[i] == group]
+    coll_seq = c.coll_seq
+    group, on = _on_group(c, wait)
     seq = min(_take(c.coll_done_seq, on)) + 1
     front = max(_take(coll_seq, on))
     ops = _count(_take(c.coll_op, on))
@@ -293,6 +281,54 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         how=how,
         unread=tuple(sorted(unheard)) if how == "unheard" else (),
     )
+
+
+def _is_wait(c: columns.RankColumns, hs: tuple, quiet: set[str]) -> list[bool]:
+    """``waiting`` per row, from the same floats (step_start and coll_enter are the
+    columns'). A lost host's ranks are not waiting "now": their last state is as old
+    as the host's silence, so counting them as waiters would have the live ranks
+    blamed for a wait seen on stale data. Nor are those of a ``quiet`` host, one that
+    missed a few reports but is not lost yet (10 s at a 2 s advised interval, past the
+    5 s hang floor): its ranks' wait is as old as its silence too."""
+    slack = STALL_SLACK_S
+    if quiet:
+        return [
+            out > 0 and start <= enter + slack and h != EXITED and h != LOST and host not in quiet
+            for out, start, enter, h, host in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs, c.host)
+        ]
+    return [
+        out > 0 and start <= enter + slack and h != EXITED and h != LOST
+        for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
+    ]
+
+
+def _on_group(c: columns.RankColumns, wait: list[int]) -> tuple[int, list[int]]:
+    """The group most waiters wait on (the lowest on a tie), and the rows of the
+    waiters on it."""
+    coll_group = c.coll_group
+    groups = _count(_take(coll_group, wait))
+    group = min(groups, key=lambda g: (-groups[g], g))
+    on = wait if len(groups) == 1 else [i for i in wait if coll_group[i] == group]
+    return group, on
+
+
+def waiting_since(view: ClusterView, now: float, cfg: DetectorConfig) -> float | None:
+    """``analyze(view, now, cfg).waiting_since`` (None where it returns None), without
+    the rest of the analysis where the hook's marks alone decide it: when no rank's
+    Flight Recorder showed anything, the blame is the marks' (none when no rank
+    waits), waiting since the earliest enter of the waiters on its group, whoever is
+    blamed. The hang's age needs only this on every tick; the culprits (~13,000
+    ranks at 16,384 ranks reporting every 3 s, sorted and set apart each tick) only
+    when the hang is called. With Flight Recorder readings, the analysis itself."""
+    c = columns.of(view)
+    if any(c.fr_held):
+        blame = analyze(view, now, cfg)
+        return None if blame is None else blame.waiting_since
+    is_wait = _is_wait(c, tuple(classify_all(view, now, cfg).values()), quiet_hosts(view, now))
+    wait = list(compress(range(len(c.rank)), is_wait))
+    if not wait:
+        return None  # _fr_blame: None without Flight Recorder readings
+    return min(_take(c.coll_enter, _on_group(c, wait)[1]))
 
 
 def _same(values: tuple) -> bool:

@@ -27,6 +27,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import compress
 
 from . import columns
 from .view import SIZE_FREE_OPS as _SIZE_FREE
@@ -57,10 +58,16 @@ Entry = tuple[tuple, str, float]  # (comparable signature, description, coordina
 
 def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
     """Only the keys where some rank differs are built in full: one dict probe per
-    signature otherwise (4,096 ranks x 32 signatures is 131,072 of them a tick)."""
+    signature otherwise (4,096 ranks x 32 signatures is 131,072 of them a tick).
+    Only the ranks with Flight Recorder entries are read (``fr_held``: every rank
+    with ``colls``, hence with ``coll_keys``), found in the columns: without the
+    Flight Recorder a pass over 16,384 rank objects found nothing, ~4 ms a tick."""
     first: dict[tuple[int, int], tuple] = {}
     differ: set[tuple[int, int]] = set()
-    for rv in view.ranks.values():
+    c = columns.of(view)
+    ranks = view.ranks
+    held = [(r, ranks[r]) for r in compress(c.rank, c.fr_held)]  # in the view's rank order, as before
+    for _, rv in held:
         for key, sig, _ in rv.coll_keys:
             f = first.setdefault(key, sig)
             if f is not sig and f != sig:
@@ -68,10 +75,10 @@ def _fr(view: ClusterView) -> dict[tuple[int, int], dict[int, Entry]]:
     out: dict[tuple[int, int], dict[int, Entry]] = {}
     if not differ:
         return out
-    for r, rv in view.ranks.items():
-        for (key, sig, at), (c, _) in zip(rv.coll_keys, rv.colls):
+    for r, rv in held:
+        for (key, sig, at), (coll, _) in zip(rv.coll_keys, rv.colls):
             if key in differ:
-                out.setdefault(key, {})[r] = (sig, c.describe(), at)
+                out.setdefault(key, {})[r] = (sig, coll.describe(), at)
     return out
 
 

@@ -280,7 +280,8 @@ class Coordinator:
         hl = health.classify_all(view, now, cfg)
         m.ranks_expected.set(view.world_size)
         m.ranks_registered.set(len(view.ranks))
-        m.ranks_alive.set(sum(1 for h in hl.values() if h in (health.OK, health.FROZEN)))
+        states = list(hl.values())  # two C-level counts, not a generator over 16,384 ranks
+        m.ranks_alive.set(states.count(health.OK) + states.count(health.FROZEN))
         m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
         m.hosts.labels("lost").set(len(self._lost))
         counts = dict.fromkeys(KINDS, 0)

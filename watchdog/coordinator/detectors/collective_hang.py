@@ -23,8 +23,10 @@ when such ranks are the only ones not in the collective, nobody is named yet.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import and_, ge
 from typing import Any
@@ -33,7 +35,7 @@ from .. import columns, stats
 from ..config import DetectorConfig
 from ..describe import heartbeat, where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting
+from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..view import ClusterView
@@ -52,9 +54,16 @@ class HangState:
     age_s: float  # how long the job has been stuck (0 when it is not)
     deadline_s: float
     onset: float
-    blame: Blame | None
     stuck: tuple[int, ...]  # live ranks, when nobody waits in a collective
     health: dict[int, str]
+    # ``analyze`` of the view, asked for when read: the age needs only when the waiters
+    # began (health.waiting_since), and on most ticks nobody reads the culprits.
+    # The view is held weakly (memo.py: the state outlives its tick in the memo).
+    _analysis: Callable[[], Blame | None] = field(compare=False, repr=False)
+
+    @property
+    def blame(self) -> Blame | None:
+        return self._analysis()
 
 
 @per_tick(view_arg=1)
@@ -68,19 +77,31 @@ def hang_state(now: float, view: ClusterView, cfg: DetectorConfig) -> HangState 
     alive = list(map((OK, FROZEN).__contains__, health.values()))
     if not any(alive):
         return None  # all exited, dead or lost: dead_rank's business, not a hang
-    blame = analyze(view, now, cfg, health)
+    since = waiting_since(view, now, cfg)  # analyze(...).waiting_since; None: no blame
     progress = max(compress(c.progress_at, alive))
     age, onset = now - progress, progress
-    if blame is not None and now - blame.waiting_since > age:
-        age, onset = now - blame.waiting_since, blame.waiting_since
+    if since is not None and now - since > age:
+        age, onset = now - since, since
     return HangState(
         age_s=max(0.0, age),
         deadline_s=deadline(view, alive, cfg),
         onset=onset,
-        blame=blame,
-        stuck=tuple(sorted(compress(c.rank, alive))) if blame is None else (),
+        stuck=tuple(sorted(compress(c.rank, alive))) if since is None else (),
         health=health,
+        _analysis=_analysis(view, now, cfg),
     )
+
+
+def _analysis(view: ClusterView, now: float, cfg: DetectorConfig) -> Callable[[], Blame | None]:
+    held = weakref.ref(view)
+
+    def blame() -> Blame | None:
+        v = held()
+        if v is None:
+            raise ReferenceError("the hang state's view is gone: read its blame within its tick")
+        return analyze(v, now, cfg)
+
+    return blame
 
 
 def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float:
