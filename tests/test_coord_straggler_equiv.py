@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 from bisect import bisect_left
 from dataclasses import replace
 from types import MappingProxyType
@@ -221,3 +222,46 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
         assert got == reference(view, now, cfg), now
         compared += bool(got)
     assert compared > 40 and kept > 10  # scores kept through moved windows, and equal all along
+
+
+def _window(index, compute_s, step_s=0.15, spread=0.05):
+    return straggler.WindowStat(index, 20, compute_s, step_s, spread)
+
+
+def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
+    """_group_score against _rank_score, bit for bit: windows with and without
+    baselines, ties on the cut points, baselines of 0 (a window skipped for some
+    ranks only), too few windows, one window per score (no spread), one rank."""
+    rng = random.Random(11)
+    compared = 0
+    for trial in range(400):
+        cfg = DetectorConfig(straggler_windows=rng.choice((1, 2, 4)))
+        indices = sorted(rng.sample(range(12), rng.randint(1, 8)))
+        usable = {}
+        for x in indices:
+            if rng.random() < 0.8:
+                vals = sorted(
+                    rng.choice((0.0, 0.1, 0.1, 0.2, rng.uniform(0.05, 0.3))) for _ in range(rng.randint(2, 7))
+                )
+                usable[x] = straggler._baselines(vals)
+        pool = [c for cut in usable.values() for c in cut] + [rng.uniform(0.0, 0.3), 0.0]
+        group = [
+            tuple(_window(x, rng.choice(pool), rng.uniform(0.1, 0.2)) for x in indices)
+            for _ in range(rng.choice((1, 2, 5, 30)))
+        ]
+        got = straggler._group_score(group, usable, cfg)
+        want = [straggler._rank_score(ws, usable, cfg) for ws in group]
+        assert _bits(got) == _bits(want), trial
+        compared += sum(w is not None for w in want)
+    assert compared > 1000
+
+
+def _bits(x):
+    """The value with each float as its bytes (so -0.0 != 0.0 and nan == nan)."""
+    if isinstance(x, float):
+        return struct.pack("d", x)
+    if isinstance(x, dict):
+        return {k: _bits(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | frozenset):
+        return (type(x).__name__, *map(_bits, sorted(x) if isinstance(x, frozenset) else x))
+    return x

@@ -29,7 +29,7 @@ import heapq
 import math
 import weakref
 from bisect import bisect_right
-from operator import is_, truediv
+from operator import attrgetter, is_, truediv
 
 from .. import columns
 from ..config import DetectorConfig
@@ -47,6 +47,8 @@ GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and ever
 Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
 Change = tuple[tuple[WindowStat, ...], tuple[WindowStat, ...]] | None  # a rank's windows dropped and added; None: gone
 _STILL = ((), ())  # (a rank whose windows did not move)
+_INDEX = attrgetter("index")
+_POSITIVE = (0.0).__lt__  # b > 0
 
 
 @per_tick()
@@ -192,7 +194,8 @@ class Scorer:
         steps = cfg.straggler_windows * median_of_sorted([t[2] for t in self._tables.values() if t[2]])
         sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
         base = self._base
-        for r, rank_wins in wins_of.items():
+        rescore: list[int] = []
+        for r in wins_of:
             kept = base.get(r)
             if kept is not None:
                 change = moved.get(r, _STILL)
@@ -216,11 +219,23 @@ class Scorer:
                         if new:
                             base[r] = (kept[0], kept[1], kept[2].union(new))
                         continue
-            got = _rank_score(rank_wins, usable, cfg)
-            if got is None:
-                base.pop(r, None)
+            rescore.append(r)
+        # Ranks whose windows have the same indices (nearly all: they close windows
+        # together, give or take a tick) read the same baselines: scored together.
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for r in rescore:
+            key = tuple(map(_INDEX, wins_of[r]))
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [r]
             else:
-                base[r] = got
+                g.append(r)
+        for group in groups.values():
+            for r, got in zip(group, _group_score([wins_of[r] for r in group], usable, cfg), strict=True):
+                if got is None:
+                    base.pop(r, None)
+                else:
+                    base[r] = got
         own = {r: base[r][1] for r in wins_of if r in base}
         sigma_windows = median(sorted(own.values())) if own else 0.0
         out: dict[int, dict] = {}
@@ -313,6 +328,70 @@ def _rank_score(
         "last_step": (picked[-1].index + 1) * cfg.straggler_window_steps - 1,
     }
     return score, _stdev(factors) / math.sqrt(k), frozenset(read)
+
+
+def _group_score(
+    group: list[tuple[WindowStat, ...]], usable: dict[int, Cut], cfg: DetectorConfig
+) -> list[tuple[dict, float, frozenset[int]] | None]:
+    """``_rank_score`` of each of ranks whose windows have the same indices,
+    computed a window column at a time: the same floats (the same operations on
+    the same values in the same order: each rank's sums are ``sum`` over its own
+    values, oldest window first), without looking up each rank's baselines."""
+    if not group:
+        return []
+    k = cfg.straggler_windows
+    seq = group[0]
+    picked: list[tuple[int, list[float], list[float]]] = []  # (position, computes, baselines), newest first
+    read = []
+    for p in range(len(seq) - 1, -1, -1):
+        x = seq[p].index
+        read.append(x)
+        cut = usable.get(x)
+        if cut is None:
+            continue
+        t1, t2, b1, b2, b3 = cut
+        vs = [ws[p].compute_s for ws in group]
+        bs = [b1 if v <= t1 else (b2 if v <= t2 else b3) for v in vs]
+        if not all(map(_POSITIVE, bs)):  # a baseline of 0 (or nan) skips a window for some ranks only
+            return [_rank_score(ws, usable, cfg) for ws in group]
+        picked.append((p, vs, bs))
+        if len(picked) == k:
+            break
+    if len(picked) < k:
+        return [None] * len(group)
+    picked.reverse()
+    n = len(picked)
+    mine = list(map(sum, zip(*[vs for _, vs, _ in picked])))
+    theirs = list(map(sum, zip(*[bs for _, _, bs in picked])))
+    steps = list(map(sum, zip(*[[ws[p].step_s for ws in group] for p, _, _ in picked])))
+    columns = [list(map(truediv, vs, bs)) for _, vs, bs in picked]
+    factors = list(map(list, zip(*columns)))
+    if n < 2:
+        own = [0.0] * len(group)
+    else:  # _stdev, a column at a time
+        means = [s / n for s in map(sum, factors)]
+        squares = [[(x - m) ** 2 for x, m in zip(col, means)] for col in columns]
+        own = [math.sqrt(s / (n - 1)) for s in map(sum, zip(*squares))]
+    root_k = math.sqrt(k)
+    first_step = seq[picked[0][0]].index * cfg.straggler_window_steps
+    last_step = (seq[picked[-1][0]].index + 1) * cfg.straggler_window_steps - 1
+    reads = frozenset(read)
+    return [
+        (
+            {
+                "factor": m / t,
+                "window_factors": f,
+                "compute_s": m / n,
+                "baseline_s": t / n,
+                "step_s": st / n,
+                "first_step": first_step,
+                "last_step": last_step,
+            },
+            o / root_k,
+            reads,
+        )
+        for m, t, f, st, o in zip(mine, theirs, factors, steps, own)
+    ]
 
 
 def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) -> dict[int, dict]:
