@@ -265,3 +265,32 @@ def _bits(x):
     if isinstance(x, list | tuple | frozenset):
         return (type(x).__name__, *map(_bits, sorted(x) if isinstance(x, frozenset) else x))
     return x
+
+
+def test_the_lazy_answer_reads_as_the_dict_and_flags_the_same_ranks():
+    """The Scorer's answer builds each rank's dict when asked: it equals the
+    from-scratch dict in keys, order and values, its factors are theirs, and the
+    detector's flagged ranks (prefiltered on straggler_factor) are the ones the
+    dicts give, with a floor low enough that most ranks pass the prefilter."""
+    flagged = 0
+    for floor in (1.034, 0.9):
+        cfg = DetectorConfig(straggler_window_steps=10, straggler_factor=floor)
+        sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.1, seed=9, cfg=cfg)
+        sim.slow(5, 1.2)
+        det = straggler.Straggler(cfg)
+        now = 0.0
+        while now < 25.0:
+            now += 0.5
+            view = sim.run_until(now)
+            got = det.scores(now, view)
+            want = straggler.scores.uncached(view, now, cfg)
+            assert [(r, list(got[r].items())) for r in got] == [(r, list(s.items())) for r, s in want.items()]
+            assert len(got) == len(want) and all(r in got for r in want) and -1 not in got
+            assert got.factors == {r: s["factor"] for r, s in want.items()}
+            limit = cfg.straggler_window_factor
+            over = sorted(
+                r for r, s in want.items() if s["factor"] >= s["threshold"] and min(s["window_factors"]) > limit
+            )
+            assert det.flagged(got) == over, now
+            flagged += len(over)
+    assert flagged > 10

@@ -29,6 +29,7 @@ import heapq
 import math
 import weakref
 from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from operator import attrgetter, is_, truediv
 
 from .. import columns
@@ -45,6 +46,10 @@ from ..view import ClusterView
 GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)
 
 Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
+# A rank's score without the job-wide thresholds: the values of FIELDS, in order.
+Row = tuple[float, list[float], float, float, float, int, int]
+FIELDS = ("factor", "window_factors", "compute_s", "baseline_s", "step_s", "first_step", "last_step")
+Scored = tuple[Row, float, frozenset[int]]  # (its row, its own window noise, the window indices it read)
 Change = tuple[tuple[WindowStat, ...], tuple[WindowStat, ...]] | None  # a rank's windows dropped and added; None: gone
 _STILL = ((), ())  # (a rank whose windows did not move)
 _INDEX = attrgetter("index")
@@ -89,14 +94,13 @@ class Scorer:
         # index -> (computes sorted, spreads > 0 sorted, sizes sorted)
         self._tables: dict[int, tuple[list[float], list[float], list[int]]] = {}
         self._cuts: dict[int, Cut | None] = {}  # index -> its baselines if usable, as last used
-        # rank -> (score without the job-wide thresholds, its own window noise, indices it read)
-        self._base: dict[int, tuple[dict, float, frozenset[int]]] = {}
-        self._out: dict[int, dict] | None = None
+        self._base: dict[int, Scored] = {}
+        self._out: Scores | None = None
 
-    def scores(self, view: ClusterView, now: float) -> dict[int, dict]:
+    def scores(self, view: ClusterView, now: float) -> Scores:
         return self.of(_windows_of(view, now, self.cfg))
 
-    def of(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> dict[int, dict]:
+    def of(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> Scores:
         prev = self._wins
         if (
             self._out is not None
@@ -163,7 +167,7 @@ class Scorer:
             del m[r]
             self._dirty.add(w.index)
 
-    def _score(self, wins_of: dict[int, tuple[WindowStat, ...]], moved: dict[int, Change]) -> dict[int, dict]:
+    def _score(self, wins_of: dict[int, tuple[WindowStat, ...]], moved: dict[int, Change]) -> Scores:
         cfg = self.cfg
         for index in self._dirty:
             m = self._members.get(index)
@@ -186,7 +190,7 @@ class Scorer:
         spread_lists = [t[1] for t in self._tables.values() if t[1]]
         if not usable or not spread_lists:
             self._base.clear()
-            return {}
+            return Scores({}, 0.0, 0.0, cfg)
         others = len(wins_of) - 1
         # Medians over every window of every rank (262,144 at 16,384 ranks), from the
         # indices' sorted lists without merging them (the same floats as ``median``).
@@ -236,20 +240,53 @@ class Scorer:
                     base.pop(r, None)
                 else:
                     base[r] = got
-        own = {r: base[r][1] for r in wins_of if r in base}
-        sigma_windows = median(sorted(own.values())) if own else 0.0
-        out: dict[int, dict] = {}
-        factor, sigmas = cfg.straggler_factor, cfg.straggler_sigmas
-        for r, o in own.items():
-            sigma = max(sigma_iid, sigma_windows, o)
-            out[r] = {
-                **base[r][0],
-                "threshold": max(factor, 1.0 + sigmas * sigma),
-                "sigma": sigma,
-                "sigma_steps": sigma_iid,
-                "sigma_windows": sigma_windows,
-            }
-        return out
+        rows = {r: got for r in wins_of if (got := base.get(r)) is not None}
+        sigma_windows = median(sorted([got[1] for got in rows.values()])) if rows else 0.0
+        return Scores(rows, sigma_iid, sigma_windows, cfg)
+
+
+class Scores(Mapping[int, dict]):
+    """The Scorer's answer: ``scores``'s mapping, each rank's dict built when it
+    is asked for (with the job-wide thresholds). The detector reads every rank's
+    factor (``factors``) and the dicts of a few: at 16,384 ranks building every
+    dict was ~30 ms of each tick on which windows closed."""
+
+    __slots__ = ("_cfg", "_factors", "_rows", "sigma_steps", "sigma_windows")
+
+    def __init__(self, rows: dict[int, Scored], sigma_steps: float, sigma_windows: float, cfg: DetectorConfig) -> None:
+        self._rows = rows
+        self.sigma_steps = sigma_steps
+        self.sigma_windows = sigma_windows
+        self._cfg = cfg
+        self._factors: dict[int, float] | None = None
+
+    def __getitem__(self, r: int) -> dict:
+        row, own, _ = self._rows[r]
+        sigma = max(self.sigma_steps, self.sigma_windows, own)
+        score = dict(zip(FIELDS, row, strict=True))
+        score.update(
+            threshold=max(self._cfg.straggler_factor, 1.0 + self._cfg.straggler_sigmas * sigma),
+            sigma=sigma,
+            sigma_steps=self.sigma_steps,
+            sigma_windows=self.sigma_windows,
+        )
+        return score
+
+    def __contains__(self, r: object) -> bool:
+        return r in self._rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def factors(self) -> dict[int, float]:
+        """Each rank's slowdown factor, in the mapping's order."""
+        if self._factors is None:
+            self._factors = {r: got[0][0] for r, got in self._rows.items()}
+        return self._factors
 
 
 def median_of_sorted(lists: list[list]) -> float:
@@ -285,9 +322,7 @@ def _kth(lists: list[list], k: int) -> float:
     return best
 
 
-def _rank_score(
-    rank_wins: tuple[WindowStat, ...], usable: dict[int, Cut], cfg: DetectorConfig
-) -> tuple[dict, float, frozenset[int]] | None:
+def _rank_score(rank_wins: tuple[WindowStat, ...], usable: dict[int, Cut], cfg: DetectorConfig) -> Scored | None:
     """One rank's score over its last k windows with a baseline, its own
     window-to-window noise, and the window indices it read (what the Scorer keeps
     between ticks; ``_compute`` asks it for every rank)."""
@@ -318,21 +353,21 @@ def _rank_score(
     theirs = sum(bs)
     n = len(picked)
     factors = list(map(truediv, vs, bs))
-    score = {
-        "factor": mine / theirs,
-        "window_factors": factors,
-        "compute_s": mine / n,
-        "baseline_s": theirs / n,
-        "step_s": sum([w.step_s for w in picked]) / n,
-        "first_step": picked[0].index * cfg.straggler_window_steps,
-        "last_step": (picked[-1].index + 1) * cfg.straggler_window_steps - 1,
-    }
-    return score, _stdev(factors) / math.sqrt(k), frozenset(read)
+    row = (
+        mine / theirs,
+        factors,
+        mine / n,
+        theirs / n,
+        sum([w.step_s for w in picked]) / n,
+        picked[0].index * cfg.straggler_window_steps,
+        (picked[-1].index + 1) * cfg.straggler_window_steps - 1,
+    )
+    return row, _stdev(factors) / math.sqrt(k), frozenset(read)
 
 
 def _group_score(
     group: list[tuple[WindowStat, ...]], usable: dict[int, Cut], cfg: DetectorConfig
-) -> list[tuple[dict, float, frozenset[int]] | None]:
+) -> list[Scored | None]:
     """``_rank_score`` of each of ranks whose windows have the same indices,
     computed a window column at a time: the same floats (the same operations on
     the same values in the same order: each rank's sums are ``sum`` over its own
@@ -377,19 +412,7 @@ def _group_score(
     last_step = (seq[picked[-1][0]].index + 1) * cfg.straggler_window_steps - 1
     reads = frozenset(read)
     return [
-        (
-            {
-                "factor": m / t,
-                "window_factors": f,
-                "compute_s": m / n,
-                "baseline_s": t / n,
-                "step_s": st / n,
-                "first_step": first_step,
-                "last_step": last_step,
-            },
-            o / root_k,
-            reads,
-        )
+        ((m / t, f, m / n, t / n, st / n, first_step, last_step), o / root_k, reads)
         for m, t, f, st, o in zip(mine, theirs, factors, steps, own)
     ]
 
@@ -424,7 +447,8 @@ def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) ->
     for r, rank_wins in wins_of.items():
         got = _rank_score(rank_wins, usable, cfg)
         if got is not None:
-            out[r], own[r], _ = got
+            out[r] = dict(zip(FIELDS, got[0], strict=True))
+            own[r] = got[1]
     # The noise as the job shows it: on a shared or contended host slowdowns come in
     # bursts (a neighbour's process, a page-cache flush) that hit a rank for a window
     # or two, which the per-step spread above does not predict. A rank's
@@ -477,15 +501,15 @@ class Straggler:
         # closings (most ticks): at 16,384 ranks sorting and filtering every rank's
         # score, and the gauge's 16,384 labels, cost ~0.4 s a tick under cProfile.
         # One entry each, keyed on the answer object (held, so its id is not reused).
-        self._flagged: tuple[dict[int, dict], list[int]] | None = None
-        self._gauge: tuple[dict[int, dict], GaugeValues] | None = None
+        self._flagged: tuple[Scores, list[int]] | None = None
+        self._gauge: tuple[Scores, GaugeValues] | None = None
         self.scorer = Scorer(cfg)
         # check and gauges ask for one tick's. The view is held by a weak reference: the
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
-        self._last: tuple[weakref.ref[ClusterView], float, dict[int, dict]] | None = None
+        self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
 
-    def scores(self, now: float, view: ClusterView) -> dict[int, dict]:
+    def scores(self, now: float, view: ClusterView) -> Scores:
         if self._last is None or self._last[0]() is not view or self._last[1] != now:
             self._last = (weakref.ref(view), now, self.scorer.scores(view, now))
         return self._last[2]
@@ -498,17 +522,22 @@ class Straggler:
         panel shows the top 10."""
         sc = self.scores(now, view)
         if self._gauge is None or self._gauge[0] is not sc:
-            top = heapq.nlargest(GAUGE_RANKS, sc, key=lambda r: sc[r]["factor"])
+            factors = sc.factors
+            top = heapq.nlargest(GAUGE_RANKS, factors, key=factors.__getitem__)
             shown = sorted({*top, *self.flagged(sc)})
-            self._gauge = (sc, {STRAGGLER_SCORE: {str(r): round(sc[r]["factor"], 4) for r in shown}})
+            self._gauge = (sc, {STRAGGLER_SCORE: {str(r): round(factors[r], 4) for r in shown}})
         return self._gauge[1]
 
-    def flagged(self, sc: dict[int, dict]) -> list[int]:
+    def flagged(self, sc: Scores) -> list[int]:
         """The ranks over their threshold and slower in every window, in rank order."""
         if self._flagged is None or self._flagged[0] is not sc:
-            limit = self.cfg.straggler_window_factor
+            limit, floor = self.cfg.straggler_window_factor, self.cfg.straggler_factor
+            # A threshold is never below straggler_factor (max(straggler_factor, ...)): only
+            # the ranks with a factor at or above it need their dict built.
             ranks = sorted(
-                r for r, s in sc.items() if s["factor"] >= s["threshold"] and min(s["window_factors"]) > limit
+                r
+                for r, f in sc.factors.items()
+                if f >= floor and f >= (s := sc[r])["threshold"] and min(s["window_factors"]) > limit
             )
             self._flagged = (sc, ranks)
         return self._flagged[1]
