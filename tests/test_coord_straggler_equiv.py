@@ -229,7 +229,7 @@ def _window(index, compute_s, step_s=0.15, spread=0.05):
 
 
 def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
-    """_group_score against _rank_score, bit for bit: windows with and without
+    """_group_score (its rows built when asked) against _rank_score, bit for bit: windows with and without
     baselines, ties on the cut points, baselines of 0 (a window skipped for some
     ranks only), too few windows, one window per score (no spread), one rank."""
     rng = random.Random(11)
@@ -249,7 +249,10 @@ def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
             tuple(_window(x, rng.choice(pool), rng.uniform(0.1, 0.2)) for x in indices)
             for _ in range(rng.choice((1, 2, 5, 30)))
         ]
-        got = straggler._group_score(group, usable, cfg)
+        kept = straggler._group_score(group, usable, cfg)
+        # (factor, own, read, rows, position): the row built from the rows at the position
+        got = [None if k is None else (k[3].row(k[4]), k[1], k[2]) for k in kept]
+        assert [k and k[0] for k in kept] == [g and g[0][0] for g in got]
         want = [straggler._rank_score(ws, usable, cfg) for ws in group]
         assert _bits(got) == _bits(want), trial
         compared += sum(w is not None for w in want)
@@ -294,3 +297,39 @@ def test_the_lazy_answer_reads_as_the_dict_and_flags_the_same_ranks():
             assert det.flagged(got) == over, now
             flagged += len(over)
     assert flagged > 10
+
+
+def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_come_and_go():
+    """Scorer.of against _compute, bit for bit, window by window: ranks close their
+    windows on different calls (up to two windows apart), some windows are no
+    evidence (a gap in the indices), computes repeat (ties) or are 0 (a baseline of
+    0), ranks leave and join (fresh windows), jobs of 1 to 40 ranks, K of 1, 2, 4."""
+    rng = random.Random(17)
+    scored = 0
+    for trial in range(24):
+        cfg = DetectorConfig(straggler_windows=rng.choice((1, 2, 4)))
+        world = rng.choice((1, 2, 3, 5, 12, 40))
+        pool = [0.1, 0.1, 0.11, 0.12, 0.2] + ([0.0] if trial % 3 == 0 else [])
+        wins: dict[int, tuple] = dict.fromkeys(range(world), ())
+        nxt = dict.fromkeys(wins, 0)  # each rank's next window index
+        scorer = straggler.Scorer(cfg)
+        for call in range(60):
+            for r in list(wins):
+                if rng.random() < 0.03 and len(wins) > 1:  # leaves
+                    del wins[r]
+                elif nxt[r] <= min(nxt.values()) + 1 and rng.random() < 0.4:  # closes its next window
+                    if rng.random() < 0.9:  # (else: no evidence, a gap)
+                        w = _window(nxt[r], rng.choice(pool) * (1.3 if r == 1 else 1.0), rng.uniform(0.1, 0.2))
+                        wins[r] = (*wins[r], w)[-16:]
+                    nxt[r] += 1
+            if rng.random() < 0.05:  # a rank joins (or comes back) with windows of its own
+                r = rng.randrange(world + 2)
+                nxt[r] = max(nxt.values())
+                wins[r] = tuple(_window(x, rng.choice(pool)) for x in range(max(0, nxt[r] - 5), nxt[r]))
+            live = {r: ws for r, ws in wins.items() if ws}
+            got = scorer.of(live)
+            want = straggler._compute(live, cfg)
+            assert list(got) == list(want), (trial, call)
+            assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
+            scored += len(want)
+    assert scored > 3000

@@ -29,8 +29,10 @@ import heapq
 import math
 import weakref
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
-from operator import attrgetter, is_, truediv
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter, sub, truediv
+from typing import cast
 
 from .. import columns
 from ..config import DetectorConfig
@@ -53,6 +55,9 @@ Scored = tuple[Row, float, frozenset[int]]  # (its row, its own window noise, th
 Change = tuple[tuple[WindowStat, ...], tuple[WindowStat, ...]] | None  # a rank's windows dropped and added; None: gone
 _STILL = ((), ())  # (a rank whose windows did not move)
 _INDEX = attrgetter("index")
+_COMPUTE = attrgetter("compute_s")
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 _POSITIVE = (0.0).__lt__  # b > 0
 
 
@@ -94,7 +99,7 @@ class Scorer:
         # index -> (computes sorted, spreads > 0 sorted, sizes sorted)
         self._tables: dict[int, tuple[list[float], list[float], list[int]]] = {}
         self._cuts: dict[int, Cut | None] = {}  # index -> its baselines if usable, as last used
-        self._base: dict[int, Scored] = {}
+        self._base: dict[int, Kept] = {}
         self._out: Scores | None = None
 
     def scores(self, view: ClusterView, now: float) -> Scores:
@@ -221,7 +226,7 @@ class Scorer:
                         and not any(map(cuts.get, new))
                     ):
                         if new:
-                            base[r] = (kept[0], kept[1], kept[2].union(new))
+                            base[r] = (kept[0], kept[1], kept[2].union(new), kept[3], kept[4])
                         continue
             rescore.append(r)
         # Ranks whose windows have the same indices (nearly all: they close windows
@@ -235,13 +240,21 @@ class Scorer:
             else:
                 g.append(r)
         for group in groups.values():
-            for r, got in zip(group, _group_score([wins_of[r] for r in group], usable, cfg), strict=True):
-                if got is None:
-                    base.pop(r, None)
-                else:
-                    base[r] = got
-        rows = {r: got for r in wins_of if (got := base.get(r)) is not None}
-        sigma_windows = median(sorted([got[1] for got in rows.values()])) if rows else 0.0
+            got = _group_score([wins_of[r] for r in group], usable, cfg)
+            if None in got:  # too few windows with a baseline
+                for r, one in zip(group, got):
+                    if one is None:
+                        base.pop(r, None)
+                    else:
+                        base[r] = one
+            else:
+                base.update(zip(group, cast(list[Kept], got)))
+        # (base holds no rank that is gone: all of them when its size says so)
+        if len(base) == len(wins_of):
+            rows = dict(zip(wins_of, map(base.__getitem__, wins_of)))
+        else:
+            rows = {r: k for r in wins_of if (k := base.get(r)) is not None}
+        sigma_windows = median(sorted(map(_SECOND, rows.values()))) if rows else 0.0
         return Scores(rows, sigma_iid, sigma_windows, cfg)
 
 
@@ -253,7 +266,7 @@ class Scores(Mapping[int, dict]):
 
     __slots__ = ("_cfg", "_factors", "_rows", "sigma_steps", "sigma_windows")
 
-    def __init__(self, rows: dict[int, Scored], sigma_steps: float, sigma_windows: float, cfg: DetectorConfig) -> None:
+    def __init__(self, rows: dict[int, Kept], sigma_steps: float, sigma_windows: float, cfg: DetectorConfig) -> None:
         self._rows = rows
         self.sigma_steps = sigma_steps
         self.sigma_windows = sigma_windows
@@ -261,7 +274,8 @@ class Scores(Mapping[int, dict]):
         self._factors: dict[int, float] | None = None
 
     def __getitem__(self, r: int) -> dict:
-        row, own, _ = self._rows[r]
+        _, own, _, rows, i = self._rows[r]
+        row = rows.row(i)
         sigma = max(self.sigma_steps, self.sigma_windows, own)
         score = dict(zip(FIELDS, row, strict=True))
         score.update(
@@ -285,7 +299,7 @@ class Scores(Mapping[int, dict]):
     def factors(self) -> dict[int, float]:
         """Each rank's slowdown factor, in the mapping's order."""
         if self._factors is None:
-            self._factors = {r: got[0][0] for r, got in self._rows.items()}
+            self._factors = dict(zip(self._rows, map(_FIRST, self._rows.values())))
         return self._factors
 
 
@@ -365,14 +379,64 @@ def _rank_score(rank_wins: tuple[WindowStat, ...], usable: dict[int, Cut], cfg: 
     return row, _stdev(factors) / math.sqrt(k), frozenset(read)
 
 
-def _group_score(
-    group: list[tuple[WindowStat, ...]], usable: dict[int, Cut], cfg: DetectorConfig
-) -> list[Scored | None]:
+class _Alone:
+    """Rows scored one rank at a time (``_rank_score``)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+
+    def row(self, i: int) -> Row:
+        return self.rows[i]
+
+
+class _Columns:
+    """Rows scored a window column at a time (``_group_score``), each built when
+    asked: the detector reads every rank's factor and own noise, and the rest of a
+    few ranks' rows."""
+
+    __slots__ = ("columns", "factor", "first_step", "group", "last_step", "mine", "positions", "theirs")
+
+    def __init__(
+        self,
+        group: list[tuple[WindowStat, ...]],
+        positions: list[int],
+        columns: list[list[float]],
+        sums: tuple[list[float], list[float], list[float]],
+        steps: tuple[int, int],
+    ) -> None:
+        self.group, self.positions, self.columns = group, positions, columns
+        self.mine, self.theirs, self.factor = sums
+        self.first_step, self.last_step = steps
+
+    def row(self, i: int) -> Row:
+        n = len(self.positions)
+        ws = self.group[i]
+        return (
+            self.factor[i],
+            [col[i] for col in self.columns],
+            self.mine[i] / n,
+            self.theirs[i] / n,
+            sum([ws[p].step_s for p in self.positions]) / n,
+            self.first_step,
+            self.last_step,
+        )
+
+
+# A rank's score as the Scorer keeps it: (factor, its own window noise, the window
+# indices it read, the rows its row is in, and its position there).
+Kept = tuple[float, float, frozenset[int], _Alone | _Columns, int]
+
+
+def _group_score(group: list[tuple[WindowStat, ...]], usable: dict[int, Cut], cfg: DetectorConfig) -> list[Kept | None]:
     """``_rank_score`` of each of ranks whose windows have the same indices,
     computed a window column at a time: the same floats (the same operations on
     the same values in the same order: each rank's sums are ``sum`` over its own
-    values, oldest window first), without looking up each rank's baselines."""
-    if not group:
+    values, oldest window first), without looking up each rank's baselines, and
+    with the rows built only when asked for (``_Columns.row``)."""
+    size = len(group)
+    if not size:
         return []
     k = cfg.straggler_windows
     seq = group[0]
@@ -385,36 +449,35 @@ def _group_score(
         if cut is None:
             continue
         t1, t2, b1, b2, b3 = cut
-        vs = [ws[p].compute_s for ws in group]
+        vs = list(map(_COMPUTE, map(itemgetter(p), group)))
         bs = [b1 if v <= t1 else (b2 if v <= t2 else b3) for v in vs]
         if not all(map(_POSITIVE, bs)):  # a baseline of 0 (or nan) skips a window for some ranks only
-            return [_rank_score(ws, usable, cfg) for ws in group]
+            alone = [_rank_score(ws, usable, cfg) for ws in group]
+            rows = _Alone([got[0] for got in alone if got is not None])
+            at = iter(range(size))
+            return [None if got is None else (got[0][0], got[1], got[2], rows, next(at)) for got in alone]
         picked.append((p, vs, bs))
         if len(picked) == k:
             break
     if len(picked) < k:
-        return [None] * len(group)
+        return [None] * size
     picked.reverse()
     n = len(picked)
-    mine = list(map(sum, zip(*[vs for _, vs, _ in picked])))
-    theirs = list(map(sum, zip(*[bs for _, _, bs in picked])))
-    steps = list(map(sum, zip(*[[ws[p].step_s for ws in group] for p, _, _ in picked])))
+    mine: list[float] = list(map(sum, zip(*[vs for _, vs, _ in picked])))
+    theirs: list[float] = list(map(sum, zip(*[bs for _, _, bs in picked])))
     columns = [list(map(truediv, vs, bs)) for _, vs, bs in picked]
-    factors = list(map(list, zip(*columns)))
+    factor = list(map(truediv, mine, theirs))
     if n < 2:
-        own = [0.0] * len(group)
+        own: Iterable[float] = [0.0] * size
     else:  # _stdev, a column at a time
-        means = [s / n for s in map(sum, factors)]
-        squares = [[(x - m) ** 2 for x, m in zip(col, means)] for col in columns]
-        own = [math.sqrt(s / (n - 1)) for s in map(sum, zip(*squares))]
-    root_k = math.sqrt(k)
-    first_step = seq[picked[0][0]].index * cfg.straggler_window_steps
-    last_step = (seq[picked[-1][0]].index + 1) * cfg.straggler_window_steps - 1
-    reads = frozenset(read)
-    return [
-        ((m / t, f, m / n, t / n, st / n, first_step, last_step), o / root_k, reads)
-        for m, t, f, st, o in zip(mine, theirs, factors, steps, own)
-    ]
+        means = list(map(truediv, map(sum, zip(*columns)), repeat(n)))
+        squares = [list(map(pow, map(sub, col, means), repeat(2))) for col in columns]
+        own = map(math.sqrt, map(truediv, map(sum, zip(*squares)), repeat(n - 1)))
+    own = map(truediv, own, repeat(math.sqrt(k)))
+    size_ = cfg.straggler_window_steps
+    steps = (seq[picked[0][0]].index * size_, (seq[picked[-1][0]].index + 1) * size_ - 1)
+    cols = _Columns(group, [p for p, _, _ in picked], columns, (mine, theirs, factor), steps)
+    return list(zip(factor, own, repeat(frozenset(read)), repeat(cols), range(size)))
 
 
 def _compute(wins_of: dict[int, tuple[WindowStat, ...]], cfg: DetectorConfig) -> dict[int, dict]:
