@@ -10,6 +10,8 @@ from bisect import bisect_left
 from dataclasses import replace
 from types import MappingProxyType
 
+import pytest
+
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import straggler
@@ -299,14 +301,17 @@ def test_the_lazy_answer_reads_as_the_dict_and_flags_the_same_ranks():
     assert flagged > 10
 
 
-def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_come_and_go():
+@pytest.mark.parametrize("patch_gone", [256, 2, 0])
+def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_come_and_go(monkeypatch, patch_gone):
     """Scorer.of against _compute, bit for bit, window by window: ranks close their
     windows on different calls (up to two windows apart), some windows are no
     evidence (a gap in the indices), computes repeat (ties) or are 0 (a baseline of
-    0), ranks leave and join (fresh windows), jobs of 1 to 40 ranks, K of 1, 2, 4."""
-    rng = random.Random(17)
+    0), ranks leave and join (fresh windows), jobs of 1 to 40 ranks, K of 1, 2, 4;
+    the indices' sorted lists patched, or sorted again past a few windows gone."""
+    monkeypatch.setattr(straggler, "_PATCH_GONE", patch_gone)
+    rng = random.Random(17 + patch_gone)
     scored = 0
-    for trial in range(24):
+    for trial in range(16):
         cfg = DetectorConfig(straggler_windows=rng.choice((1, 2, 4)))
         world = rng.choice((1, 2, 3, 5, 12, 40))
         pool = [0.1, 0.1, 0.11, 0.12, 0.2] + ([0.0] if trial % 3 == 0 else [])
@@ -332,4 +337,4 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
             assert list(got) == list(want), (trial, call)
             assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
             scored += len(want)
-    assert scored > 3000
+    assert scored > 2000
