@@ -97,6 +97,7 @@ class Scorer:
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         self._wins: dict[int, tuple[WindowStat, ...]] = {}  # rank -> its windows at the last answer
+        self._keys: dict[int, tuple[int, ...]] = {}  # rank -> the indices of those windows
         self._members: dict[int, dict[int, WindowStat]] = {}  # window index -> rank -> its window
         # index -> (its windows gone, its windows new) since its table was last brought up to date
         self._changes: dict[int, tuple[list[WindowStat], list[WindowStat]]] = {}
@@ -133,12 +134,14 @@ class Scorer:
             for w in prev.pop(r):
                 self._drop(r, w)
             self._base.pop(r, None)
+            del self._keys[r]
             moved[r] = None
         for r, wins in wins_of.items():
             old = prev.get(r)
             if old is wins:
                 continue
             prev[r] = wins
+            self._keys[r] = tuple(map(_INDEX, wins))
             dropped: tuple[WindowStat, ...] = ()
             if old is None:
                 added: tuple[WindowStat, ...] = wins
@@ -219,8 +222,10 @@ class Scorer:
         per_step = median_of_sorted(spread_lists)
         steps = cfg.straggler_windows * median_of_sorted([t[2] for t in self._tables.values() if t[2]])
         sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-        base = self._base
-        rescore: list[int] = []
+        base, keys = self._base, self._keys
+        # Ranks whose windows have the same indices (nearly all: they close windows
+        # together, give or take a tick) read the same baselines: scored together.
+        groups: dict[tuple[int, ...], list[int]] = {}
         for r in wins_of:
             kept = base.get(r)
             if kept is not None:
@@ -245,12 +250,7 @@ class Scorer:
                         if new:
                             base[r] = (kept[0], kept[1], kept[2].union(new), kept[3], kept[4])
                         continue
-            rescore.append(r)
-        # Ranks whose windows have the same indices (nearly all: they close windows
-        # together, give or take a tick) read the same baselines: scored together.
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for r in rescore:
-            key = tuple(map(_INDEX, wins_of[r]))
+            key = keys[r]
             g = groups.get(key)
             if g is None:
                 groups[key] = [r]
