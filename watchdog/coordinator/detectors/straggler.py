@@ -490,7 +490,8 @@ def _group_score(group: list[tuple[WindowStat, ...]], usable: dict[int, Cut], cf
         t1, t2, b1, b2, b3 = cut
         vs = list(map(_COMPUTE, map(itemgetter(p), group)))
         bs = [b1 if v <= t1 else (b2 if v <= t2 else b3) for v in vs]
-        if not all(map(_POSITIVE, bs)):  # a baseline of 0 (or nan) skips a window for some ranks only
+        # A baseline of 0 (or nan) skips a window for some ranks only (each b is one of the three).
+        if not (b1 > 0 and b2 > 0 and b3 > 0) and not all(map(_POSITIVE, bs)):
             alone = [_rank_score(ws, usable, cfg) for ws in group]
             rows = _Alone([got[0] for got in alone if got is not None])
             at = iter(range(size))
