@@ -336,5 +336,6 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
             want = straggler._compute(live, cfg)
             assert list(got) == list(want), (trial, call)
             assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
+            assert scorer._keys == {r: tuple(w.index for w in ws) for r, ws in live.items()}  # the grouping key
             scored += len(want)
     assert scored > 2000
