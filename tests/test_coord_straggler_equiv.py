@@ -251,7 +251,7 @@ def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
             tuple(_window(x, rng.choice(pool), rng.uniform(0.1, 0.2)) for x in indices)
             for _ in range(rng.choice((1, 2, 5, 30)))
         ]
-        kept = straggler._group_score(group, usable, cfg)
+        kept = straggler._group_score(group, [tuple(w.compute_s for w in ws) for ws in group], usable, cfg)
         # (factor, own, read, rows, position): the row built from the rows at the position
         got = [None if k is None else (k[3].row(k[4]), k[1], k[2]) for k in kept]
         assert [k and k[0] for k in kept] == [g and g[0][0] for g in got]
@@ -337,5 +337,6 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
             assert list(got) == list(want), (trial, call)
             assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
             assert scorer._keys == {r: tuple(w.index for w in ws) for r, ws in live.items()}  # the grouping key
+            assert scorer._vals == {r: tuple(w.compute_s for w in ws) for r, ws in live.items()}
             scored += len(want)
     assert scored > 2000
