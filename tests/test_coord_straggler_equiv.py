@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 from bisect import bisect_left
 from dataclasses import replace
 from types import MappingProxyType
+
+import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
@@ -221,3 +224,119 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
         assert got == reference(view, now, cfg), now
         compared += bool(got)
     assert compared > 40 and kept > 10  # scores kept through moved windows, and equal all along
+
+
+def _window(index, compute_s, step_s=0.15, spread=0.05):
+    return straggler.WindowStat(index, 20, compute_s, step_s, spread)
+
+
+def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
+    """_group_score (its rows built when asked) against _rank_score, bit for bit: windows with and without
+    baselines, ties on the cut points, baselines of 0 (a window skipped for some
+    ranks only), too few windows, one window per score (no spread), one rank."""
+    rng = random.Random(11)
+    compared = 0
+    for trial in range(400):
+        cfg = DetectorConfig(straggler_windows=rng.choice((1, 2, 4)))
+        indices = sorted(rng.sample(range(12), rng.randint(1, 8)))
+        usable = {}
+        for x in indices:
+            if rng.random() < 0.8:
+                vals = sorted(
+                    rng.choice((0.0, 0.1, 0.1, 0.2, rng.uniform(0.05, 0.3))) for _ in range(rng.randint(2, 7))
+                )
+                usable[x] = straggler._baselines(vals)
+        pool = [c for cut in usable.values() for c in cut] + [rng.uniform(0.0, 0.3), 0.0]
+        group = [
+            tuple(_window(x, rng.choice(pool), rng.uniform(0.1, 0.2)) for x in indices)
+            for _ in range(rng.choice((1, 2, 5, 30)))
+        ]
+        kept = straggler._group_score(group, [tuple(w.compute_s for w in ws) for ws in group], usable, cfg)
+        # (factor, own, read, rows, position): the row built from the rows at the position
+        got = [None if k is None else (k[3].row(k[4]), k[1], k[2]) for k in kept]
+        assert [k and k[0] for k in kept] == [g and g[0][0] for g in got]
+        want = [straggler._rank_score(ws, usable, cfg) for ws in group]
+        assert _bits(got) == _bits(want), trial
+        compared += sum(w is not None for w in want)
+    assert compared > 1000
+
+
+def _bits(x):
+    """The value with each float as its bytes (so -0.0 != 0.0 and nan == nan)."""
+    if isinstance(x, float):
+        return struct.pack("d", x)
+    if isinstance(x, dict):
+        return {k: _bits(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | frozenset):
+        return (type(x).__name__, *map(_bits, sorted(x) if isinstance(x, frozenset) else x))
+    return x
+
+
+def test_the_lazy_answer_reads_as_the_dict_and_flags_the_same_ranks():
+    """The Scorer's answer builds each rank's dict when asked: it equals the
+    from-scratch dict in keys, order and values, its factors are theirs, and the
+    detector's flagged ranks (prefiltered on straggler_factor) are the ones the
+    dicts give, with a floor low enough that most ranks pass the prefilter."""
+    flagged = 0
+    for floor in (1.034, 0.9):
+        cfg = DetectorConfig(straggler_window_steps=10, straggler_factor=floor)
+        sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.1, seed=9, cfg=cfg)
+        sim.slow(5, 1.2)
+        det = straggler.Straggler(cfg)
+        now = 0.0
+        while now < 25.0:
+            now += 0.5
+            view = sim.run_until(now)
+            got = det.scores(now, view)
+            want = straggler.scores.uncached(view, now, cfg)
+            assert [(r, list(got[r].items())) for r in got] == [(r, list(s.items())) for r, s in want.items()]
+            assert len(got) == len(want) and all(r in got for r in want) and -1 not in got
+            assert got.factors == {r: s["factor"] for r, s in want.items()}
+            limit = cfg.straggler_window_factor
+            over = sorted(
+                r for r, s in want.items() if s["factor"] >= s["threshold"] and min(s["window_factors"]) > limit
+            )
+            assert det.flagged(got) == over, now
+            flagged += len(over)
+    assert flagged > 10
+
+
+@pytest.mark.parametrize("patch_gone", [256, 2, 0])
+def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_come_and_go(monkeypatch, patch_gone):
+    """Scorer.of against _compute, bit for bit, window by window: ranks close their
+    windows on different calls (up to two windows apart), some windows are no
+    evidence (a gap in the indices), computes repeat (ties) or are 0 (a baseline of
+    0), ranks leave and join (fresh windows), jobs of 1 to 40 ranks, K of 1, 2, 4;
+    the indices' sorted lists patched, or sorted again past a few windows gone."""
+    monkeypatch.setattr(straggler, "_PATCH_GONE", patch_gone)
+    rng = random.Random(17 + patch_gone)
+    scored = 0
+    for trial in range(16):
+        cfg = DetectorConfig(straggler_windows=rng.choice((1, 2, 4)))
+        world = rng.choice((1, 2, 3, 5, 12, 40))
+        pool = [0.1, 0.1, 0.11, 0.12, 0.2] + ([0.0] if trial % 3 == 0 else [])
+        wins: dict[int, tuple] = dict.fromkeys(range(world), ())
+        nxt = dict.fromkeys(wins, 0)  # each rank's next window index
+        scorer = straggler.Scorer(cfg)
+        for call in range(60):
+            for r in list(wins):
+                if rng.random() < 0.03 and len(wins) > 1:  # leaves
+                    del wins[r]
+                elif nxt[r] <= min(nxt.values()) + 1 and rng.random() < 0.4:  # closes its next window
+                    if rng.random() < 0.9:  # (else: no evidence, a gap)
+                        w = _window(nxt[r], rng.choice(pool) * (1.3 if r == 1 else 1.0), rng.uniform(0.1, 0.2))
+                        wins[r] = (*wins[r], w)[-16:]
+                    nxt[r] += 1
+            if rng.random() < 0.05:  # a rank joins (or comes back) with windows of its own
+                r = rng.randrange(world + 2)
+                nxt[r] = max(nxt.values())
+                wins[r] = tuple(_window(x, rng.choice(pool)) for x in range(max(0, nxt[r] - 5), nxt[r]))
+            live = {r: ws for r, ws in wins.items() if ws}
+            got = scorer.of(live)
+            want = straggler._compute(live, cfg)
+            assert list(got) == list(want), (trial, call)
+            assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
+            assert scorer._keys == {r: tuple(w.index for w in ws) for r, ws in live.items()}  # the grouping key
+            assert scorer._vals == {r: tuple(w.compute_s for w in ws) for r, ws in live.items()}
+            scored += len(want)
+    assert scored > 2000
