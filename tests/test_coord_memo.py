@@ -8,7 +8,7 @@ from dataclasses import replace
 from watchdog.coordinator import health
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.detectors import straggler
+from watchdog.coordinator.detectors import straggler, straggler_scores
 from watchdog.coordinator.detectors.collective_hang import hang_state
 
 
@@ -43,7 +43,7 @@ def test_memoized_analyses_equal_the_uncached_ones():
     for now in (100.0, 101.0, 101.0):
         assert hang_state(now, view, cfg) == hang_state.uncached(now, view, cfg)
         assert health.analyze(view, now, cfg) == health._analyze.uncached(view, now, cfg)
-        assert straggler.scores(view, now, cfg) == straggler.scores.uncached(view, now, cfg)
+        assert straggler_scores.scores(view, now, cfg) == straggler_scores.scores.uncached(view, now, cfg)
     assert hang_state(101.0, view, cfg).blame.culprits == (5,)
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.detectors.straggler import Straggler, scores
+from watchdog.coordinator.detectors.straggler import Straggler
+from watchdog.coordinator.detectors.straggler_scores import scores
 from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()

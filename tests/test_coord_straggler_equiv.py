@@ -14,7 +14,7 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.detectors import straggler
+from watchdog.coordinator.detectors import straggler, straggler_scores
 from watchdog.coordinator.health import OK, classify_all
 from watchdog.coordinator.stats import median, median_without
 from watchdog.report import StepSample
@@ -104,7 +104,7 @@ def test_scores_equal_the_reference_on_random_jobs():
                 )
             )
         view = t.view(states, now=100.0)
-        got = straggler.scores.uncached(view, 100.5, cfg)
+        got = straggler_scores.scores.uncached(view, 100.5, cfg)
         assert got == reference(view, 100.5, cfg), trial
         scored += len(got)
     assert scored > 20  # the comparison is not vacuous
@@ -114,7 +114,7 @@ def test_the_three_baselines_are_median_without_for_every_value():
     rng = random.Random(3)
     for _ in range(300):
         vals = sorted(round(rng.uniform(0.1, 0.2), rng.choice((2, 6))) for _ in range(rng.randint(1, 12)))
-        cut = straggler._baselines(vals)
+        cut = straggler_scores._baselines(vals)
         for v in {*vals, vals[0] - 1, vals[-1] + 1, rng.uniform(0.1, 0.2)}:
             want = median_without(vals, bisect_left(vals, v)) if v in vals else None
             got = cut[2] if v <= cut[0] else (cut[3] if v <= cut[1] else cut[4])
@@ -134,7 +134,7 @@ def test_scores_between_window_closings_are_the_last_answer_and_a_closing_recomp
         for r in range(6)
     ]
     view = t.view(states, now=100.0)
-    scorer = straggler.Scorer(cfg)  # the detector's own, kept between ticks
+    scorer = straggler_scores.Scorer(cfg)  # the detector's own, kept between ticks
     first = scorer.scores(view, 100.5)
     assert first and first == reference(view, 100.5, cfg)
     assert scorer.scores(view, 101.5) is first  # same windows: not recomputed
@@ -157,7 +157,7 @@ def test_the_kept_scores_equal_a_full_recompute_tick_after_tick():
         sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.1, seed=seed, cfg=cfg)
         sim.slow(3, 1.15)
         sim.kill(7, at_step=120)
-        scorer = straggler.Scorer(cfg)
+        scorer = straggler_scores.Scorer(cfg)
         kept: dict = {}
         now = 0.0
         while now < 40.0:
@@ -166,7 +166,7 @@ def test_the_kept_scores_equal_a_full_recompute_tick_after_tick():
             if quant:  # coarse computes: equal values (ties) in a window's table
                 view = _quantized(view, quant, kept)
             got = scorer.scores(view, now)
-            assert got == straggler.scores.uncached(view, now, cfg) == reference(view, now, cfg), (seed, now)
+            assert got == straggler_scores.scores.uncached(view, now, cfg) == reference(view, now, cfg), (seed, now)
             compared += 1
             scored += len(got)
     assert compared == 240 and scored > 1000  # the comparison is not vacuous
@@ -197,7 +197,7 @@ def test_median_of_sorted_lists_is_the_median_of_their_values():
             for _ in range(rng.randint(1, 5))
         ]
         values = [v for xs in lists for v in xs]
-        assert straggler.median_of_sorted(lists) == median(values), lists
+        assert straggler_scores.median_of_sorted(lists) == median(values), lists
 
 
 def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(monkeypatch):
@@ -207,10 +207,10 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
     cfg = DetectorConfig(straggler_window_steps=10)
     sim = t.SimJob(world_size=12, ranks_per_host=1, jitter=0.1, seed=5, cfg=cfg)
     sim.slow(3, 1.15)
-    scorer = straggler.Scorer(cfg)
+    scorer = straggler_scores.Scorer(cfg)
     calls = []
-    real = straggler._rank_score
-    monkeypatch.setattr(straggler, "_rank_score", lambda *a: calls.append(1) or real(*a))
+    real = straggler_scores._rank_score
+    monkeypatch.setattr(straggler_scores, "_rank_score", lambda *a: calls.append(1) or real(*a))
     kept = compared = 0
     now = 0.0
     while now < 30.0:
@@ -219,7 +219,7 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
         before = dict(scorer._wins)
         calls.clear()
         got = scorer.scores(view, now)
-        moved = sum(1 for r, w in straggler._windows_of(view, now, cfg).items() if before.get(r) is not w)
+        moved = sum(1 for r, w in straggler_scores._windows_of(view, now, cfg).items() if before.get(r) is not w)
         kept += max(0, moved - len(calls)) if scorer._base else 0
         assert got == reference(view, now, cfg), now
         compared += bool(got)
@@ -227,7 +227,7 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
 
 
 def _window(index, compute_s, step_s=0.15, spread=0.05):
-    return straggler.WindowStat(index, 20, compute_s, step_s, spread)
+    return straggler_scores.WindowStat(index, 20, compute_s, step_s, spread)
 
 
 def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
@@ -245,17 +245,17 @@ def test_a_group_scored_a_column_at_a_time_equals_each_rank_scored_alone():
                 vals = sorted(
                     rng.choice((0.0, 0.1, 0.1, 0.2, rng.uniform(0.05, 0.3))) for _ in range(rng.randint(2, 7))
                 )
-                usable[x] = straggler._baselines(vals)
+                usable[x] = straggler_scores._baselines(vals)
         pool = [c for cut in usable.values() for c in cut] + [rng.uniform(0.0, 0.3), 0.0]
         group = [
             tuple(_window(x, rng.choice(pool), rng.uniform(0.1, 0.2)) for x in indices)
             for _ in range(rng.choice((1, 2, 5, 30)))
         ]
-        kept = straggler._group_score(group, [tuple(w.compute_s for w in ws) for ws in group], usable, cfg)
+        kept = straggler_scores._group_score(group, [tuple(w.compute_s for w in ws) for ws in group], usable, cfg)
         # (factor, own, read, rows, position): the row built from the rows at the position
         got = [None if k is None else (k[3].row(k[4]), k[1], k[2]) for k in kept]
         assert [k and k[0] for k in kept] == [g and g[0][0] for g in got]
-        want = [straggler._rank_score(ws, usable, cfg) for ws in group]
+        want = [straggler_scores._rank_score(ws, usable, cfg) for ws in group]
         assert _bits(got) == _bits(want), trial
         compared += sum(w is not None for w in want)
     assert compared > 1000
@@ -288,7 +288,7 @@ def test_the_lazy_answer_reads_as_the_dict_and_flags_the_same_ranks():
             now += 0.5
             view = sim.run_until(now)
             got = det.scores(now, view)
-            want = straggler.scores.uncached(view, now, cfg)
+            want = straggler_scores.scores.uncached(view, now, cfg)
             assert [(r, list(got[r].items())) for r in got] == [(r, list(s.items())) for r, s in want.items()]
             assert len(got) == len(want) and all(r in got for r in want) and -1 not in got
             assert got.factors == {r: s["factor"] for r, s in want.items()}
@@ -308,7 +308,7 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
     evidence (a gap in the indices), computes repeat (ties) or are 0 (a baseline of
     0), ranks leave and join (fresh windows), jobs of 1 to 40 ranks, K of 1, 2, 4;
     the indices' sorted lists patched, or sorted again past a few windows gone."""
-    monkeypatch.setattr(straggler, "_PATCH_GONE", patch_gone)
+    monkeypatch.setattr(straggler_scores, "_PATCH_GONE", patch_gone)
     rng = random.Random(17 + patch_gone)
     scored = 0
     for trial in range(16):
@@ -317,7 +317,7 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
         pool = [0.1, 0.1, 0.11, 0.12, 0.2] + ([0.0] if trial % 3 == 0 else [])
         wins: dict[int, tuple] = dict.fromkeys(range(world), ())
         nxt = dict.fromkeys(wins, 0)  # each rank's next window index
-        scorer = straggler.Scorer(cfg)
+        scorer = straggler_scores.Scorer(cfg)
         for call in range(60):
             for r in list(wins):
                 if rng.random() < 0.03 and len(wins) > 1:  # leaves
@@ -333,7 +333,7 @@ def test_the_scorer_equals_from_scratch_as_windows_close_staggered_and_ranks_com
                 wins[r] = tuple(_window(x, rng.choice(pool)) for x in range(max(0, nxt[r] - 5), nxt[r]))
             live = {r: ws for r, ws in wins.items() if ws}
             got = scorer.of(live)
-            want = straggler._compute(live, cfg)
+            want = straggler_scores._compute(live, cfg)
             assert list(got) == list(want), (trial, call)
             assert _bits({r: got[r] for r in got}) == _bits(want), (trial, call)
             assert scorer._keys == {r: tuple(w.index for w in ws) for r, ws in live.items()}  # the grouping key
