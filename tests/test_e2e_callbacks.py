@@ -97,6 +97,10 @@ def test_lightning_callback_checkpoint_restart_saves_a_lightning_checkpoint_and_
         env={"LIGHTNING_SLOW": "1:2.5", "LIGHTNING_STEPS": "260", "CALLBACK_OUT": str(tmp_path)},
         script=FIXTURES / "lightning_cb.py",
         prefix=(),
+        # The straggler floor at 1.5x: rank 1's 2.3x is named; after the restart, rank 0's real
+        # 1.2x on a loaded 2-core machine (it alone writes the ModelCheckpoint files) is not, so
+        # the repeat breaker does not turn that into an abort of the resumed job.
+        coordinator_flags=("--straggler.factor", "1.5"),
     )
     try:
         stack.start()
@@ -105,8 +109,9 @@ def test_lightning_callback_checkpoint_restart_saves_a_lightning_checkpoint_and_
     finally:
         stack.stop()
     log = stack.logs()
-    assert code == 0, log[-4000:]
     recs = records(stack.jpath)
+    decisions = [r for r in recs if r["event"] in (je.FINDING, je.ACTION, je.REPEAT_FAILURE, je.ACTION_OUTCOME)]
+    assert code == 0, (decisions, log[-4000:])
     action = next(r for r in recs if r["event"] == je.ACTION)
     assert (action["action"], action["kind"], action["ranks"]) == ("checkpoint_restart", "straggler", [1]), action
     asked = next(r for r in recs if r["event"] == je.ACTION_PROGRESS and r.get("phase") == "checkpoint")["step"]

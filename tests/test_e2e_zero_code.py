@@ -59,6 +59,7 @@ class Stack:
         env: dict | None = None,
         script: Path = SCRIPT,
         prefix: tuple = localjob.WATCHDOG_RUN,
+        coordinator_flags: tuple = (),
     ):
         self.tmp, self.nproc, self.job = tmp, nproc, "zero-" + secrets.token_hex(3)
         token = tmp / "token"
@@ -66,7 +67,7 @@ class Stack:
         self.env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
         self.jpath, self.run_dir = tmp / "journal.jsonl", tmp / "run"
         self.run_dir.mkdir()
-        self.policy = policy
+        self.policy, self.coordinator_flags = policy, coordinator_flags
         self.procs: list[localjob.Process] = []
         self.torchrun = localjob.TorchrunJob(
             nproc=nproc,
@@ -81,7 +82,7 @@ class Stack:
         )
 
     def start(self) -> Stack:
-        extra = ["--tick.interval-seconds", "0.25"]
+        extra = ["--tick.interval-seconds", "0.25", *self.coordinator_flags]
         if self.policy:
             (self.tmp / "policy.toml").write_text(self.policy)
             extra += ["--policy.file", str(self.tmp / "policy.toml")]
