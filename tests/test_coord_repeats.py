@@ -38,6 +38,17 @@ def dead(ranks=(1,), hosts=("h1",), detected=95.0):
     )
 
 
+def slow(ranks=(1,), hosts=("h1",), detected=95.0):
+    return Finding(
+        kind="straggler",
+        ranks=ranks,
+        hosts=hosts,
+        reason=f"rank {ranks[0]} computes 2.3x slower than the median",
+        onset_mono=detected - 5,
+        detected_mono=detected,
+    )
+
+
 FRAMES = ("wait (train.py:80)", "loop (train.py:120)", "main (train.py:200)")
 
 
@@ -86,6 +97,8 @@ MATCH = [
     ("frames only on one side: not compared", fpm.of(hang(), FRAMES), fpm.of(hang()), True, True),
     ("frames differ", fpm.of(hang(), FRAMES), fpm.of(hang(), ("other (x.py:1)",)), False, True),
     ("other kind", fpm.of(hang()), fpm.of(dead()), False, False),
+    ("the same straggler", fpm.of(slow()), fpm.of(slow(hosts=("h2",))), True, False),
+    ("a straggler has no place but its rank", fpm.of(slow(ranks=(1,))), fpm.of(slow(ranks=(0,))), False, True),
     ("no culprit host never matches by host", fpm.of(hang(hosts=())), fpm.of(hang(hosts=())), True, False),
 ]
 
@@ -117,6 +130,16 @@ def test_escalation_rules():
     assert escalate(fpm.of(hang(hosts=("h3",))), (first,), Repeats(after=2)) is None
     assert escalate(fpm.of(hang(hosts=("h3",))), (first, fpm.of(hang(hosts=("h2",)))), Repeats(after=2)) is not None
     assert escalate(fpm.of(hang(hosts=("h2",))), (first,), Repeats(same_place="off", same_host="off")) is None
+
+
+def test_a_straggler_after_a_straggler_restart_is_a_repeat_only_on_the_same_rank():
+    """On one host, rank 0 slow after the restart that cured rank 1 is a new failure
+    (the restart budget decides), not 'the same failure at the same place'."""
+    first = fpm.of(slow(ranks=(1,)))
+    assert escalate(fpm.of(slow(ranks=(0,))), (first,), Repeats(), hosts_in_job=1) is None
+    again = escalate(fpm.of(slow(ranks=(1,))), (first,), Repeats(), hosts_in_job=1)
+    assert again is not None and (again.action, again.rule) == ("abort", "same_place")
+    assert "restart(s): straggler on rank 1 (hosts h1)" in again.reason, again.reason
 
 
 POL = Policy(

@@ -30,6 +30,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+# Kinds with no place in the code: a straggler is slow everywhere. The same
+# straggler is the same rank(s); another rank slow after the restart is a new
+# failure, not a deterministic one (on one host every straggler would otherwise
+# be "the same place").
+CULPRIT_IS_PLACE = frozenset({"straggler"})
 MAX_FRAMES = 3  # innermost frames compared: deeper ones are the same launcher frames on every failure
 
 
@@ -60,8 +65,10 @@ class Fingerprint:
         }
 
     def place(self) -> str:
-        """The place in words, for a reason line."""
-        parts = [self.op or self.kind]
+        """The place in words, for a reason line (after the kind)."""
+        parts = [self.op] if self.op else []
+        if self.kind in CULPRIT_IS_PLACE:
+            parts.append(f"on rank{'s' if len(self.ranks) != 1 else ''} {', '.join(map(str, self.ranks))}")
         if self.step is not None:
             parts.append(f"at step {self.step}")
         if self.frames:
@@ -121,6 +128,8 @@ def culprit_frames(record: Mapping[str, Any]) -> tuple[str, ...]:
 def same_place(a: Fingerprint, b: Fingerprint) -> bool:
     """Same kind at the same place: op and group always, step and frames where both know them."""
     if a.kind != b.kind or a.op != b.op or a.group != b.group:
+        return False
+    if a.kind in CULPRIT_IS_PLACE and a.ranks != b.ranks:
         return False
     if a.step is not None and b.step is not None and a.step != b.step:
         return False

@@ -19,7 +19,8 @@ checked in this order:
 3. same place on the same host, when ``same_host`` is off or the job has one
    host (excluding it would end the job: the host cannot be told from the
    code there): ``same_place``. A one-host job's repeat elsewhere in the code is
-   no repeat: it restarts as usual, within the budget.
+   no repeat: it restarts as usual, within the budget. A straggler's place is
+   its culprit rank(s) (fingerprint.CULPRIT_IS_PLACE).
 
 The history is the fingerprints of the findings restarts were spent on
 (``JobControl.history``); see fingerprint.py for what is compared when.
@@ -113,6 +114,6 @@ def _deterministic(fp: Fingerprint, matches: list[Fingerprint], action: str) -> 
         action,
         "same_place",
         f"deterministic: the same failure at the same place after "
-        f"{len(matches)} restart(s): {fp.kind} {fp.place()}{where}",
+        f"{len(matches)} restart(s): {' '.join((fp.kind, fp.place())).strip()}{where}",
         tuple(matches),
     )
