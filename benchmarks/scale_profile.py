@@ -62,6 +62,11 @@ def main() -> None:
         "--no-freeze-before-tick", action="store_true", help="collector frozen after each tick only (as before)"
     )
     ap.add_argument(
+        "--no-freeze-after-report",
+        action="store_true",
+        help="no collector freeze after each accepted report (as before): its objects stay visible until the tick",
+    )
+    ap.add_argument(
         "--gc-young",
         type=int,
         default=YOUNG_THRESHOLD,
@@ -147,6 +152,8 @@ def main() -> None:
                     sys.exit(f"version 1 and version 2 of report {h.name} #{h.seq} decoded differently")
                 accepted += 1
                 h.delivered(raw)
+                if not args.no_freeze_after_report:
+                    gc_policy.after_report()  # as the daemon does (gcpolicy.py)
             now = float(sec + 1)
             if base is not None:
                 if not args.no_freeze_before_tick:

@@ -1,14 +1,24 @@
 """Freezing the heap after each tick never keeps a reference cycle for longer
-than the periodic full collection; plain objects are freed as soon as dropped."""
+than the periodic full collection; plain objects are freed as soon as dropped;
+each accepted report's objects are frozen as it is accepted."""
 
 from __future__ import annotations
 
 import gc
+import http.client
+import json
+import threading
+import time
 import weakref
 
 import pytest
 
+from watchdog.coordinator import server
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +82,45 @@ def test_a_daemons_policy_collects_the_young_generation_less_often():
     assert gc.get_threshold() == (700, 10, 10)  # not its process: left alone
     GcPolicy(now=0.0)
     assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+
+
+def test_after_each_report_what_it_left_is_frozen_and_no_collection_is_due():
+    policy = GcPolicy(now=0.0)
+    try:
+        gc.collect()
+        folded = [Node() for _ in range(1000)]  # one report's new rank states and samples
+        before = gc.get_freeze_count()
+        policy.after_report()
+        assert gc.get_freeze_count() >= before + len(folded)
+        assert gc.get_count()[0] < len(folded)
+    finally:
+        gc.unfreeze()
+    off = gc.get_freeze_count()
+    GcPolicy(now=0.0, enabled=False).after_report()
+    assert gc.get_freeze_count() == off
+
+
+def test_the_report_server_calls_after_report_for_accepted_reports_only(tmp_path):
+    token = "a-token-of-32-characters-or-so!!"
+    journal = Journal(str(tmp_path / "j.jsonl"), lambda: (time.time(), time.monotonic()))
+    coord = Coordinator(Config(job="job", token=token, journal=str(tmp_path / "j.jsonl")), journal)
+    calls = []
+    srv = server.make_server("127.0.0.1", 0, coord, token, 1 << 20, after_report=lambda: calls.append(1))
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    th.start()
+    try:
+        body = json.dumps(t.report("a", t.healthy()).to_dict()).encode()
+        statuses = []
+        for auth in (token, "wrong"):
+            conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=30)
+            conn.request("POST", server.REPORT_PATH, body, {"Authorization": f"Bearer {auth}"})
+            resp = conn.getresponse()
+            resp.read()
+            conn.close()
+            statuses.append(resp.status)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+        journal.close()
+    assert statuses == [200, 401] and calls == [1]

@@ -44,7 +44,15 @@ class Daemon:
         self.log = logs.get("watchdog.coordinator")
         self.journal = Journal(cfg.journal, _clock)
         self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
-        self.server = make_server(cfg.listen[0], cfg.listen[1], self.coordinator, cfg.token, cfg.max_body_bytes)
+        self._gc = GcPolicy(time.monotonic(), enabled=own_process)
+        self.server = make_server(
+            cfg.listen[0],
+            cfg.listen[1],
+            self.coordinator,
+            cfg.token,
+            cfg.max_body_bytes,
+            after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
+        )
         self.address = bound_address(self.server)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -77,7 +85,7 @@ class Daemon:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
         last = None
-        gc_policy = GcPolicy(next_at, enabled=self._own_process)
+        gc_policy = self._gc
         while not self._stop.is_set():
             now, wall = time.monotonic(), time.time()
             t0, c0 = time.perf_counter(), time.thread_time()

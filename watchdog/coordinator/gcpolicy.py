@@ -19,6 +19,14 @@ close: a few per rank) set off full collections that walked all of them, in
 whichever part allocated. Freezing first leaves a tick's collections only the
 tick's own objects. ``gc.freeze`` is O(1).
 
+And after each accepted report (``after_report``): what it left behind (its
+ranks' new states and step samples, ~400 objects) is frozen at once, so the
+collections the next reports set off never walk it. Before, the ~1 million
+objects a second of reports leaves stayed visible until the next tick and young
+and middle collections walked them over and over: measured in-process at
+16,384 ranks, 78 us of a ~290 us schema step per report, 0 with the freeze
+(``gc.freeze`` also resets the young count, so no collection runs mid-intake).
+
 And the young generation is collected every ``YOUNG_THRESHOLD`` allocations
 instead of CPython's 700: a report at 16,384 ranks allocates a few hundred
 objects (a RankState, a CollectiveState and its step samples per rank), so the
@@ -45,6 +53,10 @@ class GcPolicy:
             gc.set_threshold(young_threshold, older, oldest)
 
     def before_tick(self) -> None:
+        if self.enabled:
+            gc.freeze()
+
+    def after_report(self) -> None:
         if self.enabled:
             gc.freeze()
 

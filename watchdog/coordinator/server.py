@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -51,7 +52,10 @@ def make_server(
     *,
     max_connections: int = MAX_CONNECTIONS,
     request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
+    after_report: Callable[[], None] = lambda: None,
 ) -> LoopServer:
+    """``after_report``: called after each accepted report (the daemon's
+    ``GcPolicy.after_report``)."""
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
     pressure = coordinator.backpressure
@@ -90,6 +94,7 @@ def make_server(
         if status == 200:
             pressure.note_report(now)
             pressure.advise(reply, now)
+            after_report()
         return _json(status, reply, close=status >= 400)
 
     def get(req: Request) -> Response:
