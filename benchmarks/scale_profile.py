@@ -55,6 +55,12 @@ def main() -> None:
         help="each host reports every this many seconds, the hosts spread over them (end to end at 16,384 ranks "
         "back-pressure slows agents to ~2-3 s, so their ranks close straggler windows on different ticks)",
     )
+    ap.add_argument(
+        "--compute-s",
+        type=float,
+        default=scalesim.Job.compute_s,
+        help="each rank's compute per step (the step is ~1.2x that): the step samples a report carries scale with 1/it",
+    )
     ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
@@ -90,7 +96,7 @@ def main() -> None:
 
     t0 = 1_800_000_000.0
     frozen = {} if args.freeze_at is None else {"frozen": 2 * args.ranks // 3 + 1, "freeze_at": t0 + args.freeze_at}
-    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3, **frozen)
+    job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3, compute_s=args.compute_s, **frozen)
     hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "journal.jsonl")
