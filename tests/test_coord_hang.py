@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import health
+from watchdog.coordinator import columns, health
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
@@ -186,3 +186,40 @@ def test_a_quiet_hosts_ranks_are_not_culprits_on_what_they_said_before_the_wait(
     late = replace(late, advised_interval_s=2.0, behind_s=0.0)
     (f,) = CollectiveHang(CFG).check(100.0, late)
     assert f.ranks == (4, 5, 6, 7)
+
+
+def behind_view(hosts: dict[str, tuple[list, float]], now: float, behind_s: float):
+    """A coordinator ``behind_s`` behind, agents slowed to a 10 s interval: each host's
+    ranks as folded at its own time (a report that sat in the socket buffers is folded
+    late, next to fresher ones)."""
+    v = t.empty("job", 12)
+    for host, (states, at) in sorted(hosts.items()):
+        v, _ = t.fold(v, t.report(host, states, interval_s=10.0), at, CFG)
+    v = t.as_folded(v)
+    return columns.attach(replace(v, behind_s=behind_s), columns.cached(v))
+
+
+def test_waiters_another_rank_has_overtaken_are_stale_not_hung_and_nobody_is_named():
+    """At 16,384 ranks on a starved core: host0's report, folded late, shows its ranks
+    in all_reduce #53 for 12 s; host1's ranks, heard 13 s ago, had finished #55, and
+    host2's, heard now, #105. #53 ended for everyone: nobody is hung, and host1's ranks,
+    ahead of the "waiters", must not be named as never having entered it."""
+    now = 100.0
+
+    def between(ranks, done: int):
+        return [t.rank(r, world_size=12, step=done, collective=t.coll(seq=done), recent_steps=HISTORY) for r in ranks]
+
+    hosts = {
+        "host0": ([waiting(r, seq=53, world_size=12) for r in range(4)], now),
+        "host1": (between(range(4, 8), 55), now - 13),
+        "host2": (between(range(8, 12), 105), now),
+    }
+    view = behind_view(hosts, now, behind_s=5.0)
+    assert CollectiveHang(CFG).check(now, view) == []
+    assert health.analyze(view, now, CFG) is None
+    # The same views with host2 waiting in #53 too and host1 short of it (done with #52, no
+    # step since): a hang, and host1 named.
+    hosts["host2"] = ([waiting(r, seq=53, world_size=12) for r in range(8, 12)], now)
+    hosts["host1"] = (between(range(4, 8), 52), now - 13)
+    (f,) = CollectiveHang(CFG).check(now, behind_view(hosts, now, behind_s=5.0))
+    assert f.ranks == (4, 5, 6, 7), f.reason

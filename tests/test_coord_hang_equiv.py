@@ -100,6 +100,15 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
         for r, rv in view.ranks.items()
         if ref_waiting(rv) and health_[r] not in (EXITED, LOST) and (not quiet or rv.host not in quiet)
     }
+    # A wait another live rank, outside any collective, has seen the end of is not a wait now.
+    free = [rv for r, rv in view.ranks.items() if r not in wait and health_[r] in (OK, FROZEN)]
+    wait = {
+        r: rv
+        for r, rv in wait.items()
+        if not any(
+            f.state.coll.group == rv.state.coll.group and f.state.coll.done_seq >= rv.state.coll.seq for f in free
+        )
+    }
     if not wait:
         return ref_fr_blame(view, now, health_)
     groups = Counter(rv.state.coll.group for rv in wait.values())

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import eq, itemgetter, lt, not_
+from operator import and_, eq, itemgetter, lt, not_
 from typing import Any
 
 from . import columns, frblame
@@ -25,6 +25,7 @@ from .view import ClusterView, FoldedRank
 
 OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
 FAULTY = (DEAD, FROZEN, LOST)
+_LIVE = frozenset((OK, FROZEN))
 # Progress times are estimated from reports; this absorbs their jitter.
 STALL_SLACK_S = 0.5
 # A host silent this many of its report intervals (and not yet lost) is "quiet".
@@ -292,14 +293,46 @@ def _is_wait(c: columns.RankColumns, hs: tuple, quiet: set[str]) -> list[bool]:
     5 s hang floor): its ranks' wait is as old as its silence too."""
     slack = STALL_SLACK_S
     if quiet:
-        return [
+        is_wait = [
             out > 0 and start <= enter + slack and h != EXITED and h != LOST and host not in quiet
             for out, start, enter, h, host in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs, c.host)
         ]
-    return [
-        out > 0 and start <= enter + slack and h != EXITED and h != LOST
-        for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
-    ]
+    else:
+        is_wait = [
+            out > 0 and start <= enter + slack and h != EXITED and h != LOST
+            for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
+        ]
+    return _not_overtaken(c, hs, is_wait) if any(is_wait) else is_wait
+
+
+def _not_overtaken(c: columns.RankColumns, hs: tuple, is_wait: list[bool]) -> list[bool]:
+    """``is_wait`` without the waits another rank has already seen the end of: a
+    rank in collective #q of a group is not waiting now if a live rank outside any
+    collective has completed #q (or a later one) on that group. Its report is older
+    than that rank's: a coordinator that is behind folds reports that sat seconds
+    in its socket buffers next to fresh ones (at 16,384 ranks on a starved core,
+    ranks shown waiting in all_reduce #53 beside ranks done with #105), and taking
+    such a view for one moment named 13,196 ranks, every one of them ahead of the
+    "waiters", as never having entered #53. A collective still in progress is not
+    one another rank has left (gloo completes for all; an NCCL call returns when
+    queued, and a rank that queued #q has entered it: not missing from it)."""
+    group, done = c.coll_group, c.coll_done_seq
+    free_live = list(map(and_, map(not_, is_wait), map(_LIVE.__contains__, hs)))  # C-level, per rank
+    if not any(free_live):
+        return is_wait  # in a hang nearly every rank waits: nobody to have overtaken them
+    groups = set(compress(group, is_wait))
+    if len(groups) == 1:
+        (g,) = groups
+        tops = {g: max(compress(done, map(and_, free_live, map(g.__eq__, group))), default=-1)}
+    else:
+        tops = dict.fromkeys(groups, -1)
+        for g, d in compress(zip(group, done), free_live):
+            if g in tops and d > tops[g]:
+                tops[g] = d
+    seq = c.coll_seq
+    if all(q > tops[g] for q, g in compress(zip(seq, group), is_wait)):
+        return is_wait  # nearly always: nobody has left a collective another is in
+    return [w and q > tops[g] for w, q, g in zip(is_wait, seq, group)]
 
 
 def _on_group(c: columns.RankColumns, wait: list[int]) -> tuple[int, list[int]]:
