@@ -180,7 +180,7 @@ def test_a_quiet_hosts_ranks_are_not_culprits_on_what_they_said_before_the_wait(
     assert health.lost_hosts(view, 100.0, CFG) == set() and health.quiet_hosts(view, 100.0) == {"host1"}
     (f,) = CollectiveHang(CFG).check(100.0, view)
     assert f.ranks == () and f.hosts == () and f.evidence["unheard"] == [4, 5, 6, 7]
-    assert "host host1 has missed its reports since; nobody named" in f.reason
+    assert "host host1 not heard from since; nobody named" in f.reason
     # Had host1 said after the wait began that its ranks were still computing, they are named.
     late = t.view([stuck(r, age=12.9) for r in range(4, 8)], now=95.0, base=view, seq=3)
     late = replace(late, advised_interval_s=2.0, behind_s=0.0)
@@ -218,8 +218,12 @@ def test_waiters_another_rank_has_overtaken_are_stale_not_hung_and_nobody_is_nam
     assert CollectiveHang(CFG).check(now, view) == []
     assert health.analyze(view, now, CFG) is None
     # The same views with host2 waiting in #53 too and host1 short of it (done with #52, no
-    # step since): a hang, and host1 named.
+    # step since): a hang. Host1 last heard 13 s ago, before the wait began: nobody named yet.
     hosts["host2"] = ([waiting(r, seq=53, world_size=12) for r in range(8, 12)], now)
     hosts["host1"] = (between(range(4, 8), 52), now - 13)
+    (f,) = CollectiveHang(CFG).check(now, behind_view(hosts, now, behind_s=5.0))
+    assert f.ranks == () and f.evidence["unheard"] == [4, 5, 6, 7], f.reason
+    # Heard 5 s ago, after the wait began, still short of #53 since 13 s ago: named.
+    hosts["host1"] = ([replace(s, step_age_s=8.0) for s in between(range(4, 8), 52)], now - 5)
     (f,) = CollectiveHang(CFG).check(now, behind_view(hosts, now, behind_s=5.0))
     assert f.ranks == (4, 5, 6, 7), f.reason

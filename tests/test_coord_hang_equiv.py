@@ -130,7 +130,7 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
         if health_[r] in FAULTY + (EXITED,):
             missing.append(r)
         elif stalled(rv):
-            (unheard if quiet and rv.host in quiet and rv.received_at <= latest_enter else missing).append(r)
+            (unheard if rv.received_at <= latest_enter else missing).append(r)
     fr = ref_fr_front(view, now, health_) if missing else None
     if fr is not None:
         held = set(fr.waiters) | set(fr.earlier)

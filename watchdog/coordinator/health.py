@@ -199,20 +199,21 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
 
     # 1. Ranks not in any collective: failed, exited, or stuck in their own code
     #    since before the others started waiting (a rank still making progress
-    #    elsewhere is not what they wait for). A quiet host's rank last heard from
-    #    before the last waiter entered may have entered since: it is "unheard",
-    #    never a culprit on that alone.
+    #    elsewhere is not what they wait for). A rank last heard from before the
+    #    last waiter entered may have entered since: it is "unheard", never a
+    #    culprit on that alone, whether its host missed its reports (quiet) or they
+    #    still sit in the buffers of a coordinator that is behind.
     missing: list[int] = []
     unheard: list[int] = []
     stalled_by = latest_enter + slack  # FoldedRank.progress_at <= this: stalled
     failed_like = FAULTY + (EXITED,)
-    progress_at, host_of, received_at = c.progress_at, c.host, c.received_at
+    progress_at, received_at = c.progress_at, c.received_at
     for i in compress(range(len(rank)), map(not_, is_wait)):  # in a hang, nearly every rank waits
         r, h = rank[i], hs[i]
         if h in failed_like:
             missing.append(r)
         elif progress_at[i] <= stalled_by:
-            (unheard if quiet and host_of[i] in quiet and received_at[i] <= latest_enter else missing).append(r)
+            (unheard if received_at[i] <= latest_enter else missing).append(r)
     fr_memo: list[frblame.FrFront | None] = []  # _fr_front at most once: it is pure
 
     def fr_front() -> frblame.FrFront | None:

@@ -16,8 +16,9 @@ then the ranks behind it are named, or nobody while no reading made since the
 wait began proves who ("unproven"); on NCCL, the ranks whose collective was
 entered on CPU but not started on GPU. Otherwise (all stuck in data loading,
 say) every live rank is named with where it is. A rank is judged on what its
-agent said since the wait began: one on a host that has missed its reports
-since ("quiet", not yet lost) is not a culprit on its last state alone, and
+agent said since the wait began: one whose host has not been heard from since
+(a host that missed its reports, or whose reports still sit in the buffers of
+a coordinator that is behind) is not a culprit on its last state alone, and
 when such ranks are the only ones not in the collective, nobody is named yet.
 """
 
@@ -151,7 +152,7 @@ class CollectiveHang:
             quiet = sorted({view.ranks[r].host for r in b.unread})
             reason = (
                 f"{waited} in {coll}; {ranks_phrase(b.unread)} not in it as last heard, before the wait began: "
-                f"host {', '.join(quiet)} has missed its reports since; nobody named until "
+                f"host {', '.join(quiet)} not heard from since; nobody named until "
                 "they report again or their host is lost"
             )
             evidence["unheard"] = list(b.unread)
