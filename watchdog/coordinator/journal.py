@@ -32,13 +32,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import journal_events as je
+from . import journal_line
 
 JOURNAL_MODE = 0o600
 # Fsync'd: what paged someone, and what a restarted coordinator rebuilds its decisions
@@ -71,23 +71,6 @@ class ShortWrite(OSError):
 
     def __init__(self, wrote: int, wanted: int) -> None:
         super().__init__(errno.ENOSPC, f"short write: {wrote} of {wanted} bytes (disk full?)")
-
-
-def _default(obj: Any) -> Any:
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    return str(obj)
-
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN/inf; a journal line must stay parseable by anything."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 class Journal:
@@ -172,7 +155,7 @@ class Journal:
     def write(self, event: str, payload: dict[str, Any] | None = None, *, durable: bool | None = None) -> dict:
         wall, mono = self._clock()
         record = {"event": event, "t_wall": round(wall, 6), "t_mono": round(mono, 6), **(payload or {})}
-        line = json.dumps(_clean(record), default=_default, separators=(",", ":")).encode() + b"\n"
+        line = journal_line.line(record)
         with self._lock:
             if self._fh.closed:
                 return record
