@@ -932,7 +932,7 @@ class _Layout:
         self.colls_at = itemgetter(self.colls_i) if self.colls_i >= 0 else None
         self.gpu_at = itemgetter(self.gpu_i) if self.gpu_i >= 0 else None
         self.death_at = itemgetter(self.death_i) if self.death_i >= 0 else None
-        self.step_types = _STEP_FULL_TYPES if self.step_full else _STEP_SHORT_TYPES
+        self.step_types = list(_STEP_FULL_TYPES if self.step_full else _STEP_SHORT_TYPES)
         self.step_cols = _full_cols if self.step_full else _short_cols
         # An agent's lists name the fields in the dataclasses' order: a row is then its values as read.
         self.coll_as_is = coll_fields == _COLL_NAMES
@@ -995,14 +995,14 @@ class _Layout:
         if set(map(type, rows)) != _LIST or set(map(len, rows)) != {self.width}:
             return None
         vals = list(map(self.simple, map(add, rows, repeat(self.padding, n)) if self.pad else rows))
-        if tuple(map(type, chain.from_iterable(vals))) != _FAST_TYPES * n:
+        if list(map(type, chain.from_iterable(vals))) != _FAST_TYPE_LIST * n:  # a list: no resizing as a tuple
             return None
         cvals = list(map(self.coll_at, rows))
         if set(map(type, cvals)) != _LIST or set(map(len, cvals)) != {self.coll_width}:
             return None
         if not self.coll_as_is:
             cvals = list(map(self.coll_of, cvals))  # type: ignore[arg-type]
-        if tuple(map(type, chain.from_iterable(cvals))) != _COLL_EXACT * n:
+        if list(map(type, chain.from_iterable(cvals))) != _COLL_EXACT_LIST * n:
             return None
         samples: Any = repeat(_NO_STEPS, n)
         step_counts: tuple = ()
@@ -1020,7 +1020,7 @@ class _Layout:
                     return None
                 if not self.steps_as_is:
                     gots = list(map(self.step_of, gots))
-                if tuple(map(type, chain.from_iterable(gots))) != self.step_types * len(gots):
+                if list(map(type, chain.from_iterable(gots))) != self.step_types * len(gots):
                     return None
                 step_counts, step_secs = self.step_cols(tuple(zip(*gots)))
                 made = iter(list(starmap(StepSample, gots)))
@@ -1162,6 +1162,7 @@ def _in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) -
 _W_AT, _R_AT, _PID_AT = _AT["world_size"], _AT["rank"], _AT["pid"]
 _FLOATS_AT = itemgetter(*(_AT[n] for n in ("cpu_percent", "created_wall", "fr_read_age_s", "loss")))
 _DICT = {dict}
+_FAST_TYPE_LIST, _COLL_EXACT_LIST = list(_FAST_TYPES), list(_COLL_EXACT)
 
 
 def _cols(*at: int):
