@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from itertools import chain, starmap
-from operator import attrgetter, itemgetter
+from itertools import chain, islice, repeat, starmap
+from operator import add, attrgetter, itemgetter, lt
 from typing import Any, TypeVar
 
 REPORT_VERSION = 1  # HostReport.to_dict()'s form: an object per rank and per step
@@ -244,7 +244,10 @@ class HostReport:
         if len(ranks_raw) > MAX_RANKS_PER_REPORT:
             raise ReportError(f"report has {len(ranks_raw)} ranks, limit {MAX_RANKS_PER_REPORT}")
         lay = _layout(obj) if v == ROWS_VERSION else None
-        if dropped is None:
+        plain = lay.plain(ranks_raw) if lay is not None else None
+        if plain is not None:  # every row plainly fine: what the per-row path below gives, in one go
+            ranks = plain
+        elif dropped is None:
             parse = _rank_from_dict if lay is None else lay.rank
             ranks = tuple(parse(r, i) for i, r in enumerate(ranks_raw))
         elif lay is None:
@@ -922,6 +925,18 @@ class _Layout:
             self.step_of = itemgetter(*(sat[n] for n in _STEP_FULL))
         elif all(n in sat for n in _STEP_SHORT) and not any(n in sat for n in _STEP_FULL[len(_STEP_SHORT) :]):
             self.step_of = itemgetter(*(sat[n] for n in _STEP_SHORT))  # an older agent's: no finer split
+        # For ``plain``: the whole report at once.
+        self.whole = self.fast and self.coll_of is not None
+        self.coll_at = itemgetter(self.coll_i)
+        self.steps_at = itemgetter(self.steps_i) if self.steps_i >= 0 else None
+        self.colls_at = itemgetter(self.colls_i) if self.colls_i >= 0 else None
+        self.gpu_at = itemgetter(self.gpu_i) if self.gpu_i >= 0 else None
+        self.death_at = itemgetter(self.death_i) if self.death_i >= 0 else None
+        self.step_types = list(_STEP_FULL_TYPES if self.step_full else _STEP_SHORT_TYPES)
+        self.step_cols = _full_cols if self.step_full else _short_cols
+        # An agent's lists name the fields in the dataclasses' order: a row is then its values as read.
+        self.coll_as_is = coll_fields == _COLL_NAMES
+        self.steps_as_is = step_fields == (_STEP_FULL if self.step_full else _STEP_SHORT)
 
     def named(self, row: Any) -> Any:
         """A row's "rank" as sent, to name it when it is dropped."""
@@ -957,6 +972,86 @@ class _Layout:
         if type(row) is not list or len(row) != len(names):
             raise ReportError(f"{where} must be an array of the {len(names)} values {listed} names")
         return dict(zip(names, row))
+
+    def plain(self, rows: list) -> tuple[RankState, ...] | None:
+        """Every row of a report at once, when each is plainly fine: exactly of its
+        JSON types (as ``_fast`` takes them: no int where a float goes), in range
+        (``_in_range``), of a rank no other row has; then the RankStates the
+        per-row path gives, value for value and dict for dict. None for anything
+        else or any doubt: the per-row path decides, with its drops and messages.
+
+        The checks go a column at a time (a field's values over the ~8 rows, all
+        the step samples together) through C (map, zip, min, max, sum): the
+        per-row path's Python work per rank, per check, is done once a report."""
+        n = len(rows)
+        if not n or not self.whole:
+            return None
+        try:
+            return self._plain(rows, n)
+        except (TypeError, ValueError, OverflowError):  # pragma: no cover - not expected: the per-row path decides
+            return None
+
+    def _plain(self, rows: list, n: int) -> tuple[RankState, ...] | None:
+        if set(map(type, rows)) != _LIST or set(map(len, rows)) != {self.width}:
+            return None
+        vals = list(map(self.simple, map(add, rows, repeat(self.padding, n)) if self.pad else rows))
+        if list(map(type, chain.from_iterable(vals))) != _FAST_TYPE_LIST * n:  # a list: no resizing as a tuple
+            return None
+        cvals = list(map(self.coll_at, rows))
+        if set(map(type, cvals)) != _LIST or set(map(len, cvals)) != {self.coll_width}:
+            return None
+        if not self.coll_as_is:
+            cvals = list(map(self.coll_of, cvals))  # type: ignore[arg-type]
+        if list(map(type, chain.from_iterable(cvals))) != _COLL_EXACT_LIST * n:
+            return None
+        samples: Any = repeat(_NO_STEPS, n)
+        step_counts: tuple = ()
+        step_secs: tuple = ()
+        if self.steps_at is not None:
+            steps = list(map(self.steps_at, rows))
+            if set(map(type, steps)) != _LIST:
+                return None
+            gots = list(chain.from_iterable(steps))
+            if gots:
+                lens = list(map(len, steps))
+                if self.step_of is None or max(lens) > MAX_STEPS_PER_RANK:
+                    return None
+                if set(map(type, gots)) != _LIST or set(map(len, gots)) != {self.step_width}:
+                    return None
+                if not self.steps_as_is:
+                    gots = list(map(self.step_of, gots))
+                if list(map(type, chain.from_iterable(gots))) != self.step_types * len(gots):
+                    return None
+                step_counts, step_secs = self.step_cols(tuple(zip(*gots)))
+                made = iter(list(starmap(StepSample, gots)))
+                samples = list(map(tuple, map(islice, repeat(made, n), lens)))
+        colls: Any = repeat(_NO_STEPS, n)
+        gpus: Any = repeat(_NO_STEPS, n)
+        colls_raw = list(map(self.colls_at, rows)) if self.colls_at is not None else []
+        gpu_raw = list(map(self.gpu_at, rows)) if self.gpu_at is not None else []
+        if any(colls_raw) or any(gpu_raw):  # Flight Recorder signatures, GPU-side steps: row by row
+            nested = list(map(_nested, colls_raw or repeat([], n), gpu_raw or repeat([], n)))
+            if None in nested:
+                return None
+            colls, gpus = zip(*nested)
+        elif set(map(type, colls_raw)) - _LIST or set(map(type, gpu_raw)) - _LIST:
+            return None  # an empty value that is not a list (null, say)
+        if self.death_at is not None:
+            deaths = list(map(self.death_at, rows))
+            if set(map(type, deaths)) != _DICT or any(deaths):  # why a rank died: rare, checked field by field
+                return None
+        if not _all_in_range(tuple(zip(*vals)), tuple(zip(*cvals)), step_counts, step_secs, n):
+            return None
+        out = []
+        for kw, cv, got, sigs, gpu in zip(map(dict, map(zip, repeat(_FAST_NAMES), vals)), cvals, samples, colls, gpus):
+            kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cv)))
+            kw["recent_steps"] = got
+            kw["recent_colls"] = sigs
+            kw["recent_gpu"] = gpu
+            kw["death"] = {}
+            out.append(_built(RankState, kw))
+        # GPU-side steps need no rank_problem: _gpu_from_dict refused what it would find in them.
+        return tuple(out)
 
     def _fast(self, row: list) -> tuple[RankState, bool] | None:
         """``_fast_rank`` by position: a rank whose every field has exactly its
@@ -1061,4 +1156,66 @@ def _in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) -
         and (fr_age == -1.0 or 0 <= fr_age < MAX_SECONDS)
         and -_INT64 <= vals[_FR_GROUP_AT] < _INT64
         and len(vals[_GPU_CLOCK_AT]) <= _SIG_TEXT
+    )
+
+
+_W_AT, _R_AT, _PID_AT = _AT["world_size"], _AT["rank"], _AT["pid"]
+_FLOATS_AT = itemgetter(*(_AT[n] for n in ("cpu_percent", "created_wall", "fr_read_age_s", "loss")))
+_DICT = {dict}
+_FAST_TYPE_LIST, _COLL_EXACT_LIST = list(_FAST_TYPES), list(_COLL_EXACT)
+
+
+def _cols(*at: int):
+    """An itemgetter that always gives a tuple, for one index too."""
+    return itemgetter(*at) if len(at) > 1 else lambda x: (x[at[0]],)
+
+
+_full_counts, _full_secs = _cols(*_full_counts_at(range(10))), _cols(*_full_secs_at(range(10)))
+_short_counts, _short_secs = _cols(_STEP_SHORT.index("step")), _cols(*_short_secs_at(range(5)))
+
+
+def _full_cols(c: tuple) -> tuple[tuple, tuple]:
+    """A version-2 report's step samples' columns (all its ranks' together): (counts, seconds)."""
+    return _full_counts(c), _full_secs(c)
+
+
+def _short_cols(c: tuple) -> tuple[tuple, tuple]:
+    return _short_counts(c), _short_secs(c)
+
+
+def _all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple, n: int) -> bool:
+    """``_in_range`` of every row of a report, and their ranks distinct, on
+    columns (a field's values over the rows: ``cols`` the simple fields' in
+    ``_FAST_NAMES`` order, ``ccols`` the collectives', ``step_*`` the step
+    samples' counts and seconds): a min, a max or a sum per group of values
+    instead of per row. Never True where a row's ``_in_range`` is not; a sum
+    that overflows to inf makes it False (the per-row path then decides)."""
+    world, rank, pid = cols[_W_AT], cols[_R_AT], cols[_PID_AT]
+    counts = (*_counts_at(cols), *_coll_counts_at(ccols), *step_counts)
+    secs = (*_ages_at(cols), ccols[_COLL_SINCE_AT], *step_secs)
+    cpu, created, fr_age, loss = _FLOATS_AT(cols)
+    groups = (*ccols[_COLL_GROUP_AT], *cols[_FR_GROUP_AT])
+    flat = chain.from_iterable
+    return (
+        min(world) > 0
+        and max(world) <= MAX_WORLD_SIZE
+        and min(rank) >= 0
+        and all(map(lt, rank, world))
+        and len(set(rank)) == n
+        and min(pid) > 0
+        and min(flat(counts)) >= 0
+        and (sum(flat(counts)) < MAX_COUNT or max(flat(counts)) < MAX_COUNT)  # each is at most their sum
+        and min(flat(secs)) >= 0
+        # A NaN makes the sum NaN (not <), an infinity makes it not finite.
+        and (sum(flat(secs)) < MAX_SECONDS or (math.isfinite(sum(flat(secs))) and max(flat(secs)) < MAX_SECONDS))
+        and math.isfinite(sum((*cpu, *created, *fr_age, *loss)))
+        and min(cpu) >= 0
+        and max(cpu) < 1e7
+        and min(created) >= 0
+        and max(created) < 1e11
+        and max(fr_age) < MAX_SECONDS
+        and (min(fr_age) >= 0 or min((a for a in fr_age if a != -1.0), default=0.0) >= 0)  # -1: never read
+        and min(groups) >= -_INT64
+        and max(groups) < _INT64
+        and max(map(len, cols[_GPU_CLOCK_AT])) <= _SIG_TEXT
     )
