@@ -24,6 +24,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from itertools import repeat
+from operator import setitem
 from typing import TYPE_CHECKING, Any
 
 from .steps import FLAT_FIELDS
@@ -183,9 +185,8 @@ class Store:
                 for col, v in zip(self._cols, values):
                     col.append(v)
                 self._row[values[0]] = len(self._row)
-            else:
-                for col, v in zip(self._cols, values):
-                    col[i] = v
+            else:  # every column's row i, the loop in C (a Python loop was ~2/3 of put)
+                any(map(setitem, self._cols, repeat(i), values))  # setitem returns None: any() reads them all
         except (OverflowError, TypeError):
             self.failed = True
 

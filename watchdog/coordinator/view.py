@@ -15,7 +15,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -324,65 +323,114 @@ def _fold_rank(
         )
     step_start = now - s.step_age_s
     if prev is None:
-        rv = FoldedRank(
-            state=s,
-            host=host,
-            received_at=now,
-            registered_at=now,
-            progress_at=step_start,
-            last_alive_at=now if s.alive else now - s.heartbeat_age_s,
-            # At step 0 the step start is the slot's creation, when the heartbeat
-            # word was initialised: a younger heartbeat has beaten since.
-            heartbeat_moved=s.step > 0 or s.heartbeat_age_s + 0.05 < s.step_age_s,
-        )
-    else:
-        old = prev.state
-        if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
-            _state_changes(old, s, _ident(s, host), events)
-        progress = max(prev.progress_at, step_start)
-        c, pc = s.coll, old.coll
-        if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
-            # Moved some time after the previous report: its arrival is a lower bound.
-            progress = max(progress, prev.received_at)
-        moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
-        changes: dict[str, Any] = {
-            "state": s,
-            "host": host,
-            "received_at": now,
-            "progress_at": progress,
-            "last_alive_at": now if s.alive else prev.last_alive_at,
-            "heartbeat_moved": moved,
-        }
-        if s.recent_steps:  # folded here, so that the common report builds one FoldedRank
-            changes["step_stats"] = add_samples(prev.step_stats, s.recent_steps, cfg)
-        changes.update(_loss_changes(prev, s))  # so is a new loss (then the block below finds none)
-        rv = _updated(prev, changes)
-    if not s.alive or rv.died_at is not None:
-        rv = _death(rv, s, now)
-    loss = _loss_changes(rv, s)
-    if loss:
-        rv = _updated(rv, loss)
+        return _joined(s, host, now, step_start, cfg)
+    # Every field's new value, then one FoldedRank: a frozen dataclass's __init__
+    # sets its 18 fields one call each, and the fold builds one per rank per report.
+    old = prev.state
+    if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
+        _state_changes(old, s, _ident(s, host), events)
+    progress = max(prev.progress_at, step_start)
+    c, pc = s.coll, old.coll
+    if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
+        # Moved some time after the previous report: its arrival is a lower bound.
+        progress = max(progress, prev.received_at)
+    moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
+    alive = s.alive
+    last_alive = now if alive else prev.last_alive_at
+    step_stats = add_samples(prev.step_stats, s.recent_steps, cfg) if s.recent_steps else prev.step_stats
+    died_at, died_precise, dead_seen_at = prev.died_at, prev.died_precise, prev.dead_seen_at
+    if alive:
+        if died_at is not None:  # alive again (reported so): no longer dead
+            died_at, died_precise, dead_seen_at = None, False, None
+    elif died_at is None:
+        died_at, died_precise, dead_seen_at = _died(s, now, now - s.heartbeat_age_s, last_alive, died_precise)
+    loss_steps, loss_values, loss_calm = prev.loss_steps, prev.loss_values, prev.loss_calm
+    if _new_loss(loss_steps, s):
+        loss_steps, loss_values, loss_calm = _with_loss(loss_steps, loss_values, s)
+    colls, coll_keys = prev.colls, prev.coll_keys
     if s.recent_colls:
-        colls = _fold_colls(rv.colls, s.recent_colls, now)
-        coll_keys = tuple(((c.group, c.seq), comparable(c), at) for c, at in colls)
-        rv = _updated(rv, {"colls": colls, "coll_keys": coll_keys})
-    if prev is None and s.recent_steps:
-        rv = _updated(rv, {"step_stats": add_samples(rv.step_stats, s.recent_steps, cfg)})
+        colls, coll_keys = _with_colls(colls, s.recent_colls, now)
+    gpu_stats, gpu_last = prev.gpu_stats, prev.gpu_last
     if s.recent_gpu:
-        gst = add_samples(rv.gpu_stats, gpu_samples(s.recent_gpu, rv.step_stats.history), cfg)
-        rv = _updated(rv, {"gpu_stats": gst, "gpu_last": s.recent_gpu[-1]})
-    return rv
+        gpu_stats = add_samples(gpu_stats, gpu_samples(s.recent_gpu, step_stats.history), cfg)
+        gpu_last = s.recent_gpu[-1]
+    return FoldedRank(
+        s,
+        host,
+        now,
+        prev.registered_at,
+        progress,
+        last_alive,
+        moved,
+        step_stats,
+        died_at,
+        died_precise,
+        dead_seen_at,
+        loss_steps,
+        loss_values,
+        loss_calm,
+        colls,
+        coll_keys,
+        gpu_stats,
+        gpu_last,
+    )
 
 
-def _loss_changes(rv: FoldedRank, s: RankState) -> dict[str, Any]:
-    """The new loss history (and ``loss_calm``) when ``s`` carries a finite loss
-    ``rv`` has not kept yet (one per report at most), else nothing."""
-    if s.loss_step <= 0 or not s.loss_finite or (rv.loss_steps and rv.loss_steps[-1] == s.loss_step):
-        return {}
-    steps, values = rv.loss_steps[-(LOSS_HISTORY - 1) :], rv.loss_values[-(LOSS_HISTORY - 1) :]  # (new arrays)
+def _joined(s: RankState, host: str, now: float, step_start: float, cfg: DetectorConfig) -> FoldedRank:
+    """A rank's first report (of this incarnation)."""
+    kw: dict[str, Any] = {}
+    last_alive = now if s.alive else now - s.heartbeat_age_s
+    if not s.alive:
+        kw["died_at"], kw["died_precise"], kw["dead_seen_at"] = _died(
+            s, now, now - s.heartbeat_age_s, last_alive, False
+        )
+    if _new_loss(_NO_LOSS_STEPS, s):
+        kw["loss_steps"], kw["loss_values"], kw["loss_calm"] = _with_loss(_NO_LOSS_STEPS, _NO_LOSS_VALUES, s)
+    if s.recent_colls:
+        kw["colls"], kw["coll_keys"] = _with_colls((), s.recent_colls, now)
+    step_stats = add_samples(_NO_STATS, s.recent_steps, cfg) if s.recent_steps else _NO_STATS
+    if s.recent_gpu:
+        kw["gpu_stats"] = add_samples(_NO_GPU_STATS, gpu_samples(s.recent_gpu, step_stats.history), cfg)
+        kw["gpu_last"] = s.recent_gpu[-1]
+    return FoldedRank(
+        state=s,
+        host=host,
+        received_at=now,
+        registered_at=now,
+        progress_at=step_start,
+        last_alive_at=last_alive,
+        # At step 0 the step start is the slot's creation, when the heartbeat
+        # word was initialised: a younger heartbeat has beaten since.
+        heartbeat_moved=s.step > 0 or s.heartbeat_age_s + 0.05 < s.step_age_s,
+        step_stats=step_stats,
+        **kw,
+    )
+
+
+def _died(
+    s: RankState, now: float, last_heartbeat: float, last_alive: float, precise: bool
+) -> tuple[float, bool, float]:
+    """(died_at, died_precise, dead_seen_at) of a rank first reported gone now:
+    estimated once, later reports only see it longer gone."""
+    if s.gone_age_s > 0:
+        return now - s.gone_age_s, True, now
+    # Between the last sign of life and this report; the lower bound orders a cascade best.
+    return min(now, max(last_heartbeat, last_alive)), precise, now
+
+
+def _new_loss(steps: array, s: RankState) -> bool:
+    """``s`` carries a finite loss that the history ``steps`` has not kept yet
+    (one per report at most)."""
+    return s.loss_step > 0 and s.loss_finite and not (steps and steps[-1] == s.loss_step)
+
+
+def _with_loss(steps: array, values: array, s: RankState) -> tuple[array, array, bool]:
+    """The loss history with ``s``'s loss added (new arrays: a FoldedRank's are
+    never mutated), and its ``loss_calm``."""
+    steps, values = steps[-(LOSS_HISTORY - 1) :], values[-(LOSS_HISTORY - 1) :]
     steps.append(s.loss_step)
     values.append(s.loss)
-    return {"loss_steps": steps, "loss_values": values, "loss_calm": loss_screen.calm(values)}
+    return steps, values, loss_screen.calm(values)
 
 
 def gpu_samples(gpu: tuple[GpuStep, ...], cpu: tuple[StepSample, ...]) -> tuple[StepSample, ...]:
@@ -403,21 +451,33 @@ def _ident(s: RankState, host: str) -> dict[str, Any]:
     return {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
 
 
-def _updated(rv: FoldedRank, changes: dict[str, Any]) -> FoldedRank:
-    """``dataclasses.replace`` for the fold, which runs it for every rank of every
-    report: the field values read in C, ``changes`` put in place, one positional
-    ``__init__`` (2.6 us instead of 3.4). Not faster through ``__dict__``: an
-    instance whose dict was filled by ``update()`` owns that dict, and reading its
-    attributes was ~40% slower, which the detectors do for every rank every tick."""
-    vals = list(_folded_values(rv))
-    for name, val in changes.items():
-        vals[_FOLDED_INDEX[name]] = val
-    return FoldedRank(*vals)
-
-
 _FOLDED_FIELDS = tuple(f.name for f in fields(FoldedRank))
-_folded_values = attrgetter(*_FOLDED_FIELDS)
-_FOLDED_INDEX = {name: i for i, name in enumerate(_FOLDED_FIELDS)}
+# _fold_rank builds a FoldedRank from its values in this order (positional: cheaper).
+assert _FOLDED_FIELDS == (
+    "state",
+    "host",
+    "received_at",
+    "registered_at",
+    "progress_at",
+    "last_alive_at",
+    "heartbeat_moved",
+    "step_stats",
+    "died_at",
+    "died_precise",
+    "dead_seen_at",
+    "loss_steps",
+    "loss_values",
+    "loss_calm",
+    "colls",
+    "coll_keys",
+    "gpu_stats",
+    "gpu_last",
+), _FOLDED_FIELDS
+# The fields' defaults (each its own instance, shared by every FoldedRank built without one)
+# (a dataclass keeps a field's default as the class attribute)
+_NO_STATS, _NO_GPU_STATS = FoldedRank.step_stats, FoldedRank.gpu_stats
+assert _NO_STATS is FoldedRank.__dataclass_fields__["step_stats"].default
+_NO_LOSS_STEPS, _NO_LOSS_VALUES = array("q"), array("d")  # empty, never mutated (sliced into new ones)
 
 
 # Ops whose per-rank input sizes may differ legitimately (uneven all-to-all splits,
@@ -430,6 +490,14 @@ def comparable(c: CollSig) -> tuple:
     return (c.op,) if c.op in SIZE_FREE_OPS else (c.op, c.elements, c.dtype)
 
 
+def _with_colls(
+    old: tuple[tuple[CollSig, float], ...], new: tuple[CollSig, ...], now: float
+) -> tuple[tuple[tuple[CollSig, float], ...], tuple[tuple[tuple[int, int], tuple, float], ...]]:
+    """``FoldedRank.colls`` and ``coll_keys`` with ``new`` folded in."""
+    colls = _fold_colls(old, new, now)
+    return colls, tuple(((c.group, c.seq), comparable(c), at) for c, at in colls)
+
+
 def _fold_colls(
     old: tuple[tuple[CollSig, float], ...], new: tuple[CollSig, ...], now: float
 ) -> tuple[tuple[CollSig, float], ...]:
@@ -440,21 +508,6 @@ def _fold_colls(
         by_key[(c.group, c.seq)] = (c, now - c.age_s)
     items = sorted(by_key.values(), key=lambda x: (x[0].seq, x[0].group))
     return tuple(items[-COLL_HISTORY:])
-
-
-def _death(rv: FoldedRank, s: RankState, now: float) -> FoldedRank:
-    if s.alive:
-        return (
-            _updated(rv, {"died_at": None, "died_precise": False, "dead_seen_at": None})
-            if rv.died_at is not None
-            else rv
-        )
-    if rv.died_at is not None:
-        return rv  # estimated once: later reports only see it longer gone
-    if s.gone_age_s > 0:
-        return _updated(rv, {"died_at": now - s.gone_age_s, "died_precise": True, "dead_seen_at": now})
-    # Between the last sign of life and this report; the lower bound orders a cascade best.
-    return _updated(rv, {"died_at": min(now, max(rv.last_heartbeat(), rv.last_alive_at)), "dead_seen_at": now})
 
 
 def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Event]) -> None:
