@@ -9,7 +9,7 @@ field, the StepStats' derived fields too, and the columns).
 
 The reports are the scale benchmark's simulated hosts (``scalesim``), decoded
 before timing (the decode is not the fold). The baseline is loaded as the
-package ``baseline_watchdog`` (as ``scale_profile.py --compare-with`` does); its
+package ``baseline_watchdog`` (``baseline_tree``, as ``scale_profile.py --compare-with`` does); its
 modules read the wire types (``watchdog.report``) from this tree.
 """
 
@@ -17,29 +17,16 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
-import importlib.util
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline_tree
 import scalesim
 
 from watchdog.coordinator import columns, view
 from watchdog.report import HostReport
-
-
-def _load(root: str):
-    pkg = os.path.join(os.path.abspath(root), "watchdog")
-    spec = importlib.util.spec_from_file_location(
-        "baseline_watchdog", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["baseline_watchdog"] = mod
-    spec.loader.exec_module(mod)
-    return importlib.import_module("baseline_watchdog.coordinator.view")
 
 
 def main() -> None:
@@ -54,7 +41,7 @@ def main() -> None:
         help="virtual seconds folded first, untimed (at ~4 steps a second, 64 fill a rank's 256-step history)",
     )
     args = ap.parse_args()
-    bview = _load(args.baseline)
+    bview = baseline_tree.module(args.baseline, "coordinator.view")
     t0 = 1_800_000_000.0
     job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3)
     hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]

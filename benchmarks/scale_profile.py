@@ -33,6 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline_tree
 import scalesim
 
 from watchdog.coordinator import columns, verdict
@@ -258,23 +259,12 @@ class _Baseline:
     from this tree, so they read the same view objects."""
 
     def __init__(self, root: str, coord: Coordinator) -> None:
-        import importlib
-        import importlib.util
-
         from prometheus_client import CollectorRegistry
 
-        pkg = os.path.join(os.path.abspath(root), "watchdog")
-        spec = importlib.util.spec_from_file_location(
-            "baseline_watchdog", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
-        )
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["baseline_watchdog"] = mod
-        spec.loader.exec_module(mod)
-        det = importlib.import_module("baseline_watchdog.coordinator.detectors")
-        self.verdict = importlib.import_module("baseline_watchdog.coordinator.verdict")
-        goodput = importlib.import_module("baseline_watchdog.coordinator.goodput")
-        metrics = importlib.import_module("baseline_watchdog.coordinator.metrics")
+        det = baseline_tree.module(root, "coordinator.detectors")
+        self.verdict = baseline_tree.module(root, "coordinator.verdict")
+        goodput = baseline_tree.module(root, "coordinator.goodput")
+        metrics = baseline_tree.module(root, "coordinator.metrics")
         self.cfg = coord.cfg.detectors
         self.detectors = det.build(self.cfg)
         self.metrics = metrics.CoordinatorMetrics(CollectorRegistry(), tuple(d.name for d in self.detectors))
