@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from watchdog import commands
-from watchdog.coordinator import journal
+from watchdog.coordinator import journal, triggers
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
@@ -417,3 +417,76 @@ def test_no_commands_without_a_token_off_loopback(make):
     sim2.run_until(30.0, coordinator=agents2, tick_s=0.5)
     assert agents2.commands and all(cmd["sig"] == "" for cmd in agents2.commands)  # verified by FakeAgents
     assert events(c2, je.EVIDENCE)
+
+
+def test_a_whole_job_stopped_at_once_shares_one_context_and_keeps_lines_small(tmp_path):
+    """Slurm suspends a job (SIGSTOP to every rank): a frozen_rank finding per rank,
+    then a hang naming all of them. Every rank's stack, the others' snapshots and
+    the Flight Recorder buffers are asked for once and shared; each finding still
+    gets its own culprit's stack; and no per-host line carries all 96 ranks (at
+    16,384 ranks: ~1 GB of journal, benchmarks/evidence_fanout.py)."""
+    path = str(tmp_path / "journal.jsonl")
+    c = Coordinator(
+        Config(journal=path, job="job", world_size=96, tick_s=0.5, token=TOKEN), Journal(path, lambda: (1.7e9, 0.0))
+    )
+    sim = SimJob(seed=3, world_size=96, ranks_per_host=8)
+    for r in range(96):
+        sim.stop(r, 40)
+    sim.run_until(40.0, coordinator=FakeAgents(c), tick_s=0.5)
+    frozen = [f for f in events(c, je.FINDING) if f["kind"] == "frozen_rank"]
+    assert sorted(r for f in frozen for r in f["ranks"]) == list(range(96))
+    sent = events(c, je.COMMAND)
+    asked: dict[int, int] = {}
+    for cmd in sent:
+        if cmd["type"] == "dump_stacks":
+            for r in cmd["ranks"]:
+                asked[r] = asked.get(r, 0) + 1
+    # Once in the context, once for its own frozen_rank finding, and for ranks 0-7 once more: the
+    # hang wants up to 8 of its culprits confirmed. Each of the 97 findings asked every rank before.
+    assert set(asked) == set(range(96)) and max(asked.values()) <= 3
+    # The context (3 types x 12 hosts), each frozen rank's snapshot and stack, the hang's snapshots
+    # of its 96 culprits (12 hosts) and its 8 stacks (1 host). It was 3,140: each finding asked for all.
+    assert len(sent) <= 3 * 12 + 2 * 96 + 12 + 1
+    lines = sent + events(c, je.EVIDENCE)
+    assert all(len(rec["trigger"]["ranks"]) <= triggers.MAX_RANKS for rec in lines)
+    hang_lines = [rec for rec in lines if rec["trigger"]["kind"] == "collective_hang"]
+    assert hang_lines and all(rec["trigger"]["ranks_total"] == 96 for rec in hang_lines)
+    records = {(g["trigger"]["kind"], tuple(g["trigger"]["ranks"])): g for g in events(c, je.STACK_GROUPS)}
+    for f in frozen:  # each finding's own stack, gathered from its brief-triggered answers
+        assert records[("frozen_rank", tuple(f["ranks"]))]["ranks"] >= 1
+    hang = records[("collective_hang", tuple(range(96)))]  # the full list, once
+    assert hang["hosts_answered"] == hang["hosts_asked"] and hang["ranks"] == 8  # the culprits it wants confirmed
+    from watchdog.timeline import load
+
+    sets = [s for sec in load.load(path).sections for s in sec.stack_sets if s.trigger.get("kind") == "collective_hang"]
+    assert len(sets) == 1 and sets[0].culprits == tuple(range(96)) and sets[0].label == "collective_hang ranks 0-95"
+
+
+def test_each_part_of_the_context_is_shared_only_with_findings_opened_soon_after(make):
+    c = make()
+    view = t.view(t.healthy(8), ranks_per_host=4)
+
+    def asked(f, now):
+        before = {id(p) for p in c.dispatch.pending()}
+        c._collect([f], view, now)
+        return sorted((p.req.type, p.req.host) for p in c.dispatch.pending() if id(p) not in before)
+
+    snapshots = [("snapshot_slots", "host0"), ("snapshot_slots", "host1")]
+    every = sorted(
+        [(kind, h) for kind in ("dump_flight_recorder", "dump_stacks") for h in ("host0", "host1")] + snapshots
+    )
+    # A straggler asks for the others' snapshots; a frozen rank right after still needs every
+    # rank's stack and Flight Recorder, not the snapshots again.
+    assert asked(t.finding("straggler", [2]), 100.0) == snapshots
+    assert asked(t.finding("frozen_rank", [1], wants=[1]), 101.0) == [
+        ("dump_flight_recorder", "host0"),
+        ("dump_flight_recorder", "host1"),
+        ("dump_stacks", "host0"),
+        ("dump_stacks", "host1"),
+        ("snapshot_slots", "host0"),
+    ]
+    assert asked(t.finding("frozen_rank", [5], wants=[5]), 110.0) == [
+        ("dump_stacks", "host1"),
+        ("snapshot_slots", "host1"),
+    ]
+    assert asked(t.finding("frozen_rank", [6], wants=[6]), 101.0 + c.CONTEXT_SHARED_S) == every

@@ -48,7 +48,6 @@ def _snapshot_ranks(f, view, max_snapshots=64):
 
 def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_PER_HOST):
     """The plan as it was before the one-pass rewrite, with the service's cap check."""
-    out = []
     stacks = (
         _every_rank(f, view, max_stacks_per_host)[0]
         if f.kind in stack_plan.ALL_RANKS_KINDS
@@ -57,6 +56,12 @@ def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_
     wanted = [(commands.SNAPSHOT_SLOTS, _snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
     if f.kind in FR_KINDS:
         wanted.append((commands.DUMP_FLIGHT_RECORDER, _every_rank(f, view, max_stacks_per_host)[0]))
+    left = _every_rank(f, view, max_stacks_per_host)[1] if f.kind in stack_plan.ALL_RANKS_KINDS else {}
+    return _requests(f, view, wanted), left
+
+
+def _requests(f, view, wanted):
+    out = []
     for kind, ranks in wanted:
         by_host: dict[str, list] = {}
         for rv in sorted((view.ranks[r] for r in ranks), key=lambda x: x.rank):
@@ -64,8 +69,7 @@ def _reference(f, view, max_dumps=MAX_DUMPS, max_stacks_per_host=stack_plan.MAX_
         for host, rvs in sorted(by_host.items()):
             targets = tuple(commands.target(rv.rank, rv.state.pid, rv.state.proc_start_us) for rv in rvs)
             out.append(CommandRequest(host=host, type=kind, targets=targets, trigger=trigger(f)))
-    left = _every_rank(f, view, max_stacks_per_host)[1] if f.kind in stack_plan.ALL_RANKS_KINDS else {}
-    return out, left
+    return out
 
 
 def _view():
@@ -95,6 +99,16 @@ def test_one_pass_plan_is_the_reference_plan(f, cap):
     assert left == want_left
     if cap == 5 and f.kind in stack_plan.ALL_RANKS_KINDS:
         assert left  # the cap bit: the test covers the left-out ranks
+
+
+@pytest.mark.parametrize("f", FINDINGS, ids=[f.kind for f in FINDINGS])
+def test_without_the_context_a_finding_asks_its_culprits_snapshots_and_stacks_only(f):
+    view = _view()
+    named = sorted(r for r in set(f.ranks) | set(f.wants_stacks) if r in view.ranks)
+    live = sorted(r for r in set(f.wants_stacks) if r in view.ranks and stack_plan.live(view.ranks[r]))[:MAX_DUMPS]
+    got, left = plan_capped(f, view, context=frozenset())
+    assert got == _requests(f, view, [(commands.SNAPSHOT_SLOTS, named), (commands.DUMP_STACKS, live)])
+    assert left == {}
 
 
 def test_the_log_line_counts_hosts_and_ranks_per_type():

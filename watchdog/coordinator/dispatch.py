@@ -25,6 +25,7 @@ from watchdog import commands
 from watchdog.evidence import FlightRecorderDump, SlotEvidence, StackDump
 
 from . import journal_events as je
+from . import triggers
 from .evidence_plan import CommandRequest
 
 Event = tuple[str, dict[str, Any]]
@@ -53,6 +54,9 @@ class Pending:
     running: bool = False
     state: str = "pending"  # pending / done / expired
     ended: float = 0.0
+    # req.trigger as this request's journal lines carry it (triggers.brief): a
+    # finding that names every rank must not put them all in each host's lines.
+    trigger: dict[str, Any] = field(default_factory=dict)
 
 
 def decide(p: Pending, now: float, interval_s: float, cfg: DispatchConfig) -> str:
@@ -81,9 +85,13 @@ class Dispatch:
         self._by_id: dict[str, Pending] = {}
 
     def request(self, reqs: list[CommandRequest], now: float) -> None:
+        briefs: dict[int, dict[str, Any]] = {}  # a plan's requests share one trigger: brief it once
         with self._lock:
             for r in reqs:
-                p = Pending(req=r, created=now)
+                brief = briefs.get(id(r.trigger))
+                if brief is None:
+                    brief = briefs[id(r.trigger)] = triggers.brief(r.trigger)
+                p = Pending(req=r, created=now, trigger=brief)
                 self._pending[id(p)] = p
                 self._by_host.setdefault(r.host, {})[id(p)] = p
 
@@ -129,7 +137,7 @@ class Dispatch:
                             "type": cmd["type"],
                             "host": host,
                             "ranks": p.req.ranks,
-                            "trigger": p.req.trigger,
+                            "trigger": p.trigger,
                             "attempt": len(p.ids),
                             "signed": bool(cmd["sig"]),
                             "expires_wall": cmd["expires_wall"],
@@ -173,7 +181,7 @@ class Dispatch:
         return events
 
     def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:
-        base: dict[str, Any] = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.req.trigger}
+        base: dict[str, Any] = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.trigger}
         if late:
             base["late"] = True
         error = str(a.get("error") or "")[:2000]
@@ -224,7 +232,7 @@ class Dispatch:
                                 "host": p.req.host,
                                 "ids": p.ids,
                                 "ranks": p.req.ranks,
-                                "trigger": p.req.trigger,
+                                "trigger": p.trigger,
                                 "acknowledged": p.running,
                                 "waited_s": round(now - p.created, 3),
                             },

@@ -14,6 +14,16 @@
   verdict and PyTorch's compared on the same fault (``watchdog timeline --fr-dump``).
 
 One request per (host, type): an agent answers for its own ranks.
+
+The context (the other ranks' snapshots, every rank's stacks and Flight
+Recorder buffers, a hang's waiter) is the job's, not the finding's: findings
+opened together share it (``context``: the parts that no finding opened just
+before asked for; the coordinator's ``_collect``). A whole job stopped at once
+(a Slurm suspend, a shared filesystem hung) opens a frozen_rank finding per
+rank: with a context each, 96 ranks asked every rank's stack 96 times (3,140
+commands, 97 stack records), and at 16,384 ranks it would be ~10^8 commands
+and tens of GB of snapshots. Shared, each finding adds its culprits' snapshot
+and stack.
 """
 
 from __future__ import annotations
@@ -31,6 +41,9 @@ from .view import ClusterView
 MAX_DUMPS = 8
 FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch"})
 MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
+# The parts of the context, by the command that asks for each: the other ranks'
+# snapshots, every live rank's stack (and a hang's waiter), every rank's Flight Recorder.
+CONTEXT = frozenset({commands.SNAPSHOT_SLOTS, commands.DUMP_STACKS, commands.DUMP_FLIGHT_RECORDER})
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,9 @@ def trigger(f: Finding) -> dict[str, Any]:
     return {"kind": f.kind, "ranks": list(f.ranks)}
 
 
-def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[int]:
+def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, waiter: bool = True) -> list[int]:
     wanted = [r for r in f.wants_stacks if r in view.ranks and stack_plan.live(view.ranks[r])][:max_dumps]
-    if f.kind == "collective_hang":
+    if f.kind == "collective_hang" and waiter:
         waiters = [w for w in f.evidence.get("waiters") or () if isinstance(w, int)]
         extra = next(
             (w for w in sorted(waiters) if w not in wanted and w in view.ranks and stack_plan.live(view.ranks[w])), None
@@ -86,24 +99,44 @@ def plan(
 
 
 def plan_capped(
-    f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, max_stacks_per_host: int = stack_plan.MAX_PER_HOST
+    f: Finding,
+    view: ClusterView,
+    max_dumps: int = MAX_DUMPS,
+    max_stacks_per_host: int = stack_plan.MAX_PER_HOST,
+    context: frozenset[str] = CONTEXT,
 ) -> tuple[list[CommandRequest], dict[str, list[int]]]:
     """``plan``, and for a hang the ranks the per-host cap left out ({host:
     ranks}, journaled as ``stacks_capped``). At 16,384 ranks a hang's plan is
     three requests to each of 2,048 hosts: every live rank is chosen once (it was
     three times, ~60 ms each), and a rank list shared by two types (stacks and
-    Flight Recorder) is grouped by host once."""
+    Flight Recorder) is grouped by host once. ``context``: the parts of the
+    context to ask for (those another finding asked for just before are shared)."""
+    want = context_of(f.kind) & context
     every: list[int] = []
     left: dict[str, list[int]] = {}
-    if f.kind in stack_plan.ALL_RANKS_KINDS or f.kind in FR_KINDS:
+    if want & {commands.DUMP_STACKS, commands.DUMP_FLIGHT_RECORDER}:
         every, left = stack_plan.every_rank(f, view, max_stacks_per_host)
-    if f.kind in stack_plan.ALL_RANKS_KINDS:
+    if commands.DUMP_STACKS in want:
         stacks = every
     else:
-        stacks, left = stack_ranks(f, view, max_dumps), {}
-    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view)), (commands.DUMP_STACKS, stacks)]
-    if f.kind in FR_KINDS:
+        stacks, left = stack_ranks(f, view, max_dumps, waiter=f.kind not in stack_plan.ALL_RANKS_KINDS), {}
+    snapshots = snapshot_ranks(f, view) if commands.SNAPSHOT_SLOTS in want else snapshot_ranks(f, view, 0)
+    wanted = [(commands.SNAPSHOT_SLOTS, snapshots), (commands.DUMP_STACKS, stacks)]
+    if commands.DUMP_FLIGHT_RECORDER in want:
         wanted.append((commands.DUMP_FLIGHT_RECORDER, every))
+    return _requests(f, view, wanted), left
+
+
+def context_of(kind: str) -> frozenset[str]:
+    """The parts of the context a finding of ``kind`` asks for."""
+    return frozenset(
+        (commands.SNAPSHOT_SLOTS,)
+        + ((commands.DUMP_STACKS,) if kind in stack_plan.ALL_RANKS_KINDS else ())
+        + ((commands.DUMP_FLIGHT_RECORDER,) if kind in FR_KINDS else ())
+    )
+
+
+def _requests(f: Finding, view: ClusterView, wanted: list[tuple[str, list[int]]]) -> list[CommandRequest]:
     out = []
     grouped: dict[int, list[tuple[str, tuple[dict[str, int], ...]]]] = {}  # id(rank list) -> its targets by host
     trig = trigger(f)  # one for all: read only (at 16,384 ranks a hang's plan is 6,144 requests)
@@ -112,20 +145,26 @@ def plan_capped(
         if by_host is None:
             by_host = grouped[id(ranks)] = _targets_by_host(view, ranks)
         out += [CommandRequest(host=host, type=kind, targets=targets, trigger=trig) for host, targets in by_host]
-    return out, left
+    return out
 
 
 def _targets_by_host(view: ClusterView, ranks: list[int]) -> list[tuple[str, tuple[dict[str, int], ...]]]:
     """[(host, its ranks' targets by rank)] sorted by host, in one pass over ``ranks``;
-    identities from the view's columns (at 16,384 ranks the objects were ~30 ms)."""
+    identities from the view's columns (at 16,384 ranks the objects were ~30 ms),
+    or for a few ranks from their objects: the columns' rank index is O(ranks) to
+    build, and a job-wide stop has a finding per rank, each asking for its own."""
     by_host: dict[str, list[dict[str, int]]] = {}
     target = commands.target
-    c = columns.of(view)
-    row = dict(zip(c.rank, range(len(c.rank))))
-    pid, start, host_of = c.pid, c.proc_start_us, c.host
-    for r in sorted(ranks):
-        i = row[r]
-        t, host = target(r, pid[i], start[i]), host_of[i]
+    if len(ranks) * 64 < len(view.ranks):
+        folded = view.ranks
+        idents = [(r, folded[r].state.pid, folded[r].state.proc_start_us, folded[r].host) for r in sorted(ranks)]
+    else:
+        c = columns.of(view)
+        row = dict(zip(c.rank, range(len(c.rank))))
+        pid, start, host_of = c.pid, c.proc_start_us, c.host
+        idents = [(r, pid[row[r]], start[row[r]], host_of[row[r]]) for r in sorted(ranks)]
+    for r, p, st, host in idents:
+        t = target(r, p, st)
         ts = by_host.get(host)
         if ts is None:
             by_host[host] = [t]

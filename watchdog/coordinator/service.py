@@ -31,6 +31,7 @@ from . import (
     stats,
     status,
     tracker,
+    triggers,
     verdict,
 )
 from . import journal_events as je
@@ -88,6 +89,7 @@ class Coordinator:
         # Unsigned commands only where agents accept them: both sides without a token, on loopback.
         self._commands_ok = bool(cfg.token) or commands.is_loopback(cfg.listen[0])
         self._collected: dict[tracker.Key, float] = {}  # finding key -> when evidence was last requested
+        self._context_at: dict[str, float] = {}  # part of the context -> when last asked for (_collect)
         self._no_evidence_logged = False
         self.stacks = stack_gather.StackGather(wait_s=cfg.commands_give_up_s + 30.0)
         self._stack_summary: dict[tuple[str, tuple[int, ...]], str] = {}  # finding key -> its stack groups in a line
@@ -365,6 +367,12 @@ class Coordinator:
     # -- evidence ----------------------------------------------------------------
 
     COLLECT_COOLDOWN_S = 60.0  # a finding that flaps open/resolved is not dumped every time
+    # Findings opened within this long of one whose evidence included the context
+    # (every rank's stacks, the others' snapshots) share it and ask only for their
+    # own culprits' (evidence_plan). Long enough for one event seen host by host
+    # (agents slowed to 10 s by back-pressure), short enough that an unrelated
+    # fault later gets a context of its own.
+    CONTEXT_SHARED_S = 15.0
 
     def _collect(self, opened: list[Finding], view: ClusterView, now: float) -> None:
         if not self.cfg.evidence:
@@ -382,18 +390,26 @@ class Coordinator:
                     )
                 return
             cap = self.cfg.stacks_max_per_host
-            reqs, left = evidence_plan.plan_capped(f, view, max_stacks_per_host=cap)
+            shared = frozenset(p for p, at in self._context_at.items() if now - at < self.CONTEXT_SHARED_S)
+            context = evidence_plan.CONTEXT - shared
+            reqs, left = evidence_plan.plan_capped(f, view, max_stacks_per_host=cap, context=context)
             if left:
                 rec = stack_plan.capped_record(f, left, cap)
                 self.log.warning(je.STACKS_CAPPED, **rec)
                 self._record(je.STACKS_CAPPED, rec)
             if reqs:
                 self._collected[f.key] = now
+                for part in evidence_plan.context_of(f.kind) & context:
+                    self._context_at[part] = now
                 self._expect_stacks(reqs, now)
                 self.dispatch.request(reqs, now)
                 # Hosts and ranks per type: the per-host requests are journaled as they go out (``command``).
                 self.log.info(
-                    "evidence_requested", kind=f.kind, ranks=list(f.ranks), requests=evidence_plan.brief(reqs)
+                    "evidence_requested",
+                    kind=f.kind,
+                    ranks=list(f.ranks),
+                    requests=evidence_plan.brief(reqs),
+                    context_shared=sorted(shared & evidence_plan.context_of(f.kind)),
                 )
 
     # -- actions ---------------------------------------------------------------
@@ -422,9 +438,12 @@ class Coordinator:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups
         are journaled once every host asked has answered (``stack_gather``)."""
         by_trigger: dict[str, tuple[dict, dict[str, list[int]]]] = {}
+        keys: dict[int, str] = {}  # a plan's requests share one trigger: its key made once, not per host
         for r in reqs:
             if r.type == commands.DUMP_STACKS:
-                key = repr(sorted(r.trigger.items()))
+                key = keys.get(id(r.trigger))
+                if key is None:
+                    key = keys[id(r.trigger)] = triggers.key(r.trigger)
                 by_trigger.setdefault(key, (r.trigger, {}))[1].setdefault(r.host, []).extend(r.ranks)
         for trigger, hosts in by_trigger.values():
             self.stacks.expect(trigger, hosts, now)

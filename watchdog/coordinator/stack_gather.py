@@ -22,13 +22,13 @@ arrival (signatures are shared, so 16,384 ranks in 3 places hold 3).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import commands, stackgroups
 
 from . import journal_events as je
+from . import triggers
 
 WAIT_S = 90.0  # past the dispatch's give-up (60 s): a host that never answers has been given up on by then
 
@@ -121,4 +121,5 @@ class StackGather:
 
 
 def _key(trigger: dict[str, Any]) -> str:
-    return json.dumps(trigger, sort_keys=True, default=str)
+    """The same for the full trigger (``expect``) and the brief one its answers carry."""
+    return triggers.key(trigger)

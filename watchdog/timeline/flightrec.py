@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.coordinator import journal_events as je
+from watchdog.coordinator import triggers
 from watchdog.evidence import FlightRecorderDump
 
 PREFIX = "rank_"
@@ -38,8 +39,7 @@ class FrSet:
 
     @property
     def label(self) -> str:
-        ranks = self.trigger.get("ranks") or []
-        return f"{self.trigger.get('kind', '?')} naming {', '.join(map(str, ranks)) or 'no rank'}"
+        return f"{self.trigger.get('kind', '?')} naming {triggers.named(self.trigger) or 'no rank'}"
 
 
 def collect(records: Iterable[dict]) -> list[FrSet]:
@@ -49,7 +49,7 @@ def collect(records: Iterable[dict]) -> list[FrSet]:
             continue
         raw = rec.get("trigger")
         trigger: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        key = repr(sorted((k, repr(v)) for k, v in trigger.items()))
+        key = triggers.key(trigger)
         fs = sets.setdefault(key, FrSet(trigger=trigger, t_wall=float(rec.get("t_wall") or 0.0)))
         for d in rec["flight_recorder"]:
             try:

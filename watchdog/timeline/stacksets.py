@@ -11,11 +11,10 @@ A malformed record is skipped with a note, never a crash.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from watchdog import stackgroups
-from watchdog.coordinator.finding import ranks_phrase
+from watchdog.coordinator import triggers
 from watchdog.coordinator.journal_events import STACK_GROUPS, STACKS_CAPPED
 
 from .model import Stack, StackSet
@@ -26,10 +25,13 @@ MIN_RANKS = 3  # a set of one or two stacks (culprit + a waiter) is shown as the
 
 def build(stacks: list[tuple[dict, Stack]], records: list[dict]) -> tuple[list[StackSet], list[str]]:
     """(stack sets in time order, notes about malformed records)."""
+    # The evidence lines of a finding naming many ranks carry a brief trigger
+    # (coordinator.triggers); its stack_groups record the full one, for culprits and label.
+    full = {_key(_trigger(r)): _trigger(r) for r in records if r.get("event") == STACK_GROUPS}
     by_key: dict[str, tuple[dict, list[Stack]]] = {}
     for rec, st in stacks:
-        trigger = _trigger(rec)
-        by_key.setdefault(_key(trigger), (trigger, []))[1].append(st)
+        key = _key(_trigger(rec))
+        by_key.setdefault(key, (full.get(key) or _trigger(rec), []))[1].append(st)
     made: dict[str, StackSet] = {}
     for key, (trigger, sts) in by_key.items():
         culprits = _culprits(trigger)
@@ -78,8 +80,7 @@ def build(stacks: list[tuple[dict, Stack]], records: list[dict]) -> tuple[list[S
 
 
 def label(trigger: dict[str, Any]) -> str:
-    ranks = _culprits(trigger)
-    what = f"{trigger.get('kind', '?')} {ranks_phrase(ranks) if ranks else '(no culprit named)'}"
+    what = f"{trigger.get('kind', '?')} {triggers.named(trigger) or '(no culprit named)'}"
     return f"abort {trigger['action']} ({what})" if trigger.get("action") else what
 
 
@@ -98,7 +99,7 @@ def _trigger(rec: dict) -> dict[str, Any]:
 
 
 def _key(trigger: dict[str, Any]) -> str:
-    return json.dumps(trigger, sort_keys=True, default=str)
+    return triggers.key(trigger)
 
 
 def _num(v: Any) -> float:
