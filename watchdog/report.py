@@ -51,7 +51,7 @@ class ReportError(ValueError):
     """A report that cannot be accepted; str() is the message sent back (4xx)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # ~256 kept per rank: no dict each (see _step_of)
 class StepSample:
     step: int  # the step number that completed
     step_s: float
@@ -753,10 +753,9 @@ def _exact_step(x: dict) -> StepSample | None:
         return None
     if tuple(map(type, got)) != (_STEP_FULL_TYPES if full else _STEP_SHORT_TYPES):
         return None
-    # Through __init__, not _built: the coordinator keeps ~256 of these per rank,
-    # and an instance whose __dict__ was filled by update() takes 232 bytes
-    # instead of 168 (its own dict instead of the class's shared keys): +270 MB
-    # at 16,384 ranks, more than the 1-2 us saved per sample are worth.
+    # Through __init__: the coordinator keeps ~256 of these per rank, so they have
+    # slots, not a dict each (120 bytes instead of 168; at 16,384 ranks' full
+    # histories ~200 MB less, and the same fold CPU).
     return StepSample(*got)
 
 

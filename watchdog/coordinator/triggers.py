@@ -43,7 +43,7 @@ def key(trigger: dict[str, Any]) -> str:
 
 
 def named(trigger: dict[str, Any]) -> str:
-    """ "ranks 0-63 and 16,320 more", "rank 2", "" when it names none."""
+    """For people: "ranks 0-63 and 16,320 more", "rank 2", or "" when it names none."""
     ranks = [r for r in trigger.get("ranks") or () if isinstance(r, int) and not isinstance(r, bool)]
     if not ranks:
         return ""
