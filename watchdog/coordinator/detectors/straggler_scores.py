@@ -119,6 +119,9 @@ class Scorer:
             self._base.pop(r, None)
             del keys[r], vals[r]
             moved[r] = None
+        at: int | None = None  # the window index whose members and changes are in m and ch
+        m: dict[int, WindowStat] = {}
+        ch: tuple[list[WindowStat], list[WindowStat]] = ([], [])
         for r, wins in wins_of.items():
             old = prev.get(r)
             if old is wins:
@@ -142,26 +145,46 @@ class Scorer:
                 shared = len(old) - d if d is not None else 0
                 if d is not None and shared <= len(wins) and all(map(is_, old[d:], wins)):
                     dropped, added = old[:d], wins[shared:]
-                    keys[r] = keys[r][d:] + tuple(map(_INDEX, added))
-                    vals[r] = vals[r][d:] + tuple(map(_COMPUTE, added))
+                    if len(added) == 1:  # one window closed (nearly always): its tuples without a map
+                        w = added[0]
+                        keys[r] = keys[r][d:] + (w.index,)
+                        vals[r] = vals[r][d:] + (w.compute_s,)
+                    else:
+                        keys[r] = keys[r][d:] + tuple(map(_INDEX, added))
+                        vals[r] = vals[r][d:] + tuple(map(_COMPUTE, added))
                 else:
                     dropped, added = old, wins
                     keys[r], vals[r] = tuple(map(_INDEX, wins)), tuple(map(_COMPUTE, wins))
                 for w in dropped:
                     self._drop(r, w)
-            for w in added:
+            if len(added) == 1:  # one window closed (nearly always): the same window as the rank before's
+                w = added[0]
                 x = w.index
-                m = members.get(x)
-                if m is None:
-                    m = members[x] = {}
-                ch = changes.get(x)
-                if ch is None:
-                    ch = changes[x] = ([], [])
+                if x != at:  # (ranks close the same window one after another: its dict and lists held)
+                    at, got_m, got_ch = x, members.get(x), changes.get(x)
+                    if got_m is None:
+                        got_m = members[x] = {}
+                    if got_ch is None:
+                        got_ch = changes[x] = ([], [])
+                    m, ch = got_m, got_ch
                 was = m.get(r)
                 if was is not None:
                     ch[0].append(was)
                 m[r] = w
                 ch[1].append(w)
+            else:  # a rank's first windows, or windows rebuilt: each its own index
+                for w in added:
+                    x = w.index
+                    got_m, got_ch = members.get(x), changes.get(x)
+                    if got_m is None:
+                        got_m = members[x] = {}
+                    if got_ch is None:
+                        got_ch = changes[x] = ([], [])
+                    was = got_m.get(r)
+                    if was is not None:
+                        got_ch[0].append(was)
+                    got_m[r] = w
+                    got_ch[1].append(w)
             moved[r] = (dropped, added)
         return moved
 
