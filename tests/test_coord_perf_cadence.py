@@ -81,3 +81,30 @@ def test_the_verdict_on_the_cadence_names_the_straggler(tmp_path):
     sim.run_until(40.0, coordinator=c, tick_s=0.5)
     assert c.verdict.verdict == V.STRAGGLER
     assert c.verdict.evidence["slowest_rank"] == 5
+
+
+def test_the_verdict_keeps_off_the_ticks_on_which_the_stragglers_are_scored_again(tmp_path):
+    """At 16,384 ranks a rescoring (~0.1 s, when ranks close windows) and a verdict
+    (60-90 ms) on one tick were the tick's p99; the verdict takes the next tick."""
+    c = _coordinator(tmp_path, 2)  # the verdict every 4th tick
+    ran: list[float] = []
+    rescored: list[float] = []
+    verdict, scored = c._verdict, c._straggler.rescored
+
+    def _verdict(view, now):
+        ran.append(now)
+        verdict(view, now)
+
+    def _rescored(now, view):
+        got = scored(now, view)
+        if got:
+            rescored.append(now)
+        return got
+
+    c._verdict, c._straggler.rescored = _verdict, _rescored
+    sim = SimJob(jitter=0.1, seed=3)
+    sim.slow(5, 1.5)
+    sim.run_until(40.0, coordinator=c, tick_s=0.5)
+    assert len(rescored) >= 5 and len(ran) >= 5
+    assert not set(ran) & set(rescored)
+    assert c.verdict.verdict == V.STRAGGLER  # still named, a tick later at most

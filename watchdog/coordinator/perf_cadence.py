@@ -5,8 +5,11 @@ every tick's thread CPU (health of every rank, 1,024 summaries refreshed, the
 columns of 16,384 summaries). So it runs on a cadence that grows with the job:
 every tick up to ``ranks_per_tick`` ranks (4,096 by default: small jobs see no
 change), every ``ceil(ranks / ranks_per_tick)`` ticks above (at 16,384 ranks
-every 4th), and never on a tick on which a finding opened (that tick pays for
-the evidence requests and the hang analysis; the next tick runs it instead).
+every 4th), and never on a busy tick: one on which a finding opened (it pays
+for the evidence requests and the hang analysis) or the straggler detector
+scored its ranks again (ranks closed windows, ~0.1 s); the next tick runs it
+instead. At 16,384 ranks a verdict (60-90 ms) and a rescoring on one tick were
+the tick's p99.
 Its cost per run does not grow with the ticks skipped: its summaries refresh
 within a fixed budget per run (``verdict.Summaries``).
 
@@ -31,7 +34,7 @@ class Cadence:
     _slot: int = 0  # ticks on which the verdict was given its turn (a finding's tick does not count)
 
     def due(self, ranks: int, busy: bool) -> bool:
-        """Whether the verdict runs on this tick. ``busy``: a finding opened on it."""
+        """Whether the verdict runs on this tick. ``busy``: a finding opened on it, or another heavy part ran."""
         k = period(ranks, self.ranks_per_tick)
         if k == 1:
             self._slot = 0

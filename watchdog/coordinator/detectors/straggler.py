@@ -54,11 +54,21 @@ class Straggler:
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
         self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
+        self._fresh = False  # whether _last's answer is not the one before it (see rescored)
 
     def scores(self, now: float, view: ClusterView) -> Scores:
         if self._last is None or self._last[0]() is not view or self._last[1] != now:
-            self._last = (weakref.ref(view), now, self.scorer.scores(view, now))
+            sc = self.scorer.scores(view, now)
+            self._fresh = self._last is None or sc is not self._last[2]
+            self._last = (weakref.ref(view), now, sc)
         return self._last[2]
+
+    def rescored(self, now: float, view: ClusterView) -> bool:
+        """Whether this tick's scores were computed again rather than kept (ranks
+        closed windows): the straggler's expensive ticks (~0.1 s at 16,384 ranks,
+        one in ~20 steps), which the verdict's cadence keeps its own run off."""
+        self.scores(now, view)
+        return self._fresh
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
         """The slowdown factor of the ``GAUGE_RANKS`` slowest scored ranks (and of
