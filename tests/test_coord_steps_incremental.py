@@ -131,6 +131,35 @@ def test_a_stale_step_stats_folded_again_gives_the_plain_answer(batches_, cfg, d
         kept.append(new)
 
 
+@settings(max_examples=150, deadline=None)
+@given(batches, configs, st.data())
+def test_branches_never_show_each_others_samples(batches_, cfg, data):
+    """Successive histories share one buffer (stephistory): two different
+    reports folded into the same older StepStats (the pure ``fold`` into an
+    older view, then the Folder's own fold) must each see only their own
+    samples, and every StepStats made must go on reading as it did when made."""
+    reports = stream(batches_)
+    kept: list[tuple[StepStats, StepStats, tuple]] = [(StepStats(), StepStats(), ())]  # (new, reference, history then)
+    for i, samples in enumerate(reports):
+        at = len(kept) - 1 if data.draw(st.booleans()) else data.draw(st.integers(0, len(kept) - 1))
+        new, ref, _ = kept[at]
+        others = [samples]
+        if data.draw(st.booleans()):  # a second, different report into the same StepStats
+            extra = data.draw(st.lists(sample, max_size=3))  # and maybe steps the main line never sees
+            others.append(reports[(i + 1) % len(reports)] + tuple(_sample(10**6 + j, x) for j, x in enumerate(extra)))
+        for xs in others:
+            got, want = add_samples(new, xs, cfg), reference(ref, xs, cfg)
+            assert got == want
+            kept.append((got, want, tuple(got.history)))
+    for new, ref, then in kept:
+        assert new == ref and new.history == then and tuple(new.history) == then
+
+
+def _sample(step: int, x: tuple) -> StepSample:
+    step_s, data_s, coll_s, phase = x
+    return StepSample(step=step, step_s=step_s, data_s=min(data_s, step_s), coll_s=coll_s, phase=phase)
+
+
 def test_running_statistics_are_reused_not_rebuilt():
     """The point of it: a long-lived rank's next report reads only its new samples."""
     cfg = DetectorConfig()

@@ -77,7 +77,7 @@ class RankColumns:
     # -- for perf (straggler, verdict, loader_starvation, batch_changed)
     # the step split detectors read (FoldedRank.split_stats: the GPU clock's where it keeps up)
     split_clock: Sequence[str] = ()  # "gpu" or "cpu" (FoldedRank.split_clock)
-    history: Sequence[tuple[StepSample, ...]] = ()  # FoldedRank.history
+    history: Sequence[tuple[StepSample, ...]] = ()  # FoldedRank.history (each a stephistory.History, read as a tuple)
     windows: Sequence[tuple[WindowStat, ...]] = ()  # FoldedRank.windows
     train_steps: Sequence[int] = ()  # the CPU clock's (FoldedRank.train_steps)
     data_share: Sequence[float] = ()  # the CPU clock's (FoldedRank.data_share)
@@ -85,7 +85,7 @@ class RankColumns:
     # -- for hang
     fr_held: Sequence[bool] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
     # -- for goodput
-    step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples
+    step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples (the same)
     step_flat: Sequence[array] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
     step_newest: Sequence[float] = ()  # step_flat's newest step number; -inf when it is empty
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from math import floor
 
@@ -17,6 +18,7 @@ from watchdog.report import StepSample
 
 from . import stats
 from .config import DetectorConfig
+from .stephistory import History, Steps, appendable, snapshot
 
 P99_SAMPLES = 100
 # The newest samples as flat numbers (``StepStats.flat``), FLAT_FIELDS doubles each:
@@ -44,7 +46,7 @@ class StepStats:
     """What one incarnation's step samples say so far."""
 
     steps_seen: int = 0  # step samples seen in this incarnation, warm-up included
-    history: tuple[StepSample, ...] = ()  # recent steps, warm-up excluded
+    history: Steps = ()  # recent steps, warm-up excluded (stephistory: a History, read as a tuple)
     windows: tuple[WindowStat, ...] = ()
     p99_step_s: float = 0.0
     train_steps: int = 0  # train steps in the loader-starvation window (up to starvation_window_steps)
@@ -64,7 +66,7 @@ class StepStats:
     # number scattered in memory (at 16,384 ranks, reading those was most of the
     # ledger's tick). Never mutated; valid only while ``flat_of is history``.
     flat: array = field(default_factory=lambda: array("d"), compare=False, repr=False)
-    flat_of: tuple[StepSample, ...] | None = field(default=None, compare=False, repr=False)
+    flat_of: Steps | None = field(default=None, compare=False, repr=False)
 
 
 def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
@@ -76,25 +78,39 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     that was most of the fold). The results are those of the plain definitions
     (``stats.quantile``, ``stats.data_share`` over the history's tail), bit for bit:
     tests/test_coord_steps_incremental.py compares both on random streams."""
-    last = st.history[-1].step if st.history else None
+    old = st.history
+    last: int | None
+    if old.__class__ is History:  # the usual case, read without a call
+        last = old.buf[old.end - 1].step
+    else:
+        last = old[-1].step if old else None
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
         return st
     seen = st.steps_seen
     skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
     new = fresh[skip:]
-    seq = st.history + tuple(new)
-    history = seq[-cfg.history_steps :]
-    if not history:
-        return replace(st, steps_seen=seen + len(fresh), history=history, flat=array("d"), flat_of=history)
+    keep = cfg.history_steps
+    history: Steps
+    seq: Sequence[StepSample]  # the old history then the new samples, from ``origin`` on
+    if new and keep > 0:
+        seq, origin, start = appendable(old)
+        seq += new
+        history = snapshot(seq, origin, keep)
+    else:  # no new sample (the same history), or a config without a bound: as the tuples were
+        seq, origin = tuple(old) + tuple(new), 0
+        start = len(seq) - len(new)
+        history = old if not new and start <= keep else seq[-keep:]  # what the tuple's slice gave
+        if not history:
+            return replace(st, steps_seen=seen + len(fresh), history=history, flat=array("d"), flat_of=history)
     run = st.running
-    if run is None or run.tip is not st.history or not run.fits(cfg):
-        run = _Running.build(st.history, cfg)  # a stale or foreign StepStats: rebuilt from its history
-    if run is None or not run.extend(seq, len(st.history)):  # a duration not finite (a caller that skipped validation)
+    if run is None or run.tip is not old or not run.fits(cfg):
+        run = _Running.build(old, cfg)  # a stale or foreign StepStats: rebuilt from its history
+    if run is None or not run.extend(seq, start, origin):  # a duration not finite (a caller that skipped validation)
         return _recomputed(st, history, seen + len(fresh), cfg)
     run.tip = history
     train_steps, share = run.data_share()
-    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg)
+    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg, new[-1] if new else None)
     return StepStats(
         steps_seen=seen + len(fresh),
         history=history,
@@ -136,7 +152,7 @@ def _encode(samples: tuple[StepSample, ...] | list[StepSample]) -> array | None:
     return array("d", out)
 
 
-def _recomputed(st: StepStats, history: tuple[StepSample, ...], seen: int, cfg: DetectorConfig) -> StepStats:
+def _recomputed(st: StepStats, history: Steps, seen: int, cfg: DetectorConfig) -> StepStats:
     """The plain definitions, from the history's tail."""
     train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
         -cfg.starvation_window_steps :
@@ -188,7 +204,7 @@ class _Running:
     )
 
     def __init__(self, cfg: DetectorConfig) -> None:
-        self.tip: tuple[StepSample, ...] | None = ()  # the history this describes (None: unusable)
+        self.tip: Steps | None = ()  # the history this describes (None: unusable)
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0  # samples pushed
         self._p_len = min(P99_SAMPLES, cfg.history_steps)
@@ -203,7 +219,7 @@ class _Running:
         return self._cfg == (cfg.history_steps, cfg.starvation_window_steps)
 
     @classmethod
-    def build(cls, history: tuple[StepSample, ...], cfg: DetectorConfig) -> _Running | None:
+    def build(cls, history: Steps, cfg: DetectorConfig) -> _Running | None:
         """From a history's tail; None if a duration in it is not finite."""
         run = cls(cfg)
         if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else (), 0):
@@ -211,16 +227,17 @@ class _Running:
         run.tip = history
         return run
 
-    def extend(self, seq: tuple[StepSample, ...], start: int) -> bool:
-        """Add ``seq[start:]``, newest last, where ``seq[:start]`` ends with the
-        samples added before (the history they came in): the step time leaving
-        the p99 window is read from there. False if a step or data time is not
+    def extend(self, seq: Sequence[StepSample], start: int, origin: int = 0) -> bool:
+        """Add ``seq[start:]``, newest last, where ``seq[origin:start]`` is the
+        history the samples added before came in: the step time leaving the
+        p99 window is read from there. False if a step or data time is not
         finite (NaN would break the sorted windows' order): then the windows are
         left unusable (``tip`` None) and the caller computes without them."""
         i = self._n
         p_len, p_sorted = self._p_len, self._p_sorted
         s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
         s_data, s_step = self._s_data, self._s_step
+        full = origin + p_len  # from here on the p99 window is full: a sample in, its oldest out
         for pos in range(start, len(seq)):
             x = seq[pos]
             step_s, data_s = x.step_s, x.data_s
@@ -229,7 +246,7 @@ class _Running:
                 return False
             if p_len:
                 p_sorted.insert(bisect_right(p_sorted, step_s), step_s)
-                if pos >= p_len:  # the window was full: its oldest leaves
+                if pos >= full:
                     del p_sorted[bisect_left(p_sorted, seq[pos - p_len].step_s)]
             if s_cap and x.phase == "train":
                 at = bisect_right(s_data, data_s)  # after its equals: they arrived before it
@@ -268,14 +285,16 @@ class _Running:
 
 
 def _close_windows(
-    windows: tuple[WindowStat, ...], scanned: int, history: tuple[StepSample, ...], cfg: DetectorConfig
+    windows: tuple[WindowStat, ...], scanned: int, history: Steps, cfg: DetectorConfig, last: StepSample | None = None
 ) -> tuple[tuple[WindowStat, ...], int]:
     """Summarise every window that the newest sample has moved past; returns the
     windows and the new ``StepStats.windows_scanned``. A window's samples are all
     in once the newest is past it (samples arrive in step order), so one that was
-    no evidence stays so and is not scanned again on every report."""
+    no evidence stays so and is not scanned again on every report. ``last``: the
+    history's newest sample where the caller has it (no read of the history then,
+    on most reports)."""
     size = cfg.straggler_window_steps
-    newest = history[-1].step // size
+    newest = (last if last is not None else history[-1]).step // size
     done = max(windows[-1].index if windows else -1, scanned)
     if newest - 1 <= done:
         return windows, done

@@ -16,13 +16,14 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
 
 from . import columns, loss_screen
 from . import journal_events as je
 from .config import DetectorConfig
+from .stephistory import Steps
 from .steps import StepStats, WindowStat, add_samples
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -97,7 +98,10 @@ class FoldedRank:
 
     @property
     def history(self) -> tuple[StepSample, ...]:
-        return self.split_stats.history
+        # A stephistory.History (or a tuple): it reads as the tuple of its samples
+        # (tests/test_coord_stephistory.py), so readers typed for a tuple keep
+        # their annotations; only StepStats builds and mutates histories.
+        return cast(tuple[StepSample, ...], self.split_stats.history)
 
     @property
     def windows(self) -> tuple[WindowStat, ...]:
@@ -433,7 +437,7 @@ def _with_loss(steps: array, values: array, s: RankState) -> tuple[array, array,
     return steps, values, loss_screen.calm(values)
 
 
-def gpu_samples(gpu: tuple[GpuStep, ...], cpu: tuple[StepSample, ...]) -> tuple[StepSample, ...]:
+def gpu_samples(gpu: tuple[GpuStep, ...], cpu: Steps) -> tuple[StepSample, ...]:
     """GPU-clock steps as StepSamples, keeping what only the CPU side measures
     (collective bytes, the finer split) from the same step's CPU sample."""
     by_step = {x.step: x for x in cpu[-2 * len(gpu) - 8 :]}  # the GPU runs a few steps behind at most
