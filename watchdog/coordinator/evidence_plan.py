@@ -4,9 +4,10 @@
   MAX_SNAPSHOTS), so a timeline has every lane. A dead rank's slot file is still
   on disk and its agent reads it, so ``dead_rank`` gets snapshots too.
 - Python stacks of the ranks the detector wants confirmed (``wants_stacks``),
-  plus, for a hang, ONE waiting rank: the culprit's stack says where it is stuck,
-  a waiter's shows what the others are blocked in. Only live processes: a dead
-  rank has no stack. At most ``max_dumps`` per finding: a dump pauses a rank.
+  at most ``max_dumps`` per finding (a dump pauses a rank); for a hang or a
+  frozen rank, every live rank's (``stack_plan``): the culprit's stack says
+  where it is stuck, the others' what they are blocked in. Only live
+  processes: a dead rank has no stack.
 
 - The Flight Recorder buffers of every live rank for a hang or a mismatched
   collective (``FR_KINDS``): each rank's hook dumps its own, so the per-rank
@@ -16,7 +17,7 @@
 One request per (host, type): an agent answers for its own ranks.
 
 The context (the other ranks' snapshots, every rank's stacks and Flight
-Recorder buffers, a hang's waiter) is the job's, not the finding's: findings
+Recorder buffers) is the job's, not the finding's: findings
 opened together share it (``context``: the parts that no finding opened just
 before asked for; the coordinator's ``_collect``). A whole job stopped at once
 (a Slurm suspend, a shared filesystem hung) opens a frozen_rank finding per
@@ -42,7 +43,7 @@ MAX_DUMPS = 8
 FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch"})
 MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
 # The parts of the context, by the command that asks for each: the other ranks'
-# snapshots, every live rank's stack (and a hang's waiter), every rank's Flight Recorder.
+# snapshots, every live rank's stack, every rank's Flight Recorder.
 CONTEXT = frozenset({commands.SNAPSHOT_SLOTS, commands.DUMP_STACKS, commands.DUMP_FLIGHT_RECORDER})
 
 
@@ -69,16 +70,9 @@ def trigger(f: Finding) -> dict[str, Any]:
     return {"kind": f.kind, "ranks": list(f.ranks)}
 
 
-def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, waiter: bool = True) -> list[int]:
-    wanted = [r for r in f.wants_stacks if r in view.ranks and stack_plan.live(view.ranks[r])][:max_dumps]
-    if f.kind == "collective_hang" and waiter:
-        waiters = [w for w in f.evidence.get("waiters") or () if isinstance(w, int)]
-        extra = next(
-            (w for w in sorted(waiters) if w not in wanted and w in view.ranks and stack_plan.live(view.ranks[w])), None
-        )
-        if extra is not None:
-            wanted = wanted[: max_dumps - 1] + [extra]
-    return sorted(set(wanted))
+def stack_ranks(f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS) -> list[int]:
+    """The live ranks the finding wants confirmed, at most ``max_dumps``."""
+    return sorted(set([r for r in f.wants_stacks if r in view.ranks and stack_plan.live(view.ranks[r])][:max_dumps]))
 
 
 def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPSHOTS) -> list[int]:
@@ -93,8 +87,8 @@ def snapshot_ranks(f: Finding, view: ClusterView, max_snapshots: int = MAX_SNAPS
 def plan(
     f: Finding, view: ClusterView, max_dumps: int = MAX_DUMPS, max_stacks_per_host: int = stack_plan.MAX_PER_HOST
 ) -> list[CommandRequest]:
-    """A hang asks for every live rank's stack (``stack_plan``), anything else
-    for the culprits' and one waiter's."""
+    """A hang or a frozen rank asks for every live rank's stack (``stack_plan``),
+    anything else for those of the ranks it wants confirmed."""
     return plan_capped(f, view, max_dumps, max_stacks_per_host)[0]
 
 
@@ -119,9 +113,9 @@ def plan_capped(
     if commands.DUMP_STACKS in want:
         stacks = every
     else:
-        stacks, left = stack_ranks(f, view, max_dumps, waiter=f.kind not in stack_plan.ALL_RANKS_KINDS), {}
-    snapshots = snapshot_ranks(f, view) if commands.SNAPSHOT_SLOTS in want else snapshot_ranks(f, view, 0)
-    wanted = [(commands.SNAPSHOT_SLOTS, snapshots), (commands.DUMP_STACKS, stacks)]
+        stacks, left = stack_ranks(f, view, max_dumps), {}
+    snapshots = MAX_SNAPSHOTS if commands.SNAPSHOT_SLOTS in want else 0  # 0: the named ranks' only
+    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view, snapshots)), (commands.DUMP_STACKS, stacks)]
     if commands.DUMP_FLIGHT_RECORDER in want:
         wanted.append((commands.DUMP_FLIGHT_RECORDER, every))
     return _requests(f, view, wanted), left
