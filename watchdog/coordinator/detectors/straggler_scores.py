@@ -112,7 +112,7 @@ class Scorer:
         changed, each with the windows it lost and gained (None: gone)."""
         prev = self._wins
         moved: dict[int, Change] = {}
-        members, changes, keys, vals = self._members, self._changes, self._keys, self._vals
+        keys, vals = self._keys, self._vals
         for r in [r for r in prev if r not in wins_of]:
             for w in prev.pop(r):
                 self._drop(r, w)
@@ -157,36 +157,27 @@ class Scorer:
                     keys[r], vals[r] = tuple(map(_INDEX, wins)), tuple(map(_COMPUTE, wins))
                 for w in dropped:
                     self._drop(r, w)
-            if len(added) == 1:  # one window closed (nearly always): the same window as the rank before's
-                w = added[0]
-                x = w.index
-                if x != at:  # (ranks close the same window one after another: its dict and lists held)
-                    at, got_m, got_ch = x, members.get(x), changes.get(x)
-                    if got_m is None:
-                        got_m = members[x] = {}
-                    if got_ch is None:
-                        got_ch = changes[x] = ([], [])
-                    m, ch = got_m, got_ch
+            for w in added:  # ranks close the same window one after another: its dict and lists held
+                if w.index != at:
+                    at = w.index
+                    m, ch = self._window(at)
                 was = m.get(r)
                 if was is not None:
                     ch[0].append(was)
                 m[r] = w
                 ch[1].append(w)
-            else:  # a rank's first windows, or windows rebuilt: each its own index
-                for w in added:
-                    x = w.index
-                    got_m, got_ch = members.get(x), changes.get(x)
-                    if got_m is None:
-                        got_m = members[x] = {}
-                    if got_ch is None:
-                        got_ch = changes[x] = ([], [])
-                    was = got_m.get(r)
-                    if was is not None:
-                        got_ch[0].append(was)
-                    got_m[r] = w
-                    got_ch[1].append(w)
             moved[r] = (dropped, added)
         return moved
+
+    def _window(self, x: int) -> tuple[dict[int, WindowStat], tuple[list[WindowStat], list[WindowStat]]]:
+        """Window ``x``'s members and its changes since the last scoring, made if new."""
+        m = self._members.get(x)
+        if m is None:
+            m = self._members[x] = {}
+        ch = self._changes.get(x)
+        if ch is None:
+            ch = self._changes[x] = ([], [])
+        return m, ch
 
     def _drop(self, r: int, w: WindowStat) -> None:
         m = self._members.get(w.index)
