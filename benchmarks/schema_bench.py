@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -28,6 +27,7 @@ import time
 from dataclasses import asdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline_tree
 import scalesim
 
 from watchdog import report
@@ -52,12 +52,9 @@ def bodies(layout: str, hosts: int, seconds: int = 8) -> list[bytes]:
 
 
 def other_tree(root: str):
-    spec = importlib.util.spec_from_file_location("other_report", os.path.join(root, "watchdog", "report.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["other_report"] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    """The other checkout's ``watchdog.report`` (baseline_tree: as its own package,
+    so its relative imports resolve within that checkout)."""
+    return baseline_tree.module(root, "report")
 
 
 def main() -> None:
