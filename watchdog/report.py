@@ -83,7 +83,7 @@ def _unfrozen_twin(cls: type) -> type:
         (f.name, f.type) if f.default is MISSING else (f.name, f.type, field(default=f.default)) for f in fields(cls)
     ]
     twin = make_dataclass(f"_{cls.__name__}Unfrozen", spec, slots=True, eq=False, repr=False)
-    assert twin.__slots__ == cls.__slots__, (twin.__slots__, cls.__slots__)
+    assert twin.__dict__["__slots__"] == cls.__dict__["__slots__"], (twin, cls)
     return twin
 
 
