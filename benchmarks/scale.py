@@ -56,8 +56,9 @@ async def _agent(
     head = f"POST {REPORT_PATH} HTTP/1.1\r\nHost: {addr[0]}\r\nContent-Type: application/json\r\n"
     next_at = time.time()
     # The interval in effect, stated in each report as the real agent does (agent/sender.py:
-    # its own, or the longer one the coordinator advised): stating the agent's own while
-    # following the advice made the hosts look short of reports, so the advice never lapsed.
+    # its own, or the longer one the coordinator advised): stating its own while following
+    # the advice made the hosts look short of reports, a deficit of the advice's own making
+    # that the coordinator added to every silence limit and kept advising for.
     stated = interval
     try:
         while True:
