@@ -51,12 +51,6 @@ def bodies(layout: str, hosts: int, seconds: int = 8) -> list[bytes]:
     return out
 
 
-def other_tree(root: str):
-    """The other checkout's ``watchdog.report`` (baseline_tree: as its own package,
-    so its relative imports resolve within that checkout)."""
-    return baseline_tree.module(root, "report")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-with", metavar="DIR", help="another checkout, timed in turn with this one")
@@ -67,7 +61,8 @@ def main() -> None:
     work = bodies(args.layout, args.hosts)
     trees = {"this": report}
     if args.compare_with:
-        trees["other"] = other_tree(args.compare_with)
+        # As its own package (baseline_tree), so its relative imports resolve within that checkout.
+        trees["other"] = baseline_tree.module(args.compare_with, "report")
         for b in work[:50]:
             this, other = (asdict(m.HostReport.from_dict(decode(b), [])) for m in trees.values())
             if this != other:
