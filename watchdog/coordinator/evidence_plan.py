@@ -114,8 +114,8 @@ def plan_capped(
         stacks = every
     else:
         stacks, left = stack_ranks(f, view, max_dumps), {}
-    snapshots = MAX_SNAPSHOTS if commands.SNAPSHOT_SLOTS in want else 0  # 0: the named ranks' only
-    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view, snapshots)), (commands.DUMP_STACKS, stacks)]
+    room = MAX_SNAPSHOTS if commands.SNAPSHOT_SLOTS in want else 0  # 0: the named ranks' only
+    wanted = [(commands.SNAPSHOT_SLOTS, snapshot_ranks(f, view, room)), (commands.DUMP_STACKS, stacks)]
     if commands.DUMP_FLIGHT_RECORDER in want:
         wanted.append((commands.DUMP_FLIGHT_RECORDER, every))
     return _requests(f, view, wanted), left
