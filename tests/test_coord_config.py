@@ -3,6 +3,8 @@ token is read like the agent reads it."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from watchdog import flags
@@ -80,3 +82,13 @@ def test_log_level_and_format_are_validated():
     )
     with pytest.raises(FlagError, match=r"--log.level='chatty'"):
         load(["--log.level", "chatty"])
+
+
+def test_event_loop_is_validated_at_start(monkeypatch):
+    assert (load(["--web.event-loop", "asyncio"]).event_loop, load([]).event_loop) == ("asyncio", "auto")
+    with pytest.raises(FlagError, match=r"--web.event-loop='trio'.*must be one of auto, asyncio, uvloop"):
+        load(["--web.event-loop", "trio"])
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed
+    with pytest.raises(FlagError, match="uvloop is not installed"):
+        load(["--web.event-loop", "uvloop"])
+    assert load(["--web.event-loop", "auto"]).event_loop == "auto"  # runs on asyncio's loop then

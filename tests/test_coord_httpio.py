@@ -4,20 +4,23 @@ write limits. The guards against hostile clients are in test_http_guard.py."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sys
 import threading
 
 import pytest
 from waiting import wait_for
 
-from watchdog.coordinator import httpio
+from watchdog.coordinator import event_loops, httpio
 from watchdog.coordinator.httpio import LoopServer, Request, Response
 
 BIG = b"m" * (8 << 20)  # more than a socket's buffers hold: a client that does not read fills them
 
 
-@pytest.fixture
-def serve():
+@pytest.fixture(params=event_loops.CHOICES[1:])
+def serve(request):
+    """A server on each event loop the coordinator can run (uvloop is a dependency: never skipped)."""
     made = []
 
     def make(body_timeout_s: float = 10.0, **kw):
@@ -29,6 +32,8 @@ def serve():
 
         def get(req: Request) -> Response:
             seen.append((req.method, req.path, b""))
+            if req.path == "/loop":  # which loop runs the handlers: uvloop.Loop or asyncio's
+                return Response(200, type(asyncio.get_running_loop()).__module__.split(".")[0].encode(), "text/plain")
             return Response(200, BIG if req.path == "/big" else b"hello", "text/plain")
 
         def check_post(req: Request) -> Response | None:
@@ -46,6 +51,7 @@ def serve():
                 408 if got is None else 400, b'{"error":"body %s of %d"}' % (str(got).encode(), req.length), close=True
             ),
             body_timeout_s=lambda: body_timeout_s,
+            event_loop=request.param,
             **kw,
         )
         th = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -98,6 +104,25 @@ def closed(s: socket.socket, within_s: float = 10.0) -> bool:
 
 def post(body: bytes, extra: str = "") -> bytes:
     return b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra.encode()) + body
+
+
+def test_the_server_runs_on_the_event_loop_asked_for(serve, request):
+    srv, _ = serve()
+    asked = request.node.callspec.params["serve"]
+    assert srv.event_loop == asked
+    with connect(srv) as s:
+        s.sendall(b"GET /loop HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert replies(s, 1) == [(200, asked.encode())]
+
+
+def test_auto_is_uvloop_where_it_is_installed_and_asyncio_where_not(monkeypatch):
+    assert event_loops.resolved("auto") == "uvloop"  # a dependency of the package
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: its import fails
+    assert event_loops.resolved("auto") == "asyncio"
+    with pytest.raises(ValueError, match="uvloop is not installed"):
+        event_loops.parse("uvloop")
+    with pytest.raises(ValueError, match="must be one of auto, asyncio, uvloop"):
+        event_loops.parse("trio")
 
 
 def test_a_request_cut_into_single_bytes_is_served_whole(serve):

@@ -96,6 +96,11 @@ def test_address_file_has_the_bound_port(daemon, tmp_path):
     assert not daemon.address.endswith(":0")
 
 
+def test_the_start_line_says_which_event_loop_serves(daemon, tmp_path):
+    start = next(r for r in journal.read(str(tmp_path / "journal.jsonl")) if r["event"] == je.START)
+    assert start["event_loop"] == "uvloop"  # auto, and uvloop is a dependency
+
+
 def test_good_and_bad_reports_over_http(daemon):
     ok = {"ok": True, "commands": [], "report_versions": [1, 2]}
     assert post(daemon, report_bytes([t.rank(r) for r in range(4)])) == (200, ok)

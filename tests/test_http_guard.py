@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from waiting import wait_for
 
 from watchdog.agent.server import Server as AgentServer
-from watchdog.coordinator import server
+from watchdog.coordinator import event_loops, server
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal
@@ -30,8 +30,9 @@ from watchdog.coordinator.service import Coordinator
 TOKEN = "a-token-of-32-characters-or-so!!"
 
 
-@pytest.fixture
-def coord_server(tmp_path):
+@pytest.fixture(params=event_loops.CHOICES[1:])
+def coord_server(tmp_path, request):
+    """The coordinator's server on each event loop it can run (uvloop is a dependency: never skipped)."""
     made = []
 
     def make(**kw):
@@ -39,7 +40,7 @@ def coord_server(tmp_path):
             Config(job="job", token=TOKEN, journal=str(tmp_path / "j.jsonl")),
             Journal(str(tmp_path / "j.jsonl"), lambda: (time.time(), time.monotonic())),
         )
-        srv = server.make_server("127.0.0.1", 0, c, TOKEN, 1 << 20, **kw)
+        srv = server.make_server("127.0.0.1", 0, c, TOKEN, 1 << 20, event_loop=request.param, **kw)
         th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         th.start()
         made.append((srv, th, c))
@@ -161,7 +162,7 @@ from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
 journal = sys.argv[1]
 c = Coordinator(Config(job="job", journal=journal), Journal(journal, lambda: (time.time(), time.monotonic())))
-srv = server.make_server("127.0.0.1", 0, c, "", 1 << 20)
+srv = server.make_server("127.0.0.1", 0, c, "", 1 << 20, event_loop=sys.argv[2])
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 print("PORT", srv.server_address[1], flush=True)
@@ -182,9 +183,10 @@ def _line(proc, tag: str) -> list[str]:
 
 
 @pytest.mark.integration
-def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(tmp_path):
+@pytest.mark.parametrize("loop", event_loops.CHOICES[1:])
+def test_the_accept_loop_pauses_instead_of_spinning_when_out_of_descriptors(tmp_path, loop):
     proc = subprocess.Popen(
-        [sys.executable, "-c", _OUT_OF_FDS_SERVER, str(tmp_path / "j.jsonl")],
+        [sys.executable, "-c", _OUT_OF_FDS_SERVER, str(tmp_path / "j.jsonl"), loop],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

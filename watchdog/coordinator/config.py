@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from watchdog import flags, jobtoken, logs
+from watchdog.coordinator import event_loops
 from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
     Flag,
@@ -86,6 +87,7 @@ class Config:
     tick_s: float = 1.0
     resolve_grace_s: float = 2.0
     max_body_bytes: int = 4 << 20
+    event_loop: str = "auto"  # the HTTP server's (event_loops.CHOICES)
     log_level: str = "info"
     log_format: str = "json"
     detectors: DetectorConfig = DetectorConfig()
@@ -239,6 +241,14 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
         "reports larger than this are refused (413)",
         positive_int,
         field="max_body_bytes",
+    ),
+    Flag(
+        "web.event-loop",
+        "auto",
+        "the HTTP server's event loop: uvloop (C; about half the server's CPU per report), asyncio "
+        "(the stdlib's), or auto (uvloop where installed)",
+        event_loops.parse,
+        field="event_loop",
     ),
     Flag(
         flags.JOB_NAME,

@@ -52,6 +52,7 @@ class Daemon:
             cfg.token,
             cfg.max_body_bytes,
             after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
+            event_loop=cfg.event_loop,
         )
         self.address = bound_address(self.server)
         self._stop = threading.Event()
@@ -60,7 +61,13 @@ class Daemon:
     def start(self) -> Daemon:
         self.journal.write(
             je.START,
-            {"pid": os.getpid(), "address": self.address, "job": self.cfg.job, "world_size": self.cfg.world_size},
+            {
+                "pid": os.getpid(),
+                "address": self.address,
+                "job": self.cfg.job,
+                "world_size": self.cfg.world_size,
+                "event_loop": self.server.event_loop,
+            },
         )
         self.journal.write(je.CONFIG, {"config": loggable(self.cfg)})
         # Before the first report or tick: a restarted coordinator carries on the job's decisions.

@@ -41,9 +41,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from .. import httpguard, logs
+from . import event_loops
 
 HEADER_LIMIT = 64 * 1024  # request line + headers; more is refused (431) and the connection closed
 ACCEPT_BATCH = 64  # accepts per readiness event, so a connection storm cannot starve the requests
@@ -90,7 +91,9 @@ class LoopServer:
         max_connections: int = MAX_CONNECTIONS,
         request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
         log_name: str = "watchdog.http",
+        event_loop: str = "auto",  # event_loops.CHOICES
     ) -> None:
+        self.event_loop = event_loops.resolved(event_loop)  # "asyncio" or "uvloop"
         self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
         self._log = logs.get(log_name)
         self._limit = logs.RateLimited(every_s=60.0)
@@ -113,7 +116,7 @@ class LoopServer:
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         try:
             if not self._closing.is_set():  # shut down before it started: nothing to serve
-                asyncio.run(self._main())
+                event_loops.run(self.event_loop, self._main())
         finally:
             self._done.set()
 
@@ -216,11 +219,12 @@ class LoopServer:
         conn.close()
 
     async def _probe_lag(self) -> None:
-        loop = asyncio.get_running_loop()
+        # time.monotonic, not loop.time: uvloop's is libuv's, in ms and read once per
+        # loop iteration, and the lag is compared with the handlers' monotonic stamps.
         while True:
-            t = loop.time()
+            t = time.monotonic()
             await asyncio.sleep(LAG_PROBE_S)
-            now = loop.time()
+            now = time.monotonic()
             self._on_lag(max(0.0, now - t - LAG_PROBE_S), now)
 
     # -- guard: counters and rate-limited logs -------------------------------------------
@@ -304,8 +308,8 @@ class _Connection(asyncio.Protocol):
     # -- the transport's callbacks ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's does not subclass asyncio.Transport: no isinstance).
+        self._transport = cast(asyncio.Transport, transport)
         self._last = self._loop.time()
         self._arm(self._last + IDLE_TIMEOUT_S)
 

@@ -53,6 +53,7 @@ def make_server(
     max_connections: int = MAX_CONNECTIONS,
     request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
     after_report: Callable[[], None] = lambda: None,
+    event_loop: str = "auto",
 ) -> LoopServer:
     """``after_report``: called after each accepted report (the daemon's
     ``GcPolicy.after_report``)."""
@@ -122,6 +123,7 @@ def make_server(
         max_connections=max_connections,
         request_deadline_s=request_deadline_s,
         log_name="watchdog.coordinator",
+        event_loop=event_loop,
     )
 
 
