@@ -39,7 +39,7 @@ import scalesim
 from watchdog.coordinator import columns, verdict
 from watchdog.coordinator.api import decode, validate
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.gcpolicy import YOUNG_THRESHOLD, GcPolicy
+from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import HostReport, as_rows
@@ -87,6 +87,11 @@ def main() -> None:
         "(each report decoded both ways, timed apart, checked equal; the version-2 one folded)",
     )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
+    ap.add_argument(
+        "--full-gc",
+        action="store_true",
+        help="at the end, time the periodic full collection (gcpolicy.FULL_EVERY_S) on the heap built",
+    )
     ap.add_argument(
         "--compare-with",
         metavar="DIR",
@@ -190,8 +195,19 @@ def main() -> None:
             for f in res.opened:
                 at = f"step {f.evidence['last_step']}" if f.kind == "straggler" else f"t={now:.0f}s"
                 opened.append((f.kind, f.ranks[:8], at))
+        if args.full_gc:  # as GcPolicy.after_tick does every FULL_EVERY_S, on this heap
+            frozen_n, c0 = gc.get_freeze_count(), time.thread_time()
+            gc.unfreeze()
+            found = gc.collect()
+            gc.freeze()
+            full_gc = (frozen_n, time.thread_time() - c0, found)
         journal.close()
     print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
+    if args.full_gc:
+        print(
+            f"full collection (GcPolicy.after_tick every {FULL_EVERY_S:.0f} s): {full_gc[1] * 1e3:.0f} ms thread CPU "
+            f"over {full_gc[0]:,} frozen objects; {full_gc[2]:,} unreachable found"
+        )
     for v in versions:
         total = sum(accept[v].values())
         split = "  ".join(f"{k} {x / accepted * 1e6:.0f}" for k, x in accept[v].items())
