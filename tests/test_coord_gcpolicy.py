@@ -10,12 +10,15 @@ import json
 import threading
 import time
 import weakref
+from types import SimpleNamespace
 
 import pytest
+from waiting import wait_for
 
-from watchdog.coordinator import server
+from watchdog.coordinator import gcpolicy, server
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
+from watchdog.coordinator.daemon import Daemon
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
@@ -39,13 +42,15 @@ def test_frozen_cycles_are_collected_by_the_periodic_full_pass():
         a, b, plain = Node(), Node(), Node()
         a.other, b.other = b, a  # a cycle: only the collector can free it
         cyc, acyc = weakref.ref(a), weakref.ref(plain)
-        policy.after_tick(1.0)  # frozen while still in use
+        assert policy.after_tick(1.0) is None  # frozen while still in use; no full collection yet
         del a, b, plain
         assert acyc() is None  # reference counting does not care about freezing
         gc.collect()
         assert cyc() is not None  # frozen: the collector does not see it
-        policy.after_tick(FULL_EVERY_S + 1.0)
+        full = policy.after_tick(FULL_EVERY_S + 1.0)
         assert cyc() is None
+        # What the daemon logs and times: the two nodes (and their attribute dicts) were found.
+        assert full is not None and full.unreachable >= 2 and full.frozen >= full.unreachable
     finally:
         gc.unfreeze()
 
@@ -124,3 +129,22 @@ def test_the_report_server_calls_after_report_for_accepted_reports_only(tmp_path
         th.join(5)
         journal.close()
     assert statuses == [200, 401] and calls == [1]
+
+
+def test_the_daemon_times_each_full_collection_and_says_so(tmp_path, monkeypatch):
+    """It holds the interpreter (seconds at 16,384 ranks): outside the tick's
+    histograms, so its own gauge and log line say when reports waited for it."""
+    monkeypatch.setattr(gcpolicy, "FULL_EVERY_S", 0.0)  # every tick
+    cfg = Config(listen=("127.0.0.1", 0), job="job", journal=str(tmp_path / "j.jsonl"), tick_s=0.05)
+    d = Daemon(cfg, own_process=True).start()
+    logged = []
+    note = lambda event, **kw: logged.append((event, kw))  # noqa: E731
+    monkeypatch.setattr(d, "log", SimpleNamespace(info=note, warning=note, error=note))
+    try:
+        wait_for(lambda: logged, timeout_s=30, what="a log line from the tick thread")
+    finally:
+        d.stop()
+        gc.unfreeze()
+    event, kw = logged[0]
+    assert event == "gc_full_collection" and kw["frozen"] > 0 and kw["seconds"] >= 0
+    assert d.coordinator.metrics.gc_full._value.get() > 0

@@ -107,7 +107,14 @@ class Daemon:
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
             self.coordinator.metrics.tick_cpu.observe(time.thread_time() - c0)
-            gc_policy.after_tick(now)
+            g0 = time.perf_counter()
+            full = gc_policy.after_tick(now)
+            if full is not None:  # outside the tick's histograms: it stops the request loop too
+                took = time.perf_counter() - g0
+                self.coordinator.metrics.gc_full.set(took)
+                self.log.info(
+                    "gc_full_collection", seconds=round(took, 3), frozen=full.frozen, unreachable=full.unreachable
+                )
             # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
             next_at = max(next_at + interval, time.monotonic())
             self._stop.wait(max(0.0, next_at - time.monotonic()))

@@ -131,6 +131,12 @@ class CoordinatorMetrics:
             buckets=TICK_BUCKETS,
             registry=r,
         )
+        self.gc_full = Gauge(
+            "watchdog_coordinator_gc_full_collection_seconds",
+            "Duration of the last periodic full garbage collection (every 10 min; it holds the interpreter, "
+            "so reports wait meanwhile; not in the tick histograms)",
+            registry=r,
+        )
         self.commands = Counter(
             "watchdog_coordinator_commands_total",
             "Commands to agents, by type and outcome (sent per attempt; done, failed, refused by the agent, or expired unanswered)",
