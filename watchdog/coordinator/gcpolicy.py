@@ -79,8 +79,8 @@ class GcPolicy:
 @dataclass(frozen=True)
 class FullCollection:
     """One periodic full collection. It holds the interpreter, so the request
-    loop waits the whole time: ~1.8 s for the ~2.5 M objects of a 16,384-rank
-    view with 20 s of history (``benchmarks/scale_profile.py --full-gc``)."""
+    loop waits the whole time: ~4.4 s for the ~5.9 M objects of a 16,384-rank
+    view with full histories (``benchmarks/scale_profile.py --full-gc``)."""
 
     frozen: int  # objects frozen before it, all walked
     unreachable: int  # what it found to free (cycles frozen while in use)
