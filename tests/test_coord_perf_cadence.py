@@ -83,28 +83,40 @@ def test_the_verdict_on_the_cadence_names_the_straggler(tmp_path):
     assert c.verdict.evidence["slowest_rank"] == 5
 
 
-def test_the_verdict_keeps_off_the_ticks_on_which_the_stragglers_are_scored_again(tmp_path):
-    """At 16,384 ranks a rescoring (~0.1 s, when ranks close windows) and a verdict
-    (60-90 ms) on one tick were the tick's p99; the verdict takes the next tick."""
+def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
+    """At 16,384 ranks a rescoring (~0.13 s when ranks close windows, spread over
+    ticks) and a verdict (60-90 ms) on one tick were the tick's p99: the rescoring
+    keeps off the verdict's ticks, and the verdict still runs on its cadence."""
     c = _coordinator(tmp_path, 2)  # the verdict every 4th tick
     ran: list[float] = []
-    rescored: list[float] = []
-    verdict, scored = c._verdict, c._straggler.rescored
+    stepped: list[float] = []
+    at = [0.0]
+    verdict, scores, scorer = c._verdict, c._straggler.scores, c._straggler.scorer
+    rescoring = scorer._rescoring
 
     def _verdict(view, now):
         ran.append(now)
         verdict(view, now)
 
-    def _rescored(now, view):
-        got = scored(now, view)
-        if got:
-            rescored.append(now)
-        return got
+    def _scores(now, view):
+        at[0] = now
+        return scores(now, view)
 
-    c._verdict, c._straggler.rescored = _verdict, _rescored
+    def _rescoring(wins_of, chunk):  # each step of a rescoring, on the tick it runs
+        steps = rescoring(wins_of, chunk)
+        cost = next(steps)
+        while True:
+            yield cost
+            stepped.append(at[0])
+            try:
+                cost = steps.send(None)
+            except StopIteration as done:
+                return done.value
+
+    c._verdict, c._straggler.scores, scorer._rescoring = _verdict, _scores, _rescoring
     sim = SimJob(jitter=0.1, seed=3)
     sim.slow(5, 1.5)
     sim.run_until(40.0, coordinator=c, tick_s=0.5)
-    assert len(rescored) >= 5 and len(ran) >= 5
-    assert not set(ran) & set(rescored)
+    assert len(set(stepped)) >= 5 and len(ran) >= 15
+    assert not set(ran) & set(stepped)
     assert c.verdict.verdict == V.STRAGGLER  # still named, a tick later at most

@@ -491,3 +491,73 @@ def test_the_scorer_keeps_its_windows_as_the_plain_loop_did(seed):
             ref = straggler_scores._compute(live, cfg)
             assert list(got) == list(ref) and _bits({r: got[r] for r in got}) == _bits(ref), where
     assert {(0, 1), (1, 1), (1, 2)} <= moved_kinds and dups > 5, (moved_kinds, dups)  # grown, shifted, two at once
+
+
+@pytest.mark.parametrize("budget", [1e-5, 4e-5])
+def test_a_rescoring_spread_over_ticks_answers_the_last_scores_until_the_new_ones_are_whole(budget):
+    """With a tick's budget far below a rescoring (as at 16,384 ranks), a
+    rescoring takes several ticks: until its last step the answer is the last
+    complete one (the same object); then scores equal, bit for bit, to those from
+    scratch on the windows the rescoring started from; a held tick (the verdict's
+    turn) takes no step; once the windows stop moving the answer is theirs."""
+    cfg = DetectorConfig(straggler_window_steps=10)
+    sim = t.SimJob(world_size=24, ranks_per_host=4, jitter=0.1, seed=11, cfg=cfg)
+    sim.slow(3, 1.15)
+    sim.kill(7, at_step=150, victims_die_after=None)
+    scorer = straggler_scores.Scorer(cfg, tick_budget_s=budget)
+    start, began = None, 0
+    spans, held = [], 0
+    now, tick = 0.0, 0
+    while now < 40.0:
+        now += 0.5
+        tick += 1
+        view = sim.run_until(now)
+        before, job = scorer._out, scorer._job
+        last = scorer._empty if before is None else before
+        if tick % 5 == 0 and job is not None:
+            ahead = scorer._ahead
+            assert scorer.scores(view, now, hold=True) is last
+            assert scorer._job is job and scorer._ahead == ahead and scorer._out is before
+            held += 1
+            continue
+        got = scorer.scores(view, now)
+        if job is None and (scorer._job is not None or scorer._out is not before):
+            start, began = scorer.live, tick  # a rescoring started from this tick's windows
+        if scorer._out is before:
+            assert got is last, now
+        else:
+            assert got is scorer._out
+            want = straggler_scores._compute(start, cfg)
+            assert list(got) == list(want) and _bits({r: got[r] for r in got}) == _bits(want), now
+            spans.append(tick - began)
+    while scorer._job is not None:  # the windows stand still: the rescoring under way ends
+        got = scorer.scores(view, now)
+    got = scorer.scores(view, now)  # and the next one starts from them
+    while scorer._job is not None:
+        got = scorer.scores(view, now)
+    want = straggler_scores.scores.uncached(view, now, cfg)
+    assert list(got) == list(want) and _bits({r: got[r] for r in got}) == _bits(want)
+    assert len(spans) >= 5 and max(spans) >= 3 and held >= 3, (spans, held)
+
+
+def test_scores_a_few_ticks_old_never_name_a_rank_that_is_no_longer_live():
+    """A rescoring spread over ticks answers with scores computed before a rank
+    died: the detector names only the ranks live on this tick."""
+    cfg = DetectorConfig(straggler_window_steps=10)
+    sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.05, seed=5, cfg=cfg)
+    sim.slow(3, 1.3)
+    sim.kill(3, at_step=200)
+    det = straggler.Straggler(cfg, tick_budget_s=1e-5)
+    named = stale = 0
+    now = 0.0
+    while now < 60.0:
+        now += 0.5
+        view = sim.run_until(now)
+        found = det.check(now, view)
+        health = classify_all.uncached(view, now, cfg)
+        for f in found:
+            assert f.ranks == (3,) and health[3] == OK, now
+            named += 1
+        if 3 in det.flagged(det.scores(now, view)) and health.get(3) != OK:
+            stale += 1  # (the scores still flag it)
+    assert named > 0 and stale > 0, (named, stale)

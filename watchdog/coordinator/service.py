@@ -206,6 +206,8 @@ class Coordinator:
         if self.stall_guard.holding(now, view):  # every host looks silent for as long as we were stopped
             return TickResult((), (), ())
         self._hosts(view, now)
+        if self._straggler is not None:
+            self._straggler.hold = self._cadence.upcoming(len(view.ranks))
         outcomes = self.runner.run(now, view)
         findings = [
             replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall) for o in outcomes for f in o.findings
@@ -253,10 +255,9 @@ class Coordinator:
             if not o.ok:
                 self.metrics.det_errors.labels(o.name).inc()
         self._gauges(view, now, outcomes)
-        # The verdict's turn waits for a tick that neither opened a finding nor rescored
-        # the stragglers: at 16,384 ranks each costs ~0.1 s, and together they were the tick's p99.
-        busy = bool(faults) or (self._straggler is not None and self._straggler.rescored(now, view))
-        self._performance(view, now, self._cadence.due(len(view.ranks), busy=busy))
+        # The verdict's turn waits for a tick on which no finding opened (evidence and hang
+        # analysis): at 16,384 ranks each costs ~0.1 s, and together they were the tick's p99.
+        self._performance(view, now, self._cadence.due(len(view.ranks), busy=bool(faults)))
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:

@@ -21,6 +21,10 @@ simulated 10k-step runs), a 1.05x rank is ~2 sigma above it and is found in
 80-90 steps. Fewer ranks or noisier steps raise the threshold instead of firing.
 The cost it reports is the share of job time lost: the job runs at the slowest
 rank, so (slow - median) / step time.
+
+At scale the scores are brought up to date over a few ticks (``Scorer.advance``:
+~40 ms of the work a tick, none on the verdict's turn), so a finding can come a
+few ticks later; it only ever names a rank that is live on the tick it is made.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..describe import who
 from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
 from ..view import ClusterView
-from .straggler_scores import Scorer, Scores
+from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
 
 GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)
 
@@ -41,7 +45,7 @@ GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and ever
 class Straggler:
     name = "straggler"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, tick_budget_s: float | None = TICK_BUDGET_S) -> None:
         self.cfg = cfg
         # Derived from one scores answer, which stays the answer between window
         # closings (most ticks): at 16,384 ranks sorting and filtering every rank's
@@ -49,26 +53,21 @@ class Straggler:
         # One entry each, keyed on the answer object (held, so its id is not reused).
         self._flagged: tuple[Scores, list[int]] | None = None
         self._gauge: tuple[Scores, GaugeValues] | None = None
-        self.scorer = Scorer(cfg)
+        self.scorer = Scorer(cfg, tick_budget_s)
+        # Set by the coordinator for a tick that another heavy part has (the verdict's turn,
+        # perf_cadence): the scores stay the last answer and no rescoring step runs on it.
+        self.hold = False
         # check and gauges ask for one tick's. The view is held by a weak reference: the
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
         self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
-        self._fresh = False  # whether _last's answer is not the one before it (see rescored)
 
     def scores(self, now: float, view: ClusterView) -> Scores:
+        """The scores as of this tick: a rescoring is spread over ticks at scale
+        (``Scorer.advance``), so they can be a few ticks behind the view."""
         if self._last is None or self._last[0]() is not view or self._last[1] != now:
-            sc = self.scorer.scores(view, now)
-            self._fresh = self._last is None or sc is not self._last[2]
-            self._last = (weakref.ref(view), now, sc)
+            self._last = (weakref.ref(view), now, self.scorer.scores(view, now, hold=self.hold))
         return self._last[2]
-
-    def rescored(self, now: float, view: ClusterView) -> bool:
-        """Whether this tick's scores were computed again rather than kept (ranks
-        closed windows): the straggler's expensive ticks (~0.1 s at 16,384 ranks,
-        one in ~20 steps), which the verdict's cadence keeps its own run off."""
-        self.scores(now, view)
-        return self._fresh
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
         """The slowdown factor of the ``GAUGE_RANKS`` slowest scored ranks (and of
@@ -101,7 +100,10 @@ class Straggler:
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         out = []
         all_scores = self.scores(now, view)
+        live = self.scorer.live  # (scores a few ticks old can name a rank that has died or left since)
         for r in self.flagged(all_scores):
+            if r not in live:
+                continue
             sc = all_scores[r]
             rv = view.ranks[r]
             cost = max(0.0, sc["compute_s"] - sc["baseline_s"]) / sc["step_s"] if sc["step_s"] > 0 else 0.0

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from itertools import repeat
 from operator import attrgetter, is_, itemgetter, sub, truediv
-from typing import cast
+from typing import TypeVar, cast
 
 from .. import columns
 from ..config import DetectorConfig
@@ -33,12 +33,22 @@ Change = tuple[tuple[WindowStat, ...], tuple[WindowStat, ...]] | None  # a rank'
 # More windows gone than this from an index: its lists are sorted again (each deletion moves
 # half the list: ~5 us at 16,384 ranks, a sort ~3 ms).
 _PATCH_GONE = 256
+_CHUNK = 1024  # ranks in a step of a rescoring spread over ticks (~2 ms)
 _STILL = ((), ())  # (a rank whose windows did not move)
 _INDEX = attrgetter("index")
 _COMPUTE = attrgetter("compute_s")
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _POSITIVE = (0.0).__lt__  # b > 0
+T = TypeVar("T")
+# What a step of a rescoring costs, in seconds of CPU per rank it walks (per window gone or
+# new for "tables": an index's sorted lists and the medians), measured at 16,384 ranks on
+# the 2-core VM (benchmarks/scale_profile.py): an estimate from the work's size, so that the
+# tick's share (TICK_BUDGET_S) needs no clock.
+STEP_COST = {"update": 1.7e-6, "tables": 1.5e-6, "group": 0.5e-6, "score": 2.4e-6, "answer": 0.3e-6}
+# The rescoring a tick does at most (by STEP_COST): a job of up to ~4,000 ranks rescores on
+# one tick; 16,384 ranks closing windows together (~0.13 s) over ~4 ticks.
+TICK_BUDGET_S = 0.04
 
 
 @per_tick()
@@ -71,8 +81,12 @@ class Scorer:
     at 16,384 ranks rebuilding every window of every rank was ~0.5 s a closing.
     Equal to ``_compute`` from scratch (tests/test_coord_straggler_equiv.py)."""
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, tick_budget_s: float | None = TICK_BUDGET_S) -> None:
         self.cfg = cfg
+        # Rescoring spread over ticks: each tick (``scores``) does at most this much of it
+        # (by STEP_COST), answering with the last complete scores until the new ones are
+        # done. None: all of it on the tick the windows moved (``of``).
+        self.tick_budget_s = tick_budget_s
         self._wins: dict[int, tuple[WindowStat, ...]] = {}  # rank -> its windows at the last answer
         self._keys: dict[int, tuple[int, ...]] = {}  # rank -> the indices of those windows
         # rank -> their computes, read once as the windows arrive: in a coordinator whose heap
@@ -89,27 +103,76 @@ class Scorer:
         self._cuts: dict[int, Cut | None] = {}  # index -> its baselines if usable, as last used
         self._base: dict[int, Kept] = {}
         self._out: Scores | None = None
+        self.live: dict[int, tuple[WindowStat, ...]] = {}  # the live ranks' windows at the last ``scores``
+        self._empty = Scores({}, 0.0, 0.0, cfg)  # the answer before the first one is complete
+        # A rescoring under way (``_rescoring``): the windows it started from are its own, so
+        # the ranks that move meanwhile wait for the next one; and the cost of its next step.
+        self._job: Generator[float, None, Scores] | None = None
+        self._ahead = 0.0
 
-    def scores(self, view: ClusterView, now: float) -> Scores:
-        return self.of(_windows_of(view, now, self.cfg))
+    def scores(self, view: ClusterView, now: float, hold: bool = False) -> Scores:
+        """This tick's scores: ``advance`` within the tick's budget (none when ``hold``:
+        another heavy part has this tick), and the live ranks as of this tick in ``live``."""
+        wins_of = self.live = _windows_of(view, now, self.cfg)
+        if self.tick_budget_s is None:
+            return self.of(wins_of)
+        return self.advance(wins_of, 0.0 if hold else self.tick_budget_s)
 
     def of(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> Scores:
-        prev = self._wins
-        if (
-            self._out is not None
-            and len(prev) == len(wins_of)
-            and all(map(is_, map(prev.get, wins_of), wins_of.values()))
-        ):
-            return self._out  # no rank's windows moved (most ticks): checked in C, without the bookkeeping loop
-        moved = self._update(wins_of)
+        """The scores of these windows, computed to the end now."""
+        if self._job is not None:
+            self.advance(wins_of, math.inf)  # (the rescoring under way, from its own windows)
+        return self.advance(wins_of, math.inf)
+
+    def advance(self, wins_of: dict[int, tuple[WindowStat, ...]], budget: float) -> Scores:
+        """One tick's share of bringing the scores up to ``wins_of``: steps of the
+        rescoring under way (or of one started from ``wins_of`` if their windows
+        moved) until the next would take the tick past ``budget`` seconds by
+        STEP_COST (at least one step; none at a budget of 0); the new scores once
+        its last step is done, the last complete ones until then. At 16,384 ranks a
+        rescoring is ~0.13 s when they all closed a window: all of it on one tick
+        was the tick's p99."""
+        if self._job is None:
+            prev = self._wins
+            if (
+                self._out is not None
+                and len(prev) == len(wins_of)
+                and all(map(is_, map(prev.get, wins_of), wins_of.values()))
+            ):
+                return self._out  # no rank's windows moved (most ticks): checked in C, without the bookkeeping loop
+        if budget <= 0:
+            return self._empty if self._out is None else self._out
+        if self._job is None:
+            self._job = self._rescoring(wins_of, _CHUNK)
+            self._ahead = 0.0  # (the first send runs it up to its first step's cost)
+        spent = 0.0
+        try:
+            while not spent or spent + self._ahead <= budget:
+                spent += self._ahead
+                self._ahead = self._job.send(None)
+        except StopIteration as done:
+            self._job, self._ahead = None, 0.0
+            self._out = done.value
+        return self._empty if self._out is None else self._out
+
+    def _rescoring(self, wins_of: dict[int, tuple[WindowStat, ...]], chunk: int) -> Generator[float, None, Scores]:
+        """``of``'s work in steps of at most ``chunk`` ranks (or one window index's
+        tables), each step's cost yielded before it is done (``advance`` decides
+        whether this tick does it)."""
+        moved = yield from self._updating(wins_of, chunk)
         if not moved and self._out is not None:
             return self._out
-        self._out = self._score(wins_of, moved)
-        return self._out
+        return (yield from self._scoring(wins_of, moved, chunk))
 
     def _update(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> dict[int, Change]:
         """Fold the ranks' window changes into the per-index members; the ranks that
         changed, each with the windows it lost and gained (None: gone)."""
+        return _done(self._updating(wins_of, max(1, len(wins_of))))
+
+    def _updating(
+        self, wins_of: dict[int, tuple[WindowStat, ...]], chunk: int
+    ) -> Generator[float, None, dict[int, Change]]:
+        """``_update`` in steps of ``chunk`` ranks."""
         prev = self._wins
         moved: dict[int, Change] = {}
         keys, vals = self._keys, self._vals
@@ -119,10 +182,21 @@ class Scorer:
             self._base.pop(r, None)
             del keys[r], vals[r]
             moved[r] = None
+        items = list(wins_of.items())
+        for i in range(0, len(items), chunk):
+            part = items[i : i + chunk]
+            yield len(part) * STEP_COST["update"]
+            self._take(part, moved)
+        return moved
+
+    def _take(self, part: list[tuple[int, tuple[WindowStat, ...]]], moved: dict[int, Change]) -> None:
+        """``_update`` of these ranks' windows."""
+        prev = self._wins
+        keys, vals = self._keys, self._vals
         at: int | None = None  # the window index whose members and changes are in m and ch
         m: dict[int, WindowStat] = {}
         ch: tuple[list[WindowStat], list[WindowStat]] = ([], [])
-        for r, wins in wins_of.items():
+        for r, wins in part:
             old = prev.get(r)
             if old is wins:
                 continue
@@ -167,7 +241,6 @@ class Scorer:
                 m[r] = w
                 ch[1].append(w)
             moved[r] = (dropped, added)
-        return moved
 
     def _window(self, x: int) -> tuple[dict[int, WindowStat], tuple[list[WindowStat], list[WindowStat]]]:
         """Window ``x``'s members and its changes since the last scoring, made if new."""
@@ -189,8 +262,15 @@ class Scorer:
             ch[0].append(w)
 
     def _score(self, wins_of: dict[int, tuple[WindowStat, ...]], moved: dict[int, Change]) -> Scores:
+        return _done(self._scoring(wins_of, moved, max(1, len(wins_of))))
+
+    def _scoring(
+        self, wins_of: dict[int, tuple[WindowStat, ...]], moved: dict[int, Change], chunk: int
+    ) -> Generator[float, None, Scores]:
+        """``_score`` in steps of at most ``chunk`` ranks."""
         cfg = self.cfg
         for index, (left, joined) in self._changes.items():
+            yield (len(left) + len(joined)) * STEP_COST["tables"]
             m = self._members.get(index)
             if not m:
                 self._members.pop(index, None)
@@ -222,11 +302,48 @@ class Scorer:
         per_step = median_of_sorted(spread_lists)
         steps = cfg.straggler_windows * median_of_sorted([t[2] for t in self._tables.values() if t[2]])
         sigma_iid = per_step * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-        base, keys, vals = self._base, self._keys, self._vals
         # Ranks whose windows have the same indices (nearly all: they close windows
         # together, give or take a tick) read the same baselines: scored together.
         groups: dict[tuple[int, ...], list[int]] = {}
-        for r in wins_of:
+        ranks = list(wins_of)
+        for i in range(0, len(ranks), chunk):
+            part = ranks[i : i + chunk]
+            yield len(part) * STEP_COST["group"]
+            self._group(part, moved, cuts, regraded, groups)
+        base, vals = self._base, self._vals
+        for group in groups.values():
+            for i in range(0, len(group), chunk):
+                part = group[i : i + chunk]
+                yield len(part) * STEP_COST["score"]
+                got = _group_score([wins_of[r] for r in part], [vals[r] for r in part], usable, cfg)
+                if None in got:  # too few windows with a baseline
+                    for r, one in zip(part, got):
+                        if one is None:
+                            base.pop(r, None)
+                        else:
+                            base[r] = one
+                else:
+                    base.update(zip(part, cast(list[Kept], got)))
+        yield len(wins_of) * STEP_COST["answer"]
+        # (base holds no rank that is gone: all of them when its size says so)
+        if len(base) == len(wins_of):
+            rows = dict(zip(wins_of, map(base.__getitem__, wins_of)))
+        else:
+            rows = {r: k for r in wins_of if (k := base.get(r)) is not None}
+        sigma_windows = median(sorted(map(_SECOND, rows.values()))) if rows else 0.0
+        return Scores(rows, sigma_iid, sigma_windows, cfg)
+
+    def _group(
+        self,
+        part: list[int],
+        moved: dict[int, Change],
+        cuts: dict[int, Cut | None],
+        regraded: set[int],
+        groups: dict[tuple[int, ...], list[int]],
+    ) -> None:
+        """Put the ranks of ``part`` that need scoring again in ``groups`` by their windows' indices."""
+        base, keys = self._base, self._keys
+        for r in part:
             kept = base.get(r)
             if kept is not None:
                 change = moved.get(r, _STILL)
@@ -256,23 +373,15 @@ class Scorer:
                 groups[key] = [r]
             else:
                 g.append(r)
-        for group in groups.values():
-            got = _group_score([wins_of[r] for r in group], [vals[r] for r in group], usable, cfg)
-            if None in got:  # too few windows with a baseline
-                for r, one in zip(group, got):
-                    if one is None:
-                        base.pop(r, None)
-                    else:
-                        base[r] = one
-            else:
-                base.update(zip(group, cast(list[Kept], got)))
-        # (base holds no rank that is gone: all of them when its size says so)
-        if len(base) == len(wins_of):
-            rows = dict(zip(wins_of, map(base.__getitem__, wins_of)))
-        else:
-            rows = {r: k for r in wins_of if (k := base.get(r)) is not None}
-        sigma_windows = median(sorted(map(_SECOND, rows.values()))) if rows else 0.0
-        return Scores(rows, sigma_iid, sigma_windows, cfg)
+
+
+def _done(steps: Generator[float, None, T]) -> T:
+    """Every step of a stepwise computation, at once; its answer."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast(T, done.value)
 
 
 def _patch(table: tuple[list[float], list[float], list[int]], gone: list[WindowStat], new: list[WindowStat]) -> None:
