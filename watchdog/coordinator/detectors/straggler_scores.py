@@ -79,7 +79,10 @@ class Scorer:
     again only if a window it read changed or got other baselines (a new window
     that is no baseline yet changes no score);
     at 16,384 ranks rebuilding every window of every rank was ~0.5 s a closing.
-    Equal to ``_compute`` from scratch (tests/test_coord_straggler_equiv.py)."""
+    That work runs in steps, at most ``tick_budget_s`` of it a tick (``advance``),
+    so at scale a rescoring spans a few ticks. Every answer is equal to
+    ``_compute`` from scratch on the windows its rescoring started from
+    (tests/test_coord_straggler_equiv.py)."""
 
     def __init__(self, cfg: DetectorConfig, tick_budget_s: float | None = TICK_BUDGET_S) -> None:
         self.cfg = cfg
