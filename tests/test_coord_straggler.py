@@ -35,6 +35,7 @@ def test_a_5_percent_straggler_is_found_within_100_steps(seed):
     assert view.ranks[0].state.step <= 100
     ev = found[0].evidence
     assert 1.03 < ev["factor"] < 1.08 and 0.01 < ev["cost_share"] < 0.08
+    assert ev["scores_age_s"] == 0.0  # a small job rescores within the tick: the scores are this tick's
 
 
 @pytest.mark.parametrize("world,seed", [(8, 100), (8, 101), (4, 102), (2, 103)])

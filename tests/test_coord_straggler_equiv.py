@@ -505,7 +505,7 @@ def test_a_rescoring_spread_over_ticks_answers_the_last_scores_until_the_new_one
     sim.slow(3, 1.15)
     sim.kill(7, at_step=150, victims_die_after=None)
     scorer = straggler_scores.Scorer(cfg, tick_budget_s=budget)
-    start, began = None, 0
+    start, began, began_at = None, 0, 0.0
     spans, held = [], 0
     now, tick = 0.0, 0
     while now < 40.0:
@@ -522,11 +522,13 @@ def test_a_rescoring_spread_over_ticks_answers_the_last_scores_until_the_new_one
             continue
         got = scorer.scores(view, now)
         if job is None and (scorer._job is not None or scorer._out is not before):
-            start, began = scorer.live, tick  # a rescoring started from this tick's windows
+            start, began, began_at = scorer.live, tick, now  # a rescoring started from this tick's windows
         if scorer._out is before:
             assert got is last, now
+            if scorer._job is None and before is not None:  # no window moved: the scores are this tick's
+                assert scorer.as_of == now
         else:
-            assert got is scorer._out
+            assert got is scorer._out and scorer.as_of == began_at
             want = straggler_scores._compute(start, cfg)
             assert list(got) == list(want) and _bits({r: got[r] for r in got}) == _bits(want), now
             spans.append(tick - began)
@@ -542,13 +544,15 @@ def test_a_rescoring_spread_over_ticks_answers_the_last_scores_until_the_new_one
 
 def test_scores_a_few_ticks_old_never_name_a_rank_that_is_no_longer_live():
     """A rescoring spread over ticks answers with scores computed before a rank
-    died: the detector names only the ranks live on this tick."""
+    died: the detector names only the ranks live on this tick, and each finding
+    says how old the windows behind its scores were."""
     cfg = DetectorConfig(straggler_window_steps=10)
     sim = t.SimJob(world_size=12, ranks_per_host=4, jitter=0.05, seed=5, cfg=cfg)
     sim.slow(3, 1.3)
     sim.kill(3, at_step=200)
     det = straggler.Straggler(cfg, tick_budget_s=1e-5)
     named = stale = 0
+    ages: list[float] = []
     now = 0.0
     while now < 60.0:
         now += 0.5
@@ -557,7 +561,9 @@ def test_scores_a_few_ticks_old_never_name_a_rank_that_is_no_longer_live():
         health = classify_all.uncached(view, now, cfg)
         for f in found:
             assert f.ranks == (3,) and health[3] == OK, now
+            assert f.evidence["scores_age_s"] == round(now - det.scorer.as_of, 3) >= 0.0
+            ages.append(f.evidence["scores_age_s"])
             named += 1
         if 3 in det.flagged(det.scores(now, view)) and health.get(3) != OK:
             stale += 1  # (the scores still flag it)
-    assert named > 0 and stale > 0, (named, stale)
+    assert named > 0 and stale > 0 and max(ages) >= 1.0, (named, stale, ages)

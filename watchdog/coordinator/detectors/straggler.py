@@ -100,7 +100,7 @@ class Straggler:
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         out = []
         all_scores = self.scores(now, view)
-        live = self.scorer.live  # (scores a few ticks old can name a rank that has died or left since)
+        live, as_of = self.scorer.live, self.scorer.as_of  # (scores a few ticks old: a rank may have died since)
         for r in self.flagged(all_scores):
             if r not in live:
                 continue
@@ -134,6 +134,8 @@ class Straggler:
                         "clock": rv.split_clock,
                         "first_step": sc["first_step"],
                         "last_step": sc["last_step"],
+                        # how old the windows behind the scores were (a rescoring spans ticks at scale)
+                        "scores_age_s": round(now - as_of, 3) if as_of is not None else 0.0,
                     },
                 )
             )

@@ -112,29 +112,31 @@ class Scorer:
         # the ranks that move meanwhile wait for the next one; and the cost of its next step.
         self._job: Generator[float, None, Scores] | None = None
         self._ahead = 0.0
+        self._job_at: float | None = None  # when the windows it started from were read
+        self.as_of: float | None = None  # when the windows behind the last answer were read (``scores``)
 
     def scores(self, view: ClusterView, now: float, hold: bool = False) -> Scores:
         """This tick's scores: ``advance`` within the tick's budget (none when ``hold``:
         another heavy part has this tick), and the live ranks as of this tick in ``live``."""
         wins_of = self.live = _windows_of(view, now, self.cfg)
         if self.tick_budget_s is None:
-            return self.of(wins_of)
-        return self.advance(wins_of, 0.0 if hold else self.tick_budget_s)
+            return self.of(wins_of, now)
+        return self.advance(wins_of, 0.0 if hold else self.tick_budget_s, now)
 
-    def of(self, wins_of: dict[int, tuple[WindowStat, ...]]) -> Scores:
+    def of(self, wins_of: dict[int, tuple[WindowStat, ...]], at: float | None = None) -> Scores:
         """The scores of these windows, computed to the end now."""
         if self._job is not None:
             self.advance(wins_of, math.inf)  # (the rescoring under way, from its own windows)
-        return self.advance(wins_of, math.inf)
+        return self.advance(wins_of, math.inf, at)
 
-    def advance(self, wins_of: dict[int, tuple[WindowStat, ...]], budget: float) -> Scores:
+    def advance(self, wins_of: dict[int, tuple[WindowStat, ...]], budget: float, at: float | None = None) -> Scores:
         """One tick's share of bringing the scores up to ``wins_of``: steps of the
         rescoring under way (or of one started from ``wins_of`` if their windows
         moved) until the next would take the tick past ``budget`` seconds by
         STEP_COST (at least one step; none at a budget of 0); the new scores once
         its last step is done, the last complete ones until then. At 16,384 ranks a
         rescoring is ~0.13 s when they all closed a window: all of it on one tick
-        was the tick's p99."""
+        was the tick's p99. ``at``: when ``wins_of`` was read (``as_of``)."""
         if self._job is None:
             prev = self._wins
             if (
@@ -142,12 +144,14 @@ class Scorer:
                 and len(prev) == len(wins_of)
                 and all(map(is_, map(prev.get, wins_of), wins_of.values()))
             ):
+                self.as_of = at
                 return self._out  # no rank's windows moved (most ticks): checked in C, without the bookkeeping loop
         if budget <= 0:
             return self._empty if self._out is None else self._out
         if self._job is None:
             self._job = self._rescoring(wins_of, _CHUNK)
             self._ahead = 0.0  # (the first send runs it up to its first step's cost)
+            self._job_at = at
         spent = 0.0
         try:
             while not spent or spent + self._ahead <= budget:
@@ -155,7 +159,7 @@ class Scorer:
                 self._ahead = self._job.send(None)
         except StopIteration as done:
             self._job, self._ahead = None, 0.0
-            self._out = done.value
+            self._out, self.as_of = done.value, self._job_at
         return self._empty if self._out is None else self._out
 
     def _rescoring(self, wins_of: dict[int, tuple[WindowStat, ...]], chunk: int) -> Generator[float, None, Scores]:
