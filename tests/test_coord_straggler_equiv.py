@@ -567,3 +567,35 @@ def test_scores_a_few_ticks_old_never_name_a_rank_that_is_no_longer_live():
         if 3 in det.flagged(det.scores(now, view)) and health.get(3) != OK:
             stale += 1  # (the scores still flag it)
     assert named > 0 and stale > 0 and max(ages) >= 1.0, (named, stale, ages)
+
+
+def test_a_rescoring_step_that_fails_starts_the_scorer_afresh(monkeypatch):
+    """A step that raises (a bug, a hostile value the checks missed) leaves the
+    tables half brought up to date: the error reaches the detector's runner, and
+    the next tick's scores are from scratch, not from the half-updated tables."""
+    cfg = DetectorConfig(straggler_window_steps=10)
+    sim = t.SimJob(world_size=24, ranks_per_host=4, jitter=0.1, seed=3, cfg=cfg)
+    sim.slow(3, 1.2)
+    scorer = straggler_scores.Scorer(cfg, tick_budget_s=1e-5)
+    real = straggler_scores._group_score
+    failed = now = 0.0
+    while now < 30.0:
+        now += 0.5
+        view = sim.run_until(now)
+        if not failed and scorer._out is not None and scorer._job is not None:
+            monkeypatch.setattr(straggler_scores, "_group_score", lambda *a: 1 / 0)
+            with pytest.raises(ZeroDivisionError):
+                while scorer._job is not None:
+                    scorer.scores(view, now)
+            monkeypatch.setattr(straggler_scores, "_group_score", real)
+            assert scorer._job is None and scorer._out is None and not scorer._wins and not scorer._tables
+            failed = now
+            continue
+        scorer.scores(view, now)
+    while scorer._job is not None:
+        scorer.scores(view, now)
+    got = scorer.scores(view, now)
+    while scorer._job is not None:
+        got = scorer.scores(view, now)
+    want = straggler_scores.scores.uncached(view, now, cfg)
+    assert failed and got and list(got) == list(want) and _bits({r: got[r] for r in got}) == _bits(want)

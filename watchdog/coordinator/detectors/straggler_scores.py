@@ -90,6 +90,12 @@ class Scorer:
         # (by STEP_COST), answering with the last complete scores until the new ones are
         # done. None: all of it on the tick the windows moved (``of``).
         self.tick_budget_s = tick_budget_s
+        self.live: dict[int, tuple[WindowStat, ...]] = {}  # the live ranks' windows at the last ``scores``
+        self._empty = Scores({}, 0.0, 0.0, cfg)  # the answer before the first one is complete
+        self._reset()
+
+    def _reset(self) -> None:
+        """No answer yet, nothing kept."""
         self._wins: dict[int, tuple[WindowStat, ...]] = {}  # rank -> its windows at the last answer
         self._keys: dict[int, tuple[int, ...]] = {}  # rank -> the indices of those windows
         # rank -> their computes, read once as the windows arrive: in a coordinator whose heap
@@ -106,8 +112,6 @@ class Scorer:
         self._cuts: dict[int, Cut | None] = {}  # index -> its baselines if usable, as last used
         self._base: dict[int, Kept] = {}
         self._out: Scores | None = None
-        self.live: dict[int, tuple[WindowStat, ...]] = {}  # the live ranks' windows at the last ``scores``
-        self._empty = Scores({}, 0.0, 0.0, cfg)  # the answer before the first one is complete
         # A rescoring under way (``_rescoring``): the windows it started from are its own, so
         # the ranks that move meanwhile wait for the next one; and the cost of its next step.
         self._job: Generator[float, None, Scores] | None = None
@@ -160,6 +164,11 @@ class Scorer:
         except StopIteration as done:
             self._job, self._ahead = None, 0.0
             self._out, self.as_of = done.value, self._job_at
+        except Exception:
+            # A step that failed left the tables half brought up to date: the next tick starts
+            # afresh, from scratch (the detector's runner counts and logs the error).
+            self._reset()
+            raise
         return self._empty if self._out is None else self._out
 
     def _rescoring(self, wins_of: dict[int, tuple[WindowStat, ...]], chunk: int) -> Generator[float, None, Scores]:
