@@ -47,5 +47,6 @@ class Cadence:
             return True
         if busy:
             return False
+        turn = self.upcoming(ranks)
         self._slot += 1
-        return self._slot % k == 1
+        return turn
