@@ -10,6 +10,7 @@ from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.testing import SimJob
 from watchdog.coordinator.view import fold
+from watchdog.report import RankState
 
 CFG = DetectorConfig()
 WAIT = t.coll(seq=101, outstanding=1, since_s=2.0)  # inside all_reduce #101 for 2 s
@@ -139,7 +140,7 @@ FROZEN_CASES = [
     ),
     (
         "os says stopped: a third of the threshold",
-        t.with_rank(t.healthy(), 2, heartbeat_age_s=1.5, proc_status="stopped"),
+        t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0, proc_status="stopped"),
         [("frozen_rank", (2,))],
     ),
     ("fresh heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0), []),
@@ -232,3 +233,59 @@ def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
         "exiting after an uncaught exception (ZeroDivisionError: float division by zero at train_ddp.py:104)"
         in f.reason
     ), f.reason
+
+
+def stopped(r: int, age: float) -> RankState:
+    return t.rank(r, heartbeat_age_s=age, proc_status="stopped", cpu_percent=0.0)
+
+
+def test_ranks_stopped_together_are_one_finding_that_says_so():
+    """A scheduler's suspend stops every rank of two hosts in one instant: one
+    finding names them all, with one line's worth of reason and evidence."""
+    states = [stopped(r, 4.0 + 0.05 * (r % 3)) for r in range(8)]
+    (f,) = FrozenRank(CFG).check(100.0, t.view(states, now=100.0))
+    assert f.ranks == tuple(range(8)) and f.hosts == ("host0", "host1")
+    assert f.reason.startswith(
+        "ranks 0-7 (8 ranks on 2 hosts) froze together: processes alive, heartbeats stopped within 100 ms"
+    )
+    assert "ranks 0-7: stopped by a signal" in f.reason
+    assert f.onset_mono == pytest.approx(95.9) and f.evidence["ranks_total"] == 8
+    assert f.evidence["proc_status"] == "stopped" and f.evidence["stopped_within_s"] == pytest.approx(0.1)
+    assert f.wants_stacks == (2, 5, 1, 4, 7, 0, 3, 6)  # the earliest stopped first
+
+
+def test_ranks_that_froze_apart_are_named_apart():
+    states = t.with_rank(t.with_rank(t.healthy(), 1, heartbeat_age_s=8.0), 6, heartbeat_age_s=4.0)
+    assert keys(FrozenRank(CFG).check(100.0, t.view(states, now=100.0))) == [
+        ("frozen_rank", (1,)),
+        ("frozen_rank", (6,)),
+    ]
+
+
+def test_a_group_waits_for_every_host_to_show_its_ranks():
+    """Rank 5 stopped with rank 1, but host1 last reported before it could look
+    frozen: naming rank 1 alone now would open a second finding for rank 5 next."""
+    states = [stopped(1, 2.0) if r == 1 else t.rank(r) for r in range(4)]
+    before = t.view(
+        states + [stopped(5, 1.0) if r == 5 else t.rank(r) for r in range(4, 8)],
+        received={"host0": 98.0, "host1": 97.0},
+    )
+    assert FrozenRank(CFG).check(98.0, before) == []
+    after = t.view([stopped(5, 2.2) if r == 5 else t.rank(r) for r in range(4, 8)], now=98.2, base=before, seq=2)
+    (f,) = FrozenRank(CFG).check(98.2, after)
+    assert f.ranks == (1, 5) and "froze together" in f.reason
+    # A host that stays silent is waited for 1.5 report intervals, no longer: rank 1 is named alone.
+    assert keys(FrozenRank(CFG).check(99.2, before)) == [("frozen_rank", (1,))]
+
+
+def test_sim_whole_job_stopped_at_once_is_one_finding():
+    sim = SimJob(jitter=0.1)
+    for r in range(8):
+        sim.stop(r, at_step=40)
+    found = {}
+    for i in range(1, 61):
+        now = i * 0.5
+        for f in FrozenRank(CFG).check(now, sim.run_until(now)):
+            found.setdefault(f.ranks, now)
+    assert list(found) == [tuple(range(8))]
+    assert found[tuple(range(8))] - sim.steps[40].start < CFG.frozen_heartbeat_s + 1.5

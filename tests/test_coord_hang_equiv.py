@@ -422,7 +422,7 @@ def _compare(view: ClusterView, now: float, cfg: DetectorConfig, monkeypatch) ->
     if want_state is not None:  # the blame is read when asked for (not compared with the state)
         assert got_state.blame == want_state.blame
         assert health.waiting_since(view, now, cfg) == (blame.waiting_since if blame is not None else None)
-    frozen = FrozenRank(cfg).check(now, view)
+    frozen = FrozenRank(cfg).each(now, view)  # per rank, before the grouping (test_coord_dead_frozen.py)
     assert frozen == ref_frozen_check(cfg, now, view)
     dead = DeadRank(cfg).check(now, view)
     assert dead == RefDeadRank(cfg).check(now, view)
