@@ -63,6 +63,12 @@ def main() -> None:
         help="each rank's compute per step (the step is ~1.2x that): the step samples a report carries scale with 1/it",
     )
     ap.add_argument("--freeze-at", type=float, default=None, help="virtual second at which one rank freezes (a hang)")
+    ap.add_argument(
+        "--suspend-at",
+        type=float,
+        default=None,
+        help="virtual second at which every rank is stopped (a scheduler's suspend): one frozen_rank finding expected",
+    )
     ap.add_argument("--profile", choices=("tick", "accept"), default=None)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument(
@@ -102,6 +108,8 @@ def main() -> None:
 
     t0 = 1_800_000_000.0
     frozen = {} if args.freeze_at is None else {"frozen": 2 * args.ranks // 3 + 1, "freeze_at": t0 + args.freeze_at}
+    if args.suspend_at is not None:
+        frozen["suspend_at"] = t0 + args.suspend_at
     job = scalesim.Job(world_size=args.ranks, t0=t0, straggler=args.ranks // 3, compute_s=args.compute_s, **frozen)
     hosts = [scalesim.Host(job, i, f"agent{i}") for i in range((args.ranks + 7) // 8)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,7 +202,9 @@ def main() -> None:
             gc_policy.after_tick(now)
             for f in res.opened:
                 at = f"step {f.evidence['last_step']}" if f.kind == "straggler" else f"t={now:.0f}s"
-                opened.append((f.kind, f.ranks[:8], at))
+                opened.append(
+                    (f.kind, f.ranks[:8] + ((f"... {len(f.ranks):,} ranks",) if len(f.ranks) > 8 else ()), at)
+                )
         if args.full_gc:  # the policy's own periodic collection, due at once, on this heap
             c0 = time.thread_time()
             full = gc_policy.after_tick(math.inf)

@@ -9,6 +9,8 @@ the step ends. A straggler has ``factor > 1`` (the step wall time covers the
 slowest rank, as in real synchronous training). A frozen rank stops at
 ``freeze_at``: its heartbeat goes stale and it never enters the next all-reduce,
 so every other rank waits in it: a collective hang whose culprit is that rank.
+A suspended job (``suspend_at``: a scheduler's SIGSTOP to every rank) stops
+where it is: no rank's heartbeat, step or collective moves after that instant.
 
 A host sends version-1 reports (an object per rank) or, with ``version = 2``,
 the same content as rows under field lists (``watchdog.report.as_rows``), as an
@@ -37,6 +39,7 @@ class Job:
     straggler_factor: float = 1.1
     frozen: int = -1  # rank frozen at wall time ``freeze_at``
     freeze_at: float = float("inf")
+    suspend_at: float = float("inf")  # every rank stopped at this wall time
     job: str = "scale"
 
     @property
@@ -102,14 +105,17 @@ class Host:
     def _rank(self, r: int, now: float) -> dict:
         j = self.job
         now = max(now, j.t0)  # agents start up to a second before step 0: nothing to report yet but ages
-        frozen = r == j.frozen and now >= j.freeze_at
+        at = min(now, j.suspend_at)  # where the ranks are: a suspended job's stay where the suspend found them
+        suspended = now > j.suspend_at
+        frozen = (r == j.frozen and now >= j.freeze_at) or suspended
         hang = j.frozen >= 0 and now >= j.freeze_at
         w = j.wall_s
-        k = int((now - j.t0) // w) if not hang else j.freeze_step()
+        k = int((at - j.t0) // w) if not hang else j.freeze_step()
         start = j.t0 + k * w
         enter = start + j.data_s + j.compute(r, k)
-        hb = ((now - j.t0 + r * 0.013) % HEARTBEAT_S) if not frozen else now - j.freeze_at
-        in_coll = now >= enter and not frozen and (not hang or r != j.frozen)
+        hb = (at - j.t0 + r * 0.013) % HEARTBEAT_S  # since the last beat, as of ``at``
+        hb = hb + now - at if not (r == j.frozen and now >= j.freeze_at) else now - j.freeze_at
+        in_coll = at >= enter and not (r == j.frozen and now >= j.freeze_at) and (not hang or r != j.frozen)
         since = max(0.0, now - enter) if in_coll else 0.0
         done = self.reported[r]
         steps = [
@@ -159,7 +165,7 @@ class Host:
             "created_wall": self.created,
             "recent_steps": steps,
             "gone_age_s": 0.0,
-            "proc_status": "sleeping" if frozen else "running",
+            "proc_status": "stopped" if suspended else "sleeping" if frozen else "running",
             "launcher_pid": 9000 + r // RANKS_PER_HOST,
             "launcher_start_us": 1_700_000_000_000_000,
             "ctrl_ack_seq": 0,

@@ -140,7 +140,7 @@ FROZEN_CASES = [
     ),
     (
         "os says stopped: a third of the threshold",
-        t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0, proc_status="stopped"),
+        t.with_rank(t.healthy(), 2, heartbeat_age_s=1.5, proc_status="stopped"),
         [("frozen_rank", (2,))],
     ),
     ("fresh heartbeat", t.with_rank(t.healthy(), 2, heartbeat_age_s=2.0), []),
@@ -276,6 +276,15 @@ def test_a_group_waits_for_every_host_to_show_its_ranks():
     assert f.ranks == (1, 5) and "froze together" in f.reason
     # A host that stays silent is waited for 1.5 report intervals, no longer: rank 1 is named alone.
     assert keys(FrozenRank(CFG).check(99.2, before)) == [("frozen_rank", (1,))]
+
+
+def test_a_rank_is_not_waited_for_once_its_heartbeat_beat_after_the_stop():
+    """host1 reported before rank 1 could look frozen, but each of its ranks beat
+    after rank 1 stopped: none stopped with it, so rank 1 is named at once."""
+    states = [stopped(1, 2.0) if r == 1 else t.rank(r) for r in range(4)]
+    late = [t.rank(r, heartbeat_age_s=0.2) for r in range(4, 8)]  # last beat 96.8: after 96.0 + 0.6
+    v = t.view(states + late, received={"host0": 98.0, "host1": 97.0})
+    assert keys(FrozenRank(CFG).check(98.0, v)) == [("frozen_rank", (1,))]
 
 
 def test_sim_whole_job_stopped_at_once_is_one_finding():

@@ -15,10 +15,11 @@ node freezes many ranks in the same instant: one event with one cause outside
 the ranks, where a finding per rank was 16,384 findings at 16,384 ranks (each
 one a journal line, an alert's worth of noise, a stack to gather). Heartbeats
 that stopped within ``TOGETHER_S`` of the earliest are named together, as
-dead_rank names deaths it cannot order; and like a death, such a group is named
-once every live host has been heard from since a rank frozen in the same
-instant would show (or after 1.5 report intervals), so it opens whole rather
-than as a first few ranks that later findings add to.
+dead_rank names deaths it cannot order. A group is named once no rank that
+looks fine may have stopped with it (each beat after that instant, as its agent
+read it), or after 1.5 report intervals, so it opens whole rather than as a
+first few ranks that later findings add to; a lone frozen rank is usually named
+at once, as other ranks' agents have read them beating since.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from collections import Counter
 from itertools import compress, repeat
 from operator import eq
 
+from .. import columns
 from ..config import DetectorConfig
 from ..describe import hosts_of, where, who
 from ..finding import Finding, ranks_phrase, seconds
-from ..health import FROZEN, OK, Blame, analyze, classify_all, lost_hosts, victims
+from ..health import FROZEN, OK, Blame, analyze, classify_all, victims
 from ..view import ClusterView, FoldedRank
 
 # The hook beats every 0.5 s (heartbeat_interval_s): ranks stopped in one instant
@@ -105,12 +107,25 @@ class FrozenRank:
         return s / 3 if rv.state.proc_status == "stopped" else s
 
     def _heard(self, group: list[Finding], view: ClusterView, now: float) -> bool:
-        """Every live host has reported since a rank stopped in the same instant
-        as ``group``'s earliest would be frozen too, or waiting longer is no use."""
-        shows = group[0].onset_mono + TOGETHER_S + min(self._limit(view.ranks[f.ranks[0]]) for f in group)
-        lost = lost_hosts(view, now, self.cfg)
-        if all(hv.received_at >= shows or h in lost for h, hv in view.hosts.items()):
+        """No rank that looks fine may yet have stopped with ``group``: each beat
+        after the instant the group's ranks stopped in (its last heartbeat, as
+        its agent read it, is later than the group's earliest plus ``TOGETHER_S``),
+        or waiting longer is no use. A rank stopped with the group whose heartbeat
+        is not yet past its threshold beat last inside that window: its host's
+        next report shows it frozen, and the group opens with it."""
+        cut = group[0].onset_mono + TOGETHER_S
+        health = classify_all(view, now, self.cfg)  # memoized for the tick: each() asked first
+        c = columns.of(view)
+        for h, at, age, moved, status in zip(
+            health.values(), c.received_at, c.heartbeat_age_s, c.heartbeat_moved, c.status
+        ):
+            # OK ranks only (frozen, dead, lost and exited ones are not waited for), and only
+            # those whose heartbeat can show them frozen at all (classify's own conditions).
+            if h == OK and at - age <= cut and moved and status != "disabled":
+                break
+        else:
             return True
+        shows = group[0].onset_mono + TOGETHER_S + min(self._limit(view.ranks[f.ranks[0]]) for f in group)
         patience = PATIENCE_INTERVALS * max(view.reporting_interval(hv) for hv in view.hosts.values())
         return now - shows >= patience
 
