@@ -18,8 +18,10 @@ that stopped within ``TOGETHER_S`` of the earliest are named together, as
 dead_rank names deaths it cannot order. A group is named once no rank that
 looks fine may have stopped with it (each beat after that instant, as its agent
 read it), or after 1.5 report intervals, so it opens whole rather than as a
-first few ranks that later findings add to; a lone frozen rank is usually named
-at once, as other ranks' agents have read them beating since.
+first few ranks that later findings add to. A lone frozen rank waits only for
+hosts that reported within that instant's window and not since: none at 1 s
+report intervals (other ranks' agents have read them beating after it), up to
+a second at 16,384 ranks with agents slowed to 2-3 s (docs/scale.md).
 """
 
 from __future__ import annotations
