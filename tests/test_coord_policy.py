@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from watchdog.coordinator.finding import Finding
@@ -133,3 +135,26 @@ cooldown_seconds = 30
 def test_parse_policy_errors_are_clear(text, msg):
     with pytest.raises(PolicyError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         parse_policy(text)
+
+
+def test_exclude_host_restart_never_excludes_every_host_of_the_job():
+    """Ranks of every host frozen together (a suspend) name every host: no host is
+    the cause, and stopping each one's launcher would end the job."""
+    pol = Policy(actions={"frozen_rank": "exclude_host_restart"}, min_finding_age_s=0)
+    whole = Finding(
+        kind="frozen_rank",
+        ranks=(0, 1),
+        hosts=("h0", "h1"),
+        reason="froze together",
+        onset_mono=90.0,
+        detected_mono=95.0,
+    )
+    p = plan([whole], JobControl(), 200.0, pol, hosts_in_job=2)
+    assert p.action == "restart" and p.reason.startswith(
+        "frozen_rank names every host of the job (2): no host to exclude"
+    )
+    # One host of the two, or the job's hosts unknown: that host is excluded.
+    assert (
+        plan([replace(whole, hosts=("h1",))], JobControl(), 200.0, pol, hosts_in_job=2).action == "exclude_host_restart"
+    )
+    assert plan([whole], JobControl(), 200.0, pol).action == "exclude_host_restart"

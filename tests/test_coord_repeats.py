@@ -122,6 +122,11 @@ def test_escalation_rules():
     assert off is not None and (off.action, off.rule) == ("abort", "same_place")
     one_host = escalate(fpm.of(hang()), (first,), rules, hosts_in_job=1)
     assert one_host is not None and (one_host.action, one_host.rule) == ("abort", "same_place")
+    # Culprits on every host of the job (a job-wide event) are as one host: the place decides.
+    everywhere = fpm.of(hang(hosts=("h1", "h2")))
+    every = escalate(everywhere, (fpm.of(hang(hosts=("h1", "h2")), FRAMES),), rules, hosts_in_job=2)
+    assert every is not None and (every.action, every.rule) == ("abort", "same_place")
+    assert escalate(everywhere, (fpm.of(hang(hosts=("h1", "h2")), FRAMES),), rules, hosts_in_job=3).rule == "same_host"
     # ... and a repeat elsewhere in the code on that one host is no repeat: restart, within the budget.
     assert escalate(fpm.of(hang(step=50)), (first,), rules, hosts_in_job=1) is None
     # Another place on another host: a new failure, not a repeat.

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from . import fingerprint
 from .finding import ADVISORY_KINDS, KINDS, Finding
-from .repeats import Escalation, Repeats, escalate, parse_repeats
+from .repeats import Escalation, Repeats, escalate, every_host, parse_repeats
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -243,6 +243,13 @@ def plan(
     fp, esc = None, None
     if action in RESTARTING_ACTIONS:
         action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {}, hosts_in_job)
+    if action == "exclude_host_restart" and every_host(f.hosts, hosts_in_job):
+        # A job-wide event (every rank frozen together, a hang naming all): no host is the
+        # cause, and stopping every host's launcher would end the job.
+        action, reason = (
+            "restart",
+            f"{f.kind} names every host of the job ({hosts_in_job}): no host to exclude; restarting instead. {reason}",
+        )
     if action in RESTARTING_ACTIONS:
         in_hour = sum(1 for t in job.restarts if now - t < 3600.0)
         if len(job.restarts) >= policy.max_restarts:

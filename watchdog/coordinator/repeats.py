@@ -17,8 +17,8 @@ checked in this order:
    after N restarts").
 2. same host: the host is the common factor; ``same_host`` (exclude it).
 3. same place on the same host, when ``same_host`` is off or the job has one
-   host (excluding it would end the job: the host cannot be told from the
-   code there): ``same_place``. A one-host job's repeat elsewhere in the code is
+   host, or the culprits are on every host (excluding it would end the job:
+   the host cannot be told from the code there): ``same_place``. A one-host job's repeat elsewhere in the code is
    no repeat: it restarts as usual, within the budget. A straggler's place is
    its culprit rank(s) (fingerprint.CULPRIT_IS_PLACE).
 
@@ -87,7 +87,9 @@ def escalate(
 ) -> Escalation | None:
     """The escalation this fingerprint earns given the earlier ones, or None. Pure.
     ``hosts_in_job``: hosts the job runs on (0 = unknown)."""
-    one_host = hosts_in_job == 1
+    # Excluding the culprits' hosts is no remedy when they are all the job's hosts (one
+    # host, or a job-wide event such as ranks that all froze together): the place decides.
+    one_host = hosts_in_job == 1 or every_host(fp.hosts, hosts_in_job)
     place = [p for p in history if same_place(p, fp)]
     elsewhere = [p for p in place if not set(p.hosts) & set(fp.hosts)]
     host = [p for p in history if same_host(p, fp)]
@@ -105,6 +107,11 @@ def escalate(
     if rules.same_place != OFF and (rules.same_host == OFF or one_host) and len(place) >= rules.after:
         return _deterministic(fp, place, rules.same_place)
     return None
+
+
+def every_host(hosts: Sequence[str], hosts_in_job: int) -> bool:
+    """``hosts`` are every host the job runs on (``hosts_in_job``; 0 = unknown)."""
+    return hosts_in_job > 0 and len(set(hosts)) >= hosts_in_job
 
 
 def _deterministic(fp: Fingerprint, matches: list[Fingerprint], action: str) -> Escalation:
