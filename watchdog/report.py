@@ -679,12 +679,13 @@ _STEP_FULL_TYPES = (*_STEP_SHORT_TYPES, int, float, float, float, float)
 assert tuple(f.name for f in fields(StepSample)) == _STEP_FULL
 
 
-def _built(cls: type[_T], values: dict[str, Any]) -> _T:
+def built(cls: type[_T], values: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` with every field in ``values``,
     without its ``__init__`` (which sets each field through
-    ``object.__setattr__``): a RankState costs ~1 us instead of ~6. Only for
-    values already checked, with every field present (none of these classes has
-    a ``__post_init__``), and for objects the coordinator keeps one of per rank:
+    ``object.__setattr__``): a RankState costs ~1 us instead of ~6 (the
+    coordinator's fold builds its FoldedRank and StepStats the same way). Only for
+    values already checked, with every field present, in field order (none of
+    these classes has a ``__post_init__``), and for objects the coordinator keeps one of per rank:
     such an instance owns its dict (64 bytes more than through ``__init__``):
     ``values`` itself, adopted rather than copied (the caller's dict was built
     for it; one dict fewer to allocate, in cold memory at 16,384 ranks)."""
@@ -722,7 +723,7 @@ def _fast_rank(raw: dict) -> RankState | None:
         except KeyError:
             return None
         if tuple(map(type, cvals)) == _COLL_EXACT:
-            kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
+            kw["coll"] = built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
     if "coll" not in kw:
         if not all(type(v) in _COLL_TYPES.get(k, ()) for k, v in coll.items()):
             return None
@@ -753,7 +754,7 @@ def _fast_rank(raw: dict) -> RankState | None:
     kw["recent_colls"] = tuple(colls)
     kw["recent_gpu"] = tuple(gpu)
     kw["death"] = {}
-    return _built(RankState, kw)  # every field set: the plan filled in what an older agent leaves out
+    return built(RankState, kw)  # every field set: the plan filled in what an older agent leaves out
 
 
 def _nested(colls: Any, gpu: Any) -> tuple[tuple[CollSig, ...], tuple[GpuStep, ...]] | None:
@@ -1074,12 +1075,12 @@ class _Layout:
             return None
         out = []
         for kw, cv, got, sigs, gpu in zip(map(dict, map(zip, repeat(_FAST_NAMES), vals)), cvals, samples, colls, gpus):
-            kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cv)))
+            kw["coll"] = built(CollectiveState, dict(zip(_COLL_NAMES, cv)))
             kw["recent_steps"] = got
             kw["recent_colls"] = sigs
             kw["recent_gpu"] = gpu
             kw["death"] = {}
-            out.append(_built(RankState, kw))
+            out.append(built(RankState, kw))
         # GPU-side steps need no rank_problem: _gpu_from_dict refused what it would find in them.
         return tuple(out)
 
@@ -1102,7 +1103,7 @@ class _Layout:
         cvals = self.coll_of(coll)
         if tuple(map(type, cvals)) != _COLL_EXACT:
             return None
-        kw["coll"] = _built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
+        kw["coll"] = built(CollectiveState, dict(zip(_COLL_NAMES, cvals)))
         steps = row[self.steps_i] if self.steps_i >= 0 else _NO_STEPS
         step_counts: tuple = ()
         step_secs: tuple = ()
@@ -1143,7 +1144,7 @@ class _Layout:
         if plan:  # the values as the rank holds them: floats for ints
             vals = tuple(map(kw.__getitem__, _FAST_NAMES))
         fine = not gpu and _in_range(vals, cvals, step_counts, step_secs)
-        return _built(RankState, kw), fine
+        return built(RankState, kw), fine
 
 
 _AT = {n: i for i, n in enumerate(_FAST_NAMES)}

@@ -12,15 +12,16 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from math import floor
+from math import floor, inf
 
-from watchdog.report import StepSample
+from watchdog.report import StepSample, built
 
 from . import stats
 from .config import DetectorConfig
 from .stephistory import History, Steps, appendable, snapshot
 
 P99_SAMPLES = 100
+assert P99_SAMPLES <= 101, "_Running.p99 interpolates between the two largest: true of 101 values at most"
 # The newest samples as flat numbers (``StepStats.flat``), FLAT_FIELDS doubles each:
 # step, step_s, data_s, (step_s - data_s) - coll_s, 1.0 in a pause phase else 0.0.
 FLAT_SAMPLES = 32
@@ -110,18 +111,25 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
         return _recomputed(st, history, seen + len(fresh), cfg)
     run.tip = history
     train_steps, share = run.data_share()
-    windows, scanned = _close_windows(st.windows, st.windows_scanned, history, cfg, new[-1] if new else None)
-    return StepStats(
-        steps_seen=seen + len(fresh),
-        history=history,
-        windows=windows,
-        p99_step_s=run.p99(),
-        train_steps=train_steps,
-        data_share=share,
-        windows_scanned=scanned,
-        running=run,
-        flat=_flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
-        flat_of=history,
+    windows, scanned = st.windows, st.windows_scanned
+    # No window closed since the last report (most reports): ``scanned``, once set, is at or
+    # past the last window summarised, and a window closes when the newest step is past it.
+    if not new or scanned < 0 or new[-1].step // cfg.straggler_window_steps - 1 > scanned:
+        windows, scanned = _close_windows(windows, scanned, history, cfg, new[-1] if new else None)
+    return built(  # StepStats(...) without its frozen __init__'s call per field: one per rank per report
+        StepStats,
+        {
+            "steps_seen": seen + len(fresh),
+            "history": history,
+            "windows": windows,
+            "p99_step_s": run.p99(),
+            "train_steps": train_steps,
+            "data_share": share,
+            "running": run,
+            "windows_scanned": scanned,
+            "flat": _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
+            "flat_of": history,
+        },
     )
 
 
@@ -170,10 +178,14 @@ def _recomputed(st: StepStats, history: Steps, seen: int, cfg: DetectorConfig) -
 
 
 class _Running:
-    """Sorted windows over the newest samples of a rank's history (warm-up
+    """Order statistics over the newest samples of a rank's history (warm-up
     excluded), updated one sample at a time:
 
-    - the step times of the last ``P99_SAMPLES`` samples, sorted (p99);
+    - the two largest step times of the last ``P99_SAMPLES`` samples: with at
+      most 101 values the p99's interpolation is between the largest and the
+      one below it, so a sorted window (a binary search, an insert and a delete
+      per sample) is not needed; when one of the two leaves the window they are
+      found again from it (~2% of samples);
     - the train samples among the last ``2 x starvation_window_steps`` samples,
       at most ``starvation_window_steps`` of them, sorted by data wait, ties in
       arrival order: the order ``stats.data_share``'s stable sort gives, so its
@@ -194,7 +206,9 @@ class _Running:
         "_cfg",
         "_n",
         "_p_len",
-        "_p_sorted",
+        "_p_n",
+        "_p_second",
+        "_p_top",
         "_s_cap",
         "_s_data",
         "_s_fifo",
@@ -208,7 +222,8 @@ class _Running:
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0  # samples pushed
         self._p_len = min(P99_SAMPLES, cfg.history_steps)
-        self._p_sorted = array("d")
+        self._p_n = 0  # step times in the p99 window
+        self._p_top = self._p_second = -inf  # its two largest (-inf: fewer values than that)
         self._s_len = min(2 * cfg.starvation_window_steps, cfg.history_steps)  # samples looked at
         self._s_cap = cfg.starvation_window_steps  # train samples kept
         self._s_fifo: deque[tuple[float, int]] = deque()  # (data_s, index), oldest first
@@ -234,7 +249,8 @@ class _Running:
         finite (NaN would break the sorted windows' order): then the windows are
         left unusable (``tip`` None) and the caller computes without them."""
         i = self._n
-        p_len, p_sorted = self._p_len, self._p_sorted
+        p_len, p_n, top, second = self._p_len, self._p_n, self._p_top, self._p_second
+        lost = False  # one of the two largest left the window: found again from it below
         s_len, s_cap, s_fifo = self._s_len, self._s_cap, self._s_fifo
         s_data, s_step = self._s_data, self._s_step
         full = origin + p_len  # from here on the p99 window is full: a sample in, its oldest out
@@ -245,9 +261,15 @@ class _Running:
                 self.tip = None
                 return False
             if p_len:
-                p_sorted.insert(bisect_right(p_sorted, step_s), step_s)
                 if pos >= full:
-                    del p_sorted[bisect_left(p_sorted, seq[pos - p_len].step_s)]
+                    if seq[pos - p_len].step_s >= second:
+                        lost = True
+                else:
+                    p_n += 1
+                if step_s >= top:
+                    top, second = step_s, top
+                elif step_s > second:
+                    second = step_s
             if s_cap and x.phase == "train":
                 at = bisect_right(s_data, data_s)  # after its equals: they arrived before it
                 s_data.insert(at, data_s)
@@ -260,17 +282,22 @@ class _Running:
                 del s_step[at]
             i += 1
         self._n = i
+        if lost:
+            # The window: the last p_n samples, all in ``seq`` from ``origin`` on (p_n counts only those).
+            top, second = _two_largest([x.step_s for x in seq[len(seq) - p_n :]])
+        self._p_n, self._p_top, self._p_second = p_n, top, second
         return True
 
     def p99(self) -> float:
-        """``stats.quantile(window, 0.99)`` of the sorted window (same interpolation)."""
-        items = self._p_sorted
-        if not items:
+        """``stats.quantile(window, 0.99)`` (same interpolation): with n <= 101
+        values its lower point is the second largest, its upper the largest."""
+        n = self._p_n
+        if not n:
             return 0.0
-        pos = (len(items) - 1) * 0.99
-        lo = floor(pos)
-        hi = min(lo + 1, len(items) - 1)
-        return items[lo] + (items[hi] - items[lo]) * (pos - lo)
+        top = self._p_top
+        lo = self._p_second if n > 1 else top  # (one value: both points are it)
+        pos = (n - 1) * 0.99
+        return lo + (top - lo) * (pos - floor(pos))  # as computed there: -0.0 comes out 0.0 alike
 
     def data_share(self) -> tuple[int, float]:
         """(train samples in the window, ``stats.data_share`` of them): the top
@@ -282,6 +309,15 @@ class _Running:
         keep = n - max(1, n // 10) or n
         step = sum(self._s_step[:keep])
         return n, (sum(data[:keep]) / step if step > 0 else 0.0)
+
+
+def _two_largest(values: list[float]) -> tuple[float, float]:
+    """(largest, second largest) of ``values`` (-inf where there are fewer)."""
+    if len(values) < 2:
+        return (values[0] if values else -inf), -inf
+    top = max(values)
+    values.remove(top)  # one of its equals: the second largest may be another
+    return top, max(values)
 
 
 def _close_windows(

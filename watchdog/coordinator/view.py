@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, cast
 
-from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
+from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, built
 
 from . import columns, loss_screen
 from . import journal_events as je
@@ -328,8 +328,8 @@ def _fold_rank(
     step_start = now - s.step_age_s
     if prev is None:
         return _joined(s, host, now, step_start, cfg)
-    # Every field's new value, then one FoldedRank: a frozen dataclass's __init__
-    # sets its 18 fields one call each, and the fold builds one per rank per report.
+    # Every field's new value, then one FoldedRank (``report.built``: a frozen dataclass's
+    # __init__ sets its 18 fields one call each, and the fold builds one per rank per report).
     old = prev.state
     if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
         _state_changes(old, s, _ident(s, host), events)
@@ -358,25 +358,33 @@ def _fold_rank(
     if s.recent_gpu:
         gpu_stats = add_samples(gpu_stats, gpu_samples(s.recent_gpu, step_stats.history), cfg)
         gpu_last = s.recent_gpu[-1]
-    return FoldedRank(
-        s,
-        host,
-        now,
-        prev.registered_at,
-        progress,
-        last_alive,
-        moved,
-        step_stats,
-        died_at,
-        died_precise,
-        dead_seen_at,
-        loss_steps,
-        loss_values,
-        loss_calm,
-        colls,
-        coll_keys,
-        gpu_stats,
-        gpu_last,
+    return built(
+        FoldedRank,
+        dict(
+            zip(
+                _FOLDED_FIELDS,
+                (
+                    s,
+                    host,
+                    now,
+                    prev.registered_at,
+                    progress,
+                    last_alive,
+                    moved,
+                    step_stats,
+                    died_at,
+                    died_precise,
+                    dead_seen_at,
+                    loss_steps,
+                    loss_values,
+                    loss_calm,
+                    colls,
+                    coll_keys,
+                    gpu_stats,
+                    gpu_last,
+                ),
+            )
+        ),
     )
 
 
