@@ -7,7 +7,7 @@ including streams that branch (an older StepStats folded again, as the pure
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,6 +170,8 @@ def test_running_statistics_are_reused_not_rebuilt():
     s2 = add_samples(s, (StepSample(400, 0.2, 0.05, 0.0),), cfg)
     assert s2.running is run  # the same windows, moved on by one sample
     assert s2 == reference(s, (StepSample(400, 0.2, 0.05, 0.0),), cfg)
+    # Built without __init__ (report.built): every field set, none read from the class's defaults.
+    assert list(vars(s2)) == [f.name for f in fields(StepStats)]
 
 
 def test_non_finite_durations_from_an_unvalidated_caller_fall_back_to_the_definitions():

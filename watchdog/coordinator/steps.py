@@ -297,7 +297,7 @@ class _Running:
         top = self._p_top
         lo = self._p_second if n > 1 else top  # (one value: both points are it)
         pos = (n - 1) * 0.99
-        return lo + (top - lo) * (pos - floor(pos))  # as computed there: -0.0 comes out 0.0 alike
+        return lo + (top - lo) * (pos - floor(pos))  # stats.quantile's arithmetic, signed zeros and all
 
     def data_share(self) -> tuple[int, float]:
         """(train samples in the window, ``stats.data_share`` of them): the top
