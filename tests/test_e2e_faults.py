@@ -97,3 +97,15 @@ def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
     accounted = sum(final["seconds"].values()) + final["pending_s"]
     assert abs(accounted - span) <= 0.01 * span + 0.5, (accounted, span)  # + a report interval and a tick
     assert final["seconds"]["checkpoint_eval"] > 8.0, final  # 4 pauses of 8 s
+
+
+def test_ranks_stopped_together_are_one_frozen_rank_finding(tmp_path):
+    """Every rank SIGSTOPs itself at the start of step 25, as a scheduler's suspend
+    stops a whole job: one frozen_rank finding naming all four (a finding per rank
+    before), saying they froze together; nothing else blamed but the same four."""
+    res = scenario.run([f"stop:{r}@25" for r in range(4)], steps=400, timeout_s=150, work_dir=str(tmp_path))
+    frozen = [f for f in res.findings if f["kind"] == "frozen_rank"]
+    assert [f["ranks"] for f in frozen] == [[0, 1, 2, 3]], res.findings
+    assert "froze together" in frozen[0]["reason"] and "stopped by a signal" in frozen[0]["reason"], frozen[0]
+    assert res.findings[0] is frozen[0] and {r for f in res.findings for r in f["ranks"]} == {0, 1, 2, 3}
+    assert 0 <= res.latency_s(frozen[0]) <= 10.0  # the single stop's bound
