@@ -107,15 +107,16 @@ class Host:
         now = max(now, j.t0)  # agents start up to a second before step 0: nothing to report yet but ages
         at = min(now, j.suspend_at)  # where the ranks are: a suspended job's stay where the suspend found them
         suspended = now > j.suspend_at
-        frozen = (r == j.frozen and now >= j.freeze_at) or suspended
+        alone = r == j.frozen and now >= j.freeze_at  # this rank frozen, the others waiting for it
+        frozen = alone or suspended
         hang = j.frozen >= 0 and now >= j.freeze_at
         w = j.wall_s
         k = int((at - j.t0) // w) if not hang else j.freeze_step()
         start = j.t0 + k * w
         enter = start + j.data_s + j.compute(r, k)
-        hb = (at - j.t0 + r * 0.013) % HEARTBEAT_S  # since the last beat, as of ``at``
-        hb = hb + now - at if not (r == j.frozen and now >= j.freeze_at) else now - j.freeze_at
-        in_coll = at >= enter and not (r == j.frozen and now >= j.freeze_at) and (not hang or r != j.frozen)
+        # Since the last beat: the beat's phase as of ``at``, plus the time stopped since.
+        hb = now - j.freeze_at if alone else (at - j.t0 + r * 0.013) % HEARTBEAT_S + now - at
+        in_coll = at >= enter and not alone
         since = max(0.0, now - enter) if in_coll else 0.0
         done = self.reported[r]
         steps = [

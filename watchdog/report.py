@@ -683,10 +683,10 @@ def built(cls: type[_T], values: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` with every field in ``values``,
     without its ``__init__`` (which sets each field through
     ``object.__setattr__``): a RankState costs ~1 us instead of ~6 (the
-    coordinator's fold builds its FoldedRank and StepStats the same way). Only for
-    values already checked, with every field present, in field order (none of
-    these classes has a ``__post_init__``), and for objects the coordinator keeps one of per rank:
-    such an instance owns its dict (64 bytes more than through ``__init__``):
+    coordinator's fold builds its FoldedRank and StepStats the same way). Only
+    for values already checked, with every field present, in field order (none
+    of these classes has a ``__post_init__``), and for objects the coordinator
+    keeps one of per rank: such an instance owns its dict (64 bytes more than through ``__init__``):
     ``values`` itself, adopted rather than copied (the caller's dict was built
     for it; one dict fewer to allocate, in cold memory at 16,384 ranks)."""
     out = object.__new__(cls)

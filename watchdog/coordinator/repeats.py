@@ -16,11 +16,12 @@ checked in this order:
    ``same_place`` (abort: "deterministic: the same failure at the same place
    after N restarts").
 2. same host: the host is the common factor; ``same_host`` (exclude it).
-3. same place on the same host, when ``same_host`` is off or the job has one
-   host, or the culprits are on every host (excluding it would end the job:
-   the host cannot be told from the code there): ``same_place``. A one-host job's repeat elsewhere in the code is
-   no repeat: it restarts as usual, within the budget. A straggler's place is
-   its culprit rank(s) (fingerprint.CULPRIT_IS_PLACE).
+3. same place on the same host, when ``same_host`` is off, the job has one
+   host or the culprits are on every host (excluding them would end the job:
+   the host cannot be told from the code there): ``same_place``. A one-host
+   job's repeat elsewhere in the code is no repeat: it restarts as usual,
+   within the budget. A straggler's place is its culprit rank(s)
+   (fingerprint.CULPRIT_IS_PLACE).
 
 The history is the fingerprints of the findings restarts were spent on
 (``JobControl.history``); see fingerprint.py for what is compared when.
@@ -89,13 +90,13 @@ def escalate(
     ``hosts_in_job``: hosts the job runs on (0 = unknown)."""
     # Excluding the culprits' hosts is no remedy when they are all the job's hosts (one
     # host, or a job-wide event such as ranks that all froze together): the place decides.
-    one_host = hosts_in_job == 1 or every_host(fp.hosts, hosts_in_job)
+    no_exclusion = hosts_in_job == 1 or every_host(fp.hosts, hosts_in_job)
     place = [p for p in history if same_place(p, fp)]
     elsewhere = [p for p in place if not set(p.hosts) & set(fp.hosts)]
     host = [p for p in history if same_host(p, fp)]
     if rules.same_place != OFF and len(elsewhere) >= rules.after:
         return _deterministic(fp, elsewhere, rules.same_place)
-    if rules.same_host != OFF and not one_host and len(host) >= rules.after:
+    if rules.same_host != OFF and not no_exclusion and len(host) >= rules.after:
         hosts = sorted(set(fp.hosts) & {h for p in host for h in p.hosts})
         return Escalation(
             rules.same_host,
@@ -104,7 +105,7 @@ def escalate(
             f"again after {len(host)} restart(s) for it; the host is the common factor",
             tuple(host),
         )
-    if rules.same_place != OFF and (rules.same_host == OFF or one_host) and len(place) >= rules.after:
+    if rules.same_place != OFF and (rules.same_host == OFF or no_exclusion) and len(place) >= rules.after:
         return _deterministic(fp, place, rules.same_place)
     return None
 
