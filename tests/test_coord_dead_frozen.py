@@ -262,7 +262,7 @@ def test_ranks_that_froze_apart_are_named_apart():
     ]
 
 
-def test_a_group_waits_for_every_host_to_show_its_ranks():
+def test_a_group_waits_for_a_rank_that_may_have_stopped_with_it():
     """Rank 5 stopped with rank 1, but host1 last reported before it could look
     frozen: naming rank 1 alone now would open a second finding for rank 5 next."""
     states = [stopped(1, 2.0) if r == 1 else t.rank(r) for r in range(4)]
