@@ -72,6 +72,13 @@ def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
     return {h for h, status in zip(c.host, c.status) if h in silent and status != "exited"}
 
 
+def frozen_after_s(cfg: DetectorConfig, proc_status: str) -> float:
+    """The heartbeat age past which a live rank is frozen. The OS saying "stopped"
+    (SIGSTOP) shortens the wait; a debugger's or py-spy's brief stop does not
+    outlast a third of it."""
+    return cfg.frozen_heartbeat_s / 3 if proc_status == "stopped" else cfg.frozen_heartbeat_s
+
+
 def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
     s = rv.state
     if s.status == "exited":
@@ -83,12 +90,8 @@ def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig,
     # The agent's own reading of the heartbeat, not one aged by a slow report:
     # a late report is a host problem, not a frozen rank. A hook that gave up
     # (disabled) stops beating without the process being frozen.
-    if s.status != "disabled" and rv.heartbeat_moved:
-        # The OS saying "stopped" (SIGSTOP) shortens the wait; a debugger's or
-        # py-spy's brief stop does not outlast a third of it.
-        limit = cfg.frozen_heartbeat_s / 3 if s.proc_status == "stopped" else cfg.frozen_heartbeat_s
-        if s.heartbeat_age_s > limit:
-            return FROZEN
+    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > frozen_after_s(cfg, s.proc_status):
+        return FROZEN
     return OK
 
 
@@ -97,8 +100,7 @@ def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int
     """Each rank's ``classify``, in the view's rank order (the columns' order: the
     hang analysis reads the values of this dict as a column)."""
     lost = lost_hosts(view, now, cfg)
-    frozen_s = cfg.frozen_heartbeat_s
-    stopped_s = frozen_s / 3
+    frozen_s, stopped_s = frozen_after_s(cfg, ""), frozen_after_s(cfg, "stopped")  # inlined per rank below
     c = columns.of(view)
     rank = c.rank
     # A rank that has not exited, is alive, not on a lost host and has a heartbeat

@@ -35,7 +35,7 @@ from .. import columns
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
-from ..health import FROZEN, OK, Blame, analyze, classify_all, victims
+from ..health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
 from ..view import ClusterView, FoldedRank
 
 # The hook beats every 0.5 s (heartbeat_interval_s): ranks stopped in one instant
@@ -122,11 +122,6 @@ class FrozenRank:
             wants_stacks=(rv.rank,),
         )
 
-    def _limit(self, rv: FoldedRank) -> float:
-        """The heartbeat age past which ``classify`` calls this rank frozen."""
-        s = self.cfg.frozen_heartbeat_s
-        return s / 3 if rv.state.proc_status == "stopped" else s
-
     def _heard(self, group: list[FoldedRank], view: ClusterView, now: float) -> bool:
         """No rank that looks fine may yet have stopped with ``group``: each beat
         after the instant the group's ranks stopped in (its last heartbeat, as
@@ -147,7 +142,7 @@ class FrozenRank:
                 break
         else:
             return True
-        shows = cut + min(map(self._limit, group))
+        shows = cut + min(frozen_after_s(self.cfg, rv.state.proc_status) for rv in group)
         patience = PATIENCE_INTERVALS * max(view.reporting_interval(hv) for hv in view.hosts.values())
         return now - shows >= patience
 
