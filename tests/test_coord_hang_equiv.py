@@ -23,7 +23,7 @@ from watchdog.coordinator.detectors.collective_hang import CollectiveHang, HangS
 from watchdog.coordinator.detectors.dead_rank import CASCADE_S, TIE_COARSE_S, TIE_S, DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.finding import Finding, rank_ranges, ranks_phrase, seconds
-from watchdog.coordinator.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, STALL_SLACK_S, Blame
+from watchdog.coordinator.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, RETIRED, STALL_SLACK_S, Blame
 from watchdog.coordinator.mismatch import find as find_mismatch
 from watchdog.coordinator.view import ClusterView, FoldedRank
 
@@ -98,7 +98,7 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
     wait = {
         r: rv
         for r, rv in view.ranks.items()
-        if ref_waiting(rv) and health_[r] not in (EXITED, LOST) and (not quiet or rv.host not in quiet)
+        if ref_waiting(rv) and health_[r] not in (EXITED, LOST, RETIRED) and (not quiet or rv.host not in quiet)
     }
     # A wait another live rank, outside any collective, has seen the end of is not a wait now.
     free = [rv for r, rv in view.ranks.items() if r not in wait and health_[r] in (OK, FROZEN)]
@@ -129,7 +129,7 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
             continue
         if health_[r] in FAULTY + (EXITED,):
             missing.append(r)
-        elif stalled(rv):
+        elif health_[r] != RETIRED and stalled(rv):
             (unheard if rv.received_at <= latest_enter else missing).append(r)
     fr = ref_fr_front(view, now, health_) if missing else None
     if fr is not None:
@@ -511,6 +511,14 @@ def _random_view(rng: random.Random) -> tuple[ClusterView, float, DetectorConfig
         states = [replace(s, coll=replace(s.coll, group=5)) if s.rank in moved else s for s in states]
     if rng.random() < 0.2:  # nobody in a collective the marks see: stalled, or in the Flight Recorder's
         states = [replace(s, coll=t.coll(seq=front - 1, done_seq=front - 1), step_age_s=20.0) for s in states]
+    if rng.random() < 0.2:  # ranks of an earlier world (a restart with fewer ranks): gone ones, or any
+        gone_only = rng.random() < 0.6
+        states = [
+            replace(s, world_size=n + rng.choice((1, 8)))
+            if rng.random() < 0.5 and (not gone_only or not s.alive or s.status == "exited")
+            else s
+            for s in states
+        ]
     now = 100.0
     # Hosts heard from now, a little while ago (quiet), or long ago (lost).
     hosts = sorted({t.host_of(s.rank) for s in states})

@@ -381,6 +381,17 @@ def test_exclude_host_restart_stops_the_culprit_node_and_the_other_carries_on(tm
         resumed = next(r for r in recs if r["event"] == je.RESUMED)
         assert resumed["world_size"] == 2, resumed
         assert "done: 150 steps" in survivor.log()
+        # The old world's ranks 2-3, stopped by the restart inside the collective the new ranks
+        # reach again after resuming, are named by nothing once a new rank has registered.
+        new_world = next(r["t_mono"] for r in recs if r["event"] == je.RANK_RESTARTED)
+        later = [
+            r
+            for r in recs
+            if r["event"] in (je.FINDING, je.EXPECTED_FINDING)
+            and r["t_mono"] >= new_world
+            and any(x >= resumed["world_size"] for x in r["ranks"])
+        ]
+        assert later == [], [(r["event"], r["kind"], r["ranks"], r["reason"][:200]) for r in later]
         print(
             f"\nexclude_host_restart: {culprit_host} stopped; world 4 -> {resumed['world_size']}, "
             f"resumed from step {resumed['step']} {resumed['seconds']} s after the action"

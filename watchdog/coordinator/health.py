@@ -24,8 +24,15 @@ from .mismatch import find as find_mismatch
 from .view import ClusterView, FoldedRank
 
 OK, DEAD, FROZEN, LOST, EXITED = "ok", "dead", "frozen", "lost", "exited"
+# Not part of the job as it runs now: a rank of an earlier world (present_world) that is
+# gone, left in the view by a restart with another world size. No detector names it or
+# counts it as a waiter: torchrun elastic's restart after a lost node leaves the old
+# world's last ranks dead "inside" a collective whose number the new ranks reach again.
+RETIRED = "retired"
 FAULTY = (DEAD, FROZEN, LOST)
 _LIVE = frozenset((OK, FROZEN))
+NOT_LIVE = frozenset((DEAD, LOST, EXITED, RETIRED))
+_MAY_WAIT = frozenset((OK, FROZEN, DEAD))  # a dead rank's last wait still counts (it "failed inside")
 # Progress times are estimated from reports; this absorbs their jitter.
 STALL_SLACK_S = 0.5
 # A host silent this many of its report intervals (and not yet lost) is "quiet".
@@ -80,6 +87,15 @@ def frozen_after_s(cfg: DetectorConfig, proc_status: str) -> float:
 
 
 def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
+    h = _classify(rv, view, now, cfg, lost)
+    if h in _LIVE:
+        return h
+    world = present_world(view, now, cfg)
+    return RETIRED if world is not None and rv.state.world_size != world else h
+
+
+def _classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None) -> str:
+    """``classify`` of a rank as if the job had only one world."""
     s = rv.state
     if s.status == "exited":
         return EXITED  # a clean exit (the hook saw the interpreter exit) is not a death
@@ -98,7 +114,33 @@ def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig,
 @per_tick()
 def classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
     """Each rank's ``classify``, in the view's rank order (the columns' order: the
-    hang analysis reads the values of this dict as a column)."""
+    hang analysis reads the values of this dict as a column). Read-only: memoized."""
+    base = _classify_all(view, now, cfg)
+    world = present_world(view, now, cfg)
+    if world is None:
+        return base  # one world (nearly always: one C-level scan found it)
+    c = columns.of(view)
+    retired = [r for r, h, w in zip(c.rank, base.values(), c.world_size) if w != world and h not in _LIVE]
+    return {**base, **dict.fromkeys(retired, RETIRED)} if retired else base
+
+
+@per_tick()
+def present_world(view: ClusterView, now: float, cfg: DetectorConfig) -> int | None:
+    """The world size of the job as it runs now, where the view holds ranks of more
+    than one: the size every live rank reports. None when every rank reports one size,
+    when no rank is live (a restart under way) or when live ranks disagree (mid-restart:
+    nobody is retired until the new world stands)."""
+    c = columns.of(view)
+    sizes = c.world_size
+    if not sizes or min(sizes) == max(sizes):
+        return None
+    live = set(compress(sizes, map(_LIVE.__contains__, _classify_all(view, now, cfg).values())))
+    return live.pop() if len(live) == 1 else None
+
+
+@per_tick()
+def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
+    """``_classify`` of every rank."""
     lost = lost_hosts(view, now, cfg)
     frozen_s, stopped_s = frozen_after_s(cfg, ""), frozen_after_s(cfg, "stopped")  # inlined per rank below
     c = columns.of(view)
@@ -214,7 +256,7 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
         r, h = rank[i], hs[i]
         if h in failed_like:
             missing.append(r)
-        elif progress_at[i] <= stalled_by:
+        elif h != RETIRED and progress_at[i] <= stalled_by:
             (unheard if received_at[i] <= latest_enter else missing).append(r)
     fr_memo: list[frblame.FrFront | None] = []  # _fr_front at most once: it is pure
 
@@ -293,16 +335,17 @@ def _is_wait(c: columns.RankColumns, hs: tuple, quiet: set[str]) -> list[bool]:
     as the host's silence, so counting them as waiters would have the live ranks
     blamed for a wait seen on stale data. Nor are those of a ``quiet`` host, one that
     missed a few reports but is not lost yet (10 s at a 2 s advised interval, past the
-    5 s hang floor): its ranks' wait is as old as its silence too."""
-    slack = STALL_SLACK_S
+    5 s hang floor): its ranks' wait is as old as its silence too. Nor, of course,
+    are ranks that exited or were retired."""
+    slack, may_wait = STALL_SLACK_S, _MAY_WAIT
     if quiet:
         is_wait = [
-            out > 0 and start <= enter + slack and h != EXITED and h != LOST and host not in quiet
+            out > 0 and start <= enter + slack and h in may_wait and host not in quiet
             for out, start, enter, h, host in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs, c.host)
         ]
     else:
         is_wait = [
-            out > 0 and start <= enter + slack and h != EXITED and h != LOST
+            out > 0 and start <= enter + slack and h in may_wait
             for out, start, enter, h in zip(c.coll_outstanding, c.step_start, c.coll_enter, hs)
         ]
     return _not_overtaken(c, hs, is_wait) if any(is_wait) else is_wait

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding, ranks_phrase, seconds
-from ..health import DEAD, EXITED, LOST, classify_all
+from ..health import NOT_LIVE, classify_all
 from ..view import ClusterView, FoldedRank
 
 EVIDENCE_MAX = 64  # rank lists in evidence; the reason's ranges name them all
@@ -33,7 +33,7 @@ def _overdue(view: ClusterView, now: float, limit: float, health: dict[int, str]
     return [
         view.ranks[r]
         for r, step, seq, registered in zip(c.rank, c.step, c.coll_seq, c.registered_at)
-        if step == 0 and seq == 0 and health[r] not in (DEAD, LOST, EXITED) and now - registered > limit
+        if step == 0 and seq == 0 and health[r] not in NOT_LIVE and now - registered > limit
     ]
 
 
@@ -71,9 +71,7 @@ class NeverJoined:
             waiting = [rv.rank for rv in inside]
             tail = f"; {ranks_phrase(waiting)} waiting in rendezvous" if waiting else ""
             hosts = tuple(sorted({rv.host for rv in uncalled}))
-        elif inside and not any(
-            pg == "none" and health[r] not in (DEAD, LOST, EXITED) for r, pg in zip(c.rank, c.pg_state)
-        ):
+        elif inside and not any(pg == "none" and health[r] not in NOT_LIVE for r, pg in zip(c.rank, c.pg_state)):
             # Blame the ranks inside rendezvous only when nobody is yet to call
             # init: a rank that registered a moment later than the others has a
             # later deadline of its own, and is still the likelier culprit.
