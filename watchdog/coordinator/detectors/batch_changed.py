@@ -26,7 +26,7 @@ from collections import Counter
 from .. import columns
 from ..config import DetectorConfig
 from ..finding import Finding
-from ..health import OK, classify_all
+from ..health import OK, classify_all, one_world
 from ..view import ClusterView
 
 
@@ -38,9 +38,9 @@ class BatchChanged:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         c = columns.of(view)
+        if one_world(c):
+            return []  # every rank, live or not, says one world size: no restart changed it
         sizes_all = c.world_size
-        if not sizes_all or min(sizes_all) == max(sizes_all):
-            return []  # every rank, live or not, says one world size: no restart changed it (two scans in C)
         health = classify_all(view, now, self.cfg)
         live = [i for i, r in enumerate(c.rank) if health[r] == OK]
         if not live:
