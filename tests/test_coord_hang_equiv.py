@@ -303,7 +303,7 @@ class RefDeadRank(DeadRank):
             cluster = list(ranks) if len(ranks) == 1 and health_[ranks[0]] == DEAD else []
         if cluster:
             out += self._dead_ref(now, view, cluster, followers, spared, blame)
-        return out
+        return out + self._left_early(now, view, health_, blame, spared)  # (its inputs are the reference's)
 
     def _dead_ref(self, now, view, cluster, followers, spared, blame):
         rvs = [view.ranks[r] for r in sorted(cluster)]

@@ -25,6 +25,7 @@ def verdicts(res) -> list[str]:
 CASES = [
     # fault,            kind,                culprits, detection bound after the fault (s)
     ("kill:1@20", "dead_rank", [1], 5.0),
+    ("exit:2@20", "dead_rank", [2], 10.0),  # a clean exit the others die of: the rank that left
     ("stop:3@25", "frozen_rank", [3], 10.0),
     ("hang:2@30", "collective_hang", [2], 20.0),
     ("slow:2:1.3", "straggler", [2], None),

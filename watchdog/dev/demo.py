@@ -39,7 +39,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fault",
         action="append",
         default=[],
-        help="fault to inject, e.g. hang:2@30, kill:1@20, stop:3@25, slow:1:1.5, never-join:3, "
+        help="fault to inject, e.g. hang:2@30, kill:1@20, exit:2@20, stop:3@25, slow:1:1.5, never-join:3, "
         "starve:0, starve:all, mismatch:1@20 (see examples/train_ddp.py)",
     )
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")

@@ -20,6 +20,13 @@ together. Two rules keep the blame on the first:
 A death is reported once every other live host has reported since it happened
 (or after 1.5 report intervals), so a victim whose agent happened to report
 first is not blamed before the root cause's host is heard from.
+
+A rank that left early. When the ranks died waiting in a collective that only
+ranks that exited cleanly never entered (uneven inputs, an early return or a
+``sys.exit(0)`` on one rank), the exit is the root cause and the deaths its
+consequence: on gloo the waiters fail within a second (the peer closed its
+connection), so no hang is ever seen and, every death being a victim's, nothing
+was named. The exited ranks are named then, with the ranks that failed after them.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ from operator import eq
 from .. import columns
 from ..config import DetectorConfig
 from ..describe import where, who
-from ..finding import Finding, ranks_phrase, seconds
-from ..health import DEAD, LOST, analyze, classify_all, host_silence_limit, lost_hosts, victims
+from ..finding import Finding, group_name, ranks_phrase, seconds
+from ..health import DEAD, EXITED, LOST, Blame, analyze, classify_all, host_silence_limit, lost_hosts, victims
 from ..mismatch import find as find_mismatch
 from ..view import ClusterView
 
@@ -82,7 +89,53 @@ class DeadRank:
             cluster = list(ranks) if len(ranks) == 1 and health[ranks[0]] == DEAD else []
         if cluster:
             out += self._dead(now, view, cluster, followers, spared, blame)
-        return out
+        return out + self._left_early(now, view, health, blame, spared)
+
+    def _left_early(
+        self, now: float, view: ClusterView, health: dict[int, str], blame: Blame | None, spared: set[int]
+    ) -> list[Finding]:
+        """The ranks that exited cleanly while others waited for them, where waiters died
+        of it (see the module doc). Only when every rank blamed exited: a dead, frozen or
+        lost culprit has its own finding and came first (a launcher's SIGTERM after a
+        crash ends some ranks cleanly, after the crash)."""
+        if blame is None or not blame.culprits or any(health[r] != EXITED for r in blame.culprits):
+            return []
+        failed = sorted(r for r in spared if health[r] == DEAD)
+        if not failed:
+            return []  # the waiters are still waiting: collective_hang names who left
+        rvs = [view.ranks[r] for r in blame.culprits]
+        rv = rvs[0]
+        steps = sorted({x.state.step for x in rvs})
+        at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+        if len(rvs) == 1:
+            head = f"{who(rv)} exited at {at} (a clean exit, hook status exited)"
+        else:
+            hosts = sorted({x.host for x in rvs})
+            head = f"{ranks_phrase(blame.culprits)} (host {', '.join(hosts)}) exited at {at} (clean exits)"
+        return [
+            Finding(
+                kind=self.name,
+                ranks=blame.culprits,
+                hosts=tuple(sorted({x.host for x in rvs})),
+                onset_mono=min(x.progress_at for x in rvs),
+                detected_mono=now,
+                reason=(
+                    f"{head} while {ranks_phrase(blame.waiters)} waited for it in {blame.op} #{blame.seq} on "
+                    f"{group_name(blame.group)}; {ranks_phrase(failed)} failed after it: a rank that left early "
+                    "(uneven inputs, an early return or sys.exit on some ranks only)"
+                ),
+                evidence={
+                    "pids": {str(x.rank): x.state.pid for x in rvs},
+                    "status": EXITED,
+                    "step": rv.state.step,
+                    "group": blame.group,
+                    "seq": blame.seq,
+                    "op": blame.op,
+                    "waiters": list(blame.waiters),
+                    "followers": failed,
+                },
+            )
+        ]
 
     def _dead(self, now, view, cluster, followers, spared, blame) -> list[Finding]:
         rvs = [view.ranks[r] for r in sorted(cluster)]

@@ -12,6 +12,9 @@ so step times look like real training (0.05-1 s) without burning the CPUs.
 ``--fault SPEC`` injects faults for tests and demos (repeatable):
 
     kill:R@S     rank R SIGKILLs itself at the start of step S
+    exit:R@S     rank R leaves the loop and exits cleanly (status 0) at the start of
+                 step S while the others go on into its all-reduce: uneven inputs,
+                 an early return on one rank (on gloo they fail at once)
     stop:R@S     rank R SIGSTOPs itself at the start of step S
     hang:R@S     rank R sleeps forever just before the gradient all-reduce of
                  step S (after forward, before backward) while the others wait in it
@@ -68,6 +71,7 @@ from watchdog.hook import install, rollback  # watchdog
 @dataclass
 class Faults:
     kill: dict[int, int] = field(default_factory=dict)  # rank -> step
+    exit: dict[int, int] = field(default_factory=dict)
     stop: dict[int, int] = field(default_factory=dict)
     hang: dict[int, int] = field(default_factory=dict)
     slow: dict[int, float] = field(default_factory=dict)  # rank -> factor
@@ -97,7 +101,7 @@ def parse_faults(specs: list[str]) -> Faults:
                 step, _, elements = rest.partition(":")
                 faults.mismatch[int(rank)] = int(step)
                 faults.mismatch_elements = int(elements or 1000)
-            elif kind in ("kill", "stop", "hang", "loader-hang", "nan", "raise", "oom"):
+            elif kind in ("kill", "exit", "stop", "hang", "loader-hang", "nan", "raise", "oom"):
                 rank, _, step = rest.partition("@")
                 attr = {"raise": "raise_"}.get(kind, kind.replace("-", "_"))
                 getattr(faults, attr)[int(rank)] = int(step)
@@ -348,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         if faults.kill.get(rank) == step:
             announce("kill", rank, step)
             os.kill(os.getpid(), signal.SIGKILL)
+        if faults.exit.get(rank) == step:
+            announce("exit", rank, step)
+            sys.exit(0)
         if faults.stop.get(rank) == step:
             announce("stop", rank, step)
             os.kill(os.getpid(), signal.SIGSTOP)
