@@ -6,6 +6,7 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.never_joined import NeverJoined
 from watchdog.coordinator.testing import SimJob
@@ -49,6 +50,30 @@ def test_never_joined_table(name, states, world, want):
     assert NeverJoined(CFG).check(159.0, t.view(states, now=159.0, base=first, seq=2)) == []  # before the deadline
     v = t.view(states, now=161.0, base=first, seq=2)
     assert [f.ranks for f in NeverJoined(CFG).check(161.0, v)] == want
+
+
+def test_a_stall_in_rendezvous_is_never_joined_s_not_a_hang_naming_everyone():
+    """A restart where rank 2 never calls init_process_group: ranks 0, 1, 3 wait in
+    rendezvous for it. Past the hang's deadline too, collective_hang names nobody (it
+    named all four, the three waiting included); never_joined names rank 2."""
+
+    def states(now):  # started at 95 s: at step 0 the step age is the time since the slot was made
+        return [
+            t.rank(r, step=0, pg_state="none" if r == 2 else "initializing", phase="init", step_age_s=now - 95.0)
+            for r in range(4)
+        ]
+
+    first = t.view(states(100.0), now=100.0, world_size=4)
+    for now in (170.0, 400.0):
+        v = t.view(states(now), now=now, base=first, seq=2)
+        assert CollectiveHang(CFG).check(now, v) == []
+        assert [f.ranks for f in NeverJoined(CFG).check(now, v)] == [(2,)]
+
+
+def test_a_single_process_that_stalls_before_any_process_group_is_still_a_hang():
+    states = [t.rank(0, world_size=1, step=0, pg_state="none", phase="init", step_age_s=200.0)]
+    v = t.view(states, now=300.0, base=t.view(states, now=100.0, world_size=1), seq=2)
+    assert [f.ranks for f in CollectiveHang(CFG).check(300.0, v)] == [(0,)]
 
 
 def test_never_joined_reason_names_host():

@@ -105,6 +105,19 @@ def _analysis(view: ClusterView, now: float, cfg: DetectorConfig) -> Callable[[]
     return blame
 
 
+def _joining(view: ClusterView, stuck: tuple[int, ...]) -> bool:
+    """A multi-rank job stalled with stuck ranks before or inside init_process_group
+    (a restart where one rank never calls it): the others wait in rendezvous for it,
+    so naming every stuck rank would accuse them; never_joined names the one."""
+    if view.world_size <= 1:
+        return False
+    ranks = view.ranks
+    return any(ranks[r].state.step == 0 and ranks[r].state.pg_state in _JOINING for r in stuck)
+
+
+_JOINING = ("none", "initializing")
+
+
 def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float:
     """``alive[i]``: whether the rank in row ``i`` of the view's columns is live."""
     c = columns.of(view)
@@ -138,6 +151,8 @@ class CollectiveHang:
         b = st.blame
         evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
         if b is None:
+            if _joining(view, st.stuck):
+                return []  # never_joined's, by its own deadline: it names who did not call init
             return [self._stalled(now, view, st, evidence)]
         evidence.update(group=b.group, seq=b.seq, op=b.op, waiters=list(b.waiters), how=b.how, source=b.source)
         if b.source == "flight_recorder":
