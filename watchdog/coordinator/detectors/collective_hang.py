@@ -39,7 +39,7 @@ from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
-from ..view import ClusterView
+from ..view import ClusterView, FoldedRank
 
 SLOW_PHASES = ("checkpoint", "eval")
 _STATUS = {
@@ -108,11 +108,17 @@ def _analysis(view: ClusterView, now: float, cfg: DetectorConfig) -> Callable[[]
 def _joining(view: ClusterView, stuck: tuple[int, ...]) -> bool:
     """A multi-rank job stalled with stuck ranks before or inside init_process_group
     (a restart where one rank never calls it): the others wait in rendezvous for it,
-    so naming every stuck rank would accuse them; never_joined names the one."""
+    so naming every stuck rank would accuse them; never_joined names the one. A rank
+    with any collective on record (the hook's marks, its Flight Recorder) has joined,
+    whatever its process-group state says (a hook installed after the init)."""
     if view.world_size <= 1:
         return False
-    ranks = view.ranks
-    return any(ranks[r].state.step == 0 and ranks[r].state.pg_state in _JOINING for r in stuck)
+    return any(_before_any_collective(view.ranks[r]) for r in stuck)
+
+
+def _before_any_collective(rv: FoldedRank) -> bool:
+    s = rv.state
+    return s.step == 0 and s.pg_state in _JOINING and s.coll.seq == 0 and not rv.colls and not s.fr_newest_seq
 
 
 _JOINING = ("none", "initializing")
