@@ -211,6 +211,7 @@ def ref_fold_into(
 def ref_fold_rank(
     prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]
 ) -> FoldedRank | None:
+    replaced_death = None  # the replaced incarnation's death, kept for dead_rank's ordering
     if prev is not None and (s.pid != prev.state.pid or s.proc_start_us != prev.state.proc_start_us):
         if s.proc_start_us < prev.state.proc_start_us:
             return None
@@ -220,6 +221,7 @@ def ref_fold_rank(
                 {**_ident(s, host), "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
             )
         )
+        replaced_death = prev.died_at
         prev = None
     elif prev is None:
         events.append(
@@ -238,6 +240,7 @@ def ref_fold_rank(
             progress_at=step_start,
             last_alive_at=now if s.alive else now - s.heartbeat_age_s,
             heartbeat_moved=s.step > 0 or s.heartbeat_age_s + 0.05 < s.step_age_s,
+            previous_died_at=replaced_death,
         )
     else:
         old = prev.state

@@ -68,6 +68,11 @@ class FoldedRank:
     # these exist, the split that detectors read comes from them (``split_stats``).
     gpu_stats: StepStats = StepStats()
     gpu_last: GpuStep | None = None  # the latest step the accelerator finished, as reported
+    # When the incarnation this one replaced died (None: it did not, as far as reports
+    # showed). A restart replaces the root cause's record first as often as not; dead_rank
+    # still orders the deaths of the teardown after it, so a victim left in the view with
+    # the earliest death on record is not named as a new root cause.
+    previous_died_at: float | None = None
 
     @property
     def rank(self) -> int:
@@ -308,6 +313,7 @@ def _fold_into(
 def _fold_rank(
     prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]
 ) -> FoldedRank | None:
+    replaced_death: float | None = None
     if prev is not None and (s.pid != prev.state.pid or s.proc_start_us != prev.state.proc_start_us):
         if s.proc_start_us < prev.state.proc_start_us:
             return None  # an older incarnation still reported somewhere: the newer one wins
@@ -317,6 +323,7 @@ def _fold_rank(
                 {**_ident(s, host), "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
             )
         )
+        replaced_death = prev.died_at
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
         events.append(
@@ -327,9 +334,9 @@ def _fold_rank(
         )
     step_start = now - s.step_age_s
     if prev is None:
-        return _joined(s, host, now, step_start, cfg)
+        return _joined(s, host, now, step_start, cfg, replaced_death)
     # Every field's new value, then one FoldedRank (``report.built``: a frozen dataclass's
-    # __init__ sets its 18 fields one call each, and the fold builds one per rank per report).
+    # __init__ sets its 19 fields one call each, and the fold builds one per rank per report).
     old = prev.state
     if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
         _state_changes(old, s, _ident(s, host), events)
@@ -382,15 +389,18 @@ def _fold_rank(
                     coll_keys,
                     gpu_stats,
                     gpu_last,
+                    prev.previous_died_at,
                 ),
             )
         ),
     )
 
 
-def _joined(s: RankState, host: str, now: float, step_start: float, cfg: DetectorConfig) -> FoldedRank:
+def _joined(
+    s: RankState, host: str, now: float, step_start: float, cfg: DetectorConfig, replaced_death: float | None = None
+) -> FoldedRank:
     """A rank's first report (of this incarnation)."""
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {"previous_died_at": replaced_death}
     last_alive = now if s.alive else now - s.heartbeat_age_s
     if not s.alive:
         kw["died_at"], kw["died_precise"], kw["dead_seen_at"] = _died(
@@ -484,6 +494,7 @@ assert _FOLDED_FIELDS == (
     "coll_keys",
     "gpu_stats",
     "gpu_last",
+    "previous_died_at",
 ), _FOLDED_FIELDS
 # The fields' defaults (each its own instance, shared by every FoldedRank built without one)
 # (a dataclass keeps a field's default as the class attribute)

@@ -47,6 +47,19 @@ TIE_COARSE_S = 1.0  # without agent timing: one report interval
 CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its consequence
 
 
+def _replaced_deaths(view: ClusterView, events: list[tuple]) -> list[tuple[float, tuple[int, ...], bool]]:
+    """The deaths of incarnations a restart has replaced since (``FoldedRank.previous_died_at``)
+    that may come before the deaths in ``events`` (within CASCADE_S): each a root cause that
+    is no longer in the view, with no rank to name, that the deaths after it follow."""
+    if not events:
+        return []
+    lo = min(t for t, _, _ in events) - CASCADE_S
+    hi = max(t for t, _, _ in events)
+    return [
+        (t, (), True) for t in (rv.previous_died_at for rv in view.ranks.values()) if t is not None and lo <= t <= hi
+    ]
+
+
 class DeadRank:
     name = "dead_rank"
 
@@ -70,22 +83,33 @@ class DeadRank:
             rv = view.ranks[r]
             if r not in spared and rv.died_at is not None:
                 events.append((rv.died_at, (r,), rv.died_precise))
+        events += _replaced_deaths(view, events)
         events.sort()
         out = list(lost)
         root_t = None
+        cluster_named = True
         cluster: list[int] = []
         followers: list[int] = []
         precise = True
         for t, ranks, exact in events:
-            if root_t is not None and t - root_t <= (TIE_S if precise and exact else TIE_COARSE_S):
-                cluster += ranks if len(ranks) == 1 and health[ranks[0]] == DEAD else []
+            # A rank that started after a replaced incarnation's death is of a later attempt:
+            # its own death (a crash that comes back) is never that teardown's follower.
+            later = (
+                root_t is not None
+                and not cluster_named
+                and len(ranks) == 1
+                and view.ranks[ranks[0]].registered_at > root_t
+            )
+            if root_t is not None and not later and t - root_t <= (TIE_S if precise and exact else TIE_COARSE_S):
+                cluster += ranks if len(ranks) == 1 and health[ranks[0]] == DEAD and cluster_named else []
                 continue
-            if root_t is not None and t - root_t <= CASCADE_S:
+            if root_t is not None and not later and t - root_t <= CASCADE_S:
                 followers += ranks
                 continue
             if cluster:
                 out += self._dead(now, view, cluster, followers, spared, blame)
             root_t, precise, followers = t, exact, []
+            cluster_named = bool(ranks)  # a replaced incarnation's death: a root nobody is named for
             cluster = list(ranks) if len(ranks) == 1 and health[ranks[0]] == DEAD else []
         if cluster:
             out += self._dead(now, view, cluster, followers, spared, blame)
