@@ -71,3 +71,66 @@ def test_a_crash_that_comes_back_in_the_new_attempt_is_named():
     v = fold_at(torn_down(), 12.6, [new(0, 12.6, 11.8), new(1, 12.6, 11.8), new(2, 12.6, 12.5), old(3, 12.6, 10.13)], 3)
     v = t.as_folded(fold_at(v, 15.5, states, 4))
     assert [f.ranks for f in DeadRank(CFG).check(15.5, v)] == [(2,)]
+
+
+# -- a launcher's teardown: every rank of a host SIGTERMed at once ------------------------------
+
+
+def sigtermed(r: int, now: float, died: float, **kw):
+    s = t.rank(r, world_size=4, step=300, step_age_s=now - died, **kw)
+    return replace(
+        s,
+        alive=False,
+        gone_age_s=now - died,
+        death={"summary": "exit -15 (SIGTERM)", "exit_code": -15, "signal": "SIGTERM"},
+    )
+
+
+def two_hosts(host0, host1, now: float) -> ClusterView:
+    v = empty("job")
+    v, _ = fold(v, t.report("node-a", [t.rank(r, world_size=4, step=290) for r in (0, 1)], seq=1), now - 10, CFG)
+    v, _ = fold(v, t.report("node-b", [t.rank(r, world_size=4, step=290) for r in (2, 3)], seq=1), now - 10, CFG)
+    v, _ = fold(v, t.report("node-a", host0, seq=2), now, CFG)
+    v, _ = fold(v, t.report("node-b", host1, seq=2), now, CFG)
+    return t.as_folded(v)
+
+
+def test_ranks_their_launcher_terminated_together_are_nobody_s_fault():
+    """torchrun stopping node-a's workers for a membership change (a node joined), or a
+    scheduler's cancel: both SIGTERM deaths within a millisecond. The old code named rank 1
+    ("died: exit -15 (SIGTERM) ...; rank 0 failed after it")."""
+    now = 30.0
+    v = two_hosts([sigtermed(0, now, 29.0005), sigtermed(1, now, 29.0)], [t.rank(r, world_size=4) for r in (2, 3)], now)
+    assert DeadRank(CFG).check(now, v) == []
+
+
+def test_a_rank_killed_alone_is_named_though_its_host_mates_were_terminated_after_it():
+    """An operator's kill -TERM of rank 1; its launcher stops rank 0 once it notices, 0.8 s later."""
+    now = 30.0
+    v = two_hosts([sigtermed(0, now, 29.8), sigtermed(1, now, 29.0)], [t.rank(r, world_size=4) for r in (2, 3)], now)
+    assert [f.ranks for f in DeadRank(CFG).check(now, v)] == [(1,)]
+
+
+def test_a_crash_before_the_teardown_is_the_root_cause_and_the_terminated_follow_it():
+    now = 30.0
+    crashed = replace(
+        t.rank(2, world_size=4, step=300),
+        alive=False,
+        gone_age_s=2.0,
+        status="failed",
+        death={"summary": "exit 1", "exit_code": 1},
+    )
+    v = two_hosts([sigtermed(0, now, 28.5), sigtermed(1, now, 28.5003)], [crashed, sigtermed(3, now, 28.2)], now)
+    [f] = DeadRank(CFG).check(now, v)
+    assert f.ranks == (2,) and "ranks 0-1,3 failed after it" in f.reason
+
+
+def test_a_rank_alone_on_its_host_terminated_is_still_named():
+    """One rank per host: its launcher's teardown and a kill of the rank look the same."""
+    now = 30.0
+    v = empty("job")
+    v, _ = fold(v, t.report("node-a", [t.rank(0, world_size=2)], seq=1), now - 10, CFG)
+    v, _ = fold(v, t.report("node-b", [t.rank(1, world_size=2)], seq=1), now - 10, CFG)
+    v, _ = fold(v, t.report("node-a", [replace(sigtermed(0, now, 29.0), world_size=2)], seq=2), now, CFG)
+    v, _ = fold(v, t.report("node-b", [t.rank(1, world_size=2)], seq=2), now, CFG)
+    assert [f.ranks for f in DeadRank(CFG).check(now, t.as_folded(v))] == [(0,)]

@@ -27,10 +27,19 @@ ranks that exited cleanly never entered (uneven inputs, an early return or a
 consequence: on gloo the waiters fail within a second (the peer closed its
 connection), so no hang is ever seen and, every death being a victim's, nothing
 was named. The exited ranks are named then, with the ranks that failed after them.
+
+Not a rank's fault. Ranks their launcher terminated together (every rank of a
+host dead of SIGTERM within milliseconds: torchrun's restart after a failure
+elsewhere, a membership change when a node joins, a scheduler's cancel) take part
+in the ordering without being named; so do the deaths of incarnations a restart
+has replaced since (``FoldedRank.previous_died_at``), so the victims a restart
+leaves in the view are not taken for a new root cause once the root's record is
+gone. A rank of a later attempt is never their follower.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import compress, repeat
 from operator import eq
 
@@ -45,18 +54,43 @@ from ..view import ClusterView
 TIE_S = 0.003  # agents time exits through pidfds (agent/deathwatch.py) to ~1 ms; closer is a tie
 TIE_COARSE_S = 1.0  # without agent timing: one report interval
 CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its consequence
+TEARDOWN_S = 0.05  # a launcher's SIGTERM to its workers: their deaths land within milliseconds
 
 
-def _replaced_deaths(view: ClusterView, events: list[tuple]) -> list[tuple[float, tuple[int, ...], bool]]:
+def _torn_down(view: ClusterView, health: dict[int, str], dead: list[int]) -> set[int]:
+    """Ranks their launcher (or the scheduler) terminated together: every rank of their
+    host, two or more, dead of SIGTERM within TEARDOWN_S of each other, as the agent
+    timed it. torchrun signals its workers in one loop, for a restart after a failure
+    elsewhere or a membership change (a node joined); a scheduler's cancel or preemption
+    does the same. None of it is a rank's fault. A rank killed alone (an operator's
+    ``kill``) dies before its host-mates, whom the launcher stops only once it notices."""
+    by_host: dict[str, list[float]] = {}
+    for r in dead:
+        rv = view.ranks[r]
+        death = rv.state.death
+        at = rv.died_at
+        if at is not None and rv.died_precise and death.get("signal") == "SIGTERM" and "exception" not in death:
+            by_host.setdefault(rv.host, []).append(at)
+    if not by_host:
+        return set()
+    c = columns.of(view)
+    size = Counter(h for h in c.host if h in by_host)
+    torn = {h for h, ts in by_host.items() if len(ts) == size[h] >= 2 and max(ts) - min(ts) <= TEARDOWN_S}
+    return {r for r in dead if view.ranks[r].host in torn}
+
+
+def _replaced_deaths(view: ClusterView, events: list[tuple]) -> list[tuple[float, tuple[int, ...], bool, bool]]:
     """The deaths of incarnations a restart has replaced since (``FoldedRank.previous_died_at``)
     that may come before the deaths in ``events`` (within CASCADE_S): each a root cause that
     is no longer in the view, with no rank to name, that the deaths after it follow."""
     if not events:
         return []
-    lo = min(t for t, _, _ in events) - CASCADE_S
-    hi = max(t for t, _, _ in events)
+    lo = min(e[0] for e in events) - CASCADE_S
+    hi = max(e[0] for e in events)
     return [
-        (t, (), True) for t in (rv.previous_died_at for rv in view.ranks.values()) if t is not None and lo <= t <= hi
+        (t, (), True, False)
+        for t in (rv.previous_died_at for rv in view.ranks.values())
+        if t is not None and lo <= t <= hi
     ]
 
 
@@ -77,12 +111,15 @@ class DeadRank:
         if mismatch is not None and mismatch.odd:
             spared |= {r for r in mismatch.usual if health[r] == DEAD}
         lost = self._lost_hosts(now, view, health)
-        # (time, ranks, precise): lost hosts take part in the ordering as one event each.
-        events = [(f.onset_mono, f.ranks, False) for f in lost]
-        for r in compress(health.keys(), map(eq, repeat(DEAD), states)):  # the view's rank order
+        # (time, ranks, precise, nameable): lost hosts take part in the ordering as one event
+        # each; a launcher's teardown and replaced incarnations' deaths with nobody to name.
+        events = [(f.onset_mono, f.ranks, False, True) for f in lost]
+        dead = list(compress(health.keys(), map(eq, repeat(DEAD), states)))  # the view's rank order
+        torn = _torn_down(view, health, dead)
+        for r in dead:
             rv = view.ranks[r]
             if r not in spared and rv.died_at is not None:
-                events.append((rv.died_at, (r,), rv.died_precise))
+                events.append((rv.died_at, (r,), rv.died_precise, r not in torn))
         events += _replaced_deaths(view, events)
         events.sort()
         out = list(lost)
@@ -91,9 +128,9 @@ class DeadRank:
         cluster: list[int] = []
         followers: list[int] = []
         precise = True
-        for t, ranks, exact in events:
-            # A rank that started after a replaced incarnation's death is of a later attempt:
-            # its own death (a crash that comes back) is never that teardown's follower.
+        for t, ranks, exact, nameable in events:
+            # A rank that started after an unnamed root's death is of a later attempt: its own
+            # death (a crash that comes back) is never that teardown's follower.
             later = (
                 root_t is not None
                 and not cluster_named
@@ -101,7 +138,10 @@ class DeadRank:
                 and view.ranks[ranks[0]].registered_at > root_t
             )
             if root_t is not None and not later and t - root_t <= (TIE_S if precise and exact else TIE_COARSE_S):
-                cluster += ranks if len(ranks) == 1 and health[ranks[0]] == DEAD and cluster_named else []
+                if cluster_named and nameable:
+                    cluster += ranks if len(ranks) == 1 and health[ranks[0]] == DEAD else []
+                else:
+                    followers += ranks  # died with an unnamed root, or torn down: never named
                 continue
             if root_t is not None and not later and t - root_t <= CASCADE_S:
                 followers += ranks
@@ -109,8 +149,8 @@ class DeadRank:
             if cluster:
                 out += self._dead(now, view, cluster, followers, spared, blame)
             root_t, precise, followers = t, exact, []
-            cluster_named = bool(ranks)  # a replaced incarnation's death: a root nobody is named for
-            cluster = list(ranks) if len(ranks) == 1 and health[ranks[0]] == DEAD else []
+            cluster_named = nameable
+            cluster = list(ranks) if nameable and len(ranks) == 1 and health[ranks[0]] == DEAD else []
         if cluster:
             out += self._dead(now, view, cluster, followers, spared, blame)
         return out + self._left_early(now, view, health, blame, spared)
