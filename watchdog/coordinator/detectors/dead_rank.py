@@ -57,7 +57,7 @@ CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its con
 TEARDOWN_S = 0.05  # a launcher's SIGTERM to its workers: their deaths land within milliseconds
 
 
-def _torn_down(view: ClusterView, health: dict[int, str], dead: list[int]) -> set[int]:
+def _torn_down(view: ClusterView, dead: list[int]) -> set[int]:
     """Ranks their launcher (or the scheduler) terminated together: every rank of their
     host, two or more, dead of SIGTERM within TEARDOWN_S of each other, as the agent
     timed it. torchrun signals its workers in one loop, for a restart after a failure
@@ -115,7 +115,7 @@ class DeadRank:
         # each; a launcher's teardown and replaced incarnations' deaths with nobody to name.
         events = [(f.onset_mono, f.ranks, False, True) for f in lost]
         dead = list(compress(health.keys(), map(eq, repeat(DEAD), states)))  # the view's rank order
-        torn = _torn_down(view, health, dead)
+        torn = _torn_down(view, dead)
         for r in dead:
             rv = view.ranks[r]
             if r not in spared and rv.died_at is not None:
