@@ -69,12 +69,16 @@ def test_never_joined_is_named_by_the_deadline(tmp_path):
 
 
 def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
+    # 100 ms of compute a step: at the example's 50 ms, a slow CI run's load stretched gloo's
+    # all-reduce to 31-33% of the step and the verdict rightly said communication-bound.
     res = scenario.run(
         [],
-        steps=250,
+        steps=200,
         timeout_s=240,
         work_dir=str(tmp_path),
         script_args=[
+            "--compute-ms",
+            "100",
             "--jitter",
             "0.3",
             "--ckpt-dir",
@@ -97,7 +101,7 @@ def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(tmp_path):
     assert span is not None, "no rank exited cleanly"
     accounted = sum(final["seconds"].values()) + final["pending_s"]
     assert abs(accounted - span) <= 0.01 * span + 0.5, (accounted, span)  # + a report interval and a tick
-    assert final["seconds"]["checkpoint_eval"] > 8.0, final  # 4 pauses of 8 s
+    assert final["seconds"]["checkpoint_eval"] > 8.0, final  # 3 pauses of 8 s
 
 
 def test_ranks_stopped_together_are_one_frozen_rank_finding(tmp_path):
