@@ -340,3 +340,50 @@ def test_report_version_2_only_after_a_reply_that_says_it_is_read():
     same = [dataclasses.replace(r, recent_steps=()) for r in first.ranks]
     assert second == dataclasses.replace(first, seq=2, ranks=tuple(same))  # the same content, as rows
     assert s.failed == 3 and s.ok == 8
+
+
+def test_step_summaries_follow_the_reports_the_coordinator_accepted():
+    from watchdog.coordinator.config import DetectorConfig
+    from watchdog.coordinator.steps import StepStats, add_samples
+
+    settings = [2, 256, 50, 20, 4]
+    cfg = DetectorConfig(**dict(zip(("warmup_steps", "history_steps", "starvation_window_steps"), settings)))
+    recs = [testing.step_record(i, i + 1, (i % 3 + 1) * S // 10, data_ns=S // 100) for i in range(30)]
+    views = [view("j", 0, recs[:4])]
+    replies = [{"ok": True, "step_summary_config": settings}, {"ok": True, "step_summary_config": settings}]
+    replies += [ConnectionRefusedError("refused"), {"ok": True, "step_summary_config": settings}]
+    sent = []
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        r = replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    s = make(views, post)
+    for upto in (4, 10, 20, 30):
+        views[0] = view("j", 0, recs[:upto])
+        s.send_once()
+    summaries = [p["ranks"][0]["step_summary"] for p in sent]
+    assert summaries[0] == []  # no reply has given the settings yet
+    assert [p["step_summary_config"] for p in sent] == [[], settings, settings, settings]
+    # The samples of the accepted reports (1, 2 and 4: the failed one's came again), summarised.
+    samples = [track.step_sample(r) for r in recs]
+    want = add_samples(
+        add_samples(add_samples(StepStats(), tuple(samples[:4]), cfg), tuple(samples[4:10]), cfg),
+        tuple(samples[10:]),
+        cfg,
+    )
+    assert summaries[3][:5] == [
+        30.0,
+        want.p99_step_s,
+        float(want.train_steps),
+        want.data_share,
+        float(want.windows_scanned),
+    ]
+    assert summaries[3][5::5] == [
+        0.0
+    ]  # window 0 (steps 1-19, the 20-step window before step 20's) closed once, in report 4
+    assert summaries[2][5:] == [0.0, *summaries[3][6:10]]  # ...though the failed report 3 had carried it too
+    wire_report.HostReport.from_dict(sent[3])  # the coordinator's parser accepts it

@@ -41,7 +41,11 @@ def rejected(c, reason):
 
 def test_good_report_is_accepted(coord):
     status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, body(t.report("a", t.healthy())), 10.0)
-    assert (status, reply, reason) == (200, {"ok": True, "commands": [], "report_versions": [1, 2]}, "")
+    assert (status, reply, reason) == (
+        200,
+        {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 256, 50, 20, 4]},
+        "",
+    )
     assert coord.registry.get_sample_value("watchdog_coordinator_reports_received_total") == 1
     assert len(coord.view.ranks) == 8
 

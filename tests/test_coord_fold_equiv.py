@@ -56,7 +56,8 @@ _first, _third = itemgetter(0), itemgetter(2)
 
 
 def ref_add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
-    last = st.history[-1].step if st.history else None
+    # Since the step summaries: a warm-up sample sent again is not counted twice (StepStats.unkept_step).
+    last = st.history[-1].step if st.history else (st.unkept_step if st.unkept_step >= 0 else None)
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
         return st
@@ -66,7 +67,14 @@ def ref_add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: Detecto
     seq = st.history + tuple(new)
     history = seq[-cfg.history_steps :]
     if not history:
-        return replace(st, steps_seen=seen + len(fresh), history=history, flat=array("d"), flat_of=history)
+        return replace(
+            st,
+            steps_seen=seen + len(fresh),
+            history=history,
+            flat=array("d"),
+            flat_of=history,
+            unkept_step=fresh[-1].step,
+        )
     run = st.running
     if run is None or run.tip is not st.history or not run.fits(cfg):
         run = _RefRunning.build(st.history, cfg)

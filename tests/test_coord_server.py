@@ -102,7 +102,7 @@ def test_the_start_line_says_which_event_loop_serves(daemon, tmp_path):
 
 
 def test_good_and_bad_reports_over_http(daemon):
-    ok = {"ok": True, "commands": [], "report_versions": [1, 2]}
+    ok = {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 256, 50, 20, 4]}
     assert post(daemon, report_bytes([t.rank(r) for r in range(4)])) == (200, ok)
     cases = [
         (b"{not json", {}, 400, "bad_json"),
@@ -301,7 +301,12 @@ def test_process_start_report_stop(tmp_path):
             headers={"Authorization": "Bearer secret", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=5) as resp:
-            assert json.load(resp) == {"ok": True, "commands": [], "report_versions": [1, 2]}
+            assert json.load(resp) == {
+                "ok": True,
+                "commands": [],
+                "report_versions": [1, 2],
+                "step_summary_config": [2, 256, 50, 20, 4],
+            }
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)

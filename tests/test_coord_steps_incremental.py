@@ -20,7 +20,8 @@ from watchdog.report import StepSample
 
 def reference(s: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
     """add_samples as it was before it kept running statistics (main at dc9c9fc)."""
-    last = s.history[-1].step if s.history else None
+    # Since the step summaries: a warm-up sample sent again is not counted twice (StepStats.unkept_step).
+    last = s.history[-1].step if s.history else (s.unkept_step if s.unkept_step >= 0 else None)
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
         return s
@@ -28,7 +29,7 @@ def reference(s: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig
     skip = max(0, cfg.warmup_steps - seen)
     history = (s.history + tuple(fresh[skip:]))[-cfg.history_steps :]
     if not history:
-        return replace(s, steps_seen=seen + len(fresh), history=history)
+        return replace(s, steps_seen=seen + len(fresh), history=history, unkept_step=fresh[-1].step)
     p99 = stats.quantile([x.step_s for x in history[-P99_SAMPLES:]], 0.99)
     train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
         -cfg.starvation_window_steps :

@@ -30,6 +30,7 @@ from itertools import chain, islice, repeat, starmap
 from operator import add, attrgetter, itemgetter, lt
 from typing import Any, TypeVar, cast
 
+from . import stepsummary
 from .wire import Phase
 
 REPORT_VERSION = 1  # HostReport.to_dict()'s form: an object per rank and per step
@@ -234,6 +235,10 @@ class RankState:
     # completion source: a CPU-only machine, gloo on CPU).
     recent_gpu: tuple[GpuStep, ...] = ()
     gpu_clock: str = ""
+    # Its step statistics as the agent computed them from the samples this
+    # coordinator accepted (watchdog.stepsummary: the wire form); () when the agent
+    # sends none (an older agent, or before a reply gave it the settings).
+    step_summary: tuple[float, ...] = ()
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
@@ -256,6 +261,9 @@ class HostReport:
     ranks: tuple[RankState, ...]
     accelerators: tuple[dict, ...] = ()
     acks: tuple[dict, ...] = ()  # outcomes of commands (coordinator -> agent)
+    # The coordinator settings its ranks' step summaries were computed under (as a
+    # reply gave them: stepsummary.CONFIG_FIELDS); () when they carry none.
+    step_summary_config: tuple[int, ...] = ()
     v: int = REPORT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,7 +303,18 @@ class HostReport:
             ranks=ranks,
             accelerators=tuple(_opt_list_of_dicts(obj, "accelerators")),
             acks=tuple(_opt_list_of_dicts(obj, "acks")),
+            step_summary_config=_summary_config(obj),
         )
+
+
+def _summary_config(obj: dict) -> tuple[int, ...]:
+    val = obj.get("step_summary_config", [])
+    if val == []:
+        return ()
+    problem = stepsummary.config_problem(val)
+    if problem:
+        raise ReportError(f"report: {problem}")
+    return tuple(val)
 
 
 def _get(obj: dict, key: str, typ, where: str):
@@ -382,6 +401,7 @@ def _rank_from_dict(raw: Any, i: int) -> RankState:
     kw["recent_steps"] = tuple(samples)
     kw["recent_colls"] = _colls_from_dict(raw.get("recent_colls", []), where)
     kw["recent_gpu"] = _gpu_from_dict(raw.get("recent_gpu", []), where)
+    kw["step_summary"] = _summary_from(raw.get("step_summary", []), where)
     kw["death"] = _death_from_dict(raw.get("death", {}), where)
     if not 0 <= kw["rank"] < kw["world_size"]:
         raise ReportError(f"{where}: rank {kw['rank']} outside world size {kw['world_size']}")
@@ -444,6 +464,32 @@ def _gpu_from_dict(val: Any, where: str) -> tuple[GpuStep, ...]:
             raise ReportError(f"{gw}: step must be a count and durations finite seconds >= 0")
         out.append(GpuStep(step=step, phase=phase, **{k: float(v) for k, v in secs.items()}))
     return tuple(out)
+
+
+def _summary_from(val: Any, where: str) -> tuple[float, ...]:
+    """A rank's step summary (``stepsummary``), ints made floats; a ReportError
+    naming what is wrong with it."""
+    if type(val) is not list:
+        raise ReportError(f"{where}: step_summary must be a list of numbers")
+    if not val:
+        return ()
+    if not all(type(x) in (int, float) for x in val):
+        raise ReportError(f"{where}: step_summary must hold numbers only")
+    out = tuple(map(float, val))
+    problem = stepsummary.problem(out)
+    if problem:
+        raise ReportError(f"{where}: {problem}")
+    return out
+
+
+def _summary_fast(val: Any) -> tuple[float, ...] | None:
+    """``_summary_from`` for a list of floats in range; None for anything else."""
+    if type(val) is not list:
+        return None
+    if not val:
+        return ()
+    out = tuple(val)
+    return None if stepsummary.problem(out) else out
 
 
 def _named(raw: Any) -> Any:
@@ -560,6 +606,8 @@ def rank_problem(r: RankState) -> str:
             return f"recent_gpu[{j}]: step must be a count and durations finite seconds >= 0"
     if len(r.gpu_clock) > _SIG_TEXT:
         return f"gpu_clock is at most {_SIG_TEXT} characters"
+    if r.step_summary:
+        return stepsummary.problem(r.step_summary)
     return ""
 
 
@@ -610,6 +658,7 @@ def _plainly_fine(r: RankState) -> bool:
         and -(1 << 63) <= r.fr_newest_group < (1 << 63)
         and not r.recent_gpu  # GPU-side steps: checked one by one below
         and len(r.gpu_clock) <= _SIG_TEXT
+        and not (r.step_summary and stepsummary.problem(r.step_summary))
     )
 
 
@@ -750,9 +799,13 @@ def _fast_rank(raw: dict) -> RankState | None:
         return None
     if not 0 <= kw["rank"] < kw["world_size"]:
         return None
+    summary = _summary_fast(raw["step_summary"]) if "step_summary" in raw else ()
+    if summary is None:
+        return None
     kw["recent_steps"] = tuple(samples)
     kw["recent_colls"] = tuple(colls)
     kw["recent_gpu"] = tuple(gpu)
+    kw["step_summary"] = summary
     kw["death"] = {}
     return built(RankState, kw)  # every field set: the plan filled in what an older agent leaves out
 
@@ -946,6 +999,7 @@ class _Layout:
         self.coll_i = at.get("coll", -1)
         self.steps_i, self.colls_i = at.get("recent_steps", -1), at.get("recent_colls", -1)
         self.gpu_i, self.death_i = at.get("recent_gpu", -1), at.get("death", -1)
+        self.summary_i = at.get("step_summary", -1)
         cat = {n: i for i, n in enumerate(coll_fields)}
         self.coll_of = itemgetter(*(cat[n] for n in _COLL_NAMES)) if all(n in cat for n in _COLL_NAMES) else None
         sat = {n: i for i, n in enumerate(step_fields)}
@@ -962,6 +1016,7 @@ class _Layout:
         self.colls_at = itemgetter(self.colls_i) if self.colls_i >= 0 else None
         self.gpu_at = itemgetter(self.gpu_i) if self.gpu_i >= 0 else None
         self.death_at = itemgetter(self.death_i) if self.death_i >= 0 else None
+        self.summary_at = itemgetter(self.summary_i) if self.summary_i >= 0 else None
         self.step_types = list(_STEP_FULL_TYPES if self.step_full else _STEP_SHORT_TYPES)
         self.step_cols = _full_cols if self.step_full else _short_cols
         # An agent's lists name the fields in the dataclasses' order: a row is then its values as read.
@@ -1071,14 +1126,23 @@ class _Layout:
             deaths = list(map(self.death_at, rows))
             if set(map(type, deaths)) != _DICT or any(deaths):  # why a rank died: rare, checked field by field
                 return None
+        summaries: Any = repeat(_NO_STEPS, n)
+        if self.summary_at is not None:
+            raw_summaries = list(map(self.summary_at, rows))
+            if set(map(type, raw_summaries)) != _LIST or not stepsummary.all_fine(list(filter(None, raw_summaries))):
+                return None
+            summaries = list(map(tuple, raw_summaries))
         if not _all_in_range(tuple(zip(*vals)), tuple(zip(*cvals)), step_counts, step_secs, n):
             return None
         out = []
-        for kw, cv, got, sigs, gpu in zip(map(dict, map(zip, repeat(_FAST_NAMES), vals)), cvals, samples, colls, gpus):
+        for kw, cv, got, sigs, gpu, summary in zip(
+            map(dict, map(zip, repeat(_FAST_NAMES), vals)), cvals, samples, colls, gpus, summaries
+        ):
             kw["coll"] = built(CollectiveState, dict(zip(_COLL_NAMES, cv)))
             kw["recent_steps"] = got
             kw["recent_colls"] = sigs
             kw["recent_gpu"] = gpu
+            kw["step_summary"] = summary
             kw["death"] = {}
             out.append(built(RankState, kw))
         # GPU-side steps need no rank_problem: _gpu_from_dict refused what it would find in them.
@@ -1137,9 +1201,13 @@ class _Layout:
             return None
         if not 0 <= kw["rank"] < kw["world_size"]:
             return None
+        summary = _summary_fast(row[self.summary_i]) if self.summary_i >= 0 else ()
+        if summary is None:
+            return None
         kw["recent_steps"] = samples
         kw["recent_colls"] = tuple(colls)
         kw["recent_gpu"] = tuple(gpu)
+        kw["step_summary"] = summary
         kw["death"] = {}
         if plan:  # the values as the rank holds them: floats for ints
             vals = tuple(map(kw.__getitem__, _FAST_NAMES))

@@ -17,6 +17,9 @@ never sent what it cannot read for more than one report. A send that failed for
 any other reason (no answer, busy, timed out) keeps the version: falling back to
 version 1 when the coordinator is overloaded would double its bytes and decoding
 exactly then.
+
+A reply's ``"step_summary_config"`` has the agent send its ranks' step statistics
+beside their samples (``stepsummaries.py``), computed from the samples accepted.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from watchdog import logs
 from watchdog.agent import report, track
 from watchdog.agent.slots import LocalRank
+from watchdog.agent.stepsummaries import StepSummaries
 from watchdog.report import REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
 
 REPORT_PATH = "/api/v1/report"
@@ -192,6 +196,8 @@ class Sender:
         self.advised_interval_s = 0.0
         # The report version to send: 2 only while the last reply said it is read.
         self.report_version = REPORT_VERSION
+        # Its ranks' step statistics, sent once a reply gives the settings (stepsummaries.py).
+        self.summaries = StepSummaries()
         self.ok = self.failed = self.commands_received = self.ranks_dropped = 0
         self.last_commands: list[dict] = []
 
@@ -217,7 +223,7 @@ class Sender:
                 accelerators=acc,
                 acks=acks,
             )
-            rep = self._drop_invalid(rep, mine)
+            rep = self.summaries.add(self._drop_invalid(rep, mine))
             body = plain(rep)
             try:
                 if self.report_version == ROWS_VERSION:
@@ -228,10 +234,12 @@ class Sender:
             except Exception as exc:  # URLError, timeout, bad JSON, refusal: all one outcome
                 if isinstance(exc, HttpRefused) and exc.status == UNREADABLE:
                     self.report_version = REPORT_VERSION  # what any coordinator reads, until a reply says more
+                self.summaries.failed()
                 self._failed(job, exc)
                 continue
             self.ok += 1
             self.report_version = ROWS_VERSION if _reads_rows(reply) else REPORT_VERSION
+            self.summaries.accepted(job, reply)
             if self._failing:
                 self._failing = False
                 self._log.info("reports resumed", url=self._url)

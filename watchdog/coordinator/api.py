@@ -27,6 +27,7 @@ from ..report import (
 )
 from . import jsonbody
 from .service import Coordinator, WrongJob
+from .steps import summary_config
 
 __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]
 # request headers: a plain dict in tests, http.server's message on the wire
@@ -86,6 +87,7 @@ class ReportHandler:
         self.token = token
         self.log = logs.get("watchdog.coordinator")
         self._limit = logs.RateLimited(every_s=60.0)
+        self._summary_config = list(summary_config(coordinator.cfg.detectors))
 
     def reject(self, status: int, reason: str, message: str, now: float, peer: str = "") -> Reply:
         self.coordinator.metrics.rejected.labels(reason).inc()
@@ -164,6 +166,9 @@ class ReportHandler:
         # Added field: the versions this coordinator reads. An agent sends version 2
         # only after a reply listing it, so an older coordinator keeps getting version 1.
         reply["report_versions"] = list(REPORT_VERSIONS)
+        # Added field: the settings under which agents may compute their ranks' step
+        # statistics and send them (watchdog.stepsummary); an older agent ignores it.
+        reply["step_summary_config"] = self._summary_config
         if dropped:  # added field: the agent can see which entries were left out and why
             self._dropped(report, dropped, now, peer)
             reply["dropped"] = [

@@ -111,6 +111,13 @@ class CoordinatorMetrics:
             "Rank entries left out of accepted reports as invalid (the rest of the report is kept)",
             registry=r,
         )
+        self.step_summaries = Counter(
+            "watchdog_coordinator_step_summaries_total",
+            "Ranks' step statistics in accepted reports: taken from the agent's summary (used), or computed here "
+            "because the summary did not end at the newest sample kept here (computed)",
+            ["outcome"],
+            registry=r,
+        )
         self.acks_dropped = Counter(
             "watchdog_coordinator_report_acks_dropped_total",
             f"Command acks beyond {MAX_ACKS_PER_REPORT} in one report, dropped unread",

@@ -182,7 +182,13 @@ class Coordinator:
                         reported=sorted({r.world_size for r in report.ranks}),
                         suppressed=suppressed,
                     )
+            tally = view.step_summaries
+            used, computed = tally
             events = view.fold(report, now, self.cfg.detectors)
+            if tally[0] != used:
+                self.metrics.step_summaries.labels("used").inc(tally[0] - used)
+            if tally[1] != computed:
+                self.metrics.step_summaries.labels("computed").inc(tally[1] - computed)
             if self._wall_clock is not None:
                 self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
             for name, payload in events:

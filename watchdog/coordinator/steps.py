@@ -12,8 +12,10 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from math import floor, inf
 
+from watchdog import stepsummary as sm
 from watchdog.report import StepSample, built
 
 from . import stats
@@ -68,6 +70,10 @@ class StepStats:
     # ledger's tick). Never mutated; valid only while ``flat_of is history``.
     flat: array = field(default_factory=lambda: array("d"), compare=False, repr=False)
     flat_of: Steps | None = field(default=None, compare=False, repr=False)
+    # The newest step number seen while the history is empty (its warm-up samples
+    # are not kept): a warm-up sample sent again (a report whose reply was lost)
+    # is not counted twice, nor kept as if it were a later step. -1: none.
+    unkept_step: int = field(default=-1, compare=False, repr=False)
 
 
 def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
@@ -79,18 +85,63 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     that was most of the fold). The results are those of the plain definitions
     (``stats.quantile``, ``stats.data_share`` over the history's tail), bit for bit:
     tests/test_coord_steps_incremental.py compares both on random streams."""
+    grown = _grown(st, samples, cfg)
+    if isinstance(grown, StepStats):
+        return grown
+    seen, new, seq, origin, start, history = grown
+    old = st.history
+    run = st.running
+    if run is None or run.tip is not old or not run.fits(cfg):
+        run = _Running.build(old, cfg)  # a stale or foreign StepStats: rebuilt from its history
+    if run is None or not run.extend(seq, start, origin):  # a duration not finite (a caller that skipped validation)
+        return _recomputed(st, history, seen, cfg)
+    run.tip = history
+    train_steps, share = run.data_share()
+    windows, scanned = st.windows, st.windows_scanned
+    # No window closed since the last report (most reports): ``scanned``, once set, is at or
+    # past the last window summarised, and a window closes when the newest step is past it.
+    if not new or scanned < 0 or new[-1].step // cfg.straggler_window_steps - 1 > scanned:
+        windows, scanned = _close_windows(windows, scanned, history, cfg, new[-1] if new else None)
+    return built(  # StepStats(...) without its frozen __init__'s call per field: one per rank per report
+        StepStats,
+        {
+            "steps_seen": seen,
+            "history": history,
+            "windows": windows,
+            "p99_step_s": run.p99(),
+            "train_steps": train_steps,
+            "data_share": share,
+            "running": run,
+            "windows_scanned": scanned,
+            "flat": _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
+            "flat_of": history,
+            "unkept_step": st.unkept_step,
+        },
+    )
+
+
+Grown = tuple[int, list[StepSample], Sequence[StepSample], int, int, Steps]
+
+
+def _grown(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> Grown | StepStats:
+    """The history with ``samples`` added, as ``add_samples`` and ``with_summary``
+    both need it: (steps seen, the new samples kept, the buffer ``seq`` of the old
+    history then the new samples from ``origin`` on, ``start`` of the new ones in
+    it, the history); or, where there is nothing to compute, the StepStats itself
+    (``st`` when no sample is newer than its history)."""
     old = st.history
     last: int | None
     if old.__class__ is History:  # the usual case, read without a call
         last = old.buf[old.end - 1].step
     else:
-        last = old[-1].step if old else None
+        last = old[-1].step if old else (st.unkept_step if st.unkept_step >= 0 else None)
     fresh = [x for x in samples if last is None or x.step > last]
     if not fresh:
         return st
     seen = st.steps_seen
     skip = max(0, cfg.warmup_steps - seen)  # a rank's first steps: compile, warm-up, loader start
     new = fresh[skip:]
+    seen += len(fresh)
     keep = cfg.history_steps
     history: Steps
     seq: Sequence[StepSample]  # the old history then the new samples, from ``origin`` on
@@ -103,33 +154,78 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
         start = len(seq) - len(new)
         history = old if not new and start <= keep else seq[-keep:]  # what the tuple's slice gave
         if not history:
-            return replace(st, steps_seen=seen + len(fresh), history=history, flat=array("d"), flat_of=history)
-    run = st.running
-    if run is None or run.tip is not old or not run.fits(cfg):
-        run = _Running.build(old, cfg)  # a stale or foreign StepStats: rebuilt from its history
-    if run is None or not run.extend(seq, start, origin):  # a duration not finite (a caller that skipped validation)
-        return _recomputed(st, history, seen + len(fresh), cfg)
-    run.tip = history
-    train_steps, share = run.data_share()
-    windows, scanned = st.windows, st.windows_scanned
-    # No window closed since the last report (most reports): ``scanned``, once set, is at or
-    # past the last window summarised, and a window closes when the newest step is past it.
-    if not new or scanned < 0 or new[-1].step // cfg.straggler_window_steps - 1 > scanned:
-        windows, scanned = _close_windows(windows, scanned, history, cfg, new[-1] if new else None)
-    return built(  # StepStats(...) without its frozen __init__'s call per field: one per rank per report
+            return replace(
+                st, steps_seen=seen, history=history, flat=array("d"), flat_of=history, unkept_step=fresh[-1].step
+            )
+    return seen, new, seq, origin, start, history
+
+
+def with_summary(
+    st: StepStats, samples: tuple[StepSample, ...], summary: tuple[float, ...], cfg: DetectorConfig
+) -> StepStats | None:
+    """``add_samples(st, samples, cfg)`` with the statistics read from ``summary``
+    (``watchdog.stepsummary``: the agent's ``add_samples`` of the same samples under
+    the same settings) instead of computed: the history is still this one's. None
+    when the summary does not end at the newest sample kept here (an agent that
+    restarted, a report lost one way): the caller computes then.
+
+    From the same stream the two agree bit for bit; where they saw different
+    streams (one restarted), the agent's statistics are over the samples it saw,
+    and its windows closed since its previous accepted report are added after
+    the last one here (a window closed between the two is missed, not made up)."""
+    grown = _grown(st, samples, cfg)
+    if isinstance(grown, StepStats):  # nothing new: its statistics already describe its history
+        return grown if grown.history and summary[sm.LAST_STEP] == grown.history[-1].step else None
+    seen, new, _seq, _origin, _start, history = grown
+    if summary[sm.LAST_STEP] != history[-1].step:
+        return None
+    windows = st.windows
+    if len(summary) > sm.HEAD:
+        after = windows[-1].index if windows else -1
+        closed = [
+            WindowStat(int(index), int(n), compute_s, step_s, spread)
+            for index, n, compute_s, step_s, spread in zip(*(iter(summary[sm.HEAD :]),) * sm.WINDOW)
+            if index > after
+        ]
+        windows = (windows + tuple(closed))[-max(16, 2 * cfg.straggler_windows) :]
+    return built(
         StepStats,
         {
-            "steps_seen": seen + len(fresh),
+            "steps_seen": seen,
             "history": history,
             "windows": windows,
-            "p99_step_s": run.p99(),
-            "train_steps": train_steps,
-            "data_share": share,
-            "running": run,
-            "windows_scanned": scanned,
+            "p99_step_s": summary[sm.P99_STEP_S],
+            "train_steps": int(summary[sm.TRAIN_STEPS]),
+            "data_share": summary[sm.DATA_SHARE],
+            "running": None,
+            "windows_scanned": int(summary[sm.WINDOWS_SCANNED]),
             "flat": _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
             "flat_of": history,
+            "unkept_step": st.unkept_step,
         },
+    )
+
+
+def summary_config(cfg: DetectorConfig) -> tuple[int, ...]:
+    """The settings a step summary depends on (``stepsummary.CONFIG_FIELDS``): what
+    replies give agents and what their reports say they used."""
+    return tuple(getattr(cfg, name) for name in sm.CONFIG_FIELDS)
+
+
+def summary_of(st: StepStats, before: StepStats) -> tuple[float, ...]:
+    """The wire form (``watchdog.stepsummary``) of ``st``, an agent's StepStats
+    after ``before`` took a report's samples: its statistics and the windows
+    closed since ``before``. ``st`` has kept a sample (a history)."""
+    history = st.history
+    after = before.windows[-1].index if before.windows else -1
+    closed = [w for w in st.windows if w.index > after][-sm.MAX_WINDOWS :]
+    return (
+        float(history[-1].step),
+        st.p99_step_s,
+        float(st.train_steps),
+        st.data_share,
+        float(st.windows_scanned),
+        *chain.from_iterable((float(w.index), float(w.n), w.compute_s, w.step_s, w.spread) for w in closed),
     )
 
 

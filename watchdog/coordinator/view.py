@@ -24,7 +24,7 @@ from . import columns, loss_screen
 from . import journal_events as je
 from .config import DetectorConfig
 from .stephistory import Steps
-from .steps import StepStats, WindowStat, add_samples
+from .steps import StepStats, WindowStat, add_samples, summary_config, with_summary
 
 _EMPTY: Mapping = MappingProxyType({})
 LOSS_HISTORY = 64
@@ -227,13 +227,22 @@ class Folder:
         for rv in self._ranks.values():
             self._columns.put(rv)
         self.job, self.world_size, self.world_size_fixed = view.job, view.world_size, view.world_size_fixed
+        self.step_summaries = [0, 0]  # ranks' step summaries taken, not taken (``_stepped``)
 
     def fold(self, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> list[Event]:
         if _already_folded(self._hosts, report):
             return []
         events: list[Event] = []
         self.world_size = _fold_into(
-            self._hosts, self._ranks, self.world_size, self.world_size_fixed, report, now, cfg, events
+            self._hosts,
+            self._ranks,
+            self.world_size,
+            self.world_size_fixed,
+            report,
+            now,
+            cfg,
+            events,
+            self.step_summaries,
         )
         ranks, put = self._ranks, self._columns.put
         for state in report.ranks:
@@ -274,8 +283,14 @@ def _fold_into(
     now: float,
     cfg: DetectorConfig,
     events: list[Event],
+    tally: list[int] | None = None,
 ) -> int:
-    """Fold ``report`` into the two dicts in place; returns the world size."""
+    """Fold ``report`` into the two dicts in place; returns the world size.
+    ``tally``: [step summaries taken, step summaries not taken] (``_stepped``),
+    added to when given and the report's summaries were computed under ``cfg``."""
+    summaries = None
+    if report.step_summary_config and report.step_summary_config == summary_config(cfg):
+        summaries = tally if tally is not None else [0, 0]
     prev_host = hosts.get(report.host)
     if prev_host is None or prev_host.agent_id != report.agent_id:
         events.append(
@@ -302,7 +317,7 @@ def _fold_into(
         accelerators=report.accelerators,
     )
     for state in report.ranks:
-        rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events)
+        rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events, summaries)
         if rv is not None:
             ranks[state.rank] = rv
         if not world_fixed:
@@ -311,7 +326,13 @@ def _fold_into(
 
 
 def _fold_rank(
-    prev: FoldedRank | None, s: RankState, host: str, now: float, cfg: DetectorConfig, events: list[Event]
+    prev: FoldedRank | None,
+    s: RankState,
+    host: str,
+    now: float,
+    cfg: DetectorConfig,
+    events: list[Event],
+    summaries: list[int] | None = None,
 ) -> FoldedRank | None:
     replaced_death: float | None = None
     if prev is not None and (s.pid != prev.state.pid or s.proc_start_us != prev.state.proc_start_us):
@@ -334,7 +355,7 @@ def _fold_rank(
         )
     step_start = now - s.step_age_s
     if prev is None:
-        return _joined(s, host, now, step_start, cfg, replaced_death)
+        return _joined(s, host, now, step_start, cfg, replaced_death, summaries)
     # Every field's new value, then one FoldedRank (``report.built``: a frozen dataclass's
     # __init__ sets its 19 fields one call each, and the fold builds one per rank per report).
     old = prev.state
@@ -348,7 +369,7 @@ def _fold_rank(
     moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
     alive = s.alive
     last_alive = now if alive else prev.last_alive_at
-    step_stats = add_samples(prev.step_stats, s.recent_steps, cfg) if s.recent_steps else prev.step_stats
+    step_stats = _stepped(prev.step_stats, s, cfg, summaries) if s.recent_steps else prev.step_stats
     died_at, died_precise, dead_seen_at = prev.died_at, prev.died_precise, prev.dead_seen_at
     if alive:
         if died_at is not None:  # alive again (reported so): no longer dead
@@ -396,8 +417,27 @@ def _fold_rank(
     )
 
 
+def _stepped(st: StepStats, s: RankState, cfg: DetectorConfig, summaries: list[int] | None) -> StepStats:
+    """``st`` with the rank's new step samples: its statistics from the agent's
+    summary where it sent one under these settings (``summaries``: not None) and it
+    ends where the history does, else computed here."""
+    if summaries is not None and s.step_summary:
+        got = with_summary(st, s.recent_steps, s.step_summary, cfg)
+        if got is not None:
+            summaries[0] += 1
+            return got
+        summaries[1] += 1
+    return add_samples(st, s.recent_steps, cfg)
+
+
 def _joined(
-    s: RankState, host: str, now: float, step_start: float, cfg: DetectorConfig, replaced_death: float | None = None
+    s: RankState,
+    host: str,
+    now: float,
+    step_start: float,
+    cfg: DetectorConfig,
+    replaced_death: float | None = None,
+    summaries: list[int] | None = None,
 ) -> FoldedRank:
     """A rank's first report (of this incarnation)."""
     kw: dict[str, Any] = {"previous_died_at": replaced_death}
@@ -410,7 +450,7 @@ def _joined(
         kw["loss_steps"], kw["loss_values"], kw["loss_calm"] = _with_loss(_NO_LOSS_STEPS, _NO_LOSS_VALUES, s)
     if s.recent_colls:
         kw["colls"], kw["coll_keys"] = _with_colls((), s.recent_colls, now)
-    step_stats = add_samples(_NO_STATS, s.recent_steps, cfg) if s.recent_steps else _NO_STATS
+    step_stats = _stepped(_NO_STATS, s, cfg, summaries) if s.recent_steps else _NO_STATS
     if s.recent_gpu:
         kw["gpu_stats"] = add_samples(_NO_GPU_STATS, gpu_samples(s.recent_gpu, step_stats.history), cfg)
         kw["gpu_last"] = s.recent_gpu[-1]
