@@ -85,7 +85,7 @@ async def _agent(
                 writer.close()  # the coordinator closes after an error: reconnect
                 reader, writer = await asyncio.open_connection(*addr)
             else:
-                host.delivered(rep)
+                host.delivered(rep, reply)
                 # Version negotiation, as the agent does (agent/sender.py): rows once the reply says they are read.
                 versions = reply.get("report_versions") if isinstance(reply, dict) else None
                 host.version = 2 if wanted == 2 and isinstance(versions, list) and 2 in versions else 1
@@ -113,11 +113,12 @@ def _worker(
     window: tuple[float, float],
     q: mp.Queue,
     wanted: int = 2,
+    summaries: bool = True,
 ) -> None:
     out: dict = {"lat": [], "bytes": [], "errors": 0, "slowed": 0}
 
     async def main() -> None:
-        sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}") for i in hosts]
+        sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}", summaries) for i in hosts]
         res = await asyncio.gather(
             *(_agent(h, addr, interval, t_end, window, out, wanted) for h in sims), return_exceptions=True
         )
@@ -202,6 +203,7 @@ def run_size(
     python: str,
     extra_flags: list[str],
     report_version: int = 2,
+    summaries: bool = True,
     compute_s: float = scalesim.Job.compute_s,
 ) -> dict:
     tmp = tempfile.mkdtemp(prefix=f"watchdog-scale-{n_ranks}-")
@@ -257,7 +259,17 @@ def run_size(
         for p in range(ctx_procs):
             w = mp.Process(
                 target=_worker,
-                args=(job, list(range(p, n_hosts, ctx_procs)), addr, interval, t_end, window, q, report_version),
+                args=(
+                    job,
+                    list(range(p, n_hosts, ctx_procs)),
+                    addr,
+                    interval,
+                    t_end,
+                    window,
+                    q,
+                    report_version,
+                    summaries,
+                ),
                 daemon=True,
             )
             w.start()
@@ -398,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         "1: agents that only speak version 1",
     )
     ap.add_argument(
+        "--no-summaries",
+        action="store_true",
+        help="agents that send no step summaries (older agents): the coordinator computes every rank's statistics",
+    )
+    ap.add_argument(
         "--compute-s",
         type=float,
         default=scalesim.Job.compute_s,
@@ -421,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             python=sys.executable,
             extra_flags=a.coordinator_flags,
             report_version=a.report_version,
+            summaries=not a.no_summaries,
             compute_s=a.compute_s,
         )
         rows.append(row)

@@ -42,6 +42,7 @@ from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
+from watchdog.coordinator.steps import summary_config
 from watchdog.report import HostReport, as_rows
 
 
@@ -92,6 +93,11 @@ def main() -> None:
         help="the report body decoded: version 1 (an object per rank), 2 (rows under field lists), or both "
         "(each report decoded both ways, timed apart, checked equal; the version-2 one folded)",
     )
+    ap.add_argument(
+        "--no-summaries",
+        action="store_true",
+        help="the hosts send no step summaries (an older agent's reports): the coordinator computes every statistic",
+    )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     ap.add_argument(
         "--full-gc",
@@ -130,6 +136,8 @@ def main() -> None:
         accepted, ticks, closing, opened = 0, [], [], []
         clock = time.thread_time
         window = coord.cfg.detectors.straggler_window_steps
+        # What the request handler adds to each reply (api.ReportHandler): the hosts' agents then summarise.
+        summary_settings = list(summary_config(coord.cfg.detectors)) if not args.no_summaries else None
         for sec in range(args.seconds):
             profiling = prof is not None and sec >= args.seconds // 2
             for i, h in enumerate(hosts):
@@ -160,7 +168,7 @@ def main() -> None:
                 report = reports[versions[-1]]
                 c3 = clock()
                 collector.phase = (0, "fold")
-                coord.accept(report, wall - t0)
+                reply = coord.accept(report, wall - t0)
                 c4 = clock()
                 collector.phase = None
                 if profiling and args.profile == "accept":
@@ -171,7 +179,7 @@ def main() -> None:
                 if len(reports) == 2 and not _same(reports[1], reports[2]):
                     sys.exit(f"version 1 and version 2 of report {h.name} #{h.seq} decoded differently")
                 accepted += 1
-                h.delivered(raw)
+                h.delivered(raw, {**reply, "step_summary_config": summary_settings} if summary_settings else reply)
                 if not args.no_freeze_after_report:
                     gc_policy.after_report()  # as the daemon does (gcpolicy.py)
             now = float(sec + 1)
@@ -211,7 +219,9 @@ def main() -> None:
             assert full is not None
             full_gc = (full.frozen, time.thread_time() - c0, full.unreachable)
         journal.close()
-    print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}")
+    print(
+        f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}  step summaries taken, not taken: {coord._folder.step_summaries}"
+    )
     if args.full_gc:
         print(
             f"full collection (GcPolicy.after_tick every {FULL_EVERY_S:.0f} s): {full_gc[1] * 1e3:.0f} ms thread CPU "

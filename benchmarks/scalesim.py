@@ -14,14 +14,20 @@ where it is: no rank's heartbeat, step or collective moves after that instant.
 
 A host sends version-1 reports (an object per rank) or, with ``version = 2``,
 the same content as rows under field lists (``watchdog.report.as_rows``), as an
-agent does once the coordinator's reply said it reads them.
+agent does once the coordinator's reply said it reads them. Once a reply gave the
+step-summary settings (``"step_summary_config"``), each rank also carries its step
+statistics, computed by the agent's own code (``watchdog.agent.stepsummaries``)
+from the samples the coordinator accepted, as an agent does; ``summaries=False``
+sends none (an older agent's reports).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from watchdog.report import ROWS_VERSION, as_rows
+from watchdog.agent.stepsummaries import StepSummaries
+from watchdog.report import ROWS_VERSION, StepSample, as_rows
 
 RANKS_PER_HOST = 8
 HEARTBEAT_S = 0.5
@@ -69,7 +75,7 @@ class Host:
     """One simulated agent: its ranks, its report sequence, and the steps it has
     already reported (a report carries the steps completed since the last one)."""
 
-    def __init__(self, job: Job, index: int, agent_id: str) -> None:
+    def __init__(self, job: Job, index: int, agent_id: str, summaries: bool = True) -> None:
         self.job, self.name, self.agent_id = job, f"sim{index:05d}", agent_id
         first = index * RANKS_PER_HOST
         self.ranks = list(range(first, min(first + RANKS_PER_HOST, job.world_size)))
@@ -77,6 +83,7 @@ class Host:
         self.reported = dict.fromkeys(self.ranks, 0)  # rank -> steps completed already reported
         self.created = job.t0 - 5.0
         self.version = 1  # the report version sent; 2 once the coordinator said it reads it
+        self.summaries, self.summarise = StepSummaries(), summaries
 
     def report(self, now: float, interval_s: float) -> dict:
         self.seq += 1
@@ -90,10 +97,24 @@ class Host:
             "interval_s": interval_s,
             "ranks": [self._rank(r, now) for r in self.ranks],
         }
+        if self.summaries.config:
+            self._summarise(body)
         return as_rows(body) if self.version == ROWS_VERSION else body
 
-    def delivered(self, report: dict) -> None:
-        """The coordinator accepted ``report``: its steps are not sent again."""
+    def _summarise(self, body: dict) -> None:
+        """Each rank's step summary, by the agent's code (``StepSummaries``) on the
+        agent's objects (StepSamples): the costly part of a simulated host, ~40 us a
+        rank, in the generator's processes, not the coordinator's."""
+        self.summaries.begin()
+        for rank in body["ranks"]:
+            samples = tuple(StepSample(**x) for x in rank["recent_steps"])
+            summary = self.summaries.summary((body["job"], rank["rank"], rank["pid"], rank["proc_start_us"]), samples)
+            rank["step_summary"] = list(summary)  # [] where none: every rank has the field, as v2 wants
+        body["step_summary_config"] = list(self.summaries.config)
+
+    def delivered(self, report: dict, reply: Any = None) -> None:
+        """The coordinator accepted ``report`` with ``reply``: its steps are not sent again."""
+        self.summaries.accepted(self.job.job, reply if self.summarise else None)  # no settings: none sent
         if report["v"] == ROWS_VERSION:
             at_rank, at_step = report["rank_fields"].index("rank"), report["rank_fields"].index("step")
             for row in report["ranks"]:
