@@ -13,6 +13,8 @@ from watchdog.agent import testing, track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
 from watchdog.agent.slots import LocalRank
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.steps import StepStats, add_samples
 
 S = 1_000_000_000
 
@@ -53,6 +55,20 @@ def make(views, post, job="", handled=None, **kw):
     )
 
 
+def scripted(replies, sent):
+    """A post that keeps each payload in ``sent`` and answers with the next of
+    ``replies``, raising the ones that are exceptions."""
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        r = replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    return post
+
+
 def test_one_report_per_job_with_token_and_commands():
     sent, handled = [], []
 
@@ -80,13 +96,7 @@ def test_failures_are_counted_logged_rate_limited_and_steps_kept():
     recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
     replies = [ConnectionRefusedError("refused"), {"ok": False, "error": "bad token"}, {"ok": True}, {"ok": True}]
     sent = []
-
-    def post(url, payload, token, timeout):
-        sent.append(payload)
-        r = replies.pop(0)
-        if isinstance(r, Exception):
-            raise r
-        return r
+    post = scripted(replies, sent)
 
     log = Log()
     s = make([view("j", 0, recs)], post, log=log)
@@ -343,9 +353,6 @@ def test_report_version_2_only_after_a_reply_that_says_it_is_read():
 
 
 def test_step_summaries_follow_the_reports_the_coordinator_accepted():
-    from watchdog.coordinator.config import DetectorConfig
-    from watchdog.coordinator.steps import StepStats, add_samples
-
     settings = [2, 256, 50, 20, 4]
     cfg = DetectorConfig(**dict(zip(("warmup_steps", "history_steps", "starvation_window_steps"), settings)))
     recs = [testing.step_record(i, i + 1, (i % 3 + 1) * S // 10, data_ns=S // 100) for i in range(30)]
@@ -353,13 +360,7 @@ def test_step_summaries_follow_the_reports_the_coordinator_accepted():
     replies = [{"ok": True, "step_summary_config": settings}, {"ok": True, "step_summary_config": settings}]
     replies += [ConnectionRefusedError("refused"), {"ok": True, "step_summary_config": settings}]
     sent = []
-
-    def post(url, payload, token, timeout):
-        sent.append(payload)
-        r = replies.pop(0)
-        if isinstance(r, Exception):
-            raise r
-        return r
+    post = scripted(replies, sent)
 
     s = make(views, post)
     for upto in (4, 10, 20, 30):
