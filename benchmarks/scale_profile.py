@@ -4,7 +4,7 @@ virtual clock (no HTTP, no JSON), so the report path and the tick can be timed
 and profiled without the generator or the network in the numbers.
 
     python benchmarks/scale_profile.py --ranks 16384 --seconds 40 [--freeze-at 30] [--profile tick|accept] [--top 25]
-        [--report-version 1|2|both]
+        [--report-version 1|2|both] [--no-summaries]
 
 Prints the CPU per accepted report and its split (JSON decode, schema,
 validate, fold: the request handler's steps, and the cyclic collector's share
@@ -219,9 +219,8 @@ def main() -> None:
             assert full is not None
             full_gc = (full.frozen, time.thread_time() - c0, full.unreachable)
         journal.close()
-    print(
-        f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}  step summaries taken, not taken: {coord._folder.step_summaries}"
-    )
+    taken = coord.registry.get_sample_value("watchdog_coordinator_step_summaries_total", {"outcome": "used"}) or 0
+    print(f"ranks {args.ranks}  hosts {len(hosts)}  virtual seconds {args.seconds}  step summaries taken: {taken:,.0f}")
     if args.full_gc:
         print(
             f"full collection (GcPolicy.after_tick every {FULL_EVERY_S:.0f} s): {full_gc[1] * 1e3:.0f} ms thread CPU "

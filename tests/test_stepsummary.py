@@ -83,8 +83,8 @@ class Rank:
 
 def scenario(seed: int, version: int, restart_coordinator: bool = False) -> tuple[Folder, Folder, list[int]]:
     """An agent of two ranks and two coordinators, one taking its summaries and one
-    fed the same reports without them; reports are lost, refused, or accepted with
-    the reply lost, a rank restarts, and (optionally) the summarising coordinator
+    fed the same reports without them; reports are lost (or refused), or accepted
+    with the reply lost, a rank restarts, and (optionally) the summarising coordinator
     restarts. After every accepted report both views' statistics are compared."""
     rng = random.Random(seed)
     agent = StepSummaries()
@@ -180,13 +180,17 @@ def test_the_agent_sends_none_until_a_reply_gives_settings_and_starts_over_when_
     agent.accepted("job", REPLY)  # the first settings: what this report's coordinator folded first
     rep = agent.add(t.report("h", [t.rank(0, recent_steps=t.steps(15, 4))], seq=4))
     expected = add_samples(add_samples(StepStats(), t.steps(11, 4), CFG), t.steps(15, 4), CFG)
-    assert rep.ranks[0].step_summary[: stepsummary.HEAD] == (
-        18.0,
-        expected.p99_step_s,
-        float(expected.train_steps),
-        expected.data_share,
-        float(expected.windows_scanned),
-    )
+    assert rep.ranks[0].step_summary[: stepsummary.HEAD] == head(expected)
+    # Another coordinator's settings (restarted with other flags): start over from the report it answered.
+    agent.accepted("job", {**REPLY, "step_summary_config": [1, 100, 8, 5, 4]})
+    rep = agent.add(t.report("h", [t.rank(0, recent_steps=t.steps(19, 4))], seq=5))
+    other = DetectorConfig(warmup_steps=1, history_steps=100, starvation_window_steps=8, straggler_window_steps=5)
+    expected = add_samples(add_samples(StepStats(), t.steps(15, 4), other), t.steps(19, 4), other)
+    assert rep.ranks[0].step_summary[: stepsummary.HEAD] == head(expected) and expected.train_steps == 7
+
+
+def head(st: StepStats) -> tuple[float, ...]:
+    return (float(st.history[-1].step), st.p99_step_s, float(st.train_steps), st.data_share, float(st.windows_scanned))
 
 
 def test_an_agent_sends_summaries_once_the_coordinator_gives_settings_and_the_coordinator_takes_them(tmp_path):

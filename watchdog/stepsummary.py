@@ -1,9 +1,9 @@
 """A rank's step statistics as its agent computed them: the wire form and its checks.
 
-At 16,384 ranks the coordinator's share of a report was mostly turning each
+At 16,384 ranks a large share of the coordinator's fold was turning each
 rank's new step samples into its statistics (the p99 step time, the loader's
 data share, the closed straggler windows: ``coordinator.steps.add_samples``),
-~0.3 ms of a ~0.6 ms report on the one core that must take 2,048 reports a
+~120 of ~460 us a report, on the one core that must take 2,048 reports a
 second. The agent has the same samples, a core of its own per host and eight
 ranks, not 16,384: it runs the same ``add_samples`` on the samples the
 coordinator accepted from it, under the coordinator's settings (its replies
