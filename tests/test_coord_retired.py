@@ -12,13 +12,18 @@ on a job that was training.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from watchdog.coordinator import health
+from watchdog.coordinator import health, status
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.config import Config, DetectorConfig
 from watchdog.coordinator.detectors import build
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.view import ClusterView, empty, fold
+from watchdog.report import HostReport
 
 CFG = DetectorConfig()
 NEW_START_US = 1_800_000_000_000_000  # the new incarnations' start time
@@ -44,22 +49,27 @@ def new_rank(r: int, world: int = 2, *, since_s: float, seq: int = 36, outstandi
 
 
 def gone(s):
-    from dataclasses import replace
-
     return replace(s, alive=False, gone_age_s=0.5, proc_status="gone")
 
 
-def restarted(new_states, now: float, *, old_world: int = 4) -> ClusterView:
+def restart_reports(new_states, now: float, *, old_world: int = 4) -> list[tuple[float, HostReport]]:
     """Node a (ranks 0-1) and node b (ranks 2-3) ran the first world; the restart
-    stopped every worker; node b alone runs the new ranks."""
+    stopped every worker; node b alone runs the new ranks. (time, report) in order."""
+    return [
+        (5.0, t.report("node-a", [old_rank(0, old_world), old_rank(1, old_world)], seq=1)),
+        (5.0, t.report("node-b", [old_rank(r, old_world) for r in range(2, old_world)], seq=1)),
+        (6.0, t.report("node-a", [gone(old_rank(0, old_world)), gone(old_rank(1, old_world))], seq=2)),
+        (6.0, t.report("node-b", [gone(old_rank(r, old_world)) for r in range(2, old_world)], seq=2)),
+        # node-a's agent carries on reporting: with no ranks of its own now (its launcher was stopped)
+        (now, t.report("node-a", [], seq=3)),
+        (now, t.report("node-b", new_states, seq=3)),
+    ]
+
+
+def restarted(new_states, now: float, *, old_world: int = 4) -> ClusterView:
     v = empty("job")
-    v, _ = fold(v, t.report("node-a", [old_rank(0, old_world), old_rank(1, old_world)], seq=1), 5.0, CFG)
-    v, _ = fold(v, t.report("node-b", [old_rank(r, old_world) for r in range(2, old_world)], seq=1), 5.0, CFG)
-    v, _ = fold(v, t.report("node-a", [gone(old_rank(0, old_world)), gone(old_rank(1, old_world))], seq=2), 6.0, CFG)
-    v, _ = fold(v, t.report("node-b", [gone(old_rank(r, old_world)) for r in range(2, old_world)], seq=2), 6.0, CFG)
-    # node-a's agent carries on reporting: with no ranks of its own now (its launcher was stopped)
-    v, _ = fold(v, t.report("node-a", [], seq=3), now, CFG)
-    v, _ = fold(v, t.report("node-b", new_states, seq=3), now, CFG)
+    for at, rep in restart_reports(new_states, now, old_world=old_world):
+        v, _ = fold(v, rep, at, CFG)
     return t.as_folded(v)
 
 
@@ -150,3 +160,31 @@ def test_classify_agrees_with_classify_all_on_retired_ranks():
     v = restarted([new_rank(0, since_s=0.5), gone(new_rank(1, since_s=0.5))], now)
     lost = health.lost_hosts(v, now, CFG)
     assert {r: health.classify(rv, v, now, CFG, lost) for r, rv in v.ranks.items()} == health.classify_all(v, now, CFG)
+
+
+def test_after_a_shrink_the_job_expects_the_new_world_and_counts_only_its_ranks(tmp_path):
+    """What the person looking at the job sees: "2 of 2 ranks", not "2 alive of 4" after
+    a legitimate scale-down; the old world's ranks are listed as retired."""
+    now = 30.0
+    new = [new_rank(r, since_s=3.0) for r in range(2)]
+    journal = str(tmp_path / "j.jsonl")
+    coord = Coordinator(Config(job="job", journal=journal), Journal(journal, lambda: (0.0, 0.0)))
+    for at, rep in restart_reports(new, now):
+        coord.accept(rep, at)
+    coord.tick(now, 1e9)
+    gauge = coord.registry.get_sample_value
+    assert (gauge("watchdog_coordinator_ranks_expected"), gauge("watchdog_coordinator_ranks_registered")) == (2, 2)
+    assert gauge("watchdog_coordinator_ranks_alive") == 2
+    doc = status.build(coord.view_at(now), {}, now, 1e9, coord.cfg)
+    assert (doc["world_size"], doc["registered"]) == (2, 2)
+    assert [row["health"] for row in doc["ranks"]] == ["ok", "ok", "retired", "retired"]
+    coord.journal.close()
+
+
+def test_while_the_restart_is_under_way_or_a_size_is_configured_that_is_expected():
+    now = 30.0
+    under_way = restarted([gone(new_rank(r, since_s=3.0)) for r in range(2)], now)  # nothing live: no new world yet
+    assert health.expected_world(under_way, now, CFG) == 4
+    v = restarted([new_rank(r, since_s=3.0) for r in range(2)], now)
+    assert health.expected_world(v, now, CFG) == 2
+    assert health.expected_world(replace(v, world_size=4, world_size_fixed=True), now, CFG) == 4  # --job.world-size

@@ -137,6 +137,15 @@ def present_world(view: ClusterView, now: float, cfg: DetectorConfig) -> int | N
     return live.pop() if len(live) == 1 else None
 
 
+def expected_world(view: ClusterView, now: float, cfg: DetectorConfig) -> int:
+    """The ranks the job should have now: the configured world size, else the one
+    every live rank reports after a restart changed it (``present_world``: a job
+    that shrank to 2 ranks expects 2, not the 4 it had), else the largest reported."""
+    if view.world_size_fixed:
+        return view.world_size
+    return present_world(view, now, cfg) or view.world_size
+
+
 def one_world(c: columns.RankColumns) -> bool:
     """Every rank, live or not, reports one world size (or there is none): no restart
     changed it. One C-level count (a typed array's min and max were 2.5x as long)."""

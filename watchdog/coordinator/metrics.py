@@ -70,11 +70,13 @@ class CoordinatorMetrics:
         )
         self.ranks_expected = Gauge(
             "watchdog_coordinator_ranks_expected",
-            "Ranks the job should have (configured or reported world size)",
+            "Ranks the job should have (configured world size, else the one its live ranks report)",
             registry=r,
         )
         self.ranks_registered = Gauge(
-            "watchdog_coordinator_ranks_registered", "Ranks some agent has reported", registry=r
+            "watchdog_coordinator_ranks_registered",
+            "Ranks some agent has reported, less those of an earlier world after a resize (retired)",
+            registry=r,
         )
         self.ranks_alive = Gauge(
             "watchdog_coordinator_ranks_alive",

@@ -292,9 +292,9 @@ class Coordinator:
     def _gauges(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
         m, cfg = self.metrics, self.cfg.detectors
         hl = health.classify_all(view, now, cfg)
-        m.ranks_expected.set(view.world_size)
-        m.ranks_registered.set(len(view.ranks))
-        states = list(hl.values())  # two C-level counts, not a generator over 16,384 ranks
+        states = list(hl.values())  # C-level counts, not a generator over 16,384 ranks
+        m.ranks_expected.set(health.expected_world(view, now, cfg))
+        m.ranks_registered.set(len(states) - states.count(health.RETIRED))
         m.ranks_alive.set(states.count(health.OK) + states.count(health.FROZEN))
         m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
         m.hosts.labels("lost").set(len(self._lost))

@@ -100,8 +100,8 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
     ]
     return {
         "job": view.job,
-        "world_size": view.world_size,
-        "registered": len(view.ranks),
+        "world_size": health.expected_world(view, now, det),
+        "registered": len(view.ranks) - list(hl.values()).count(health.RETIRED),
         "t_wall": wall,
         "hosts": hosts,
         "ranks": rows,
