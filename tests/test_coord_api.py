@@ -43,7 +43,7 @@ def test_good_report_is_accepted(coord):
     status, reply, reason = ReportHandler(coord, TOKEN).handle(AUTH, body(t.report("a", t.healthy())), 10.0)
     assert (status, reply, reason) == (
         200,
-        {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 256, 50, 20, 4]},
+        {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 128, 50, 20, 4]},
         "",
     )
     assert coord.registry.get_sample_value("watchdog_coordinator_reports_received_total") == 1

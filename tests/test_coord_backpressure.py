@@ -104,12 +104,12 @@ def test_the_reply_carries_the_advice_over_http(tmp_path):
     finally:
         d.stop()
     assert replies == [
-        {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 256, 50, 20, 4]},
+        {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 128, 50, 20, 4]},
         {
             "ok": True,
             "commands": [],
             "report_versions": [1, 2],
-            "step_summary_config": [2, 256, 50, 20, 4],
+            "step_summary_config": [2, 128, 50, 20, 4],
             "report_interval_s": bp.SLOW_INTERVAL_S,
         },
     ]

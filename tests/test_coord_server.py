@@ -102,7 +102,7 @@ def test_the_start_line_says_which_event_loop_serves(daemon, tmp_path):
 
 
 def test_good_and_bad_reports_over_http(daemon):
-    ok = {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 256, 50, 20, 4]}
+    ok = {"ok": True, "commands": [], "report_versions": [1, 2], "step_summary_config": [2, 128, 50, 20, 4]}
     assert post(daemon, report_bytes([t.rank(r) for r in range(4)])) == (200, ok)
     cases = [
         (b"{not json", {}, 400, "bad_json"),
@@ -305,7 +305,7 @@ def test_process_start_report_stop(tmp_path):
                 "ok": True,
                 "commands": [],
                 "report_versions": [1, 2],
-                "step_summary_config": [2, 256, 50, 20, 4],
+                "step_summary_config": [2, 128, 50, 20, 4],
             }
     finally:
         proc.send_signal(signal.SIGTERM)

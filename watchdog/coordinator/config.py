@@ -73,7 +73,15 @@ class DetectorConfig:
     starvation_min_steps: int = 20
     # view: a rank's first steps (compile, warm-up, loader start) are not evidence.
     warmup_steps: int = 2
-    history_steps: int = 256
+    # A rank's step samples kept (steps.StepStats.history). What reads them needs at
+    # most ~100: the p99 (the last 100), the data share (the last 100, 50 trained),
+    # the verdict (the last 50 trained), goodput (the steps since the last tick).
+    # 256 were kept before step summaries (stepsummary.py): at 16,384 ranks they were
+    # most of the coordinator's memory and of what its full collection walks
+    # (2,048 ranks: 690,000 -> 425,000 tracked objects, 137 -> 88 MB). A rank silent
+    # for longer than this many steps gives goodput only its newest ones (its
+    # hook's 256-record ring drops more than that anyway).
+    history_steps: int = 128
 
 
 @dataclass(frozen=True)
