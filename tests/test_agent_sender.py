@@ -7,12 +7,15 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from watchdog import report as wire_report
 from watchdog import wire
 from watchdog.agent import testing, track
+from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.steps import StepStats, add_samples
 
@@ -388,3 +391,35 @@ def test_step_summaries_follow_the_reports_the_coordinator_accepted():
     ]  # window 0 (steps 1-19, the 20-step window before step 20's) closed once, in report 4
     assert summaries[2][5:] == [0.0, *summaries[3][6:10]]  # ...though the failed report 3 had carried it too
     wire_report.HostReport.from_dict(sent[3])  # the coordinator's parser accepts it
+
+
+def test_a_summary_out_of_range_is_left_out_counted_and_exported(tmp_path):
+    # Step numbers past 2^53 (a slot's int64 counter allows them, the rank's checks too)
+    # are not exact as the summary's doubles: the rank goes without one, and the
+    # coordinator computes its statistics from the samples.
+    settings = [2, 128, 50, 20, 4]
+    big = 1 << 60
+    recs = [testing.step_record(i, big + i, S // 10) for i in range(12)]
+    views = [view("j", 0, recs[:6]), view("j", 1, plain_steps(6))]
+    sent = []
+    s = make(views, scripted([{"ok": True, "step_summary_config": settings}] * 2, sent))
+    s.send_once()
+    views[0] = view("j", 0, recs)
+    s.send_once()
+    ranks = {r["rank"]: r for r in sent[1]["ranks"]}
+    assert ranks[0]["step_summary"] == [] and ranks[0]["recent_steps"]  # the samples still go
+    assert len(ranks[1]["step_summary"]) == 5  # the other rank keeps its summary
+    assert s.summaries.omitted == 1
+    wire_report.HostReport.from_dict(sent[1])  # the coordinator's parser takes the rank
+    exported = generate_latest(registry_of(AgentCollector(SlotTracker(str(tmp_path)), LoopStats(), sender=s)))
+    assert b"watchdog_agent_step_summaries_omitted_total 1.0" in exported
+
+
+def plain_steps(n):
+    return [testing.step_record(i, i + 1, S // 10) for i in range(n)]
+
+
+def registry_of(collector):
+    reg = CollectorRegistry()
+    reg.register(collector)
+    return reg

@@ -52,6 +52,9 @@ class AgentCollector:
         commands.add_metric([], s.commands_received if s else 0)
         dropped = m.REPORT_RANKS_DROPPED.family()
         dropped.add_metric([], getattr(s, "ranks_dropped", 0) if s else 0)
+        omitted = m.STEP_SUMMARIES_OMITTED.family()
+        summaries = getattr(s, "summaries", None)
+        omitted.add_metric([], summaries.omitted if summaries is not None else 0)
         refused, executed = m.COMMANDS_REFUSED.family(), m.COMMANDS_EXECUTED.family()
         h = self._commands
         for reason in REFUSALS:  # every reason from the start: a zero is a zero, not a missing series
@@ -65,4 +68,19 @@ class AgentCollector:
             cpu.add_metric([], ct.user + ct.system)
             rss.add_metric([], self._self.memory_info().rss)
         info.add_metric([self._version, platform.python_version()], 1.0)
-        return [errors, slots, polls, poll_s, proc_err, reports, dropped, commands, refused, executed, cpu, rss, info]
+        return [
+            errors,
+            slots,
+            polls,
+            poll_s,
+            proc_err,
+            reports,
+            dropped,
+            omitted,
+            commands,
+            refused,
+            executed,
+            cpu,
+            rss,
+            info,
+        ]

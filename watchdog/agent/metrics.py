@@ -213,6 +213,10 @@ REPORT_RANKS_DROPPED = _c(
     "agent_report_ranks_dropped_total",
     "Ranks left out of reports because their slot held out-of-range values (the rest is sent).",
 )
+STEP_SUMMARIES_OMITTED = _c(
+    "agent_step_summaries_omitted_total",
+    "Ranks' step summaries left out of reports as out of range (the coordinator computes those ranks' statistics).",
+)
 COMMANDS = _c("agent_commands_received_total", "Commands received from the coordinator.")
 COMMANDS_REFUSED = _c(
     "agent_commands_refused_total",
