@@ -105,3 +105,29 @@ def test_the_flags_choose_the_detail_and_refuse_others():
         config.load(["--metrics.rank-detail", "some"], {})
     with pytest.raises(ValueError):
         rankmetrics.RanksCollector(lambda: (), "h", detail="some")
+
+
+def slot(r: int, world: int, created_s: int, *, alive=True, state=track.ALIVE, job="train") -> LocalRank:
+    ident = testing.identity(job, r, world, pid=2000 + r + 10 * world, proc_start_us=created_s)
+    snap = testing.snapshot(ident, wall_ns=created_s * 1_000_000_000, path=f"/run/{job}.{world}.{r}.slot")
+    return LocalRank(snap.path, snap.header, NOW, False, ProcSample(alive, "running"), state, 0.0, ())
+
+
+@pytest.mark.parametrize("detail", rankmetrics.DETAILS)
+def test_the_world_size_is_the_newest_live_incarnations(detail):
+    # An elastic shrink 4 -> 2: this host's old ranks 2-3 were retired (one exited,
+    # one killed by the launcher) and it now runs rank 1 of the new world.
+    retired = [slot(2, 4, 100, state=track.EXITED), slot(3, 4, 100, alive=False, state=track.DEAD)]
+    fams = rankmetrics.rank_families([*retired, slot(1, 2, 200)], "h1", NOW, detail)
+    assert [(s.labels["training_job"], s.value) for s in samples(fams, "watchdog_job_world_size")] == [("train", 2)]
+    # A newer slot whose process is gone does not outrank a live one (a rank of a
+    # later attempt that died at once; the live rank is still the job's world).
+    fams = rankmetrics.rank_families([slot(1, 2, 200), slot(0, 8, 300, alive=False, state=track.DEAD)], "h1", NOW)
+    assert [s.value for s in samples(fams, "watchdog_job_world_size")] == [2]
+    # No live rank (the job ended here): the newest slot's, whatever the order read.
+    fams = rankmetrics.rank_families([slot(1, 2, 200, state=track.EXITED), *retired], "h1", NOW)
+    assert [s.value for s in samples(fams, "watchdog_job_world_size")] == [2]
+    # One series per job.
+    fams = rankmetrics.rank_families([slot(0, 4, 100), slot(0, 3, 100, job="eval")], "h1", NOW)
+    got = {s.labels["training_job"]: s.value for s in samples(fams, "watchdog_job_world_size")}
+    assert got == {"train": 4, "eval": 3}

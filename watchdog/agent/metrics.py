@@ -161,7 +161,11 @@ _FANOUT = {"part": len(PARTS), "phase": len(PHASES)}
 SERIES_PER_RANK = sum(_FANOUT.get(s.labels[-1], 1) for s in RANK_SPECS)
 
 # -- per job on this host --------------------------------------------------------
-JOB_WORLD_SIZE = _g("job_world_size", "World size the job's ranks on this host declare.", ("training_job", "host"))
+JOB_WORLD_SIZE = _g(
+    "job_world_size",
+    "World size the job's newest ranks on this host declare (those whose process lives, if any).",
+    ("training_job", "host"),
+)
 
 # Host-level aggregates of the per-rank series, exported at every detail level
 # (--metrics.rank-detail): the scale recording rules and, at summary detail, the

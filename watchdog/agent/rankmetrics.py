@@ -97,16 +97,27 @@ def host_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
     return list(fams.values())
 
 
+def declared_world(views: Sequence[LocalRank]) -> dict[str, int]:
+    """Per job on this host, the world size its newest incarnation declares: the
+    newest slot of a rank whose process lives (stopped too), else the newest slot.
+    After an elastic resize the retired ranks' slots (exited, or killed by the
+    launcher) stay until they expire, still declaring the old size."""
+    newest: dict[str, tuple[bool, int, int]] = {}
+    for v in views:
+        key = (v.state == track.ALIVE and v.proc.alive, v.header.created_wall_ns, v.identity.world_size)
+        job = v.identity.job
+        if job not in newest or key > newest[job]:
+            newest[job] = key
+    return {job: size for job, (_, _, size) in newest.items()}
+
+
 def rank_families(
     views: Sequence[LocalRank], host: str, now_ns: int, detail: str = FULL, slowest: int = 1
 ) -> list[Metric]:
     fams = {s: s.family() for s in (*m.RANK_SPECS, *m.OPTIONAL_SPECS)}
     world = m.JOB_WORLD_SIZE.family()
-    seen_jobs: set[str] = set()
-    for v in views:
-        if v.identity.job not in seen_jobs:
-            seen_jobs.add(v.identity.job)
-            world.add_metric([v.identity.job, host], v.identity.world_size)
+    for job, size in declared_world(views).items():
+        world.add_metric([job, host], size)
     for v in shown(views, detail, slowest, now_ns):
         h, ident = v.header, v.identity
         lab = [ident.job, str(ident.rank), str(ident.local_rank), host]
