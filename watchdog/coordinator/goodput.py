@@ -40,6 +40,7 @@ from . import columns
 from . import journal_events as je
 from .columns import RankColumns
 from .median import median
+from .stalls import Stalls, Step
 from .stats import quantile
 from .stepcolumns import StepColumns
 from .steps import FLAT_FIELDS, PAUSE_PHASES
@@ -87,6 +88,9 @@ class Ledger:
     profile: dict[str, float] = field(
         default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
     )
+    # Each train step's slowest rank by compute, for the stalling ranks (stalls.py): the straggler
+    # detector reads them (a rank's time here is named there).
+    stalls: Stalls = field(default_factory=Stalls, compare=False)
     # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
     _tracked: tuple = field(default=(), repr=False, compare=False)
 
@@ -102,6 +106,7 @@ class Ledger:
         live, changed, pausing = self._scan(view, track=not restarting)
         if restarting or changed:
             self.restarting = True
+            self.stalls.clear()
         ready = self._ready_steps(live)
         if not self.started:
             self.seconds[STARTUP] += dt
@@ -336,6 +341,8 @@ class Ledger:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
             compute = median(computes)
+            top = max(computes)
+            self.stalls.add(Step(number, step_s, got.ranks[computes.index(top)], top - compute, compute, len(got)))
             slow = max(0.0, max(map(add, computes, datas)) - compute - data)
             coll = max(0.0, step_s - data - compute - slow)
             self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]

@@ -105,6 +105,8 @@ class Coordinator:
         self.verdict = verdict.Verdict()
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
+        if self._straggler is not None:  # the ledger's steps name the ranks that stall now and then
+            self._straggler.stalls = self.goodput.stalls
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
         self._cadence = perf_cadence.Cadence(cfg.performance_ranks_per_tick)

@@ -36,7 +36,8 @@ from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
-from ..view import ClusterView
+from ..stalls import Stalling, Stalls, stalling
+from ..view import ClusterView, FoldedRank
 from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
 
 GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)
@@ -61,6 +62,9 @@ class Straggler:
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
         self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
+        # The train steps the goodput ledger split, for the ranks that stall now and then
+        # (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
+        self.stalls: Stalls | None = None
 
     def scores(self, now: float, view: ClusterView) -> Scores:
         """The scores as of this tick: a rescoring is spread over ticks at scale
@@ -139,4 +143,49 @@ class Straggler:
                     },
                 )
             )
+        return out + self._stalling(now, view, {f.ranks[0] for f in out})
+
+    def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
+        """The ranks that stall now and then (stalls.py) and are not ``named`` already."""
+        if self.stalls is None:
+            return []
+        out = []
+        for st in stalling(self.stalls.steps, self.cfg.straggler_window_steps, self.cfg.straggler_windows):
+            rv = view.ranks.get(st.rank)
+            if st.rank not in named and rv is not None and _running(rv):
+                out.append(_stall_finding(st, rv, now))
         return out
+
+
+def _running(rv: FoldedRank) -> bool:
+    """Live and training: a rank gone since its stalls is another detector's."""
+    return rv.state.alive and rv.state.status == "running"
+
+
+def _stall_finding(st: Stalling, rv: FoldedRank, now: float) -> Finding:
+    every = (st.events[-1] - st.events[0]) / (len(st.events) - 1) if len(st.events) > 1 else 0.0
+    return Finding(
+        kind=Straggler.name,
+        ranks=(st.rank,),
+        hosts=(rv.host,),
+        detected_mono=now,
+        onset_mono=now - st.wall_s * (st.last_step - st.events[0] + 1) / (st.last_step - st.first_step + 1),
+        reason=(
+            f"{who(rv)} stalls: {len(st.events)} times over steps {st.first_step}-{st.last_step} (about every "
+            f"{every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the other ranks' "
+            f"median ({seconds(st.median_s)}) while they waited, costing {st.share:.0%} of the job's time "
+            "(a save, eval or log on this rank alone, a periodic job or neighbour on its host, a long garbage "
+            "collection: its stack during a stall shows which)"
+        ),
+        evidence={
+            "stall_steps": list(st.events),
+            "stall_excess_s": round(st.excess_s, 6),
+            "median_compute_s": round(st.median_s, 6),
+            "cost_share": round(st.share, 4),
+            "stalls_all_ranks": st.stalls,
+            "chance": st.odds,
+            "first_step": st.first_step,
+            "last_step": st.last_step,
+            "cpu_percent": rv.state.cpu_percent,
+        },
+    )

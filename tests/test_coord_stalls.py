@@ -1,0 +1,126 @@
+"""Intermittent stragglers (stalls.py): a rank that stalls now and then while the
+others wait is named by the straggler detector, from the steps the goodput
+ledger split; stalls spread over the job, taken in turns, in one burst, too
+small to matter, or on a rank slow on most steps (the windows' straggler) name
+nobody here."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import goodput
+from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.straggler import Straggler
+from watchdog.coordinator.stalls import MIN_SHARE, STALL_STEPS, Stalls, Step, stalling
+from watchdog.coordinator.testing import SimJob
+
+CFG = DetectorConfig()
+W, K = CFG.straggler_window_steps, CFG.straggler_windows
+
+
+def steps(n: int, stalls: dict[int, int], ranks: int = 8, extra: float = 1.0, compute: float = 0.1) -> list[Step]:
+    """``n`` train steps of 0.12 s; step -> the rank that stalled ``extra`` s in it."""
+    out = []
+    for k in range(1, n + 1):
+        r = stalls.get(k)
+        out.append(
+            Step(
+                k,
+                0.12 + (extra if r is not None else 0.0),
+                r if r is not None else k % ranks,
+                extra if r is not None else 0.01,
+                compute,
+                ranks,
+            )
+        )
+    return out
+
+
+def test_a_rank_stalling_every_25_steps_is_named():
+    (st,) = stalling(steps(200, dict.fromkeys(range(25, 201, 25), 3)), W, K)
+    assert st.rank == 3 and st.events == tuple(range(25, 201, 25))
+    assert st.excess_s == pytest.approx(8.0) and st.share == pytest.approx(8.0 / (200 * 0.12 + 8.0))
+    assert st.odds < 1e-3 and (st.first_step, st.last_step) == (1, 200)
+
+
+def test_stalls_taken_in_turns_name_nobody():
+    # Two ranks of eight alternate: each has half, which chance gives some rank often enough.
+    assert stalling(steps(200, {k: 3 + (k // 25) % 2 for k in range(25, 201, 25)}), W, K) == []
+
+
+def test_a_rank_without_most_of_the_stalls_is_not_named():
+    # Rank 1 has 25 of 60: far more than chance gives one rank of eight, but the job
+    # stalls mostly elsewhere (pauses all over it, one rank hit more by chance or not).
+    others = {k: 2 + k % 6 for k in range(3, 3 + 35 * 14, 14)}
+    mine = dict.fromkeys(range(10, 10 + 25 * 20, 20), 1)
+    assert stalling(steps(500, {**others, **mine}), W, K) == []
+    assert [s.rank for s in stalling(steps(500, {**dict(list(others.items())[:20]), **mine}), W, K)] == [1]
+
+
+def test_one_burst_is_not_intermittent_stalling():
+    # Eight stalls in a row (a neighbour's backup for a second): one or two windows, not K.
+    assert stalling(steps(200, dict.fromkeys(range(100, 108), 5)), W, K) == []
+
+
+def test_stalls_too_small_to_matter_name_nobody():
+    small = 0.12 * MIN_SHARE * 200 / 8 * 0.9  # eight stalls worth under MIN_SHARE of the time
+    assert stalling(steps(200, dict.fromkeys(range(25, 201, 25), 3), extra=small), W, K) == []
+
+
+def test_a_rank_slow_on_most_steps_is_left_to_the_windows():
+    assert stalling(steps(200, {k: 2 for k in range(1, 201) if k % 4}), W, K) == []
+
+
+@pytest.mark.parametrize("ranks,events,named", [(2, 14, False), (2, 16, True), (4, 7, False), (4, 8, True)])
+def test_fewer_ranks_need_more_stalls_to_rule_out_chance(ranks, events, named):
+    every = 500 // events
+    got = stalling(steps(STALL_STEPS, {every * (i + 1): 1 for i in range(events)}, ranks=ranks), W, K)
+    assert [s.rank for s in got] == ([1] if named else [])
+
+
+def run(sim: SimJob, until: float, every: float = 0.5) -> list:
+    """The straggler detector fed by a goodput ledger, as the coordinator wires them:
+    every finding it makes, tick by tick."""
+    ledger, det = goodput.Ledger(), Straggler(CFG)
+    det.stalls = ledger.stalls
+    now, found = 0.0, []
+    while now < until:
+        now += every
+        view = sim.run_until(now)
+        found += det.check(now, view)
+        ledger.tick(now, view)
+    return found
+
+
+def test_a_periodic_stall_on_one_rank_is_named_by_the_straggler_detector():
+    sim = SimJob(jitter=0.1, seed=7, compute_s=0.1)
+    sim.stall(5, every=25, extra_s=1.0, from_step=40)
+    found = run(sim, until=60.0)
+    assert found and {f.ranks for f in found} == {(5,)}
+    f = found[0]
+    assert f.kind == "straggler" and "stalls:" in f.reason and "every 25 steps" in f.reason
+    assert f.evidence["stall_steps"][0] >= 40 and 0.15 < f.evidence["cost_share"] < 0.4
+
+
+@pytest.mark.parametrize("world,seed", [(8, 11), (4, 12), (2, 13)])
+def test_pauses_all_over_the_job_name_nobody(world, seed):
+    # Each rank pauses 0.5 s on 2% of its steps (collections of large heaps everywhere):
+    # the job loses time, but no rank more than chance gives it.
+    sim = SimJob(world_size=world, ranks_per_host=min(4, world), jitter=0.1, seed=seed, compute_s=0.1)
+    sim.pauses(0.02, 0.5)
+    assert run(sim, until=400.0, every=2.0) == []
+
+
+def test_a_consistent_straggler_is_named_once_by_its_slowdown():
+    sim = SimJob(jitter=0.05, seed=3, compute_s=0.1)
+    sim.slow(2, 1.6)
+    found = run(sim, until=30.0)
+    assert found and {f.ranks for f in found} == {(2,)}
+    assert all("slower than the median" in f.reason for f in found)
+
+
+def test_the_ledger_forgets_the_stalls_of_the_job_before_a_restart():
+    stalls = Stalls()
+    stalls.add(Step(1, 1.0, 0, 0.9, 0.1, 8))
+    stalls.clear()
+    assert not stalls.steps

@@ -1,0 +1,137 @@
+"""Intermittent stragglers: a rank that stalls now and then while the others wait.
+
+The straggler windows (``steps._close_windows``) summarise each rank's compute
+by a trimmed mean, on purpose: one GC pause is not a straggler. But a rank that
+stalls for a second every 25 steps (its own synchronous save or eval, a
+periodic job on its host, a long collection of a large heap) costs the job as
+much as a rank twice as slow, and every one of its windows looks normal once
+the stall is trimmed. The goodput ledger sees it (the time goes to its
+``straggler`` category); this names the rank.
+
+For every train step the ledger splits (all live ranks reported it) it notes
+the slowest rank by compute and how far over the median compute it ran
+(``Stalls.add``). A step is a stall when that excess is at least
+``EVENT_SHARE`` of the step's wall time: the others spent a large part of the
+step waiting for one rank. A rank is stalling (``stalling``) when, over the
+last ``STALL_STEPS`` steps noted:
+
+- at least ``MIN_EVENTS`` stalls were its own, in at least as many straggler
+  windows (``straggler_window_steps``) as the windows detector compares: spread
+  out, not one burst of contention on its host;
+- its stalls cost at least ``MIN_SHARE`` of the wall time of those steps;
+- they are intermittent: at most half the steps from its first stall on (a
+  rank slow on most steps is the windows' straggler, named by its slowdown);
+- it had most of the stalls (``MAJORITY``), and more than chance explains: were
+  every stall on a rank drawn at random among the ranks of the job, the odds
+  that some rank would get as many are below ``SIGNIFICANCE`` (the binomial
+  tail, times the ranks). Two ranks that take turns in stalling, or pauses all
+  over the job, name nobody (in a simulated job pausing on 2% of each rank's
+  steps, chance once gave one rank of eight 16 of 46 pauses in 256 steps).
+
+Pure: ``stalling`` is a function of the steps noted; ``Stalls`` is what the
+ledger (itself a pure function of the views it is given) keeps of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+STALL_STEPS = 512  # steps noted (the newest)
+EVENT_SHARE = 0.25  # a stall: the slowest rank's compute over the median is this share of the step's wall time
+MIN_EVENTS = 3
+MIN_SHARE = 0.05  # of the steps' wall time lost to the rank's stalls
+SIGNIFICANCE = 1e-4
+MAJORITY = 0.5  # of all the stalls in the steps noted
+INTERMITTENT = 0.5  # stalls on at most this share of the steps from a rank's first
+
+
+class Step(NamedTuple):
+    """One train step split by the goodput ledger: its number, wall time (the
+    slowest rank's), the rank with the most compute, that compute over the
+    median rank's, the median, and how many ranks reported the step."""
+
+    step: int
+    step_s: float
+    rank: int
+    excess_s: float
+    median_s: float
+    ranks: int
+
+
+class Stalls:
+    """The newest ``STALL_STEPS`` steps, as the ledger split them."""
+
+    def __init__(self) -> None:
+        self.steps: deque[Step] = deque(maxlen=STALL_STEPS)
+
+    def add(self, step: Step) -> None:
+        self.steps.append(step)
+
+    def clear(self) -> None:
+        """A restart: the steps of the job before it say nothing of the new ranks."""
+        self.steps.clear()
+
+
+@dataclass(frozen=True)
+class Stalling:
+    rank: int
+    events: tuple[int, ...]  # the step numbers of its stalls
+    excess_s: float  # their compute over the median, summed
+    median_s: float  # the median compute in those steps, on average
+    share: float  # excess_s over the wall time of the steps noted
+    stalls: int  # stalls of any rank in the steps noted
+    first_step: int  # the steps noted
+    last_step: int
+    wall_s: float  # their wall time
+    odds: float  # the chance the ranks' stalls would give some rank as many
+
+
+def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Stalling]:
+    """The ranks stalling over ``steps`` (see the module), in rank order."""
+    if not steps:
+        return []
+    wall = sum(s.step_s for s in steps)
+    events = [s for s in steps if s.excess_s > 0.0 and s.excess_s >= EVENT_SHARE * s.step_s]
+    if len(events) < MIN_EVENTS or wall <= 0.0:
+        return []
+    by_rank: dict[int, list[Step]] = {}
+    for s in events:
+        by_rank.setdefault(s.rank, []).append(s)
+    ranks = max(2, min(s.ranks for s in steps))  # the fewest that shared the steps: the least significant
+    out = []
+    for rank, own in sorted(by_rank.items()):
+        if len(own) < MIN_EVENTS or len({s.step // window_steps for s in own}) < max(MIN_EVENTS, windows):
+            continue
+        since = own[0].step
+        if len(own) > INTERMITTENT * sum(1 for s in steps if s.step >= since):
+            continue
+        excess = sum(s.excess_s for s in own)
+        if excess < MIN_SHARE * wall:
+            continue
+        odds = min(1.0, ranks * _tail(len(events), len(own), 1.0 / ranks))
+        if len(own) < MAJORITY * len(events) or odds > SIGNIFICANCE:
+            continue
+        out.append(
+            Stalling(
+                rank=rank,
+                events=tuple(s.step for s in own),
+                excess_s=excess,
+                median_s=sum(s.median_s for s in own) / len(own),
+                share=excess / wall,
+                stalls=len(events),
+                first_step=steps[0].step,
+                last_step=steps[-1].step,
+                wall_s=wall,
+                odds=odds,
+            )
+        )
+    return out
+
+
+def _tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return math.fsum(math.comb(n, i) * p**i * (1.0 - p) ** (n - i) for i in range(k, n + 1))
