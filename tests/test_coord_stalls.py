@@ -111,6 +111,16 @@ def test_pauses_all_over_the_job_name_nobody(world, seed):
     assert run(sim, until=400.0, every=2.0) == []
 
 
+@pytest.mark.parametrize("world,seed,until", [(8, 104, 240.0), (16, 105, 60.0), (16, 108, 130.0)])
+def test_random_pauses_do_not_make_a_straggler_of_the_rank_that_drew_more(world, seed, until):
+    # Each rank pauses 0.3 s on 5% of its steps at random; in each of these jobs one
+    # rank drew two or three times its share over 80 steps, and the windows' clipped
+    # means took it for a 1.07x straggler: its own steps' noise now sets its threshold.
+    sim = SimJob(world_size=world, ranks_per_host=4, jitter=0.2, seed=seed, compute_s=0.1)
+    sim.pauses(0.05, 0.3)
+    assert run(sim, until=until, every=2.0) == []
+
+
 def test_a_consistent_straggler_is_named_once_by_its_slowdown():
     sim = SimJob(jitter=0.05, seed=3, compute_s=0.1)
     sim.slow(2, 1.6)

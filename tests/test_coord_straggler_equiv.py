@@ -42,11 +42,12 @@ def reference(view, now, cfg):
     others = len(ranks) - 1
     steps = cfg.straggler_windows * median([w.n for rv in ranks.values() for w in rv.windows])
     sigma_steps = median(spreads) * math.sqrt((1 + (1 / others if others <= 2 else math.pi / 2 / others)) / steps)
-    out = {}
+    out, picked = {}, {}
     for r, rv in ranks.items():
         wins = [w for w in rv.windows if base.get((w.index, r), 0) > 0][-cfg.straggler_windows :]
         if len(wins) < cfg.straggler_windows:
             continue
+        picked[r] = wins
         mine = sum(w.compute_s for w in wins)
         theirs = sum(base[(w.index, r)] for w in wins)
         n = len(wins)
@@ -59,7 +60,11 @@ def reference(view, now, cfg):
             "first_step": wins[0].index * cfg.straggler_window_steps,
             "last_step": (wins[-1].index + 1) * cfg.straggler_window_steps - 1,
         }
-    own = {r: _stdev(sc["window_factors"]) / math.sqrt(cfg.straggler_windows) for r, sc in out.items()}
+    # A rank's own noise: its windows' factors from one to the next, or its steps' (its windows' spreads).
+    own = {
+        r: max(_stdev(sc["window_factors"]) / math.sqrt(cfg.straggler_windows), _steps_noise(picked[r]))
+        for r, sc in out.items()
+    }
     sigma_windows = median(list(own.values())) if own else 0.0
     for r, sc in out.items():
         sigma = max(sigma_steps, sigma_windows, own[r])
@@ -70,6 +75,11 @@ def reference(view, now, cfg):
             sigma_windows=sigma_windows,
         )
     return out
+
+
+def _steps_noise(wins):
+    rms = math.sqrt(math.fsum(w.spread**2 for w in wins) / len(wins))
+    return rms * math.sqrt(2.0 / sum(w.n for w in wins))
 
 
 def _stdev(xs):

@@ -14,7 +14,8 @@ estimates of the score's noise, and never below ``straggler_factor``: the
 per-step spread scaled to K windows (what independent jitter gives), and the
 window-to-window spread of the factor / sqrt(K), the median over ranks and the
 rank's own (what bursts of contention on a shared host give: they hit a rank
-for a window or two, never every window alike as a straggler is slow). With 8
+for a window or two, never every window alike as a straggler is slow), and the
+rank's own per-step spread (pauses that struck it more than others by chance). With 8
 ranks and +-10% iid jitter the 80-step score wanders with sigma ~0.007, giving
 a threshold ~1.034: healthy ranks stay ~4.7 sigma below it (none fired in 40
 simulated 10k-step runs), a 1.05x rank is ~2 sigma above it and is found in
