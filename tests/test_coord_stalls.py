@@ -1,6 +1,6 @@
 """Intermittent stragglers (stalls.py): a rank that stalls now and then while the
-others wait is named by the straggler detector, from the steps the goodput
-ledger split; stalls spread over the job, taken in turns, in one burst, too
+others wait is named by the straggler detector (its compute) or loader_starvation
+(its data wait), from the steps the goodput ledger split; stalls spread over the job, taken in turns, in one burst, too
 small to matter, or on a rank slow on most steps (the windows' straggler) name
 nobody here."""
 
@@ -10,6 +10,7 @@ import pytest
 
 from watchdog.coordinator import goodput
 from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.straggler import Straggler
 from watchdog.coordinator.stalls import MIN_SHARE, STALL_STEPS, Stalls, Step, stalling
 from watchdog.coordinator.testing import SimJob
@@ -18,21 +19,16 @@ CFG = DetectorConfig()
 W, K = CFG.straggler_window_steps, CFG.straggler_windows
 
 
-def steps(n: int, stalls: dict[int, int], ranks: int = 8, extra: float = 1.0, compute: float = 0.1) -> list[Step]:
-    """``n`` train steps of 0.12 s; step -> the rank that stalled ``extra`` s in it."""
+def steps(n: int, stalls: dict[int, int], ranks: int = 8, extra: float = 1.0, data: float = 0.0) -> list[Step]:
+    """``n`` train steps of 0.12 s; step -> the rank that stalled ``extra`` s in it
+    (``data`` s of it waiting on its loader)."""
     out = []
     for k in range(1, n + 1):
         r = stalls.get(k)
-        out.append(
-            Step(
-                k,
-                0.12 + (extra if r is not None else 0.0),
-                r if r is not None else k % ranks,
-                extra if r is not None else 0.01,
-                compute,
-                ranks,
-            )
-        )
+        if r is None:
+            out.append(Step(k, 0.12, k % ranks, 0.01, 0.0, ranks))
+        else:
+            out.append(Step(k, 0.12 + extra, r, extra, data, ranks))
     return out
 
 
@@ -79,15 +75,17 @@ def test_fewer_ranks_need_more_stalls_to_rule_out_chance(ranks, events, named):
 
 
 def run(sim: SimJob, until: float, every: float = 0.5) -> list:
-    """The straggler detector fed by a goodput ledger, as the coordinator wires them:
-    every finding it makes, tick by tick."""
-    ledger, det = goodput.Ledger(), Straggler(CFG)
-    det.stalls = ledger.stalls
+    """The straggler and loader_starvation detectors fed by a goodput ledger, as the
+    coordinator wires them: every finding they make, tick by tick."""
+    ledger, dets = goodput.Ledger(), (Straggler(CFG), LoaderStarvation(CFG))
+    for det in dets:
+        det.stalls = ledger.stalls
     now, found = 0.0, []
     while now < until:
         now += every
         view = sim.run_until(now)
-        found += det.check(now, view)
+        for det in dets:
+            found += det.check(now, view)
         ledger.tick(now, view)
     return found
 
@@ -96,10 +94,29 @@ def test_a_periodic_stall_on_one_rank_is_named_by_the_straggler_detector():
     sim = SimJob(jitter=0.1, seed=7, compute_s=0.1)
     sim.stall(5, every=25, extra_s=1.0, from_step=40)
     found = run(sim, until=60.0)
-    assert found and {f.ranks for f in found} == {(5,)}
+    assert found and {(f.kind, f.ranks) for f in found} == {("straggler", (5,))}
     f = found[0]
     assert f.kind == "straggler" and "stalls:" in f.reason and "every 25 steps" in f.reason
     assert f.evidence["stall_steps"][0] >= 40 and 0.15 < f.evidence["cost_share"] < 0.4
+
+
+def test_a_loader_that_stalls_now_and_then_is_named_by_loader_starvation():
+    # One rank's loader waits 1 s every 25 steps: its data share, the slowest tenth of
+    # steps left out, stays low; the others wait for it a third of the time.
+    sim = SimJob(jitter=0.1, seed=8, compute_s=0.1)
+    sim.stall(2, every=25, extra_s=1.0, from_step=40, on_data=True)
+    found = run(sim, until=60.0)
+    assert found and {(f.kind, f.ranks) for f in found} == {("loader_starvation", (2,))}
+    f = found[0]
+    assert "its loader stalls:" in f.reason and "every 25 steps" in f.reason and "on host host0" in f.reason
+    assert f.evidence["stall_data_s"] == pytest.approx(f.evidence["stall_excess_s"], rel=0.1)
+
+
+def test_stalls_split_by_what_the_rank_waited_on():
+    (st,) = stalling(steps(200, dict.fromkeys(range(25, 201, 25), 3), data=0.8), W, K)
+    assert st.on_data and st.data_s == pytest.approx(8 * 0.8)
+    (st,) = stalling(steps(200, dict.fromkeys(range(25, 201, 25), 3), data=0.2), W, K)
+    assert not st.on_data
 
 
 @pytest.mark.parametrize("world,seed", [(8, 11), (4, 12), (2, 13)])

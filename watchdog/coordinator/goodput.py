@@ -341,9 +341,11 @@ class Ledger:
                 computes = [max(0.0, c) for c in computes]  # ... not below 0
             data = median(datas)
             compute = median(computes)
-            top = max(computes)
-            self.stalls.add(Step(number, step_s, got.ranks[computes.index(top)], top - compute, compute, len(got)))
-            slow = max(0.0, max(map(add, computes, datas)) - compute - data)
+            owns = list(map(add, computes, datas))  # each rank's own work: what the others wait for
+            top = max(owns)
+            i = owns.index(top)
+            slow = max(0.0, top - compute - data)
+            self.stalls.add(Step(number, step_s, got.ranks[i], top - compute - data, datas[i] - data, len(got)))
             coll = max(0.0, step_s - data - compute - slow)
             self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]
             base = min(coll, quantile(self.coll_history, BASELINE_QUANTILE))

@@ -39,6 +39,7 @@ from .backpressure import Backpressure
 from .config import Config
 from .control import JobController
 from .detectors import build
+from .detectors.loader_starvation import LoaderStarvation
 from .detectors.straggler import Straggler
 from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
@@ -105,8 +106,9 @@ class Coordinator:
         self.verdict = verdict.Verdict()
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
-        if self._straggler is not None:  # the ledger's steps name the ranks that stall now and then
-            self._straggler.stalls = self.goodput.stalls
+        for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
+            if isinstance(det, Straggler | LoaderStarvation):
+                det.stalls = self.goodput.stalls
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
         self._cadence = perf_cadence.Cadence(cfg.performance_ranks_per_tick)

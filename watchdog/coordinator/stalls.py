@@ -1,16 +1,19 @@
 """Intermittent stragglers: a rank that stalls now and then while the others wait.
 
 The straggler windows (``steps._close_windows``) summarise each rank's compute
-by a trimmed mean, on purpose: one GC pause is not a straggler. But a rank that
-stalls for a second every 25 steps (its own synchronous save or eval, a
-periodic job on its host, a long collection of a large heap) costs the job as
-much as a rank twice as slow, and every one of its windows looks normal once
-the stall is trimmed. The goodput ledger sees it (the time goes to its
-``straggler`` category); this names the rank.
+by a trimmed mean, and the loader's data share leaves out the slowest tenth of
+steps, on purpose: one GC pause or one slow first batch is no fault. But a rank
+that stalls for a second every 25 steps (its own synchronous save or eval, a
+periodic job on its host, a shard its loader opens from cold storage) costs
+the job as much as a rank twice as slow, and every one of its windows looks
+normal once the stall is trimmed. The goodput ledger sees it (the time goes to
+its ``straggler`` category); this names the rank: the straggler detector when
+the stalls are its compute, loader_starvation when they are its data wait.
 
 For every train step the ledger splits (all live ranks reported it) it notes
-the slowest rank by compute and how far over the median compute it ran
-(``Stalls.add``). A step is a stall when that excess is at least
+the rank with the most work of its own (compute and data wait: what the others
+wait for), how far over the median rank's that ran, and how much of that was
+data wait (``Stalls.add``). A step is a stall when the excess is at least
 ``EVENT_SHARE`` of the step's wall time: the others spent a large part of the
 step waiting for one rank. A rank is stalling (``stalling``) when, over the
 last ``STALL_STEPS`` steps noted:
@@ -38,7 +41,11 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .config import DetectorConfig
+    from .view import ClusterView, FoldedRank
 
 STALL_STEPS = 512  # steps noted (the newest)
 EVENT_SHARE = 0.25  # a stall: the slowest rank's compute over the median is this share of the step's wall time
@@ -51,14 +58,16 @@ INTERMITTENT = 0.5  # stalls on at most this share of the steps from a rank's fi
 
 class Step(NamedTuple):
     """One train step split by the goodput ledger: its number, wall time (the
-    slowest rank's), the rank with the most compute, that compute over the
-    median rank's, the median, and how many ranks reported the step."""
+    slowest rank's), the rank with the most work of its own (compute + data
+    wait), that work over the median rank's compute and data wait, its data wait
+    over the median's (the part of the excess that was its loader), and how many
+    ranks reported the step."""
 
     step: int
     step_s: float
     rank: int
     excess_s: float
-    median_s: float
+    data_s: float
     ranks: int
 
 
@@ -78,16 +87,31 @@ class Stalls:
 
 @dataclass(frozen=True)
 class Stalling:
+    """A rank that stalls; ``on_data``: mostly waiting on its loader (else its compute)."""
+
     rank: int
     events: tuple[int, ...]  # the step numbers of its stalls
-    excess_s: float  # their compute over the median, summed
-    median_s: float  # the median compute in those steps, on average
+    excess_s: float  # their work over the median, summed
+    data_s: float  # of which its data wait over the median's
     share: float  # excess_s over the wall time of the steps noted
     stalls: int  # stalls of any rank in the steps noted
     first_step: int  # the steps noted
     last_step: int
     wall_s: float  # their wall time
     odds: float  # the chance the ranks' stalls would give some rank as many
+
+    @property
+    def on_data(self) -> bool:
+        return self.data_s > 0.5 * self.excess_s
+
+    @property
+    def every(self) -> float:
+        """Steps from one stall to the next, on average."""
+        return (self.events[-1] - self.events[0]) / (len(self.events) - 1) if len(self.events) > 1 else 0.0
+
+    def onset(self, now: float) -> float:
+        """When its first stall noted began, about (the steps' wall time since)."""
+        return now - self.wall_s * (self.last_step - self.events[0] + 1) / (self.last_step - self.first_step + 1)
 
 
 def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Stalling]:
@@ -120,7 +144,7 @@ def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Sta
                 rank=rank,
                 events=tuple(s.step for s in own),
                 excess_s=excess,
-                median_s=sum(s.median_s for s in own) / len(own),
+                data_s=sum(s.data_s for s in own),
                 share=excess / wall,
                 stalls=len(events),
                 first_step=steps[0].step,
@@ -130,6 +154,36 @@ def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Sta
             )
         )
     return out
+
+
+def live(
+    stalls: Stalls | None, view: ClusterView, cfg: DetectorConfig, on_data: bool
+) -> list[tuple[Stalling, FoldedRank]]:
+    """The stalling ranks live and training now, whose stalls are mostly data wait
+    (``on_data``) or mostly compute: what loader_starvation and the straggler
+    detector name. A rank gone since is another detector's."""
+    if stalls is None:
+        return []
+    out = []
+    for st in stalling(stalls.steps, cfg.straggler_window_steps, cfg.straggler_windows):
+        rv = view.ranks.get(st.rank)
+        if st.on_data == on_data and rv is not None and rv.state.alive and rv.state.status == "running":
+            out.append((st, rv))
+    return out
+
+
+def evidence(st: Stalling, rv: FoldedRank) -> dict[str, Any]:
+    return {
+        "stall_steps": list(st.events),
+        "stall_excess_s": round(st.excess_s, 6),
+        "stall_data_s": round(st.data_s, 6),
+        "cost_share": round(st.share, 4),
+        "stalls_all_ranks": st.stalls,
+        "chance": st.odds,
+        "first_step": st.first_step,
+        "last_step": st.last_step,
+        "cpu_percent": rv.state.cpu_percent,
+    }
 
 
 def _tail(n: int, k: int, p: float) -> float:

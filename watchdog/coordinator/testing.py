@@ -261,7 +261,7 @@ class SimJob:
         self.rng = random.Random(self.seed)
         self.factor: dict[int, float] = {}
         self.rank_data: dict[int, float] = {}
-        self.stalls: dict[int, tuple[int, float, int]] = {}  # rank -> (every, extra seconds, from step)
+        self.stalls: dict[int, tuple[int, float, int, bool]] = {}  # rank -> (every, extra seconds, from step, on data)
         self.pause: tuple[float, float] = (0.0, 0.0)  # (chance per rank and step, extra seconds)
         self.faults: dict[int, tuple[str, int]] = {}  # rank -> (kind, step)
         self.victims_die_after: float | None = None
@@ -280,9 +280,10 @@ class SimJob:
     def starve(self, rank: int, data_s: float) -> None:
         self.rank_data[rank] = data_s
 
-    def stall(self, rank: int, every: int, extra_s: float, from_step: int = 0) -> None:
-        """``extra_s`` more compute on every ``every``-th step from ``from_step`` on (a periodic save, a GC pause)."""
-        self.stalls[rank] = (every, extra_s, from_step)
+    def stall(self, rank: int, every: int, extra_s: float, from_step: int = 0, on_data: bool = False) -> None:
+        """``extra_s`` more compute (``on_data``: data wait) on every ``every``-th step from
+        ``from_step`` on (a periodic save, a GC pause; a shard opened from cold storage)."""
+        self.stalls[rank] = (every, extra_s, from_step, on_data)
 
     def pauses(self, chance: float, extra_s: float) -> None:
         """Every rank, on each step with probability ``chance``, computes ``extra_s`` longer (pauses all over the job)."""
@@ -317,9 +318,12 @@ class SimJob:
             enter = {}
             for r in range(self.world_size):
                 c = self.compute_s * self.factor.get(r, 1.0) * (1 + self.rng.uniform(-self.jitter, self.jitter))
-                every, extra, since = self.stalls.get(r, (0, 0.0, 0))
+                every, extra, since, on_data = self.stalls.get(r, (0, 0.0, 0, False))
                 if every and k >= since and k % every == 0:
-                    c += extra
+                    if on_data:
+                        data[r] += extra
+                    else:
+                        c += extra
                 if self.pause[0] and self.rng.random() < self.pause[0]:
                     c += self.pause[1]
                 if self.faults.get(r, ("", -1))[1] != k:

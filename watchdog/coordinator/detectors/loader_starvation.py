@@ -6,17 +6,20 @@ ranks starving means the input pipeline itself is the bottleneck, and adding
 training workers will not help. The share leaves out the top 10% of steps by data
 wait, so one slow first batch of an epoch (workers starting) is not starvation,
 while a loader that stalls every few steps still is. A rank's first steps are not
-in its history at all (view warm-up).
+in its history at all (view warm-up). A loader that stalls now and then (once
+in 25 steps, for a second) is named from the goodput ledger's steps instead
+(stalls.py), as the straggler detector names a rank whose compute does.
 """
 
 from __future__ import annotations
 
-from .. import columns
+from .. import columns, stalls
 from ..config import DetectorConfig
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import OK, classify_all
+from ..stalls import Stalling, Stalls
 from ..stats import median
-from ..view import ClusterView
+from ..view import ClusterView, FoldedRank
 
 ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one loader
 
@@ -26,8 +29,20 @@ class LoaderStarvation:
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
+        # The train steps the goodput ledger split, for the ranks whose loader stalls now and
+        # then (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
+        self.stalls: Stalls | None = None
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
+        found = self._starving(now, view)
+        named = {r for f in found for r in f.ranks}
+        return found + [
+            _stall_finding(st, rv, now)
+            for st, rv in stalls.live(self.stalls, view, self.cfg, True)
+            if st.rank not in named
+        ]
+
+    def _starving(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
         # Shares are computed when reports are folded (view.py), not per tick; read as columns.
         c = columns.of(view)
@@ -85,3 +100,21 @@ class LoaderStarvation:
                 evidence=evidence,
             )
         ]
+
+
+def _stall_finding(st: Stalling, rv: FoldedRank, now: float) -> Finding:
+    return Finding(
+        kind=LoaderStarvation.name,
+        ranks=(st.rank,),
+        hosts=(rv.host,),
+        detected_mono=now,
+        onset_mono=st.onset(now),
+        reason=(
+            f"rank {st.rank} on host {rv.host}: its loader stalls: {len(st.events)} times over steps "
+            f"{st.first_step}-{st.last_step} (about every {st.every:.0f} steps) it waited "
+            f"{seconds(st.data_s / len(st.events))} on data beyond the median rank's while the others waited for it, "
+            f"costing {st.share:.0%} of the job's time (a shard opened from cold storage, a worker restarted "
+            "or blocked: its loader's stack during a stall shows which)"
+        ),
+        evidence={**stalls.evidence(st, rv), "scope": "stalls"},
+    )

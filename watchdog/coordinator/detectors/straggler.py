@@ -33,11 +33,12 @@ from __future__ import annotations
 import heapq
 import weakref
 
+from .. import stalls
 from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
-from ..stalls import Stalling, Stalls, stalling
+from ..stalls import Stalling, Stalls
 from ..view import ClusterView, FoldedRank
 from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
 
@@ -147,46 +148,27 @@ class Straggler:
         return out + self._stalling(now, view, {f.ranks[0] for f in out})
 
     def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
-        """The ranks that stall now and then (stalls.py) and are not ``named`` already."""
-        if self.stalls is None:
-            return []
-        out = []
-        for st in stalling(self.stalls.steps, self.cfg.straggler_window_steps, self.cfg.straggler_windows):
-            rv = view.ranks.get(st.rank)
-            if st.rank not in named and rv is not None and _running(rv):
-                out.append(_stall_finding(st, rv, now))
-        return out
-
-
-def _running(rv: FoldedRank) -> bool:
-    """Live and training: a rank gone since its stalls is another detector's."""
-    return rv.state.alive and rv.state.status == "running"
+        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already."""
+        return [
+            _stall_finding(st, rv, now)
+            for st, rv in stalls.live(self.stalls, view, self.cfg, False)
+            if st.rank not in named
+        ]
 
 
 def _stall_finding(st: Stalling, rv: FoldedRank, now: float) -> Finding:
-    every = (st.events[-1] - st.events[0]) / (len(st.events) - 1) if len(st.events) > 1 else 0.0
     return Finding(
         kind=Straggler.name,
         ranks=(st.rank,),
         hosts=(rv.host,),
         detected_mono=now,
-        onset_mono=now - st.wall_s * (st.last_step - st.events[0] + 1) / (st.last_step - st.first_step + 1),
+        onset_mono=st.onset(now),
         reason=(
             f"{who(rv)} stalls: {len(st.events)} times over steps {st.first_step}-{st.last_step} (about every "
-            f"{every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the other ranks' "
-            f"median ({seconds(st.median_s)}) while they waited, costing {st.share:.0%} of the job's time "
-            "(a save, eval or log on this rank alone, a periodic job or neighbour on its host, a long garbage "
-            "collection: its stack during a stall shows which)"
+            f"{st.every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the median rank's "
+            f"while the others waited, costing {st.share:.0%} of the job's time (a save, eval or log on this rank "
+            "alone, a periodic job or neighbour on its host, a long garbage collection: its stack during a stall "
+            "shows which)"
         ),
-        evidence={
-            "stall_steps": list(st.events),
-            "stall_excess_s": round(st.excess_s, 6),
-            "median_compute_s": round(st.median_s, 6),
-            "cost_share": round(st.share, 4),
-            "stalls_all_ranks": st.stalls,
-            "chance": st.odds,
-            "first_step": st.first_step,
-            "last_step": st.last_step,
-            "cpu_percent": rv.state.cpu_percent,
-        },
+        evidence=stalls.evidence(st, rv),
     )
