@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+from .finding import Finding
 
 if TYPE_CHECKING:
     from .config import DetectorConfig
@@ -156,34 +158,51 @@ def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Sta
     return out
 
 
-def live(
-    stalls: Stalls | None, view: ClusterView, cfg: DetectorConfig, on_data: bool
-) -> list[tuple[Stalling, FoldedRank]]:
-    """The stalling ranks live and training now, whose stalls are mostly data wait
-    (``on_data``) or mostly compute: what loader_starvation and the straggler
-    detector name. A rank gone since is another detector's."""
+def findings(
+    kind: str,
+    stalls: Stalls | None,
+    now: float,
+    view: ClusterView,
+    cfg: DetectorConfig,
+    on_data: bool,
+    named: set[int],
+    reason: Callable[[Stalling, FoldedRank], str],
+) -> list[Finding]:
+    """Findings of ``kind`` (``reason`` says why) for the stalling ranks live and
+    training now, not ``named`` already, whose stalls are mostly data wait
+    (``on_data``: loader_starvation's) or mostly compute (the straggler
+    detector's). A rank gone since is another detector's."""
     if stalls is None:
         return []
     out = []
     for st in stalling(stalls.steps, cfg.straggler_window_steps, cfg.straggler_windows):
         rv = view.ranks.get(st.rank)
-        if st.on_data == on_data and rv is not None and rv.state.alive and rv.state.status == "running":
-            out.append((st, rv))
+        if st.on_data != on_data or st.rank in named or rv is None:
+            continue
+        if rv.state.alive and rv.state.status == "running":
+            out.append(
+                Finding(
+                    kind=kind,
+                    ranks=(st.rank,),
+                    hosts=(rv.host,),
+                    detected_mono=now,
+                    onset_mono=st.onset(now),
+                    reason=reason(st, rv),
+                    evidence={
+                        "scope": "stalls",
+                        "stall_steps": list(st.events),
+                        "stall_excess_s": round(st.excess_s, 6),
+                        "stall_data_s": round(st.data_s, 6),
+                        "cost_share": round(st.share, 4),
+                        "stalls_all_ranks": st.stalls,
+                        "chance": st.odds,
+                        "first_step": st.first_step,
+                        "last_step": st.last_step,
+                        "cpu_percent": rv.state.cpu_percent,
+                    },
+                )
+            )
     return out
-
-
-def evidence(st: Stalling, rv: FoldedRank) -> dict[str, Any]:
-    return {
-        "stall_steps": list(st.events),
-        "stall_excess_s": round(st.excess_s, 6),
-        "stall_data_s": round(st.data_s, 6),
-        "cost_share": round(st.share, 4),
-        "stalls_all_ranks": st.stalls,
-        "chance": st.odds,
-        "first_step": st.first_step,
-        "last_step": st.last_step,
-        "cpu_percent": rv.state.cpu_percent,
-    }
 
 
 def _tail(n: int, k: int, p: float) -> float:

@@ -36,11 +36,7 @@ class LoaderStarvation:
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         found = self._starving(now, view)
         named = {r for f in found for r in f.ranks}
-        return found + [
-            _stall_finding(st, rv, now)
-            for st, rv in stalls.live(self.stalls, view, self.cfg, True)
-            if st.rank not in named
-        ]
+        return found + stalls.findings(self.name, self.stalls, now, view, self.cfg, True, named, _stall_reason)
 
     def _starving(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
@@ -102,19 +98,11 @@ class LoaderStarvation:
         ]
 
 
-def _stall_finding(st: Stalling, rv: FoldedRank, now: float) -> Finding:
-    return Finding(
-        kind=LoaderStarvation.name,
-        ranks=(st.rank,),
-        hosts=(rv.host,),
-        detected_mono=now,
-        onset_mono=st.onset(now),
-        reason=(
-            f"rank {st.rank} on host {rv.host}: its loader stalls: {len(st.events)} times over steps "
-            f"{st.first_step}-{st.last_step} (about every {st.every:.0f} steps) it waited "
-            f"{seconds(st.data_s / len(st.events))} on data beyond the median rank's while the others waited for it, "
-            f"costing {st.share:.0%} of the job's time (a shard opened from cold storage, a worker restarted "
-            "or blocked: its loader's stack during a stall shows which)"
-        ),
-        evidence={**stalls.evidence(st, rv), "scope": "stalls"},
+def _stall_reason(st: Stalling, rv: FoldedRank) -> str:
+    return (
+        f"rank {st.rank} on host {rv.host}: its loader stalls: {len(st.events)} times over steps "
+        f"{st.first_step}-{st.last_step} (about every {st.every:.0f} steps) it waited "
+        f"{seconds(st.data_s / len(st.events))} on data beyond the median rank's while the others waited for it, "
+        f"costing {st.share:.0%} of the job's time (a shard opened from cold storage, a worker restarted "
+        "or blocked: its loader's stack during a stall shows which)"
     )

@@ -149,26 +149,14 @@ class Straggler:
 
     def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
         """The ranks whose compute stalls now and then (stalls.py), not ``named`` already."""
-        return [
-            _stall_finding(st, rv, now)
-            for st, rv in stalls.live(self.stalls, view, self.cfg, False)
-            if st.rank not in named
-        ]
+        return stalls.findings(self.name, self.stalls, now, view, self.cfg, False, named, _stall_reason)
 
 
-def _stall_finding(st: Stalling, rv: FoldedRank, now: float) -> Finding:
-    return Finding(
-        kind=Straggler.name,
-        ranks=(st.rank,),
-        hosts=(rv.host,),
-        detected_mono=now,
-        onset_mono=st.onset(now),
-        reason=(
-            f"{who(rv)} stalls: {len(st.events)} times over steps {st.first_step}-{st.last_step} (about every "
-            f"{st.every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the median rank's "
-            f"while the others waited, costing {st.share:.0%} of the job's time (a save, eval or log on this rank "
-            "alone, a periodic job or neighbour on its host, a long garbage collection: its stack during a stall "
-            "shows which)"
-        ),
-        evidence=stalls.evidence(st, rv),
+def _stall_reason(st: Stalling, rv: FoldedRank) -> str:
+    return (
+        f"{who(rv)} stalls: {len(st.events)} times over steps {st.first_step}-{st.last_step} (about every "
+        f"{st.every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the median rank's "
+        f"while the others waited, costing {st.share:.0%} of the job's time (a save, eval or log on this rank "
+        "alone, a periodic job or neighbour on its host, a long garbage collection: its stack during a stall "
+        "shows which)"
     )
