@@ -88,8 +88,8 @@ class Ledger:
     profile: dict[str, float] = field(
         default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
     )
-    # Each train step's slowest rank by compute, for the stalling ranks (stalls.py): the straggler
-    # detector reads them (a rank's time here is named there).
+    # Each train step's rank with the most work of its own, for the ranks that stall now and then
+    # (stalls.py): the straggler and loader_starvation detectors name them from these.
     stalls: Stalls = field(default_factory=Stalls, compare=False)
     # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
     _tracked: tuple = field(default=(), repr=False, compare=False)
@@ -344,8 +344,9 @@ class Ledger:
             owns = list(map(add, computes, datas))  # each rank's own work: what the others wait for
             top = max(owns)
             i = owns.index(top)
-            slow = max(0.0, top - compute - data)
-            self.stalls.add(Step(number, step_s, got.ranks[i], top - compute - data, datas[i] - data, len(got)))
+            excess = top - compute - data
+            slow = max(0.0, excess)
+            self.stalls.add(Step(number, step_s, got.ranks[i], excess, datas[i] - data, len(got)))
             coll = max(0.0, step_s - data - compute - slow)
             self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]
             base = min(coll, quantile(self.coll_history, BASELINE_QUANTILE))

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .view import ClusterView, FoldedRank
 
 STALL_STEPS = 512  # steps noted (the newest)
-EVENT_SHARE = 0.25  # a stall: the slowest rank's compute over the median is this share of the step's wall time
+EVENT_SHARE = 0.25  # a stall: the rank's own work over the median's is this share of the step's wall time
 MIN_EVENTS = 3
 MIN_SHARE = 0.05  # of the steps' wall time lost to the rank's stalls
 SIGNIFICANCE = 1e-4
