@@ -12,7 +12,7 @@ from watchdog.coordinator import goodput
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.straggler import Straggler
-from watchdog.coordinator.stalls import MIN_SHARE, STALL_STEPS, Stalls, Step, stalling
+from watchdog.coordinator.stalls import MIN_SHARE, STALL_STEPS, Step, stalling
 from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()
@@ -147,7 +147,12 @@ def test_a_consistent_straggler_is_named_once_by_its_slowdown():
 
 
 def test_the_ledger_forgets_the_stalls_of_the_job_before_a_restart():
-    stalls = Stalls()
-    stalls.add(Step(1, 1.0, 0, 0.9, 0.1, 8))
-    stalls.clear()
-    assert not stalls.steps
+    sim = SimJob(jitter=0.1, seed=7, compute_s=0.1)
+    sim.stall(5, every=25, extra_s=1.0)
+    ledger, now = goodput.Ledger(), 0.0
+    while now < 40.0:
+        now += 0.5
+        ledger.tick(now, sim.run_until(now))
+    assert [st.rank for st in stalling(ledger.stalls.steps, W, K)] == [5]
+    ledger.tick(now + 0.5, sim.run_until(now + 0.5), restarting=True)  # the job restarting: new ranks
+    assert not ledger.stalls.steps

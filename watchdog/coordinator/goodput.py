@@ -106,7 +106,6 @@ class Ledger:
         live, changed, pausing = self._scan(view, track=not restarting)
         if restarting or changed:
             self.restarting = True
-            self.stalls.clear()
         ready = self._ready_steps(live)
         if not self.started:
             self.seconds[STARTUP] += dt
@@ -122,6 +121,8 @@ class Ledger:
             self.pending += dt
         if ready:
             self._split(ready)
+        if restarting or changed:  # after this tick's split: its steps were the old group's too
+            self.stalls.clear()
         if over and self.started:
             # The last steps' share of time still pending goes by the last proportions seen.
             self._allocate(self.last_parts or {PRODUCTIVE: 1.0})
