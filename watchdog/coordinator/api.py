@@ -25,7 +25,7 @@ from ..report import (
     ReportError,
     rank_problem,
 )
-from . import jsonbody
+from . import jsonbody, typedbody
 from .service import Coordinator, WrongJob
 from .steps import summary_config
 
@@ -131,34 +131,18 @@ class ReportHandler:
     def handle(self, headers: Headers, body: bytes, now: float, peer: str = "") -> Reply:
         if not authorized(self.token, headers):
             return self.reject(401, "unauthorized", "missing or wrong bearer token", now, peer)
-        try:
-            obj = decode(body)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return self.reject(400, "bad_json", f"body is not valid JSON: {exc}"[:500], now, peer)
-        if not isinstance(obj, dict):
-            return self.reject(400, "schema", "report must be a JSON object", now, peer)
-        v = obj.get("v")
-        if type(v) is not int or v not in REPORT_VERSIONS:  # 1.0 and true are not version 1
-            return self.reject(
-                400,
-                "version",
-                f"unsupported report version {obj.get('v')!r}; this coordinator reads {_VERSIONS}",
-                now,
-                peer,
-            )
         dropped: list[tuple[int, Any, str]] = []
-        acks = obj.get("acks")
-        if isinstance(acks, list) and len(acks) > MAX_ACKS_PER_REPORT:
-            self._too_many_acks(len(acks), now, peer, obj.get("host"))
-            obj = {**obj, "acks": acks[:MAX_ACKS_PER_REPORT]}
+        # An agent's usual report in one pass; None for anything else: read below, with its drops and messages.
+        report = typedbody.read(body)
+        if report is None:
+            got = self._read(body, dropped, now, peer)
+            if not isinstance(got, HostReport):
+                return got
+            report = got
         try:
-            report = HostReport.from_dict(obj, dropped)  # drops each rank that rank_problem refuses
             validate(report, ranks_checked=True)
         except ReportError as exc:
             return self.reject(400, "schema", str(exc), now, peer)
-        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-            # The schema code should turn these into ReportError; never a 500 for bad input.
-            return self.reject(400, "schema", f"invalid report: {type(exc).__name__}: {exc}"[:500], now, peer)
         try:
             reply = self.coordinator.accept(report, now)
         except WrongJob as exc:
@@ -175,3 +159,32 @@ class ReportHandler:
                 {"index": i, "rank": r if isinstance(r, int) else None, "error": e[:200]} for i, r, e in dropped[:16]
             ]
         return 200, reply, ""
+
+    def _read(self, body: bytes, dropped: list[tuple[int, Any, str]], now: float, peer: str) -> HostReport | Reply:
+        """The report in ``body`` (the ranks it drops noted in ``dropped``), or the reply refusing it."""
+        try:
+            obj = decode(body)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            return self.reject(400, "bad_json", f"body is not valid JSON: {exc}"[:500], now, peer)
+        if not isinstance(obj, dict):
+            return self.reject(400, "schema", "report must be a JSON object", now, peer)
+        v = obj.get("v")
+        if type(v) is not int or v not in REPORT_VERSIONS:  # 1.0 and true are not version 1
+            return self.reject(
+                400,
+                "version",
+                f"unsupported report version {obj.get('v')!r}; this coordinator reads {_VERSIONS}",
+                now,
+                peer,
+            )
+        acks = obj.get("acks")
+        if isinstance(acks, list) and len(acks) > MAX_ACKS_PER_REPORT:
+            self._too_many_acks(len(acks), now, peer, obj.get("host"))
+            obj = {**obj, "acks": acks[:MAX_ACKS_PER_REPORT]}
+        try:
+            return HostReport.from_dict(obj, dropped)  # drops each rank that rank_problem refuses
+        except ReportError as exc:
+            return self.reject(400, "schema", str(exc), now, peer)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            # The schema code should turn these into ReportError; never a 500 for bad input.
+            return self.reject(400, "schema", f"invalid report: {type(exc).__name__}: {exc}"[:500], now, peer)
