@@ -1,6 +1,8 @@
 """``report.step_sample`` builds the StepSamples of every report without the
-frozen ``__init__``: what it gives must be a StepSample like any other, since
-the coordinator keeps them in histories, compares, hashes and replaces them."""
+frozen ``__init__``, and ``report.made`` the other objects the coordinator
+builds per rank per report (RankState, FoldedRank, StepStats): what they give
+must be like any other instance, since the coordinator keeps them, compares,
+hashes and replaces them."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from watchdog.coordinator import testing
-from watchdog.report import HostReport, StepSample, as_rows, step_sample
+from watchdog.coordinator.steps import StepStats, add_samples
+from watchdog.coordinator.view import FoldedRank
+from watchdog.report import HostReport, RankState, StepSample, as_rows, made, step_sample
 
 _FLOATS = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 _FULL = st.tuples(
@@ -63,3 +67,46 @@ def test_reports_decode_to_such_samples() -> None:
         got = HostReport.from_dict(form).ranks[0].recent_steps
         assert [type(x) for x in got] == [StepSample, StepSample]
         assert got == want
+
+
+def _values(obj) -> tuple:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+@pytest.mark.parametrize(
+    "want",
+    [
+        testing.rank(3, recent_steps=testing.steps(1, 4), death={"summary": "x"}),
+        FoldedRank(state=testing.rank(5), host="h", received_at=1.0, registered_at=0.5, progress_at=0.9,
+                   last_alive_at=1.0, died_at=2.0),
+        add_samples(StepStats(), testing.steps(1, 40), testing.DetectorConfig()),
+    ],
+    ids=["RankState", "FoldedRank", "StepStats"],
+)  # fmt: skip
+def test_made_gives_what_init_gives(want) -> None:
+    cls = type(want)
+    got = made(cls, *_values(want))
+    assert type(got) is cls and not hasattr(got, "__dict__")
+    assert got == want and repr(got) == repr(want) and _values(got) == _values(want)
+    if cls is not FoldedRank:  # FoldedRank holds arrays (its loss history): not hashable, as through __init__
+        assert hash(got) == hash(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(got, dataclasses.fields(got)[0].name, None)
+    assert dataclasses.replace(got) == want
+    assert copy.copy(got) == want
+    try:  # fields left out: their defaults, or an error where one has none, as with __init__
+        bare = cls()
+    except TypeError:
+        with pytest.raises(TypeError):
+            made(cls)
+    else:
+        assert made(cls) == bare
+
+
+def test_rank_states_of_every_report_are_such() -> None:
+    rep = HostReport.from_dict(
+        json.loads(
+            json.dumps(as_rows(testing.report("h", [testing.rank(3, recent_steps=testing.steps(1, 4))]).to_dict()))
+        )
+    )
+    assert type(rep.ranks[0]) is RankState and rep.ranks[0] == testing.rank(3, recent_steps=testing.steps(1, 4))

@@ -11,12 +11,12 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import chain
 from math import floor, inf
 
 from watchdog import stepsummary as sm
-from watchdog.report import StepSample, built
+from watchdog.report import StepSample, made
 
 from . import stats
 from .config import DetectorConfig
@@ -44,7 +44,7 @@ class WindowStat:
     spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per rank per report: slots are built ~4x faster (``made``)
 class StepStats:
     """What one incarnation's step samples say so far."""
 
@@ -102,22 +102,36 @@ def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorCon
     # past the last window summarised, and a window closes when the newest step is past it.
     if not new or scanned < 0 or new[-1].step // cfg.straggler_window_steps - 1 > scanned:
         windows, scanned = _close_windows(windows, scanned, history, cfg, new[-1] if new else None)
-    return built(  # StepStats(...) without its frozen __init__'s call per field: one per rank per report
+    return made(  # StepStats(...) without its frozen __init__'s call per field: one per rank per report
         StepStats,
-        {
-            "steps_seen": seen,
-            "history": history,
-            "windows": windows,
-            "p99_step_s": run.p99(),
-            "train_steps": train_steps,
-            "data_share": share,
-            "running": run,
-            "windows_scanned": scanned,
-            "flat": _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
-            "flat_of": history,
-            "unkept_step": st.unkept_step,
-        },
+        seen,
+        history,
+        windows,
+        run.p99(),
+        train_steps,
+        share,
+        run,
+        scanned,
+        _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
+        history,
+        st.unkept_step,
     )
+
+
+# add_samples and with_summary build a StepStats from its values in this order (positional: ``made``).
+assert tuple(f.name for f in fields(StepStats)) == (
+    "steps_seen",
+    "history",
+    "windows",
+    "p99_step_s",
+    "train_steps",
+    "data_share",
+    "running",
+    "windows_scanned",
+    "flat",
+    "flat_of",
+    "unkept_step",
+)
 
 
 Grown = tuple[int, list[StepSample], Sequence[StepSample], int, int, Steps]
@@ -188,21 +202,19 @@ def with_summary(
             if index > after
         ]
         windows = (windows + tuple(closed))[-max(16, 2 * cfg.straggler_windows) :]
-    return built(
+    return made(
         StepStats,
-        {
-            "steps_seen": seen,
-            "history": history,
-            "windows": windows,
-            "p99_step_s": summary[sm.P99_STEP_S],
-            "train_steps": int(summary[sm.TRAIN_STEPS]),
-            "data_share": summary[sm.DATA_SHARE],
-            "running": None,
-            "windows_scanned": int(summary[sm.WINDOWS_SCANNED]),
-            "flat": _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
-            "flat_of": history,
-            "unkept_step": st.unkept_step,
-        },
+        seen,
+        history,
+        windows,
+        summary[sm.P99_STEP_S],
+        int(summary[sm.TRAIN_STEPS]),
+        summary[sm.DATA_SHARE],
+        None,  # running: its statistics are the agent's
+        int(summary[sm.WINDOWS_SCANNED]),
+        _flat(st, new, min(FLAT_SAMPLES, cfg.history_steps)),
+        history,
+        st.unkept_step,
     )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, cast
 
-from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, built
+from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, made
 
 from . import columns, loss_screen
 from . import journal_events as je
@@ -32,7 +32,7 @@ COLL_HISTORY = 32  # Flight Recorder signatures kept per rank (the newest by seq
 GPU_STALE_STEPS = 64  # a GPU-clock split this many steps behind the CPU side's is no longer read
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per rank per report: slots are built ~4x faster (``made``)
 class FoldedRank:
     """One rank as the coordinator knows it: every report about it folded
     together (latest state, progress and death times, step statistics), per
@@ -356,7 +356,7 @@ def _fold_rank(
     step_start = now - s.step_age_s
     if prev is None:
         return _joined(s, host, now, step_start, cfg, replaced_death, summaries)
-    # Every field's new value, then one FoldedRank (``report.built``: a frozen dataclass's
+    # Every field's new value, then one FoldedRank (``report.made``: a frozen dataclass's
     # __init__ sets its 19 fields one call each, and the fold builds one per rank per report).
     old = prev.state
     if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
@@ -386,34 +386,27 @@ def _fold_rank(
     if s.recent_gpu:
         gpu_stats = add_samples(gpu_stats, gpu_samples(s.recent_gpu, step_stats.history), cfg)
         gpu_last = s.recent_gpu[-1]
-    return built(
+    return made(
         FoldedRank,
-        dict(
-            zip(
-                _FOLDED_FIELDS,
-                (
-                    s,
-                    host,
-                    now,
-                    prev.registered_at,
-                    progress,
-                    last_alive,
-                    moved,
-                    step_stats,
-                    died_at,
-                    died_precise,
-                    dead_seen_at,
-                    loss_steps,
-                    loss_values,
-                    loss_calm,
-                    colls,
-                    coll_keys,
-                    gpu_stats,
-                    gpu_last,
-                    prev.previous_died_at,
-                ),
-            )
-        ),
+        s,
+        host,
+        now,
+        prev.registered_at,
+        progress,
+        last_alive,
+        moved,
+        step_stats,
+        died_at,
+        died_precise,
+        dead_seen_at,
+        loss_steps,
+        loss_values,
+        loss_calm,
+        colls,
+        coll_keys,
+        gpu_stats,
+        gpu_last,
+        prev.previous_died_at,
     )
 
 
@@ -537,9 +530,8 @@ assert _FOLDED_FIELDS == (
     "previous_died_at",
 ), _FOLDED_FIELDS
 # The fields' defaults (each its own instance, shared by every FoldedRank built without one)
-# (a dataclass keeps a field's default as the class attribute)
-_NO_STATS, _NO_GPU_STATS = FoldedRank.step_stats, FoldedRank.gpu_stats
-assert _NO_STATS is FoldedRank.__dataclass_fields__["step_stats"].default
+_NO_STATS: StepStats = FoldedRank.__dataclass_fields__["step_stats"].default  # type: ignore[assignment]
+_NO_GPU_STATS: StepStats = FoldedRank.__dataclass_fields__["gpu_stats"].default  # type: ignore[assignment]
 _NO_LOSS_STEPS, _NO_LOSS_VALUES = array("q"), array("d")  # empty, never mutated (sliced into new ones)
 
 
