@@ -235,5 +235,11 @@ def test_the_handler_accepts_the_same_reports_either_way(monkeypatch, tmp_path):
         outcomes.append((replies, repr(sorted(view.ranks.items())), repr(sorted(view.hosts.items()))))
         coord.journal.close()
         assert len(calls) == len(bodies)
+        read = {
+            path: coord.registry.get_sample_value("watchdog_coordinator_reports_read_total", {"path": path})
+            for path in ("one_pass", "checked")
+        }
+        one_pass = sum(real(body) is not None for body in bodies) if typed else 0
+        assert read == {"one_pass": one_pass, "checked": len(bodies) - one_pass}  # what an operator sees
     assert outcomes[0] == outcomes[1]
     assert sum(r[0] == 200 for r in outcomes[0][0]) > 20

@@ -88,6 +88,8 @@ class ReportHandler:
         self.log = logs.get("watchdog.coordinator")
         self._limit = logs.RateLimited(every_s=60.0)
         self._summary_config = list(summary_config(coordinator.cfg.detectors))
+        read = coordinator.metrics.reports_read
+        self._one_pass, self._checked = read.labels("one_pass"), read.labels("checked")
 
     def reject(self, status: int, reason: str, message: str, now: float, peer: str = "") -> Reply:
         self.coordinator.metrics.rejected.labels(reason).inc()
@@ -134,6 +136,7 @@ class ReportHandler:
         dropped: list[tuple[int, Any, str]] = []
         # An agent's usual report in one pass; None for anything else: read below, with its drops and messages.
         report = typedbody.read(body)
+        (self._checked if report is None else self._one_pass).inc()
         if report is None:
             got = self._read(body, dropped, now, peer)
             if not isinstance(got, HostReport):

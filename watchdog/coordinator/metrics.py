@@ -108,6 +108,13 @@ class CoordinatorMetrics:
         self.rejected = Counter(
             "watchdog_coordinator_reports_rejected_total", "Host reports refused, by reason", ["reason"], registry=r
         )
+        self.reports_read = Counter(
+            "watchdog_coordinator_reports_read_total",
+            "Host report bodies read, by how: in one typed pass (one_pass: an agent's usual version-2 report) or "
+            "by the checking path (checked: version 1, a rank to drop, anything odd or refused)",
+            ["path"],
+            registry=r,
+        )
         self.ranks_dropped = Counter(
             "watchdog_coordinator_report_ranks_dropped_total",
             "Rank entries left out of accepted reports as invalid (the rest of the report is kept)",
