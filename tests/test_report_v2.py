@@ -298,3 +298,21 @@ def test_field_lists_without_a_required_field_drop_every_rank_by_name():
     for row in body["ranks"]:
         del row[i]
     assert decoded(body)[0] == decoded(good_v2())[0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: b["ranks"][1].pop("loss"),  # a field the other rank has
+        lambda b: b["ranks"][1].update(extra=1),  # one it lacks
+        lambda b: b["ranks"][1].update(extra=b["ranks"][1].pop("loss")),  # as many, not the same
+        lambda b: b["ranks"][0]["recent_steps"][0].pop("phase"),
+        lambda b: b["ranks"][1]["coll"].update(extra=0),
+    ],
+)
+def test_version_two_cannot_say_that_one_entry_lacks_a_field_another_has(change):
+    body = wire(t.report("h", [t.rank(r, recent_steps=t.steps(1, 2)) for r in range(2)]).to_dict())
+    assert as_rows(body)["ranks"]  # as sent
+    change(body)
+    with pytest.raises(ValueError, match="lacks a field"):
+        as_rows(body)

@@ -946,16 +946,20 @@ def _union(objs: list) -> tuple[str, ...]:
     for o in objs:
         if not isinstance(o, dict):
             raise ValueError(f"version 2 has no form for {type(o).__name__} where an object goes")
-        names.update(dict.fromkeys(o))
+        if o.keys() != names.keys():  # (as sets, in C) most have the same fields: nothing to add
+            names.update(dict.fromkeys(o))
     return tuple(names)
 
 
 def _row_of(obj: dict, names: tuple[str, ...]) -> list[Any]:
     if not isinstance(obj, dict):
         raise ValueError(f"version 2 has no form for {type(obj).__name__} where an object goes")
-    if len(obj) != len(names) or not all(n in obj for n in names):
-        raise ValueError("version 2 cannot say that one entry lacks a field another has")
-    return [obj[n] for n in names]
+    if len(obj) == len(names):
+        try:  # as many fields, each of the names among them: the same fields
+            return list(map(obj.__getitem__, names))
+        except KeyError:
+            pass
+    raise ValueError("version 2 cannot say that one entry lacks a field another has")
 
 
 _MAX_LAYOUTS = 64  # distinct field lists remembered; hostile input cannot grow it further
