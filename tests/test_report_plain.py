@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import fields
 
 import pytest
@@ -185,29 +186,34 @@ def test_hostile_rows_come_out_as_the_per_row_path_has_them(seed, monkeypatch):
         assert_same(body, monkeypatch)
 
 
-def test_every_value_of_a_row_set_to_each_hostile_value(monkeypatch):
-    """Every position of a rank's row, its coll row and a step row, in turn,
-    set to each hostile value, the other rank left alone."""
+def hostile_rows(values: list) -> Iterator[dict]:
+    """A two-rank agent's body with every position of the second rank's row, its
+    coll row and a step row, in turn, set to each of ``values``, the other rank
+    left alone."""
     rng = random.Random(3)
     base = agent_body(rng, n=2)
     while not base["ranks"][1][base["rank_fields"].index("recent_steps")]:
         base = agent_body(rng, n=2)
     at = {n: i for i, n in enumerate(base["rank_fields"])}
-    cases = 0
-    for value in HOSTILE:
+    for value in values:
         for j in range(len(base["rank_fields"])):
             body = copy.deepcopy(base)
             body["ranks"][1][j] = value
-            assert_same(body, monkeypatch)
-            cases += 1
+            yield body
         for where in ("coll", "recent_steps"):
             width = len(base["coll_fields"] if where == "coll" else base["step_fields"])
             for j in range(width):
                 body = copy.deepcopy(base)
                 sub = body["ranks"][1][at[where]]
                 (sub if where == "coll" else sub[0])[j] = value
-                assert_same(body, monkeypatch)
-                cases += 1
+                yield body
+
+
+def test_every_value_of_a_row_set_to_each_hostile_value(monkeypatch):
+    cases = 0
+    for body in hostile_rows(HOSTILE):
+        assert_same(body, monkeypatch)
+        cases += 1
     assert cases > 1000
 
 
