@@ -80,8 +80,8 @@ def read(body: bytes) -> HostReport | None:
             acks=tuple(acks),
             step_summary_config=schema._summary_config({"step_summary_config": outer.step_summary_config}),
         )
-    except (ReportError, msgspec.DecodeError):
-        return None
+    except (ReportError, msgspec.DecodeError, TypeError, ValueError, OverflowError, RecursionError):
+        return None  # (only ReportError and DecodeError are expected) not sure: the usual path decides
 
 
 if msgspec is not None:
