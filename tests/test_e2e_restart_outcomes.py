@@ -8,8 +8,8 @@ torchrun jobs (4 gloo ranks on CPU, a real agent and coordinator).
   never restarts a second time, sees the group resume under the same action id,
   and the job finishes. The timeline shows the cause and the recovery.
 - A rank OOM-killed inside a memory-limited cgroup (the job's "container"):
-  the finding says SIGKILL and OOM-killed by the kernel, with the cgroup counter
-  and the kernel's line. The same run's script uses a plain init_process_group
+  the finding says OOM-killed by the kernel, with the cgroup counter and the
+  kernel's line, and SIGKILL when the agent read the zombie before torchrun reaped it. The same run's script uses a plain init_process_group
   with the hook's restart-safe init turned off (WATCHDOG_RESTART_SAFE_INIT=0),
   so the restarted group fails at init: the restart ends as "restart failed"
   with each rank's fate and the policy escalates to an abort. Skipped, with the
@@ -262,7 +262,13 @@ def test_an_oom_killed_rank_is_named_and_a_restart_that_cannot_come_back_escalat
     recs = records(stack.jpath)
     finding = next((r for r in recs if r["event"] == je.FINDING and r["kind"] == "dead_rank"), None)
     assert finding is not None and finding["ranks"] == [2], (recs, stack.logs())
-    assert "died: exit -9 (SIGKILL), OOM-killed by the kernel (" in finding["reason"], finding["reason"]
+    # The exit status is read from the zombie, and torchrun may reap it first on a
+    # loaded machine (deathcause's docstring); when it was seen it must say SIGKILL.
+    # The OOM evidence does not depend on that race: the cgroup counter and the kernel.
+    assert (
+        "died: exit -9 (SIGKILL), OOM-killed by the kernel (" in finding["reason"]
+        or "died: OOM-killed by the kernel (" in finding["reason"]
+    ), finding["reason"]
     assert "oom_kill 0 -> 1" in finding["reason"] and "Killed process" in finding["reason"], finding["reason"]
     actions = [r for r in recs if r["event"] == je.ACTION]
     assert [(a["action_id"], a["action"]) for a in actions] == [("a-1", "restart"), ("a-2", "abort")], actions
