@@ -131,6 +131,24 @@ def test_the_report_around_the_rows():
     assert typedbody.read(raw(body)) is None
 
 
+def test_field_lists_and_settings_are_read_once_per_distinct_bytes_and_the_memory_stays_bounded():
+    """A newer agent's field lists (an extra name) and other spellings of the same
+    lists are read as the usual path reads them; a flood of distinct ones (hostile)
+    leaves the remembered readers and settings bounded, and answers unchanged."""
+    rng = random.Random(9)
+    base = agent_body(rng, n=2)
+    for i in range(3 * typedbody._MAX_READERS):
+        body = copy.deepcopy(base)
+        body["rank_fields"].append(f"newer_{i}")
+        for row in body["ranks"]:
+            row.append(i)
+        body["step_summary_config"] = [i % 3 - 1, 128, 20, 20, 3]  # refused (-1) every third: the usual path's
+        answered = check(raw(body))
+        assert answered == (i % 3 != 0), i
+    assert len(typedbody._READERS) <= typedbody._MAX_READERS and len(typedbody._CONFIGS) <= typedbody._MAX_READERS
+    assert check(raw(base)) and check(raw(base).replace(b'"rank_fields": [', b'"rank_fields":[ ', 1))
+
+
 def test_bytes_that_are_not_plain_json():
     base = raw(agent_body(random.Random(8), n=2))
     assert check(base)

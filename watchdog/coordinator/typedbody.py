@@ -58,11 +58,9 @@ def read(body: bytes) -> HostReport | None:
     except msgspec.DecodeError:  # ValidationError too: a type or a range
         return None
     try:
-        lay = schema._layout(
-            {"rank_fields": outer.rank_fields, "coll_fields": outer.coll_fields, "step_fields": outer.step_fields}
-        )
-        rows = _reader(lay)
-        if rows is None:
+        rows = _reader((bytes(outer.rank_fields), bytes(outer.coll_fields), bytes(outer.step_fields)))
+        config = _config(bytes(outer.step_summary_config))
+        if rows is None or config is None:
             return None
         ranks = rows.ranks(outer.ranks)
         acks = schema._opt_list_of_dicts({"acks": outer.acks}, "acks")
@@ -78,7 +76,7 @@ def read(body: bytes) -> HostReport | None:
             ranks=ranks,
             accelerators=tuple(schema._opt_list_of_dicts({"accelerators": outer.accelerators}, "accelerators")),
             acks=tuple(acks),
-            step_summary_config=schema._summary_config({"step_summary_config": outer.step_summary_config}),
+            step_summary_config=config,
         )
     except (ReportError, msgspec.DecodeError, TypeError, ValueError, OverflowError, RecursionError):
         return None  # (only ReportError and DecodeError are expected) not sure: the usual path decides
@@ -96,15 +94,18 @@ if msgspec is not None:
         seq: int
         sent_wall: float
         interval_s: float
-        rank_fields: list[Any]  # checked by schema._layout, with its messages
-        coll_fields: list[Any]
-        step_fields: list[Any]
+        # An agent sends the same field lists and summary settings in every report:
+        # kept as their bytes, read and checked once per distinct bytes (_reader, _config).
+        rank_fields: msgspec.Raw
+        coll_fields: msgspec.Raw
+        step_fields: msgspec.Raw
         ranks: msgspec.Raw
         accelerators: Any = msgspec.field(default_factory=list)  # checked as from_dict checks them
         acks: Any = msgspec.field(default_factory=list)
-        step_summary_config: Any = msgspec.field(default_factory=list)
+        step_summary_config: msgspec.Raw = msgspec.Raw(b"[]")
 
     _OUTER = msgspec.json.Decoder(_Outer)
+    _JSON = msgspec.json.Decoder()  # a field list's or the settings' bytes, as plain JSON values
     assert ROWS_VERSION == 2
 
     _COUNT = Annotated[int, Meta(ge=0, lt=MAX_COUNT)]
@@ -215,16 +216,34 @@ def _list_of(typ: Any, at_most: int, at_least: int = 0) -> Any:
 
 
 _MAX_READERS = 64  # as report._MAX_LAYOUTS: hostile field lists cannot grow it further
-_READERS: dict[tuple, _Rows | None] = {}
+_READERS: dict[tuple[bytes, bytes, bytes], _Rows | None] = {}
+_CONFIGS: dict[bytes, tuple[int, ...] | None] = {}
 
 
-def _reader(lay: Any) -> _Rows | None:
-    """The rows' reader for a layout (``report._layout``): None where the schema's
-    whole-report path does not take its rows either."""
-    key = (lay.rank_fields, lay.coll_fields, lay.step_fields)
-    if key in _READERS:
-        return _READERS[key]
-    rows = _Rows(lay) if lay.whole else None
+def _reader(lists: tuple[bytes, bytes, bytes]) -> _Rows | None:
+    """The rows' reader for the field lists' JSON (rank, coll, step): None where
+    the schema refuses them (``report._layout``: its message then comes from the
+    usual path) or its whole-report path does not take their rows either."""
+    if lists in _READERS:
+        return _READERS[lists]
+    try:
+        lay = schema._layout(dict(zip(("rank_fields", "coll_fields", "step_fields"), map(_JSON.decode, lists))))
+    except ReportError:
+        lay = None
+    rows = _Rows(lay) if lay is not None and lay.whole else None
     if len(_READERS) < _MAX_READERS:
-        _READERS[key] = rows
+        _READERS[lists] = rows
     return rows
+
+
+def _config(raw: bytes) -> tuple[int, ...] | None:
+    """``report._summary_config`` of the settings' JSON; None where it refuses them."""
+    if raw in _CONFIGS:
+        return _CONFIGS[raw]
+    try:
+        got: tuple[int, ...] | None = schema._summary_config({"step_summary_config": _JSON.decode(raw)})
+    except ReportError:
+        got = None
+    if len(_CONFIGS) < _MAX_READERS:
+        _CONFIGS[raw] = got
+    return got
