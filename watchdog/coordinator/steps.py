@@ -16,7 +16,7 @@ from itertools import chain
 from math import floor, inf
 
 from watchdog import stepsummary as sm
-from watchdog.report import StepSample, made
+from watchdog.report import StepSample, made, twinned
 
 from . import stats
 from .config import DetectorConfig
@@ -44,6 +44,7 @@ class WindowStat:
     spread: float = 0.0  # step-to-step noise: clipped stdev / mean of compute
 
 
+@twinned
 @dataclass(frozen=True, slots=True)  # one per rank per report: slots are built ~4x faster (``made``)
 class StepStats:
     """What one incarnation's step samples say so far."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, cast
 
-from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, made
+from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, made, twinned
 
 from . import columns, loss_screen
 from . import journal_events as je
@@ -32,6 +32,7 @@ COLL_HISTORY = 32  # Flight Recorder signatures kept per rank (the newest by seq
 GPU_STALE_STEPS = 64  # a GPU-clock split this many steps behind the CPU side's is no longer read
 
 
+@twinned
 @dataclass(frozen=True, slots=True)  # one per rank per report: slots are built ~4x faster (``made``)
 class FoldedRank:
     """One rank as the coordinator knows it: every report about it folded
