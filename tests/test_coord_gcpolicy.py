@@ -15,13 +15,14 @@ from types import SimpleNamespace
 import pytest
 from waiting import wait_for
 
-from watchdog.coordinator import gcpolicy, server
+from watchdog.coordinator import gcpolicy, server, typedbody
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.daemon import Daemon
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
 from watchdog.coordinator.service import Coordinator
+from watchdog.report import HostReport, as_rows
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +52,48 @@ def test_frozen_cycles_are_collected_by_the_periodic_full_pass():
         assert cyc() is None
         # What the daemon logs and times: the two nodes (and their attribute dicts) were found.
         assert full is not None and full.unreachable >= 2 and full.frozen >= full.unreachable
+    finally:
+        gc.unfreeze()
+
+
+def test_after_full_collections_that_found_nothing_the_next_waits_twice_as_long():
+    """A real coordinator leaves no cycles: its full collection (seconds at
+    16,384 ranks) grows rarer, up to FULL_MAX_S; one that finds a cycle brings
+    the interval back to FULL_EVERY_S."""
+    policy = GcPolicy(now=0.0, rss=lambda: 1000)
+    try:
+        assert policy.after_tick(FULL_EVERY_S - 1.0) is None
+        at, waits = 0.0, []
+        for _ in range(7):
+            gc.collect()  # the test session's own garbage, not the policy's to find
+            at += waits[-1] if waits else FULL_EVERY_S
+            assert policy.after_tick(at - 1.0) is None
+            full = policy.after_tick(at)
+            assert full is not None and full.unreachable == 0
+            waits.append(full.next_in_s)
+        assert waits == [min(FULL_EVERY_S * 2**k, gcpolicy.FULL_MAX_S) for k in range(1, 8)]
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        del a, b
+        full = policy.after_tick(at + waits[-1])
+        assert full is not None and full.unreachable >= 2 and full.next_in_s == FULL_EVERY_S
+    finally:
+        gc.unfreeze()
+
+
+def test_a_grown_process_is_collected_before_its_interval_is_up():
+    """What the doubling could let pile up is bounded: peak RSS grown by GROWTH
+    since the last full collection makes one due once FULL_EVERY_S has passed."""
+    rss = [1000]
+    policy = GcPolicy(now=0.0, rss=lambda: rss[0])
+    try:
+        gc.collect()
+        full = policy.after_tick(FULL_EVERY_S)
+        assert full is not None and full.next_in_s == 2 * FULL_EVERY_S
+        rss[0] = int(1000 * gcpolicy.GROWTH) + 1
+        assert policy.after_tick(2 * FULL_EVERY_S - 1.0) is None  # not before FULL_EVERY_S
+        assert policy.after_tick(2 * FULL_EVERY_S) is not None  # not waiting for 3 x FULL_EVERY_S
+        assert policy.after_tick(3 * FULL_EVERY_S) is None  # measured from the new peak
     finally:
         gc.unfreeze()
 
@@ -146,5 +189,37 @@ def test_the_daemon_times_each_full_collection_and_says_so(tmp_path, monkeypatch
         d.stop()
         gc.unfreeze()
     event, kw = logged[0]
-    assert event == "gc_full_collection" and kw["frozen"] > 0 and kw["seconds"] >= 0
+    assert event == "gc_full_collection" and kw["frozen"] > 0 and kw["seconds"] >= 0 and "next_in_s" in kw
     assert d.coordinator.metrics.gc_full._value.get() > 0
+
+
+def test_a_coordinator_reading_folding_and_ticking_leaves_no_cyclic_garbage(tmp_path):
+    """What lets the full collection wait longer after one that found nothing:
+    reports read as an agent sends them, folded and ticked over, a rank dying and
+    its finding (evidence asked, journaled, resolved), make no reference cycle;
+    reference counting frees all of it. Warmed first: caches and first-use
+    imports are made once."""
+    path = str(tmp_path / "j.jsonl")
+    journal = Journal(path, lambda: (time.time(), time.monotonic()))
+    coord = Coordinator(Config(job="job", world_size=8, journal=path), journal)
+
+    def second(s: int) -> None:
+        for h in range(2):
+            ranks = [
+                t.rank(r, step=10 * s, recent_steps=t.steps(10 * s - 9, 10), alive=not (r == 5 and s >= 25))
+                for r in range(4 * h, 4 * h + 4)
+            ]
+            body = json.dumps(as_rows(t.report(f"h{h}", ranks, seq=s).to_dict())).encode()
+            coord.accept(typedbody.read(body) or HostReport.from_dict(json.loads(body), []), float(s))
+        coord.tick(float(s) + 0.5, 1_700_000_000.0 + s)
+
+    try:
+        for s in range(1, 21):
+            second(s)
+        gc.collect()
+        for s in range(21, 60):
+            second(s)
+        assert any(r["event"] == "finding" for r in map(json.loads, open(path))), "the dead rank was not found"
+        assert gc.collect() == 0
+    finally:
+        journal.close()

@@ -113,7 +113,11 @@ class Daemon:
                 took = time.perf_counter() - g0
                 self.coordinator.metrics.gc_full.set(took)
                 self.log.info(
-                    "gc_full_collection", seconds=round(took, 3), frozen=full.frozen, unreachable=full.unreachable
+                    "gc_full_collection",
+                    seconds=round(took, 3),
+                    frozen=full.frozen,
+                    unreachable=full.unreachable,
+                    next_in_s=full.next_in_s,
                 )
             # Fixed cadence; after a stall (suspended VM) skip missed ticks instead of bursting.
             next_at = max(next_at + interval, time.monotonic())

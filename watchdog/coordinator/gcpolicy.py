@@ -10,7 +10,15 @@ So after each tick the objects alive are moved out of the collector's sight
 (``gc.freeze``): later collections walk only what is new. Nothing leaks through
 that for acyclic data, which reference counting frees the moment it is dropped,
 frozen or not. A reference cycle frozen before it became garbage would stay,
-so every ``FULL_EVERY_S`` everything is unfrozen and collected once.
+so now and then everything is unfrozen and collected once: ``FULL_EVERY_S``
+after the start, then twice as long after each that found nothing (up to
+``FULL_MAX_S``), back to ``FULL_EVERY_S`` after one that found something. That
+collection holds the interpreter (~4.4 s at 16,384 ranks), and a real
+coordinator under load leaves no cycles (measured: docs/scale.md, Sixteenth
+round), so at a fixed 10 minutes it stopped the request loop six times an hour
+for nothing. What the doubling could let pile up is bounded by memory: once
+``FULL_EVERY_S`` has passed since the last one, a process whose peak RSS grew by
+``GROWTH`` since then is collected at once, whatever the interval.
 
 And before each tick (``before_tick``): at 16,384 ranks a second of reports
 leaves ~1 million new objects that no freeze has hidden yet, and a tick part
@@ -39,16 +47,34 @@ freed by reference counting whatever the threshold; a collection every
 from __future__ import annotations
 
 import gc
+import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 
-FULL_EVERY_S = 600.0
+FULL_EVERY_S = 600.0  # the first full collection, and the interval after one that found garbage
+FULL_MAX_S = 4 * 3600.0  # the longest interval, after collections that found nothing
+GROWTH = 1.25  # peak RSS grown this much since the last full collection: one is due (after FULL_EVERY_S)
 YOUNG_THRESHOLD = 50_000
 
 
+def peak_rss() -> int:
+    """The process's peak resident set (KB on Linux): O(1), unlike counting the frozen objects."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 class GcPolicy:
-    def __init__(self, now: float, enabled: bool = True, young_threshold: int = YOUNG_THRESHOLD) -> None:
+    def __init__(
+        self,
+        now: float,
+        enabled: bool = True,
+        young_threshold: int = YOUNG_THRESHOLD,
+        rss: Callable[[], int] = peak_rss,
+    ) -> None:
         self.enabled = enabled
-        self._full_at = now + FULL_EVERY_S
+        self._rss = rss
+        self._last_full = now
+        self._every = FULL_EVERY_S
+        self._rss_after: int | None = None  # peak RSS at the last full collection (None: none yet)
         if enabled:  # the process's collector: only a daemon that owns its process sets it
             _, older, oldest = gc.get_threshold()
             gc.set_threshold(young_threshold, older, oldest)
@@ -62,18 +88,28 @@ class GcPolicy:
             gc.freeze()
 
     def after_tick(self, now: float) -> FullCollection | None:
-        """Freeze what the tick left; every ``FULL_EVERY_S`` first unfreeze and
-        collect everything: then what it walked and found (the daemon times it)."""
+        """Freeze what the tick left; when a full collection is due, first unfreeze
+        and collect everything: then what it walked and found, and when the next
+        is due (the daemon times it and says so)."""
         if not self.enabled:
             return None
         full = None
-        if now >= self._full_at:
-            self._full_at = now + FULL_EVERY_S
+        if self._due(now):
             walked = gc.get_freeze_count()
             gc.unfreeze()
-            full = FullCollection(walked, gc.collect())
+            found = gc.collect()
+            self._every = min(2 * self._every, FULL_MAX_S) if found == 0 else FULL_EVERY_S
+            self._last_full = now
+            self._rss_after = self._rss()
+            full = FullCollection(walked, found, self._every)
         gc.freeze()
         return full
+
+    def _due(self, now: float) -> bool:
+        since = now - self._last_full
+        if since >= self._every:
+            return True
+        return since >= FULL_EVERY_S and self._rss_after is not None and self._rss() > GROWTH * self._rss_after
 
 
 @dataclass(frozen=True)
@@ -84,3 +120,4 @@ class FullCollection:
 
     frozen: int  # objects frozen before it, all walked
     unreachable: int  # what it found to free (cycles frozen while in use)
+    next_in_s: float = FULL_EVERY_S  # when the next one is due at the latest
