@@ -66,3 +66,28 @@ def test_when_every_rank_changes_every_tick_no_summary_is_older_than_ranks_over_
             ages = [s._tick - s._cache[r][2] for r in view.ranks]
             oldest = max(oldest, *ages)
     assert oldest == 2  # 12 ranks, 5 a tick: refreshed every 3rd tick, never later
+
+
+def test_above_the_exact_size_a_run_refreshes_a_spread_th_of_the_ranks_and_none_lags_more():
+    """From 1,024 to 4,096 ranks the verdict runs every tick: refreshing every
+    rank on each was most of the tick. Above ``exact_up_to`` ranks a run
+    refreshes one ``spread``-th of them (never summarised ranks at once), so no
+    summary is more than ``spread`` runs old; the measure stays the exact one's
+    within the hysteresis' reach (the same slowest rank)."""
+    sim = SimJob(world_size=24, jitter=0.1, seed=4)
+    sim.slow(7, 1.4)
+    s = V.Summaries(exact_up_to=4, spread=3)
+    now, oldest, refreshed = 0.0, 0, []
+    while now < 30.0:
+        now += 1.0
+        view = sim.run_until(now)
+        before = {r: hit[2] for r, hit in s._cache.items()}
+        m = V.measure(now, view, summaries=s)
+        if now > 8.0:  # every rank has its 20 steps and reports every second: all change every tick
+            refreshed.append(sum(1 for r, hit in s._cache.items() if hit[2] != before.get(r)))
+            oldest = max(oldest, *(s._tick - s._cache[r][2] for r in view.ranks))
+            assert m.ready and m.evidence["slowest_rank"] == V.measure(now, view).evidence["slowest_rank"] == 7
+    assert set(refreshed) == {8} and oldest == 2  # 24 ranks, 8 a run: each every 3rd run, never later
+    exact = V.Summaries(exact_up_to=24, spread=3)
+    V.measure(now, view, summaries=exact)
+    assert V.measure(now, view, summaries=exact) == V.measure(now, view)  # up to exact_up_to: every rank, each run
