@@ -36,6 +36,7 @@ from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
+from watchdog.agent.steadystart import steady
 from watchdog.evidence import SlotEvidence, StackDump
 
 MAX_SLOT_RECORDS = 1024  # newest kept; ~170 B each as JSON
@@ -45,7 +46,7 @@ MAX_ACK_BYTES = 1536 << 10  # well below the coordinator's 4 MiB report limit
 def process_start_us(pid: int) -> int | None:
     """None when there is no such process (or it cannot be read: identity unprovable)."""
     try:
-        return int(psutil.Process(pid).create_time() * 1e6)
+        return steady(pid, int(psutil.Process(pid).create_time() * 1e6))  # not moved by a clock step
     except (psutil.Error, ValueError):
         return None
 

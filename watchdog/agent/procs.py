@@ -35,6 +35,7 @@ import psutil
 from watchdog.agent import deathcause
 from watchdog.agent.deathwatch import DeathWatch
 from watchdog.agent.nspid import PidMap
+from watchdog.agent.steadystart import steady
 
 # psutil's create_time() is derived from /proc/<pid>/stat's start time in clock
 # ticks (10 ms) plus the boot time; two reads of one process agree far closer
@@ -129,7 +130,10 @@ class ProcessTable:
                 host = self._resolve(key)
                 self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
                 proc = self._factory(host)
-                if abs(proc.create_time() * 1e6 - start_us) > self._tolerance_us:
+                started = int(proc.create_time() * 1e6)
+                if self._factory is psutil.Process:  # a real process: as first read, whatever the clock did since
+                    started = steady(host, started)
+                if abs(started - start_us) > self._tolerance_us:
                     return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc
             elif resources and not pinned and not proc.is_running():  # re-reads the start time

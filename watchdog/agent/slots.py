@@ -28,6 +28,7 @@ from watchdog import flags, logs, rundir, wire
 from watchdog.agent import deathcause, gpusteps, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
+from watchdog.agent.steadystart import steady
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
@@ -143,7 +144,7 @@ def parent_identity(pid: int) -> tuple[int, int]:
         parent = psutil.Process(pid).parent()
         if parent is None or parent.pid <= 1:
             return (0, 0)
-        return (parent.pid, int(parent.create_time() * 1e6))
+        return (parent.pid, steady(parent.pid, int(parent.create_time() * 1e6)))
     except (psutil.Error, ValueError, OSError):
         return (0, 0)
 

@@ -1,0 +1,44 @@
+"""A process's start time in microseconds since the epoch, the same at every reading.
+
+A rank's identity is its pid and start time. The hook records the start time when it
+starts: the boot time in /proc/stat (``btime``) plus the process's start in clock ticks
+after boot. ``btime`` moves whenever the realtime clock is stepped (NTP, chrony, a VM's
+time sync), and psutil adds a freshly read one on every ``create_time()``. So the same
+process read again after a step starts whole seconds earlier or later, and every
+identity check after the step refuses it as "another process". A CI run on a loaded VM
+showed it: ``btime`` was 1 s off 14 s into the run and 10 s off after 390 s, and the agent
+refused all 613 signals of a restart as ``wrong_identity``, so no rank was ever stopped.
+
+The start in clock ticks after boot (field 22 of /proc/<pid>/stat) never moves. So the
+first start time read for a process, known by its pid and its start in ticks, is kept and
+returned from then on. For a rank, that first reading is the agent's first match of its
+slot, moments after the hook recorded its own. A reused pid has other ticks and is read
+afresh.
+"""
+
+from __future__ import annotations
+
+from watchdog import procstart
+
+MAX_KEPT = 65_536  # processes remembered; past that the oldest is forgotten (read afresh)
+_FIRST: dict[tuple[int, int], int] = {}
+
+
+def steady(pid: int, start_us: int, proc_root: str = "/proc") -> int:
+    """``start_us``, a start time just read for ``pid`` in our pid namespace, or the one
+    first read for that process if it was read before. ``start_us`` as it is when the
+    process's ticks cannot be read (gone, or a /proc we cannot see)."""
+    ticks = procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
+    if ticks is None:
+        return start_us
+    key = (pid, ticks)
+    first = _FIRST.get(key)
+    if first is not None:
+        return first
+    if len(_FIRST) >= MAX_KEPT:
+        try:
+            del _FIRST[next(iter(_FIRST))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+            pass
+    _FIRST[key] = start_us
+    return start_us
