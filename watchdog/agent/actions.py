@@ -27,16 +27,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import psutil
-
 from watchdog import commands as c
 from watchdog import wire
-from watchdog.agent import dumpall, frdump
+from watchdog.agent import dumpall, frdump, steadystart
 from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
-from watchdog.agent.steadystart import steady
 from watchdog.evidence import SlotEvidence, StackDump
 
 MAX_SLOT_RECORDS = 1024  # newest kept; ~170 B each as JSON
@@ -45,10 +42,7 @@ MAX_ACK_BYTES = 1536 << 10  # well below the coordinator's 4 MiB report limit
 
 def process_start_us(pid: int) -> int | None:
     """None when there is no such process (or it cannot be read: identity unprovable)."""
-    try:
-        return steady(pid, int(psutil.Process(pid).create_time() * 1e6))  # not moved by a clock step
-    except (psutil.Error, ValueError):
-        return None
+    return steadystart.start_us(pid)  # /proc/<pid>/stat as psutil reads it, but not moved by a clock step
 
 
 def _pidfd_signal(pid: int, signum: int, check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:

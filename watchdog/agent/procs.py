@@ -32,10 +32,9 @@ from typing import Any
 
 import psutil
 
-from watchdog.agent import deathcause
+from watchdog.agent import deathcause, steadystart
 from watchdog.agent.deathwatch import DeathWatch
 from watchdog.agent.nspid import PidMap
-from watchdog.agent.steadystart import steady
 
 # psutil's create_time() is derived from /proc/<pid>/stat's start time in clock
 # ticks (10 ms) plus the boot time; two reads of one process agree far closer
@@ -130,9 +129,10 @@ class ProcessTable:
                 host = self._resolve(key)
                 self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
                 proc = self._factory(host)
-                started = int(proc.create_time() * 1e6)
-                if self._factory is psutil.Process:  # a real process: as first read, whatever the clock did since
-                    started = steady(host, started)
+                # A real process: its start as first read, whatever the clock did since (steadystart).
+                started = steadystart.start_us(host) if self._factory is psutil.Process else None
+                if started is None:
+                    started = int(proc.create_time() * 1e6)
                 if abs(started - start_us) > self._tolerance_us:
                     return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 import psutil
 
 from watchdog import flags, logs, rundir, wire
-from watchdog.agent import deathcause, gpusteps, track
+from watchdog.agent import deathcause, gpusteps, steadystart, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
-from watchdog.agent.steadystart import steady
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
@@ -144,7 +143,8 @@ def parent_identity(pid: int) -> tuple[int, int]:
         parent = psutil.Process(pid).parent()
         if parent is None or parent.pid <= 1:
             return (0, 0)
-        return (parent.pid, steady(parent.pid, int(parent.create_time() * 1e6)))
+        started = steadystart.start_us(parent.pid)  # not moved by a clock step
+        return (0, 0) if started is None else (parent.pid, started)
     except (psutil.Error, ValueError, OSError):
         return (0, 0)
 

@@ -12,8 +12,9 @@ refused all 613 signals of a restart as ``wrong_identity``, so no rank was ever 
 The start in clock ticks after boot (field 22 of /proc/<pid>/stat) never moves. So the
 first start time read for a process, known by its pid and its start in ticks, is kept and
 returned from then on. For a rank, that first reading is the agent's first match of its
-slot, moments after the hook recorded its own. A reused pid has other ticks and is read
-afresh.
+slot, moments after the hook recorded its own. The key and the time come from one read of
+the process's stat: a pid reused between two reads can never be given the start time of
+the process that had it before (a reused pid has other ticks and is read afresh).
 """
 
 from __future__ import annotations
@@ -24,21 +25,24 @@ MAX_KEPT = 65_536  # processes remembered; past that the oldest is forgotten (re
 _FIRST: dict[tuple[int, int], int] = {}
 
 
-def steady(pid: int, start_us: int, proc_root: str = "/proc") -> int:
-    """``start_us``, a start time just read for ``pid`` in our pid namespace, or the one
-    first read for that process if it was read before. ``start_us`` as it is when the
-    process's ticks cannot be read (gone, or a /proc we cannot see)."""
+def start_us(pid: int, proc_root: str = "/proc") -> int | None:
+    """The start time of ``pid`` (in our pid namespace) as first read for that process;
+    None when it cannot be read (no such process)."""
     ticks = procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
     if ticks is None:
-        return start_us
+        return None
     key = (pid, ticks)
     first = _FIRST.get(key)
     if first is not None:
         return first
+    boot_us = procstart.boot_time_us(proc_root)
+    if boot_us is None:
+        return None
+    now = procstart.ticks_to_us(ticks, boot_us)
     if len(_FIRST) >= MAX_KEPT:
         try:
             del _FIRST[next(iter(_FIRST))]
         except (KeyError, RuntimeError, StopIteration):  # another thread got there first
             pass
-    _FIRST[key] = start_us
-    return start_us
+    _FIRST[key] = now
+    return now
