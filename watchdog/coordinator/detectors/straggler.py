@@ -20,6 +20,11 @@ ranks and +-10% iid jitter the 80-step score wanders with sigma ~0.007, giving
 a threshold ~1.034: healthy ranks stay ~4.7 sigma below it (none fired in 40
 simulated 10k-step runs), a 1.05x rank is ~2 sigma above it and is found in
 80-90 steps. Fewer ranks or noisier steps raise the threshold instead of firing.
+The score is tested again on every window close, so over a long job its tail
+counts, and a mean of steps that pause at random has a heavier one than its
+estimated sigma says: at 4 sigmas, healthy jobs of 5,000 steps whose ranks
+paused at random had a rank named (benchmarks/straggler_false.py); the default
+is 4.5, which costs a straggler's detection a window at most.
 The cost it reports is the share of job time lost: the job runs at the slowest
 rank, so (slow - median) / step time.
 
