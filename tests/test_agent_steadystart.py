@@ -76,3 +76,19 @@ def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monk
         child.kill()
         child.wait()
     assert actions.process_start_us(child.pid) is None  # gone: no reading, as before
+
+
+def test_a_zombie_is_its_rank_after_a_step_of_the_clock(tmp_path):
+    """The exit status is read from the zombie only if it is the rank's process: by the
+    start time first read for it, not one recomputed from a boot time that moved."""
+    from watchdog.agent import deathcause
+
+    hz = procstart.clock_ticks()
+    _boot(tmp_path, 1000)
+    _stat(tmp_path, 42, 5 * hz)
+    start = steadystart.start_us(42, str(tmp_path))  # the process table's first match
+    _boot(tmp_path, 1010)  # the wall clock stepped 10 s
+    fields = ["Z", "1"] + ["0"] * 17 + [str(5 * hz)] + ["0"] * 29 + ["9"]  # field 22 starttime, field 52 exit_code
+    (tmp_path / "42" / "stat").write_text(f"42 (py thon) {' '.join(fields)}\n")
+    assert deathcause.zombie_status(42, str(tmp_path), start_us=start) == 9
+    assert deathcause.zombie_status(42, str(tmp_path), start_us=start - 5_000_000) is None  # another process's

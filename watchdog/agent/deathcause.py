@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog import procstart
+from watchdog.agent import steadystart
 from watchdog.hook import crashrecord
 
 MAX_KMSG_RECORDS = 20000  # the kernel ring is 128 KiB - a few MiB: bounded either way
@@ -46,8 +47,9 @@ def zombie_status(pid: int, proc_root: str = "/proc", start_us: int = 0, toleran
         return None
     try:
         if start_us:
-            boot_us = procstart.boot_time_us(proc_root)
-            if boot_us is None or abs(procstart.ticks_to_us(int(rest[19]), boot_us) - start_us) > tolerance_us:
+            # As the process table first read it (a step of the wall clock since moved btime)
+            read = steadystart.first_us(pid, int(rest[19]), proc_root)
+            if read is None or abs(read - start_us) > tolerance_us:
                 return None
         return int(rest[49])
     except (ValueError, OSError):

@@ -15,6 +15,7 @@ returned from then on. For a rank, that first reading is the agent's first match
 slot, moments after the hook recorded its own. The key and the time come from one read of
 the process's stat: a pid reused between two reads can never be given the start time of
 the process that had it before (a reused pid has other ticks and is read afresh).
+A dead rank's zombie is matched to its rank by the same reading (``deathcause``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ def start_us(pid: int, proc_root: str = "/proc") -> int | None:
     """The start time of ``pid`` (in our pid namespace) as first read for that process;
     None when it cannot be read (no such process)."""
     ticks = procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
-    if ticks is None:
-        return None
+    return None if ticks is None else first_us(pid, ticks, proc_root)
+
+
+def first_us(pid: int, ticks: int, proc_root: str = "/proc") -> int | None:
+    """The start time of the process ``pid`` that started ``ticks`` after boot (from
+    a stat the caller read): as first read, or read now and kept; None when the
+    boot time cannot be read."""
     key = (pid, ticks)
     first = _FIRST.get(key)
     if first is not None:
