@@ -24,7 +24,7 @@ The score is tested again on every window close, so over a long job its tail
 counts, and a mean of steps that pause at random has a heavier one than its
 estimated sigma says: at 4 sigmas, healthy jobs of 5,000 steps whose ranks
 paused at random had a rank named (benchmarks/straggler_false.py); the default
-is 4.5, which costs a straggler's detection a window at most.
+is 4.5, at which stragglers of 1.05-1.2x were named at the same median step.
 The cost it reports is the share of job time lost: the job runs at the slowest
 rank, so (slow - median) / step time.
 
