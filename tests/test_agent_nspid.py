@@ -50,6 +50,10 @@ class FakeProc:
         fields = ["S", *["0"] * 18, str(start_ticks), "0"]  # fields 3..23; field 22 = starttime
         (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
 
+    def step_clock(self, seconds: int) -> None:
+        """The wall clock stepped (NTP, a VM's time sync): btime in /proc/stat moves with it."""
+        (self.root / "stat").write_text(f"cpu  1 2 3 4\nbtime {BOOT + seconds}\nprocesses 9\n")
+
     def remove(self, pid: int) -> None:
         shutil.rmtree(self.root / str(pid))
 
@@ -121,6 +125,22 @@ def test_gone_and_reused_find_nothing_and_a_new_process_is_found_next_poll(proc)
     m.invalidate()
     assert m.host_pid(8, us(905)) == 5002
     assert m.scans == 2
+
+
+def test_a_pod_rank_started_after_a_step_of_the_clock_is_found(proc):
+    """The hook records its start with the boot time of that moment; a map that kept
+    the boot time read at the agent's start found no rank started after a step (its
+    recorded pid, in our namespace, is another process or none: reported gone)."""
+    proc.add(5001, (5001, 7), 905)
+    m = pidmap(proc)
+    assert m.host_pid(7, us(905)) == 5001
+    proc.step_clock(10)
+    proc.add(6001, (6001, 9), 2000)  # started after the step: recorded with btime + 10 s
+    m.invalidate()
+    assert m.host_pid(9, us(2000) + 10_000_000) == 6001
+    assert m.host_pid(9, us(2000)) is None  # not the start it recorded
+    m.forget(7, us(905))  # read again: the rank from before the step is still itself
+    assert m.host_pid(7, us(905)) == 5001
 
 
 def test_process_table_pins_and_reads_our_pid_and_says_so(proc):

@@ -49,7 +49,7 @@ def test_what_is_kept_is_bounded(tmp_path, monkeypatch):
     for pid in range(1, 11):
         _stat(tmp_path, pid, pid)
         steadystart.start_us(pid, str(tmp_path))
-    assert len(steadystart._FIRST) == 3 and (10, 10) in steadystart._FIRST  # the newest are kept
+    assert len(steadystart._FIRST) == 3 and (str(tmp_path), 10, 10) in steadystart._FIRST  # the newest are kept
 
 
 def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monkeypatch):

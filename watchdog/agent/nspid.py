@@ -17,6 +17,12 @@ listed at the start of a poll belongs to a process that existed before the
 scan, so a per-poll index cannot miss it). Results are cached per identity: a
 rank's process is looked up once, not every poll.
 
+A candidate's start time is its first reading (``steadystart``), as the process
+table reads it: the hook recorded its start with the boot time of that moment, and
+a wall-clock step since the agent started moves the boot time in /proc/stat. With
+the boot time read once at the agent's start, every rank started after a step was
+"no such process" across namespaces (its recorded pid, in ours, is another or none).
+
 Everything reads through an injected /proc root, so tests run on a fixture tree.
 """
 
@@ -24,8 +30,9 @@ from __future__ import annotations
 
 import os
 
-from watchdog.procstart import boot_time_us, clock_ticks, read_text
-from watchdog.procstart import start_us as _start_us
+from watchdog.procstart import clock_ticks, read_text
+
+from . import steadystart
 
 Key = tuple[int, int]  # (pid as recorded by the rank, start time in us since the epoch)
 
@@ -47,20 +54,19 @@ class PidMap:
         proc_root: str = "/proc",
         *,
         clk_tck: int | None = None,
-        boot_time_s: int | None = None,
         tolerance_us: int = 20_000,
     ) -> None:
         self.root = proc_root
         self._clk_tck = clk_tck or clock_ticks()
-        self._boot_us = boot_time_s * 1_000_000 if boot_time_s is not None else (boot_time_us(proc_root) or 0)
         self._tol = tolerance_us
         self._cache: dict[Key, int] = {}
         self._index: dict[int, list[int]] | None = None
         self.scans = 0  # full /proc scans so far (for tests and the curious)
 
     def start_us(self, pid: int) -> int | None:
-        """Start time of our ``pid`` in us since the epoch, as psutil's create_time computes it."""
-        return _start_us(pid, self.root, boot_us=self._boot_us, clk_tck=self._clk_tck)
+        """Start time of our ``pid`` in us since the epoch, as psutil's create_time computes
+        it at the first reading of that process (``steadystart``)."""
+        return steadystart.start_us(pid, self.root, self._clk_tck)
 
     def _nspid(self, pid: int) -> tuple[int, ...] | None:
         status = read_text(os.path.join(self.root, str(pid), "status"))

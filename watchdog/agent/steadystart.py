@@ -15,7 +15,11 @@ returned from then on. For a rank, that first reading is the agent's first match
 slot, moments after the hook recorded its own. The key and the time come from one read of
 the process's stat: a pid reused between two reads can never be given the start time of
 the process that had it before (a reused pid has other ticks and is read afresh).
-A dead rank's zombie is matched to its rank by the same reading (``deathcause``).
+A dead rank's zombie is matched to its rank by the same reading (``deathcause``), and so
+is a rank in another pid namespace (``nspid``): a rank that started after a step recorded
+the boot time as it was then, which is what the first reading here reads too.
+
+Readings are kept per /proc tree (a test's fixture tree is not the host's).
 """
 
 from __future__ import annotations
@@ -23,28 +27,29 @@ from __future__ import annotations
 from watchdog import procstart
 
 MAX_KEPT = 65_536  # processes remembered; past that the oldest is forgotten (read afresh)
-_FIRST: dict[tuple[int, int], int] = {}
+_FIRST: dict[tuple[str, int, int], int] = {}
 
 
-def start_us(pid: int, proc_root: str = "/proc") -> int | None:
+def start_us(pid: int, proc_root: str = "/proc", clk_tck: int | None = None) -> int | None:
     """The start time of ``pid`` (in our pid namespace) as first read for that process;
-    None when it cannot be read (no such process)."""
+    None when it cannot be read (no such process). ``clk_tck``: the tree's clock-tick
+    rate, when it is not this machine's (a test's tree)."""
     ticks = procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
-    return None if ticks is None else first_us(pid, ticks, proc_root)
+    return None if ticks is None else first_us(pid, ticks, proc_root, clk_tck)
 
 
-def first_us(pid: int, ticks: int, proc_root: str = "/proc") -> int | None:
+def first_us(pid: int, ticks: int, proc_root: str = "/proc", clk_tck: int | None = None) -> int | None:
     """The start time of the process ``pid`` that started ``ticks`` after boot (from
     a stat the caller read): as first read, or read now and kept; None when the
     boot time cannot be read."""
-    key = (pid, ticks)
+    key = (proc_root, pid, ticks)
     first = _FIRST.get(key)
     if first is not None:
         return first
     boot_us = procstart.boot_time_us(proc_root)
     if boot_us is None:
         return None
-    now = procstart.ticks_to_us(ticks, boot_us)
+    now = procstart.ticks_to_us(ticks, boot_us, clk_tck)
     if len(_FIRST) >= MAX_KEPT:
         try:
             del _FIRST[next(iter(_FIRST))]
