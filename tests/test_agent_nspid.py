@@ -143,6 +143,17 @@ def test_a_pod_rank_started_after_a_step_of_the_clock_is_found(proc):
     assert m.host_pid(7, us(905)) == 5001
 
 
+def test_a_pod_rank_whose_hook_wrote_its_start_ticks_is_found_whatever_the_clock_did(proc):
+    """The step came between the rank's start and the agent's first reading (an agent
+    restarted since): the start times differ by it, the start in ticks does not."""
+    proc.add(5001, (5001, 7), 905)
+    proc.step_clock(10)
+    m = pidmap(proc)
+    assert m.host_pid(7, us(905)) is None  # by start time alone: 10 s off
+    assert m.host_pid(7, us(905), start_ticks=905) == 5001
+    assert m.host_pid(7, us(905) + 1, start_ticks=906) is None  # another start: not this process
+
+
 def test_process_table_pins_and_reads_our_pid_and_says_so(proc):
     proc.add(5001, (5001, 7), 905)
     factory = FakeProcesses(FakeProcess(5001, us(905) / 1e6), FakeProcess(7, 12.0))

@@ -4,16 +4,20 @@ start time the agent first read for a process is the one it reads from then on
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
-from watchdog import commands, procstart
-from watchdog.agent import actions, steadystart
+from watchdog import commands, procstart, wire
+from watchdog.agent import actions, steadystart, track
 from watchdog.agent.procs import START_TOLERANCE_US
-from watchdog.agent.slots import parent_identity
+from watchdog.agent.slots import SlotTracker, parent_identity
+from watchdog.hook import lifecycle
+from watchdog.hook.testing import RankSlot
 
 
 def _stat(root, pid: int, ticks: int) -> None:
@@ -92,3 +96,47 @@ def test_a_zombie_is_its_rank_after_a_step_of_the_clock(tmp_path):
     (tmp_path / "42" / "stat").write_text(f"42 (py thon) {' '.join(fields)}\n")
     assert deathcause.zombie_status(42, str(tmp_path), start_us=start) == 9
     assert deathcause.zombie_status(42, str(tmp_path), start_us=start - 5_000_000) is None  # another process's
+
+
+def _ident(pid: int, rank: int, ticks: int) -> wire.Identity:
+    start = int(psutil.Process(pid).create_time() * 1e6)
+    return wire.Identity("job", "h", rank, rank, 4, pid, start, proc_start_ticks=ticks)
+
+
+def test_the_hook_writes_its_start_in_clock_ticks():
+    """Beside its start time: the part of it that no step of the wall clock moves."""
+    ticks = procstart.parse_start_ticks(procstart.read_text(f"/proc/{os.getpid()}/stat") or "")
+    assert ticks and lifecycle._proc_start_ticks(os.getpid()) == ticks
+    assert lifecycle._proc_start_ticks(2**22 + 12345) == 0  # unreadable: 0, never an exception
+    buf = bytearray(wire.slot_size(8))
+    wire.init_slot(buf, _ident(os.getpid(), 0, ticks), 8, wall_ns=1, mono_ns=1)
+    assert wire.decode_header(bytes(buf[: wire.RING_OFFSET])).identity.proc_start_ticks == ticks
+
+
+def test_an_agent_first_reading_a_rank_after_a_clock_step_knows_it_by_its_ticks(tmp_path, monkeypatch):
+    """An agent restarted in a long job, on a VM whose clock stepped since the ranks
+    started: its first reading of each rank is seconds off the start the hook recorded.
+    A rank whose hook wrote its start ticks is still alive and itself (signals included);
+    one from an older hook, without them, is what every rank was before: "reused"."""
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        new, old = kids
+        ident = _ident(new.pid, 0, steadystart.ticks(new.pid) or 0)
+        recorded = ident.proc_start_us
+        slots = [RankSlot(str(tmp_path), ident), RankSlot(str(tmp_path), _ident(old.pid, 1, 0))]
+        real = procstart.boot_time_us
+        monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": real(root) + 10_000_000)
+        t = SlotTracker(str(tmp_path))
+        t.poll(time.monotonic_ns(), time.time_ns())
+        by_rank = {v.identity.rank: v for v in t.views()}
+        assert by_rank[0].proc.alive and by_rank[0].state == track.ALIVE
+        assert by_rank[1].proc.status == "reused"  # an older hook's rank: the limit that remains
+        assert actions.process_start_us(new.pid) == recorded  # the hook's reading, vouched for
+        target = {"pid": new.pid, "proc_start_us": recorded}
+        assert commands.identity_ok(target, actions.process_start_us(new.pid), START_TOLERANCE_US) == (True, "")
+        for slot in slots:
+            slot.close()
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()

@@ -6,6 +6,7 @@ fix and failed there. The tests run as root in CI (chown to a made-up uid plays
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import subprocess
@@ -201,6 +202,29 @@ def test_a_slot_not_owned_by_the_process_user_is_refused(tmp_path, sleeper):
     trusting = SlotTracker(str(tmp_path), trusted_uids=frozenset({OTHER_UID}))
     poll(trusting)
     assert [v.identity.pid for v in trusting.views()] == [p.pid]  # --slots.trusted-uids
+    forged.close()
+
+
+@root_only
+def test_a_forged_slot_cannot_move_the_start_time_a_rank_is_checked_against(tmp_path, sleeper):
+    """A slot's start ticks let the agent know a rank across a step of the clock, and a
+    believed slot's start becomes the one its process is checked against. A forged slot
+    with the process's ticks and another start must not: it would make every command for
+    the real rank fail its identity check (an action against the job refused)."""
+    from watchdog.agent import steadystart
+
+    p = sleeper()
+    real = ident_of(p.pid)
+    forged = testing.RankSlot(
+        str(tmp_path), dataclasses.replace(real, proc_start_us=real.proc_start_us + 5_000_000,
+        proc_start_ticks=steadystart.ticks(p.pid) or 0),
+    )  # fmt: skip
+    os.chown(forged.path, OTHER_UID, OTHER_UID)
+    t = SlotTracker(str(tmp_path), log=Log())
+    poll(t)
+    assert t.views() == () and t.read_errors["owner"] == 1
+    start = act.process_start_us(p.pid)
+    assert start is not None and abs(start - real.proc_start_us) <= 20_000  # unmoved
     forged.close()
 
 

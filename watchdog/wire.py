@@ -137,6 +137,11 @@ H_HEARTBEAT_COUNT = 49
 H_CTRL_SEQ = 56  # agent: bump last, after CTRL_CMD/CTRL_ARG
 H_CTRL_CMD = 57  # Command
 H_CTRL_ARG = 58
+# Written once at creation (added in place, still version 2: zero in every slot an older
+# hook wrote, and never read by an older agent): the process's start in clock ticks after
+# boot (field 22 of /proc/<pid>/stat), the part of its start time that a step of the wall
+# clock never moves; 0 = not known. See agent/steadystart.py.
+H_PROC_START_TICKS = 59
 H_CTRL_ACK_SEQ = 60  # hook: the CTRL_SEQ it acted on, written last
 H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
 H_CTRL_ACK_STEP = 62
@@ -394,6 +399,7 @@ class Identity:
     pid: int
     proc_start_us: int
     run_id: str = ""
+    proc_start_ticks: int = 0  # H_PROC_START_TICKS; 0: not known (an older hook, or not Linux)
 
 
 def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> None:
@@ -420,6 +426,7 @@ def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono
     words[H_EVENT_RING_CAPACITY] = EVENT_RING_FACTOR * ring_capacity
     words[H_PID] = identity.pid
     words[H_PROC_START_US] = identity.proc_start_us
+    words[H_PROC_START_TICKS] = identity.proc_start_ticks
     words[H_RANK] = identity.rank
     words[H_LOCAL_RANK] = identity.local_rank
     words[H_WORLD_SIZE] = identity.world_size
@@ -571,9 +578,19 @@ def decode_header(raw: bytes) -> SlotHeader:
         pid=words[H_PID],
         proc_start_us=words[H_PROC_START_US],
         run_id=run_id,
+        proc_start_ticks=words[H_PROC_START_TICKS],
     )
-    if ident.rank < 0 or ident.world_size <= 0 or ident.rank >= ident.world_size or ident.pid <= 0:
-        raise CorruptSlot(f"identity out of range (rank={ident.rank} world={ident.world_size} pid={ident.pid})")
+    if (
+        ident.rank < 0
+        or ident.world_size <= 0
+        or ident.rank >= ident.world_size
+        or ident.pid <= 0
+        or ident.proc_start_ticks < 0
+    ):
+        raise CorruptSlot(
+            f"identity out of range (rank={ident.rank} world={ident.world_size} pid={ident.pid}"
+            f" start ticks={ident.proc_start_ticks})"
+        )
     return SlotHeader(
         version=words[H_VERSION],
         ring_capacity=cap,

@@ -74,27 +74,30 @@ class PidMap:
             return None
         return parse_nspid(status) or (pid,)  # no NSpid line: one namespace, the pid is the pid
 
-    def _matches(self, ours: int, pid: int, start_us: int) -> bool:
+    def _matches(self, ours: int, pid: int, start_us: int, start_ticks: int) -> bool:
         nspid = self._nspid(ours)
         if not nspid or nspid[-1] != pid:
             return False
+        if start_ticks > 0 and steadystart.ticks(ours, self.root) == start_ticks:
+            return True  # the same start in ticks: the same process, whatever the clock did
         start = self.start_us(ours)
         return start is not None and abs(start - start_us) <= self._tol
 
-    def host_pid(self, pid: int, start_us: int) -> int | None:
-        """Our pid of the process the rank recorded as (``pid``, ``start_us``); None
-        when no such process exists (it is gone, or lives where we cannot see)."""
+    def host_pid(self, pid: int, start_us: int, start_ticks: int = 0) -> int | None:
+        """Our pid of the process the rank recorded as (``pid``, ``start_us``, and
+        ``start_ticks`` where the hook wrote it); None when no such process exists (it
+        is gone, or lives where we cannot see)."""
         key = (pid, start_us)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        if self._matches(pid, pid, start_us):
+        if self._matches(pid, pid, start_us, start_ticks):
             self._cache[key] = pid
             return pid
         if self._index is None:
             self._index = self._scan()
         for ours in self._index.get(pid, ()):
-            if ours != pid and self._matches(ours, pid, start_us):
+            if ours != pid and self._matches(ours, pid, start_us, start_ticks):
                 self._cache[key] = ours
                 return ours
         return None

@@ -106,10 +106,12 @@ class ProcessTable:
                 if key is not None:
                     self._exited.add(key)
 
-    def check(self, pid: int, start_us: int, now_ns: int, *, resources: bool) -> ProcSample:
+    def check(self, pid: int, start_us: int, now_ns: int, *, resources: bool, start_ticks: int = 0) -> ProcSample:
         """Aliveness on every call; status, CPU seconds and RSS read from /proc only
         with ``resources`` (about once a second) for pinned processes, and the status
-        on every call for unpinned ones."""
+        on every call for unpinned ones. ``start_ticks``: the start in clock ticks the
+        rank recorded with ``start_us`` (0: not known); where it is the process's, the
+        process is the rank's whatever the wall clock did since (``steadystart``)."""
         key = (pid, start_us)
         prev = self._last.get(key)
         if not 0 < pid <= PID_MAX_LIMIT:  # a corrupt or forged slot: no process has that pid
@@ -126,14 +128,17 @@ class ProcessTable:
         try:
             proc = self._procs.get(key)
             if proc is None:
-                host = self._resolve(key)
+                host = self._resolve(key, start_ticks)
                 self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
                 proc = self._factory(host)
                 # A real process: its start as first read, whatever the clock did since (steadystart).
-                started = steadystart.start_us(host) if self._factory is psutil.Process else None
+                real = self._factory is psutil.Process
+                started = steadystart.start_us(host) if real else None
                 if started is None:
                     started = int(proc.create_time() * 1e6)
-                if abs(started - start_us) > self._tolerance_us:
+                if abs(started - start_us) > self._tolerance_us and not (
+                    real and start_ticks > 0 and steadystart.ticks(host) == start_ticks
+                ):
                     return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc
             elif resources and not pinned and not proc.is_running():  # re-reads the start time
@@ -160,13 +165,23 @@ class ProcessTable:
         self._last[key] = sample
         return sample
 
-    def _resolve(self, key: Key) -> int:
+    def _resolve(self, key: Key, start_ticks: int = 0) -> int:
         """Our pid for the recorded identity. When nothing matches in any namespace,
         the recorded pid itself: the checks that follow then say gone or reused."""
-        host = self._pids.host_pid(*key) if self._pids is not None else None
+        host = self._pids.host_pid(*key, start_ticks) if self._pids is not None else None
         host = key[0] if host is None else host
         self._host[key] = host
         return host
+
+    def vouch(self, pid: int, start_us: int, start_ticks: int) -> bool:
+        """The rank's own start reading (``start_us`` with ``start_ticks``, from a slot
+        whose owner check passed) kept as its process's first (``steadystart.vouch``):
+        every later identity check (signals, stacks, the zombie's exit status) then
+        reads what the rank recorded, as the coordinator's commands name it."""
+        host = self._host.get((pid, start_us))
+        if host is None or self._factory is not psutil.Process:
+            return False
+        return steadystart.vouch(host, start_ticks, start_us)
 
     def host_pid(self, pid: int, start_us: int) -> int:
         """The pid to signal, dump or inspect for the rank recorded as (pid, start_us):

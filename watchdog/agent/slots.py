@@ -307,7 +307,9 @@ class SlotTracker:
         if self.job and ident.job != self.job:
             self._skipped[path] = (inode, track.OTHER_JOB)
             return
-        proc = self.procs.check(ident.pid, ident.proc_start_us, now_mono_ns, resources=True)
+        proc = self.procs.check(
+            ident.pid, ident.proc_start_us, now_mono_ns, resources=True, start_ticks=ident.proc_start_ticks
+        )
         if proc.alive and not self._owned_by_its_process(path, inode, snap, prev_error):
             self.procs.forget(ident.pid, ident.proc_start_us)
             return
@@ -317,6 +319,8 @@ class SlotTracker:
             self.procs.forget(ident.pid, ident.proc_start_us)
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
+        if proc.alive and ident.proc_start_ticks:  # believed: its own start reading is the one checked from now on
+            self.procs.vouch(ident.pid, ident.proc_start_us, ident.proc_start_ticks)
         here = self.procs.host_pid(ident.pid, ident.proc_start_us)
         slot = _Slot(
             path=path,
@@ -391,7 +395,9 @@ class SlotTracker:
         # The hot path: every watched rank, every poll. Keep it lean.
         ident, prev = slot.header.identity, slot.proc
         resources = now_ns - prev.sampled_ns >= self._resource_ns
-        proc = self.procs.check(ident.pid, ident.proc_start_us, now_ns, resources=resources)
+        proc = self.procs.check(
+            ident.pid, ident.proc_start_us, now_ns, resources=resources, start_ticks=ident.proc_start_ticks
+        )
         snap = self._read_or_count(slot.path, slot.since, slot.error, slot.events_since)
         if snap is None:  # deleted since the (possibly cached) listing
             self._forget(slot.path)

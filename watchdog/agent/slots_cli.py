@@ -52,7 +52,9 @@ def collect(
         ident = snap.header.identity
         if job and ident.job != job:
             continue
-        proc = procs.check(ident.pid, ident.proc_start_us, now_mono_ns, resources=True)
+        proc = procs.check(
+            ident.pid, ident.proc_start_us, now_mono_ns, resources=True, start_ticks=ident.proc_start_ticks
+        )
         stale = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, stale_after_s)
         found.append((snap, proc, stale))
     live = [f for f in found if not f[2]]

@@ -19,6 +19,13 @@ A dead rank's zombie is matched to its rank by the same reading (``deathcause``)
 is a rank in another pid namespace (``nspid``): a rank that started after a step recorded
 the boot time as it was then, which is what the first reading here reads too.
 
+A hook also writes its start in ticks into its slot (``wire.H_PROC_START_TICKS``). That
+closes the one window left: a step between the rank's start and the agent's first reading
+(an agent restarted in a long job on a VM whose clock stepped since: its first reading of
+every rank was seconds off the recorded start, and each rank was refused as "another
+process" and reported dead). The ticks match, so it is the same process, and once its slot
+is believed (the owner check) the hook's reading becomes the first (``vouch``).
+
 Readings are kept per /proc tree (a test's fixture tree is not the host's).
 """
 
@@ -30,30 +37,50 @@ MAX_KEPT = 65_536  # processes remembered; past that the oldest is forgotten (re
 _FIRST: dict[tuple[str, int, int], int] = {}
 
 
+def ticks(pid: int, proc_root: str = "/proc") -> int | None:
+    """The start of ``pid`` in clock ticks after boot; None when it cannot be read."""
+    return procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
+
+
+def vouch(pid: int, start_ticks: int, start_us: int, proc_root: str = "/proc") -> bool:
+    """Keep ``start_us`` (the start a rank's hook recorded for itself, with its ``start_ticks``)
+    as the first reading of ``pid``, if ``pid`` is still that process. Only for a slot the
+    agent believes (its owner is the process's user): a forged slot's claim must never
+    replace what a real one's identity is checked against."""
+    if start_ticks <= 0 or ticks(pid, proc_root) != start_ticks:
+        return False
+    _keep((proc_root, pid, start_ticks), start_us)
+    return True
+
+
 def start_us(pid: int, proc_root: str = "/proc", clk_tck: int | None = None) -> int | None:
     """The start time of ``pid`` (in our pid namespace) as first read for that process;
     None when it cannot be read (no such process). ``clk_tck``: the tree's clock-tick
     rate, when it is not this machine's (a test's tree)."""
-    ticks = procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
-    return None if ticks is None else first_us(pid, ticks, proc_root, clk_tck)
+    at = ticks(pid, proc_root)
+    return None if at is None else first_us(pid, at, proc_root, clk_tck)
 
 
-def first_us(pid: int, ticks: int, proc_root: str = "/proc", clk_tck: int | None = None) -> int | None:
-    """The start time of the process ``pid`` that started ``ticks`` after boot (from
-    a stat the caller read): as first read, or read now and kept; None when the
+def first_us(pid: int, at: int, proc_root: str = "/proc", clk_tck: int | None = None) -> int | None:
+    """The start time of the process ``pid`` that started ``at`` clock ticks after boot
+    (from a stat the caller read): as first read, or read now and kept; None when the
     boot time cannot be read."""
-    key = (proc_root, pid, ticks)
+    key = (proc_root, pid, at)
     first = _FIRST.get(key)
     if first is not None:
         return first
     boot_us = procstart.boot_time_us(proc_root)
     if boot_us is None:
         return None
-    now = procstart.ticks_to_us(ticks, boot_us, clk_tck)
-    if len(_FIRST) >= MAX_KEPT:
+    now = procstart.ticks_to_us(at, boot_us, clk_tck)
+    _keep(key, now)
+    return now
+
+
+def _keep(key: tuple[str, int, int], start: int) -> None:
+    if key not in _FIRST and len(_FIRST) >= MAX_KEPT:
         try:
             del _FIRST[next(iter(_FIRST))]
         except (KeyError, RuntimeError, StopIteration):  # another thread got there first
             pass
-    _FIRST[key] = now
-    return now
+    _FIRST[key] = start

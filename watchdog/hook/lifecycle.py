@@ -88,6 +88,18 @@ def install(
     return mon
 
 
+def _proc_start_ticks(pid: int) -> int:
+    """The process's start in clock ticks after boot, 0 where /proc cannot say: written
+    beside the start time so an agent can know the process across a step of the wall
+    clock (which moves the boot time every start time is computed from)."""
+    from watchdog import procstart
+
+    try:
+        return procstart.parse_start_ticks(procstart.read_text(f"/proc/{pid}/stat") or "") or 0
+    except Exception:  # the hook never raises into training: the agent then matches by start time alone
+        return 0
+
+
 def _proc_start_us(pid: int) -> tuple[int, Exception | None]:
     try:
         try:
@@ -116,6 +128,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
         pid=pid,
         proc_start_us=start_us,
         run_id=cfg.slot_run_id,
+        proc_start_ticks=_proc_start_ticks(pid),
     )
     filename = wire.slot_filename(cfg.job, cfg.rank, pid)
     mapping = slotfile.open_slot(cfg.run_dir, filename, wire.slot_size(cfg.ring_capacity))
