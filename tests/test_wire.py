@@ -138,6 +138,17 @@ def test_a_slot_without_loss_words_reports_no_loss(tmp_path):
     )
 
 
+def test_the_start_ticks_word_is_its_own_and_zero_in_older_slots(tmp_path):
+    """Word 59 was zero in every slot before the hook wrote its start ticks there: an
+    older hook's slot reads "not known", and no other header word shares it."""
+    assert wire.read_slot(write_file(tmp_path, fresh())).header.identity.proc_start_ticks == 0
+    others = {v for n, v in vars(wire).items() if n.startswith("H_") and n not in ("H_PROC_START_TICKS",)}
+    assert wire.H_PROC_START_TICKS not in others and not wire.seqlocked(wire.H_PROC_START_TICKS)
+    buf = fresh()
+    set_word(buf, wire.H_PROC_START_TICKS, 123456)
+    assert wire.read_slot(write_file(tmp_path, buf, "t.slot")).header.identity.proc_start_ticks == 123456
+
+
 def test_records_round_trip_and_since(tmp_path):
     cap = 8
     buf = fresh(cap)
@@ -238,6 +249,7 @@ def test_even_seq_is_consistent(tmp_path):
         (lambda b: set_word(b, wire.H_RECORD_WORDS, 8), wire.CorruptSlot),
         (lambda b: set_word(b, wire.H_RANK, 5), wire.CorruptSlot),  # rank >= world size 1
         (lambda b: set_word(b, wire.H_PID, 0), wire.CorruptSlot),
+        (lambda b: set_word(b, wire.H_PROC_START_TICKS, -1), wire.CorruptSlot),
     ],
 )
 def test_bad_headers_raise_the_right_slot_error(tmp_path, mutate, error):
