@@ -216,6 +216,9 @@ def test_identity_in_the_slot(monkeypatch, tmp_path):
         assert (ident.job, ident.host, ident.run_id) == ("run7", "hostA", "run7:3")
         assert (ident.rank, ident.local_rank, ident.world_size, ident.pid) == (1, 1, 4, os.getpid())
         assert ident.proc_start_us == round(psutil.Process().create_time() * 1e6)
+        # and the part of it no step of the wall clock moves: the start in ticks after boot
+        with open(f"/proc/{os.getpid()}/stat") as fh:  # field 22, after the command name's last ')'
+            assert ident.proc_start_ticks == int(fh.read().rsplit(")", 1)[1].split()[19])
         assert h.status == wire.Status.RUNNING
     assert wire.read_slot(path).header.status == wire.Status.EXITED  # the file stays for a post-mortem
 
