@@ -20,11 +20,12 @@ is a rank in another pid namespace (``nspid``): a rank that started after a step
 the boot time as it was then, which is what the first reading here reads too.
 
 A hook also writes its start in ticks into its slot (``wire.H_PROC_START_TICKS``). That
-closes the one window left: a step between the rank's start and the agent's first reading
-(an agent restarted in a long job on a VM whose clock stepped since: its first reading of
-every rank was seconds off the recorded start, and each rank was refused as "another
-process" and reported dead). The ticks match, so it is the same process, and once its slot
-is believed (the owner check) the hook's reading becomes the first (``vouch``).
+closes the one window left: a step between the rank's start and the agent's first reading.
+An agent restarted in a long job on a VM whose clock has stepped since reads every rank's
+start seconds off the recorded one; without the ticks it refuses each rank as "another
+process", and reports it dead (tests/test_agent_steadystart.py). With them: the ticks match,
+so it is the same process, and once its slot is believed (the owner check) the hook's
+reading becomes the first (``vouch``).
 
 Readings are kept per /proc tree (a test's fixture tree is not the host's).
 """
