@@ -119,11 +119,12 @@ def test_an_agent_first_reading_a_rank_after_a_clock_step_knows_it_by_its_ticks(
     A rank whose hook wrote its start ticks is still alive and itself (signals included);
     one from an older hook, without them, is what every rank was before: "reused"."""
     kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    slots: list[RankSlot] = []
     try:
         new, old = kids
-        ident = _ident(new.pid, 0, steadystart.ticks(new.pid) or 0)
+        ident = _ident(new.pid, 0, procstart.start_ticks(new.pid) or 0)
         recorded = ident.proc_start_us
-        slots = [RankSlot(str(tmp_path), ident), RankSlot(str(tmp_path), _ident(old.pid, 1, 0))]
+        slots += [RankSlot(str(tmp_path), ident), RankSlot(str(tmp_path), _ident(old.pid, 1, 0))]
         real = procstart.boot_time_us
         monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": real(root) + 10_000_000)
         t = SlotTracker(str(tmp_path))
@@ -134,9 +135,9 @@ def test_an_agent_first_reading_a_rank_after_a_clock_step_knows_it_by_its_ticks(
         assert actions.process_start_us(new.pid) == recorded  # the hook's reading, vouched for
         target = {"pid": new.pid, "proc_start_us": recorded}
         assert commands.identity_ok(target, actions.process_start_us(new.pid), START_TOLERANCE_US) == (True, "")
+    finally:
         for slot in slots:
             slot.close()
-    finally:
         for k in kids:
             k.kill()
             k.wait()

@@ -211,13 +211,13 @@ def test_a_forged_slot_cannot_move_the_start_time_a_rank_is_checked_against(tmp_
     believed slot's start becomes the one its process is checked against. A forged slot
     with the process's ticks and another start must not: it would make every command for
     the real rank fail its identity check (an action against the job refused)."""
-    from watchdog.agent import steadystart
+    from watchdog import procstart
 
     p = sleeper()
     real = ident_of(p.pid)
     forged = testing.RankSlot(
         str(tmp_path), dataclasses.replace(real, proc_start_us=real.proc_start_us + 5_000_000,
-        proc_start_ticks=steadystart.ticks(p.pid) or 0),
+        proc_start_ticks=procstart.start_ticks(p.pid) or 0),
     )  # fmt: skip
     os.chown(forged.path, OTHER_UID, OTHER_UID)
     t = SlotTracker(str(tmp_path), log=Log())

@@ -61,12 +61,17 @@ def boot_time_us(proc_root: str = "/proc") -> int | None:
     return None if boot is None else boot * 1_000_000
 
 
+def start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
+    """The start of ``pid`` in clock ticks after boot (no clock step moves it); None when unreadable."""
+    return parse_start_ticks(read_text(os.path.join(proc_root, str(pid), "stat")) or "")
+
+
 def start_us(
     pid: int, proc_root: str = "/proc", *, boot_us: int | None = None, clk_tck: int | None = None
 ) -> int | None:
     """Start time of ``pid`` in microseconds since the epoch; None when unreadable."""
     boot_us = boot_time_us(proc_root) if boot_us is None else boot_us
-    ticks = parse_start_ticks(read_text(os.path.join(proc_root, str(pid), "stat")) or "")
+    ticks = start_ticks(pid, proc_root)
     if boot_us is None or ticks is None:
         return None
     return ticks_to_us(ticks, boot_us, clk_tck)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 
 from watchdog.procstart import clock_ticks, read_text
+from watchdog.procstart import start_ticks as start_ticks_of
 
 from . import steadystart
 
@@ -78,7 +79,7 @@ class PidMap:
         nspid = self._nspid(ours)
         if not nspid or nspid[-1] != pid:
             return False
-        if start_ticks > 0 and steadystart.ticks(ours, self.root) == start_ticks:
+        if start_ticks > 0 and start_ticks_of(ours, self.root) == start_ticks:
             return True  # the same start in ticks: the same process, whatever the clock did
         start = self.start_us(ours)
         return start is not None and abs(start - start_us) <= self._tol

@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 
+from watchdog import procstart
 from watchdog.agent import deathcause, steadystart
 from watchdog.agent.deathwatch import DeathWatch
 from watchdog.agent.nspid import PidMap
@@ -137,7 +138,7 @@ class ProcessTable:
                 if started is None:
                     started = int(proc.create_time() * 1e6)
                 if abs(started - start_us) > self._tolerance_us and not (
-                    real and start_ticks > 0 and steadystart.ticks(host) == start_ticks
+                    real and start_ticks > 0 and procstart.start_ticks(host) == start_ticks
                 ):
                     return self._bury(key, now_ns, prev, "reused")
                 self._procs[key] = proc

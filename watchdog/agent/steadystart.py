@@ -38,17 +38,12 @@ MAX_KEPT = 65_536  # processes remembered; past that the oldest is forgotten (re
 _FIRST: dict[tuple[str, int, int], int] = {}
 
 
-def ticks(pid: int, proc_root: str = "/proc") -> int | None:
-    """The start of ``pid`` in clock ticks after boot; None when it cannot be read."""
-    return procstart.parse_start_ticks(procstart.read_text(f"{proc_root}/{pid}/stat") or "")
-
-
 def vouch(pid: int, start_ticks: int, start_us: int, proc_root: str = "/proc") -> bool:
     """Keep ``start_us`` (the start a rank's hook recorded for itself, with its ``start_ticks``)
     as the first reading of ``pid``, if ``pid`` is still that process. Only for a slot the
     agent believes (its owner is the process's user): a forged slot's claim must never
     replace what a real one's identity is checked against."""
-    if start_ticks <= 0 or ticks(pid, proc_root) != start_ticks:
+    if start_ticks <= 0 or procstart.start_ticks(pid, proc_root) != start_ticks:
         return False
     _keep((proc_root, pid, start_ticks), start_us)
     return True
@@ -58,7 +53,7 @@ def start_us(pid: int, proc_root: str = "/proc", clk_tck: int | None = None) -> 
     """The start time of ``pid`` (in our pid namespace) as first read for that process;
     None when it cannot be read (no such process). ``clk_tck``: the tree's clock-tick
     rate, when it is not this machine's (a test's tree)."""
-    at = ticks(pid, proc_root)
+    at = procstart.start_ticks(pid, proc_root)
     return None if at is None else first_us(pid, at, proc_root, clk_tck)
 
 

@@ -95,7 +95,7 @@ def _proc_start_ticks(pid: int) -> int:
     from watchdog import procstart
 
     try:
-        return procstart.parse_start_ticks(procstart.read_text(f"/proc/{pid}/stat") or "") or 0
+        return procstart.start_ticks(pid) or 0
     except Exception:  # the hook never raises into training: the agent then matches by start time alone
         return 0
 
