@@ -266,3 +266,26 @@ def test_the_window_reads_what_sorting_and_counting_it_whole_would():
             since = now - rng.uniform(0.0, 2 * span)
             assert w.count_since(since, now) == sum(1 for t, _ in seen if t >= max(since, now - span))
             assert len(w) == len(recent)
+
+
+def test_hundreds_of_reports_a_second_ask_for_step_samples_less_often_with_hysteresis():
+    # At 16,384 ranks (2,048 reports a second) a report without step samples costs about
+    # half: agents are asked for them every few seconds, liveness in every report still.
+    reg = CollectorRegistry()
+    p = bp.Backpressure(CoordinatorMetrics(reg))
+    gauge = "watchdog_coordinator_advised_steps_interval_seconds"
+    states = []
+    for until, rate in [
+        (10.0, bp.STEPS_FROM_RATE - 50),  # a job of ~2,800 ranks: samples in every report
+        (20.0, bp.STEPS_FROM_RATE + 10),  # larger: batched
+        (30.0, (bp.STEPS_FROM_RATE + bp.STEPS_UNTIL_RATE) / 2),  # in between: as it was
+        (40.0, bp.STEPS_UNTIL_RATE - 20),  # smaller: every report again
+    ]:
+        busy(p, until, rate)
+        p.observe_lag(0.0, until)
+        reply: dict = {}
+        p.advise(reply, until)
+        states.append((reply.get("steps_interval_s"), p.steps_batched(), reg.get_sample_value(gauge)))
+    on = (bp.STEPS_INTERVAL_S, True, bp.STEPS_INTERVAL_S)
+    assert states == [(None, False, 0.0), on, on, (None, False, 0.0)]
+    assert p.interval_s == 0.0  # on time all along: the reports themselves were never slowed

@@ -143,3 +143,48 @@ def test_the_clock_stops_when_every_rank_exited():
     led.tick(30.0, v)  # the coordinator lingers: not the job's time
     assert led.total() == pytest.approx(14.0)
     assert led.seconds[G.PRODUCTIVE] > 0.85 * (14.0 - led.seconds[G.STARTUP])
+
+
+def _job_in_batches(batch_s: int, batched: bool, seconds: int = 40) -> G.Ledger:
+    """8 ranks on 4 hosts, 4 steps a second, rank 5 computing longer (the others
+    wait for it in the all-reduce); each host sends its ranks' step samples every
+    ``batch_s`` seconds, at a phase of its own, and their step in every report."""
+    led, v = G.Ledger(), None
+    sent = dict.fromkeys(range(4), 0)  # host -> steps its samples went up to
+    for sec in range(1, seconds + 1):
+        k = 4 * sec
+        due = {h: (sec + h) % batch_s == 0 for h in range(4)}
+        ranks = [
+            t.rank(
+                r,
+                world_size=8,
+                pid=100 + r,
+                step=k,
+                recent_steps=t.steps(sent[r // 2] + 1, k - sent[r // 2], step_s=0.25, coll_s=0.01 if r == 5 else 0.06)
+                if due[r // 2]
+                else (),
+            )
+            for r in range(8)
+        ]
+        sent.update((h, k) for h in range(4) if due[h])
+        v = t.view(ranks, now=float(sec), ranks_per_host=2, base=v, seq=sec)
+        led.tick(float(sec), v, batched=batched)
+    return led
+
+
+def test_step_samples_sent_in_batches_split_as_when_sent_every_report():
+    # Agents asked for their samples every 4 s (backpressure.STEPS_INTERVAL_S) send them
+    # at phases of their own: a host's steps arrive up to 16 steps after another's.
+    every = _job_in_batches(1, batched=False)
+    batches = _job_in_batches(4, batched=True)
+    assert batches.seconds[G.REDONE] == 0.0
+    assert batches.steps >= every.steps - 16  # the last batch may still be on its way
+    # The same split of the time after the first step (which the batches show up to 3 s later:
+    # startup takes that much longer to end, the one cost of the batches here).
+    assert 0 < batches.seconds[G.STARTUP] - every.seconds[G.STARTUP] <= 3.0
+    for cat in set(G.CATEGORIES) - {G.STARTUP}:
+        share = every.seconds[cat] / (every.total() - every.seconds[G.STARTUP])
+        assert batches.seconds[cat] / (batches.total() - batches.seconds[G.STARTUP]) == pytest.approx(share, abs=1e-9)
+    assert every.seconds[G.STRAGGLER] > 0.1 * every.total()  # the split has something to get right
+    # Without waiting for the lag the steps were split without the late hosts' ranks, then again as redone.
+    assert _job_in_batches(4, batched=False).seconds[G.REDONE] > 0

@@ -66,6 +66,10 @@ _tail: Callable[[array, slice], array] = getitem  # type: ignore[assignment]  # 
 # Steps gathered from histories: step -> (ranks, step_s, data_s, compute_s, pause), row by row.
 _Samples = dict[int, tuple[list[int], list[float], list[float], list[float], list[float]]]
 STALE_STEPS = 8  # a step some live rank still has not reported this many steps later is split without it
+# While agents send their step samples in batches (backpressure.STEPS_INTERVAL_S), ranks' newest
+# samples lag one another by up to a batch: a step then waits that lag longer, up to this many.
+STALE_STEPS_MAX = 64
+LAG_QUANTILE = 0.01  # the lag is the newest step less this quantile of the ranks' newest: a stuck few do not hold all
 
 
 @dataclass
@@ -93,8 +97,13 @@ class Ledger:
     stalls: Stalls = field(default_factory=Stalls, compare=False)
     # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
     _tracked: tuple = field(default=(), repr=False, compare=False)
+    # How many steps later a step some live rank has not reported is split without it (_scan).
+    stale_steps: int = field(default=STALE_STEPS, repr=False, compare=False)
 
-    def tick(self, now: float, view: ClusterView, restarting: bool = False) -> None:
+    def tick(self, now: float, view: ClusterView, restarting: bool = False, batched: bool = False) -> None:
+        """``batched``: agents may be sending their ranks' step samples in batches
+        (the coordinator asked them to), so a step waits as long as the ranks'
+        newest samples lag one another before it is split without a rank."""
         dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
         self.last_tick = now
         # Every rank exited cleanly: the job is over, and a coordinator that lingers is not its time.
@@ -103,7 +112,7 @@ class Ledger:
         if over and self.ended:
             return
         self.ended = False
-        live, changed, pausing = self._scan(view, track=not restarting)
+        live, changed, pausing = self._scan(view, track=not restarting, batched=batched)
         if restarting or changed:
             self.restarting = True
         ready = self._ready_steps(live)
@@ -130,7 +139,7 @@ class Ledger:
 
     # -- bookkeeping ---------------------------------------------------------------
 
-    def _scan(self, view: ClusterView, track: bool = True) -> tuple[list[int], bool, bool]:
+    def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
         """The ranks whose process lives (the ones whose steps the job waits on),
         whether an incarnation changed or a rank died (``track``: restarts are
         followed), and whether a live rank is in a checkpoint or eval phase; their
@@ -154,6 +163,7 @@ class Ledger:
             self.world_sizes.update(compress(cols.world_size, mask))
             pausing = not _PAUSES.isdisjoint(compress(cols.phase, mask))
         self._take(live, hists, flats, newest)
+        self.stale_steps = _patience(newest) if batched else STALE_STEPS
         return live, changed, pausing
 
     def _track(self, cols: RankColumns) -> bool:
@@ -319,7 +329,7 @@ class Ledger:
         out = []
         for step in sorted(self.buffer):
             got = self.buffer[step]
-            if (len(got) >= len(want) and want <= got.seen) or step + STALE_STEPS <= newest:
+            if (len(got) >= len(want) and want <= got.seen) or step + self.stale_steps <= newest:
                 out.append((step, self.buffer.pop(step)))
         return out
 
@@ -393,6 +403,17 @@ class Ledger:
             "world_sizes": sorted(self.world_sizes),
             "profile": {k: round(v, 6) for k, v in self.profile.items()},
         }
+
+
+def _patience(newest: Sequence[float]) -> int:
+    """``STALE_STEPS`` plus how far the live ranks' newest step samples lag the
+    newest (from their ``LAG_QUANTILE``), at most ``STALE_STEPS_MAX``: with samples
+    sent in batches, a rank whose batch is still to come is not missing its steps."""
+    steps = sorted(x for x in newest if x != columns.NO_STEP)
+    if not steps:
+        return STALE_STEPS
+    lag = steps[-1] - steps[int(LAG_QUANTILE * (len(steps) - 1))]
+    return int(min(STALE_STEPS_MAX, STALE_STEPS + lag))
 
 
 def summary_line(s: dict[str, Any]) -> str:

@@ -196,6 +196,12 @@ class CoordinatorMetrics:
             "Report interval the coordinator asks agents for while it is behind (0: none asked)",
             registry=r,
         )
+        self.advised_steps_interval = Gauge(
+            "watchdog_coordinator_advised_steps_interval_seconds",
+            "How often the coordinator asks agents to send step samples, at hundreds of reports a second "
+            "(0: in every report)",
+            registry=r,
+        )
         self.journal_errors = Counter(
             "watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r
         )

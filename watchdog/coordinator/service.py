@@ -354,7 +354,7 @@ class Coordinator:
 
     def _goodput(self, view: ClusterView, now: float) -> None:
         restarting = self.control.state == JobState.RESTARTING
-        self.goodput.tick(now, view, restarting)
+        self.goodput.tick(now, view, restarting, batched=self.backpressure.steps_batched())
         for cat, secs in self.goodput.seconds.items():
             delta = secs - self._goodput_exported[cat]
             if delta > 0:
