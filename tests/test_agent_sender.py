@@ -404,7 +404,7 @@ def test_a_summary_out_of_range_is_left_out_counted_and_exported(tmp_path):
     sent = []
     s = make(views, scripted([{"ok": True, "step_summary_config": settings}] * 2, sent))
     s.send_once()
-    views[0] = view("j", 0, recs)
+    views[0], views[1] = view("j", 0, recs), view("j", 1, plain_steps(12))
     s.send_once()
     ranks = {r["rank"]: r for r in sent[1]["ranks"]}
     assert ranks[0]["step_summary"] == [] and ranks[0]["recent_steps"]  # the samples still go
@@ -423,3 +423,136 @@ def registry_of(collector):
     reg = CollectorRegistry()
     reg.register(collector)
     return reg
+
+
+def test_step_samples_every_few_seconds_when_asked_liveness_in_every_report_none_lost():
+    # A coordinator at hundreds of reports a second asks for step samples every 4 s:
+    # reports still go every second with each rank's step and heartbeat, and the
+    # samples held back meanwhile all come in the next report that carries them.
+    t = _VirtualTime()
+    views = [view("j", 0)]
+    sent = []
+    settings = [2, 128, 50, 20, 4]
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        return {"ok": True, "steps_interval_s": 4.0, "step_summary_config": settings}
+
+    s = make(views, post, job="j", mono_ns=t.mono, rand=lambda: 1.0)  # first batch a full interval on
+    for second in range(9):
+        t.ns = second * S
+        views[0] = view("j", 0, [testing.step_record(i, i + 1, S // 4) for i in range(4 * second + 4)])
+        s.send_once()
+    carried = [[x["step"] for x in p["ranks"][0]["recent_steps"]] for p in sent]
+    assert [len(c) for c in carried] == [4, 0, 0, 0, 16, 0, 0, 0, 16]  # every 4th report after the first
+    assert [s for c in carried for s in c] == list(range(1, 37))  # every sample once, in order
+    # (the first report goes before any reply gave summary settings)
+    assert [p["ranks"][0]["step_summary"] != [] for p in sent[1:]] == [c != [] for c in carried[1:]]
+    assert [p["ranks"][0]["step"] for p in sent] == [0] * 9  # the hook's header: here unchanged, sent every time
+    assert s.reports_without_steps == 6
+
+
+def test_held_step_samples_go_at_once_on_a_death_a_failure_or_too_many_waiting():
+    import dataclasses
+
+    t = _VirtualTime()
+    recs = [testing.step_record(i, i + 1, S // 4) for i in range(8)]
+    views = [view("j", 0, recs[:4]), view("j", 1, recs[:4])]
+    sent, replies = [], []
+
+    def post(url, payload, token, timeout):
+        sent.append(len(payload["ranks"][0]["recent_steps"]))
+        r = replies.pop(0) if replies else {"ok": True, "steps_interval_s": 4.0}
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    s = make(views, post, job="j", mono_ns=t.mono, rand=lambda: 1.0)  # first batch a full interval on
+    s.send_once()  # samples 1-4 delivered; the advice arrives with its reply
+    t.ns = 1 * S
+    views[0] = view("j", 0, recs)
+    s.send_once()  # held
+    t.ns = 2 * S
+    views[1] = dataclasses.replace(view("j", 1, recs), proc=ProcSample(False, "gone"), state=track.DEAD)
+    s.send_once()  # a rank died: the samples go now
+    views[1] = view("j", 1, recs)
+    t.ns = 3 * S
+    replies.append(ConnectionRefusedError("down"))
+    views[0] = view("j", 0, recs + [testing.step_record(8, 9, S // 4)])
+    s.send_once()  # held, and failed anyway
+    t.ns = 6 * S
+    replies.append(ConnectionRefusedError("down"))
+    s.send_once()  # due (4 s since the last delivered), failed: the samples stay unreported
+    t.ns = 7 * S
+    s.send_once()  # so the next report carries them again
+    assert sent == [4, 0, 4, 0, 1, 1]
+    many = [testing.step_record(i, i + 1, S // 100) for i in range(9, 9 + 129)]
+    views[0] = view("j", 0, recs + many)
+    t.ns = 8 * S
+    s.send_once()  # more than half a report's cap (256) waiting: sent at once
+    assert sent[-1] == 129
+
+
+def test_step_interval_advice_is_bounded_and_ignored_when_malformed():
+    sent = []
+    advice = [None, 4.0, 1e6, "x", True, -1.0]
+
+    def post(url, payload, token, timeout):
+        val = advice[len(sent)]
+        sent.append(payload)
+        return {"ok": True, **({} if val is None else {"steps_interval_s": val})}
+
+    s = make([view("a", 0)], post)
+    got = []
+    for _ in advice:
+        s.send_once()
+        got.append(s.steps_interval_s)
+    assert got == [0.0, 4.0, 10.0, 0.0, 0.0, 0.0]
+
+
+def test_agents_given_the_advice_together_send_their_batches_in_different_seconds():
+    # Every agent gets the advice in the same second; were their batches in step, the
+    # coordinator would take all the job's samples in one second of every four.
+    t = _VirtualTime()
+    seconds = {}
+    for u in (0.2, 0.4, 0.6, 0.8):
+        views, sent = [view("j", 0)], []
+
+        def post(url, payload, token, timeout, sent=sent):
+            sent.append(payload)
+            return {"ok": True, "steps_interval_s": 4.0}
+
+        s = make(views, post, job="j", mono_ns=t.mono, rand=lambda u=u: u)
+        for second in range(10):
+            t.ns = second * S
+            views[0] = view("j", 0, [testing.step_record(i, i + 1, S // 4) for i in range(4 * second + 4)])
+            s.send_once()
+        seconds[u] = [i for i, p in enumerate(sent) if p["ranks"][0]["recent_steps"]]
+    # the first report (before any advice) carries samples; then each agent every 4 s from its own phase
+    assert seconds == {0.2: [0, 1, 5, 9], 0.4: [0, 2, 6], 0.6: [0, 3, 7], 0.8: [0, 4, 8]}
+
+
+def test_reports_without_step_samples_carry_each_collective_record_once():
+    # A version-1 slot numbers its Flight Recorder signatures with its step samples in
+    # one ring: holding the samples back must not send the signatures again and again.
+    t = _VirtualTime()
+    sent = []
+
+    def post(url, payload, token, timeout):
+        sent.append(payload["ranks"][0])
+        return {"ok": True, "steps_interval_s": 4.0}
+
+    def coll(index, seq):
+        payload = (0, seq, int(wire.CollOp.ALL_REDUCE), 6, 1, 1, wire.pack_shape((2, 3)), 0, 0, 0, 2, 1)
+        return wire.Record(index=index, kind=int(wire.RecordKind.COLL_SIG), t_ns=0, step=seq, payload=payload)
+
+    views = [view("j", 0)]
+    s = make(views, post, job="j", mono_ns=t.mono, rand=lambda: 1.0)
+    for second in range(6):  # each second a step sample, then a signature, in the one ring
+        t.ns = second * S
+        steps = tuple(testing.step_record(2 * i, i + 1, S // 4) for i in range(second + 1))
+        colls = tuple(coll(2 * i + 1, i + 1) for i in range(second + 1))
+        views[0] = dataclasses.replace(view("j", 0, steps), coll_records=colls)
+        s.send_once()
+    assert [[c["seq"] for c in r["recent_colls"]] for r in sent] == [[i + 1] for i in range(6)]
+    assert [[x["step"] for x in r["recent_steps"]] for r in sent] == [[1], [], [], [], [2, 3, 4, 5], []]

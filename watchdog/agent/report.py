@@ -37,10 +37,19 @@ def coll_sig(rec: wire.Record, now_mono_ns: int, now_wall_ns: int) -> CollSig:
 Mark = int | tuple[int, int]  # first step-ring index not reported, or (that, first event-ring index)
 
 
-def rank_state(v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0) -> RankState:
+def rank_state(
+    v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0, steps: bool = True, colls_since: Mark = 0
+) -> RankState:
     """``since``: the first ring record index not yet reported for this slot (and,
-    as a pair, the first event-ring index: version-2 slots number them apart)."""
-    since, events_since = since if isinstance(since, tuple) else (since, 0)
+    as a pair, the first event-ring index: version-2 slots number them apart).
+    ``steps``: carry the step samples (CPU and GPU clock) since then; without
+    them the state is the rank's liveness and progress only, and the samples come
+    in a later report (its ``since`` is not moved on: ``sender.Sender``).
+    ``colls_since``: the same mark after the last report, with or without samples:
+    the collective records before it went already (they share ``since``'s rings)."""
+    since, events_since = _pair(since)
+    colls_since, colls_events_since = _pair(colls_since)
+    colls_from, colls_events_from = max(since, colls_since), max(events_since, colls_events_since)
     h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
     coll = CollectiveState(
         group=h[wire.H_COLL_GROUP],
@@ -51,11 +60,11 @@ def rank_state(v: LocalRank, now_ns: int, since: Mark = 0, now_wall_ns: int = 0)
         outstanding=h[wire.H_COLL_OUTSTANDING],
         since_s=age(wire.H_COLL_ENTER_NS),
     )
-    fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:]
-    colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= since]
-    colls += [coll_sig(r, now_ns, now_wall_ns) for r in v.event_colls if r.index >= events_since]
+    fresh = [r for r in v.step_records if r.index >= since][-MAX_STEPS_PER_RANK:] if steps else []
+    colls = [coll_sig(r, now_ns, now_wall_ns) for r in v.coll_records if r.index >= colls_from]
+    colls += [coll_sig(r, now_ns, now_wall_ns) for r in v.event_colls if r.index >= colls_events_from]
     colls = colls[-MAX_COLLS_PER_RANK:]
-    gpu = [g for i, g in v.gpu_steps if i >= events_since][-MAX_STEPS_PER_RANK:]
+    gpu = [g for i, g in v.gpu_steps if i >= events_since][-MAX_STEPS_PER_RANK:] if steps else []
     return RankState(
         rank=ident.rank,
         local_rank=ident.local_rank,
@@ -139,13 +148,19 @@ def build_report(
     since: Mapping[str, Mark] | None = None,
     accelerators: Sequence[dict] = (),
     acks: Sequence[dict] = (),
+    steps: bool = True,
+    colls_since: Mapping[str, Mark] | None = None,
 ) -> HostReport:
     """One job's report. ``since`` maps a slot path to the first step record index
-    not yet reported (see ``marks``); missing paths report every retained record."""
-    since = since or {}
+    not yet reported (see ``marks``); missing paths report every retained record.
+    ``steps`` and ``colls_since``: whether its ranks carry their step samples, and
+    where their collective records start (``rank_state``)."""
+    since, colls_since = since or {}, colls_since or {}
     wall_ns = round(now_wall * 1e9)
     ranks = tuple(
-        rank_state(v, now_mono_ns, since.get(v.path, 0), wall_ns) for v in tracked_ranks if v.identity.job == job
+        rank_state(v, now_mono_ns, since.get(v.path, 0), wall_ns, steps, colls_since.get(v.path, 0))
+        for v in tracked_ranks
+        if v.identity.job == job
     )
     return HostReport(
         job=job,
@@ -158,6 +173,17 @@ def build_report(
         accelerators=tuple(accelerators),
         acks=tuple(acks),
     )
+
+
+def pending_steps(v: LocalRank, since: Mark) -> int:
+    """How many of the slot's step records a report has not carried yet."""
+    first = _pair(since)[0]
+    return sum(1 for r in v.step_records if r.index >= first)
+
+
+def _pair(mark: Mark) -> tuple[int, int]:
+    """(first step-ring index, first event-ring index) of a mark."""
+    return mark if isinstance(mark, tuple) else (mark, 0)
 
 
 def marks(tracked_ranks: Iterable[LocalRank]) -> dict[str, Mark]:

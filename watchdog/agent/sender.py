@@ -20,6 +20,14 @@ exactly then.
 
 A reply's ``"step_summary_config"`` has the agent send its ranks' step statistics
 beside their samples (``stepsummaries.py``), computed from the samples accepted.
+
+A reply's ``"steps_interval_s"`` (a coordinator taking hundreds of reports a
+second: ``coordinator.backpressure``) has the agent send its ranks' step samples
+that often, in every report still their liveness and progress (heartbeat, step,
+collective state, deaths): a report without samples costs the coordinator about
+half as much. Samples wait in the slot's ring (they are not marked reported), so
+none is lost, and they go at once when a rank died or exited (the steps before a
+death are evidence) or when half the report's cap of them is waiting.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from watchdog import logs
 from watchdog.agent import report, track
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stepsummaries import StepSummaries
-from watchdog.report import REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
+from watchdog.report import MAX_STEPS_PER_RANK, REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
 
 REPORT_PATH = "/api/v1/report"
 MAX_REPLY_BYTES = 1 << 20
@@ -146,6 +154,17 @@ def _advised(reply: dict) -> float:
     return min(float(val), MAX_ADVISED_INTERVAL_S)
 
 
+MAX_STEPS_INTERVAL_S = 10.0  # samples held at most this long, whatever a reply says
+
+
+def _advised_steps(reply: dict) -> float:
+    """The reply's advice on how often to send step samples, bounded; 0 when absent or malformed."""
+    val = reply.get("steps_interval_s")
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
+        return 0.0
+    return min(float(val), MAX_STEPS_INTERVAL_S)
+
+
 def _reads_rows(reply: dict) -> bool:
     """Whether the reply says its coordinator reads version-2 reports."""
     versions = reply.get("report_versions")
@@ -176,6 +195,7 @@ class Sender:
         log=None,
         mono_ns: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
@@ -184,16 +204,23 @@ class Sender:
         self._told_dead: set[str] = set()  # slot paths whose death a report carried
         self._handle_commands, self._outbox = handle_commands, outbox
         self._log = log or logs.get("watchdog.agent.sender")
-        self._mono_ns, self._wall = mono_ns, wall
+        self._mono_ns, self._wall, self._rand = mono_ns, wall, rand
         self._limit = logs.RateLimited(60.0)
         self._seq: dict[str, int] = {}
         self._since: dict[str, report.Mark] = {}
+        # The marks after the last accepted report, with step samples or not: where collective records start.
+        self._colls_since: dict[str, report.Mark] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
         # Back-pressure: the interval the coordinator last asked for (its reply's
         # "report_interval_s"); reports go at the longer of it and our own.
         self.advised_interval_s = 0.0
+        # How often to send step samples (the reply's "steps_interval_s"; 0: in every
+        # report), and when a report carrying them was last accepted, per job.
+        self.steps_interval_s = 0.0
+        self._steps_sent: dict[str, float] = {}
+        self.reports_without_steps = 0
         # The report version to send: 2 only while the last reply said it is read.
         self.report_version = REPORT_VERSION
         # Its ranks' step statistics, sent once a reply gives the settings (stepsummaries.py).
@@ -205,11 +232,14 @@ class Sender:
         views = self._with_untold_deaths(tuple(self._views()))
         live_paths = {v.path for v in views}
         self._since = {p: i for p, i in self._since.items() if p in live_paths}
+        self._colls_since = {p: i for p, i in self._colls_since.items() if p in live_paths}
         acc = self._accelerators()
         for job in [self._job] if self._job else report.jobs(views):
             seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
             mine = [v for v in views if v.identity.job == job]
             acks = self._outbox.take(job) if self._outbox is not None else []
+            now_s = self._mono_ns() / 1e9
+            steps = self._steps_due(job, mine, now_s)
             rep = report.build_report(
                 job,
                 self._host,
@@ -222,6 +252,8 @@ class Sender:
                 since=self._since,
                 accelerators=acc,
                 acks=acks,
+                steps=steps,
+                colls_since=self._colls_since,
             )
             rep = self.summaries.add(self._drop_invalid(rep, mine))
             body = plain(rep)
@@ -243,9 +275,16 @@ class Sender:
             if self._failing:
                 self._failing = False
                 self._log.info("reports resumed", url=self._url)
-            self._since.update(report.marks(mine))
+            delivered = report.marks(mine)
+            self._colls_since.update(delivered)
+            if steps:
+                self._since.update(delivered)
+                self._steps_sent[job] = now_s
+            else:  # its samples go in a later report
+                self.reports_without_steps += 1
             self._told_dead.update(v.path for v in mine if v.state == track.DEAD)
             self.advised_interval_s = _advised(reply)
+            self._follow_steps_advice(job, _advised_steps(reply), now_s)
             if acks:
                 self._outbox.delivered(job, acks)
             commands = reply.get("commands") or []
@@ -253,6 +292,28 @@ class Sender:
                 self.commands_received += len(commands)
                 self.last_commands = commands
                 self._handle_commands(job, commands)
+
+    def _follow_steps_advice(self, job: str, every: float, now_s: float) -> None:
+        """Take the reply's step-sample interval. When it first comes, the first batch
+        goes at a random point within it: every agent gets the advice in the same
+        second, and batches sent in step would bring all the samples in one second
+        of every few, the coordinator's work with them."""
+        if every and not self.steps_interval_s:  # due (_steps_due) from now + rand() * every
+            self._steps_sent[job] = now_s + every * self._rand() - (every - self.interval_s / 2)
+        self.steps_interval_s = every
+
+    def _steps_due(self, job: str, mine: Sequence[LocalRank], now_s: float) -> bool:
+        """Whether this report carries its ranks' step samples: unless the coordinator
+        asked for them less often than reports go and one carrying them was accepted
+        recently, and no rank died or exited (its last steps are evidence) or has
+        half a report's cap of them waiting."""
+        every, last = self.steps_interval_s, self._steps_sent.get(job)
+        if every <= self.interval_s or last is None or now_s - last >= every - self.interval_s / 2:
+            return True
+        return any(
+            v.state != track.ALIVE or report.pending_steps(v, self._since.get(v.path, 0)) > MAX_STEPS_PER_RANK // 2
+            for v in mine
+        )
 
     def _with_untold_deaths(self, views: tuple[LocalRank, ...]) -> tuple[LocalRank, ...]:
         """``views``, with a replaced incarnation's death standing in for its successor

@@ -72,7 +72,10 @@ class StepSummaries:
         if cfg is None:
             return ()
         before = self._kept.get(key, _EMPTY)
-        after = self._pending[key] = add_samples(before, samples, cfg) if samples else before
+        if not samples:  # kept as it is; the coordinator reads no summary without new samples
+            self._pending[key] = before
+            return ()
+        after = self._pending[key] = add_samples(before, samples, cfg)
         if not after.history:
             return ()
         summary = summary_of(after, before)
