@@ -38,6 +38,7 @@ import scalesim
 
 from watchdog.coordinator import columns, typedbody, verdict
 from watchdog.coordinator.api import decode, validate
+from watchdog.coordinator.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
 from watchdog.coordinator.journal import Journal
@@ -94,6 +95,13 @@ def main() -> None:
         "(each report decoded both ways, timed apart, checked equal; the version-2 one folded)",
     )
     ap.add_argument(
+        "--steps-every",
+        type=float,
+        default=-1.0,
+        help="the hosts send their ranks' step samples this often, liveness in every report (the reply's "
+        '"steps_interval_s"); 0: in every report; default: as the coordinator advises at this many reports a second',
+    )
+    ap.add_argument(
         "--no-summaries",
         action="store_true",
         help="the hosts send no step summaries (an older agent's reports): the coordinator computes every statistic",
@@ -143,6 +151,11 @@ def main() -> None:
         window = coord.cfg.detectors.straggler_window_steps
         # What the request handler adds to each reply (api.ReportHandler): the hosts' agents then summarise.
         summary_settings = list(summary_config(coord.cfg.detectors)) if not args.no_summaries else None
+        steps_every = args.steps_every
+        if steps_every < 0:  # the advice of backpressure.py at this rate (here it sees no loop to probe)
+            steps_every = STEPS_INTERVAL_S if len(hosts) / args.report_every >= STEPS_FROM_RATE else 0.0
+        coord.backpressure.steps_interval_s = steps_every  # what the replies say, and the goodput ledger reads
+        print(f"step samples every {steps_every:g} s (0: in every report)")
         for sec in range(args.seconds):
             profiling = prof is not None and sec >= args.seconds // 2
             for i, h in enumerate(hosts):
@@ -188,7 +201,9 @@ def main() -> None:
                 if len(reports) == 2 and not _same(reports[1], reports[2]):
                     sys.exit(f"version 1 and version 2 of report {h.name} #{h.seq} decoded differently")
                 accepted += 1
-                h.delivered(raw, {**reply, "step_summary_config": summary_settings} if summary_settings else reply)
+                if summary_settings:
+                    reply = {**reply, "step_summary_config": summary_settings}
+                h.delivered(raw, {**reply, "steps_interval_s": steps_every} if steps_every else reply)
                 if not args.no_freeze_after_report:
                     gc_policy.after_report()  # as the daemon does (gcpolicy.py)
             now = float(sec + 1)

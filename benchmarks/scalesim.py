@@ -84,8 +84,18 @@ class Host:
         self.created = job.t0 - 5.0
         self.version = 1  # the report version sent; 2 once the coordinator said it reads it
         self.summaries, self.summarise = StepSummaries(), summaries
+        # The reply's "steps_interval_s", as the agent follows it (agent.sender): step samples
+        # that often, liveness in every report; when samples were last delivered.
+        self.steps_interval_s, self.steps_sent_at = 0.0, None
+        self.bare = False  # the last report made carries no step samples
+        self.interval_s = 1.0  # as the last report was made with
+        # Where within the interval its first batch goes (the agent's rand()): hosts not in step.
+        self.steps_phase = ((index * 2654435761) & 0xFFFF) / 65536.0
 
     def report(self, now: float, interval_s: float) -> dict:
+        every, last = self.steps_interval_s, self.steps_sent_at
+        self.interval_s = interval_s
+        self.bare = every > interval_s and last is not None and now - last < every - interval_s / 2
         self.seq += 1
         body = {
             "v": 1,
@@ -115,6 +125,14 @@ class Host:
     def delivered(self, report: dict, reply: Any = None) -> None:
         """The coordinator accepted ``report`` with ``reply``: its steps are not sent again."""
         self.summaries.accepted(self.job.job, reply if self.summarise else None)  # no settings: none sent
+        asked = reply.get("steps_interval_s") if isinstance(reply, dict) else None
+        every = float(asked) if isinstance(asked, (int, float)) and asked > 0 else 0.0
+        first_advice, self.steps_interval_s = every and not self.steps_interval_s, every
+        if self.bare:
+            return  # its ranks' steps go in a later report
+        self.steps_sent_at = report["sent_wall"]
+        if first_advice:  # the first batch due steps_phase * every from now (agent.sender)
+            self.steps_sent_at += every * self.steps_phase - (every - self.interval_s / 2)
         if report["v"] == ROWS_VERSION:
             at_rank, at_step = report["rank_fields"].index("rank"), report["rank_fields"].index("step")
             for row in report["ranks"]:
@@ -140,6 +158,7 @@ class Host:
         in_coll = at >= enter and not alone
         since = max(0.0, now - enter) if in_coll else 0.0
         done = self.reported[r]
+        first = k if self.bare else max(done, k - 64)  # a bare report: its samples wait
         steps = [
             {
                 "step": x,
@@ -148,7 +167,7 @@ class Host:
                 "coll_s": max(0.0, w - j.data_s - j.compute(r, x)),
                 "phase": "train",
             }
-            for x in range(max(done, k - 64), k)
+            for x in range(first, k)
         ]
         last_c = j.compute(r, k - 1) if k else 0.0
         return {
