@@ -36,7 +36,20 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scalesim
 
+try:  # the generator's own CPU is what limits it at 16,384 ranks: orjson ~10x cheaper than json here
+    import orjson
+except ImportError:  # pragma: no cover - a dependency of the coordinator
+    orjson = None  # type: ignore[assignment]
+
 REPORT_PATH = "/api/v1/report"
+
+
+def _dumps(obj) -> bytes:
+    return orjson.dumps(obj) if orjson is not None else json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _loads(raw: bytes):
+    return orjson.loads(raw) if orjson is not None else json.loads(raw)
 
 
 # -- generator (runs in worker processes) ------------------------------------------
@@ -66,7 +79,7 @@ async def _agent(
             if now >= t_end:
                 return
             rep = host.report(now, stated)
-            body = json.dumps(rep, separators=(",", ":")).encode()
+            body = _dumps(rep)
             t1 = time.perf_counter()
             writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
             status_line = await reader.readline()
@@ -78,7 +91,7 @@ async def _agent(
                 k, _, v = line.decode().partition(":")
                 if k.lower() == "content-length":
                     length = int(v)
-            reply = json.loads(await reader.readexactly(length)) if length else {}
+            reply = _loads(await reader.readexactly(length)) if length else {}
             lat = time.perf_counter() - t1
             if not status_line.startswith(b"HTTP/1.1 200"):
                 out["errors"] += 1
