@@ -305,15 +305,16 @@ class Sender:
     def _steps_due(self, job: str, mine: Sequence[LocalRank], now_s: float) -> bool:
         """Whether this report carries its ranks' step samples: unless the coordinator
         asked for them less often than reports go and one carrying them was accepted
-        recently, and no rank died or exited (its last steps are evidence) or has
-        half a report's cap of them waiting."""
+        recently, and no rank that died or exited has samples waiting (its last
+        steps are evidence) nor any rank half a report's cap of them."""
         every, last = self.steps_interval_s, self._steps_sent.get(job)
         if every <= self.interval_s or last is None or now_s - last >= every - self.interval_s / 2:
             return True
-        return any(
-            v.state != track.ALIVE or report.pending_steps(v, self._since.get(v.path, 0)) > MAX_STEPS_PER_RANK // 2
-            for v in mine
-        )
+        for v in mine:
+            waiting = report.pending_steps(v, self._since.get(v.path, 0))
+            if waiting > MAX_STEPS_PER_RANK // 2 or (waiting and v.state != track.ALIVE):
+                return True
+        return False
 
     def _with_untold_deaths(self, views: tuple[LocalRank, ...]) -> tuple[LocalRank, ...]:
         """``views``, with a replaced incarnation's death standing in for its successor
