@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from watchdog.agent.sender import advised_steps, first_batch_mark, steps_due_by_time
 from watchdog.agent.stepsummaries import StepSummaries
 from watchdog.report import ROWS_VERSION, StepSample, as_rows
 
@@ -93,9 +94,8 @@ class Host:
         self.steps_phase = ((index * 2654435761) & 0xFFFF) / 65536.0
 
     def report(self, now: float, interval_s: float) -> dict:
-        every, last = self.steps_interval_s, self.steps_sent_at
         self.interval_s = interval_s
-        self.bare = every > interval_s and last is not None and now - last < every - interval_s / 2
+        self.bare = not steps_due_by_time(self.steps_interval_s, interval_s, self.steps_sent_at, now)
         self.seq += 1
         body = {
             "v": 1,
@@ -125,14 +125,13 @@ class Host:
     def delivered(self, report: dict, reply: Any = None) -> None:
         """The coordinator accepted ``report`` with ``reply``: its steps are not sent again."""
         self.summaries.accepted(self.job.job, reply if self.summarise else None)  # no settings: none sent
-        asked = reply.get("steps_interval_s") if isinstance(reply, dict) else None
-        every = float(asked) if isinstance(asked, (int, float)) and asked > 0 else 0.0
+        every = advised_steps(reply) if isinstance(reply, dict) else 0.0
         first_advice, self.steps_interval_s = every and not self.steps_interval_s, every
         if self.bare:
             return  # its ranks' steps go in a later report
         self.steps_sent_at = report["sent_wall"]
-        if first_advice:  # the first batch due steps_phase * every from now (agent.sender)
-            self.steps_sent_at += every * self.steps_phase - (every - self.interval_s / 2)
+        if first_advice:  # the first batch due steps_phase * every from now, as agent.sender's
+            self.steps_sent_at = first_batch_mark(report["sent_wall"], every, self.interval_s, self.steps_phase)
         if report["v"] == ROWS_VERSION:
             at_rank, at_step = report["rank_fields"].index("rank"), report["rank_fields"].index("step")
             for row in report["ranks"]:

@@ -157,12 +157,25 @@ def _advised(reply: dict) -> float:
 MAX_STEPS_INTERVAL_S = 10.0  # samples held at most this long, whatever a reply says
 
 
-def _advised_steps(reply: dict) -> float:
+def advised_steps(reply: dict) -> float:
     """The reply's advice on how often to send step samples, bounded; 0 when absent or malformed."""
     val = reply.get("steps_interval_s")
     if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
         return 0.0
     return min(float(val), MAX_STEPS_INTERVAL_S)
+
+
+def steps_due_by_time(every: float, interval_s: float, last: float | None, now_s: float) -> bool:
+    """Whether a report made at ``now_s`` carries step samples by the clock alone:
+    always unless they are asked for less often (``every``) than reports go and a
+    batch went at ``last``; then once ``every`` has passed, to the nearest report."""
+    return every <= interval_s or last is None or now_s - last >= every - interval_s / 2
+
+
+def first_batch_mark(now_s: float, every: float, interval_s: float, u: float) -> float:
+    """The ``last`` for ``steps_due_by_time`` that makes the first batch due at
+    ``now_s + u * every`` (``u`` in [0, 1): each agent's own point in the interval)."""
+    return now_s + every * u - (every - interval_s / 2)
 
 
 def _reads_rows(reply: dict) -> bool:
@@ -284,7 +297,7 @@ class Sender:
                 self.reports_without_steps += 1
             self._told_dead.update(v.path for v in mine if v.state == track.DEAD)
             self.advised_interval_s = _advised(reply)
-            self._follow_steps_advice(job, _advised_steps(reply), now_s)
+            self._follow_steps_advice(job, advised_steps(reply), now_s)
             if acks:
                 self._outbox.delivered(job, acks)
             commands = reply.get("commands") or []
@@ -298,8 +311,8 @@ class Sender:
         goes at a random point within it: every agent gets the advice in the same
         second, and batches sent in step would bring all the samples in one second
         of every few, the coordinator's work with them."""
-        if every and not self.steps_interval_s:  # due (_steps_due) from now + rand() * every
-            self._steps_sent[job] = now_s + every * self._rand() - (every - self.interval_s / 2)
+        if every and not self.steps_interval_s:
+            self._steps_sent[job] = first_batch_mark(now_s, every, self.interval_s, self._rand())
         self.steps_interval_s = every
 
     def _steps_due(self, job: str, mine: Sequence[LocalRank], now_s: float) -> bool:
@@ -307,8 +320,7 @@ class Sender:
         asked for them less often than reports go and one carrying them was accepted
         recently, and no rank that died or exited has samples waiting (its last
         steps are evidence) nor any rank half a report's cap of them."""
-        every, last = self.steps_interval_s, self._steps_sent.get(job)
-        if every <= self.interval_s or last is None or now_s - last >= every - self.interval_s / 2:
+        if steps_due_by_time(self.steps_interval_s, self.interval_s, self._steps_sent.get(job), now_s):
             return True
         for v in mine:
             waiting = report.pending_steps(v, self._since.get(v.path, 0))
