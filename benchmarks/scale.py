@@ -31,6 +31,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import queue
 import random
 import shutil
 import statistics
@@ -205,6 +206,16 @@ def _job(
     return job, freeze_at, window, freeze_at + after_s
 
 
+def _ready(q: mp.Queue, workers: list[mp.Process]) -> tuple:
+    """The next replay worker's word that its reports are made; raises if one died first."""
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if not all(w.is_alive() for w in workers):
+                raise RuntimeError("a replay worker exited while making its reports") from None
+
+
 def _pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q * 100) - 1] if len(xs) > 1 else (xs[0] if xs else float("nan"))
 
@@ -248,7 +259,6 @@ def run_size(
     if core is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(core), *cmd]
     n_hosts = (n_ranks + scalesim.RANKS_PER_HOST - 1) // scalesim.RANKS_PER_HOST
-    straggler, frozen = n_ranks // 3, (2 * n_ranks) // 3 + 1
     n_procs = max(1, min(procs, n_hosts))
     others = [c for c in range(os.cpu_count() or 1) if c != core] or None
     q: mp.Queue = mp.Queue()
@@ -260,15 +270,15 @@ def run_size(
     try:
         if replay:
             job, freeze_at, window, t_end = _job(n_ranks, time.time(), steady_s, after_s, compute_s)
-            reply = scalereplay.assumed_reply(n_hosts, interval, report_version, summaries)
+            reply = scalereplay.assumed_reply(n_hosts, interval, summaries)
             gos = [mp.Queue() for _ in range(n_procs)]
             for p, go in enumerate(gos):
                 hosts = list(range(p, n_hosts, n_procs))
-                args = (job, hosts, interval, t_end, window, reply, summaries, q, go)
+                args = (job, hosts, interval, t_end, window, reply, report_version, summaries, q, go)
                 workers.append(mp.Process(target=scalereplay.worker, args=args, daemon=True))
                 workers[-1].start()
             t_made = time.time()
-            ready = [q.get(timeout=1800) for _ in workers]
+            ready = [_ready(q, workers) for _ in workers]
             made = (sum(r[1] for r in ready), sum(r[2] for r in ready), time.time() - t_made)
         with open(os.path.join(tmp, "coordinator.log"), "wb") as log:
             coord = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
@@ -316,6 +326,7 @@ def run_size(
                 coord.wait()
     # From here on in the job's frame: the journal's times less the offset.
     freeze_at, t_start = freeze_at + offset, job.t0 + offset
+    straggler, frozen = job.straggler, job.frozen
     lat = [x for r in results for x in r["lat"]]
     nbytes = [x for r in results for x in r["bytes"]]
     late = [x for r in results for x in r.get("late", ())]

@@ -43,13 +43,14 @@ import scalesim
 from watchdog.coordinator.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.steps import summary_config
+from watchdog.report import REPORT_VERSIONS
 
 Plan = list[tuple[float, bytes]]  # one host's reports: (when to send, in the job's frame; the body)
 
 
-def assumed_reply(n_hosts: int, interval: float, wanted: int, summaries: bool) -> dict[str, Any]:
+def assumed_reply(n_hosts: int, interval: float, summaries: bool) -> dict[str, Any]:
     """What each report is made assuming the previous one was answered with."""
-    reply: dict[str, Any] = {"report_versions": [1, 2] if wanted == 2 else [1]}
+    reply: dict[str, Any] = {"report_versions": list(REPORT_VERSIONS)}
     if summaries:
         reply["step_summary_config"] = list(summary_config(DetectorConfig()))
     if n_hosts / interval >= STEPS_FROM_RATE:
@@ -57,17 +58,17 @@ def assumed_reply(n_hosts: int, interval: float, wanted: int, summaries: bool) -
     return reply
 
 
-def plan(host: scalesim.Host, first: float, interval: float, t_end: float, reply: dict[str, Any]) -> Plan:
+def plan(host: scalesim.Host, first: float, interval: float, t_end: float, reply: dict[str, Any], wanted: int) -> Plan:
     """Every report ``host`` sends from ``first`` until ``t_end``, each made on
     the reply assumed to the one before (the first as the live agent's first:
-    version 1, before any reply)."""
+    version 1, before any reply; then ``wanted`` where the reply reads it)."""
     out: Plan = []
     t = first
     while t < t_end:
         rep = host.report(t, interval)
         out.append((t, scalehttp.dumps(rep)))
         host.delivered(rep, reply)
-        host.version = 2 if 2 in reply["report_versions"] else 1
+        host.version = 2 if wanted == 2 and 2 in reply["report_versions"] else 1
         t += interval
     return out
 
@@ -79,6 +80,7 @@ def worker(
     t_end: float,
     window: tuple[float, float],
     reply: dict[str, Any],
+    wanted: int,
     summaries: bool,
     q: mp.Queue,
     go: mp.Queue,
@@ -86,7 +88,7 @@ def worker(
     """Make the reports of ``hosts``, say so on ``q``, wait for (address, offset,
     cores) on ``go``, send them, and put what was measured on ``q``."""
     plans = [
-        plan(scalesim.Host(job, i, f"agent-{i}-{os.getpid()}", summaries), t0, interval, t_end, reply)
+        plan(scalesim.Host(job, i, f"agent-{i}-{os.getpid()}", summaries), t0, interval, t_end, reply, wanted)
         for i, t0 in ((i, job.t0 + random.uniform(0, interval)) for i in hosts)  # start-up jitter
     ]
     q.put(("ready", sum(len(p) for p in plans), sum(len(b) for p in plans for _, b in p)))
