@@ -59,7 +59,8 @@ async def _agent(
     wanted: int = 2,
 ) -> None:
     await asyncio.sleep(random.uniform(0, interval))  # start-up jitter, as the real agent does
-    reader, writer = await asyncio.open_connection(*addr)
+    link = scalehttp.Link(addr)
+    await link.open()
     next_at = time.time()
     # The interval in effect, stated in each report as the real agent does (agent/sender.py:
     # its own, or the longer one the coordinator advised): stating its own while following
@@ -73,13 +74,9 @@ async def _agent(
                 return
             rep = host.report(now, stated)
             body = scalehttp.dumps(rep)
-            t1 = time.perf_counter()
-            ok, reply = await scalehttp.exchange(reader, writer, scalehttp.request(addr[0], body))
-            lat = time.perf_counter() - t1
+            ok, reply, lat = await link.post(body)
             if not ok:
                 out["errors"] += 1
-                writer.close()  # the coordinator closes after an error: reconnect
-                reader, writer = await asyncio.open_connection(*addr)
             else:
                 host.delivered(rep, reply)
                 # Version negotiation, as the agent does (agent/sender.py): rows once the reply says they are read.
@@ -96,7 +93,7 @@ async def _agent(
             next_at = max(next_at + step, time.time())
             await asyncio.sleep(next_at - time.time())
     finally:
-        writer.close()
+        link.close()
 
 
 def _worker(

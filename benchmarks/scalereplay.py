@@ -119,7 +119,8 @@ async def _send(
     if not reports:
         return
     await asyncio.sleep(max(0.0, reports[0][0] + offset - time.time()))
-    reader, writer = await asyncio.open_connection(*addr)
+    link = scalehttp.Link(addr)
+    await link.open()
     try:
         for t, body in reports:
             at = t + offset
@@ -127,13 +128,8 @@ async def _send(
             if at > now:
                 await asyncio.sleep(at - now)
                 now = time.time()
-            t1 = time.perf_counter()
-            ok, reply = await scalehttp.exchange(reader, writer, scalehttp.request(addr[0], body))
-            lat = time.perf_counter() - t1
-            if not ok:
-                out["errors"] += 1
-                writer.close()  # the coordinator closes after an error: reconnect
-                reader, writer = await asyncio.open_connection(*addr)
+            ok, reply, lat = await link.post(body)
+            out["errors"] += not ok
             if window[0] <= t < window[1]:
                 out["lat"].append(lat)
                 out["bytes"].append(len(body))
@@ -144,4 +140,4 @@ async def _send(
             if scalehttp.asked_interval(reply, interval) > interval:
                 out["slowed"] += 1  # not followed: see the module's docstring
     finally:
-        writer.close()
+        link.close()
