@@ -267,7 +267,7 @@ def run_size(
     try:
         if replay:
             job, freeze_at, window, t_end = _job(n_ranks, time.time(), steady_s, after_s, compute_s)
-            reply = scalereplay.assumed_reply(n_hosts, interval, summaries)
+            reply = scalereplay.assumed_reply(n_hosts, interval)
             gos = [mp.Queue() for _ in range(n_procs)]
             for p, go in enumerate(gos):
                 hosts = list(range(p, n_hosts, n_procs))

@@ -48,11 +48,13 @@ from watchdog.report import REPORT_VERSIONS
 Plan = list[tuple[float, bytes]]  # one host's reports: (when to send, in the job's frame; the body)
 
 
-def assumed_reply(n_hosts: int, interval: float, summaries: bool) -> dict[str, Any]:
-    """What each report is made assuming the previous one was answered with."""
-    reply: dict[str, Any] = {"report_versions": list(REPORT_VERSIONS)}
-    if summaries:
-        reply["step_summary_config"] = list(summary_config(DetectorConfig()))
+def assumed_reply(n_hosts: int, interval: float) -> dict[str, Any]:
+    """What each report is made assuming the previous one was answered with (a
+    host made with ``summaries=False`` ignores the settings, as an older agent)."""
+    reply: dict[str, Any] = {
+        "report_versions": list(REPORT_VERSIONS),
+        "step_summary_config": list(summary_config(DetectorConfig())),
+    }
     if n_hosts / interval >= STEPS_FROM_RATE:
         reply["steps_interval_s"] = STEPS_INTERVAL_S
     return reply
