@@ -368,3 +368,57 @@ def test_a_fingerprint_survives_its_journal_form():
     assert fingerprint.from_dict(fp.to_dict()) == fp
     odd = {**fp.to_dict(), "ranks": [2, "x", True], "step": "12", "frames": "nope"}
     assert fingerprint.from_dict(odd) == fingerprint.Fingerprint("collective_hang", ("h1",), (2,), 0, 40, "all_reduce")
+
+
+def test_a_recovered_finding_not_seen_again_starts_nothing_once_the_restart_it_caused_resumed():
+    """A coordinator killed while its restart stopped the workers: the finding that
+    caused it is still open in the journal. The new coordinator first hears from
+    the hosts once the group resumed; with no cooldown, the finding still open
+    (its resolution waits out the grace period) had the repeat breaker abort the
+    resumed job. Only a finding reported on this tick starts an action."""
+    pol = replace(POLICY, cooldown_s=0)
+    j, c = Journaled(), JobController(pol)
+    j.tick(c, [finding()], old_view(), 101.0)  # a-1: restart, SIGTERM to the old workers
+    c2, rec = restarted(j.records + [{"event": je.FINDING, "t_wall": WALL0 + 100.0, **finding().to_dict()}], 103.0, pol)
+    assert rec.op is not None and list(rec.active) == [("dead_rank", (1,))]
+    held_open = [a.first for a in rec.active.values()]
+    _, events = c2.tick(held_open, new_view(104.0), 104.0, seen=set())
+    assert names(events) == [je.RESTART]  # the old workers gone; torchrun started the new ones
+    reqs, events = c2.tick(held_open, new_view(105.0, seq=2, step=23), 105.0, seen=set())
+    assert names(events)[:2] == [je.RESUMED, je.ACTION_OUTCOME] and je.ACTION not in names(events) and reqs == []
+    assert c2.state is S.DEGRADED and c2.op is None  # the finding is open: degraded, not aborting
+    # Reported again (the new incarnation of rank 1 died too): that one is acted on, a repeat.
+    again = finding(detected=110.0)
+    _, events = c2.tick([again], new_view(110.0), 110.0, seen={again.key})
+    action = dict(events)[je.ACTION]
+    assert (action["action_id"], action["action"]) == ("a-2", "abort")
+
+
+def test_the_coordinator_acts_only_on_findings_its_detectors_reported_this_tick(tmp_path):
+    """The service's side of the above: a finding rebuilt from the journal and not
+    reported since starts no action, however long its resolution is held off."""
+    import json
+
+    from watchdog.coordinator import journal
+    from watchdog.coordinator.config import Config
+    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.service import Coordinator
+
+    path = str(tmp_path / "journal.jsonl")
+    recs = Journaled().records + [{"event": je.FINDING, "t_wall": WALL0 + 100.0, **finding().to_dict()}]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in recs)
+    pol = replace(POLICY, cooldown_s=0)
+    coord = Coordinator(
+        Config(journal=path, job="job", world_size=4, policy=pol, resolve_grace_s=30.0),
+        Journal(path, lambda: (WALL0 + 200.0, 200.0)),
+    )
+    coord.recover(200.0, WALL0 + 200.0)
+    healthy = [T.rank(r, world_size=4, step=50, **LAUNCHER) for r in range(4)]
+    for k in range(5):
+        now = 200.0 + k
+        coord.accept(T.report("host0", [replace(s, step=s.step + k) for s in healthy], seq=k + 1), now)
+        coord.tick(now, WALL0 + now)
+    assert list(coord.active) == [("dead_rank", (1,))]  # held open by the grace period
+    assert [r for r in journal.read(path) if r["event"] == je.ACTION] == []
+    coord.journal.close()

@@ -18,7 +18,7 @@ which tells it from a rank's state change), ``checkpointed`` /
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -84,8 +84,19 @@ class JobController:
             events.append((je.STATE, {"job_state": new.value, "from": old.value, "on": event}))
 
     def tick(
-        self, findings: Iterable[Finding], view: ClusterView, now: float
+        self,
+        findings: Iterable[Finding],
+        view: ClusterView,
+        now: float,
+        seen: Collection[tuple[str, tuple[int, ...]]] | None = None,
     ) -> tuple[list[CommandRequest], list[Event]]:
+        """``findings``: the open ones; ``seen``: the keys of those their detectors
+        reported on this tick (None: all of them). The job's state follows every
+        open finding, but an action starts only on one seen now: a finding still
+        open only because its resolution waits out the grace period, or rebuilt
+        from the journal and not seen since, describes what was, not what is (a
+        coordinator restarted mid-restart aborted the resumed job on the finding
+        the restart had cured, which its journal still held open)."""
         findings = list(findings)
         events: list[Event] = []
         reqs: list[CommandRequest] = []
@@ -104,7 +115,8 @@ class JobController:
                 self._move("findings_open", events)
             elif not findings and self.job.state is P.JobState.DEGRADED:
                 self._move("findings_clear", events)
-        p = P.plan(findings, self.job, now, self.policy, self._frames, len(view.hosts))
+        current = findings if seen is None else [f for f in findings if f.key in seen]
+        p = P.plan(current, self.job, now, self.policy, self._frames, len(view.hosts))
         if p.action == "alert" or p.finding is None:
             # Once per (finding, why held): the reason's numbers change every tick.
             held = (

@@ -240,7 +240,7 @@ class Coordinator:
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
-        self._act(view, now)
+        self._act(view, now, {f.key for f in findings})
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
         self._stack_groups(now)
         for r in resolved:
@@ -430,11 +430,11 @@ class Coordinator:
 
     # -- actions ---------------------------------------------------------------
 
-    def _act(self, view: ClusterView, now: float) -> None:
+    def _act(self, view: ClusterView, now: float, seen: set[tracker.Key]) -> None:
         """Policy and the action in flight; a bug here is logged and retried next
-        tick, never raised into the detection loop."""
+        tick, never raised into the detection loop. ``seen``: the findings reported this tick."""
         try:
-            reqs, events = self.control.tick([a.first for a in self._active.values()], view, now)
+            reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
             self.control.errors += 1
             first, suppressed = self._control_failed.should_log("control", now)
