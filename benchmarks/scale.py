@@ -56,7 +56,6 @@ async def _agent(
     t_end: float,
     window: tuple[float, float],
     out: dict,
-    wanted: int = 2,
 ) -> None:
     await asyncio.sleep(random.uniform(0, interval))  # start-up jitter, as the real agent does
     link = scalehttp.Link(addr)
@@ -79,9 +78,6 @@ async def _agent(
                 out["errors"] += 1
             else:
                 host.delivered(rep, reply)
-                # Version negotiation, as the agent does (agent/sender.py): rows once the reply says they are read.
-                versions = reply.get("report_versions") if isinstance(reply, dict) else None
-                host.version = 2 if wanted == 2 and isinstance(versions, list) and 2 in versions else 1
             if window[0] <= now < window[1]:
                 out["lat"].append(lat)
                 out["bytes"].append(len(body))
@@ -110,9 +106,9 @@ def _worker(
     out: dict = {"lat": [], "bytes": [], "errors": 0, "slowed": 0}
 
     async def main() -> None:
-        sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}", summaries) for i in hosts]
+        sims = [scalesim.Host(job, i, f"agent-{i}-{os.getpid()}", summaries, wanted) for i in hosts]
         res = await asyncio.gather(
-            *(_agent(h, addr, interval, t_end, window, out, wanted) for h in sims), return_exceptions=True
+            *(_agent(h, addr, interval, t_end, window, out) for h in sims), return_exceptions=True
         )
         out["errors"] += sum(1 for r in res if isinstance(r, BaseException))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.agent.sender import advised_steps, first_batch_mark, steps_due_by_time
+from watchdog.agent.sender import advised_steps, first_batch_mark, reads_rows, steps_due_by_time
 from watchdog.agent.stepsummaries import StepSummaries
 from watchdog.report import ROWS_VERSION, StepSample, as_rows
 
@@ -76,14 +76,15 @@ class Host:
     """One simulated agent: its ranks, its report sequence, and the steps it has
     already reported (a report carries the steps completed since the last one)."""
 
-    def __init__(self, job: Job, index: int, agent_id: str, summaries: bool = True) -> None:
+    def __init__(self, job: Job, index: int, agent_id: str, summaries: bool = True, wanted: int = ROWS_VERSION) -> None:
         self.job, self.name, self.agent_id = job, f"sim{index:05d}", agent_id
         first = index * RANKS_PER_HOST
         self.ranks = list(range(first, min(first + RANKS_PER_HOST, job.world_size)))
         self.seq = 0
         self.reported = dict.fromkeys(self.ranks, 0)  # rank -> steps completed already reported
         self.created = job.t0 - 5.0
-        self.version = 1  # the report version sent; 2 once the coordinator said it reads it
+        self.version = 1  # the report version sent; ``wanted`` once the coordinator said it reads rows
+        self.wanted = wanted
         self.summaries, self.summarise = StepSummaries(), summaries
         # The reply's "steps_interval_s", as the agent follows it (agent.sender): step samples
         # that often, liveness in every report; when samples were last delivered.
@@ -125,6 +126,10 @@ class Host:
     def delivered(self, report: dict, reply: Any = None) -> None:
         """The coordinator accepted ``report`` with ``reply``: its steps are not sent again."""
         self.summaries.accepted(self.job.job, reply if self.summarise else None)  # no settings: none sent
+        # Version negotiation, as the agent does: rows once a reply says they are read.
+        self.version = (
+            ROWS_VERSION if self.wanted == ROWS_VERSION and isinstance(reply, dict) and reads_rows(reply) else 1
+        )
         every = advised_steps(reply) if isinstance(reply, dict) else 0.0
         first_advice, self.steps_interval_s = every and not self.steps_interval_s, every
         if self.bare:

@@ -178,7 +178,7 @@ def first_batch_mark(now_s: float, every: float, interval_s: float, u: float) ->
     return now_s + every * u - (every - interval_s / 2)
 
 
-def _reads_rows(reply: dict) -> bool:
+def reads_rows(reply: dict) -> bool:
     """Whether the reply says its coordinator reads version-2 reports."""
     versions = reply.get("report_versions")
     return isinstance(versions, list) and any(type(v) is int and v == ROWS_VERSION for v in versions)
@@ -283,7 +283,7 @@ class Sender:
                 self._failed(job, exc)
                 continue
             self.ok += 1
-            self.report_version = ROWS_VERSION if _reads_rows(reply) else REPORT_VERSION
+            self.report_version = ROWS_VERSION if reads_rows(reply) else REPORT_VERSION
             self.summaries.accepted(job, reply)
             if self._failing:
                 self._failing = False
