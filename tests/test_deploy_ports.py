@@ -72,5 +72,6 @@ def test_deploy_files_use_the_defaults():
     assert f":{COORD_PORT}" in uses["deploy/systemd/coordinator.env"]
     assert f"AGENT_PORT:-{AGENT_PORT}" in uses["deploy/slurm/train.sbatch"]
     assert f"COORD_PORT:-{COORD_PORT}" in uses["deploy/slurm/train.sbatch"]
-    assert f"containerPort: {AGENT_PORT}" in uses["deploy/kubernetes/pytorchjob-with-agent-sidecar.yaml"]
-    assert f"containerPort: {COORD_PORT}" in uses["deploy/kubernetes/coordinator.yaml"]
+    assert f"containerPort: {AGENT_PORT}" in uses["deploy/kubernetes/overlays/pytorchjob-sidecar/pytorchjob.yaml"]
+    assert f"containerPort: {AGENT_PORT}" in uses["deploy/kubernetes/node-agent/daemonset.yaml"]
+    assert f"containerPort: {COORD_PORT}" in uses["deploy/kubernetes/base/coordinator.yaml"]
