@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from waiting import wait_for
 
-from watchdog.agent import config, discovery
+from watchdog.agent import config, discovery, listing
 from watchdog.agent.discovery import Discovery, examine
 from watchdog.coordinator import journal_events as je
 from watchdog.dev import localjob
@@ -44,8 +44,8 @@ class Tree:
         return self.files[path][2]
 
 
-def ranks(*uids: int):
-    return [SimpleNamespace(uid=u) for u in uids]
+def ranks(*uids: int, where: str = "/r"):
+    return [SimpleNamespace(uid=u, path=f"{where}/job.{i}.slot") for i, u in enumerate(uids)]
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def ranks(*uids: int):
     [
         ((1000, FILE, "http://node1:40123\n"), (1000, 1000), "http://node1:40123", ""),
         ((1000, FILE, "https://c.example/base/ \n# comment"), (1000,), "https://c.example/base", ""),
-        (None, (1000,), "", "no coordinator file yet"),
+        (None, (1000,), "", "no such file yet"),
         # another user's file: never redirects the job's reports
         ((1001, FILE, "http://evil:1"), (1000, 1000), "", "owned by uid 1001"),
         # another user joined the job's name with a slot of their own: nobody is believed
@@ -70,15 +70,46 @@ def test_who_is_believed(entry, owners, url, why):
     assert found.url == url and why in found.why_not, found
 
 
+def test_a_jobs_own_token_beside_its_url():
+    url, token = "/run/rank-watchdog/job-7/j.coordinator", "/run/rank-watchdog/job-7/j.token"
+    both = {url: (1000, FILE, "http://n:1"), token: (1000, 0o100640, "per-job-secret\n")}
+    tree = Tree(both)
+    assert examine(url, ranks(1000), tree.lstat, tree.read) == discovery.Found("http://n:1", "", "per-job-secret")
+    for bad, why in (
+        ((1000, 0o100644, "s"), "readable by every user"),
+        ((1001, 0o100640, "s"), "owned by uid 1001"),
+        ((1000, 0o100640, "\n"), "is empty"),
+    ):
+        tree = Tree({**both, token: bad})
+        found = examine(url, ranks(1000), tree.lstat, tree.read)
+        assert found.url == "" and why in found.why_not, found  # never reported with the wrong token
+
+
+def test_slots_are_listed_one_directory_down(tmp_path: Path):
+    (tmp_path / "a.rank0.pid1.slot").write_bytes(b"")
+    (tmp_path / "job-7").mkdir()
+    (tmp_path / "job-7" / "b.rank0.pid2.slot").write_bytes(b"")
+    (tmp_path / "job-7" / "deeper").mkdir()
+    (tmp_path / "job-7" / "deeper" / "c.rank0.pid3.slot").write_bytes(b"")
+    (tmp_path / "link").symlink_to(tmp_path / "job-7")
+    got = listing.list_slots(str(tmp_path))
+    assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in got) == [
+        "a.rank0.pid1.slot",
+        "job-7/b.rank0.pid2.slot",
+    ]
+
+
 def test_unusable_job_names_and_state_change_logging():
     events = []
     log = SimpleNamespace(info=lambda event, **kw: events.append((event, kw)))
     tree = Tree({"/r/a.coordinator": (5, FILE, "http://h:1")})
     d = Discovery("/r", lstat=tree.lstat, read=tree.read, log=log)
     assert d("../etc/passwd", ranks(5)) == "" and d(".hidden", ranks(5)) == ""
-    assert d("a", ranks(5)) == "http://h:1"
+    assert d("a", ranks(5)) == "http://h:1" and d.token_of("a") == ""
     assert d("a", ranks(5)) == "http://h:1"
     assert [e for e, kw in events if kw.get("job") == "a"] == ["coordinator found"], "logged once, not per report"
+    split = [SimpleNamespace(uid=5, path="/r/x/a.0.slot"), SimpleNamespace(uid=5, path="/r/y/a.1.slot")]
+    assert d("a", split) == "" and "several directories" in events[-1][1]["reason"]
     tree.files["/r/a.coordinator"] = (5, FILE, "http://h:2")  # the job's coordinator moved
     assert d("a", ranks(5)) == "http://h:2"
     assert [kw["url"] for e, kw in events if e == "coordinator found"] == ["http://h:1", "http://h:2"]
@@ -124,6 +155,11 @@ def test_one_agent_follows_two_jobs_to_their_two_coordinators(tmp_path: Path):
             env,
         )
         started.append(agent)
+        # job-a writes into the shared run dir and its coordinator takes the agent's token;
+        # job-b has a directory of its own (as Slurm's Prolog makes) and a token of its own
+        own_token = "job-b-own-token-of-at-least-32-bytes"
+        dirs = {"job-a": run, "job-b": run / "job-b"}
+        dirs["job-b"].mkdir(mode=0o750)
         coords = {}
         for job, world in (("job-a", 2), ("job-b", 1)):
             work = tmp_path / job
@@ -133,19 +169,22 @@ def test_one_agent_follows_two_jobs_to_their_two_coordinators(tmp_path: Path):
                 "coordinator",
                 ["--job.name", job, "--job.world-size", str(world), "--journal", str(work / "journal.jsonl")],
                 work,
-                env,
+                dict(env, WATCHDOG_JOB_TOKEN=own_token) if job == "job-b" else env,
             )
             started.append(coords[job])
+        token_file = dirs["job-b"] / f"job-b{discovery.TOKEN_SUFFIX}"
+        token_file.touch(mode=0o640)
+        token_file.write_text(own_token + "\n")
         writers = []
         for job, rank, world in (("job-a", 0, 2), ("job-a", 1, 2), ("job-b", 0, 1), ("job-c", 0, 1)):
-            argv = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(run), "--job", job]
+            argv = [sys.executable, "-m", "watchdog.agent.testing", "--run-dir", str(dirs.get(job, run)), "--job", job]
             argv += ["--rank", str(rank), "--world-size", str(world), "--step-seconds", "0.1"]
             writers.append(subprocess.Popen(argv, env=env))
         # each job announces its coordinator as train.sbatch does: atomically, once it listens
         for job, coord in coords.items():
-            tmp = run / f".{job}.tmp"
+            tmp = dirs[job] / f".{job}.tmp"
             tmp.write_text(coord.url + "\n")
-            tmp.rename(run / f"{job}{discovery.SUFFIX}")
+            tmp.rename(dirs[job] / f"{job}{discovery.SUFFIX}")
         journal_a, journal_b = tmp_path / "job-a" / "journal.jsonl", tmp_path / "job-b" / "journal.jsonl"
         wait_for(
             lambda: joined(journal_a) == ("job-a", {0, 1}),

@@ -62,6 +62,8 @@ class Agent:
         self.sender = self.commands = None
         if cfg.coordinator_url or cfg.coordinator_from_run_dir:
             outbox = Outbox(log=self.log)
+            discovery = Discovery(cfg.run_dir) if cfg.coordinator_from_run_dir else None
+            token_of = discovery.token_of if discovery else lambda job: ""
             if handle_commands is None:
                 # "" when not found: None would make the dumper search again and, for a --stacks.py-spy path that
                 # does not exist, quietly run another py-spy than the one configured (and warned about below).
@@ -71,6 +73,7 @@ class Agent:
                     token=cfg.token,
                     outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
+                    token_of=token_of,
                     actions=Actions(
                         cfg.host,
                         self.tracker.incarnations,
@@ -94,7 +97,8 @@ class Agent:
                 accelerators=self.accelerator_dicts,
                 handle_commands=handle_commands,
                 outbox=outbox,
-                url_of=Discovery(cfg.run_dir) if cfg.coordinator_from_run_dir else None,
+                url_of=discovery,
+                token_of=token_of,
             )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(

@@ -206,6 +206,7 @@ class Sender:
         handle_commands: Callable[[str, list[dict]], None] = log_commands,
         outbox: Any = None,
         url_of: Callable[[str, Sequence[LocalRank]], str] | None = None,
+        token_of: Callable[[str], str] = lambda job: "",
         log=None,
         mono_ns: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], float] = time.time,
@@ -213,7 +214,7 @@ class Sender:
     ) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         # Per job, where its coordinator is (discovery.Discovery); None: always ``url``.
-        self._url_of = url_of
+        self._url_of, self._token_of = url_of, token_of  # a job's own token, "" = ``token``
         self.undiscovered = 0  # reports not sent: the job's coordinator is not known yet
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
@@ -284,7 +285,7 @@ class Sender:
             try:
                 if self.report_version == ROWS_VERSION:
                     body = as_rows(body)
-                reply = self._post(url, body, self._token, self._timeout_s)
+                reply = self._post(url, body, self._token_of(job) or self._token, self._timeout_s)
                 if not isinstance(reply, dict) or reply.get("ok") is not True:
                     raise RuntimeError(f"coordinator did not accept the report: {str(reply)[:200]}")
             except Exception as exc:  # URLError, timeout, bad JSON, refusal: all one outcome
