@@ -3,8 +3,9 @@
 
 - built-in kinds are validated strictly against the Kubernetes OpenAPI schemas
   (kubernetes-validate) for the oldest and newest versions we claim;
-- CRDs have no schema offline: a PyTorchJob's pod templates, and what a TrainJob
-  puts into its pods, are validated as core v1 PodTemplates; PodMonitor,
+- CRDs have no schema offline: the pod templates of a PyTorchJob and of a
+  TrainingRuntime (with what its TrainJob fills in) are validated as core v1
+  PodTemplates, the runtime's job template as a batch/v1 Job; PodMonitor,
   ServiceMonitor and TrainJob are checked field by field against their CRDs' fields
   and against what they select (labels, port names);
 - each kustomization's settings.yaml is the one place for its job name, world size,
@@ -40,8 +41,15 @@ from watchdog.hook import config as hook_config
 
 K8S = promcheck.REPO / "deploy" / "kubernetes"
 # What a user applies; base/ and components/ only through them.
-KUSTOMIZATIONS = ("cluster", "node-agent", "overlays/pytorchjob-sidecar", "overlays/trainjob-node-agent")
-JOBS = ("overlays/pytorchjob-sidecar", "overlays/trainjob-node-agent")
+KUSTOMIZATIONS = ("cluster", "node-agent", "overlays/pytorchjob-sidecar", "overlays/trainjob-sidecar")
+JOBS = ("overlays/pytorchjob-sidecar", "overlays/trainjob-sidecar")
+# The kinds whose pods carry the agent as a sidecar, and their training container's name.
+TRAINING_CONTAINER = {"PyTorchJob": "pytorch", "TrainingRuntime": "node"}
+# The label with the job's name on its pods, set by its operator.
+JOB_LABEL = {
+    "PyTorchJob": "metadata.labels['training.kubeflow.org/job-name']",
+    "TrainingRuntime": "metadata.labels['jobset.sigs.k8s.io/jobset-name']",
+}
 # 1.29: native sidecars (initContainers with restartPolicy: Always) on by default.
 VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 CRD_GROUPS = ("kubeflow.org/", "monitoring.coreos.com/", "trainer.kubeflow.org/")
@@ -83,7 +91,21 @@ def pod_templates(name: str | None = None) -> list[tuple[str, dict]]:
         elif d["kind"] == "PyTorchJob":
             for role, spec in d["spec"]["pytorchReplicaSpecs"].items():
                 out.append((f"PyTorchJob/{d['metadata']['name']}/{role}", spec["template"]))
+        elif d["kind"] == "TrainingRuntime":
+            for rj in d["spec"]["template"]["spec"]["replicatedJobs"]:
+                out.append(
+                    (f"TrainingRuntime/{d['metadata']['name']}/{rj['name']}", rj["template"]["spec"]["template"])
+                )
     return out
+
+
+def sidecar_pods() -> list[tuple[str, dict]]:
+    return [(o, t) for o, t in pod_templates() if o.split("/")[0] in TRAINING_CONTAINER]
+
+
+def training_container(owner: str, t: dict) -> dict:
+    (c,) = [c for c in t["spec"]["containers"] if c["name"] == TRAINING_CONTAINER[owner.split("/")[0]]]
+    return c
 
 
 def containers(template: dict) -> list[dict]:
@@ -104,6 +126,7 @@ def test_every_kustomization_is_rendered():
         "ConfigMap",
         "PyTorchJob",
         "TrainJob",
+        "TrainingRuntime",
         "PodMonitor",
         "ServiceMonitor",
         "PrometheusRule",
@@ -145,8 +168,8 @@ def test_pytorchjob_pod_templates_validate_as_core_pod_templates(version: str):
             kubernetes_validate.validate(as_pod_template(role.lower(), spec["template"]), version, strict=True)
 
 
-# The fields of Kubeflow Trainer 2.0's TrainJob (trainer.kubeflow.org/v1alpha1) that
-# the example may use, and what a PodSpecOverride may carry.
+# The fields of Kubeflow Trainer 2.0's TrainJob and TrainingRuntime
+# (trainer.kubeflow.org/v1alpha1) that the example may use.
 TRAINJOB_SPEC = {
     "runtimeRef",
     "initializer",
@@ -158,52 +181,38 @@ TRAINJOB_SPEC = {
     "managedBy",
 }
 TRAINER = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
-POD_OVERRIDE = {
-    "targetJobs",
-    "containers",
-    "initContainers",
-    "volumes",
-    "serviceAccountName",
-    "nodeSelector",
-    "affinity",
-    "tolerations",
-    "schedulingGates",
-}
-CONTAINER_OVERRIDE = {"name", "env", "volumeMounts"}
+RUNTIME_SPEC = {"mlPolicy", "podGroupPolicy", "template"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_trainjob_fields_and_what_it_puts_in_pods(version: str):
+def test_trainjob_and_its_runtime(version: str):
     (job,) = by_kind("TrainJob")
-    assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    (runtime,) = by_kind("TrainingRuntime")
+    assert job["apiVersion"] == runtime["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     spec = job["spec"]
     assert set(spec) <= TRAINJOB_SPEC and set(spec["trainer"]) <= TRAINER, (set(spec), set(spec["trainer"]))
-    assert spec["runtimeRef"] == {"name": "torch-distributed"}
+    assert spec["runtimeRef"] == {
+        "name": runtime["metadata"]["name"],
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+    }
     assert isinstance(spec["trainer"]["numNodes"], int) and isinstance(spec["trainer"]["numProcPerNode"], int)
-    for override in spec["podSpecOverrides"]:
-        assert set(override) <= POD_OVERRIDE, set(override)
-        assert all(set(c) <= CONTAINER_OVERRIDE for c in override["containers"])
-        # the trainer's container as the runtime builds it, with what the override adds
-        trainer = spec["trainer"]
-        node = next(c for c in override["containers"] if c["name"] == "node")
-        template = {
-            "metadata": {"labels": spec["labels"]},
-            "spec": {
-                "serviceAccountName": override["serviceAccountName"],
-                "volumes": override["volumes"],
-                "containers": [
-                    {
-                        "name": "node",
-                        "image": trainer["image"],
-                        "command": trainer["command"],
-                        "env": trainer["env"],
-                        "resources": trainer["resourcesPerNode"],
-                        "volumeMounts": node["volumeMounts"],
-                    }
-                ],
-            },
-        }
-        kubernetes_validate.validate(as_pod_template("node", template), version, strict=True)
+    assert set(runtime["spec"]) <= RUNTIME_SPEC and "torch" in runtime["spec"]["mlPolicy"]
+    (rj,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    # the trainer's job, as the runtime marks it; a batch/v1 Job template
+    assert rj["name"] == "node"
+    assert rj["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
+    kubernetes_validate.validate(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "node"}, "spec": rj["template"]["spec"]},
+        version,
+        strict=True,
+    )
+    # and its pod with what the TrainJob fills in
+    pod = rj["template"]["spec"]["template"]
+    node = training_container("TrainingRuntime/x/node", pod)
+    node.update(image=spec["trainer"]["image"], command=spec["trainer"]["command"])
+    node["resources"] = spec["trainer"]["resourcesPerNode"]
+    kubernetes_validate.validate(as_pod_template("node", pod), version, strict=True)
 
 
 def test_validation_can_fail():
@@ -254,7 +263,7 @@ def test_monitors_select_what_exists_and_keep_prometheus_labels():
                 assert {"targetLabel": "watchdog_component", "replacement": "coordinator"} in ep["relabelings"]
                 assert all(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
     # agents are scraped in both forms, coordinators in every job
-    assert {o.split("/")[0] for n in KUSTOMIZATIONS for o, _ in pod_templates(n)} >= {"DaemonSet", "PyTorchJob"}
+    assert {o.split("/")[0] for n in KUSTOMIZATIONS for o, _ in pod_templates(n)} >= {"DaemonSet", *TRAINING_CONTAINER}
     assert all(by_kind("ServiceMonitor", job) for job in JOBS)
 
 
@@ -346,6 +355,12 @@ def _all_containers(doc: dict) -> list[dict]:
         return containers(doc["spec"]["template"])
     if doc["kind"] == "PyTorchJob":
         return [c for s in doc["spec"]["pytorchReplicaSpecs"].values() for c in containers(s["template"])]
+    if doc["kind"] == "TrainingRuntime":
+        return [
+            c
+            for rj in doc["spec"]["template"]["spec"]["replicatedJobs"]
+            for c in containers(rj["template"]["spec"]["template"])
+        ]
     return []
 
 
@@ -364,6 +379,7 @@ def test_world_size_is_what_the_job_runs():
 # -- the ranks run under `watchdog run`, in a run directory the hook accepts -----------------
 def training_commands() -> list[tuple[str, list[str]]]:
     out = [(o, c["command"]) for o, t in pod_templates() for c in t["spec"]["containers"] if c["name"] == "pytorch"]
+    # a TrainingRuntime's trainer container gets its command from the TrainJob
     out += [(f"TrainJob/{d['metadata']['name']}", d["spec"]["trainer"]["command"]) for d in by_kind("TrainJob")]
     return out
 
@@ -374,7 +390,7 @@ def test_ranks_run_under_watchdog_run_and_the_image_install_line_is_shown():
     for owner, command in commands:
         assert command[:3] == ["watchdog", "run", "--"] and command[3] == "torchrun", (owner, command)
     for path in (K8S / "overlays").rglob("*.yaml"):
-        if yaml.safe_load(path.read_text()).get("kind") in ("PyTorchJob", "TrainJob"):
+        if {d["kind"] for d in yaml.safe_load_all(path.read_text()) if d} & {"PyTorchJob", "TrainJob"}:
             assert "RUN pip install rank-watchdog\n" in path.read_text(), path
 
 
@@ -393,7 +409,7 @@ def test_run_dir_is_made_writable_for_ranks_of_any_uid(tmp_path: Path):
     container's own command: writable for every uid, and accepted by the hook and
     the agent (sticky: no rank can swap another's slot file)."""
     found = run_dir_preparers()
-    assert {o.split("/")[0] for o, _, _ in found} == {"DaemonSet", "PyTorchJob"}, found
+    assert {o.split("/")[0] for o, _, _ in found} == {"DaemonSet", *TRAINING_CONTAINER}, found
     for owner, c, mount in found:
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, owner
         assert c["securityContext"]["allowPrivilegeEscalation"] is False, owner
@@ -414,7 +430,7 @@ def test_pid_namespace_choices():
         spec = t["spec"]
         if owner.startswith("DaemonSet"):
             assert spec.get("hostPID") is True, owner  # documented in the manifest: pids via /proc
-        elif owner.startswith("PyTorchJob"):
+        elif owner.split("/")[0] in TRAINING_CONTAINER:
             assert spec.get("shareProcessNamespace") is True and not spec.get("hostPID"), owner
 
 
@@ -446,7 +462,7 @@ def env_of(container: dict, tmp_path: Path, job: str = "job-1") -> dict[str, str
     env: dict[str, str] = {}
     for e in container.get("env", []):
         if "valueFrom" in e:
-            value = job if "job-name" in e["valueFrom"]["fieldRef"]["fieldPath"] else "node-1"
+            value = job if e["valueFrom"]["fieldRef"]["fieldPath"] in JOB_LABEL.values() else "node-1"
         else:
             value = expand(e.get("value", ""), env)
         env[e["name"]] = value
@@ -485,9 +501,6 @@ def test_environments_load_through_the_real_parsers(tmp_path: Path):
                 seen.add("coordinator")
             else:  # a training container or the run dir's init container: the hook's variables only
                 assert watchdog_vars <= hook_envs, (owner, watchdog_vars - hook_envs)
-    for job in by_kind("TrainJob"):
-        watchdog_vars = {e["name"] for e in job["spec"]["trainer"]["env"] if e["name"].startswith("WATCHDOG_")}
-        assert watchdog_vars <= hook_envs, watchdog_vars - hook_envs
     assert seen == {"agent", "coordinator"}
 
 
@@ -506,25 +519,22 @@ def test_sidecars_report_to_their_own_jobs_coordinator(tmp_path: Path):
 
 
 def test_run_dir_is_shared_between_ranks_and_agent():
-    for owner, t in pod_templates():
-        if not owner.startswith("PyTorchJob"):
-            continue
+    for owner, t in sidecar_pods():
         mounts = {c["name"]: {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])} for c in containers(t)}
-        agent, train = mounts["watchdog-agent"], mounts["pytorch"]
+        agent, train = mounts["watchdog-agent"], mounts[TRAINING_CONTAINER[owner.split("/")[0]]]
         run_dir = next(
             e["value"]
             for c in containers(t)
-            if c["name"] == "pytorch"
+            if c["name"] == TRAINING_CONTAINER[owner.split("/")[0]]
             for e in c["env"]
             if e["name"] == "WATCHDOG_RUN_DIR"
         )
         assert agent.get(run_dir) and agent[run_dir] == train.get(run_dir), owner
     (daemonset,) = by_kind("DaemonSet")
-    host_dir = next(v["hostPath"]["path"] for v in daemonset["spec"]["template"]["spec"]["volumes"] if "hostPath" in v)
-    for job in by_kind("TrainJob"):
-        (override,) = job["spec"]["podSpecOverrides"]
-        (vol,) = [v for v in override["volumes"] if "hostPath" in v]
-        assert vol["hostPath"] == {"path": host_dir, "type": "Directory"}, "the node agent creates it, mode 1777"
+    (vol,) = [v for v in daemonset["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
+    assert vol["hostPath"]["path"] == "/run/rank-watchdog", (
+        "the node's run dir, as training pods mount it (daemonset.yaml)"
+    )
 
 
 def test_recommended_labels():
@@ -550,8 +560,6 @@ def test_each_workload_has_its_own_service_account_without_an_api_token():
             spec = t["spec"]
             assert spec.get("serviceAccountName") in accounts, owner
             assert spec.get("automountServiceAccountToken") is False, owner
-        for job in by_kind("TrainJob", name):
-            assert all(o["serviceAccountName"] in accounts for o in job["spec"]["podSpecOverrides"])
         assert all(sa.get("automountServiceAccountToken") is False for sa in accounts.values())
     assert not by_kind("Role") and not by_kind("ClusterRole"), "the daemons never call the Kubernetes API"
 
@@ -581,7 +589,7 @@ def agent_containers() -> list[tuple[str, dict, dict]]:
 
 def test_agents_have_health_probes():
     found = agent_containers()
-    assert {o.split("/")[0] for o, _, _ in found} == {"DaemonSet", "PyTorchJob"}
+    assert {o.split("/")[0] for o, _, _ in found} == {"DaemonSet", *TRAINING_CONTAINER}
     for owner, _, c in found:
         port = {p["name"] for p in c["ports"]}
         for probe in ("readinessProbe", "livenessProbe"):
@@ -592,7 +600,7 @@ def test_sidecar_claims_no_gpu_it_does_not_get():
     """NVIDIA_VISIBLE_DEVICES=all in a container that requests no GPU exposes every
     GPU of the node (or none on hardened runtimes): not the sidecar's business."""
     for owner, _, c in agent_containers():
-        if owner.startswith("PyTorchJob"):
+        if owner.split("/")[0] in TRAINING_CONTAINER:
             assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in c.get("env", [])}, owner
 
 
@@ -606,10 +614,10 @@ def test_sidecar_runs_as_the_ranks_uid_with_only_what_stacks_need():
     """Signals and checkpoint requests need the ranks' uid; stack dumps also CAP_SYS_PTRACE,
     which Kubernetes makes effective for uid 0 only. So: same uid as the training
     container, every capability dropped, SYS_PTRACE added back only when that uid is 0."""
-    sidecars = [(o, t, c) for o, t, c in agent_containers() if o.startswith("PyTorchJob")]
-    assert sidecars
+    sidecars = [(o, t, c) for o, t, c in agent_containers() if o.split("/")[0] in TRAINING_CONTAINER]
+    assert {o.split("/")[0] for o, _, _ in sidecars} == set(TRAINING_CONTAINER)
     for owner, t, agent in sidecars:
-        (train,) = [c for c in t["spec"]["containers"] if c["name"] == "pytorch"]
+        train = training_container(owner, t)
         uid = effective(t, agent, "runAsUser")
         assert uid is not None and uid == effective(t, train, "runAsUser"), owner
         assert effective(t, agent, "runAsGroup") == effective(t, train, "runAsGroup"), owner
@@ -625,7 +633,7 @@ def test_daemonset_and_coordinator_are_unprivileged():
     is the run dir's init container (checked above: its one command, no capability)."""
     preparers = {id(c) for _, c, _ in run_dir_preparers()}
     for owner, t in pod_templates():
-        if owner.startswith("PyTorchJob"):
+        if owner.split("/")[0] in TRAINING_CONTAINER:
             continue
         for c in containers(t):
             sc = c["securityContext"]
@@ -647,11 +655,11 @@ def test_a_job_and_its_agents_take_the_job_name_from_the_operators_label():
     # The ranks and the sidecar read the training operator's label with the job's
     # name, so they cannot disagree with each other or with the job. The coordinator
     # is one per job and names it (and its world size) from settings.yaml.
-    label = "metadata.labels['training.kubeflow.org/job-name']"
     for name in JOBS:
         for owner, t in pod_templates(name):
-            if not owner.startswith("PyTorchJob"):
+            if owner.split("/")[0] not in TRAINING_CONTAINER:
                 continue
+            label = JOB_LABEL[owner.split("/")[0]]
             for c in containers(t):
                 if c["name"] == "watchdog-run-dir":
                     continue
