@@ -199,6 +199,10 @@ def test_one_agent_follows_two_jobs_to_their_two_coordinators(tmp_path: Path):
         with urllib.request.urlopen(f"{agent.url}/metrics", timeout=5) as resp:
             metrics = resp.read().decode()
         assert 'training_job="job-c"' in metrics
+        (unaddressed,) = [
+            ln for ln in metrics.splitlines() if ln.startswith("watchdog_agent_reports_unaddressed_total ")
+        ]
+        assert float(unaddressed.split()[1]) > 0, "job-c's reports are counted as not sent"
         log = agent.log()
         # no report went astray: a coordinator refuses another job's report (409) or another token (401)
         assert '"report failed"' not in log and "HTTP 40" not in log, log[-2000:]

@@ -215,7 +215,7 @@ class Sender:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         # Per job, where its coordinator is (discovery.Discovery); None: always ``url``.
         self._url_of, self._token_of = url_of, token_of  # a job's own token, "" = ``token``
-        self.undiscovered = 0  # reports not sent: the job's coordinator is not known yet
+        self.reports_unaddressed = 0  # not sent: the job's coordinator is not known (yet)
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
         self._replaced_deaths = replaced_deaths
@@ -258,7 +258,7 @@ class Sender:
             if self._url_of is not None:
                 base = self._url_of(job, mine)
                 if not base:
-                    self.undiscovered += 1
+                    self.reports_unaddressed += 1
                     continue
                 url = base + REPORT_PATH
             seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
