@@ -56,6 +56,7 @@ DECISIONS = frozenset(
         je.ACTION,
         je.ACTION_PROGRESS,
         je.RESTART,
+        je.LAUNCHER_RESTART,
         je.ACTION_OUTCOME,
         je.STATE,
         je.FINDING,
@@ -197,6 +198,10 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
         elif event == je.ACTION_PROGRESS and isinstance(aid, str) and aid in actions and "idents" in rec:
             progress.setdefault(aid, rec)
         elif event == je.RESTART and isinstance(aid, str) and aid in actions:
+            restarted[aid] = rec
+        elif event == je.LAUNCHER_RESTART and isinstance(aid, str) and aid in actions:
+            # the launcher restarted the group: the processes it names, then the resume
+            progress.setdefault(aid, rec)
             restarted[aid] = rec
         elif event == je.ACTION_OUTCOME and isinstance(aid, str):
             actions.pop(aid, None)
