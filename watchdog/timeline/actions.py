@@ -63,7 +63,9 @@ def label(rec: dict) -> str:
             f"{rec.get('action', '?')}: {rec.get('reason', '')}"
         )
     if ev == je.ACTION_PROGRESS and rec.get("phase") == "launcher":
-        return f"waiting up to {rec.get('waiting_s', '?')} s for the launcher to stop workers {_ranks(rec.get('workers'))}"
+        return (
+            f"waiting up to {rec.get('waiting_s', '?')} s for the launcher to stop workers {_ranks(rec.get('workers'))}"
+        )
     if ev == je.ACTION_PROGRESS:
         return f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}" + (
             f", launchers {rec['launchers']}" if rec.get("launchers") else ""
