@@ -188,3 +188,31 @@ def test_a_failing_exit_call_is_recorded_with_the_exception_it_handled(tmp_path,
         return
     assert rec is not None and rec["exit"] == {"call": call, "status": rc}, rec
     assert (rec["type"], rec["function"]) == (exc, "load_batch"), rec
+
+
+LIGHTNING_SIGTERM = """
+import sys
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from watchdog.hook import install
+from watchdog.hook.lightning import WatchdogCallback
+mon = install(run_dir=sys.argv[1], job="exits", patch_collectives=False)
+cb = WatchdogCallback(monitor=mon)
+mon.step()
+exc = SIGTERMException()  # what Lightning's loops raise after a SIGTERM
+cb.on_exception(None, None, exc)  # Lightning calls its callbacks, then re-raises
+raise exc
+"""
+
+
+def test_lightnings_sigterm_exit_is_a_failure_even_with_status_zero(tmp_path):
+    pytest.importorskip("lightning")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", LIGHTNING_SIGTERM, str(tmp_path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr  # Lightning's own status outside torchelastic
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert wire.Status(wire.read_slot(path).header.status) is wire.Status.FAILED
+    rec = crashrecord.read_crash(path)
+    assert rec is not None and rec["type"] == "SIGTERMException", rec
+    assert rec["exit"] == {"call": "raise SIGTERMException()", "status": 0}, rec

@@ -227,6 +227,29 @@ def _on_exit_call(call: str, code: Any) -> None:
         _pending_exit = (_exit_record(ex), mon.recorder.steps) if ex.failed else None
 
 
+def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
+    """A framework hands over the SystemExit about to end the process, raised
+    rather than called through sys.exit (Lightning's SIGTERMException, from its
+    ``on_exception``): kept for atexit like a failing sys.exit, with itself as the
+    cause. ``failed``: a failure even with status 0 (a SIGTERM the framework turned
+    into a clean exit). Never raises."""
+    global _pending_exit
+    try:
+        mon = _active
+        if mon is None or threading.current_thread() is not threading.main_thread():
+            return
+        ex = exitcall.note(exitcall.SYS_EXIT, exc.code)
+        if not (failed or ex.failed):
+            return
+        call = exitcall.ExitCall(f"raise {type(exc).__name__}", ex.status, ex.code)
+        record = crashrecord.describe(
+            type(exc), exc, exc.__traceback__, threading.current_thread().name, call.as_record()
+        )
+        _pending_exit = (record, mon.recorder.steps)
+    except Exception:  # a post-mortem detail, never the training's exit
+        pass
+
+
 def _exit_record(ex: exitcall.ExitCall) -> dict[str, Any]:
     exc_type, exc, tb = exitcall.handled()
     return crashrecord.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
