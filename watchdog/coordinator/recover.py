@@ -289,6 +289,10 @@ def _operation(
         return None
     workers, launchers = _idents(prog.get("idents"))
     if restart_rec is not None:
+        if restart_rec.get("event") == je.LAUNCHER_RESTART:
+            op = replace(op, extra={**op.extra, "by": "launcher"})
         return op.at("resume", mono(restart_rec.get("t_wall")), workers=workers, launchers=launchers), False
+    if prog.get("phase") == "launcher":  # waiting for the launcher to stop the rest: wait again
+        return op.at("launcher", now, workers=workers, launchers=launchers), False
     # Signals were sent: send them again after a grace period, to those processes only.
     return op.at("term", now, workers=workers, launchers=launchers, last_sent=now), False
