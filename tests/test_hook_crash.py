@@ -153,6 +153,12 @@ elif how == "raise":
     raise SystemExit(4)
 elif how == "exit0":
     sys.exit(0)
+elif how == "caught_then_crash":  # the uncaught exception, not the caught exit, ends it
+    try:
+        sys.exit(2)
+    except SystemExit:
+        pass
+    load_batch()
 elif how != "clean":
     try:
         load_batch()
@@ -175,6 +181,7 @@ elif how != "clean":
         ("thread", 0, wire.Status.EXITED, None, None),
         # Not seen from inside (no call to wrap): the agent's read of the exit status decides
         ("raise", 4, wire.Status.EXITED, None, None),
+        ("caught_then_crash", 1, wire.Status.FAILED, "ValueError", ""),
     ],
 )
 def test_a_failing_exit_call_is_recorded_with_the_exception_it_handled(tmp_path, how, rc, status, exc, call):
@@ -186,7 +193,7 @@ def test_a_failing_exit_call_is_recorded_with_the_exception_it_handled(tmp_path,
     if call is None:
         assert rec is None, rec
         return
-    assert rec is not None and rec["exit"] == {"call": call, "status": rc}, rec
+    assert rec is not None and rec.get("exit") == ({"call": call, "status": rc} if call else None), rec
     assert (rec["type"], rec["function"]) == (exc, "load_batch"), rec
 
 

@@ -278,9 +278,11 @@ def _chain_excepthook() -> None:
     previous = sys.excepthook
 
     def watchdog_excepthook(exc_type, exc, tb):
+        global _pending_exit
         try:
             previous(exc_type, exc, tb)
         finally:
+            _pending_exit = None  # an earlier sys.exit was caught: this exception ends the process
             mon = _active
             if mon is not None and not issubclass(exc_type, KeyboardInterrupt):
                 try:
