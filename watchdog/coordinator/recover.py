@@ -56,6 +56,7 @@ DECISIONS = frozenset(
         je.ACTION,
         je.ACTION_PROGRESS,
         je.RESTART,
+        je.LAUNCHER_RESTART,
         je.ACTION_OUTCOME,
         je.STATE,
         je.FINDING,
@@ -198,6 +199,10 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
             progress.setdefault(aid, rec)
         elif event == je.RESTART and isinstance(aid, str) and aid in actions:
             restarted[aid] = rec
+        elif event == je.LAUNCHER_RESTART and isinstance(aid, str) and aid in actions:
+            # the launcher restarted the group: the processes it names, then the resume
+            progress.setdefault(aid, rec)
+            restarted[aid] = rec
         elif event == je.ACTION_OUTCOME and isinstance(aid, str):
             actions.pop(aid, None)
             last_action = mono(rec.get("t_wall"))
@@ -284,6 +289,10 @@ def _operation(
         return None
     workers, launchers = _idents(prog.get("idents"))
     if restart_rec is not None:
+        if restart_rec.get("event") == je.LAUNCHER_RESTART:
+            op = replace(op, extra={**op.extra, "by": "launcher"})
         return op.at("resume", mono(restart_rec.get("t_wall")), workers=workers, launchers=launchers), False
+    if prog.get("phase") == "launcher":  # waiting for the launcher to stop the rest: wait again
+        return op.at("launcher", now, workers=workers, launchers=launchers), False
     # Signals were sent: send them again after a grace period, to those processes only.
     return op.at("term", now, workers=workers, launchers=launchers, last_sent=now), False

@@ -129,6 +129,8 @@ class Printer:
             "signal",
             "workers",
             "launchers",
+            "gone",
+            "waiting_s",
             "dry_run",
             "error",
         )
@@ -141,6 +143,8 @@ class Printer:
             text = (
                 f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
                 if rec.get("phase") == "checkpoint"
+                else f"  waiting up to {rec.get('waiting_s')} s for the launcher to stop workers {rec.get('workers', [])}"
+                if rec.get("phase") == "launcher"
                 else f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
                 if rec.get("workers") or rec.get("launchers")
                 else "  no worker left to stop (torchrun tore the group down)"
@@ -155,6 +159,8 @@ class Printer:
             )
         elif ev == je.RESTART:
             text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
+        elif ev == je.LAUNCHER_RESTART:
+            text = f"RESTART {rec.get('restart')} by the launcher: workers {rec.get('gone')} already gone, torchrun restarts the group"
         elif ev == je.RESUMED:
             text = f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')} ({rec.get('seconds')} s after the action)"
         else:
