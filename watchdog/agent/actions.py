@@ -129,7 +129,7 @@ class Actions:
         """The slot of the target's incarnation; pid 0: the rank's current slot."""
         mine = [v for v in self._incarnations(job) if v.identity.rank == t["rank"]]
         if t["pid"] == 0:
-            return max(mine, key=lambda v: v.header.created_wall_ns, default=None)
+            return max(mine, key=lambda v: (v.speaks, v.header.created_wall_ns), default=None)
         return next(
             (
                 v

@@ -1,0 +1,149 @@
+"""Another local user on a training host, with write access to the shared run
+directory (as the shipped tmpfiles rule gives group rank-watchdog), against real
+agent and coordinator processes (docs/hardening.md lists each attack). The other
+user is uid 65534: files written here and chowned to it, processes started as it.
+
+The ranks are fake ones writing their slots through the real hook writer
+(agent/testing.py), started by a small launcher process of their own, so that an
+abort would have a launcher to stop: what is under test is who the monitor lets
+speak for a rank, not training."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from waiting import wait_for
+
+import watchdog
+from watchdog.agent import testing
+from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import localjob
+
+pytestmark = pytest.mark.integration
+
+OTHER = 65534  # nobody: another user, no account needed
+REPO = str(Path(watchdog.__file__).resolve().parent.parent)
+DAY_NS = 86_400 * 1_000_000_000
+
+
+def metric(url: str, name: str, labels: str = "") -> float:
+    text = localjob.http_get(url + "/metrics")
+    m = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def launcher(run_dir: Path, job: str, env: dict) -> subprocess.Popen:
+    """A launcher with two fake ranks as its children (what torchrun is to workers)."""
+    code = (
+        "import subprocess, sys\n"
+        f"ps = [subprocess.Popen([sys.executable, '-m', 'watchdog.agent.testing', '--run-dir', {str(run_dir)!r},"
+        f" '--job', {job!r}, '--rank', str(r), '--world-size', '2']) for r in (0, 1)]\n"
+        "[p.wait() for p in ps]\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+def slot_files_seen(url: str) -> float:
+    text = localjob.http_get(url + "/metrics")
+    return sum(float(v) for v in re.findall(r"^watchdog_agent_slots\{[^}]*\} (\S+)$", text, re.M))
+
+
+def rank_pids(launcher_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split())
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def forge_slot(run_dir: Path, job: str, rank: int, pid: int, start_us: int, name: str) -> str:
+    """A slot for someone else's rank, created "a day from now", owned by the other user."""
+    ident = testing.identity(job, rank, 2, pid=pid, proc_start_us=start_us)
+    slot = testing.RankSlot(str(run_dir), ident, wall_ns=time.time_ns() + DAY_NS, name=name)
+    slot.heartbeat()
+    os.chown(slot.path, OTHER, OTHER)
+    return slot.path
+
+
+def test_another_users_slot_cannot_take_a_rank_page_or_abort_the_job(tmp_path):
+    job = "va-" + secrets.token_hex(3)
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(16))
+    os.chmod(token, 0o600)
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token), "PYTHONPATH": REPO}
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[actions]\ndead_rank = "abort"\nfrozen_rank = "abort"\n[limits]\n'
+        "min_finding_age_seconds = 0\nabort_grace_seconds = 3\n"
+    )
+    run_dir, jpath = tmp_path / "run", tmp_path / "journal.jsonl"
+    run_dir.mkdir()
+    procs: list[localjob.Process] = []
+    job_launcher = launcher(run_dir, job, env)
+    other_launcher = None
+    try:
+        coord = localjob.start_coordinator(
+            tmp_path, job, 2, jpath, env=env, extra=["--tick.interval-seconds", "0.25", "--policy.file", str(policy)]
+        )
+        procs.append(coord)
+        agent = localjob.start_agent(
+            tmp_path, run_dir, job, env=env, extra=["--coordinator.url", coord.url, "--report.interval-seconds", "0.25"]
+        )
+        procs.append(agent)
+        wait_for(lambda: metric(agent.url, "watchdog_agent_slots", 'state="alive"') == 2, 60, "both ranks alive")
+        ranks = rank_pids(job_launcher.pid)
+        assert len(ranks) == 2
+
+        # 1. rank 0, naming a pid that is not running, created a day ahead.
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        forge_slot(run_dir, job, 0, gone.pid, int(time.time() * 1e6), "forged-dead.slot")
+        # 2. rank 0, naming the other user's own live process, whose parent (the
+        # other user's) would be taken for the job's launcher; then that process exits.
+        other_launcher = subprocess.Popen(
+            ["sh", "-c", "sleep 600 & echo $!; wait; exec sleep 600"],
+            user=OTHER,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert other_launcher.stdout is not None
+        own = int(other_launcher.stdout.readline())
+        forge_slot(run_dir, job, 0, own, testing.identity(pid=own).proc_start_us, "forged-own.slot")
+
+        wait_for(lambda: slot_files_seen(agent.url) == 4, 30, "the agent to see every file", log=agent.log_path)
+        subprocess.run(["kill", str(own)], check=True)
+        # Give the coordinator time to act on what it sees: 12 reports after the refusals.
+        seen = metric(coord.url, "watchdog_coordinator_reports_received_total")
+        wait_for(
+            lambda: metric(coord.url, "watchdog_coordinator_reports_received_total") >= seen + 12, 30, "12 reports"
+        )
+        records = journal.read(str(jpath))
+        assert not [r for r in records if r["event"] in (je.FINDING, je.ACTION, je.COMMAND)], [
+            r for r in records if r["event"] in (je.FINDING, je.ACTION, je.COMMAND)
+        ]
+        assert job_launcher.poll() is None and all(alive(p) for p in ranks)  # not touched
+        assert other_launcher.poll() is None  # the other user's process was not taken for a launcher
+        assert metric(agent.url, "watchdog_agent_slots", 'state="alive"') == 2
+        assert metric(agent.url, "watchdog_agent_slots", 'state="superseded"') == 0
+        assert metric(agent.url, "watchdog_agent_slot_read_errors_total", 'reason="job_owner"') == 2
+        log = agent.log()
+        assert '"reason": "job_owner"' in log and f'"file_uid": {OTHER}' in log, log[-3000:]
+    finally:
+        for p in procs:
+            p.stop()
+        for lp in (job_launcher, other_launcher):
+            if lp is not None:
+                localjob.Process("launcher", lp, tmp_path / "none.log").stop(group=True)
