@@ -10,18 +10,22 @@ speak for a rank, not training."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from waiting import wait_for
 
 import watchdog
+from watchdog import commands
 from watchdog.agent import testing
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
@@ -147,3 +151,77 @@ def test_another_users_slot_cannot_take_a_rank_page_or_abort_the_job(tmp_path):
         for lp in (job_launcher, other_launcher):
             if lp is not None:
                 localjob.Process("launcher", lp, tmp_path / "none.log").stop(group=True)
+
+
+class ReplayingCoordinator:
+    """Answers every report with the commands in ``reply`` (what an attacker who
+    captured a signed command and can answer the agent's reports would send)."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict] = []
+        self.reply: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.reports.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                out = json.dumps({"ok": True, "commands": outer.reply}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_a_signed_command_replayed_after_the_agent_restarted_is_refused(tmp_path):
+    token = secrets.token_hex(16)
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN": token, "PYTHONPATH": REPO}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    coord = ReplayingCoordinator()
+    flags = ["--coordinator.url", coord.url, "--report.interval-seconds", "0.2", "--host.name", "node-r"]
+    agent = localjob.start_agent(tmp_path, run_dir, "rp", env=env, extra=flags)
+    try:
+        first = wait_for(lambda: coord.reports and coord.reports[0], 30, "a report")
+        cmd = commands.make(
+            job="rp",
+            type=commands.SNAPSHOT_SLOTS,
+            host="node-r",
+            args={"ranks": [commands.target(0, 0, 0)]},
+            issued_wall=first["sent_wall"],
+            ttl_s=30.0,
+        )
+        coord.reply = [commands.sign(cmd, token)]
+        executed = 'watchdog_agent_commands_executed_total{type="snapshot_slots"'
+        wait_for(lambda: executed_total(agent.url) == 1, 30, "the command to run once", log=agent.log_path)
+        wait_for(  # the same command in the next reply: refused by the live agent's cache
+            lambda: metric(agent.url, "watchdog_agent_commands_refused_total", 'reason="replayed"') > 0, 30, "a replay"
+        )
+        agent.stop()
+        agent = localjob.start_agent(tmp_path, run_dir, "rp", env=env, extra=flags)  # the replay cache is gone
+        wait_for(
+            lambda: metric(agent.url, "watchdog_agent_commands_refused_total", 'reason="replayed"') > 0,
+            30,
+            "the replay refused",
+            log=agent.log_path,
+        )
+        assert executed_total(agent.url) == 0, executed
+        assert time.time() < cmd["expires_wall"]  # it was still within its expiry
+    finally:
+        agent.stop()
+        coord.close()
+
+
+def executed_total(url: str) -> float:
+    text = localjob.http_get(url + "/metrics")
+    return sum(float(v) for v in re.findall(r"^watchdog_agent_commands_executed_total\{[^}]*\} (\S+)$", text, re.M))
