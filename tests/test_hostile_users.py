@@ -10,14 +10,18 @@ speak for a rank, not training."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,6 +33,8 @@ from watchdog import commands
 from watchdog.agent import testing
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
+from watchdog.coordinator import testing as ctesting
+from watchdog.coordinator.server import REPORT_PATH
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration
@@ -225,3 +231,63 @@ def test_a_signed_command_replayed_after_the_agent_restarted_is_refused(tmp_path
 def executed_total(url: str) -> float:
     text = localjob.http_get(url + "/metrics")
     return sum(float(v) for v in re.findall(r"^watchdog_agent_commands_executed_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def post_report(address: str, job: str, token: str) -> int:
+    host, port = address.rsplit(":", 1)
+    body = json.dumps(ctesting.report("h9", ctesting.healthy(2), job=job, sent_wall=time.time()).to_dict()).encode()
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request(
+            "POST", REPORT_PATH, body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def get_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_scrapes_probes_and_reports_get_through_while_300_idle_sockets_are_held(tmp_path):
+    """Sockets opened and never written to: past the agent's cap (256), and past
+    the coordinator's descriptor limit (run here under 256 descriptors)."""
+    job = "idle-" + secrets.token_hex(3)
+    token = secrets.token_hex(16)
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN": token, "PYTHONPATH": REPO}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    coord = localjob.start_daemon(
+        "coordinator",
+        "coordinator",
+        ["--job.name", job, "--job.world-size", "2", "--journal", str(tmp_path / "journal.jsonl")],
+        tmp_path,
+        env,
+        prefix=["prlimit", "--nofile=256:256", "--"],
+    )
+    agent = localjob.start_agent(
+        tmp_path, run_dir, job, env=env, extra=["--coordinator.url", coord.url, "--report.interval-seconds", "0.25"]
+    )
+    held: list[socket.socket] = []
+    try:
+        for proc in (agent, coord):
+            host, port = proc.address.rsplit(":", 1)
+            held += [socket.create_connection((host, int(port)), timeout=10) for _ in range(300)]
+        for _ in range(3):
+            assert get_status(agent.url + "/metrics") == 200
+            assert get_status(agent.url + "/healthz") == 200
+            assert post_report(coord.address, job, token) == 200
+            assert get_status(coord.url + "/metrics") == 200
+        assert metric(agent.url, "watchdog_agent_reports_total", 'result="ok"') > 0
+    finally:
+        for s in held:
+            s.close()
+        agent.stop()
+        coord.stop()
