@@ -97,3 +97,29 @@ def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from
     os.chown(dump, OTHER, OTHER)  # planted by another user before the hook wrote it
     with pytest.raises(sharedfile.Untrusted, match="owned by uid 65534"):
         frdump.read_dump_file(dump)
+
+
+def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fifo_or_another_user(tmp_path, shared):
+    from watchdog.hook import crashrecord
+
+    secret = tmp_path / "checkpoint.pt"
+    secret.write_text("weights")
+    slot = shared / "job.rank0.pid7.slot"
+    slot.write_bytes(b"")
+    for path in (crashrecord.crash_path(str(slot)), crashrecord.fatal_path(str(slot))):
+        os.symlink(secret, path)
+        os.lchown(path, OTHER, OTHER)
+    fatal = crashrecord.FatalDump()
+    assert not fatal.enable(str(slot))  # not through the link (faulthandler stays off)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        assert crashrecord.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
+    assert secret.read_text() == "weights"
+    assert crashrecord.read_crash(str(slot))["message"] == "boom"
+    os.chown(crashrecord.crash_path(str(slot)), OTHER, OTHER)  # another user's record: not the rank's words
+    assert crashrecord.read_crash(str(slot)) is None
+    os.unlink(crashrecord.fatal_path(str(slot)))
+    os.mkfifo(crashrecord.fatal_path(str(slot)))  # would block the agent's poll (and a rank's install)
+    assert crashrecord.read_fatal(str(slot)) == ""
+    assert not fatal.enable(str(slot))
