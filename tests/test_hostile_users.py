@@ -291,3 +291,29 @@ def test_scrapes_probes_and_reports_get_through_while_300_idle_sockets_are_held(
             s.close()
         agent.stop()
         coord.stop()
+
+
+@pytest.mark.parametrize("attack", ["symlink", "foreign"])
+def test_the_coordinator_refuses_a_journal_another_user_planted_or_owns(tmp_path, attack):
+    target = tmp_path / "root-only"
+    target.write_text("root's\n")
+    os.chmod(target, 0o600)
+    path = tmp_path / "journal.jsonl"
+    if attack == "symlink":
+        path.symlink_to(target)
+        os.lchown(path, OTHER, OTHER)
+    else:
+        path.write_text('{"event":"state","job_state":"failed"}\n')
+        os.chown(path, OTHER, OTHER)
+    before = path.read_bytes()
+    out = subprocess.run(
+        [sys.executable, "-m", "watchdog.cli", "coordinator", "--job.name", "j", "--journal", str(path)],
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    why = "is a symbolic link" if attack == "symlink" else f"is owned by uid {OTHER}"
+    assert f"cannot start: journal {path} {why}" in out.stderr and "refused" in out.stderr, out.stderr
+    assert target.read_text() == "root's\n" and path.read_bytes() == before

@@ -96,7 +96,6 @@ def _open(path: str) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise JournalRefused(
-                errno.ELOOP,
                 f"journal {path} is a symbolic link: refused (it could point at any file; give the real path)",
             ) from None
         raise
@@ -109,7 +108,6 @@ def _open(path: str) -> int:
     if why:
         os.close(fd)
         raise JournalRefused(
-            errno.EPERM,
             f"journal {path} {why}: refused, since a restarted coordinator rebuilds its decisions from it; "
             f"move it aside or fix its owner and mode (0600)",
         )
