@@ -312,3 +312,28 @@ def test_the_agents_scrapes_and_probes_get_through_past_its_cap_of_silent_socket
         for s in held:
             s.close()
         srv.stop()
+
+
+_FIT = """
+import resource, sys
+from watchdog import httpguard
+soft, hard = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+cap = httpguard.fit_fd_limit(8192)
+print(cap, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+@pytest.mark.parametrize(
+    "soft, hard, cap, soft_after",
+    [
+        (1024, 20000, 8192, 8192 + httpguard.RESERVE_FDS),  # raised to hold the cap
+        (1024, 4096, 4096 - httpguard.RESERVE_FDS, 4096),  # the hard limit is lower: the cap fits it
+        (200, 200, 16, 200),  # never below a usable few
+    ],
+)
+def test_the_descriptor_limit_is_raised_for_the_cap_or_the_cap_lowered_to_fit(soft, hard, cap, soft_after):
+    out = subprocess.run(
+        [sys.executable, "-c", _FIT, str(soft), str(hard)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == [str(cap), str(soft_after)], out.stderr
