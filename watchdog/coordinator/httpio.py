@@ -39,7 +39,9 @@ for the threaded servers (issue #14), with the same counters:
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
+import os
 import socket
 import threading
 import time
@@ -56,6 +58,7 @@ ACCEPT_BATCH = 64  # accepts per readiness event, so a connection storm cannot s
 IDLE_TIMEOUT_S = 300.0  # a kept-alive connection silent this long is closed (agents report every 1-10 s)
 MAX_CONNECTIONS = 8192  # 2,048 agents at 16,384 ranks, scrapers, status clients, and room for reconnects
 LAG_PROBE_S = 0.1  # backpressure.PROBE_S
+EVICT_CANDIDATES = 8  # the oldest silent connections looked at for one eviction
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # distinct classes before 3.11
 _HEAD_END = b"\r\n\r\n"
 
@@ -223,8 +226,10 @@ class LoopServer:
 
     def _evict_fresh(self) -> bool:
         """Drop the oldest connection that has not sent a byte (an agent's kept-alive
-        connection, between two reports, is never one), to make room; False if none."""
-        victim = min((c for c in self._conns if c.fresh), key=lambda c: c.since, default=None)
+        connection, between two reports, is never one), to make room; False if none.
+        One whose bytes wait unread in its socket (a loop running late) is spared."""
+        oldest = heapq.nsmallest(EVICT_CANDIDATES, (c for c in self._conns if c.fresh), key=lambda c: c.since)
+        victim = next((c for c in oldest if not c.bytes_waiting()), None)
         if victim is None:
             return False
         self._conns.discard(victim)
@@ -473,6 +478,19 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def bytes_waiting(self) -> bool:
+        """Bytes in the socket the loop has not read yet. Under uvloop timers run
+        before reads within an iteration, and a starved loop can be tens of seconds
+        late (docs/scale.md): a request's first bytes may be in, just not read."""
+        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        if sock is None:
+            return False
+        try:  # a dup of the descriptor: uvloop hands out a pseudo-socket without recv
+            with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                return bool(dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (OSError, AttributeError, ValueError):
+            return False
+
     # -- the one timer -----------------------------------------------------------------------
 
     def _arm(self, when: float) -> None:
@@ -490,7 +508,11 @@ class _Connection(asyncio.Protocol):
         try:
             if not self._busy():
                 if self.fresh:  # not a byte since the accept: a held socket, not a client
-                    if now >= self.since + self._srv.request_deadline_s:
+                    if self.bytes_waiting():  # a late loop has not read them yet: the request has begun
+                        self.fresh = False
+                        self._deadline = now + self._srv.request_deadline_s
+                        self._arm(self._deadline)
+                    elif now >= self.since + self._srv.request_deadline_s:
                         self._srv._past_deadline()
                         self.abort()
                     else:
