@@ -42,8 +42,10 @@ class CommandHandler:
         wall: Callable[[], float] = time.time,
         log: Any = None,
         queue_max: int = QUEUE_MAX,
+        token_of: Callable[[str], str] = lambda job: "",
     ) -> None:
-        self.host, self._token, self._loopback = host, token, loopback
+        # token_of: a job's own token (discovery.Discovery), "" = ``token``
+        self.host, self._token, self._loopback, self._token_of = host, token, loopback, token_of
         self._actions, self.outbox, self._wall = actions, outbox, wall
         self._log = log or logs.get("watchdog.agent.commands")
         self._seen = c.ReplayCache()
@@ -70,8 +72,9 @@ class CommandHandler:
 
     def _receive(self, job: str, cmd: Any) -> None:
         now = self._wall()
+        token = self._token_of(job) or self._token
         ok, reason = c.verify(
-            cmd, self._token, job, self.host, now, self._seen, loopback=self._loopback, not_before=self.started_wall
+            cmd, token, job, self.host, now, self._seen, loopback=self._loopback, not_before=self.started_wall
         )
         if not ok:
             self._refuse(job, cmd, reason)
