@@ -60,19 +60,39 @@ class FakeActions:
         return act.ack(cmd, True, stacks=[{"rank": 1}]), self.refusals
 
 
-def handler(actions=None, token=TOKEN, loopback=False, **kw):
+def handler(actions=None, token=TOKEN, loopback=False, started=NOW - 1, **kw):
+    """A handler (an agent) started at ``started``; it handles commands at NOW + 1."""
     log = Log()
+    clock = [started]
     h = CommandHandler(
         host="node-a",
         token=token,
         loopback=loopback,
         actions=actions or FakeActions(),
         outbox=Outbox(),
-        wall=lambda: NOW + 1,
+        wall=lambda: clock[0],
         log=log,
         **kw,
     )
+    clock[0] = NOW + 1
     return h, log
+
+
+def test_a_command_issued_before_the_agent_started_is_a_replay_after_a_restart():
+    """The ids seen live in memory: a restarted agent has forgotten them. Every
+    command it may run answers one of its own reports, issued after it started."""
+    fa = FakeActions()
+    cmd = command(type=c.SIGNAL)
+    first, _ = handler(fa)
+    first("job", [cmd])
+    assert first.wait_idle(5.0) and fa.ran == [cmd["id"]]
+    restarted, log = handler(fa, started=NOW + 0.5)  # inside the command's 30 s expiry
+    restarted("job", [cmd])
+    assert restarted.wait_idle(5.0) and fa.ran == [cmd["id"]]  # not run again
+    assert restarted.refused[c.REPLAYED] == 1 and log.named("command refused")[0]["reason"] == c.REPLAYED
+    later = command(type=c.SIGNAL, issued_wall=NOW + 0.75, expires_wall=NOW + 30)
+    restarted("job", [later])
+    assert restarted.wait_idle(5.0) and fa.ran == [cmd["id"], later["id"]]
 
 
 # -- handler -----------------------------------------------------------------------

@@ -254,6 +254,7 @@ def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
         "link": 0,
         "owner": 0,
         "record": 0,
+        "job_owner": 0,
     }
     assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
     assert t.state_counts()[track.INVALID] == 3
@@ -606,3 +607,55 @@ def test_a_clean_looking_exit_with_a_nonzero_status_is_a_death_reported_before_i
     w.put("/run/b.slot", slot("/run/b.slot", pid=200, hb=T0 + 2 * S, created_wall=W0 + 2 * S))
     t.poll(T0 + 2 * S, W0 + 2 * S)
     assert [d.path for d in t.replaced_deaths()] == (["/run/a.slot"] if state == track.DEAD else [])
+
+
+def _owned(snap, uid):
+    return dataclasses.replace(snap, uid=uid)
+
+
+def test_another_users_slot_cannot_take_a_rank_of_a_job_with_a_live_rank():
+    """The takeover: another user's file for rank 0 of root's job, naming a dead pid
+    and a creation time a day ahead. Refused and counted, the real rank 0 stays."""
+    w = World()
+    w.put("/run/real0.slot", _owned(slot("/run/real0.slot", rank=0, pid=100), 0))
+    w.put("/run/real1.slot", _owned(slot("/run/real1.slot", rank=1, pid=101), 0))
+    t, log = tracker(w, proc(100), proc(101), owner=lambda pid: frozenset({0}))
+    t.poll(T0, W0)
+    forged = slot("/run/forged.slot", rank=0, pid=555, hb=T0 + S, created_wall=W0 + 86_400 * S)
+    w.put("/run/forged.slot", _owned(forged, 65534))
+    for i in range(1, 4):
+        t.poll(T0 + i * S, W0 + i * S)
+    assert [(v.identity.rank, v.path, v.state) for v in t.views()] == [
+        (0, "/run/real0.slot", track.ALIVE),
+        (1, "/run/real1.slot", track.ALIVE),
+    ]
+    assert t.read_errors["job_owner"] == 1  # once per file, not per poll
+    (refused,) = log.named("slot refused")
+    assert refused["reason"] == "job_owner" and refused["file_uid"] == 65534 and refused["job_uid"] == 0
+    assert not any(v.path == "/run/forged.slot" for v in t.incarnations("j"))
+
+
+def test_a_dead_slot_taken_before_the_job_had_an_owner_goes_when_its_live_rank_comes():
+    w = World()
+    w.put("/run/planted.slot", _owned(slot("/run/planted.slot", rank=0, pid=555, created_wall=W0 + 86_400 * S), 65534))
+    t, _ = tracker(w, proc(100), owner=lambda pid: frozenset({0}))
+    t.poll(T0, W0)
+    assert [v.path for v in t.views()] == ["/run/planted.slot"]  # dead, unowned job: reported, never acted on
+    w.put("/run/real0.slot", _owned(slot("/run/real0.slot", rank=0, pid=100, hb=T0 + S), 0))
+    t.poll(T0 + S, W0 + S)
+    assert [(v.path, v.state) for v in t.views()] == [("/run/real0.slot", track.ALIVE)]
+    assert t.read_errors["job_owner"] == 1
+    assert [v.path for v in t.incarnations("j")] == ["/run/real0.slot"]
+
+
+def test_a_slot_never_seen_alive_cannot_supersede_a_live_rank_of_the_same_user():
+    w = World()
+    w.put("/run/real0.slot", _owned(slot("/run/real0.slot", rank=0, pid=100), 1000))
+    t, _ = tracker(w, proc(100), owner=lambda pid: frozenset({1000}))
+    t.poll(T0, W0)
+    w.put(
+        "/run/late.slot", _owned(slot("/run/late.slot", rank=0, pid=555, hb=T0 + S, created_wall=W0 + 86_400 * S), 1000)
+    )
+    t.poll(T0 + S, W0 + S)
+    (v,) = t.views()
+    assert v.path == "/run/real0.slot" and v.state == track.ALIVE

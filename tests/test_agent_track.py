@@ -50,14 +50,69 @@ def test_rank_state_exited_is_not_dead():
     assert track.rank_state(wire.Status.DISABLED, ALIVE) == track.ALIVE
 
 
-def test_newest_per_rank_wins_by_created_wall_time():
-    old = testing.snapshot(testing.identity("j", 0, 2, pid=10, proc_start_us=1), wall_ns=100 * S, path="/a")
-    new = testing.snapshot(testing.identity("j", 0, 2, pid=11, proc_start_us=1), wall_ns=200 * S, path="/b")
-    other = testing.snapshot(testing.identity("j", 1, 2, pid=12, proc_start_us=1), wall_ns=50 * S, path="/c")
-    won = track.newest_per_rank([new, old, other], lambda s: s.header, lambda s: s.path)
-    assert won == {("j", 0): new, ("j", 1): other}
-    won = track.newest_per_rank([old, new], lambda s: s.header, lambda s: s.path)
-    assert won[("j", 0)] is new
+def claim(first_seen, seen_alive, alive, created=0, path="/x"):
+    return track.Claim(first_seen, seen_alive, alive, (created, 0), path)
+
+
+@pytest.mark.parametrize(
+    "claims, winner",
+    [
+        # later first sight wins, whatever creation time the writer put in the file
+        ({"old": claim(1, True, True, created=900), "new": claim(5, True, True, created=100)}, "new"),
+        # a torchrun restart: the old worker dead, the new one alive
+        ({"old": claim(1, True, False), "new": claim(5, True, True)}, "new"),
+        # a slot never seen alive, however late and however "new", cannot hide a live rank
+        ({"live": claim(1, True, True), "forged": claim(9, False, False, created=10**18)}, "live"),
+        # ... but after the live one died it is the latest word (a crash loop's incarnation)
+        ({"dead": claim(1, True, False), "never": claim(9, False, False)}, "never"),
+        # first seen in the same poll (an agent's first): the live one, then the writer's time
+        ({"a": claim(1, False, False, created=900), "b": claim(1, True, True, created=100)}, "b"),
+        ({"a": claim(1, True, True, created=100), "b": claim(1, True, True, created=900)}, "b"),
+        ({"a": claim(1, False, False, path="/a"), "b": claim(1, False, False, path="/b")}, "b"),
+    ],
+)
+def test_speaker_is_the_latest_first_seen_and_never_a_never_alive_over_a_live(claims, winner):
+    won = track.speakers(claims, lambda name: ("j", 0), claims.__getitem__)
+    assert won == {("j", 0): winner}
+
+
+def test_speakers_are_per_job_and_rank():
+    claims = {"r0": claim(1, True, True), "r1": claim(2, True, True), "r0b": claim(3, True, True)}
+    ranks = {"r0": ("j", 0), "r1": ("j", 1), "r0b": ("j", 0)}
+    assert track.speakers(claims, ranks.__getitem__, claims.__getitem__) == {("j", 0): "r0b", ("j", 1): "r1"}
+
+
+TRUSTED = frozenset({7})
+
+
+@pytest.mark.parametrize(
+    "owner, uid, admitted",
+    [
+        (None, 1000, True),  # no live rank claimed the job yet
+        (1000, 1000, True),
+        (1000, 65534, False),  # another user's slot for someone else's job, whatever its pid
+        (0, 65534, False),
+        (1000, 0, False),  # root is a user like any other for a job it does not own
+        (1000, 7, True),  # a trusted uid writes for others
+        (1000, -1, True),  # unknown (fakes)
+    ],
+)
+def test_job_admits_only_its_owner_and_trusted_uids(owner, uid, admitted):
+    assert track.job_admits(owner, uid, TRUSTED) is admitted
+
+
+@pytest.mark.parametrize(
+    "owner, uid, alive, after",
+    [
+        (None, 1000, True, 1000),  # the first live rank fixes the owner
+        (None, 1000, False, None),  # a dead slot proves nothing (anyone can name a dead pid)
+        (None, 7, True, None),  # a trusted uid writes for others: fixes nothing
+        (None, -1, True, None),
+        (1000, 2000, True, 1000),  # fixed once
+    ],
+)
+def test_job_owner_is_fixed_by_the_first_live_rank(owner, uid, alive, after):
+    assert track.job_owner(owner, uid, alive, TRUSTED) == after
 
 
 def test_window_mean_uses_last_32_steps():

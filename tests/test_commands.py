@@ -54,6 +54,8 @@ CASES = [
     ("expired", lambda: cmd(), {"now_wall": NOW + 30.001}, c.EXPIRED),
     ("issued in the future", lambda: cmd(), {"now_wall": NOW - c.MAX_FUTURE_S - 1}, c.NOT_YET_VALID),
     ("replayed", lambda: cmd(), {"seen_ids": {"c-1"}}, c.REPLAYED),
+    ("issued before the agent started", lambda: cmd(), {"not_before": NOW + 0.5}, c.REPLAYED),
+    ("issued the instant the agent started", lambda: cmd(), {"not_before": NOW}, ""),
     ("foreign job", lambda: cmd(job="other-job"), {}, c.FOREIGN_JOB),
     ("wrong host", lambda: cmd(host="node-b"), {}, c.WRONG_HOST),
     ("unknown type", lambda: cmd("reboot"), {}, c.UNKNOWN_TYPE),

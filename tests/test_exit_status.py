@@ -93,6 +93,7 @@ def exit_wait(code: int) -> int:
 
 def crash(tmp_path, exc: BaseException | None, call: str, status: int) -> str:
     slot = str(tmp_path / "r.slot")
+    open(slot, "wb").close()  # a crash record is read only beside its slot, from the slot's owner
     tb = None
     if exc is not None:
         try:
@@ -144,6 +145,7 @@ def test_without_a_record_the_exit_status_alone_is_said(tmp_path, wait, hook, su
 
 def test_a_hostile_exit_field_is_dropped_and_the_rest_read(tmp_path):
     slot = str(tmp_path / "r.slot")
+    open(slot, "wb").close()
     rec = crashrecord.describe(None, None, None, "MainThread", {"call": "sys.exit(1)", "status": 999})
     assert crashrecord.write_record(slot, rec)
     got = crashrecord.read_crash(slot)

@@ -179,7 +179,9 @@ def _set(cmd: dict, path: tuple, value) -> bool:
 
 def _handler():
     acts = RecordingActions()
-    h = CommandHandler(host="node-a", token=TOKEN, loopback=False, actions=acts, outbox=Outbox(), wall=lambda: NOW + 1)
+    clock = [NOW - 1]  # the agent started before the commands were issued
+    h = CommandHandler(host="node-a", token=TOKEN, loopback=False, actions=acts, outbox=Outbox(), wall=lambda: clock[0])
+    clock[0] = NOW + 1
     return h, acts
 
 

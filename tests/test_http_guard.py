@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from waiting import wait_for
 
+from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
 from watchdog.coordinator import event_loops, server
 from watchdog.coordinator import testing as t
@@ -264,3 +265,75 @@ def test_the_agent_listens_with_the_coordinators_backlog_and_serves_100_scrapes_
         assert results.count(200) == 100
     finally:
         srv.stop()
+
+
+def idle_client(address) -> socket.socket:
+    """Connected, never a byte sent: a held socket."""
+    return socket.create_connection(address[:2], timeout=30)
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed_at_the_request_deadline(coord_server):
+    srv = coord_server(request_deadline_s=1.0)
+    s = idle_client(srv.server_address)
+    try:
+        assert closed_by_server(s, within_s=20.0), "an idle socket held past the deadline from its accept"
+        assert wait_for(lambda: srv.deadline_closed >= 1, timeout_s=10)
+    finally:
+        s.close()
+
+
+def test_at_the_cap_a_new_client_takes_the_place_of_a_silent_socket_not_of_a_request(coord_server):
+    srv = coord_server(max_connections=10)
+    busy = [slow_client(srv) for _ in range(5)]  # inside a request: never evicted
+    idle = [idle_client(srv.server_address) for _ in range(5)]
+    try:
+        assert wait_for(lambda: srv.connections >= 10, timeout_s=10)
+        assert post_report(srv, timeout=10) == 200
+        assert srv.evicted_idle >= 1 and srv.refused_busy == 0
+        assert not any(closed_by_server(s, within_s=0.2) for s in busy)
+    finally:
+        for s in busy + idle:
+            s.close()
+
+
+def test_the_agents_scrapes_and_probes_get_through_past_its_cap_of_silent_sockets():
+    registry = CollectorRegistry()
+    srv = AgentServer(("127.0.0.1", 0), registry)
+    srv.start()
+    host, port = srv.address.rsplit(":", 1)
+    held = [idle_client((host, int(port))) for _ in range(httpguard.MAX_CONNECTIONS + 44)]
+    try:
+        for path in ("/metrics", "/healthz", "/metrics"):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("GET", path)
+            assert conn.getresponse().status == 200
+            conn.close()
+    finally:
+        for s in held:
+            s.close()
+        srv.stop()
+
+
+_FIT = """
+import resource, sys
+from watchdog import httpguard
+soft, hard = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+cap = httpguard.fit_fd_limit(8192)
+print(cap, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+@pytest.mark.parametrize(
+    "soft, hard, cap, soft_after",
+    [
+        (1024, 20000, 8192, 8192 + httpguard.RESERVE_FDS),  # raised to hold the cap
+        (1024, 4096, 4096 - httpguard.RESERVE_FDS, 4096),  # the hard limit is lower: the cap fits it
+        (200, 200, 16, 200),  # never below a usable few
+    ],
+)
+def test_the_descriptor_limit_is_raised_for_the_cap_or_the_cap_lowered_to_fit(soft, hard, cap, soft_after):
+    out = subprocess.run(
+        [sys.executable, "-c", _FIT, str(soft), str(hard)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == [str(cap), str(soft_after)], out.stderr

@@ -219,13 +219,23 @@ def _args_ok(cmd: dict[str, Any]) -> bool:
 
 
 def verify(
-    cmd: Any, token: str, job: str, host: str, now_wall: float, seen_ids: Container[str], *, loopback: bool = False
+    cmd: Any,
+    token: str,
+    job: str,
+    host: str,
+    now_wall: float,
+    seen_ids: Container[str],
+    *,
+    loopback: bool = False,
+    not_before: float = 0.0,
 ) -> tuple[bool, str]:
     """(True, "") if the agent may run ``cmd``, else (False, reason in REFUSALS).
 
     ``token``: this agent's job token ("" = none). ``job``: the job whose report
     this reply answered. ``loopback``: the coordinator URL is a loopback address
-    (only matters without a token). Target identity (pid reuse) is checked by the
+    (only matters without a token). ``not_before``: when this agent started; a
+    command issued earlier answers a report of an earlier agent process, so it is a
+    replay (the ids seen live in memory and are gone after a restart). Target identity (pid reuse) is checked by the
     agent against the live process, right before acting: see ``identity_ok``."""
     if not _envelope_ok(cmd):
         return False, MALFORMED
@@ -254,7 +264,7 @@ def verify(
         return False, NOT_YET_VALID
     if now_wall > cmd["expires_wall"]:
         return False, EXPIRED
-    if cmd["id"] in seen_ids:
+    if cmd["id"] in seen_ids or cmd["issued_wall"] < not_before:
         return False, REPLAYED
     return True, ""
 

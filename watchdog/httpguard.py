@@ -7,11 +7,15 @@ descriptors (accept fails, the listening socket stays readable), and it prints
 a traceback to stderr for every client that disconnects mid-reply (a flood of
 them fills the log). ``GuardedServer`` fixes the four:
 
-* at most ``max_connections`` connections are served at once; one more is
-  answered 503 and closed at once, without a thread;
+* at most ``max_connections`` connections are served at once. At the cap a new
+  connection takes the place of the one that has waited longest for a request
+  without sending a byte of it (``evicted_idle``): sockets held open and silent
+  cannot keep a scrape or a probe out. Only when every connection is inside a
+  request is one more answered 503 and closed at once, without a thread;
 * every request has a total deadline (``request_deadline_s``, from when the
-  server starts waiting for it to when the reply is written): a reaper thread
-  shuts the socket of a request past it, whatever the client trickles;
+  server starts waiting for it -- the accept, for a connection's first -- to when
+  the reply is written): a reaper thread shuts the socket of a request past it,
+  whatever the client trickles, and of a connection that never sends a byte;
 * an accept that fails for lack of descriptors or memory pauses the accept loop
   briefly (the connections being served free theirs) instead of spinning;
 * client disconnects and resets are counted and logged once a minute; other
@@ -23,6 +27,7 @@ Handlers opt into the per-request deadline by inheriting ``GuardedHandler``.
 from __future__ import annotations
 
 import errno
+import resource
 import socket
 import sys
 import threading
@@ -37,6 +42,8 @@ MAX_CONNECTIONS = 256
 REQUEST_DEADLINE_S = 30.0
 LISTEN_BACKLOG = 128
 ACCEPT_PAUSE_S = 0.1
+EVICT_WAIT_S = 1.0  # for the evicted connection's thread to end and give its place back
+RESERVE_FDS = 256  # descriptors a daemon needs besides its connections (journal, files, sockets out)
 OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 
@@ -64,14 +71,17 @@ class GuardedServer(ThreadingHTTPServer):
         if request_deadline_s is not None:
             self.request_deadline_s = request_deadline_s
         self._sleep = sleep
+        self._log = logs.get(log_name or self.log_name)
+        self.max_connections = fit_fd_limit(self.max_connections, self._log)
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._deadlines: dict[socket.socket, float] = {}
+        self._waiting: dict[socket.socket, float] = {}  # connections waiting for a request's first byte: since
         self._dl_lock = threading.Lock()
         self._closing = threading.Event()
         self._limit = logs.RateLimited(every_s=60.0)
-        self._log = logs.get(log_name or self.log_name)
         # Counters (plain ints, read by tests and metrics).
         self.refused_busy = self.deadline_closed = self.client_errors = self.handler_errors = self.accept_errors = 0
+        self.evicted_idle = 0
         super().__init__(address, handler)
         self._reaper = threading.Thread(target=self._reap, name="watchdog-http-deadlines", daemon=True)
         self._reaper.start()
@@ -79,7 +89,9 @@ class GuardedServer(ThreadingHTTPServer):
     # -- connection cap ----------------------------------------------------------
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._slots.acquire(blocking=False) and not (
+            self._evict_idle() and self._slots.acquire(timeout=EVICT_WAIT_S)
+        ):
             refuse_busy(self, request, client_address[0])
             self.shutdown_request(request)
             return
@@ -95,6 +107,35 @@ class GuardedServer(ThreadingHTTPServer):
         finally:
             self.disarm(request)
             self._slots.release()
+
+    def _evict_idle(self) -> bool:
+        """Shut the connection that has waited longest for a request's first byte;
+        its thread ends and gives its place back. False when none is waiting."""
+        with self._dl_lock:
+            if not self._waiting:
+                return False
+            victim = min(self._waiting, key=self._waiting.__getitem__)
+            del self._waiting[victim]
+        self.evicted_idle += 1
+        self._once(
+            "evict",
+            "idle connection closed: the connection cap was reached and a new client came",
+            max_connections=self.max_connections,
+            evicted=self.evicted_idle,
+        )
+        try:
+            victim.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return True
+
+    def waiting(self, sock: socket.socket, on: bool) -> None:
+        """``sock`` waits for a request's first byte (``on``), or no longer does."""
+        with self._dl_lock:
+            if on:
+                self._waiting[sock] = time.monotonic()
+            else:
+                self._waiting.pop(sock, None)
 
     # -- per-request deadline --------------------------------------------------------
 
@@ -186,11 +227,50 @@ class GuardedHandler(BaseHTTPRequestHandler):
     server: GuardedServer
 
     def handle_one_request(self) -> None:
-        self.server.arm(self.connection)
+        srv = self.server
+        srv.arm(self.connection)
         try:
+            srv.waiting(self.connection, True)  # evictable until the request's first byte is in
+            try:
+                first = self.rfile.peek(1)  # type: ignore[attr-defined]  # makefile("rb"): a BufferedReader
+            except (TimeoutError, OSError):
+                first = b""
+            finally:
+                srv.waiting(self.connection, False)
+            if not first:  # closed, evicted, timed out or shut at the deadline before a request began
+                self.close_connection = True
+                return
             super().handle_one_request()
         finally:
-            self.server.disarm(self.connection)
+            srv.disarm(self.connection)
+
+
+def fit_fd_limit(max_connections: int, log: Any = None) -> int:
+    """Raise this process's descriptor limit (soft, up to the hard one) to hold
+    ``max_connections`` plus ``RESERVE_FDS``, and return the connection cap that
+    fits: a cap past the descriptor limit would let idle sockets exhaust the
+    descriptors (accept fails for everyone) before the cap could act."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = max_connections + RESERVE_FDS
+        if soft != resource.RLIM_INFINITY and soft < want:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+    except (OSError, ValueError):
+        return max_connections
+    if soft == resource.RLIM_INFINITY or soft >= max_connections + RESERVE_FDS:
+        return max_connections
+    fits = max(16, soft - RESERVE_FDS)
+    if log is not None:
+        log.warning(
+            "connection cap lowered",
+            max_connections=max_connections,
+            now=fits,
+            nofile=soft,
+            detail="the descriptor limit cannot hold the cap; raise LimitNOFILE (ulimit -n)",
+        )
+    return fits
 
 
 def server_class(host: str) -> type[GuardedServer]:

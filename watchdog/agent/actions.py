@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from watchdog import commands as c
-from watchdog import wire
+from watchdog import sharedfile, wire
 from watchdog.agent import dumpall, frdump, steadystart
 from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
@@ -129,7 +129,7 @@ class Actions:
         """The slot of the target's incarnation; pid 0: the rank's current slot."""
         mine = [v for v in self._incarnations(job) if v.identity.rank == t["rank"]]
         if t["pid"] == 0:
-            return max(mine, key=lambda v: v.header.created_wall_ns, default=None)
+            return max(mine, key=lambda v: (v.speaks, v.header.created_wall_ns), default=None)
         return next(
             (
                 v
@@ -296,8 +296,10 @@ class Actions:
     # -- rollback (for rollback_restart) -------------------------------------------
 
     def rollback(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Write the job's rollback file into the run directory, atomically (tmp +
-        rename): the restarted ranks read it (watchdog.hook.rollback)."""
+        """Write the job's rollback file into the run directory, atomically
+        (``sharedfile.write``): the restarted ranks read it (watchdog.hook.rollback).
+        In a sticky run dir another user's file at that name cannot be replaced: the
+        ack says so, and the ranks do not believe that file anyway."""
         if not self.run_dir:
             return ack(cmd, False, "this agent has no run directory to write the rollback file into")
         doc = {
@@ -307,13 +309,11 @@ class Actions:
             "command_id": cmd["id"],
             "written_wall": self._wall(),
         }
-        path = os.path.join(self.run_dir, wire.rollback_filename(cmd["job"]))
-        try:
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(doc, f)
-            os.replace(path + ".tmp", path)
+        name = wire.rollback_filename(cmd["job"])
+        try:  # the run dir is shared: through its fd, an unpredictable temporary name, no links followed
+            sharedfile.write(self.run_dir, name, json.dumps(doc).encode())
         except OSError as exc:
-            return ack(cmd, False, f"cannot write {path}: {exc.strerror or exc}")
+            return ack(cmd, False, f"cannot write {os.path.join(self.run_dir, name)}: {exc.strerror or exc}")
         return ack(cmd, True)
 
     # -- signal (for abort / restart actions) ------------------------------------

@@ -49,6 +49,10 @@ class CommandHandler:
         self._actions, self.outbox, self._wall = actions, outbox, wall
         self._log = log or logs.get("watchdog.agent.commands")
         self._seen = c.ReplayCache()
+        # Every command this process may run answers a report it sent, so it was issued
+        # (in this host's clock) after now: one issued earlier is a replay from before a
+        # restart, which the in-memory cache above has forgotten.
+        self.started_wall = wall()
         self._queue: queue.Queue = queue.Queue(maxsize=queue_max)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -69,7 +73,9 @@ class CommandHandler:
     def _receive(self, job: str, cmd: Any) -> None:
         now = self._wall()
         token = self._token_of(job) or self._token
-        ok, reason = c.verify(cmd, token, job, self.host, now, self._seen, loopback=self._loopback)
+        ok, reason = c.verify(
+            cmd, token, job, self.host, now, self._seen, loopback=self._loopback, not_before=self.started_wall
+        )
         if not ok:
             self._refuse(job, cmd, reason)
             return

@@ -71,8 +71,8 @@ FLAGS: tuple[Flag, ...] = (
         "slots.trusted-uids",
         "",
         "users (names or uids, comma-separated) whose slot files are believed for any "
-        "process and who may own the run dir; otherwise a slot counts only if its file belongs to the user of the "
-        "process it names",
+        "process and any job, and who may own the run dir; otherwise a slot counts only if its file belongs to the "
+        "user of the process it names and to the user of its job's first live rank here",
         _uids,
         field="trusted_uids",
     ),

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from watchdog import wire
+from watchdog import sharedfile, wire
 from watchdog.evidence import FlightRecorderDump
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 
@@ -31,24 +30,11 @@ MAX_FILE_BYTES = 32 << 20  # a 2,000-entry ring with stack frames is a few MB
 
 
 def read_dump_file(path: str) -> bytes:
-    """The whole file, never through a symlink, never a FIFO, never unbounded."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path} is {st.st_size} bytes, over the {MAX_FILE_BYTES} limit")
-        chunks, left = [], st.st_size
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    """The whole file, never through a symlink, never a FIFO, never unbounded, and
+    only when it belongs to the owner of the slot it sits beside (validated when the
+    rank registered): another user's file planted at the name is not evidence."""
+    slot = path.removesuffix(wire.FR_DUMP_SUFFIX)
+    return sharedfile.read(path, frozenset({os.lstat(slot).st_uid}), MAX_FILE_BYTES)
 
 
 def collect(

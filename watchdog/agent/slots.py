@@ -34,9 +34,11 @@ from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 # followed); owner: the file's owner is not the owner of the process it names
 # (a forgery: pid and start time are public in /proc). record: ring records with
 # values no hook writes (counted per record, agent/gpusteps.py), left out of reports.
-READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record")
+# job_owner: the file's owner is not the user whose live rank first claimed the job here
+# (nor a trusted uid): another user's slot cannot speak for, or hide, someone else's rank.
+READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record", "job_owner")
 _SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
-_NOT_AGAIN = (*_SETTLED, "owner")  # a forged owner does not change while the inode lasts either
+_NOT_AGAIN = (*_SETTLED, "owner", "job_owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
 _COLL_SIG = int(wire.RecordKind.COLL_SIG)
 _COMPLETION = int(wire.RecordKind.COMPLETION)
@@ -82,6 +84,7 @@ class LocalRank:
     gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
     gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
     gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
+    speaks: bool = True  # the slot that speaks for its (job, rank) (track.speakers); False: superseded
 
     @property
     def identity(self) -> wire.Identity:
@@ -121,10 +124,21 @@ class _Slot:
     uid: int = -1
     oom: deathcause.OomBaseline | None = None
     death: dict = field(default_factory=dict)
+    first_seen: int = 0  # the poll that first saw it (ordering: never a time the writer chose)
+    seen_alive: bool = False  # its process was alive at first sight
 
     @property
     def header(self) -> wire.SlotHeader:
         return self.snap.header
+
+
+def _rank_key(s: _Slot) -> tuple[str, int]:
+    return (s.header.identity.job, s.header.identity.rank)
+
+
+def _claim(s: _Slot) -> track.Claim:
+    h = s.header
+    return track.Claim(s.first_seen, s.seen_alive, s.proc.alive, (h.created_wall_ns, h.created_mono_ns), s.path)
 
 
 def process_uids(pid: int) -> frozenset[int] | None:
@@ -187,6 +201,7 @@ class SlotTracker:
         self._log = log or logs.get("watchdog.agent.slots")
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
+        self._job_uid: dict[str, int] = {}  # job -> uid of its first live rank here (track.job_owner)
         self._skipped: dict[str, tuple[int, str]] = {}  # path -> (inode, STALE / OTHER_JOB / INVALID reason)
         self._dir_missing = False
         self._entries_seen: dict[str, int] | None = None
@@ -313,6 +328,9 @@ class SlotTracker:
         if proc.alive and not self._owned_by_its_process(path, inode, snap, prev_error):
             self.procs.forget(ident.pid, ident.proc_start_us)
             return
+        if not self._admitted(path, inode, snap, proc.alive, prev_error):
+            self.procs.forget(ident.pid, ident.proc_start_us)
+            return
         reason = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, self.stale_after_s)
         if reason:
             self._skipped[path] = (inode, track.STALE)
@@ -334,11 +352,14 @@ class SlotTracker:
             host_pid=here if here != ident.pid else 0,
             uid=snap.uid,
             oom=deathcause.OomBaseline.read(here) if proc.alive and self._causes else None,
+            first_seen=self.polls,
+            seen_alive=proc.alive,
         )
         self._absorb(slot, snap)
         slot.state = track.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
+        self._claim_job(ident.job, snap.uid, proc.alive)
         self._log.info(
             "rank appeared",
             job=ident.job,
@@ -382,6 +403,57 @@ class SlotTracker:
             )
         self._skipped[path] = (inode, "owner")
         return False
+
+    def _admitted(self, path: str, inode: int, snap: wire.SlotSnapshot, alive: bool, prev_error: str) -> bool:
+        """A job's ranks on this host belong to the user of its first live rank (or to
+        a trusted uid): a slot of another user for that job is refused whatever pid it
+        names, dead or alive. A dead slot of a job no live rank claimed yet is taken
+        (it cannot be acted on); it goes when a live rank of another user claims the job."""
+        job = snap.header.identity.job
+        owner = self._job_uid.get(job)
+        if track.job_admits(owner, snap.uid, self._trusted):
+            return True
+        self._refuse_for_job(path, inode, snap.header.identity, snap.uid, owner, count=prev_error != "job_owner")
+        return False
+
+    def _claim_job(self, job: str, uid: int, alive: bool) -> None:
+        owner = self._job_uid.get(job)
+        new = track.job_owner(owner, uid, alive, self._trusted)
+        if new is None or new == owner:
+            return
+        self._job_uid[job] = new
+        self._log.info("job owner", job=job, uid=new)
+        for path, s in list(self._slots.items()):  # dead slots taken before the job had an owner
+            if s.header.identity.job == job and not track.job_admits(new, s.uid, self._trusted):
+                del self._slots[path]
+                self.procs.forget(s.header.identity.pid, s.header.identity.proc_start_us)
+                self._refuse_for_job(path, s.inode, s.header.identity, s.uid, new, count=True)
+
+    def _refuse_for_job(
+        self, path: str, inode: int, ident: wire.Identity, uid: int, owner: int | None, *, count: bool
+    ) -> None:
+        if count:
+            self.read_errors["job_owner"] += 1
+            self._log.warning(
+                "slot refused",
+                path=path,
+                reason="job_owner",
+                job=ident.job,
+                rank=ident.rank,
+                pid=ident.pid,
+                file_uid=uid,
+                job_uid=owner,
+                detail="the job's ranks on this host belong to another user: a slot of this user cannot speak "
+                "for them; the file is ignored (see --slots.trusted-uids)",
+            )
+        self._skipped[path] = (inode, "job_owner")
+        self._membership_changed = True
+
+    def _release_jobs(self) -> None:
+        """A job with no slot left here has no owner: its name may be used again."""
+        live_jobs = {s.header.identity.job for s in self._slots.values()}
+        for job in [j for j in self._job_uid if j not in live_jobs]:
+            del self._job_uid[job]
 
     def _being_formatted(self, path: str, now_wall_ns: int) -> bool:
         """The hook creates its file in place (create, allocate, format, magic last):
@@ -442,6 +514,7 @@ class SlotTracker:
                 **({"cause": slot.death["summary"]} if "summary" in slot.death else {}),
             )
             slot.state = state
+            self._membership_changed = True  # a live slot died: one never seen alive may now speak
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
 
@@ -529,9 +602,8 @@ class SlotTracker:
             self.read_errors["record"] += fold.rejected - before
 
     def _resolve(self) -> None:
-        winners = set(
-            map(id, track.newest_per_rank(self._slots.values(), lambda s: s.header, lambda s: s.path).values())
-        )
+        self._release_jobs()
+        winners = set(map(id, track.speakers(self._slots.values(), _rank_key, _claim).values()))
         for slot in self._slots.values():
             now_superseded = id(slot) not in winners
             if now_superseded and not slot.superseded:
@@ -646,6 +718,7 @@ class SlotTracker:
             tuple(s.gpu),
             "gpu" if s.gpu_fold is not None and s.gpu_fold.last_step >= 0 else "",
             s.gpu_fold.totals_ns if s.gpu_fold is not None else (0, 0, 0),
+            not s.superseded,
         )
 
     def state_counts(self) -> dict[str, int]:

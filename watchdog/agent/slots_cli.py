@@ -58,7 +58,8 @@ def collect(
         stale = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, stale_after_s)
         found.append((snap, proc, stale))
     live = [f for f in found if not f[2]]
-    winners = {id(f) for f in track.newest_per_rank(live, lambda f: f[0].header, lambda f: f[0].path).values()}
+    # One listing, no history: every file is first seen now; a live process wins over a dead one.
+    winners = {id(f) for f in track.speakers(live, _rank_key, _claim).values()}
     rows = []
     for f in found:
         snap, proc, stale = f
@@ -91,6 +92,15 @@ COLUMNS = (
     "collective",
     "errors",
 )
+
+
+def _rank_key(f: tuple) -> tuple[str, int]:
+    return (f[0].header.identity.job, f[0].header.identity.rank)
+
+
+def _claim(f: tuple) -> track.Claim:
+    h, alive = f[0].header, f[1].alive
+    return track.Claim(0, alive, alive, (h.created_wall_ns, h.created_mono_ns), f[0].path)
 
 
 def _cells(r: dict) -> tuple[str, ...]:

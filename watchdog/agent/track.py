@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from watchdog import wire
@@ -94,21 +95,49 @@ def reported_status(status: int, state: str) -> str:
 T = TypeVar("T")
 
 
-def newest_per_rank(
-    slots: Iterable[T], header_of: Callable[[T], wire.SlotHeader], path_of: Callable[[T], str]
-) -> dict[Hashable, T]:
-    """(job, rank) -> the slot that speaks for it: the newest by creation wall time
-    (a torchrun restart leaves the old worker's file behind). Ties break on the
-    monotonic creation time, then the path, so the choice is deterministic."""
-    best: dict[Hashable, tuple[tuple, T]] = {}
+@dataclass(frozen=True)
+class Claim:
+    """What decides which slot speaks for a (job, rank): what the agent saw itself.
+    ``first_seen``: the agent's poll number at first sight; ``seen_alive``: its process
+    was alive then; ``alive``: it is now. ``created``: the writer's own creation times,
+    only a tie-break between slots first seen in the same poll (an agent's first poll)
+    with the same liveness: a writer can set them to anything."""
+
+    first_seen: int
+    seen_alive: bool
+    alive: bool
+    created: tuple[int, int]
+    path: str
+
+
+def speakers(slots: Iterable[T], key_of: Callable[[T], Hashable], claim_of: Callable[[T], Claim]) -> dict[Hashable, T]:
+    """key -> the slot that speaks for it: the one the agent saw first most recently
+    (a torchrun restart leaves the old worker's file behind), except that a slot whose
+    process was never seen alive cannot supersede one whose process lives (a file
+    naming a dead pid would hide a live rank and make it look dead)."""
+    groups: dict[Hashable, list[tuple[Claim, T]]] = {}
     for s in slots:
-        h = header_of(s)
-        key = (h.identity.job, h.identity.rank)
-        order = (h.created_wall_ns, h.created_mono_ns, path_of(s))
-        cur = best.get(key)
-        if cur is None or order > cur[0]:
-            best[key] = (order, s)
-    return {k: v[1] for k, v in best.items()}
+        groups.setdefault(key_of(s), []).append((claim_of(s), s))
+    out: dict[Hashable, T] = {}
+    for key, group in groups.items():
+        if any(c.alive for c, _ in group):
+            group = [(c, s) for c, s in group if c.seen_alive]
+        _, out[key] = max(group, key=lambda cs: (cs[0].first_seen, cs[0].seen_alive, cs[0].created, cs[0].path))
+    return out
+
+
+def job_admits(owner: int | None, uid: int, trusted: frozenset[int]) -> bool:
+    """May a slot owned by ``uid`` speak for a job whose ranks here belong to ``owner``
+    (None: no live rank fixed it yet)? ``uid`` < 0: unknown (fakes, tests)."""
+    return uid < 0 or owner is None or uid == owner or uid in trusted
+
+
+def job_owner(owner: int | None, uid: int, alive: bool, trusted: frozenset[int]) -> int | None:
+    """The job's owner after admitting a slot: the first live rank of a job fixes it;
+    a trusted uid writes for others and fixes nothing; a dead slot proves nothing."""
+    if owner is not None or not alive or uid < 0 or uid in trusted:
+        return owner
+    return uid
 
 
 def window_mean_s(step_records: Sequence[wire.Record], n: int = WINDOW_STEPS) -> float:

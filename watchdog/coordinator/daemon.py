@@ -42,7 +42,7 @@ class Daemon:
         self.cfg = cfg
         self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
-        self.journal = Journal(cfg.journal, _clock)
+        self.journal = Journal(cfg.journal, _clock, cfg.token)  # the token signs every line
         self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
         self._gc = GcPolicy(time.monotonic(), enabled=own_process)
         self.server = make_server(

@@ -11,14 +11,19 @@ handling is, because every request is handled on the loop.
 Unauthenticated clients cannot exhaust it, as ``watchdog.httpguard`` promises
 for the threaded servers (issue #14), with the same counters:
 
-* at most ``max_connections`` connections are open at once; one more is
-  answered 503 and closed at once (``refused_busy``). A connection here is a
-  socket and a coroutine, not a thread, so the cap is the job's agents plus
+* at most ``max_connections`` connections are open at once. A connection here
+  is a socket and a coroutine, not a thread, so the cap is the job's agents plus
   room (``MAX_CONNECTIONS``), not httpguard's 256: a 16,384-rank job keeps
-  2,048 agent connections open;
-* every request has a total deadline (``request_deadline_s``, from its first
-  byte to the reply written), whatever the client trickles
-  (``deadline_closed``); a kept-alive connection on which no byte of a next
+  2,048 agent connections open. The process's descriptor limit is raised to
+  hold the cap (``httpguard.fit_fd_limit``; the cap is lowered, with a warning,
+  where the hard limit cannot), so idle sockets meet the cap, never EMFILE. At
+  the cap a new connection takes the place of the oldest one that has not sent
+  a byte (``evicted_idle``); only when none is left is one more answered 503 and
+  closed at once (``refused_busy``);
+* a connection must send its first byte within ``request_deadline_s`` of its
+  accept, and every request has that total deadline (from its first byte to the
+  reply written), whatever the client trickles (``deadline_closed``); a
+  kept-alive connection (one that has sent a request) on which no byte of a next
   request came in for ``IDLE_TIMEOUT_S`` is closed quietly (idle: an idle
   connection costs a socket and a coroutine, and the connection cap bounds them);
 * an accept that fails for lack of descriptors or memory pauses accepting
@@ -34,7 +39,9 @@ for the threaded servers (issue #14), with the same counters:
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
+import os
 import socket
 import threading
 import time
@@ -51,6 +58,7 @@ ACCEPT_BATCH = 64  # accepts per readiness event, so a connection storm cannot s
 IDLE_TIMEOUT_S = 300.0  # a kept-alive connection silent this long is closed (agents report every 1-10 s)
 MAX_CONNECTIONS = 8192  # 2,048 agents at 16,384 ranks, scrapers, status clients, and room for reconnects
 LAG_PROBE_S = 0.1  # backpressure.PROBE_S
+EVICT_CANDIDATES = 8  # the oldest silent connections looked at for one eviction
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # distinct classes before 3.11
 _HEAD_END = b"\r\n\r\n"
 
@@ -94,11 +102,13 @@ class LoopServer:
         event_loop: str = "auto",  # event_loops.CHOICES
     ) -> None:
         self.event_loop = event_loops.resolved(event_loop)  # "asyncio" or "uvloop"
-        self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
         self._log = logs.get(log_name)
+        self.max_connections = httpguard.fit_fd_limit(max_connections, self._log)
+        self.request_deadline_s = request_deadline_s
         self._limit = logs.RateLimited(every_s=60.0)
         # Counters (plain ints, read by tests and metrics), as httpguard.GuardedServer's.
         self.refused_busy = self.deadline_closed = self.client_errors = self.handler_errors = self.accept_errors = 0
+        self.evicted_idle = 0
         self._sock = socket.create_server(address, family=family, backlog=backlog)
         self.server_address = self._sock.getsockname()
         self._check_post, self._post, self._get = check_post, post, get
@@ -189,7 +199,7 @@ class LoopServer:
                 loop.call_later(httpguard.ACCEPT_PAUSE_S, self._resume_accept)
                 return
             peer = addr[0] if isinstance(addr, tuple) else ""
-            if len(self._conns) >= self.max_connections:
+            if len(self._conns) >= self.max_connections and not self._evict_fresh():
                 self._refuse(conn, peer)
                 continue
             c = _Connection(self, peer)
@@ -213,6 +223,25 @@ class LoopServer:
     def _resume_accept(self) -> None:
         if not self._closing.is_set() and self._sock.fileno() >= 0:
             self._loop.add_reader(self._sock.fileno(), self._accept)  # type: ignore[union-attr]
+
+    def _evict_fresh(self) -> bool:
+        """Drop the oldest connection that has not sent a byte (an agent's kept-alive
+        connection, between two reports, is never one), to make room; False if none.
+        One whose bytes wait unread in its socket (a loop running late) is spared."""
+        oldest = heapq.nsmallest(EVICT_CANDIDATES, (c for c in self._conns if c.fresh), key=lambda c: c.since)
+        victim = next((c for c in oldest if not c.bytes_waiting()), None)
+        if victim is None:
+            return False
+        self._conns.discard(victim)
+        victim.abort()
+        self.evicted_idle += 1
+        self._once(
+            "evict",
+            "idle connection closed: the connection cap was reached and a new client came",
+            max_connections=self.max_connections,
+            evicted=self.evicted_idle,
+        )
+        return True
 
     def _refuse(self, conn: socket.socket, peer: str) -> None:
         httpguard.refuse_busy(self, conn, peer)
@@ -301,6 +330,8 @@ class _Connection(asyncio.Protocol):
         self._body_by = 0.0  # when the awaited body must be in
         self._last = 0.0  # when the last reply was handed over (or the connection made): idle since
         self._closing = False  # a closing reply went out, or the connection is being dropped: nothing more is read
+        self.fresh = True  # no byte received yet: must send one within the request deadline of its accept
+        self.since = loop.time()  # accepted at
         self._paused = False  # the write buffer is full: serve nothing until it drains
         self._timer: asyncio.TimerHandle | None = None
         self._wake = math.inf  # when the timer fires
@@ -310,8 +341,11 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's does not subclass asyncio.Transport: no isinstance).
         self._transport = cast(asyncio.Transport, transport)
+        if self._closing:  # evicted while its transport was being made
+            self._transport.abort()
+            return
         self._last = self._loop.time()
-        self._arm(self._last + IDLE_TIMEOUT_S)
+        self._arm(min(self.since + self._srv.request_deadline_s, self._last + IDLE_TIMEOUT_S))  # first byte, idle
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._srv._conns.discard(self)
@@ -325,6 +359,7 @@ class _Connection(asyncio.Protocol):
         if self._closing:
             return  # after a reply that closes: an unread body must not be parsed as the next request
         now = self._loop.time()
+        self.fresh = False
         if not self._buf and self._req is None:
             # A request's first byte: time it waited in the socket buffer for a busy loop
             # to read it is ours, not the client's (at 16,384 ranks on half a core, reports
@@ -443,6 +478,19 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def bytes_waiting(self) -> bool:
+        """Bytes in the socket the loop has not read yet. Under uvloop timers run
+        before reads within an iteration, and a starved loop can be tens of seconds
+        late (docs/scale.md): a request's first bytes may be in, just not read."""
+        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        if sock is None:
+            return False
+        try:  # a dup of the descriptor: uvloop hands out a pseudo-socket without recv
+            with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                return bool(dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (OSError, AttributeError, ValueError):
+            return False
+
     # -- the one timer -----------------------------------------------------------------------
 
     def _arm(self, when: float) -> None:
@@ -459,7 +507,17 @@ class _Connection(asyncio.Protocol):
         now = self._loop.time()
         try:
             if not self._busy():
-                if now - self._last >= IDLE_TIMEOUT_S:  # an idle kept-alive connection, not a slow client
+                if self.fresh:  # not a byte since the accept: a held socket, not a client
+                    if self.bytes_waiting():  # a late loop has not read them yet: the request has begun
+                        self.fresh = False
+                        self._deadline = now + self._srv.request_deadline_s
+                        self._arm(self._deadline)
+                    elif now >= self.since + self._srv.request_deadline_s:
+                        self._srv._past_deadline()
+                        self.abort()
+                    else:
+                        self._arm(self.since + self._srv.request_deadline_s)
+                elif now - self._last >= IDLE_TIMEOUT_S:  # an idle kept-alive connection, not a slow client
                     self._closing = True
                     assert self._transport is not None
                     self._transport.close()

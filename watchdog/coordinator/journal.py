@@ -25,6 +25,16 @@ OSError the coordinator counts): the torn bytes are cut off again, or if that
 fails the next record starts on a fresh line; and the first record that gets
 through afterwards is preceded by a ``journal_gap`` record saying how many were
 lost since when, so a post-mortem knows the hole is there.
+
+Trust. The journal is what a restarted coordinator rebuilds its decisions from,
+so nobody else may write it: it is opened without following a link
+(``O_NOFOLLOW``), and an existing journal owned by another user or writable by
+every user is refused (``JournalRefused``, a clear error at start). With a job
+token every line carries a MAC keyed by it (``journal_line.sign``); replay
+(``iter_records`` with the key) skips a line whose MAC is wrong, and an unsigned
+line after the first signed one: a line appended by someone without the token.
+Unsigned lines before the first signed one are a journal written without a
+token (or before MACs) and are read as they always were.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -74,25 +85,55 @@ class ShortWrite(OSError):
         super().__init__(errno.ENOSPC, f"short write: {wrote} of {wanted} bytes (disk full?)")
 
 
+class JournalRefused(OSError):
+    """An existing journal this coordinator must not write or believe."""
+
+
+def _open(path: str) -> int:
+    # 0600: the journal holds stacks, slot contents and command ids of a job.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, JOURNAL_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise JournalRefused(
+                f"journal {path} is a symbolic link: refused (it could point at any file; give the real path)",
+            ) from None
+        raise
+    st = os.fstat(fd)
+    why = ""
+    if stat.S_ISREG(st.st_mode) and st.st_uid != os.geteuid():
+        why = f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    elif stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IWOTH:
+        why = f"is writable by every user (mode {stat.filemode(st.st_mode)})"
+    if why:
+        os.close(fd)
+        raise JournalRefused(
+            f"journal {path} {why}: refused, since a restarted coordinator rebuilds its decisions from it; "
+            f"move it aside or fix its owner and mode (0600)",
+        )
+    return fd
+
+
 class Journal:
-    def __init__(self, path: str, clock: Callable[[], tuple[float, float]]) -> None:
-        """``clock`` returns (wall, mono); injected so tests control both."""
+    def __init__(self, path: str, clock: Callable[[], tuple[float, float]], key: str = "") -> None:
+        """``clock`` returns (wall, mono); injected so tests control both. ``key``: the
+        job token, which signs every line ("" = unsigned lines)."""
         self.path = path
         self._clock = clock
+        self._key = key.encode()
         self._lock = threading.Lock()
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        # 0600: the journal holds stacks, slot contents and command ids of a job.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), JOURNAL_MODE)
+        fd = _open(path)
         self._fh = os.fdopen(fd, "ab", buffering=0)
         self._torn = False  # the file may end inside a record: start the next one on a fresh line
         self.lost = 0  # records not written since the last one that was (journaled as journal_gap)
         self._lost_since_wall = 0.0
         self._first_error = ""
-        if self._fh.tell() > 0:
-            with open(path, "rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                self._torn = fh.read(1) != b"\n"
+        size = os.fstat(fd).st_size
+        if size > 0:
+            self._torn = os.pread(fd, 1, size - 1) != b"\n"
         self._good_end = self._fh.tell()  # the file's length after the last whole record
         self._batching = threading.local()  # per thread: another thread's durable record is not held back
         self._deferring = threading.local()  # per thread: durable records left to the next batch's fsync
@@ -156,7 +197,7 @@ class Journal:
     def write(self, event: str, payload: dict[str, Any] | None = None, *, durable: bool | None = None) -> dict:
         wall, mono = self._clock()
         record = {"event": event, "t_wall": round(wall, 6), "t_mono": round(mono, 6), **(payload or {})}
-        line = journal_line.line(record)
+        line = self._signed(journal_line.line(record))
         with self._lock:
             if self._fh.closed:
                 return record
@@ -170,7 +211,7 @@ class Journal:
                     "error": self._first_error,
                 }
                 try:
-                    self._append(json.dumps(gap, separators=(",", ":")).encode() + b"\n", fsync=True)
+                    self._append(self._signed(json.dumps(gap, separators=(",", ":")).encode() + b"\n"), fsync=True)
                 except OSError as exc:
                     self._lose(wall, exc)
                     raise
@@ -181,6 +222,9 @@ class Journal:
                 self._lose(wall, exc)
                 raise
         return record
+
+    def _signed(self, line: bytes) -> bytes:
+        return journal_line.sign(line, self._key) if self._key else line
 
     def _lose(self, wall: float, exc: OSError) -> None:
         if not self.lost:  # the first failure says why; the ones after it repeat "disk full"
@@ -195,19 +239,32 @@ class Journal:
                 self._fh.close()
 
 
-def iter_records(path: str) -> Iterator[dict]:
+def iter_records(path: str, key: str = "", ignored: list[int] | None = None) -> Iterator[dict]:
+    """The records, in order; a line torn by a kill is skipped. With ``key`` (the job
+    token) a line whose MAC is wrong, and an unsigned line after the first signed one,
+    are skipped too, their line numbers appended to ``ignored``."""
+    k = key.encode()
+    signed_seen = False
     with open(path, "rb") as fh:
-        for raw in fh:
+        for n, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
+            if k:
+                ok = journal_line.verify(raw, k)
+                if ok is False or (ok is None and signed_seen):
+                    if ignored is not None:
+                        ignored.append(n)
+                    continue
+                signed_seen = signed_seen or bool(ok)
             try:
                 obj = json.loads(raw)
             except ValueError:
                 continue  # torn by a kill mid-write
             if isinstance(obj, dict) and "event" in obj:
+                obj.pop("mac", None)
                 yield obj
 
 
-def read(path: str) -> list[dict]:
-    """All intact records, in order; torn lines skipped."""
-    return list(iter_records(path))
+def read(path: str, key: str = "") -> list[dict]:
+    """All intact records, in order; torn lines skipped (and with ``key``, untrusted ones)."""
+    return list(iter_records(path, key))

@@ -17,6 +17,8 @@ library alone.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 from typing import Any
@@ -61,3 +63,37 @@ def line(record: dict[str, Any]) -> bytes:
         except TypeError:  # orjson.JSONEncodeError is one
             pass
     return line_stdlib(record)
+
+
+# -- the per-line MAC ------------------------------------------------------------------
+#
+# A journal line written with a job token ends in ``,"mac":"<32 hex>"}``: HMAC-SHA256
+# (truncated to 128 bits) of the same line without that field, keyed by the token under
+# a domain of its own (a journal MAC is never valid as a command signature). A line
+# appended by anyone without the token is told apart on replay (recover.py). The rest of
+# the line is byte for byte what it is without a token.
+
+MAC_DOMAIN = b"rank-watchdog journal line v1\n"
+_MAC_HEX = 32
+_MAC_OPEN = b',"mac":"'
+_MAC_TAIL = len(_MAC_OPEN) + _MAC_HEX + 2  # ,"mac":"<hex>"}
+
+
+def _mac(body: bytes, key: bytes) -> bytes:
+    return hmac.new(key, MAC_DOMAIN + body, hashlib.sha256).hexdigest()[:_MAC_HEX].encode()
+
+
+def sign(line_bytes: bytes, key: bytes) -> bytes:
+    """``line_bytes`` (one record, newline included) with its MAC as the last field."""
+    body = line_bytes.rstrip(b"\n")
+    return body[:-1] + _MAC_OPEN + _mac(body, key) + b'"}\n'
+
+
+def verify(raw: bytes, key: bytes) -> bool | None:
+    """True: the line carries a MAC made with ``key``; False: it carries a wrong one;
+    None: it carries none (a journal written without a token, or before MACs)."""
+    body = raw.rstrip(b"\r\n")
+    if len(body) <= _MAC_TAIL or body[-_MAC_TAIL : -_MAC_TAIL + len(_MAC_OPEN)] != _MAC_OPEN:
+        return None
+    got, unsigned = body[-_MAC_HEX - 2 : -2], body[:-_MAC_TAIL] + b"}"
+    return hmac.compare_digest(got, _mac(unsigned, key))

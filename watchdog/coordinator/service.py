@@ -147,11 +147,22 @@ class Coordinator:
         """Rebuild the restart budget, cooldown, open findings and the action in
         flight from this job's journal (recover.py), before the first report or tick.
         A journal that cannot be read is a fresh start, said loudly."""
+        ignored: list[int] = []
         try:
-            rec = recover.replay(iter_records(self.journal.path), now, wall, self.cfg.job, self.cfg.policy)
+            records = iter_records(self.journal.path, self.cfg.token, ignored)
+            rec = recover.replay(records, now, wall, self.cfg.job, self.cfg.policy)
         except (OSError, ValueError) as exc:
             self.log.error("recover_failed", journal=self.journal.path, error=str(exc))
             return recover.Recovered()
+        if ignored:
+            self.log.error(
+                "journal_lines_ignored",
+                journal=self.journal.path,
+                lines=len(ignored),
+                first=ignored[:8],
+                detail="lines without a valid MAC for this job's token (appended by someone without the token, "
+                "or written with another token) were not replayed",
+            )
         if rec.empty:
             return rec
         with self._lock:

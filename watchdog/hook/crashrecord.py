@@ -19,9 +19,12 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import stat
 import time
 import traceback
 from typing import IO, Any
+
+from watchdog import sharedfile
 
 CRASH_SUFFIX = ".crash"
 FATAL_SUFFIX = ".fatal"
@@ -29,6 +32,8 @@ RECORD_VERSION = 1
 MAX_TEXT = 1000  # one exception message
 MAX_TRACEBACK = 8000  # the traceback's tail: the innermost frames are the useful ones
 MAX_BYTES = 16384  # what a reader accepts from either file
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_FATAL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 
 def crash_path(slot_path: str) -> str:
@@ -88,10 +93,7 @@ def write_record(slot_path: str | None, record: dict[str, Any]) -> bool:
     try:
         data = json.dumps(record, default=str).encode()[:MAX_BYTES]
         path = crash_path(slot_path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        sharedfile.write(os.path.dirname(path) or ".", os.path.basename(path), data)  # never through a planted link
         return True
     except Exception:  # an excepthook must not fail on top of the crash
         return False
@@ -126,7 +128,14 @@ class FatalDump:
             if faulthandler.is_enabled():
                 return False
             path = fatal_path(slot_path)
-            fh = open(path, "wb")
+            # The run dir is shared: never through a link another user planted, never
+            # blocked by a FIFO (install must not block), only a regular file of ours.
+            fd = os.open(path, _FATAL_FLAGS, 0o644)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(fd)
+                return False
+            fh = os.fdopen(fd, "wb")
             faulthandler.enable(file=fh, all_threads=True)
         except Exception:  # a rank without it still trains
             return False
@@ -160,12 +169,9 @@ class FatalDump:
 
 def read_crash(slot_path: str) -> dict[str, Any] | None:
     """The agent's side: the record, or None (absent, torn, hostile: bounded and validated)."""
-    try:
-        with open(crash_path(slot_path), "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError:
-        return None
-    if len(raw) > MAX_BYTES:
+    try:  # only the rank's own file: the owner of the slot it sits beside, not a link, not a FIFO
+        raw = sharedfile.read(crash_path(slot_path), _owner(slot_path), MAX_BYTES)
+    except OSError:  # sharedfile.Untrusted too
         return None
     try:
         obj = json.loads(raw)
@@ -196,11 +202,23 @@ def read_crash(slot_path: str) -> dict[str, Any] | None:
 
 def read_fatal(slot_path: str) -> str:
     """faulthandler's dump (its tail, bounded), or ""."""
-    try:
-        with open(fatal_path(slot_path), "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - MAX_BYTES))
-            return fh.read(MAX_BYTES).decode("utf-8", "replace").strip()
+    try:  # as read_crash: the rank's own regular file only (a FIFO would block the agent)
+        fd = os.open(fatal_path(slot_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
     except OSError:
         return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in _owner(slot_path):
+            return ""
+        return os.pread(fd, MAX_BYTES, max(0, st.st_size - MAX_BYTES)).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _owner(slot_path: str) -> frozenset[int]:
+    try:
+        return frozenset({os.lstat(slot_path).st_uid})
+    except OSError:
+        return frozenset()

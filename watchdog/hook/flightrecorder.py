@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog import wire
+from watchdog import sharedfile, wire
 from watchdog.wire import Clock, CollOp, CollState, RecordKind
 
 log = logging.getLogger("watchdog.hook")
@@ -342,16 +342,6 @@ class FlightRecorderSource:
 
 
 def write_dump(path: str, data: bytes) -> None:
-    """Whole or not at all: the agent may read the file at any moment."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    """Whole or not at all: the agent may read the file at any moment. The run dir
+    is shared: never through a link another user planted (``sharedfile.write``)."""
+    sharedfile.write(os.path.dirname(path) or ".", os.path.basename(path), data)

@@ -21,16 +21,24 @@ watchdog/dev/examples/train_ddp.py shows the whole pattern (``honour_rollback``)
         ...; mark_honoured(rb.action)       # e.g. a marker file beside the checkpoints
 
 Reading never raises: a missing, foreign or malformed file is "no rollback".
+The run directory is shared with other users, so the file is believed only when
+it is a regular file (not a link) owned by the agent's account (``rank-watchdog``,
+the shipped units' user), root or this process's user, or a uid passed in
+``trusted_uids`` (an agent running as another account): another user's file
+would otherwise make a restarted job set aside every checkpoint it has.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog import wire
+from watchdog import sharedfile, wire
+
+AGENT_ACCOUNT = "rank-watchdog"  # deploy/systemd/rank-watchdog.sysusers.conf
 
 
 @dataclass(frozen=True)
@@ -43,18 +51,33 @@ def path_for(run_dir: str, job: str) -> str:
     return os.path.join(run_dir, wire.rollback_filename(job))
 
 
-def requested(mon: Any = None, *, run_dir: str | None = None, job: str | None = None) -> Rollback | None:
+def owners(trusted_uids: frozenset[int] = frozenset()) -> frozenset[int]:
+    """Who may have written a rollback file this process believes."""
+    try:
+        agent = {pwd.getpwnam(AGENT_ACCOUNT).pw_uid}
+    except KeyError:
+        agent = set()
+    return frozenset({os.geteuid(), 0, *agent}) | frozenset(trusted_uids)
+
+
+def requested(
+    mon: Any = None,
+    *,
+    run_dir: str | None = None,
+    job: str | None = None,
+    trusted_uids: frozenset[int] = frozenset(),
+) -> Rollback | None:
     """The rollback the agent wrote for this job, or None. ``mon``: the installed
-    Monitor (its run directory and job); or pass ``run_dir`` and ``job``."""
+    Monitor (its run directory and job); or pass ``run_dir`` and ``job``.
+    ``trusted_uids``: further uids the agent may run as (see the module's docstring)."""
     cfg = getattr(mon, "config", None)
     run_dir = run_dir if run_dir is not None else getattr(cfg, "run_dir", "")
     job = job if job is not None else getattr(cfg, "job", "")
     if not run_dir or not job:
         return None
     try:
-        with open(path_for(run_dir, job), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = json.loads(sharedfile.read(path_for(run_dir, job), owners(trusted_uids), max_bytes=64 << 10))
+    except (OSError, ValueError):  # sharedfile.Untrusted is a ValueError
         return None
     if not isinstance(doc, dict):
         return None
