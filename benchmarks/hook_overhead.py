@@ -20,9 +20,10 @@ one collective, N times; the hook's cost is the difference from the bare loop.
   zero-code row's "hook ns" over the explicit row's is the price of no edits.
 
 * "forward": a small model's forward (8 Linear + ReLU pairs in a Sequential:
-  17 module calls), bare and with install()'s progress counting (the global
-  module forward pre-hook, watchdog.hook.progress): the hook ns of that row is
-  per forward, 17 module calls; ``WATCHDOG_PROGRESS=0`` costs nothing.
+  17 module calls), bare, with install() in its steady state (progress on, the
+  global forward hook not registered: what a job pays between evaluations) and
+  with that hook registered, as the heartbeat does during a step much longer
+  than the last (watchdog.hook.progress): hook ns per forward of 17 module calls.
 
 Several interleaved repeats; median and min reported. Budget: step mark + loader wrap + one
 collective <= 3 us per step on the project's CPUs (CPython 3.11).
@@ -172,16 +173,22 @@ def forward_rows(n: int, repeats: int, run_dir: str) -> tuple[dict[str, list[flo
             model(x)
         return (time.perf_counter_ns() - t0) / n
 
-    def counted() -> float:
+    def installed(armed: bool) -> float:
         mon = install(run_dir=run_dir, job="bench-forward", patch_collectives=False, rank=0, world_size=1)
         try:
+            if armed:
+                mon.progress._arm()
             return forwards()
         finally:
             nonlocal errors
             errors += mon.errors
             mon.close()
 
-    rows = {"bare forward (17 module calls)": forwards, "forward, progress counted": counted}
+    rows = {
+        "bare forward (17 module calls)": forwards,
+        "forward, progress on (steady)": lambda: installed(False),
+        "forward, forward hook armed": lambda: installed(True),
+    }
     for fn in rows.values():
         fn()
     out: dict[str, list[float]] = {label: [] for label in rows}
