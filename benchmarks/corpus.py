@@ -20,7 +20,8 @@ Where the scripts come from (nothing of them is in this repository):
   (distributed/ddp-tutorial-series/multigpu_torchrun.py + datautils.py; 77f55b9): the
   PyTorch DDP tutorial, rank 0 alone saving a snapshot every few epochs;
   ``pytorch-lightning/`` = https://github.com/Lightning-AI/pytorch-lightning
-  (examples/pytorch/basics/transformer.py; 7f0c343): Lightning with validation every epoch.
+  (examples/pytorch/basics/transformer.py and examples/fabric/language_model/train.py;
+  7f0c343): a Lightning Trainer and a Fabric loop, both validating every epoch.
   A script that is not there is left out of the table, with a line saying so.
 
 Unmodified means: the script's own file, its own command-line flags; the only edits are
@@ -28,7 +29,7 @@ the device lines a CUDA script needs to run on CPU (``DEVICE_EDITS``, applied to
 each one required to match). Data and models are made locally (synthetic tokens, a tiny
 model from a config, a word-level tokenizer): nothing is downloaded at run time.
 
-Latency is from the injection (wall clock) to the coordinator's journal record; the
+A healthy run goes to the script's end or 5 s past its third cycle. Latency is from the injection (wall clock) to the coordinator's journal record; the
 machine is shared, so figures are under load. The job is stopped once a fault's finding
 is in (plus a short linger that catches anyone else blamed) or after ``--fault-timeout``.
 """
@@ -66,7 +67,7 @@ class Entry:
     covers: str
     script: str  # relative to --scripts-dir, or "pkg:<module path>" for a script inside an installed package
     args: tuple[str, ...]
-    cycle: str  # regex: one match in the job's output per evaluation / checkpoint cycle
+    cycle: str  # regex: one match (or distinct group) in the job's output per evaluation / checkpoint cycle
     prepare: Callable[[Path], None]  # writes the run's local data / model into its working directory
     edits: tuple[tuple[str, str], ...] = ()  # device lines for CPU: (exact old text, new text)
     fault_args: tuple[str, ...] = ()  # replaces args on fault runs: long enough to outlast a detection
@@ -119,7 +120,7 @@ def prep_sft(cwd: Path) -> None:
     GPT2LMHeadModel(cfg).save_pretrained(model_dir)
     data = cwd / "data"
     data.mkdir()
-    for split, n, seed in (("train", 4000, 1), ("test", 400, 2)):
+    for split, n, seed in (("train", 4000, 1), ("test", 2000, 2)):
         rng = random.Random(seed)
         rows = (json.dumps({"text": " ".join(f"w{rng.randrange(200)}" for _ in range(40))}) for _ in range(n))
         (data / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
@@ -142,7 +143,7 @@ NANOGPT_ARGS = (
     "--n_embd=64",
     "--gradient_accumulation_steps=2",
     "--eval_interval=100",
-    "--eval_iters=150",
+    "--eval_iters=300",
     "--log_interval=1",
     "--always_save_checkpoint=True",
     "--warmup_iters=10",
@@ -156,9 +157,9 @@ SFT_ARGS = (
     "--per_device_train_batch_size=8",
     "--per_device_eval_batch_size=8",
     "--eval_strategy=steps",
-    "--eval_steps=25",
+    "--eval_steps=100",
     "--save_strategy=steps",
-    "--save_steps=25",
+    "--save_steps=100",
     "--logging_steps=1",
     "--report_to=tensorboard",
     "--dataloader_num_workers=2",
@@ -194,6 +195,7 @@ ENTRIES: tuple[Entry, ...] = (
         r"Training snapshot saved",
         prep_nothing,
         edits=(
+            ('torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))', "pass"),
             ('init_process_group(backend="nccl")', 'init_process_group(backend="gloo")'),
             ("self.model = model.to(self.gpu_id)", "self.model = model"),
             ("DDP(self.model, device_ids=[self.gpu_id])", "DDP(self.model)"),
@@ -208,7 +210,7 @@ ENTRIES: tuple[Entry, ...] = (
         "Lightning Trainer, validation every epoch (all ranks), 20 epochs",
         "pytorch-lightning/examples/pytorch/basics/transformer.py",
         (),
-        r"Validation DataLoader 0: 100%",
+        r"Epoch (\d+): 100%[^\r\n]*val_loss",
         prep_wikitext,
         # The script builds ``L.Trainer(gradient_clip_val=0.25, max_epochs=20)``; Lightning reads
         # the arguments a script leaves out from PL_TRAINER_*: 2-process DDP on CPU, and 20
@@ -221,10 +223,20 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "fabric",
+        "Lightning Fabric custom loop, validation every epoch (all ranks, eval mode, no_grad)",
+        "pytorch-lightning/examples/fabric/language_model/train.py",
+        (),
+        r"^val loss",
+        prep_wikitext,
+        # ``L.Fabric()`` with no arguments: Fabric reads them from LT_* (what ``fabric run`` sets)
+        env=(("LT_ACCELERATOR", "cpu"), ("LT_DEVICES", "2"), ("LT_STRATEGY", "ddp")),
+    ),
+    Entry(
         "trl_sft",
-        "HF Trainer (SFTTrainer): eval + save every 25 steps, 2 loader workers, rank 0 logs every step to a file",
+        "HF Trainer (SFTTrainer): eval + save every 100 steps, 2 loader workers, rank 0 logs every step to a file",
         "pkg:trl/scripts/sft.py",
-        (*SFT_ARGS, "--max_steps=75"),
+        (*SFT_ARGS, "--max_steps=300"),
         r"'eval_loss'",
         prep_sft,
         fault_args=(*SFT_ARGS, "--max_steps=2000"),
@@ -287,7 +299,7 @@ class Run:
     def start(self) -> Run:
         name = f"corpus-{self.entry.name}-{secrets.token_hex(3)}"
         cwd, run_dir = self.tmp / "cwd", self.tmp / "run"
-        cwd.mkdir()
+        cwd.mkdir(parents=True)
         run_dir.mkdir()
         script = stage(self.entry, self.source, cwd)
         token = self.tmp / "token"
@@ -317,7 +329,10 @@ class Run:
         return self.job.proc.log()
 
     def cycles(self) -> int:
-        return len(re.findall(self.entry.cycle, self.output(), re.MULTILINE))
+        """Matches of the entry's pattern; distinct ones when it has a group (a progress bar
+        redraws its last line)."""
+        found = re.findall(self.entry.cycle, self.output(), re.MULTILINE)
+        return len(set(found)) if re.compile(self.entry.cycle).groups else len(found)
 
     def findings(self) -> list[dict]:
         try:
@@ -376,16 +391,19 @@ class Outcome:
         return {r for f in self.findings for r in f["ranks"]}
 
 
-def healthy(entry: Entry, source: Path, tmp: Path, timeout_s: float) -> Outcome:
+def healthy(entry: Entry, source: Path, tmp: Path, timeout_s: float, cycles: int = 3) -> Outcome:
+    """Run the script to its end, or until ``cycles`` evaluation/checkpoint cycles
+    are behind it and 5 s more (exit code None then)."""
     run = Run(entry, source, tmp, entry.args)
     t0 = time.monotonic()
     try:
         run.start()
-        assert run.job is not None
-        try:
-            code: int | None = run.job.wait(timeout_s)
-        except Exception:  # noqa: BLE001 - a timeout: the table says so
-            code = None
+        assert run.job is not None and run.job.proc is not None
+        _wait(lambda: run.cycles() >= cycles, timeout_s, run)
+        proc = run.job.proc.popen
+        if proc.poll() is None:
+            time.sleep(5.0)
+        code = proc.poll()
         time.sleep(1.0)  # the coordinator's last ticks over the final reports
         return Outcome(run.findings(), run.cycles(), code, time.monotonic() - t0)
     finally:
@@ -463,6 +481,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
+def _dir(keep: Path | None, tmp: str, name: str, run: str) -> Path:
+    return (keep / name / run) if keep is not None else Path(tmp) / run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scripts-dir", type=Path, default=os.environ.get("WATCHDOG_CORPUS_DIR"))
@@ -472,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--healthy-timeout", type=float, default=400.0)
     p.add_argument("--fault-timeout", type=float, default=90.0)
     p.add_argument("--json", type=Path, default=None, help="also write the raw outcomes here")
+    p.add_argument("--work-dir", type=Path, default=None, help="keep every run's logs and journal here")
     args = p.parse_args(argv)
     only = {x for x in args.only.split(",") if x}
     faults = [f for f in args.faults.split(",") if f]
@@ -485,19 +508,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{entry.name}: {entry.script} not found (see --help for where to get it); left out", flush=True)
             continue
         with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
-            h = healthy(entry, source, Path(tmp) / "healthy", args.healthy_timeout)
+            h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
         print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
-        row = [entry.name, str(h.cycles), "ok" if h.exit_code == 0 else f"exit {h.exit_code}", _f(h.findings)]
+        ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")  # type: ignore[call-overload]
+        row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
         raw[entry.name] = {"healthy": h.__dict__}
         for fault in faults:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-{fault}-") as tmp:
-                out = faulted(entry, source, Path(tmp) / fault, fault, args.rank, args.fault_timeout)
+                where = _dir(args.work_dir, tmp, entry.name, fault)
+                out = faulted(entry, source, where, fault, args.rank, args.fault_timeout)
             row.append(cell(out, fault, args.rank) + (f" (before: {_f(out.before)})" if out.before else ""))
             raw[entry.name][fault] = out.__dict__
             print(f"{entry.name} {fault}: {row[-1]}", flush=True)
         rows.append(row)
     (lambda p: p and p.write_text(json.dumps(raw, indent=1, default=str)))(args.json)
-    heads = ["script", "cycles", "healthy exit", "healthy findings", *[f"{f} r{args.rank}" for f in faults]]
+    heads = ["script", "cycles", "healthy run", "healthy findings", *[f"{f} r{args.rank}" for f in faults]]
     print(f"\nCorpus: 2 gloo ranks on CPU under `watchdog run -- torchrun` ({time.monotonic() - t0:.0f} s)\n")
     print(table(heads, rows))
     return 0
