@@ -411,16 +411,24 @@ def healthy(entry: Entry, source: Path, tmp: Path, timeout_s: float, cycles: int
 
 
 def faulted(
-    entry: Entry, source: Path, tmp: Path, fault: str, rank: int, timeout_s: float, linger_s: float = 3.0
+    entry: Entry,
+    source: Path,
+    tmp: Path,
+    fault: str,
+    rank: int,
+    timeout_s: float,
+    linger_s: float = 3.0,
+    after_cycles: int = 1,
 ) -> Outcome:
-    """Start the job, wait for its first evaluation/checkpoint cycle, inject ``fault`` on
-    ``rank``, and collect the findings journaled after the injection."""
+    """Start the job, wait for ``after_cycles`` evaluation/checkpoint cycles, inject
+    ``fault`` on ``rank``, and collect the findings journaled after the injection (those
+    before it in ``before``: a healthy stretch of the same run)."""
     run = Run(entry, source, tmp, entry.fault_args or entry.args)
     hog: inject.NoisyNeighbour | None = None
     try:
         run.start()
         assert run.job is not None
-        ready = _wait(lambda: run.cycles() >= 1 and len(run.job.rank_pids()) >= run.nproc, 240, run)  # type: ignore[union-attr]
+        ready = _wait(lambda: run.cycles() >= after_cycles and len(run.job.rank_pids()) >= run.nproc, 240, run)  # type: ignore[union-attr]
         if not ready:
             return Outcome([], run.cycles(), run.job.proc.popen.poll() if run.job.proc else None)
         start_step = run.step(rank)
