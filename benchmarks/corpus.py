@@ -445,7 +445,8 @@ def faulted(
             hog = inject.NoisyNeighbour(cpus[rank % len(cpus)])
             at = hog.start(victim, [p for r, p in pids.items() if r != rank])
         after = lambda: [f for f in run.findings() if f["t_wall"] >= at]  # noqa: E731
-        _wait(after, timeout_s, run)
+        # Wait for the fault's own finding, not the first one: a false one before it would hide it.
+        _wait(lambda: any(f["kind"] == EXPECTED[fault] and rank in f["ranks"] for f in after()), timeout_s, run)
         if after():
             time.sleep(linger_s)
         return Outcome(after(), run.cycles(), None, 0.0, at, before)
@@ -469,18 +470,16 @@ def _f(findings: list[dict]) -> str:
 
 
 def cell(out: Outcome, fault: str, rank: int) -> str:
-    first = out.first()
+    """The fault's own finding and its latency; WRONG when anything else came first or
+    another rank was blamed (listed after a +), MISSED when it never came."""
     if out.injected_at is None:
         return "not injected"
-    if first is None:
-        return "MISSED"
-    right = first["kind"] == EXPECTED[fault] and first["ranks"] == [rank] and out.blamed() <= {rank}
-    lat = out.latency()
-    text = f"{first['kind']}{first['ranks']} {lat:.1f}s" if lat is not None else f"{first['kind']}{first['ranks']}"
-    others = [f"{f['kind']}{f['ranks']}" for f in out.findings[1:] if f["ranks"] != [rank] or not right]
+    own = next((f for f in out.findings if f["kind"] == EXPECTED[fault] and f["ranks"] == [rank]), None)
+    others = [f"{f['kind']}{f['ranks']} {f['t_wall'] - out.injected_at:.1f}s" for f in out.findings if f is not own]
+    text = "MISSED" if own is None else f"{own['kind']}{own['ranks']} {own['t_wall'] - out.injected_at:.1f}s"
     if others:
-        text += " +" + ",".join(others)
-    return text if right else f"WRONG {text}"
+        text += " + " + ", ".join(others)
+    return text if own is not None and own is out.first() and out.blamed() == {rank} else f"WRONG {text}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
