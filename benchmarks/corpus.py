@@ -229,8 +229,9 @@ ENTRIES: tuple[Entry, ...] = (
         (),
         r"^val loss",
         prep_wikitext,
-        # ``L.Fabric()`` with no arguments: Fabric reads them from LT_* (what ``fabric run`` sets)
-        env=(("LT_ACCELERATOR", "cpu"), ("LT_DEVICES", "2"), ("LT_STRATEGY", "ddp")),
+        # ``L.Fabric()`` with no arguments and no ``launch()``: the script is meant for ``fabric run``,
+        # which sets LT_* (the arguments) and LT_CLI_USED, then runs torchrun
+        env=(("LT_ACCELERATOR", "cpu"), ("LT_DEVICES", "2"), ("LT_STRATEGY", "ddp"), ("LT_CLI_USED", "1")),
     ),
     Entry(
         "trl_sft",
