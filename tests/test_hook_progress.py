@@ -173,6 +173,29 @@ def test_an_evaluation_ends_with_the_next_step_and_that_step_is_marked_eval(tmp_
         assert [r.payload[wire.R_F - wire.R_A] for r in steps] == [Phase.TRAIN, Phase.EVAL]
 
 
+def test_ranks_evaluating_together_open_the_phase_once_a_step(tmp_path):
+    clock = Clock()
+    model = nn.Linear(4, 1)
+    with installed(tmp_path, clock=clock, heartbeat_interval_s=3600, patch_collectives=False) as mon:
+        prog, marks = mon.progress, mon.recorder.collectives
+        mon.step()
+        prog.poll()
+        clock.ns += 2 * S
+        prog.poll()
+        model.eval()
+        for _ in range(3):  # eval forwards, then the metrics' all-reduce, every batch
+            with torch.no_grad():
+                model(torch.ones(1, 4))
+            clock.ns += S // 2
+            prog.poll()
+            with mon.collective("all_reduce"):
+                pass
+            clock.ns += S // 2
+            prog.poll()
+        opened = [r for r in records_of(read_monitor(mon), RecordKind.PHASE) if r.payload[0] == Phase.EVAL]
+        assert len(opened) == 1 and mon.recorder._phase == Phase.TRAIN and marks.current.seq == 3
+
+
 def test_an_explicit_phase_wins(tmp_path):
     clock = Clock()
     model = nn.Linear(4, 1)

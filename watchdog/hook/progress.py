@@ -128,6 +128,7 @@ class Progress:
         self._opened: Beat | None = None
         self._moved_ns = 0
         self._auto_count = 0
+        self._joined_at_step = -1  # the step in which the phase closed on a collective
         self._register_forward: Callable[[], Any] | None = None
         self._forward_handle: Any = None  # the global forward pre-hook, while armed
 
@@ -238,7 +239,14 @@ class Progress:
         rec, slot = self._rec, self._slot
         with slot.lock:  # the training thread opens and closes phases under it too
             stack = rec._phase_stack
-            can_open = rec._phase == _TRAIN and not stack and rec.status == int(wire.Status.RUNNING)
+            # Not again in the step it entered a collective in: ranks that evaluate together
+            # (all-reducing metrics per batch) would open and close it every beat.
+            can_open = (
+                rec._phase == _TRAIN
+                and not stack
+                and rec.status == int(wire.Status.RUNNING)
+                and cur.steps != self._joined_at_step
+            )
             auto = self._opened is not None
             action = decide(auto, can_open, prev, cur, self._opened, now - self._moved_ns, self._stale_ns)
             if action == OPEN:
@@ -249,6 +257,8 @@ class Progress:
                 slot.put(wire.P_AUTO_COUNT, self._auto_count)
                 slot.put(wire.P_AUTO_PHASE, _EVAL)
             elif action == CLOSE and rec._phase == _EVAL and len(stack) == 1:
+                if self._opened is not None and cur.coll != self._opened.coll:
+                    self._joined_at_step = cur.steps
                 rec.phase_exit()
                 self._opened = None
                 slot.put(wire.P_AUTO_PHASE, 0)
