@@ -70,3 +70,26 @@ def test_pauses_of_a_minority_make_a_pattern():
     assert (p.rank, p.period, p.where) == (0, 1000, stalls_mod.PAUSE_WHERE)
     st.clear()
     assert stalls_mod.periodic(st) == []
+
+
+def test_the_ledger_notes_the_steps_a_rank_spent_alone_in_a_phase():
+    from array import array
+
+    from watchdog.coordinator.goodput import Ledger
+    from watchdog.coordinator.stepcolumns import StepColumns
+
+    def step(pause0: float, pause1: float, step_s: float) -> StepColumns:
+        cols = StepColumns()
+        d = array("d", [step_s, step_s])
+        cols.extend([0, 1], d, array("d", [0.0, 0.0]), d, array("d", [pause0, pause1]))
+        return cols
+
+    ledger = Ledger()
+    ledger._split([(k, step(0.0, 0.0, 0.1)) for k in range(1, 100)])
+    # rank 0 alone in an eval phase at 100, 200, 300; both ranks at 400 (they evaluate together)
+    for k in (100, 200, 300):
+        ledger._split([(k, step(1.0, 0.0, 6.1)), *((j, step(0.0, 0.0, 0.1)) for j in range(k + 1, k + 100))])
+    ledger._split([(400, step(1.0, 1.0, 6.1))])
+    assert [(o.rank, o.step) for o in ledger.stalls.pauses] == [(0, 100), (0, 200), (0, 300)]
+    (p,) = stalls_mod.periodic(ledger.stalls)
+    assert (p.rank, p.period, round(p.cost_s, 1)) == (0, 100, 6.0)

@@ -346,7 +346,7 @@ class Ledger:
             if got.paused():
                 parts[CHECKPOINT_EVAL] += step_s
                 paused = [r for r, p in zip(got.ranks, got.pause) if p]
-                if 2 * len(paused) < len(got):  # a minority alone: the others waited for it
+                if len(paused) < len(got):  # not the whole job: the others waited for these
                     self.stalls.pause(number, max(0.0, step_s - self.profile["step_s"]), paused)
                 continue
             datas = got.data_s

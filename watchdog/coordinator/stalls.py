@@ -81,8 +81,8 @@ class Stalls:
 
     def __init__(self) -> None:
         self.steps: deque[Step] = deque(maxlen=STALL_STEPS)
-        # Steps that some ranks spent in a checkpoint or eval phase while the others
-        # trained (the ledger does not split them): their own periodic pattern.
+        # Steps that some ranks (not all) spent in a checkpoint or eval phase while the
+        # others trained (the ledger does not split them): their own periodic pattern.
         self.pauses: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
 
     def add(self, step: Step) -> None:
@@ -90,7 +90,7 @@ class Stalls:
 
     def pause(self, step: int, cost_s: float, ranks: Sequence[int]) -> None:
         """Step ``step`` held the job ``cost_s`` beyond a train step while ``ranks``
-        (a minority) were in a checkpoint or eval phase."""
+        (not all of them) were in a checkpoint or eval phase."""
         for r in ranks:
             self.pauses.append(Occurrence(r, step, cost_s, PAUSE_WHERE))
 
