@@ -52,9 +52,18 @@ def test_an_unmarked_evaluation_alone_is_quiet_and_a_spin_after_it_is_named(tmp_
         wait_for(marker.exists, timeout_s=150, what="rank 0 to finish its evaluation and start spinning")
         spin_at = os.stat(marker).st_mtime
         found = wait_for(
-            lambda: records(stack.jpath, "finding"), timeout_s=60, what="a finding for the spin", interval_s=0.2
+            lambda: [f for f in records(stack.jpath, "finding") if f["detected_wall"] >= spin_at],
+            timeout_s=60,
+            what="a finding for the spin",
+            interval_s=0.2,
         )
-        before = [f for f in found if f["detected_wall"] < spin_at]
+        # A hang or a straggler during the evaluation is what this is about (a busy machine can
+        # freeze both ranks' interpreters at start-up for seconds: frozen_rank's business).
+        before = [
+            f
+            for f in records(stack.jpath, "finding")
+            if f["detected_wall"] < spin_at and f["kind"] not in ("frozen_rank",)
+        ]
         assert before == [], f"findings during the evaluation: {before}\n{stack.logs()}"
         hang = found[0]
         assert (hang["kind"], hang["ranks"]) == ("collective_hang", [0]), found
