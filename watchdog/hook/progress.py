@@ -147,10 +147,13 @@ class Progress:
         grad = torch.is_grad_enabled
 
         def watchdog_forward(module: Any, args: Any) -> None:
-            if module.training and grad():
-                c.train += 1
-            else:
-                c.eval += 1
+            try:  # never raises into training (a try is free in CPython 3.11 until it catches)
+                if module.training and grad():
+                    c.train += 1
+                else:
+                    c.eval += 1
+            except Exception:
+                pass
 
         def watchdog_optimizer(optimizer: Any, args: Any, kwargs: Any) -> None:
             c.optimizer += 1
