@@ -19,6 +19,12 @@ one collective, N times; the hook's cost is the difference from the bare loop.
   (``watchdog.hook.auto``: DataLoader patched, optimizer-step hook). The
   zero-code row's "hook ns" over the explicit row's is the price of no edits.
 
+* "forward": a small model's forward (8 Linear + ReLU pairs in a Sequential:
+  17 module calls), bare, with install() in its steady state (progress on, the
+  global forward hook not registered: what a job pays between evaluations) and
+  with that hook registered, as the heartbeat does during a step much longer
+  than the last (watchdog.hook.progress): hook ns per forward of 17 module calls.
+
 Several interleaved repeats; median and min reported. Budget: step mark + loader wrap + one
 collective <= 3 us per step on the project's CPUs (CPython 3.11).
 
@@ -155,6 +161,43 @@ def zero_code_rows(n: int, repeats: int, run_dir: str) -> tuple[dict[str, list[f
     return out, errors
 
 
+def forward_rows(n: int, repeats: int, run_dir: str) -> tuple[dict[str, list[float]], int]:
+    """A small model's forward, bare and with progress counted (interleaved like measure_all)."""
+    model = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(16, 16), torch.nn.ReLU())])
+    x = torch.ones(1, 16)
+    errors = 0
+
+    def forwards() -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            model(x)
+        return (time.perf_counter_ns() - t0) / n
+
+    def installed(armed: bool) -> float:
+        mon = install(run_dir=run_dir, job="bench-forward", patch_collectives=False, rank=0, world_size=1)
+        try:
+            if armed:
+                mon.progress._arm()
+            return forwards()
+        finally:
+            nonlocal errors
+            errors += mon.errors
+            mon.close()
+
+    rows = {
+        "bare forward (17 module calls)": forwards,
+        "forward, progress on (steady)": lambda: installed(False),
+        "forward, forward hook armed": lambda: installed(True),
+    }
+    for fn in rows.values():
+        fn()
+    out: dict[str, list[float]] = {label: [] for label in rows}
+    for _ in range(repeats):
+        for label, fn in rows.items():
+            out[label].append(fn())
+    return out, errors
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,6 +262,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--no-gloo", action="store_true", help="skip the real gloo rows")
     p.add_argument("--no-zero-code", action="store_true", help="skip the DataLoader + optimizer rows")
+    p.add_argument("--no-forwards", action="store_true", help="skip the model forward rows")
     p.add_argument("--against", metavar="OTHER_TREE", help="compare with the same benchmark in another checkout")
     p.add_argument("--rounds", type=int, default=7, help="with --against: alternating runs per tree")
     args = p.parse_args(argv)
@@ -264,6 +308,10 @@ def main(argv=None) -> int:
         rows, zc_errors = zero_code_rows(args.steps // 4, args.repeats, run_dir)
         results.update(rows)
         errors += zc_errors
+    if not args.no_forwards:
+        rows, fwd_errors = forward_rows(args.steps // 10, args.repeats, run_dir)
+        results.update(rows)
+        errors += fwd_errors
 
     print(
         f"hook overhead, median of {args.repeats} interleaved runs of {args.steps} steps, "

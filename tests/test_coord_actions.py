@@ -75,6 +75,16 @@ def test_default_policy_never_acts():
     assert reqs == [] and events == [(je.STATE, {"job_state": "running", "from": "degraded", "on": "findings_clear"})]
 
 
+def test_advice_leaves_the_job_running():
+    # periodic_stall, batch_changed: nothing is broken, so the job is not degraded by them
+    c = JobController(Policy(actions={"collective_hang": "alert"}))
+    for kind in ("periodic_stall", "batch_changed"):
+        reqs, events = c.tick([finding(kind, ranks=(0,))], old_view(), 200.0)
+        assert reqs == [] and events == [] and c.state is S.RUNNING
+    reqs, events = c.tick([finding("periodic_stall", ranks=(0,)), finding()], old_view(), 201.0)
+    assert names(events) == ["state"] and c.state is S.DEGRADED
+
+
 def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     c, v = JobController(RESTART), old_view()
     reqs, events = c.tick([finding()], v, 101.0)

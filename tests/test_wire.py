@@ -149,6 +149,21 @@ def test_the_start_ticks_word_is_its_own_and_zero_in_older_slots(tmp_path):
     assert wire.read_slot(write_file(tmp_path, buf, "t.slot")).header.identity.proc_start_ticks == 123456
 
 
+def test_progress_words_live_in_the_identitys_reserved_field_and_are_zero_in_older_slots(tmp_path):
+    """The progress words (hook/progress.py) take the identity's fourth, reserved field:
+    zero in a slot an older hook wrote (its reserved string is empty), outside the
+    seqlock, and the identity an older reader decodes is unchanged by them."""
+    assert wire.read_slot(write_file(tmp_path, fresh())).header.progress == (0,) * len(wire.PROGRESS_WORDS)
+    assert wire.PROGRESS_OFFSET == wire.IDENTITY_OFFSET + 3 * wire.IDENTITY_FIELD_BYTES
+    assert (wire.P_LAST + 1) * wire.WORD <= wire.RING_OFFSET and not any(map(wire.seqlocked, wire.PROGRESS_WORDS))
+    buf = fresh()
+    for i, w in enumerate(wire.PROGRESS_WORDS):
+        set_word(buf, w, 1000 + i)
+    header = wire.read_slot(write_file(tmp_path, buf, "p.slot")).header
+    assert [header.progress_word(w) for w in wire.PROGRESS_WORDS] == [1000 + i for i in range(len(wire.PROGRESS_WORDS))]
+    assert header.identity == wire.read_slot(write_file(tmp_path, fresh(), "q.slot")).header.identity
+
+
 def test_records_round_trip_and_since(tmp_path):
     cap = 8
     buf = fresh(cap)

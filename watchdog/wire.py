@@ -9,7 +9,9 @@ stay readable: exactly what a post-mortem needs.
 Layout (version 2, little-endian, every number an int64 "word")::
 
     bytes 0 .. 511      header words (H_* indices below)
-    bytes 512 .. 1023   identity strings (job, host, run id), NUL padded
+    bytes 512 .. 895    identity strings (job, host, run id), NUL padded
+    bytes 896 .. 1023   progress words (P_* indices below; the identity's
+                        reserved fourth field, zero in an older hook's slot)
     bytes 1024 ..       step ring: ``ring_capacity`` records of RECORD_WORDS words
                         (steps, phases, process group, control, errors)
     then                event ring: EVENT_RING_FACTOR x ``ring_capacity`` records
@@ -52,7 +54,7 @@ WORD = 8
 HEADER_WORDS = 64  # 512 bytes
 IDENTITY_OFFSET = 512
 IDENTITY_FIELD_BYTES = 128
-IDENTITY_FIELDS = ("job", "host", "run_id", "reserved")
+IDENTITY_FIELDS = ("job", "host", "run_id", "reserved")  # "reserved": the progress words
 RING_OFFSET = 1024
 RECORD_WORDS = 16
 DEFAULT_RING_CAPACITY = 256
@@ -146,6 +148,34 @@ H_CTRL_ACK_SEQ = 60  # hook: the CTRL_SEQ it acted on, written last
 H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
 H_CTRL_ACK_STEP = 62
 H_CTRL_ACK_NS = 63
+
+# Progress the script does not report (watchdog.hook.progress), added in place,
+# still version 2: 16 words in the identity's reserved field (bytes 896..1023),
+# zero in every slot an older hook wrote (its reserved string is empty) and never
+# read by an older agent, whose identity decoder drops that field. Word indices
+# count from the start of the file, like H_*. Single writer (the hook's heartbeat
+# thread), read on their own outside the seqlock, like the heartbeat.
+PROGRESS_OFFSET = IDENTITY_OFFSET + 3 * IDENTITY_FIELD_BYTES
+P_FIRST = PROGRESS_OFFSET // WORD
+P_TRAIN_FORWARDS = P_FIRST  # module forwards in train mode with grad enabled
+P_EVAL_FORWARDS = P_FIRST + 1  # module forwards in eval mode, under no_grad or inference_mode
+P_BACKWARDS = P_FIRST + 2  # torch.autograd.backward calls (loss.backward())
+P_OPTIMIZER_STEPS = P_FIRST + 3  # optimizer.step() calls
+P_PROGRESS_NS = P_FIRST + 4  # the heartbeat that last saw any of the above (or a step) move; 0 = never
+P_AUTO_PHASE = P_FIRST + 5  # the Phase the hook opened by itself (EVAL), 0 = none open
+P_AUTO_SINCE_NS = P_FIRST + 6  # when it opened it
+P_AUTO_COUNT = P_FIRST + 7  # automatic phases opened so far
+P_LAST = P_FIRST + 7
+PROGRESS_WORDS = (
+    P_TRAIN_FORWARDS,
+    P_EVAL_FORWARDS,
+    P_BACKWARDS,
+    P_OPTIMIZER_STEPS,
+    P_PROGRESS_NS,
+    P_AUTO_PHASE,
+    P_AUTO_SINCE_NS,
+    P_AUTO_COUNT,
+)
 
 # Why the loss words did not bump VERSION: words 40..43 were reserved and zero
 # in every version-1 slot (init_slot zeroes the header, no hook wrote them), and
@@ -508,6 +538,11 @@ class SlotHeader:
     status: int
     words: tuple[int, ...] = field(repr=False)  # every header word, for the fields below
     event_ring_capacity: int = 0  # 0: a version-1 slot, every record kind on the one ring
+    progress: tuple[int, ...] = field(default=(0,) * len(PROGRESS_WORDS), repr=False)  # PROGRESS_WORDS' values
+
+    def progress_word(self, index: int) -> int:
+        """One P_* word (0 in an older hook's slot)."""
+        return self.progress[index - P_FIRST]
 
     @property
     def event_head(self) -> int:
@@ -600,6 +635,7 @@ def decode_header(raw: bytes) -> SlotHeader:
         status=words[H_STATUS],
         words=words,
         event_ring_capacity=event_cap,
+        progress=struct.unpack_from(f"<{len(PROGRESS_WORDS)}q", raw, PROGRESS_OFFSET),
     )
 
 

@@ -27,7 +27,7 @@ from . import policy as P
 from .actions import MODULES
 from .actions.common import Event, Operation, Step
 from .evidence_plan import CommandRequest
-from .finding import Finding
+from .finding import ADVISORY_KINDS, Finding
 from .recover import Recovered
 from .view import ClusterView
 
@@ -111,9 +111,10 @@ class JobController:
         if self.job.state is P.JobState.FAILED:
             return reqs, events
         if self.job.state in P.IDLE:
-            if findings and self.job.state is P.JobState.RUNNING:
+            broken = [f for f in findings if f.kind not in ADVISORY_KINDS]  # advice says nothing is broken
+            if broken and self.job.state is P.JobState.RUNNING:
                 self._move("findings_open", events)
-            elif not findings and self.job.state is P.JobState.DEGRADED:
+            elif not broken and self.job.state is P.JobState.DEGRADED:
                 self._move("findings_clear", events)
         current = findings if seen is None else [f for f in findings if f.key in seen]
         p = P.plan(current, self.job, now, self.policy, self._frames, len(view.hosts))

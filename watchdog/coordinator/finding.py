@@ -19,10 +19,11 @@ KINDS = (
     "loss_anomaly",
     "batch_changed",
     "collective_mismatch",
+    "periodic_stall",
 )
 # Kinds that explain rather than accuse: they name no culprit, the policy never
 # acts on them and no alert pages for them.
-ADVISORY_KINDS = frozenset({"batch_changed"})
+ADVISORY_KINDS = frozenset({"batch_changed", "periodic_stall"})
 ACTIONABLE_KINDS = tuple(k for k in KINDS if k not in ADVISORY_KINDS)
 
 

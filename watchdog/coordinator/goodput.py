@@ -345,6 +345,9 @@ class Ledger:
             self.max_step = number
             if got.paused():
                 parts[CHECKPOINT_EVAL] += step_s
+                paused = [r for r, p in zip(got.ranks, got.pause) if p]
+                if len(paused) < len(got):  # not the whole job: the others waited for these
+                    self.stalls.pause(number, max(0.0, step_s - self.profile["step_s"]), paused)
                 continue
             datas = got.data_s
             computes: Sequence[float] = got.compute_s  # compute_s: s - d - c ...

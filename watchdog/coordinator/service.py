@@ -40,6 +40,7 @@ from .config import Config
 from .control import JobController
 from .detectors import build
 from .detectors.loader_starvation import LoaderStarvation
+from .detectors.periodic_stall import PeriodicStall
 from .detectors.straggler import Straggler
 from .dispatch import Dispatch, DispatchConfig
 from .finding import KINDS, Finding
@@ -107,7 +108,7 @@ class Coordinator:
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
         for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
-            if isinstance(det, Straggler | LoaderStarvation):
+            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall):
                 det.stalls = self.goodput.stalls
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None

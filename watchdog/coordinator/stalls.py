@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from .finding import Finding
+from .periodic import Occurrence, Pattern, patterns
 
 if TYPE_CHECKING:
     from .config import DetectorConfig
@@ -56,6 +57,8 @@ MIN_SHARE = 0.05  # of the steps' wall time lost to the rank's stalls
 SIGNIFICANCE = 1e-4
 MAJORITY = 0.5  # of all the stalls in the steps noted
 INTERMITTENT = 0.5  # stalls on at most this share of the steps from a rank's first
+PAUSES_KEPT = 64  # steps in which a minority of ranks was in a checkpoint or eval phase
+PAUSE_WHERE = "a checkpoint or eval phase"
 
 
 class Step(NamedTuple):
@@ -78,13 +81,37 @@ class Stalls:
 
     def __init__(self) -> None:
         self.steps: deque[Step] = deque(maxlen=STALL_STEPS)
+        # Steps that some ranks (not all) spent in a checkpoint or eval phase while the
+        # others trained (the ledger does not split them): their own periodic pattern.
+        self.pauses: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
 
     def add(self, step: Step) -> None:
         self.steps.append(step)
 
+    def pause(self, step: int, cost_s: float, ranks: Sequence[int]) -> None:
+        """Step ``step`` held the job ``cost_s`` beyond a train step while ``ranks``
+        (not all of them) were in a checkpoint or eval phase."""
+        for r in ranks:
+            self.pauses.append(Occurrence(r, step, cost_s, PAUSE_WHERE))
+
     def clear(self) -> None:
         """A restart: the steps of the job before it say nothing of the new ranks."""
         self.steps.clear()
+        self.pauses.clear()
+
+
+def stall_events(steps: Sequence[Step]) -> list[Step]:
+    """The steps in which one rank's own work held the others a large part of the step."""
+    return [s for s in steps if s.excess_s > 0.0 and s.excess_s >= EVENT_SHARE * s.step_s]
+
+
+def periodic(stalls: Stalls) -> list[Pattern]:
+    """The periodic patterns of the pauses noted: a rank in a checkpoint or eval
+    phase alone (marked, or opened by the hook from its eval forwards), on a
+    schedule. Unmarked stalls stay the straggler's evidence even when regular:
+    the time is lost all the same, and without the rank's stack nothing says
+    they are its own work rather than a neighbour's cron job."""
+    return patterns(stalls.pauses)
 
 
 @dataclass(frozen=True)
@@ -121,7 +148,7 @@ def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Sta
     if not steps:
         return []
     wall = sum(s.step_s for s in steps)
-    events = [s for s in steps if s.excess_s > 0.0 and s.excess_s >= EVENT_SHARE * s.step_s]
+    events = stall_events(steps)
     if len(events) < MIN_EVENTS or wall <= 0.0:
         return []
     by_rank: dict[int, list[Step]] = {}

@@ -84,7 +84,12 @@ class Process:
 
 
 def _spawn(
-    name: str, argv: Sequence[str], log_dir: Path, env: dict | None = None, new_session: bool = False
+    name: str,
+    argv: Sequence[str],
+    log_dir: Path,
+    env: dict | None = None,
+    new_session: bool = False,
+    cwd: Path | None = None,
 ) -> Process:
     log_path = log_dir / f"{name}.log"
     log = open(log_path, "ab")
@@ -97,6 +102,7 @@ def _spawn(
         env=full_env,
         start_new_session=new_session,
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
     log.close()
     return Process(name=name, popen=popen, log_path=log_path)
@@ -182,6 +188,9 @@ class TorchrunJob:
     env: dict = field(default_factory=dict)
     # the command torchrun runs under, e.g. ``watchdog run --`` (it execs: torchrun keeps the pid)
     prefix: Sequence[str] = ()
+    # the job's working directory (default: this process's): scripts that read data/ or write
+    # checkpoints relative to where they are run
+    cwd: Path | None = None
     proc: Process | None = None
 
     def start(self) -> TorchrunJob:
@@ -204,7 +213,7 @@ class TorchrunJob:
             str(self.script),
             *self.script_args,
         ]
-        self.proc = _spawn("torchrun", argv, self.work_dir, env, new_session=True)
+        self.proc = _spawn("torchrun", argv, self.work_dir, env, new_session=True, cwd=self.cwd)
         return self
 
     def wait(self, timeout_s: float) -> int:

@@ -297,10 +297,13 @@ def _saves(mon: Any) -> None:
 
     rec = mon.recorder
     patched: list[tuple[Any, str, Any, Any]] = []
+    prog = getattr(mon, "progress", None)
+    only_auto: Callable[[], bool] = prog.only_auto_open if prog is not None else bool
 
     def as_checkpoint(orig: Callable) -> Callable:
         def save(*args: Any, **kwargs: Any) -> Any:
-            if rec.quiet or rec._phase_stack:  # a phase is open (the script's own): it wins
+            # a phase is open (the script's own): it wins; inside the automatic eval, the save nests
+            if rec.quiet or (rec._phase_stack and not only_auto()):
                 return orig(*args, **kwargs)
             rec.phase_enter(_CHECKPOINT)
             try:

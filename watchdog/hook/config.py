@@ -51,6 +51,11 @@ class HookConfig:
     flight_recorder: bool = True
     # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion)
     gpu_completion: bool = True
+    # Progress the script does not report: forwards, backwards, optimizer steps, and the
+    # automatic eval phase they open (watchdog.hook.progress)
+    progress: bool = True
+    # An automatic eval phase closes after this long without progress (a rank that stops working alone)
+    progress_stale_s: float = 2.0
     max_errors: int = 100  # caught hook errors before the monitor turns itself off
 
     @property
@@ -80,6 +85,8 @@ ENV = {
     "restart_safe_init": "WATCHDOG_RESTART_SAFE_INIT",
     "flight_recorder": "WATCHDOG_FLIGHT_RECORDER",
     "gpu_completion": "WATCHDOG_GPU_COMPLETION",
+    "progress": "WATCHDOG_PROGRESS",
+    "progress_stale_s": "WATCHDOG_PROGRESS_STALE_S",
     "max_errors": None,
 }
 FIELDS = tuple(f.name for f in fields(HookConfig))
@@ -234,6 +241,9 @@ def load_config(
     hb = v["heartbeat_interval_s"]
     if not (math.isfinite(hb) and 0 < hb <= 3600):
         raise ValueError(f"{blame('heartbeat_interval_s')}={hb}: heartbeat interval must be in (0, 3600] seconds")
+    stale = v["progress_stale_s"]
+    if not (math.isfinite(stale) and 0 < stale <= 3600):
+        raise ValueError(f"{blame('progress_stale_s')}={stale}: must be in (0, 3600] seconds")
     if v["max_errors"] < 1:
         raise ValueError(f"{blame('max_errors')}={v['max_errors']}: must be >= 1")
     if not v["job"].strip():

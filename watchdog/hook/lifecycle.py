@@ -159,6 +159,13 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
             log.debug("watchdog.hook torch not importable; collectives not patched")
         except Exception as exc:
             mon._fail("patch_collectives", exc)
+    if cfg.progress:
+        try:
+            mon.use_progress()
+        except ImportError:
+            log.debug("watchdog.hook torch not importable; progress not counted")
+        except Exception as exc:
+            mon._fail("progress", exc)
     if cfg.auto_step:
         try:
             from watchdog.hook import optim

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog import wire
-from watchdog.hook import completion, control, flightrecorder
+from watchdog.hook import completion, control, flightrecorder, progress
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -73,6 +73,7 @@ _QUIET = {
     "_poll_control": nop,
     "_poll_flight": nop,
     "_poll_completions": nop,
+    "_poll_progress": nop,
 }
 
 
@@ -146,6 +147,10 @@ class Monitor:
         # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
         self.completions: completion.CompletionTracker | None = None
         self._poll_completions: Callable[[], object] = nop
+        # Progress the script does not report, and the automatic eval phase: None (and
+        # no hook registered) unless use_progress() is called (install, by configuration).
+        self.progress: progress.Progress | None = None
+        self._poll_progress: Callable[[], object] = nop
         self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
 
     # -- public API ----------------------------------------------------------------
@@ -353,10 +358,19 @@ class Monitor:
 
         self.step = step_and_mark  # type: ignore[method-assign]
 
+    def use_progress(self) -> None:
+        """Count forwards, backwards and optimizer steps, and open the automatic
+        eval phase from them (watchdog.hook.progress). Raises ImportError without torch."""
+        source = progress.Progress(self.recorder, self.slot, self._clock, self.config.progress_stale_s)
+        source.install(self._undo)
+        self.progress = source
+        self._poll_progress = source.poll
+
     def _poll_background(self) -> None:
         self._poll_control()
         self._poll_flight()
         self._poll_completions()
+        self._poll_progress()
 
     # -- control (agent -> hook) -------------------------------------------------
 

@@ -24,6 +24,7 @@ from .frozen_rank import FrozenRank
 from .loader_starvation import LoaderStarvation
 from .loss_anomaly import LossAnomaly
 from .never_joined import NeverJoined
+from .periodic_stall import PeriodicStall
 from .straggler import Straggler
 
 
@@ -49,6 +50,7 @@ DETECTORS = (
     LoaderStarvation,
     LossAnomaly,
     BatchChanged,
+    PeriodicStall,
 )
 
 

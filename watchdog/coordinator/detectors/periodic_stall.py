@@ -1,0 +1,57 @@
+"""periodic_stall: one rank holds the job up at a regular step interval (advisory).
+
+Real scripts evaluate or checkpoint on one rank every N steps while the others
+wait: a pause (a phase the script marked, the hook's ``torch.save`` phase, or
+the eval phase the hook opens from eval-mode forwards). Once it has recurred at
+the same interval it is expected, and a page for it would be noise. This says
+it once, naming the rank, the period, the cost and where it was ("rank 0 holds
+the job ~6 s every 1,000 steps in a checkpoint or eval phase: mark it or raise
+the allowance"). Advisory: the policy never acts on it and no alert pages for
+it. Unmarked stalls stay the straggler detector's (stalls.py says why).
+
+The occurrences come from the goodput ledger (the coordinator hands its
+``Stalls`` over, as to the straggler detector); a detector alone names none.
+"""
+
+from __future__ import annotations
+
+from ..config import DetectorConfig
+from ..finding import Finding
+from ..stalls import Stalls, periodic
+from ..view import ClusterView
+
+
+class PeriodicStall:
+    name = "periodic_stall"
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.stalls: Stalls | None = None
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        if self.stalls is None:
+            return []
+        out = []
+        for p in periodic(self.stalls):
+            rv = view.ranks.get(p.rank)
+            if rv is None:
+                continue
+            out.append(
+                Finding(
+                    kind=self.name,
+                    ranks=(p.rank,),
+                    hosts=(rv.host,),
+                    reason=p.describe(),
+                    onset_mono=now,
+                    detected_mono=now,
+                    evidence={
+                        "period_steps": p.period,
+                        "cost_s": round(p.cost_s, 3),
+                        "where": p.where,
+                        "occurrences": p.occurrences,
+                        "first_step": p.first_step,
+                        "last_step": p.last_step,
+                    },
+                )
+            )
+        return out
