@@ -1,4 +1,6 @@
-"""HTTP: POST /api/v1/report, GET /api/v1/status, GET /metrics, GET /healthz.
+"""HTTP: POST /api/v1/report, GET /api/v1/status, GET /metrics, GET /healthz
+(503 while the tick loop is stale), GET /readyz (503 until the journal is
+replayed and the first tick has run).
 
 Bytes in, bytes out; decisions live in ``api.ReportHandler``. The body size is
 checked from Content-Length before anything is read (413), the token before
@@ -54,9 +56,12 @@ def make_server(
     request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
     after_report: Callable[[], None] = lambda: None,
     event_loop: str = "auto",
+    unhealthy: Callable[[], str] = lambda: "",
+    unready: Callable[[], str] = lambda: "",
 ) -> LoopServer:
     """``after_report``: called after each accepted report (the daemon's
-    ``GcPolicy.after_report``)."""
+    ``GcPolicy.after_report``). ``unhealthy`` / ``unready``: why /healthz or
+    /readyz answer 503, or "" (the daemon's tick loop and replay)."""
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
     pressure = coordinator.backpressure
@@ -102,7 +107,19 @@ def make_server(
         if req.path == "/metrics":
             return Response(200, coordinator.metrics.exposition(), CONTENT_TYPE_LATEST)
         if req.path == "/healthz":
-            return Response(200, b"ok\n", "text/plain")
+            why = unhealthy()
+            return (
+                Response(503, f"unhealthy: {why}\n".encode(), "text/plain")
+                if why
+                else Response(200, b"ok\n", "text/plain")
+            )
+        if req.path == "/readyz":
+            why = unready()
+            return (
+                Response(503, f"not ready: {why}\n".encode(), "text/plain")
+                if why
+                else Response(200, b"ready\n", "text/plain")
+            )
         if req.path == STATUS_PATH:
             if not authorized(token, req.headers):
                 return _json(401, {"error": "missing or wrong bearer token"})
