@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from coordproc import ROOT, coordinator
 
+from watchdog.dev import localjob
 from watchdog.doctor import check, runner
 from watchdog.doctor.nvml import Nvml
 from watchdog.doctor.ptrace import CAP_SYS_PTRACE, Ptrace
@@ -31,8 +31,6 @@ def fake_proc(root, *, scope: int | None, caps: int) -> str:
 def doctor(*args: str) -> tuple[int, dict[str, dict]]:
     out = subprocess.run(
         [sys.executable, "-m", "watchdog.cli", "doctor", "--json", "--role", "agent", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -56,17 +54,18 @@ def test_good_host_then_broken_host(tmp_path):
     run_dir.mkdir(mode=0o700)
     good_proc = fake_proc(tmp_path / "proc-good", scope=1, caps=1 << CAP_SYS_PTRACE)
     common = ["--job.token-file", str(token), "--agent.listen-address", f"127.0.0.1:{free_port()}"]
-    with coordinator(tmp_path, "--journal", str(tmp_path / "j.jsonl"), "--job.token-file", str(token)) as (addr, _):
+    coord = localjob.start_coordinator(tmp_path, "job", 2, tmp_path / "j.jsonl", ["--job.token-file", str(token)])
+    try:
         rc, good = doctor(
-            *common, "--run-dir", str(run_dir), "--path.procfs", good_proc, "--coordinator.url", f"http://{addr}"
+            *common, "--run-dir", str(run_dir), "--path.procfs", good_proc, "--coordinator.url", coord.url
         )
         # The same coordinator, a token it does not know.
         wrong = tmp_path / "wrong"
         wrong.write_text("f" * 32)
         wrong.chmod(0o600)
-        _, refused = doctor(
-            "--job.token-file", str(wrong), "--coordinator.url", f"http://{addr}", "--path.procfs", good_proc
-        )
+        _, refused = doctor("--job.token-file", str(wrong), "--coordinator.url", coord.url, "--path.procfs", good_proc)
+    finally:
+        coord.stop()
     assert rc == 0, good
     for name in ("run_dir", "token_file", "ports", "ptrace", "py_spy", "pid_namespace", "coordinator"):
         assert good[name]["status"] == "ok", good[name]

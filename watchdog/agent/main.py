@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from watchdog import jobtoken, logs
 from watchdog.agent import config
@@ -197,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}"
         )
     agent = Agent(cfg)
+    # The standard process_* series (CPU, memory, fds, start time) of this process:
+    # registered here, where the agent is the whole process, never in Agent (tests run several in one).
+    ProcessCollector(registry=agent.registry)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from watchdog import httpguard, logs
+from watchdog import httpguard, httpgzip, logs
 
 INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 <h1>rank-watchdog agent</h1><p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a></p>
@@ -29,7 +29,11 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, content_type, encoder(registry))
+                body = encoder(registry)
+                if httpgzip.wanted(self.headers.get("Accept-Encoding", "")):
+                    self._send(200, content_type, httpgzip.compress(body), {"Content-Encoding": "gzip"})
+                else:
+                    self._send(200, content_type, body)
             elif path == "/healthz":
                 ok, text = healthy()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", text.encode() + b"\n")
@@ -38,9 +42,11 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found\n")
 
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
+        def _send(self, code: int, content_type: str, body: bytes, extra: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

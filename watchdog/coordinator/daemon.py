@@ -11,7 +11,7 @@ import os
 import threading
 import time
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs
 from . import journal_events as je
@@ -61,6 +61,8 @@ class Daemon:
         self.log = logs.get("watchdog.coordinator")
         self.journal = Journal(cfg.journal, _clock)
         self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
+        if own_process:  # the standard process_* series; in someone else's process they would be its
+            ProcessCollector(registry=self.coordinator.registry)
         self._gc = GcPolicy(time.monotonic(), enabled=own_process)
         self.server = make_server(
             cfg.listen[0],

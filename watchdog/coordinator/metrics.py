@@ -5,10 +5,12 @@ tests can run several coordinators in one process.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from watchdog.cli import package_version
 from watchdog.commands import TYPES as COMMAND_TYPES
 from watchdog.report import MAX_ACKS_PER_REPORT
 
@@ -59,6 +61,13 @@ class CoordinatorMetrics:
             ["training_job"],
             registry=r,
         )
+        self.build_info = Gauge(
+            "watchdog_coordinator_build_info",
+            "Always 1; labels carry the coordinator's version",
+            ["version", "python_version"],
+            registry=r,
+        )
+        self.build_info.labels(package_version(), platform.python_version()).set(1)
         self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
         self.active = Gauge(
             "watchdog_coordinator_findings_active",

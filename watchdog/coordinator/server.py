@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import httpguard, logs
+from .. import httpguard, httpgzip, logs
 from .api import ReportHandler, authorized
 from .httpio import MAX_CONNECTIONS, LoopServer, Request, Response
 from .service import Coordinator
@@ -105,7 +105,10 @@ def make_server(
 
     def get(req: Request) -> Response:
         if req.path == "/metrics":
-            return Response(200, coordinator.metrics.exposition(), CONTENT_TYPE_LATEST)
+            body = coordinator.metrics.exposition()
+            if httpgzip.wanted(req.headers.get("accept-encoding", "")):
+                return Response(200, httpgzip.compress(body), CONTENT_TYPE_LATEST, extra={"Content-Encoding": "gzip"})
+            return Response(200, body, CONTENT_TYPE_LATEST)
         if req.path == "/healthz":
             why = unhealthy()
             return (
