@@ -42,7 +42,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from watchdog import logs
+from watchdog import jobtoken, logs
 from watchdog.agent import report, track
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stepsummaries import StepSummaries
@@ -81,7 +81,7 @@ class JsonPoster:
         key = (u.scheme, u.hostname, u.port, timeout_s)
         headers = {"Content-Type": "application/json"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {jobtoken.bearer(token)}"  # never the token itself
         body = json.dumps(payload).encode()
         for attempt in (1, 2):
             fresh = self._conn is None or key != self._key
