@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs
 from . import journal_events as je
+from . import journallock
 from .config import Config, loggable
 from .gcpolicy import GcPolicy
 from .journal import Journal
@@ -59,22 +60,29 @@ class Daemon:
         self._ticked_at: float | None = None  # monotonic end of the last tick; None: replay or first tick pending
         self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
-        self.journal = Journal(cfg.journal, _clock)
-        self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
-        if own_process:  # the standard process_* series; in someone else's process they would be its
-            ProcessCollector(registry=self.coordinator.registry)
-        self._gc = GcPolicy(time.monotonic(), enabled=own_process)
-        self.server = make_server(
-            cfg.listen[0],
-            cfg.listen[1],
-            self.coordinator,
-            cfg.token,
-            cfg.max_body_bytes,
-            after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
-            event_loop=cfg.event_loop,
-            unhealthy=self.unhealthy,
-            unready=self.unready,
-        )
+        self._lock_fd = journallock.acquire(
+            cfg.journal
+        )  # before the journal opens: a second coordinator writes nothing
+        try:
+            self.journal = Journal(cfg.journal, _clock)
+            self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
+            if own_process:  # the standard process_* series; in someone else's process they would be its
+                ProcessCollector(registry=self.coordinator.registry)
+            self._gc = GcPolicy(time.monotonic(), enabled=own_process)
+            self.server = make_server(
+                cfg.listen[0],
+                cfg.listen[1],
+                self.coordinator,
+                cfg.token,
+                cfg.max_body_bytes,
+                after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
+                event_loop=cfg.event_loop,
+                unhealthy=self.unhealthy,
+                unready=self.unready,
+            )
+        except BaseException:  # could not start: the journal is free again
+            journallock.release(self._lock_fd)
+            raise
         self.address = bound_address(self.server)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -175,4 +183,5 @@ class Daemon:
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
         self.journal.close()
+        journallock.release(self._lock_fd)
         self.log.info("stopped", reason=reason)
