@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from watchdog import jobtoken, logs
+from watchdog import jobtoken, logs, webconfig
 from watchdog.agent import config
 from watchdog.agent.accelmetrics import AcceleratorCollector
 from watchdog.agent.actions import Actions
@@ -28,7 +28,7 @@ from watchdog.agent.exporter import Exporter
 from watchdog.agent.nvml import Accelerators, Disabled
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.rankmetrics import RanksCollector
-from watchdog.agent.sender import Sender
+from watchdog.agent.sender import JsonPoster, Sender
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
 from watchdog.agent.stacks import StackDumper, find_py_spy
@@ -58,6 +58,7 @@ class Agent:
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
         self.agent_id = secrets.token_hex(8)
+        self.web = webconfig.load(cfg.web_config)  # a WebConfigError: main exits 2 with it
         self.sender = self.commands = None
         if cfg.coordinator_url:
             outbox = Outbox(log=self.log)
@@ -93,6 +94,11 @@ class Agent:
                 accelerators=self.accelerator_dicts,
                 handle_commands=handle_commands,
                 outbox=outbox,
+                post=JsonPoster(
+                    webconfig.client_context(cfg.coordinator_ca_file)
+                    if cfg.coordinator_url.startswith("https:")
+                    else None
+                ),
             )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
@@ -138,7 +144,7 @@ class Agent:
 
     def run(self, stop: threading.Event) -> int:
         try:
-            server = Server(self.cfg.listen, self.registry, self.healthy)
+            server = Server(self.cfg.listen, self.registry, self.healthy, web=self.web)
         except OSError as exc:
             self.log.error("cannot listen", address=f"{self.cfg.listen[0]}:{self.cfg.listen[1]}", error=str(exc))
             return 1
@@ -196,7 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"job token given with --{jobtoken.INLINE} is visible to every local user; "
             f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}"
         )
-    agent = Agent(cfg)
+    try:
+        agent = Agent(cfg)
+    except webconfig.WebConfigError as exc:
+        print(f"watchdog agent: {exc}", file=sys.stderr)
+        return 2
     # The standard process_* series (CPU, memory, fds, start time) of this process:
     # registered here, where the agent is the whole process, never in Agent (tests run several in one).
     ProcessCollector(registry=agent.registry)

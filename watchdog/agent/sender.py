@@ -36,6 +36,7 @@ import dataclasses
 import http.client
 import json
 import random
+import ssl
 import threading
 import time
 import urllib.parse
@@ -72,7 +73,9 @@ class JsonPoster:
 
     _STALE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError)
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: for an https coordinator (its CA: ``--coordinator.ca-file``)."""
+        self._ssl = ssl_context
         self._conn: http.client.HTTPConnection | None = None
         self._key: tuple | None = None
 
@@ -87,8 +90,13 @@ class JsonPoster:
             fresh = self._conn is None or key != self._key
             if fresh:
                 self.close()
-                cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-                self._conn, self._key = cls(u.hostname or "", u.port, timeout=timeout_s), key
+                if u.scheme == "https":
+                    self._conn = http.client.HTTPSConnection(
+                        u.hostname or "", u.port, timeout=timeout_s, context=self._ssl
+                    )
+                else:
+                    self._conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout_s)
+                self._key = key
             conn = self._conn
             assert conn is not None
             try:

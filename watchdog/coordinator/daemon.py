@@ -13,7 +13,7 @@ import time
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from .. import logs
+from .. import logs, webconfig
 from . import journal_events as je
 from . import journallock
 from .config import Config, loggable
@@ -51,10 +51,13 @@ class Daemon:
         *,
         own_process: bool = False,
         stale_after_s: float | None = None,
+        web: webconfig.WebConfig | None = None,
     ) -> None:
         """``own_process``: the daemon is the whole process (``main``), so it may
         manage the garbage collector (``gcpolicy``); never inside someone else's.
-        ``stale_after_s``: see ``stale_after`` (tests pass less)."""
+        ``stale_after_s``: see ``stale_after`` (tests pass less). ``web``: the loaded
+        ``--web.config.file`` (read here when not given)."""
+        web = web if web is not None else webconfig.load(cfg.web_config)
         self.cfg = cfg
         self._stale_after_s = stale_after(cfg.tick_s) if stale_after_s is None else stale_after_s
         self._ticked_at: float | None = None  # monotonic end of the last tick; None: replay or first tick pending
@@ -79,6 +82,7 @@ class Daemon:
                 event_loop=cfg.event_loop,
                 unhealthy=self.unhealthy,
                 unready=self.unready,
+                web=web,
             )
         except BaseException:  # could not start: the journal is free again
             journallock.release(self._lock_fd)

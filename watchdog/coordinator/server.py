@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import httpguard, httpgzip, logs
+from .. import httpguard, httpgzip, logs, webconfig
 from .api import ReportHandler, authorized
 from .httpio import MAX_CONNECTIONS, LoopServer, Request, Response
 from .service import Coordinator
@@ -58,10 +58,13 @@ def make_server(
     event_loop: str = "auto",
     unhealthy: Callable[[], str] = lambda: "",
     unready: Callable[[], str] = lambda: "",
+    web: webconfig.WebConfig | None = None,
 ) -> LoopServer:
     """``after_report``: called after each accepted report (the daemon's
     ``GcPolicy.after_report``). ``unhealthy`` / ``unready``: why /healthz or
-    /readyz answer 503, or "" (the daemon's tick loop and replay)."""
+    /readyz answer 503, or "" (the daemon's tick loop and replay). ``web``: TLS, and
+    basic auth for /metrics (``--web.config.file``)."""
+    web = web or webconfig.WebConfig()
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
     pressure = coordinator.backpressure
@@ -105,6 +108,8 @@ def make_server(
 
     def get(req: Request) -> Response:
         if req.path == "/metrics":
+            if not web.allowed(req.headers.get("authorization", "")):
+                return Response(401, b"unauthorized\n", "text/plain", extra={"WWW-Authenticate": "Basic"})
             body = coordinator.metrics.exposition()
             if httpgzip.wanted(req.headers.get("accept-encoding", "")):
                 return Response(200, httpgzip.compress(body), CONTENT_TYPE_LATEST, extra={"Content-Encoding": "gzip"})
@@ -144,6 +149,7 @@ def make_server(
         request_deadline_s=request_deadline_s,
         log_name="watchdog.coordinator",
         event_loop=event_loop,
+        ssl_context=web.ssl_context,
     )
 
 
