@@ -85,3 +85,19 @@ def test_the_coordinator_exports_its_decision(tmp_path):
     assert value(reg, "watchdog_coordinator_restarts_total") == 1
     assert one_hot(reg) == "restarting"
     c.journal.close()
+
+
+def test_a_restarted_coordinator_exports_the_state_it_rebuilt_from_the_journal(tmp_path):
+    from watchdog.coordinator.testing import SimJob
+
+    c = coordinator(tmp_path, policy=RESTART)
+    sim = SimJob(jitter=0.1, seed=11)
+    sim.hang(3, 40)
+    sim.run_until(40.0, coordinator=c, tick_s=0.5)
+    assert one_hot(c.registry) == "restarting"
+    c.journal.close()
+    again = coordinator(tmp_path, policy=RESTART)  # the same journal, killed mid-restart
+    assert one_hot(again.registry) == "running"  # nothing replayed yet
+    again.recover(0.0, 1.7e9)
+    assert one_hot(again.registry) == "restarting"
+    again.journal.close()

@@ -9,6 +9,7 @@ import base64
 import json
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -85,6 +86,13 @@ def test_agent_to_coordinator_and_prometheus_to_agent_over_tls(tmp_path):
             log=agent.log_path,
         )
         assert status, status
+        # watchdog status, the person's view, with the CA file.
+        got = subprocess.run(
+            [sys.executable, "-m", "watchdog.cli", "status", "--coordinator.url", coord_url, "--json",
+             "--coordinator.ca-file", str(cert), "--job.token-file", str(token)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert got.returncode == 0 and json.loads(got.stdout)["hosts"], got.stderr
         assert get(coord_url + "/metrics", cert)[0] == 200  # no users: no auth on the coordinator's /metrics
         with pytest.raises(OSError):  # an https port does not speak plain HTTP (the connection is dropped)
             urllib.request.urlopen(f"http://{coord.address}/healthz", timeout=5).read()
