@@ -163,3 +163,24 @@ def test_a_check_that_raises_is_reported_and_the_others_run():
     assert [r.name for r in results] == ["broken", "ptrace"]
     assert results[0].status == "fix" and "boom" in results[0].detail
     assert runner.exit_code(results) == 1
+
+
+def test_a_journal_another_coordinator_holds_is_a_fix(tmp_path):
+    from watchdog.coordinator import journallock
+
+    host = check.Host(roles=frozenset({"coordinator"}), journal=str(tmp_path / "j.jsonl"))
+    result = next(r for r in runner.run(host) if r.name == "journal")
+    assert result.status == "ok", result
+    fd = journallock.acquire(host.journal)
+    try:
+        result = next(r for r in runner.run(host) if r.name == "journal")
+    finally:
+        journallock.release(fd)
+    assert result.status == "fix" and f"pid {os.getpid()}" in result.detail
+    made = check.Host(roles=frozenset({"coordinator"}), journal=str(tmp_path / "new" / "j.jsonl"))
+    assert next(r for r in runner.run(made) if r.name == "journal").status == "ok"  # the coordinator creates it
+    if os.geteuid() != 0:  # root may write anywhere
+        closed = tmp_path / "closed"
+        closed.mkdir(mode=0o500)
+        denied = check.Host(roles=frozenset({"coordinator"}), journal=str(closed / "j.jsonl"))
+        assert next(r for r in runner.run(denied) if r.name == "journal").status == "fix"

@@ -29,7 +29,7 @@ class Host:
     py_spy: str = ""
     proc_root: str = "/proc"
     dev_root: str = "/dev"
-    journal: str = ""
+    journal: str = "watchdog-journal.jsonl"  # the coordinator's --journal
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     euid: int = field(default_factory=os.geteuid)
     timeout_s: float = 5.0

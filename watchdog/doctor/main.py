@@ -9,11 +9,13 @@ import sys
 from collections.abc import Sequence
 
 from watchdog import flags, jobtoken
+from watchdog.coordinator.config import CONFIG_FLAGS
 from watchdog.flags import Flag
 
 from .check import FIX, ROLES, WARN, Host
 from .runner import exit_code, run
 
+JOURNAL_FLAG = next(f for f in CONFIG_FLAGS if f.name == "journal")  # the coordinator's own flag
 DESCRIPTION = "Pre-flight checks of this host for an agent, a training job or a coordinator, each with its fix."
 MARK = {"ok": "ok  ", WARN: "warn", FIX: "FIX "}
 
@@ -43,6 +45,7 @@ FLAGS: tuple[Flag, ...] = (
     jobtoken.file_flag("the job token file the daemons use"),
     jobtoken.inline_flag("the job token (prefer the file)"),
     Flag("stacks.py-spy", "", "the agent's --stacks.py-spy (empty: beside this interpreter, else PATH)"),
+    JOURNAL_FLAG,
     Flag("path.procfs", "/proc", "procfs mount point (node_exporter's flag)"),
     Flag("timeout-seconds", 5.0, "timeout of each probe", flags.positive_float),
 )
@@ -61,6 +64,7 @@ def host_from(values: dict) -> Host:
         token_file=values[flags.dest_of(jobtoken.FILE)],
         py_spy=values["stacks_py_spy"],
         proc_root=values["path_procfs"],
+        journal=values[JOURNAL_FLAG.dest],
         timeout_s=values["timeout_seconds"],
     )
 

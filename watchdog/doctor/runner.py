@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from .check import FIX, Check, Host, Result
 from .coordinator import Coordinator
 from .flight_recorder import FlightRecorder
+from .journal import Journal
 from .nvml import Nvml
 from .pidns import PidNamespace
 from .ports import Ports
@@ -20,6 +21,7 @@ CHECKS: tuple[Check, ...] = (
     RunDir(),
     TokenFile(),
     Ports(),
+    Journal(),
     Ptrace(),
     PySpy(),
     PidNamespace(),
