@@ -1,7 +1,7 @@
 """gzip for /metrics when the scraper asks (``Accept-Encoding: gzip``; Prometheus
-always does). Level 1: the coordinator's exposition at 16,384 ranks (2.4 MB)
-compresses 17x in 12 ms here; level 6 gains 13% more for 42 ms, on the loop
-that also handles reports."""
+always does). Level 1: the coordinator's exposition at 16,384 ranks and 2,048
+hosts (3.2 MB, 330 ms to generate) compresses to 305 KB (10.6x) in 16 ms here;
+level 6 saves 10% more for 52 ms, on the loop that also handles reports."""
 
 from __future__ import annotations
 
