@@ -59,7 +59,9 @@ J = f'training_job="$training_job", {NC}'
 JH = f'{J}, host=~"$host"'
 JHR = f'{JH}, rank=~"$rank"'
 H = f'host=~"$host", {NC}'  # accelerator series: per host, not per job
-RUNBOOK_BASE = "https://rank-watchdog.example/docs/runbooks/"  # as the alert rules' runbook_url
+# The panels' runbook links follow the dashboard variable `runbooks` (where docs/runbooks/
+# is published), preset to the alert rules' placeholder base; set it in Grafana.
+RUNBOOK_BASE = "https://rank-watchdog.example/docs/runbooks"
 # Panel title -> the alert whose runbook explains what the panel shows going wrong.
 RUNBOOKS = {
     "Dead ranks": "RankWatchdogRankDead",
@@ -159,7 +161,7 @@ def panel(
     if custom:
         fdefaults["custom"] = custom
     alert = RUNBOOKS.get(title)
-    links = [{"title": f"Runbook: {alert}", "url": f"{RUNBOOK_BASE}{alert}.md", "targetBlank": True}] if alert else []
+    links = [{"title": f"Runbook: {alert}", "url": f"${{runbooks}}/{alert}.md", "targetBlank": True}] if alert else []
     return {
         "id": pid,
         "type": kind,
@@ -241,6 +243,17 @@ def variables(with_rank: bool) -> dict:
     ]
     if with_rank:
         out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
+    base = {"text": RUNBOOK_BASE, "value": RUNBOOK_BASE}
+    out.append(
+        {
+            "name": "runbooks",
+            "label": "Runbooks at",
+            "type": "textbox",
+            "query": RUNBOOK_BASE,
+            "current": base,
+            "hide": 2,
+        }
+    )
     return {"list": out}
 
 

@@ -160,15 +160,17 @@ def test_every_query_is_bounded_by_namespace_and_cluster(docs):
 
 
 def test_panels_link_their_runbooks_and_say_their_units(docs):
-    runbooks = promcheck.REPO / "docs" / "runbooks"
+    pages = promcheck.REPO / "docs" / "runbooks"
     linked = set()
     for name, doc in docs.items():
         for p in doc["panels"]:
             for link in p.get("links", []):
-                assert link["url"].startswith(promcheck.RUNBOOK_BASE), (name, p["title"], link)
-                page = link["url"].removeprefix(promcheck.RUNBOOK_BASE)
-                assert (runbooks / page).is_file(), (name, p["title"], page)
+                assert link["url"].startswith("${runbooks}/"), (name, p["title"], link)
+                page = link["url"].removeprefix("${runbooks}/")
+                assert (pages / page).is_file(), (name, p["title"], page)
                 linked.add(page.removesuffix(".md"))
+        runbooks = next(v for v in doc["templating"]["list"] if v["name"] == "runbooks")
+        assert runbooks["query"] + "/" == promcheck.RUNBOOK_BASE, runbooks  # the alert rules' base
         units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in doc["panels"]}
         if name == "rank-watchdog-rank.json":
             assert units["Accelerator temperature"] == "celsius" and units["Accelerator power"] == "watt"
