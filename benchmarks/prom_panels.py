@@ -207,7 +207,13 @@ def targets(hosts: list[str], step_s: float, scrape_s: float, baseline: str = ""
     out = []
     sets = [("", dashboards())] + ([(f"{baseline} ", dashboards(baseline))] if baseline else [])
     for prefix, name, doc in ((pre, n, d) for pre, docs in sets for n, d in docs.items()):
-        values = {"training_job": JOB, "host": ".*" if name.endswith("job.json") else hosts[0], "rank": ".*"}
+        values = {
+            "cluster": ".*",
+            "namespace": ".*",
+            "training_job": JOB,
+            "host": ".*" if name.endswith("job.json") else hosts[0],
+            "rank": ".*",
+        }
         for p in doc["panels"]:
             for t in p["targets"]:
                 expr = t["expr"].replace("$__rate_interval", rate)

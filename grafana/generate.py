@@ -50,13 +50,37 @@ GRAFANA_ALERTS = (
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # The training job is the agents' label `training_job`; `job`/`instance` are the scrape
 # target's. A job is (training_job, namespace, cluster): aggregations keep all three.
-J = 'training_job="$training_job"'
-JH = 'training_job="$training_job", host=~"$host"'
-JHR = 'training_job="$training_job", host=~"$host", rank=~"$rank"'
+TOP = 10  # ranks or hosts a job-wide panel lists: the few worth a look, never all of them
+# Every query is bounded by the cluster and namespace variables too: two jobs of one
+# name in two namespaces or clusters are two jobs, never summed. Where a Prometheus has
+# neither label, the variables' "All" (.*) matches the empty value and changes nothing.
+NC = 'namespace=~"$namespace", cluster=~"$cluster"'
+J = f'training_job="$training_job", {NC}'
+JH = f'{J}, host=~"$host"'
+JHR = f'{JH}, rank=~"$rank"'
+H = f'host=~"$host", {NC}'  # accelerator series: per host, not per job
+# The panels' runbook links follow the dashboard variable `runbooks` (where docs/runbooks/
+# is published), preset to the alert rules' placeholder base; set it in Grafana.
+RUNBOOK_BASE = "https://rank-watchdog.example/docs/runbooks"
+# Panel title -> the alert whose runbook explains what the panel shows going wrong.
+RUNBOOKS = {
+    "Dead ranks": "RankWatchdogRankDead",
+    "Oldest heartbeat": "RankWatchdogRankFrozen",
+    "Active findings": "RankWatchdogCoordinatorFinding",
+    "Monitor: job state": "RankWatchdogActionInProgress",
+    f"Accelerator utilisation: the job and the {TOP} least busy hosts": "RankWatchdogAcceleratorIdle",
+    f"Data-wait share: the job and the {TOP} hungriest hosts": "RankWatchdogJobDataStarvation",
+    "Ranks by state vs expected": "RankWatchdogRanksMissing",
+    f"Oldest heartbeat: the {TOP} stalest hosts": "RankWatchdogRankFrozen",
+    f"Coordinator: straggler score, the {TOP} highest ranks": "RankWatchdogStraggler",
+    "Coordinator: time without progress vs deadline": "RankWatchdogJobHang",
+    "Process state": "RankWatchdogRankDead",
+    "Compute vs job mean": "RankWatchdogStraggler",
+    "Throttle reasons and XID errors": "RankWatchdogAcceleratorXidError",
+}
 JOB_KEY = "training_job, namespace, cluster"
 TARGET = "cluster, job, instance"  # one scrape target: how coordinator and agent series meet their info
 RI = "$__rate_interval"
-TOP = 10  # ranks or hosts a job-wide panel lists: the few worth a look, never all of them
 
 
 def per_step(part_sel: str, step_sel: str) -> str:
@@ -136,6 +160,8 @@ def panel(
     fdefaults = {"unit": unit, **(defaults or {})}
     if custom:
         fdefaults["custom"] = custom
+    alert = RUNBOOKS.get(title)
+    links = [{"title": f"Runbook: {alert}", "url": f"${{runbooks}}/{alert}.md", "targetBlank": True}] if alert else []
     return {
         "id": pid,
         "type": kind,
@@ -146,6 +172,7 @@ def panel(
         "targets": targets,
         "fieldConfig": {"defaults": fdefaults, "overrides": []},
         "options": options or {},
+        "links": links,
     }
 
 
@@ -205,13 +232,28 @@ def variables(with_rank: bool) -> dict:
             "hide": 0,
             "refresh": 1,
         },
-        query_var("training_job", "Training job", "label_values(watchdog_host_ranks, training_job)", False),
+        query_var("cluster", "Cluster", "label_values(watchdog_host_ranks, cluster)", False, True),
+        query_var(
+            "namespace", "Namespace", 'label_values(watchdog_host_ranks{cluster=~"$cluster"}, namespace)', False, True
+        ),
+        query_var("training_job", "Training job", f"label_values(watchdog_host_ranks{{{NC}}}, training_job)", False),
         # On the rank dashboard no "All": its panels show every selected host's ranks,
         # and all of a 16,384-rank job's would be 2,048 hosts' worth of series.
         query_var("host", "Host", f"label_values(watchdog_host_ranks{{{J}}}, host)", True, not with_rank),
     ]
     if with_rank:
         out.append(query_var("rank", "Rank", f"label_values(watchdog_rank_alive{{{JH}}}, rank)", True))
+    base = {"text": RUNBOOK_BASE, "value": RUNBOOK_BASE}
+    out.append(
+        {
+            "name": "runbooks",
+            "label": "Runbooks at",
+            "type": "textbox",
+            "query": RUNBOOK_BASE,
+            "current": base,
+            "hide": 2,
+        }
+    )
     return {"list": out}
 
 
@@ -467,6 +509,17 @@ def job_dashboard() -> dict:
                 {"color": "green", "value": 0.8},
             ],
         ),
+        stat(
+            lay,
+            "Monitor: job state",
+            "The coordinator's state machine for the job: running, degraded (findings open), checkpointing, "
+            "restarting, aborting (its policy acts: the job's other alerts are held back), failed.",
+            f"max by (state) ({of_job('watchdog_coordinator_job_state')}) == 1",
+            w=6,
+            h=8,
+            text="name",
+            legend="{{state}}",
+        ),
         ts(
             lay,
             "Bottleneck evidence: share of step time per cause",
@@ -504,7 +557,8 @@ def job_dashboard() -> dict:
             {
                 "title": "Rank detail",
                 "type": "link",
-                "url": "/d/rank-watchdog-rank?${__url_time_range}&var-training_job=${training_job}&${host:queryparam}",
+                "url": "/d/rank-watchdog-rank?${__url_time_range}&var-cluster=${cluster}&var-namespace=${namespace}"
+                "&var-training_job=${training_job}&${host:queryparam}",
                 "targetBlank": False,
                 "asDropdown": False,
                 "includeVars": False,
@@ -649,8 +703,8 @@ def rank_dashboard() -> dict:
             "Accelerator utilisation and memory",
             "NVML utilisation of the selected hosts' accelerators (kernels and memory traffic).",
             [
-                target('watchdog_accelerator_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}}", "A"),
-                target('watchdog_accelerator_memory_utilization_ratio{host=~"$host"}', "{{host}} gpu {{gpu}} mem", "B"),
+                target(f"watchdog_accelerator_utilization_ratio{{{H}}}", "{{host}} gpu {{gpu}}", "A"),
+                target(f"watchdog_accelerator_memory_utilization_ratio{{{H}}}", "{{host}} gpu {{gpu}} mem", "B"),
             ],
             unit="percentunit",
         ),
@@ -658,26 +712,33 @@ def rank_dashboard() -> dict:
             lay,
             "Accelerator SM clock",
             "A straggler's GPU often runs at a lower clock (throttling).",
-            [target('watchdog_accelerator_sm_clock_hertz{host=~"$host"}', "{{host}} gpu {{gpu}}")],
+            [target(f"watchdog_accelerator_sm_clock_hertz{{{H}}}", "{{host}} gpu {{gpu}}")],
             unit="hertz",
         ),
         ts(
             lay,
-            "Accelerator temperature and power",
-            "Core temperature and power draw.",
-            [
-                target('watchdog_accelerator_temperature_celsius{host=~"$host"}', "{{host}} gpu {{gpu}} °C", "A"),
-                target('watchdog_accelerator_power_watts{host=~"$host"}', "{{host}} gpu {{gpu}} W", "B"),
-            ],
+            "Accelerator temperature",
+            "Core temperature of the selected hosts' accelerators.",
+            [target(f"watchdog_accelerator_temperature_celsius{{{H}}}", "{{host}} gpu {{gpu}}")],
+            w=6,
+            unit="celsius",
+        ),
+        ts(
+            lay,
+            "Accelerator power",
+            "Power draw of the selected hosts' accelerators.",
+            [target(f"watchdog_accelerator_power_watts{{{H}}}", "{{host}} gpu {{gpu}}")],
+            w=6,
+            unit="watt",
         ),
         ts(
             lay,
             "Throttle reasons and XID errors",
             "NVML throttle-reason bitmask (0 or 1 = unthrottled) and critical XID events in the window.",
             [
-                target('watchdog_accelerator_throttle_reasons{host=~"$host"}', "{{host}} gpu {{gpu}} throttle", "A"),
+                target(f"watchdog_accelerator_throttle_reasons{{{H}}}", "{{host}} gpu {{gpu}} throttle", "A"),
                 target(
-                    f'increase(watchdog_accelerator_xid_errors_total{{host=~"$host"}}[{RI}])',
+                    f"increase(watchdog_accelerator_xid_errors_total{{{H}}}[{RI}])",
                     "{{host}} gpu {{gpu}} xid {{xid}}",
                     "B",
                 ),
@@ -702,7 +763,8 @@ def rank_dashboard() -> dict:
             {
                 "title": "Job overview",
                 "type": "link",
-                "url": "/d/rank-watchdog-job?${__url_time_range}&var-training_job=${training_job}",
+                "url": "/d/rank-watchdog-job?${__url_time_range}&var-cluster=${cluster}&var-namespace=${namespace}"
+                "&var-training_job=${training_job}",
                 "targetBlank": False,
                 "asDropdown": False,
                 "includeVars": False,

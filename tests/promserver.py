@@ -15,7 +15,10 @@ from watchdog.dev.localjob import free_port
 
 
 class Prometheus:
-    def __init__(self, work_dir: Path, targets: list[str], scrape_interval_s: float = 1.0, rule_files=()):
+    def __init__(
+        self, work_dir: Path, targets: list[str], scrape_interval_s: float = 1.0, rule_files=(), scrape_extra: str = ""
+    ):
+        """``scrape_extra``: YAML lines for the scrape job, indented 4 (scheme, tls_config, basic_auth)."""
         self.work_dir = work_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -29,7 +32,7 @@ scrape_configs:
   - job_name: watchdog-agent
     static_configs:
       - targets: {json.dumps(targets)}
-"""
+{scrape_extra}"""
         (work_dir / "prometheus.yml").write_text(config)
         self.proc: subprocess.Popen | None = None
 

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from watchdog import jobtoken, wire
 from watchdog import report as wire_report
-from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.procs import ProcSample
@@ -152,7 +152,7 @@ def test_a_real_post_to_a_loopback_server():
         )
         s.send_once()
         s.send_once()
-        assert s.ok == 2 and got["path"] == "/api/v1/report" and got["auth"] == "Bearer tok"
+        assert s.ok == 2 and got["path"] == "/api/v1/report" and got["auth"] == f"Bearer {jobtoken.bearer('tok')}"
         assert got["body"]["ranks"][0]["rank"] == 0
         assert len(got["ports"]) == 1  # one kept-alive connection for both reports
         s.send_once()  # the server dropped the connection: retried once on a new one

@@ -358,3 +358,18 @@ def test_dashboard_panels_return_data(live):
             if not live.prom.query(re.sub(r"\$\w+", ".*", q)):
                 empty.append(f"{path.name}: {where}")
     assert not empty, "queries with no data:\n" + "\n".join(empty)
+
+
+def test_job_state_and_actions_in_a_real_scrape(live):
+    """The coordinator's job state (one-hot) and its action counters, as Prometheus
+    scraped them: an alert-only policy acts on nothing, so running or degraded."""
+    states = wait_for(
+        lambda: live.prom.query('watchdog_coordinator_job_state{watchdog_component="coordinator"} == 1'),
+        30,
+        what="watchdog_coordinator_job_state scraped",
+        interval_s=0.2,
+    )
+    assert [s["metric"]["state"] for s in states] in (["running"], ["degraded"]), states
+    actions = live.prom.query('watchdog_coordinator_actions_total{action="restart"}')
+    assert {s["metric"]["outcome"] for s in actions} == {"started", "succeeded", "failed", "dry_run"}
+    assert all(float(s["value"][1]) == 0 for s in actions)

@@ -160,3 +160,21 @@ def test_replay_cache_keeps_ids_until_expiry_and_stays_bounded():
 )
 def test_is_loopback(host, want):
     assert c.is_loopback(host) is want
+
+
+def test_a_command_signed_with_the_bearer_token_or_the_bearer_credential_is_refused():
+    """Whoever reads a report holds what the agent sent as bearer: neither that nor
+    the token used as a raw HMAC key signs a command (jobtoken.signing_key)."""
+    import hashlib
+    import hmac
+
+    from watchdog import jobtoken
+
+    unsigned = {k: v for k, v in cmd(c.SIGNAL).items() if k != "sig"}
+    for key in (TOKEN, jobtoken.bearer(TOKEN)):
+        forged = {**unsigned, "sig": hmac.new(key.encode(), c.canonical(unsigned), hashlib.sha256).hexdigest()}
+        assert c.verify(forged, TOKEN, "job", "node-a", NOW, set()) == (False, c.BAD_SIGNATURE), key
+    assert c.verify(cmd(c.SIGNAL), TOKEN, "job", "node-a", NOW, set()) == (True, "")
+    # The three are distinct, and the bearer credential does not reveal the token.
+    assert len({TOKEN, jobtoken.bearer(TOKEN), jobtoken.signing_key(TOKEN).decode()}) == 3
+    assert jobtoken.bearer("") == ""

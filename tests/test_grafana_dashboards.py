@@ -138,12 +138,43 @@ def test_panel_ids_and_positions_are_unique(docs):
 def test_variables_and_datasources(docs):
     for name, doc in docs.items():
         names = [v["name"] for v in doc["templating"]["list"]]
-        assert names[:3] == ["datasource", "training_job", "host"], (name, names)
+        assert names[:5] == ["datasource", "cluster", "namespace", "training_job", "host"], (name, names)
         for p in doc["panels"]:
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, p["title"])
             assert all(t["datasource"] == p["datasource"] for t in p["targets"]), (name, p["title"])
     assert "rank" in [v["name"] for v in docs["rank-watchdog-rank.json"]["templating"]["list"]]
     assert len({d["uid"] for d in docs.values()}) == len(docs)
+
+
+def test_every_query_is_bounded_by_namespace_and_cluster(docs):
+    """Two jobs of one name in two namespaces or clusters are never summed: every
+    panel, annotation and variable below them selects both."""
+    for name, doc in docs.items():
+        for where, expr in dashboard_exprs(doc).items():
+            if where in ("variable cluster", "variable namespace"):
+                continue
+            assert 'namespace=~"$namespace"' in expr and 'cluster=~"$cluster"' in expr, (name, where, expr)
+        for v in doc["templating"]["list"]:
+            if v["name"] in ("cluster", "namespace"):
+                assert v["includeAll"] and v["allValue"] == ".*", (name, v["name"])  # no such label: matches
+
+
+def test_panels_link_their_runbooks_and_say_their_units(docs):
+    pages = promcheck.REPO / "docs" / "runbooks"
+    linked = set()
+    for name, doc in docs.items():
+        for p in doc["panels"]:
+            for link in p.get("links", []):
+                assert link["url"].startswith("${runbooks}/"), (name, p["title"], link)
+                page = link["url"].removeprefix("${runbooks}/")
+                assert (pages / page).is_file(), (name, p["title"], page)
+                linked.add(page.removesuffix(".md"))
+        runbooks = next(v for v in doc["templating"]["list"] if v["name"] == "runbooks")
+        assert runbooks["query"] + "/" == promcheck.RUNBOOK_BASE, runbooks  # the alert rules' base
+        units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in doc["panels"]}
+        if name == "rank-watchdog-rank.json":
+            assert units["Accelerator temperature"] == "celsius" and units["Accelerator power"] == "watt"
+    assert {"RankWatchdogRankDead", "RankWatchdogRankFrozen", "RankWatchdogJobHang", "RankWatchdogStraggler"} <= linked
 
 
 def test_job_overview_has_what_the_issue_asks(docs):

@@ -21,6 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "watchdog.hook.run_cli",
         "run any launcher command (torchrun, srun, mpirun, python) with every rank monitored",
     ),
+    "doctor": (
+        "watchdog.doctor.main",
+        "pre-flight checks of this host (run dir, ptrace, py-spy, NVML, ports, token, coordinator), each with its fix",
+    ),
     "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
     "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),
@@ -48,6 +52,7 @@ EXTRA_OF: dict[str, str] = {
     "hosts": "coordinator",
     "scaling": "coordinator",
     "demo": "all",
+    "doctor": "agent",  # structlog, through the daemons' own modules it reads its checks from
 }
 
 

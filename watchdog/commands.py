@@ -10,9 +10,12 @@ agent). Envelope, one JSON object::
      "args": {...}, "issued_wall": 1700000000.25, "expires_wall": 1700000030.25,
      "sig": "<hex HMAC-SHA256>"}
 
-``sig`` = HMAC-SHA256(job token, DOMAIN + canonical JSON of every other field:
-sorted keys, no whitespace, ASCII). The domain prefix keeps a command signature
-from being valid for anything else the token might ever sign.
+``sig`` = HMAC-SHA256(signing key, DOMAIN + canonical JSON of every other field:
+sorted keys, no whitespace, ASCII). The signing key is derived from the job token
+(``jobtoken.signing_key``), apart from the bearer credential agents send with their
+reports (``jobtoken.bearer``): whoever reads a report cannot sign a command. The
+domain prefix keeps a command signature from being valid for anything else the
+key might ever sign.
 
 Times are in the *receiving agent's* wall clock: the coordinator takes
 ``issued_wall`` from the agent's own ``sent_wall`` in the report it answers, so a
@@ -53,6 +56,8 @@ import math
 import secrets
 from collections.abc import Container
 from typing import Any, TypeGuard
+
+from watchdog import jobtoken
 
 DOMAIN = b"rank-watchdog command v1\n"
 DUMP_STACKS, SNAPSHOT_SLOTS, SIGNAL, CHECKPOINT = "dump_stacks", "snapshot_slots", "signal", "checkpoint"
@@ -141,7 +146,7 @@ def canonical(cmd: dict[str, Any]) -> bytes:
 
 
 def signature(cmd: dict[str, Any], token: str) -> str:
-    return hmac.new(token.encode("utf-8"), canonical(cmd), hashlib.sha256).hexdigest()
+    return hmac.new(jobtoken.signing_key(token), canonical(cmd), hashlib.sha256).hexdigest()
 
 
 def sign(cmd: dict[str, Any], token: str) -> dict[str, Any]:

@@ -10,6 +10,9 @@ it, never "no token".
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import ipaddress
 import os
 import stat
@@ -24,6 +27,29 @@ INLINE_ENV = env_of(INLINE)  # WATCHDOG_JOB_TOKEN: out of argv, unlike --job.tok
 # Below this a token can be guessed or brute-forced against a reachable port; the
 # shipped scripts make 32 random bytes (64 hex characters).
 MIN_BYTES = 16
+
+
+# What the token is used for, each under a key of its own derived from it (HMAC with a
+# fixed label), so that what travels cannot be turned into what signs: an agent sends
+# ``bearer(token)`` with every report, and whoever reads one report (a proxy log, a
+# capture of plain HTTP) cannot derive ``signing_key(token)`` from it and sign a command.
+BEARER_LABEL = b"rank-watchdog bearer v1"
+SIGNING_LABEL = b"rank-watchdog command signing v1"
+
+
+@functools.lru_cache(maxsize=8)
+def _derive(token: str, label: bytes) -> str:
+    return hmac.new(token.encode("utf-8"), label, hashlib.sha256).hexdigest()
+
+
+def bearer(token: str) -> str:
+    """The credential an agent sends as ``Authorization: Bearer`` ("" without a token)."""
+    return _derive(token, BEARER_LABEL) if token else ""
+
+
+def signing_key(token: str) -> bytes:
+    """The HMAC key of command signatures: neither the token nor ``bearer(token)``."""
+    return _derive(token, SIGNING_LABEL).encode("ascii")
 
 
 def file_flag(help: str) -> Flag:

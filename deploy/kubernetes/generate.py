@@ -16,6 +16,7 @@ are copied verbatim; only the Kubernetes envelopes are added. Their namespace,
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -79,10 +80,21 @@ def dashboard_config_maps() -> list[dict]:
                 "name": f"{path.stem}-dashboard",
                 "labels": {**LABELS, "app.kubernetes.io/component": "dashboards", "grafana_dashboard": "1"},
             },
-            "data": {path.name: path.read_text()},
+            "data": {path.name: _without_runbook_base(path.read_text())},
         }
         for path in DASHBOARDS
     ]
+
+
+def _without_runbook_base(text: str) -> str:
+    """The dashboard with its `runbooks` variable (the panels' runbook links) emptied:
+    kustomize cannot reach into the JSON to set RUNBOOK_BASE there, and the placeholder
+    is no place to send anyone. Set the variable in Grafana (Dashboard settings > Variables)."""
+    doc = json.loads(text)
+    for v in doc["templating"]["list"]:
+        if v["name"] == "runbooks":
+            v["query"], v["current"], v["hide"] = "", {"text": "", "value": ""}, 0
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 class _Dumper(yaml.SafeDumper):

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog import flags, jobtoken, logs, rundir
+from watchdog import flags, jobtoken, logs, rundir, webconfig
 from watchdog.flags import Flag
 from watchdog.report import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -150,6 +150,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "coordinator.timeout-seconds", 2.0, "HTTP timeout of one report", flags.positive_float, field="report_timeout_s"
     ),
+    Flag(
+        "coordinator.ca-file",
+        "",
+        "CA certificate(s) that sign an https coordinator's certificate (empty: the system's)",
+        field="coordinator_ca_file",
+    ),
+    webconfig.flag(),
     jobtoken.file_flag(f"file holding the shared job token (preferred over --{jobtoken.INLINE})"),
     jobtoken.inline_flag(
         f"shared job token; prefer --{jobtoken.FILE} or {jobtoken.INLINE_ENV} (argv is world-readable)"
@@ -221,6 +228,8 @@ class AgentConfig:
     coordinator_from_run_dir: bool = False
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0
+    coordinator_ca_file: str = ""
+    web_config: str = ""  # --web.config.file: TLS and basic auth for /metrics (watchdog.webconfig)
     accelerator: bool = True
     rank_detail: str = "full"  # rankmetrics.DETAILS
     slowest_ranks: int = 1

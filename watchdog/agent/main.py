@@ -16,9 +16,9 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
-from watchdog import jobtoken, logs
+from watchdog import jobtoken, logs, webconfig
 from watchdog.agent import config
 from watchdog.agent.accelmetrics import AcceleratorCollector
 from watchdog.agent.actions import Actions
@@ -29,7 +29,7 @@ from watchdog.agent.exporter import Exporter
 from watchdog.agent.nvml import Accelerators, Disabled
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.rankmetrics import RanksCollector
-from watchdog.agent.sender import Sender
+from watchdog.agent.sender import JsonPoster, Sender
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
 from watchdog.agent.stacks import StackDumper, find_py_spy
@@ -59,6 +59,7 @@ class Agent:
         self.accelerators = accelerators or (Accelerators() if cfg.accelerator else Disabled())
         self.loop = LoopStats()
         self.agent_id = secrets.token_hex(8)
+        self.web = webconfig.load(cfg.web_config)  # a WebConfigError: main exits 2 with it
         self.sender = self.commands = None
         if cfg.coordinator_url or cfg.coordinator_from_run_dir:
             outbox = Outbox(log=self.log)
@@ -99,6 +100,8 @@ class Agent:
                 outbox=outbox,
                 url_of=discovery,
                 token_of=token_of,
+                # used for https coordinators only (a discovered one may be too): the system's CAs or the CA file
+                post=JsonPoster(webconfig.client_context(cfg.coordinator_ca_file)),
             )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
@@ -144,7 +147,7 @@ class Agent:
 
     def run(self, stop: threading.Event) -> int:
         try:
-            server = Server(self.cfg.listen, self.registry, self.healthy)
+            server = Server(self.cfg.listen, self.registry, self.healthy, web=self.web)
         except OSError as exc:
             self.log.error("cannot listen", address=f"{self.cfg.listen[0]}:{self.cfg.listen[1]}", error=str(exc))
             return 1
@@ -202,7 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"job token given with --{jobtoken.INLINE} is visible to every local user; "
             f"use --{jobtoken.FILE} or {jobtoken.INLINE_ENV}"
         )
-    agent = Agent(cfg)
+    try:
+        agent = Agent(cfg)
+    except webconfig.WebConfigError as exc:
+        print(f"watchdog agent: {exc}", file=sys.stderr)
+        return 2
+    # The standard process_* series (CPU, memory, fds, start time) of this process:
+    # registered here, where the agent is the whole process, never in Agent (tests run several in one).
+    ProcessCollector(registry=agent.registry)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame) -> None:

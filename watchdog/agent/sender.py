@@ -36,13 +36,14 @@ import dataclasses
 import http.client
 import json
 import random
+import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from watchdog import logs
+from watchdog import jobtoken, logs
 from watchdog.agent import report, track
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stepsummaries import StepSummaries
@@ -72,7 +73,9 @@ class JsonPoster:
 
     _STALE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError)
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: for an https coordinator (its CA: ``--coordinator.ca-file``)."""
+        self._ssl = ssl_context
         self._conn: http.client.HTTPConnection | None = None
         self._key: tuple | None = None
 
@@ -81,14 +84,19 @@ class JsonPoster:
         key = (u.scheme, u.hostname, u.port, timeout_s)
         headers = {"Content-Type": "application/json"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {jobtoken.bearer(token)}"  # never the token itself
         body = json.dumps(payload).encode()
         for attempt in (1, 2):
             fresh = self._conn is None or key != self._key
             if fresh:
                 self.close()
-                cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-                self._conn, self._key = cls(u.hostname or "", u.port, timeout=timeout_s), key
+                if u.scheme == "https":
+                    self._conn = http.client.HTTPSConnection(
+                        u.hostname or "", u.port, timeout=timeout_s, context=self._ssl
+                    )
+                else:
+                    self._conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout_s)
+                self._key = key
             conn = self._conn
             assert conn is not None
             try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from watchdog import httpguard, logs
+from watchdog import httpguard, httpgzip, logs, webconfig
 
 INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 <h1>rank-watchdog agent</h1><p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a></p>
@@ -20,7 +20,7 @@ INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 """
 
 
-def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]):
+def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]], web: webconfig.WebConfig):
     class Handler(httpguard.GuardedHandler):
         server_version = "rank-watchdog-agent"
         timeout = 10.0  # per read; the request as a whole has the server's deadline
@@ -28,8 +28,15 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
+                if not web.allowed(self.headers.get("Authorization", "")):
+                    self._send(401, "text/plain; charset=utf-8", b"unauthorized\n", {"WWW-Authenticate": "Basic"})
+                    return
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, content_type, encoder(registry))
+                body = encoder(registry)
+                if httpgzip.wanted(self.headers.get("Accept-Encoding", "")):
+                    self._send(200, content_type, httpgzip.compress(body), {"Content-Encoding": "gzip"})
+                else:
+                    self._send(200, content_type, body)
             elif path == "/healthz":
                 ok, text = healthy()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", text.encode() + b"\n")
@@ -38,9 +45,11 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found\n")
 
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
+        def _send(self, code: int, content_type: str, body: bytes, extra: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -57,10 +66,19 @@ class Server:
         address: tuple[str, int],
         registry: CollectorRegistry,
         healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+        web: webconfig.WebConfig | None = None,
     ) -> None:
+        """``web``: TLS, and basic auth for /metrics (``--web.config.file``)."""
+        web = web or webconfig.WebConfig()
         self._httpd = httpguard.server_class(address[0])(
-            address, make_handler(registry, healthy), log_name="watchdog.agent"
+            address, make_handler(registry, healthy, web), log_name="watchdog.agent"
         )
+        if web.ssl_context is not None:
+            # Accepted sockets inherit it; the handshake happens on the handler's thread at its
+            # first read, under the request deadline, never in the accept loop.
+            self._httpd.socket = web.ssl_context.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="watchdog-agent-http", daemon=True)
 
     @property

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from email.message import Message
 from typing import Any
 
-from .. import logs
+from .. import jobtoken, logs
 from ..report import (
     MAX_ACKS_PER_REPORT,
     MAX_COUNT,
@@ -51,11 +51,11 @@ def authorized(token: str, headers: Headers) -> bool:
         return True
     got = header(headers, "Authorization")
     scheme, _, cred = got.partition(" ")
-    # compare_digest: the time taken must not tell an attacker how much matched.
-    return (
-        hmac.compare_digest(cred.strip().encode("utf-8", "replace"), token.encode("utf-8"))
-        and scheme.lower() == "bearer"
-    )
+    given = cred.strip().encode("utf-8", "replace")
+    # compare_digest: the time taken must not tell an attacker how much matched. Agents
+    # send the derived credential (jobtoken.bearer); a person with the token file may send it.
+    derived = hmac.compare_digest(given, jobtoken.bearer(token).encode("ascii"))
+    return (derived or hmac.compare_digest(given, token.encode("utf-8"))) and scheme.lower() == "bearer"
 
 
 def decode(body: bytes) -> Any:

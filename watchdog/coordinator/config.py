@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from watchdog import flags, jobtoken, logs
+from watchdog import flags, jobtoken, logs, webconfig
 from watchdog.coordinator import event_loops
 from watchdog.coordinator.policy import Policy, load_policy
 from watchdog.flags import (
@@ -99,6 +99,7 @@ class Config:
     resolve_grace_s: float = 2.0
     max_body_bytes: int = 4 << 20
     event_loop: str = "auto"  # the HTTP server's (event_loops.CHOICES)
+    web_config: str = ""  # --web.config.file: TLS and basic auth (watchdog.webconfig)
     log_level: str = "info"
     log_format: str = "json"
     detectors: DetectorConfig = DetectorConfig()
@@ -246,6 +247,7 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag(
         "web.address-file", "", "write the bound HOST:PORT here once listening (port 0 picks one)", field="address_file"
     ),
+    webconfig.flag(),
     Flag(
         "web.max-body-bytes",
         4 << 20,

@@ -11,10 +11,11 @@ import os
 import threading
 import time
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
-from .. import logs
+from .. import logs, webconfig
 from . import journal_events as je
+from . import journallock
 from .config import Config, loggable
 from .gcpolicy import GcPolicy
 from .journal import Journal
@@ -35,25 +36,57 @@ def write_address_file(path: str, address: str) -> None:
     os.replace(tmp, path)
 
 
+def stale_after(tick_s: float) -> float:
+    """How long without a finished tick /healthz calls the loop stale: ten ticks,
+    and never under 30 s (a tick at 16,384 ranks takes ~0.5 s, a full collection
+    about as long; a liveness probe must not kill a coordinator that is merely busy)."""
+    return max(30.0, 10.0 * tick_s)
+
+
 class Daemon:
-    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, *, own_process: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        registry: CollectorRegistry | None = None,
+        *,
+        own_process: bool = False,
+        stale_after_s: float | None = None,
+        web: webconfig.WebConfig | None = None,
+    ) -> None:
         """``own_process``: the daemon is the whole process (``main``), so it may
-        manage the garbage collector (``gcpolicy``); never inside someone else's."""
+        manage the garbage collector (``gcpolicy``); never inside someone else's.
+        ``stale_after_s``: see ``stale_after`` (tests pass less). ``web``: the loaded
+        ``--web.config.file`` (read here when not given)."""
+        web = web if web is not None else webconfig.load(cfg.web_config)
         self.cfg = cfg
+        self._stale_after_s = stale_after(cfg.tick_s) if stale_after_s is None else stale_after_s
+        self._ticked_at: float | None = None  # monotonic end of the last tick; None: replay or first tick pending
         self._own_process = own_process
         self.log = logs.get("watchdog.coordinator")
-        self.journal = Journal(cfg.journal, _clock, cfg.token)  # the token signs every line
-        self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
-        self._gc = GcPolicy(time.monotonic(), enabled=own_process)
-        self.server = make_server(
-            cfg.listen[0],
-            cfg.listen[1],
-            self.coordinator,
-            cfg.token,
-            cfg.max_body_bytes,
-            after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
-            event_loop=cfg.event_loop,
-        )
+        self._lock_fd = journallock.acquire(
+            cfg.journal
+        )  # before the journal opens: a second coordinator writes nothing
+        try:
+            self.journal = Journal(cfg.journal, _clock, cfg.token)  # the token signs every line
+            self.coordinator = Coordinator(cfg, self.journal, registry, wall_clock=time.time)
+            if own_process:  # the standard process_* series; in someone else's process they would be its
+                ProcessCollector(registry=self.coordinator.registry)
+            self._gc = GcPolicy(time.monotonic(), enabled=own_process)
+            self.server = make_server(
+                cfg.listen[0],
+                cfg.listen[1],
+                self.coordinator,
+                cfg.token,
+                cfg.max_body_bytes,
+                after_report=self._gc.after_report,  # a report's objects out of the collector's sight (gcpolicy.py)
+                event_loop=cfg.event_loop,
+                unhealthy=self.unhealthy,
+                unready=self.unready,
+                web=web,
+            )
+        except BaseException:  # could not start: the journal is free again
+            journallock.release(self._lock_fd)
+            raise
         self.address = bound_address(self.server)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -88,6 +121,21 @@ class Daemon:
         self.log.info("listening", address=self.address, journal=self.cfg.journal)
         return self
 
+    def unhealthy(self) -> str:
+        """Why /healthz fails, or "": the tick loop (detection, actions) has not
+        finished a tick for too long, so the daemon is up but watching nothing."""
+        at = self._ticked_at
+        if at is None:
+            return ""  # still starting: /readyz says so
+        age = time.monotonic() - at
+        return (
+            f"no tick finished for {age:.0f} s (limit {self._stale_after_s:g} s)" if age > self._stale_after_s else ""
+        )
+
+    def unready(self) -> str:
+        """Why /readyz fails, or "": the journal is replayed and one tick has run."""
+        return "" if self._ticked_at is not None else "replaying the journal or first tick pending"
+
     def _tick_loop(self) -> None:
         interval = self.cfg.tick_s
         next_at = time.monotonic()
@@ -106,6 +154,7 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001 - detectors are isolated; this is a bug elsewhere, keep ticking
                 self.log.error("tick_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
             self.coordinator.metrics.tick.observe(time.perf_counter() - t0)
+            self._ticked_at = time.monotonic()
             self.coordinator.metrics.tick_cpu.observe(time.thread_time() - c0)
             g0 = time.perf_counter()
             full = gc_policy.after_tick(now)
@@ -138,4 +187,5 @@ class Daemon:
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
         self.journal.close()
+        journallock.release(self._lock_fd)
         self.log.info("stopped", reason=reason)

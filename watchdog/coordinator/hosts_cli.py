@@ -25,14 +25,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .. import flags
-from ..promquery import PromError, query
+from .. import flags, promquery
+from ..promquery import Endpoint, PromError, query
 from .metrics import HOST_CULPRITS
 
 FLAGS = (
     flags.Flag("prometheus", "http://127.0.0.1:9090", "Prometheus base URL (a bare HOST:PORT works too)"),
     flags.Flag("min-score", 1.0, "print hosts whose suspicion score is at least this", float),
     flags.Flag("timeout-seconds", 10.0, "HTTP timeout", flags.positive_float),
+    *promquery.FLAGS,
 )
 DESCRIPTION = (
     "Print the hosts rank-watchdog coordinators keep blaming, over all jobs, with their evidence and "
@@ -50,7 +51,7 @@ SCORE = (
 EVIDENCE = f"sum by (host, cause, training_job) (increase({_COUNTER}[7d])) > 0"
 
 
-def suspects(base: str, min_score: float, timeout: float) -> list[dict[str, Any]]:
+def suspects(base: str | Endpoint, min_score: float, timeout: float) -> list[dict[str, Any]]:
     """[{host, score, causes: {cause: n}, jobs: [..]}], highest score first."""
     recorded, inline = SCORE
     scores = query(base, recorded, timeout) or query(base, inline, timeout)
@@ -115,11 +116,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except flags.FlagError as exc:
         print(f"watchdog hosts: {exc}", file=sys.stderr)
         return 2
-    base, min_score = values["prometheus"], values["min_score"]
+    min_score = values["min_score"]
     try:
+        base = promquery.endpoint(values["prometheus"], values)
         hosts = suspects(base, min_score, values["timeout_seconds"])
     except PromError as exc:
         print(f"watchdog hosts: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(hosts, indent=2) if known.json else render(hosts, base, min_score), file=out)
+    print(json.dumps(hosts, indent=2) if known.json else render(hosts, base.url, min_score), file=out)
     return 0

@@ -43,6 +43,7 @@ import heapq
 import math
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -100,8 +101,10 @@ class LoopServer:
         request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
         log_name: str = "watchdog.http",
         event_loop: str = "auto",  # event_loops.CHOICES
+        ssl_context: ssl.SSLContext | None = None,  # TLS (webconfig); None: plain HTTP
     ) -> None:
         self.event_loop = event_loops.resolved(event_loop)  # "asyncio" or "uvloop"
+        self._ssl = ssl_context
         self._log = logs.get(log_name)
         self.max_connections = httpguard.fit_fd_limit(max_connections, self._log)
         self.request_deadline_s = request_deadline_s
@@ -210,7 +213,12 @@ class LoopServer:
 
     async def _open(self, c: _Connection, conn: socket.socket, peer: str) -> None:
         try:
-            await self._loop.connect_accepted_socket(lambda: c, conn)  # type: ignore[union-attr]
+            if self._ssl is None:
+                await self._loop.connect_accepted_socket(lambda: c, conn)  # type: ignore[union-attr]
+            else:  # the handshake on the loop, bounded like a request
+                await self._loop.connect_accepted_socket(  # type: ignore[union-attr]
+                    lambda: c, conn, ssl=self._ssl, ssl_handshake_timeout=self.request_deadline_s
+                )
         except OSError as exc:
             self._conns.discard(c)
             conn.close()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import prometheus_client
 
-from .. import flags, jobtoken, logs
+from .. import flags, jobtoken, logs, webconfig
 from .config import FLAGS, Config, from_values, loggable
 
 SWITCH_INTERVAL_S = 0.02  # sys.setswitchinterval for the coordinator's process (main)
@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         values = flags.parse("watchdog coordinator", DESCRIPTION, FLAGS, argv)
         cfg = from_values(values)
+        web = webconfig.load(cfg.web_config)
     except (flags.FlagError, ValueError, OSError) as exc:
         print(f"watchdog coordinator: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .daemon import Daemon  # after the checks: a refused start opens no journal
 
     try:
-        daemon = Daemon(cfg, own_process=True).start()
+        daemon = Daemon(cfg, own_process=True, web=web).start()
     except OSError as exc:
         log.error("start_failed", error=str(exc))
         print(f"watchdog coordinator: cannot start: {exc}", file=sys.stderr)

@@ -5,10 +5,12 @@ tests can run several coordinators in one process.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from watchdog.cli import package_version
 from watchdog.commands import TYPES as COMMAND_TYPES
 from watchdog.report import MAX_ACKS_PER_REPORT
 
@@ -17,6 +19,7 @@ from .finding import KINDS
 from .goodput import CATEGORIES as GOODPUT_CATEGORIES
 from .host_culprits import NAME as HOST_CULPRITS
 from .host_culprits import HostCulprits, Without
+from .policy import ACTIONS, JobState
 from .verdict import SPLIT_CLOCKS, VERDICTS
 from .verdict import THRESHOLDS as VERDICT_SHARES
 
@@ -40,6 +43,9 @@ REJECT_REASONS = (
     "timeout",
     "internal",
 )
+# What became of an action the policy started (actionmetrics.py): started, then one of
+# succeeded / failed; a dry run is counted as such and nothing else.
+ACTION_OUTCOMES = ("started", "succeeded", "failed", "dry_run")
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -55,6 +61,13 @@ class CoordinatorMetrics:
             ["training_job"],
             registry=r,
         )
+        self.build_info = Gauge(
+            "watchdog_coordinator_build_info",
+            "Always 1; labels carry the coordinator's version",
+            ["version", "python_version"],
+            registry=r,
+        )
+        self.build_info.labels(package_version(), platform.python_version()).set(1)
         self.findings = Counter("watchdog_coordinator_findings_total", "Findings opened, by kind", ["kind"], registry=r)
         self.active = Gauge(
             "watchdog_coordinator_findings_active",
@@ -202,6 +215,25 @@ class CoordinatorMetrics:
             "(0: in every report)",
             registry=r,
         )
+        self.job_state = Gauge(
+            "watchdog_coordinator_job_state",
+            "1 for the job's state in the monitor's state machine (running, degraded: findings open, checkpointing, "
+            "restarting, aborting: an action in progress, failed: aborted or given up), 0 for the others",
+            ["state"],
+            registry=r,
+        )
+        self.actions = Counter(
+            "watchdog_coordinator_actions_total",
+            "Actions the policy took on the job, by action and outcome (started, then succeeded or failed; dry_run: "
+            "journaled only)",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.restarts = Counter(
+            "watchdog_coordinator_restarts_total",
+            "Restarts of the job's workers the monitor started (every restarting action)",
+            registry=r,
+        )
         self.journal_errors = Counter(
             "watchdog_coordinator_journal_errors_total", "Journal writes that failed", registry=r
         )
@@ -239,6 +271,15 @@ class CoordinatorMetrics:
         for kind in COMMAND_TYPES:
             for outcome in COMMAND_OUTCOMES:
                 self.commands.labels(kind, outcome)
+        self.set_job_state(JobState.RUNNING)
+        for action in ACTIONS:
+            if action != "alert":
+                for outcome in ACTION_OUTCOMES:
+                    self.actions.labels(action, outcome)
+
+    def set_job_state(self, state: JobState) -> None:
+        for s in JobState:
+            self.job_state.labels(s.value).set(1 if s is state else 0)
 
     def exposition(self) -> bytes:
         """/metrics: what ``generate_latest(registry)`` gives, the per-host culprit

@@ -1,4 +1,6 @@
-"""HTTP: POST /api/v1/report, GET /api/v1/status, GET /metrics, GET /healthz.
+"""HTTP: POST /api/v1/report, GET /api/v1/status, GET /metrics, GET /healthz
+(503 while the tick loop is stale), GET /readyz (503 until the journal is
+replayed and the first tick has run).
 
 Bytes in, bytes out; decisions live in ``api.ReportHandler``. The body size is
 checked from Content-Length before anything is read (413), the token before
@@ -29,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import httpguard, logs
+from .. import httpguard, httpgzip, logs, webconfig
 from .api import ReportHandler, authorized
 from .httpio import MAX_CONNECTIONS, LoopServer, Request, Response
 from .service import Coordinator
@@ -54,9 +56,15 @@ def make_server(
     request_deadline_s: float = httpguard.REQUEST_DEADLINE_S,
     after_report: Callable[[], None] = lambda: None,
     event_loop: str = "auto",
+    unhealthy: Callable[[], str] = lambda: "",
+    unready: Callable[[], str] = lambda: "",
+    web: webconfig.WebConfig | None = None,
 ) -> LoopServer:
     """``after_report``: called after each accepted report (the daemon's
-    ``GcPolicy.after_report``)."""
+    ``GcPolicy.after_report``). ``unhealthy`` / ``unready``: why /healthz or
+    /readyz answer 503, or "" (the daemon's tick loop and replay). ``web``: TLS, and
+    basic auth for /metrics (``--web.config.file``)."""
+    web = web or webconfig.WebConfig()
     reports = ReportHandler(coordinator, token)
     log = logs.get("watchdog.coordinator")
     pressure = coordinator.backpressure
@@ -100,9 +108,26 @@ def make_server(
 
     def get(req: Request) -> Response:
         if req.path == "/metrics":
-            return Response(200, coordinator.metrics.exposition(), CONTENT_TYPE_LATEST)
+            if not web.allowed(req.headers.get("authorization", "")):
+                return Response(401, b"unauthorized\n", "text/plain", extra={"WWW-Authenticate": "Basic"})
+            body = coordinator.metrics.exposition()
+            if httpgzip.wanted(req.headers.get("accept-encoding", "")):
+                return Response(200, httpgzip.compress(body), CONTENT_TYPE_LATEST, extra={"Content-Encoding": "gzip"})
+            return Response(200, body, CONTENT_TYPE_LATEST)
         if req.path == "/healthz":
-            return Response(200, b"ok\n", "text/plain")
+            why = unhealthy()
+            return (
+                Response(503, f"unhealthy: {why}\n".encode(), "text/plain")
+                if why
+                else Response(200, b"ok\n", "text/plain")
+            )
+        if req.path == "/readyz":
+            why = unready()
+            return (
+                Response(503, f"not ready: {why}\n".encode(), "text/plain")
+                if why
+                else Response(200, b"ready\n", "text/plain")
+            )
         if req.path == STATUS_PATH:
             if not authorized(token, req.headers):
                 return _json(401, {"error": "missing or wrong bearer token"})
@@ -124,6 +149,7 @@ def make_server(
         request_deadline_s=request_deadline_s,
         log_name="watchdog.coordinator",
         event_loop=event_loop,
+        ssl_context=web.ssl_context,
     )
 
 

@@ -35,6 +35,7 @@ from . import (
     verdict,
 )
 from . import journal_events as je
+from .actionmetrics import ActionMetrics
 from .backpressure import Backpressure
 from .config import Config
 from .control import JobController
@@ -98,6 +99,7 @@ class Coordinator:
         self.stacks = stack_gather.StackGather(wait_s=cfg.commands_give_up_s + 30.0)
         self._stack_summary: dict[tuple[str, tuple[int, ...]], str] = {}  # finding key -> its stack groups in a line
         self.control = JobController(cfg.policy)
+        self._action_metrics = ActionMetrics(self.metrics)
         self._control_failed = logs.RateLimited(every_s=60.0)
         # After the coordinator itself was stopped, the hosts' silence is ours: hold detection (stall.py).
         self.stall_guard = StallGuard(cfg.detectors)
@@ -169,6 +171,7 @@ class Coordinator:
         with self._lock:
             self._active = dict(rec.active)
         self.control.restore(rec, now)
+        self.metrics.set_job_state(self.control.state)
         for outcome in rec.interrupted:
             self.log.warning(je.ACTION_OUTCOME, **outcome)
             self._record(je.ACTION_OUTCOME, outcome)
@@ -461,6 +464,7 @@ class Coordinator:
         for name, payload in events:
             (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
             self._record(name, payload)
+            self._action_metrics.note(name, payload)
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import time
 import urllib.error
@@ -24,17 +25,19 @@ FLAGS = (
     jobtoken.file_flag("file holding the job token"),
     flags.Flag("watch.interval-seconds", 1.0, "refresh period with --watch", flags.positive_float),
     flags.Flag("timeout-seconds", 5.0, "HTTP timeout", flags.positive_float),
+    flags.Flag("coordinator.ca-file", "", "CA certificate(s) of an https coordinator (default: the system's)"),
 )
 DESCRIPTION = "Print a per-rank table (step, phase, step time split, heartbeat, findings) from a coordinator."
 
 
-def fetch(url: str, token: str, timeout: float) -> dict[str, Any]:
+def fetch(url: str, token: str, timeout: float, ca_file: str = "") -> dict[str, Any]:
     if "://" not in url:
         url = "http://" + url
     req = urllib.request.Request(url.rstrip("/") + STATUS_PATH)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    ctx = ssl.create_default_context(cafile=ca_file or None) if url.startswith("https:") else None
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
         return json.load(resp)
 
 
@@ -132,7 +135,7 @@ def _loop(values: dict[str, Any], token: str, watch: bool, as_json: bool, out: T
     url, timeout = values["coordinator_url"], values["timeout_seconds"]
     while True:
         try:
-            doc = fetch(url, token, timeout)
+            doc = fetch(url, token, timeout, values["coordinator_ca_file"])
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]
             print(f"watchdog status: {url}: HTTP {exc.code} {detail}", file=sys.stderr)

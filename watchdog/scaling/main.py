@@ -18,6 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .. import promquery
 from ..timeline.main import write_whole
 from . import render
 from .prom import read_prometheus
@@ -40,6 +41,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--at", type=float, metavar="EPOCH_S", help="with --prometheus: the window's end (default now)")
     p.add_argument("--timeout-seconds", type=float, default=10.0, help="with --prometheus: HTTP timeout (default 10)")
+    for f in promquery.FLAGS:  # the same flags as `watchdog hosts`
+        p.add_argument(f"--{f.name}", dest=f.dest, default="", help=f"with --prometheus: {f.help}")
     p.add_argument("--threshold", type=float, default=0.8, help="efficiency below this is flagged (default 0.8)")
     p.add_argument("--strong", action="store_true", help="the runs kept the global batch (default: the per-rank batch)")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with the plots")
@@ -57,13 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
         if args.prometheus:
+            prom = promquery.endpoint(args.prometheus, vars(args))
             runs = [
-                read_prometheus(args.prometheus, job, args.window_seconds, args.at, args.timeout_seconds)
-                for job in args.journals
+                read_prometheus(prom, job, args.window_seconds, args.at, args.timeout_seconds) for job in args.journals
             ]
         else:
             runs = [read_run(p) for p in args.journals]
-    except RunError as exc:
+    except (RunError, promquery.PromError) as exc:
         print(f"watchdog scaling: {exc}", file=sys.stderr)
         return 2
     rows = table(runs, strong=args.strong)

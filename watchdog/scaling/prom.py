@@ -29,14 +29,16 @@ import re
 
 from watchdog.agent import metrics as am
 from watchdog.coordinator.stats import median
-from watchdog.promquery import PromError, query
+from watchdog.promquery import Endpoint, PromError, query
 
 from .runs import Run, RunError
 
 _JOB_RE = re.compile(r"^[\w.:/@+-]{1,200}$")  # what is put in a PromQL string literal: no quotes, no escapes
 
 
-def read_prometheus(base: str, job: str, window_s: float, at: float | None = None, timeout: float = 10.0) -> Run:
+def read_prometheus(
+    base: str | Endpoint, job: str, window_s: float, at: float | None = None, timeout: float = 10.0
+) -> Run:
     if not _JOB_RE.match(job):
         raise RunError(f"training job {job!r}: only letters, digits and . _ : / @ + - may be queried")
     sel = f'{{training_job="{job}"}}'
