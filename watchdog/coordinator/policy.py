@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from . import fingerprint
-from .finding import ADVISORY_KINDS, KINDS, Finding
+from .finding import ADVISORY_KINDS, BLAMELESS_KINDS, KINDS, Finding
 from .repeats import Escalation, Repeats, escalate, every_host, parse_repeats
 
 if sys.version_info >= (3, 11):
@@ -241,7 +241,7 @@ def plan(
         return Plan("alert", f, f"{action} for {f.kind} held: cooldown, {left:.0f} s left", held=True)
     reason = f"{f.kind}: {f.reason}"
     fp, esc = None, None
-    if action in RESTARTING_ACTIONS:
+    if action in RESTARTING_ACTIONS and f.kind not in BLAMELESS_KINDS:  # a wedge is nobody's repeat
         action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {}, hosts_in_job)
     if action == "exclude_host_restart" and every_host(f.hosts, hosts_in_job):
         # A job-wide event (every rank frozen together, a hang naming all): no host is the

@@ -42,7 +42,7 @@ from .detectors import build
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.straggler import Straggler
 from .dispatch import Dispatch, DispatchConfig
-from .finding import KINDS, Finding
+from .finding import BLAMELESS_KINDS, KINDS, Finding
 from .journal import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .policy import JobState
@@ -235,7 +235,7 @@ class Coordinator:
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
-            for host in f.hosts:  # culprit hosts only: a finding with no culprit names none
+            for host in () if f.kind in BLAMELESS_KINDS else f.hosts:  # culprit hosts only
                 self.metrics.host_culprits.inc(view.job, host, f.kind)
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
