@@ -93,6 +93,8 @@ class Agent:
                 accelerators=self.accelerator_dicts,
                 handle_commands=handle_commands,
                 outbox=outbox,
+                read_age_s=lambda: (time.monotonic_ns() - self._last_poll_ns) / 1e9,
+                stale_read_s=max(1.0, 10 * cfg.poll_interval_s),
             )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
