@@ -6,7 +6,8 @@ restart the job a second time, reset the restart budget or forget the cooldown.
 Everything it needs was journaled when it was decided, so ``replay`` is a pure
 function of the records and the clocks:
 
-- restart budget: every ``action`` (not a dry run) with a ``restart`` number;
+- restart budget: every ``action`` (not a dry run) with a ``restart`` number,
+  and the restarts the launcher made by itself (budget.py);
 - cooldown: the last ``action`` / ``action_outcome``;
 - the failures restarts were spent on (repeats.py): each restarting action's
   ``fingerprint``, completed by the culprit frames of a later ``stack_groups``
@@ -41,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import fingerprint, tracker
+from . import budget, fingerprint, tracker
 from . import journal_events as je
 from . import policy as P
 from .actions.common import Operation
@@ -74,10 +75,11 @@ class Recovered:
     interrupted: tuple[dict[str, Any], ...] = ()  # action_outcome payloads to journal: actions closed here
     active: dict[tracker.Key, tracker.Active] = field(default_factory=dict)
     records: int = 0  # of this job's decision records (DECISIONS), read
+    spent: budget.Spent = field(default_factory=budget.Spent)  # the restarts the launcher made (budget.py)
 
     @property
     def empty(self) -> bool:
-        return self.records == 0
+        return self.records == 0 and not self.spent.launcher
 
     def summary(self, now: float) -> dict[str, Any]:
         """The ``recovered`` journal record."""
@@ -164,6 +166,7 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
     restarted: dict[str, dict[str, Any]] = {}  # id -> its restart record
     opened: dict[tracker.Key, dict[str, Any]] = {}
     control = P.JobControl()  # its fingerprint history: what restarts were spent on (repeats.py)
+    spent = budget.Spent()  # and the launcher's own restarts: the budget is the job's
     for rec in records:
         event = rec.get("event")
         if event == je.START:
@@ -177,6 +180,8 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
             if frames and isinstance(trig.get("kind"), str):
                 control = control.complete(trig["kind"], ranks, frames)
             continue
+        if ours:
+            spent = budget.fold(spent, str(event), rec, mono(rec.get("t_wall")))
         if not ours or event not in DECISIONS:
             continue
         n += 1
@@ -242,9 +247,22 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
         )
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
         state = P.JobState.DEGRADED if active else P.JobState.RUNNING
-    job_control = replace(control, state=state, restarts=tuple(restarts), last_action_at=last_action)
+    job_control = replace(
+        control,
+        state=state,
+        restarts=tuple(sorted(restarts + list(spent.launcher))),
+        by_launcher=len(spent.launcher),
+        last_action_at=last_action,
+    )
     return Recovered(
-        job=job_control, count=count, op=op, restart_op=again, interrupted=tuple(interrupted), active=active, records=n
+        job=job_control,
+        count=count,
+        op=op,
+        restart_op=again,
+        interrupted=tuple(interrupted),
+        active=active,
+        records=n,
+        spent=spent,
     )
 
 

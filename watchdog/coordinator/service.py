@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from .. import commands, logs
 from ..report import HostReport
 from . import (
+    budget,
     columns,
     evidence_plan,
     fingerprint,
@@ -82,6 +83,7 @@ class Coordinator:
         self._straggler = next((d for d in self.detectors if isinstance(d, Straggler)), None)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
+        self._spent = budget.Spent()  # the restarts the launcher made by itself (budget.py); under _lock
         self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
         self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
@@ -156,6 +158,7 @@ class Coordinator:
             return rec
         with self._lock:
             self._active = dict(rec.active)
+            self._spent = rec.spent
         self.control.restore(rec, now)
         for outcome in rec.interrupted:
             self.log.warning(je.ACTION_OUTCOME, **outcome)
@@ -200,6 +203,7 @@ class Coordinator:
                     self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
                 self._record(name, payload)
+                self._spent = budget.fold(self._spent, name, payload, now)
         self.metrics.received.inc()
         # Outside the lock: evidence lines can be large. Fsync'd with the next tick's
         # records, not here on the request loop (journal.py: group commit).
@@ -433,6 +437,11 @@ class Coordinator:
     def _act(self, view: ClusterView, now: float, seen: set[tracker.Key]) -> None:
         """Policy and the action in flight; a bug here is logged and retried next
         tick, never raised into the detection loop. ``seen``: the findings reported this tick."""
+        with self._lock:
+            launcher = self._spent.launcher
+        for at in launcher[self.control.job.by_launcher :]:  # the launcher's own restarts spend the budget too
+            self.control.launcher_restarted(at)
+            self.log.warning("launcher_restart", restarts_used=len(self.control.job.restarts))
         try:
             reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
@@ -449,6 +458,8 @@ class Coordinator:
         for name, payload in events:
             (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
             self._record(name, payload)
+            with self._lock:
+                self._spent = budget.fold(self._spent, name, payload, now)
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups
