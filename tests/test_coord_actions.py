@@ -94,6 +94,8 @@ def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     reqs, events = c.tick([], v, 110.0)
     assert names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert (events[0][1]["restart"], events[0][1]["step"]) == (1, 30)
+    # The job had reached step 100 when the hang stopped it: 70 steps to do again.
+    assert events[0][1]["steps_lost"] == 70 and events[1][1]["result"].endswith("resumed from step 30 (70 steps lost)")
     assert events[1][1]["ok"] is True and c.state is S.RUNNING and c.op is None
     # The cooldown counts from the end of the action.
     reqs, events = c.tick([finding(detected=111.0)], v, 120.0)

@@ -119,6 +119,7 @@ def test_killed_after_the_old_workers_were_gone_it_sees_the_resume_and_never_res
     reqs, events = c2.tick([], v, 123.0)
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["action_id"] == "a-1" and events[1][1]["ok"] is True
+    assert events[0][1]["steps_lost"] == 100 - events[0][1]["step"]  # the step reached, from the journal
     # The budget and the failure it was spent on survived: the next dead rank, after
     # the cooldown, aborts instead of restarting; it is a dead rank on the same host
     # again, which the repeat breaker names first.

@@ -183,6 +183,11 @@ class CoordinatorMetrics:
             ["category"],
             registry=r,
         )
+        self.steps_lost = Counter(
+            "watchdog_coordinator_steps_lost",
+            "Training steps recoveries cost: from the step a fault stopped the job at to the step the restarted job resumed from",
+            registry=r,
+        )
         self.goodput_ratio = Gauge(
             "watchdog_coordinator_goodput_ratio", "Productive share of the job's wall time so far", registry=r
         )

@@ -45,6 +45,7 @@ from typing import Any
 from . import budget, fingerprint, tracker
 from . import journal_events as je
 from . import policy as P
+from .actions import restart
 from .actions.common import Operation
 from .finding import Finding
 
@@ -301,6 +302,8 @@ def _operation(
             return op, True
         return None
     workers, launchers = _idents(prog.get("idents"))
+    if isinstance(prog.get("reached_step"), int):  # the steps its resume will have cost (restart.steps_lost)
+        op = replace(op, extra={**op.extra, restart.REACHED: prog["reached_step"]})
     if restart_rec is not None:
         return op.at("resume", mono(restart_rec.get("t_wall")), workers=workers, launchers=launchers), False
     # Signals were sent: send them again after a grace period, to those processes only.

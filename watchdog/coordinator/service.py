@@ -460,6 +460,8 @@ class Coordinator:
             self._record(name, payload)
             with self._lock:
                 self._spent = budget.fold(self._spent, name, payload, now)
+            if name == je.RESUMED and isinstance(payload.get("steps_lost"), int):
+                self.metrics.steps_lost.inc(payload["steps_lost"])
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups

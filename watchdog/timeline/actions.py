@@ -46,7 +46,8 @@ def label(rec: dict) -> str:
     if ev == je.RESTART:
         return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
     if ev == je.RESUMED:
-        return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks" + _took(rec)
+        lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
+        return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}" + _took(rec)
     if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
     if ev == je.REPEAT_FAILURE:
