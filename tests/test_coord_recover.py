@@ -423,3 +423,37 @@ def test_the_coordinator_acts_only_on_findings_its_detectors_reported_this_tick(
     assert list(coord.active) == [("dead_rank", (1,))]  # held open by the grace period
     assert [r for r in journal.read(path) if r["event"] == je.ACTION] == []
     coord.journal.close()
+
+
+def test_a_new_run_of_the_job_decides_afresh_a_restarted_coordinator_of_the_same_run_does_not():
+    """Run r1 spent its restart and was aborted (failed). A coordinator of run r2 (same job
+    name, same journal) starts with its own budget and state; one of r1 again carries on
+    r1's decisions. Action ids stay unique in the journal either way."""
+    r1 = [
+        {"event": je.START, "t_wall": WALL0, "job": "job", "run_id": "r1"},
+        {"event": je.ACTION, "t_wall": WALL0 + 1, "action_id": "a-1", "action": "restart", "restart": 1},
+        {"event": je.ACTION_OUTCOME, "t_wall": WALL0 + 5, "action_id": "a-1", "ok": True},
+        {"event": je.ACTION, "t_wall": WALL0 + 9, "action_id": "a-2", "action": "abort"},
+        {"event": je.ACTION_OUTCOME, "t_wall": WALL0 + 10, "action_id": "a-2", "ok": True},
+        {"event": je.STATE, "t_wall": WALL0 + 10, "job_state": "failed"},
+    ]
+    fresh = recover.replay(
+        [*r1, {"event": je.START, "t_wall": WALL0 + 20, "job": "job", "run_id": "r2"}],
+        30.0,
+        WALL0 + 30.0,
+        "job",
+        POLICY,
+        run_id="r2",
+    )
+    assert (fresh.job.state, fresh.job.restarts, fresh.job.last_action_at, fresh.count) == (S.RUNNING, (), None, 2)
+    again = recover.replay(
+        [*r1, {"event": je.START, "t_wall": WALL0 + 20, "job": "job", "run_id": "r1"}],
+        30.0,
+        WALL0 + 30.0,
+        "job",
+        POLICY,
+        run_id="r1",
+    )
+    assert again.job.state is S.FAILED and len(again.job.restarts) == 1
+    # Without run ids (the default), the journal's runs are one: failed is inherited.
+    assert recover.replay(r1, 30.0, WALL0 + 30.0, "job", POLICY).job.state is S.FAILED

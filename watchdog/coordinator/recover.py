@@ -33,7 +33,9 @@ Times: a record's ``t_wall`` is mapped onto this process's monotonic clock
 still counts cooldowns and the hourly budget right.
 
 Only records of this job count: a journal segment opened by a ``start`` record
-for another job name is skipped.
+for another job name is skipped; so is one of another run of it, where the
+coordinator is given a run id (``--job.run-id``): a new run of the same job name
+decides afresh (its own restart budget, not the last run's ``failed``).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Recovered:
 
     @property
     def empty(self) -> bool:
-        return self.records == 0 and not self.spent.launcher
+        return self.records == 0 and not self.spent.launcher and self.count == 0
 
     def summary(self, now: float) -> dict[str, Any]:
         """The ``recovered`` journal record."""
@@ -149,14 +151,17 @@ def _idents(raw: Any) -> tuple[tuple, tuple]:
     return tuple(workers), tuple(launchers)
 
 
-def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy) -> Recovered:
-    """The control state the journal's records imply, at (``now``, ``wall``). Pure."""
+def replay(
+    records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy, run_id: str = ""
+) -> Recovered:
+    """The control state the journal's records imply, at (``now``, ``wall``). Pure.
+    ``run_id``: only the segments whose ``start`` record names this run count (empty: all)."""
 
     def mono(t_wall: Any) -> float:
         t = _num(t_wall)
         return now - (wall - t) if t is not None else now
 
-    ours = True
+    ours = same_job = True
     n = 0
     state = P.JobState.RUNNING
     restarts: list[float] = []
@@ -171,8 +176,13 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
     for rec in records:
         event = rec.get("event")
         if event == je.START:
-            ours = not job or not rec.get("job") or rec.get("job") == job
+            same_job = not job or not rec.get("job") or rec.get("job") == job
+            ours = same_job and (not run_id or rec.get("run_id") == run_id)
             continue
+        aid = rec.get("action_id")
+        if same_job and not ours and event == je.ACTION and isinstance(aid, str):
+            num = aid.partition("-")[2]  # another run's: its ids stay unique in the journal all the same
+            count = max(count, int(num)) if num.isdigit() else count
         if ours and event == je.STACK_GROUPS and isinstance(rec.get("trigger"), dict):
             # the culprit's frames, arrived after the action: they complete its fingerprint
             trig = rec["trigger"]

@@ -150,7 +150,9 @@ class Coordinator:
         flight from this job's journal (recover.py), before the first report or tick.
         A journal that cannot be read is a fresh start, said loudly."""
         try:
-            rec = recover.replay(iter_records(self.journal.path), now, wall, self.cfg.job, self.cfg.policy)
+            rec = recover.replay(
+                iter_records(self.journal.path), now, wall, self.cfg.job, self.cfg.policy, self.cfg.run_id
+            )
         except (OSError, ValueError) as exc:
             self.log.error("recover_failed", journal=self.journal.path, error=str(exc))
             return recover.Recovered()
