@@ -129,3 +129,26 @@ def test_a_wedge_counts_against_no_host(tmp_path):
         )
         assert sample == 0.0
     c.journal.close()
+
+
+def test_a_wedge_that_ends_host_by_host_names_no_rank_on_the_host_heard_last():
+    """Every rank resumes at once, but host1's agent reports it before host0's: for a
+    report interval host0's ranks still look frozen beside ranks that run. They froze
+    with those (FoldedRank.resumed): the wedge ending, not ranks frozen on their own."""
+    run = t.view([t.rank(r, recent_steps=HISTORY) for r in range(8)], now=95.0)
+    stopped = t.view([frozen(r, 4.0) for r in range(8)], now=100.0, base=run, seq=2)  # last beats at 96.0
+    (w,) = Wedged(CFG).check(100.0, stopped)
+    assert w.evidence["how"] == "frozen_together"
+    back = [t.rank(r, recent_steps=HISTORY, heartbeat_age_s=0.1) for r in range(4, 8)]
+    half = t.view(back, now=101.0, base=stopped, seq=3, received={"host1": 101.0})
+    assert half.ranks[5].resumed == pytest.approx((96.0, 100.9))
+    assert FrozenRank(CFG).check(101.2, half) == [] and CollectiveHang(CFG).check(101.2, half) == []
+    assert [f.kind for f in Wedged(CFG).check(101.2, half)] == ["wedged"]
+    # A rank that kept running through it (its agent never read it stale) is someone missing:
+    # not a wedge, and the frozen ones are named.
+    running = [t.rank(r, recent_steps=HISTORY) if r == 5 else frozen(r, 4.0) for r in range(8)]
+    others = t.view(running, now=100.0, base=run, seq=2)
+    others = t.view([t.rank(r, recent_steps=HISTORY) for r in range(4, 8)], now=101.0, base=others, seq=3)
+    assert others.ranks[5].resumed is None and others.ranks[4].resumed is not None
+    assert Wedged(CFG).check(101.2, others) == []
+    assert [f.ranks for f in FrozenRank(CFG).check(101.2, others)] == [(0, 1, 2, 3)]

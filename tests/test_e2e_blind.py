@@ -13,6 +13,8 @@ silent past its limit after 2.5 s.
 - Every rank stopped within a millisecond: one ``wedged`` verdict, no rank blamed.
   Then host B lost for real (its launcher, ranks and agent killed together):
   ``dead_rank`` for ranks 2-3 within the silence limit.
+- One node, a rank killed: torchrun (``--max-restarts``) restarts the group by itself,
+  and that restart is spent from the coordinator's budget.
 """
 
 from __future__ import annotations
@@ -83,7 +85,15 @@ def netns():
 class TwoHosts:
     """The coordinator, two agents, a rendezvous store and two torchrun nodes."""
 
-    def __init__(self, tmp: Path, ns_c: str = "", ns_b: str = "", coord_ip: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        ns_c: str = "",
+        ns_b: str = "",
+        coord_ip: str = "127.0.0.1",
+        max_restarts: int = 0,
+        policy: str = POLICY,
+    ) -> None:
         self.tmp, self.ns = tmp, {"hosta": ns_c, "hostb": ns_b}
         self.job = "blind-" + secrets.token_hex(3)
         token = tmp / "token"
@@ -91,11 +101,12 @@ class TwoHosts:
         os.chmod(token, 0o600)
         self.env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
         self.jpath = tmp / "journal.jsonl"
+        self.max_restarts = max_restarts
         self.stop_file = tmp / "stop"
         self.procs: list[localjob.Process] = []
         self.agents: dict[str, localjob.Process] = {}
         self.nodes: dict[str, localjob.Process] = {}
-        (tmp / "policy.toml").write_text(POLICY)
+        (tmp / "policy.toml").write_text(policy)
         self.coord = localjob.start_daemon(
             "coordinator",
             "coordinator",
@@ -166,8 +177,10 @@ class TwoHosts:
             f"--rdzv-endpoint=127.0.0.1:{port}",
             f"--rdzv-id={self.job}",
             "--rdzv-conf=is_host=false,join_timeout=120",
+            f"--max-restarts={self.max_restarts}",
             str(localjob.EXAMPLE_SCRIPT),
             *("--steps", "5000", "--compute-ms", "30", "--until-file", str(self.stop_file)),
+            *("--ckpt-dir", str(self.tmp / "ckpt"), "--ckpt-every", "10"),
         ]
         log = open(self.tmp / f"torchrun-{host}.log", "ab")
         proc = subprocess.Popen(
@@ -184,14 +197,16 @@ class TwoHosts:
         return [r for r in journal.read(str(self.jpath)) if r["event"] in events and r["t_wall"] >= since]
 
     def slots(self, host: str) -> dict[int, wire.SlotHeader]:
-        out = {}
+        """Each rank's newest incarnation's slot header."""
+        out: dict[int, wire.SlotHeader] = {}
         for path in wire.list_slot_files(str(self.tmp / host)):
             try:
                 h = wire.read_slot(path).header
             except (wire.SlotError, OSError):
                 continue
-            if h.identity.job == self.job:
-                out[h.identity.rank] = h
+            r = h.identity.rank
+            if h.identity.job == self.job and (r not in out or h.created_wall_ns > out[r].created_wall_ns):
+                out[r] = h
         return out
 
     def step(self) -> int:
@@ -315,7 +330,9 @@ def test_a_job_wide_stop_blames_nobody_and_a_real_host_loss_is_named(tmp_path):
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: job.records(je.RESOLVED, since=t0), 30, "the wedge resolved", log=job.coord.log_path)
-        at = job.training(past=job.step() + 5)
+        job.training(past=job.step() + 5)
+
+        at = job.step()
 
         # 2. Host B lost for real: its launcher, ranks and agent killed together.
         t1 = time.time()
@@ -341,8 +358,61 @@ def test_a_job_wide_stop_blames_nobody_and_a_real_host_loss_is_named(tmp_path):
             ev
         )
         assert ev["silent_s"] <= ev["limit_s"] + INTERVAL_S + 0.25 + 0.25, (ev, lost[0]["reason"])
-        blamed = [f for f in job.records(je.FINDING, since=t0) if f["kind"] in NAMES_RANKS and f["ranks"] != [2, 3]]
+        blamed = [f for f in job.records(je.FINDING, since=t1) if f["kind"] in NAMES_RANKS and f["ranks"] != [2, 3]]
         assert blamed == [], [(f["kind"], f["ranks"], f["reason"]) for f in blamed]
         print(f"\nwedge then host loss: step {at}; hostb named lost {named_after_s:.2f} s after the kill")
     finally:
         job.close()
+
+
+@pytest.mark.timeout(240)
+def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
+    """torchrun --max-restarts=1 replaces the group after a rank is killed, before the
+    coordinator acts (its policy waits 60 s): one restart of the job, counted."""
+    job = "budget-" + secrets.token_hex(3)
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(16))
+    os.chmod(token, 0o600)
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.replace("min_finding_age_seconds = 3", "min_finding_age_seconds = 60"))
+    jpath, run_dir = tmp_path / "journal.jsonl", tmp_path / "run"
+    run_dir.mkdir()
+    procs: list = []
+    train = localjob.TorchrunJob(
+        nproc=2,
+        run_dir=run_dir,
+        job=job,
+        work_dir=tmp_path,
+        script_args=("--steps", "5000", "--compute-ms", "30", "--until-file", str(tmp_path / "stop")),
+        torchrun_args=("--max-restarts=1",),
+        env={"WATCHDOG_JOB_TOKEN_FILE": str(token)},
+    )
+
+    def records(*events: str) -> list[dict]:
+        return [r for r in journal.read(str(jpath)) if r["event"] in events] if jpath.exists() else []
+
+    def counted() -> list[str]:
+        return [ln for ln in coord.log().splitlines() if '"launcher_restart"' in ln]
+
+    try:
+        flags = ["--tick.interval-seconds", "0.25", "--policy.file", str(policy)]
+        coord = localjob.start_coordinator(tmp_path, job, 2, jpath, env=env, extra=flags)
+        procs.append(coord)
+        agent_flags = ["--coordinator.url", coord.url, "--report.interval-seconds", str(INTERVAL_S)]
+        procs.append(localjob.start_agent(tmp_path, run_dir, job, agent_flags, env))
+        pids = train.start().wait_for_ranks(120)
+        wait_for(lambda: len(records(je.RANK_JOINED)) >= 2, 120, "both ranks known", log=coord.log_path)
+        time.sleep(2.0)
+        os.kill(pids[1], signal.SIGKILL)
+        wait_for(lambda: len(records(je.RANK_RESTARTED)) >= 2, 120, "the group restarted by torchrun")
+        first = wait_for(counted, 30, "the launcher's restart counted", log=coord.log_path)
+        assert len(first) == 1 and '"restarts_used": 1' in first[0], first
+        assert records(je.ACTION) == []  # the coordinator restarted nothing itself
+        (tmp_path / "stop").write_text("")
+        assert train.wait(120) == 0, train.proc.log()[-3000:] if train.proc else ""
+        assert len(counted()) == 1  # two ranks back, one restart
+    finally:
+        train.stop()
+        for p in reversed(procs):
+            p.stop()

@@ -35,18 +35,33 @@ class Frozen:
     span_s: float  # from the earliest last heartbeat to the latest
 
 
+RESUMED_S = 5.0  # a rank resumed this recently from a stop that began with the others' is still in the wedge
+
+
 @per_tick(view_arg=1)
 def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Frozen | None:
     """Every rank of the job (two or more, not exited or retired) frozen, their
     heartbeats stopped within ``TOGETHER_S`` of each other, every host heard from
     since: else None. A dead or lost rank, or one still beating, is someone
-    missing: then it is not a wedge."""
+    missing: then it is not a wedge. A rank that runs again after a stop that began
+    in the same instant (``FoldedRank.resumed``) is the wedge ending, seen from a host
+    whose agent reported first: it is not a rank that kept going."""
     health = classify_all(view, now, cfg)
+    if FROZEN not in health.values():
+        return None  # nearly every tick: no frozen rank at all
     live = [r for r, h in health.items() if h not in (EXITED, RETIRED)]
-    if len(live) < 2 or any(health[r] != FROZEN for r in live) or quiet_hosts(view, now):
+    if len(live) < 2 or quiet_hosts(view, now):
         return None
-    beats = [view.ranks[r].last_heartbeat() for r in live]
-    first, last = min(beats), max(beats)
+    stops = []
+    for r in live:
+        rv = view.ranks[r]
+        if health[r] == FROZEN:
+            stops.append(rv.last_heartbeat())
+        elif rv.resumed is not None and now - rv.resumed[1] <= RESUMED_S:
+            stops.append(rv.resumed[0])
+        else:
+            return None  # it kept going: someone is missing from the stop
+    first, last = min(stops), max(stops)
     if last - first > TOGETHER_S:
         return None
     hosts = tuple(sorted({view.ranks[r].host for r in live}))
