@@ -84,7 +84,10 @@ class CoordinatorMetrics:
             registry=r,
         )
         self.hosts = Gauge(
-            "watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r
+            "watchdog_coordinator_hosts",
+            "Hosts seen, by state (reporting; unobserved: its agent silent, nothing against its ranks; lost)",
+            ["state"],
+            registry=r,
         )
         self.straggler = Gauge(
             STRAGGLER_SCORE, "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r

@@ -306,7 +306,9 @@ class Coordinator:
         m.ranks_expected.set(health.expected_world(view, now, cfg))
         m.ranks_registered.set(len(states) - states.count(health.RETIRED))
         m.ranks_alive.set(states.count(health.OK) + states.count(health.FROZEN))
-        m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
+        unseen = len(health.unobserved_hosts(view, now, cfg))
+        m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost) - unseen)
+        m.hosts.labels("unobserved").set(unseen)
         m.hosts.labels("lost").set(len(self._lost))
         counts = dict.fromkeys(KINDS, 0)
         for kind, _ in self._active:
