@@ -66,6 +66,13 @@ CASES = [
         "none",
     ),
     (
+        "peers wait for one in a checkpoint: the hang detector's allowance first",
+        [t.rank(0, step=100, step_age_s=7.0, phase="checkpoint")] + [waits(r, 101, since=6.5) for r in range(1, 4)],
+        [at(r, 100) for r in SILENT],
+        silence.UNOBSERVED,
+        "none",
+    ),
+    (
         "peers wait, but not yet for the silence limit",
         [waits(r, 101, since=2.0) for r in PEERS],
         [at(r, 100) for r in SILENT],

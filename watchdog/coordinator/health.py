@@ -84,7 +84,7 @@ def silences(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, si
         h: cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s for h, hv in view.hosts.items()
     }
     silent = {h: lim for h, lim in limits.items() if now - view.hosts[h].received_at > lim}
-    return silence.judge(view, now, silent, waiting) if silent else {}
+    return silence.judge(view, now, silent, waiting, cfg.hang_phase_allowance_s) if silent else {}
 
 
 def frozen_after_s(cfg: DetectorConfig, proc_status: str) -> float:

@@ -36,6 +36,7 @@ from .finding import ranks_phrase, seconds
 from .view import ClusterView, FoldedRank
 
 LOST, UNOBSERVED = "lost", "unobserved"
+SLOW_PHASES = ("checkpoint", "eval")  # phases the other ranks wait for on purpose (collective_hang's too)
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,11 @@ def judge(
     now: float,
     silent: Mapping[str, float],
     waiting: Callable[[FoldedRank], bool],
+    phase_allowance_s: float = 0.0,
 ) -> dict[str, Silence]:
     """A verdict for each silent host (``silent``: host -> its silence limit in
-    seconds) with a rank last seen running. ``waiting``: health.waiting."""
+    seconds) with a rank last seen running. ``waiting``: health.waiting;
+    ``phase_allowance_s``: DetectorConfig.hang_phase_allowance_s."""
     if not silent:
         return {}
     c = columns.of(view)
@@ -78,11 +81,11 @@ def judge(
     out = {}
     for host, ranks in sorted(mine.items()):
         since = view.hosts[host].received_at
-        out[host] = _one(host, since, ranks, peers, live, done, now, silent[host], waiting)
+        out[host] = _one(host, since, ranks, peers, live, done, now, silent[host], waiting, phase_allowance_s)
     return out
 
 
-def _one(host, since, ranks, peers, live, done, now, limit, waiting) -> Silence:
+def _one(host, since, ranks, peers, live, done, now, limit, waiting, phase_allowance_s) -> Silence:
     names = tuple(sorted(rv.rank for rv in ranks))
     proofs = [_proof(rv, done) for rv in ranks]
     alive_until = min(t for t in proofs) if all(t is not None for t in proofs) else None  # type: ignore[type-var]
@@ -92,7 +95,7 @@ def _one(host, since, ranks, peers, live, done, now, limit, waiting) -> Silence:
     gone = _peer_gone(since, peers, waiting)
     if gone:
         return Silence(host, since, names, LOST, gone, alive_until, {**ev, "evidence": "peer_failed"})
-    stalled = _peers_stalled(ranks, live, now, limit, waiting)
+    stalled = _peers_stalled(ranks, live, now, limit, waiting, phase_allowance_s)
     if stalled:
         return Silence(host, since, names, LOST, stalled, alive_until, {**ev, "evidence": "peers_waiting"})
     if not live:
@@ -142,11 +145,22 @@ def _peer_gone(since: float, peers: list[FoldedRank], waiting: Callable[[FoldedR
 
 
 def _peers_stalled(
-    ranks: list[FoldedRank], live: list[FoldedRank], now: float, limit: float, waiting: Callable[[FoldedRank], bool]
+    ranks: list[FoldedRank],
+    live: list[FoldedRank],
+    now: float,
+    limit: float,
+    waiting: Callable[[FoldedRank], bool],
+    phase_allowance_s: float,
 ) -> str:
     """Every live peer without progress for the silence limit, and some waiting in a
-    collective that a silent rank was not seen entering."""
-    if not live or any(now - p.progress_at <= limit for p in live):
+    collective that a silent rank was not seen entering. A peer in a phase marked slow
+    on purpose (a checkpoint, an evaluation: the others wait for it in the next
+    collective) extends the wait by the hang detector's allowance for it."""
+    if not live:
+        return ""
+    if any(p.state.phase in SLOW_PHASES for p in live):
+        limit += phase_allowance_s
+    if any(now - p.progress_at <= limit for p in live):
         return ""
     for p in live:
         if not waiting(p):

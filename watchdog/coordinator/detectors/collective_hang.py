@@ -39,10 +39,10 @@ from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
+from ..silence import SLOW_PHASES
 from ..view import ClusterView, FoldedRank
 from ..wedge import frozen_together
 
-SLOW_PHASES = ("checkpoint", "eval")
 _STATUS = {
     "dead": "process gone",
     "frozen": "frozen (heartbeat stale)",
