@@ -393,7 +393,7 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         return [r for r in journal.read(str(jpath)) if r["event"] in events] if jpath.exists() else []
 
     def counted() -> list[str]:
-        return [ln for ln in coord.log().splitlines() if '"launcher_restart"' in ln]
+        return [ln for ln in coord.log().splitlines() if '"restart_budget_spent"' in ln]
 
     try:
         flags = ["--tick.interval-seconds", "0.25", "--policy.file", str(policy)]

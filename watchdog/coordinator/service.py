@@ -445,7 +445,7 @@ class Coordinator:
             launcher = self._spent.launcher
         for at in launcher[self.control.job.by_launcher :]:  # the launcher's own restarts spend the budget too
             self.control.launcher_restarted(at)
-            self.log.warning("launcher_restart", restarts_used=len(self.control.job.restarts))
+            self.log.warning("restart_budget_spent", by="launcher", restarts_used=len(self.control.job.restarts))
         try:
             reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
