@@ -12,6 +12,7 @@ import pytest
 
 from watchdog import report as wire_report
 from watchdog import wire
+from watchdog.agent import report as agent_report
 from watchdog.agent import testing, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable
@@ -564,3 +565,44 @@ def test_an_older_hooks_version_1_slot_is_still_tracked_and_reported(tmp_path):
     assert marks([v]) == {v.path: 2}  # one ring, one numbering
     (r,) = build_report("j", "h", "a", 2, [v], now + S // 10, time.time(), 1.0, since=marks([v])).ranks
     assert r.recent_steps == () and r.recent_colls == ()
+
+
+class ExitStatusTable(ProcessTable):
+    """The process table, with the wait status the deathwatch would have read from the zombie."""
+
+    def __init__(self, procs, statuses):
+        super().__init__(procs)
+        self.statuses = statuses
+
+    def exit_status(self, pid, start_us):
+        return self.statuses.get(pid)
+
+
+@pytest.mark.parametrize("wait,state", [(1 << 8, track.DEAD), (0, track.EXITED), (None, track.EXITED)])
+def test_a_clean_looking_exit_with_a_nonzero_status_is_a_death_reported_before_its_successor(wait, state):
+    # raise SystemExit(1) after the hook's atexit said "exited": the exit status decides
+    w = World()
+    p = proc(100)
+    w.put("/run/a.slot", slot("/run/a.slot"))
+    log = Log()
+    t = SlotTracker(
+        "/run",
+        procs=ExitStatusTable(FakeProcesses(p, proc(200)), {100: wait}),
+        read=w.read,
+        lister=w.lister,
+        log=log,
+    )
+    t.poll(T0, W0)
+    w.put("/run/a.slot", slot("/run/a.slot", status=wire.Status.EXITED))
+    p.running = False
+    t.poll(T0 + S, W0 + S)
+    (v,) = t.views()
+    assert v.state == state
+    rep = agent_report.build_report("j", "h", "a", 1, [v], T0 + S, (W0 + S) / 1e9, 1.0).ranks[0]
+    assert rep.status == ("failed" if state == track.DEAD else "exited")
+    if state == track.DEAD:
+        assert v.death["exit_code"] == 1 and v.death["summary"].startswith("exit 1 (a SystemExit"), v.death
+    # torchrun restarts the rank before the next report: the death stays to be told
+    w.put("/run/b.slot", slot("/run/b.slot", pid=200, hb=T0 + 2 * S, created_wall=W0 + 2 * S))
+    t.poll(T0 + 2 * S, W0 + 2 * S)
+    assert [d.path for d in t.replaced_deaths()] == (["/run/a.slot"] if state == track.DEAD else [])

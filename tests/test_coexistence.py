@@ -6,8 +6,9 @@ torch, which also proves the agent and coordinator import without it.
 
 The same wheel (one build per module: CI time) also proves the packaging
 promises: every console script answers ``--version`` with the distribution's
-version, and the hook installs light: with ``pip install --no-deps`` (what
-training images do) it imports and records with the standard library alone.
+version, and the hook installs light: a plain ``pip install rank-watchdog`` (what
+training images do) pulls in nothing, imports and records with the standard library
+alone, and a daemon's command there names the extra that brings its dependencies.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def test_both_packages_import_in_one_env(tmp_path, wheel, order):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
-    installs = [[str(wheel)], ["watchdog"]]
+    installs = [[f"{wheel}[all]"], ["watchdog"]]
     if order == "theirs-first":
         installs.reverse()
     for spec in installs:
@@ -132,14 +133,24 @@ print("light-ok", ident.proc_start_us)
 
 
 def test_the_hook_installs_and_records_without_any_dependency(tmp_path, wheel):
-    """``pip install --no-deps rank-watchdog``: the hook needs nothing but the standard
-    library (torch only for its torch features, psutil not at all)."""
+    """``pip install rank-watchdog``, no extra: the plain package is the hook, which
+    needs nothing but the standard library (torch only for its torch features, psutil
+    not at all). Installed without an index, so any dependency would fail the install."""
     env_dir = tmp_path / "light"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = str(env_dir / "bin" / "python")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300
+        [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
     )
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", py, "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [line.split("==")[0] for line in listed.stdout.split()] == ["rank-watchdog"], listed.stdout
     out = subprocess.run(
         [py, "-c", LIGHT_HOOK, str(tmp_path / "run")], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
@@ -148,6 +159,23 @@ def test_the_hook_installs_and_records_without_any_dependency(tmp_path, wheel):
     # (that the stdlib start time equals psutil's: tests/test_agent_nspid.py)
     # the console script is there too, and tells the version without the agent's dependencies
     assert _every_console_script_tells_the_version(env_dir, tmp_path)
+    # a daemon's command names the extra to install instead of a traceback
+    for command, extra in (("agent", "agent"), ("coordinator", "coordinator"), ("slots", "agent")):
+        got = subprocess.run(
+            [str(env_dir / "bin" / "watchdog"), command], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        )
+        assert got.returncode == 2 and "Traceback" not in got.stderr, (command, got.stderr)
+        assert f"pip install 'rank-watchdog[{extra}]'" in got.stderr, (command, got.stderr)
+    # and `watchdog run`, the training side, works there
+    ran = subprocess.run(
+        [str(env_dir / "bin" / "watchdog"), "run", "--", py, "-c", "print('ranked')"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "WATCHDOG_RUN_DIR": str(tmp_path / "run")},
+    )
+    assert ran.returncode == 0 and "ranked" in ran.stdout, ran.stderr
 
 
 def _agent_runs_without_torch(env_dir: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from watchdog import commands
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as T
-from watchdog.coordinator.actions import abort
+from watchdog.coordinator.actions import abort, restart
 from watchdog.coordinator.control import JobController
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.policy import JobState, Policy
@@ -106,17 +106,27 @@ def test_a_rank_that_registered_after_the_finding_is_never_signalled():
     v = old_view(now=100.0)
     v = T.view([T.rank(1, world_size=4, pid=3001, **LAUNCHER)], 102.0, base=v, seq=2)  # torchrun restarted it
     c = JobController(RESTART)
-    reqs, _ = c.tick([finding("dead_rank", (1,), detected=101.0)], v, 103.0)
+    reqs, events = c.tick([finding("dead_rank", (1,), detected=101.0)], v, 103.0)
+    # rank 1 is gone: its launcher gets the grace period to stop the rest itself
+    assert reqs == [] and [p["phase"] for n, p in events if n == je.ACTION_PROGRESS] == ["launcher"]
+    reqs, _ = c.tick([], v, 103.0 + restart.LAUNCHER_GRACE_S)
     assert [s[1] for s in signals(reqs)] == [0, 2, 3]
 
 
-def test_dead_workers_are_not_signalled_and_the_restart_is_seen_at_once():
+def test_workers_all_gone_are_the_launchers_restart_and_never_restarted_again():
     v = old_view(now=100.0, alive=False)
     c = JobController(RESTART)
     reqs, events = c.tick([finding("dead_rank", (1,))], v, 101.0)
     assert signals(reqs) == []
-    _, events = c.tick([], v, 101.5)
-    assert names(events) == ["restart"]
+    (launcher,) = [p for n, p in events if n == je.LAUNCHER_RESTART]
+    assert launcher["restart"] == 1 and launcher["gone"] == [0, 1, 2, 3], launcher
+    assert je.RESTART not in names(events) and je.ACTION_PROGRESS not in names(events)
+    reqs, events = c.tick([finding("dead_rank", (1,))], v, 101.5)
+    assert reqs == [] and events == []
+    v = resumed(v, 110.0, at_step=30)
+    reqs, events = c.tick([], v, 110.0)
+    assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
+    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 30 (70 steps lost)"
 
 
 def stuck_in_init(view, now, ranks=range(4)):

@@ -425,6 +425,26 @@ def test_the_coordinator_acts_only_on_findings_its_detectors_reported_this_tick(
     coord.journal.close()
 
 
+def test_a_launchers_restart_survives_a_coordinator_restart_and_is_never_done_again():
+    # rank 1 is gone, the others are still there: the action waits for the launcher
+    j, c = Journaled(), JobController(POLICY)
+    one_dead = T.view([replace(old_view().ranks[1].state, alive=False)], 100.5, base=old_view(), seq=2)
+    reqs, events = j.tick(c, [finding()], one_dead, 101.0)
+    assert reqs == [] and [p.get("phase") for n, p in events if n == je.ACTION_PROGRESS] == ["launcher"]
+    # -- killed here; the new coordinator waits for the launcher again, signals nothing --
+    c2, rec = restarted(j.records, 102.0)
+    assert rec.summary(102.0)["in_flight"]["phase"] == "launcher"
+    dead = T.view([replace(s.state, alive=False) for s in old_view().ranks.values()], 103.0, base=old_view(), seq=3)
+    reqs, events = j.tick(c2, [], dead, 103.0)
+    assert reqs == [] and names(events) == [je.LAUNCHER_RESTART]
+    # -- killed again after the launcher's restart: the resume is all that is left --
+    c3, rec = restarted(j.records, 104.0)
+    assert rec.summary(104.0)["in_flight"]["phase"] == "resume"
+    reqs, events = c3.tick([], new_view(105.0), 105.0)
+    assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
+    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 20 (80 steps lost)", events[1][1]
+
+
 def test_a_new_run_of_the_job_decides_afresh_a_restarted_coordinator_of_the_same_run_does_not():
     """Run r1 spent its restart and was aborted (failed). A coordinator of run r2 (same job
     name, same journal) starts with its own budget and state; one of r1 again carries on

@@ -135,3 +135,17 @@ def test_death_time_from_agent_gone_age_or_last_sign_of_life():
     assert v.ranks[1].died_at == pytest.approx(100.1) and not v.ranks[1].died_precise
     v2, _ = fold(v, t.report("host0", dead, seq=3), 105.0, CFG)
     assert v2.ranks[0].died_at == v.ranks[0].died_at  # estimated once
+
+
+def test_a_death_is_journaled_with_its_cause_before_the_launchers_replacement():
+    # The agent tells a replaced incarnation's death once, in place of its successor
+    # (agent/sender.py); the next report brings the successor.
+    v = t.view([t.rank(1)], now=10.0)
+    death = {"summary": "ValueError: bad batch at train.py:12, exit 1 by sys.exit(1)", "exit_code": 1}
+    dead = t.rank(1, alive=False, status="failed", death=death)
+    v, events = fold(v, t.report("host0", [dead], seq=2), 11.0, CFG)
+    new = t.rank(1, pid=4242, proc_start_us=1_700_000_100_000_000, step=0)
+    v, later = fold(v, t.report("host0", [new], seq=3), 12.0, CFG)
+    (state,) = [p for e, p in events if e == je.STATE]
+    assert state["changed"]["alive"] == [True, False] and state["cause"] == death["summary"], state
+    assert [e for e, _ in later] == [je.RANK_RESTARTED]

@@ -1,8 +1,9 @@
-"""deploy/kubernetes/prometheusrule.yaml: the shipped rules as a Prometheus Operator
-PrometheusRule, generated from deploy/prometheus/rules/ by deploy/kubernetes/generate.py.
-It must be what the generator writes now (so it cannot drift from the promtool-tested
-rules), carry the rule groups unchanged, parse with promtool, and use only the fields
-the PrometheusRule CRD (monitoring.coreos.com/v1) defines."""
+"""deploy/kubernetes/cluster/prometheusrule.yaml: the shipped rules as a Prometheus
+Operator PrometheusRule, generated from deploy/prometheus/rules/ by
+deploy/kubernetes/generate.py. It must be what the generator writes now (so it cannot
+drift from the promtool-tested rules), carry the rule groups unchanged, parse with
+promtool, and use only the fields the PrometheusRule CRD (monitoring.coreos.com/v1)
+defines; its namespace and `release` label come from cluster/settings.yaml."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck
 
 K8S = promcheck.REPO / "deploy" / "kubernetes"
-COMMITTED = K8S / "prometheusrule.yaml"
+COMMITTED = K8S / "cluster" / "prometheusrule.yaml"
 # The fields of spec.groups[] and of a rule in the PrometheusRule CRD (v1).
 GROUP_FIELDS = {"name", "interval", "limit", "labels", "partial_response_strategy", "query_offset", "rules"}
 RULE_FIELDS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
@@ -36,7 +37,7 @@ def committed() -> dict:
 
 def test_committed_file_is_what_the_generator_writes():
     assert COMMITTED.read_text() == generator().render(), (
-        "deploy/kubernetes/prometheusrule.yaml is stale: run .venv/bin/python deploy/kubernetes/generate.py"
+        "deploy/kubernetes/cluster/prometheusrule.yaml is stale: run .venv/bin/python deploy/kubernetes/generate.py"
     )
 
 
@@ -75,11 +76,7 @@ def test_envelope_matches_the_crd_and_the_other_manifests():
             assert all(isinstance(v, str) for v in {**rule.get("labels", {}), **rule.get("annotations", {})}.values())
     labels = doc["metadata"]["labels"]
     assert labels["app.kubernetes.io/part-of"] == "rank-watchdog" and labels["app.kubernetes.io/name"]
-    # One namespace for everything shipped (the other manifests' namespace).
-    namespaces = {
-        d["metadata"].get("namespace")
-        for p in K8S.glob("*.yaml")
-        for d in yaml.safe_load_all(p.read_text())
-        if d and d["kind"] != "Namespace"
-    }
-    assert namespaces == {doc["metadata"]["namespace"]}, namespaces
+    # The namespace is the kustomization's (cluster/settings.yaml), not the file's.
+    assert "namespace" not in doc["metadata"]
+    settings = yaml.safe_load((K8S / "cluster" / "settings.yaml").read_text())["data"]
+    assert settings["NAMESPACE"] and labels["release"] == settings["RELEASE"]

@@ -113,14 +113,15 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_pat
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
     story = [
         (r["event"], r.get("action") or r.get("kind"))
-        for r in journal_events(res, je.FINDING, je.ACTION, je.RESTART, je.RESUMED)
+        for r in journal_events(res, je.FINDING, je.ACTION, je.RESTART, je.LAUNCHER_RESTART, je.RESUMED)
     ]
     # Detection -> action -> restart -> resumed. Dead-rank findings for the workers
-    # the restart stopped (or torchrun tore down) may come in between.
+    # the restart stopped (or torchrun tore down) may come in between. A dead rank's
+    # group is torn down and restarted by torchrun itself: the launcher's restart.
     assert story[0] == (je.FINDING, kind), story
     assert [e for e in story if e[0] != je.FINDING] == [
         (je.ACTION, "restart"),
-        (je.RESTART, "restart"),
+        (je.LAUNCHER_RESTART if kind == "dead_rank" else je.RESTART, "restart"),
         (je.RESUMED, "restart"),
     ], story
     resumed = res.events(je.RESUMED)[0]

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from watchdog import wire
+from watchdog.hook import crashrecord
 
 SCRIPT = """
 import sys
@@ -130,3 +131,95 @@ def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared
     )
     subprocess.run([sys.executable, "-c", again, str(tmp_path)], check=True, timeout=60)
     assert not os.path.exists(path + ".crash")
+
+
+EXITS = """
+import os, sys, threading
+from watchdog.hook import install
+mon = install(run_dir=sys.argv[1], job="exits", patch_collectives=False)  # no torch: fast
+mon.step()
+how = sys.argv[2]
+def load_batch():
+    raise ValueError("bad batch")
+if how == "thread":  # sys.exit in another thread ends only that thread
+    t = threading.Thread(target=sys.exit, args=(1,)); t.start(); t.join()
+elif how == "caught":  # a probe that exits, caught; training goes on
+    try:
+        sys.exit(2)
+    except SystemExit:
+        pass
+    mon.step()
+elif how == "raise":
+    raise SystemExit(4)
+elif how == "exit0":
+    sys.exit(0)
+elif how == "caught_then_crash":  # the uncaught exception, not the caught exit, ends it
+    try:
+        sys.exit(2)
+    except SystemExit:
+        pass
+    load_batch()
+elif how != "clean":
+    try:
+        load_batch()
+    except ValueError:
+        print("caught, exiting", file=sys.stderr)
+        {"exit1": lambda: sys.exit(1), "str": lambda: sys.exit("no data"), "os": lambda: os._exit(3)}[how]()
+"""
+
+
+@pytest.mark.parametrize(
+    "how,rc,status,exc,call",
+    [
+        # hydra, click, many trainers: print the exception, sys.exit(1)
+        ("exit1", 1, wire.Status.FAILED, "ValueError", "sys.exit(1)"),
+        ("str", 1, wire.Status.FAILED, "ValueError", "sys.exit('no data')"),
+        ("os", 3, wire.Status.FAILED, "ValueError", "os._exit(3)"),
+        ("clean", 0, wire.Status.EXITED, None, None),
+        ("exit0", 0, wire.Status.EXITED, None, None),
+        ("caught", 0, wire.Status.EXITED, None, None),
+        ("thread", 0, wire.Status.EXITED, None, None),
+        # Not seen from inside (no call to wrap): the agent's read of the exit status decides
+        ("raise", 4, wire.Status.EXITED, None, None),
+        ("caught_then_crash", 1, wire.Status.FAILED, "ValueError", ""),
+    ],
+)
+def test_a_failing_exit_call_is_recorded_with_the_exception_it_handled(tmp_path, how, rc, status, exc, call):
+    out = subprocess.run([sys.executable, "-c", EXITS, str(tmp_path), how], capture_output=True, text=True, timeout=60)
+    assert out.returncode == rc, out.stderr
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert wire.Status(wire.read_slot(path).header.status) is status
+    rec = crashrecord.read_crash(path)
+    if call is None:
+        assert rec is None, rec
+        return
+    assert rec is not None and rec.get("exit") == ({"call": call, "status": rc} if call else None), rec
+    assert (rec["type"], rec["function"]) == (exc, "load_batch"), rec
+
+
+LIGHTNING_SIGTERM = """
+import sys
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from watchdog.hook import install
+from watchdog.hook.lightning import WatchdogCallback
+mon = install(run_dir=sys.argv[1], job="exits", patch_collectives=False)
+cb = WatchdogCallback(monitor=mon)
+mon.step()
+exc = SIGTERMException()  # what Lightning's loops raise after a SIGTERM
+cb.on_exception(None, None, exc)  # Lightning calls its callbacks, then re-raises
+raise exc
+"""
+
+
+def test_lightnings_sigterm_exit_is_a_failure_even_with_status_zero(tmp_path):
+    pytest.importorskip("lightning")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", LIGHTNING_SIGTERM, str(tmp_path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr  # Lightning's own status outside torchelastic
+    (path,) = wire.list_slot_files(str(tmp_path))
+    assert wire.Status(wire.read_slot(path).header.status) is wire.Status.FAILED
+    rec = crashrecord.read_crash(path)
+    assert rec is not None and rec["type"] == "SIGTERMException", rec
+    assert rec["exit"] == {"call": "raise SIGTERMException()", "status": 0}, rec

@@ -25,7 +25,7 @@ SLOW_DATA_S = 0.03
 
 SCRIPT = textwrap.dedent(
     f"""
-    import os, time
+    import gc, os, time
     import torch, torch.distributed as dist
     from torch import nn
     from watchdog.hook import install
@@ -59,6 +59,11 @@ SCRIPT = textwrap.dedent(
     store.add("finished", 1)
     while store.add("finished", 0) < 2:
         time.sleep(0.01)
+    # DDP's reducer holds the process group: left alive, gloo's worker threads end only at interpreter
+    # finalization, where destroying them could abort the process ("terminate called without an active
+    # exception"). Freed here, the group ends while the interpreter is whole (cycles need the collect).
+    del model, opt, store
+    gc.collect()
     dist.destroy_process_group()
     mon.close()
     """

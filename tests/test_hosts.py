@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import shlex
 import threading
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -52,6 +53,26 @@ def test_render_prints_exclude_lines_never_runs_them():
     assert "sbatch --exclude=n7,n9" in text and "kubectl taint nodes n7 rank-watchdog/suspect=true:NoSchedule" in text
     assert "kubectl cordon n9" in text and "loss_anomaly x2" in text and "jobs a, b" in text
     assert hosts_cli.render([], "P", 1.0).startswith("no suspect hosts")
+
+
+def test_render_prints_a_drain_line_per_host_quoted_for_the_shell():
+    hosts = [
+        {"host": "n7", "score": 2.5, "causes": {"loss_anomaly": 2.0, "dead_rank": 1.0}, "jobs": ["a"]},
+        {"host": "n9; rm -rf ~", "score": 1.25, "causes": {}, "jobs": []},  # a label is hostile input
+    ]
+    text = hosts_cli.render(hosts, "P", 1.0)
+    lines = [ln for ln in text.split("; scontrol") if "State=DRAIN" in ln]
+    assert len(lines) == 2, text
+    first = shlex.split(hosts_cli.drain(hosts[0]))
+    assert first == [
+        "scontrol",
+        "update",
+        "NodeName=n7",
+        "State=DRAIN",
+        "Reason=rank-watchdog: suspicion 2.5, culprit in 7 days: loss_anomaly x2, dead_rank x1",
+    ]
+    second = shlex.split(hosts_cli.drain(hosts[1]))
+    assert second[2] == "NodeName=n9; rm -rf ~" and len(second) == 5, second  # one word: nothing else runs
 
 
 class _Quiet(WSGIRequestHandler):

@@ -38,6 +38,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# The extra that brings a command's dependencies (pyproject.toml): the plain package
+# is the hook alone, so on a training image these commands name what to install.
+EXTRA_OF: dict[str, str] = {
+    "agent": "agent",
+    "slots": "agent",
+    "coordinator": "coordinator",
+    "status": "coordinator",
+    "hosts": "coordinator",
+    "scaling": "coordinator",
+    "demo": "all",
+}
+
 
 def package_version() -> str:
     """The installed distribution's version (``watchdog --version``, the build-info metric)."""
@@ -71,7 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"watchdog: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    try:
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if name not in EXTRA_OF or missing in ("", "watchdog"):
+            raise
+        print(
+            f"watchdog {name}: needs {missing}, which is not installed: "
+            f"pip install 'rank-watchdog[{EXTRA_OF[name]}]' (the plain package is the hook alone)",
+            file=sys.stderr,
+        )
+        return 2
     return int(module.main(rest) or 0)
 
 

@@ -711,6 +711,7 @@ _DEATH_FIELDS: dict[str, tuple[type, int]] = {
     "summary": (str, 2000),
     "exit_code": (int, 0),
     "signal": (str, 32),
+    "exit_call": (str, 240),  # how it asked to leave, where the hook saw it: "sys.exit(1)", "os._exit(3)"
     "oom": (str, 1000),
     "traceback": (str, 8000),
     "fatal": (str, 8000),

@@ -52,6 +52,8 @@ class AgentCollector:
         commands.add_metric([], s.commands_received if s else 0)
         dropped = m.REPORT_RANKS_DROPPED.family()
         dropped.add_metric([], getattr(s, "ranks_dropped", 0) if s else 0)
+        unaddressed = m.REPORTS_UNADDRESSED.family()
+        unaddressed.add_metric([], getattr(s, "reports_unaddressed", 0) if s else 0)
         omitted = m.STEP_SUMMARIES_OMITTED.family()
         summaries = getattr(s, "summaries", None)
         omitted.add_metric([], summaries.omitted if summaries is not None else 0)
@@ -76,6 +78,7 @@ class AgentCollector:
             proc_err,
             reports,
             dropped,
+            unaddressed,
             omitted,
             commands,
             refused,

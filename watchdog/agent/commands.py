@@ -42,8 +42,10 @@ class CommandHandler:
         wall: Callable[[], float] = time.time,
         log: Any = None,
         queue_max: int = QUEUE_MAX,
+        token_of: Callable[[str], str] = lambda job: "",
     ) -> None:
-        self.host, self._token, self._loopback = host, token, loopback
+        # token_of: a job's own token (discovery.Discovery), "" = ``token``
+        self.host, self._token, self._loopback, self._token_of = host, token, loopback, token_of
         self._actions, self.outbox, self._wall = actions, outbox, wall
         self._log = log or logs.get("watchdog.agent.commands")
         self._seen = c.ReplayCache()
@@ -66,7 +68,8 @@ class CommandHandler:
 
     def _receive(self, job: str, cmd: Any) -> None:
         now = self._wall()
-        ok, reason = c.verify(cmd, self._token, job, self.host, now, self._seen, loopback=self._loopback)
+        token = self._token_of(job) or self._token
+        ok, reason = c.verify(cmd, token, job, self.host, now, self._seen, loopback=self._loopback)
         if not ok:
             self._refuse(job, cmd, reason)
             return

@@ -133,6 +133,14 @@ FLAGS: tuple[Flag, ...] = (
         field="coordinator_url",
     ),
     Flag(
+        "coordinator.url-from-run-dir",
+        False,
+        "report each job to the coordinator whose base URL it wrote to <run-dir>/<job>.coordinator (one agent "
+        "serving per-job coordinators); believed only from the user owning all the job's slot files",
+        flags.boolean,
+        field="coordinator_from_run_dir",
+    ),
+    Flag(
         "report.interval-seconds",
         1.0,
         "how often a report is sent to the coordinator",
@@ -210,6 +218,7 @@ class AgentConfig:
     stale_after_s: float = 30.0
     job_expiry_s: float = JOB_EXPIRY_DEFAULT_S
     coordinator_url: str = ""
+    coordinator_from_run_dir: bool = False
     report_interval_s: float = 1.0
     report_timeout_s: float = 2.0
     accelerator: bool = True
@@ -237,6 +246,10 @@ def load(argv: Sequence[str] | None, environ: Mapping[str, str] | None = None) -
     short = jobtoken.too_short(token, coord_host) if coord_host else None
     if short:  # the coordinator there refuses such a token too: say so here, at start
         raise flags.FlagError(short.replace("refusing to listen on", "refusing to report to"))
+    if v["coordinator_url"] and v["coordinator_url_from_run_dir"]:
+        raise flags.FlagError(
+            "--coordinator.url and --coordinator.url-from-run-dir exclude each other: one or the other"
+        )
     return flags.build(
         AgentConfig,
         FLAGS,

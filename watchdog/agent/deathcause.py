@@ -157,6 +157,19 @@ def brief(message: str) -> str:
     return first if len(first) <= SUMMARY_MESSAGE else first[: SUMMARY_MESSAGE - 1] + "…"
 
 
+def exit_phrase(code: int, sig: str, call: str, hook_status: str) -> str:
+    """How the process ended, for the summary: the status, the signal, and how it
+    asked for it where the hook saw the call."""
+    if sig:
+        return f"exit {code} ({sig})"
+    if call:
+        return f"exit {code} by {call}"
+    if code and hook_status == "exited":
+        # The hook saw a normal interpreter shutdown: a SystemExit raised with that code, or a C exit().
+        return f"exit {code} (a SystemExit or C-level exit with a nonzero status)"
+    return f"exit {code}"
+
+
 def explain(
     *,
     wait_status: int | None,
@@ -171,7 +184,8 @@ def explain(
     parts: list[str] = []
     crash = crashrecord.read_crash(slot_path) if slot_path else None
     fatal = crashrecord.read_fatal(slot_path) if slot_path else ""
-    if crash is not None:
+    exit_call = crash.get("exit") if crash is not None else None
+    if crash is not None and crash["type"]:
         where = f" at {crash['where']}" if crash["where"] else ""
         thread = "" if crash["thread"] in ("", "MainThread") else f" (in thread {crash['thread']})"
         out["exception"] = {k: crash[k] for k in ("type", "message", "where", "function", "thread")}
@@ -187,11 +201,15 @@ def explain(
         out["fatal"] = fatal[-MAX_DETAIL:]
         parts.append(fatal.splitlines()[0][:200])
     code, sig = decode(wait_status) if wait_status is not None else (None, "")
+    if exit_call is not None:
+        out["exit_call"] = exit_call["call"]
+        if code is None:  # the zombie was reaped first: the status the rank asked for
+            code = exit_call["status"]
     if code is not None:
         out["exit_code"] = code
         if sig:
             out["signal"] = sig
-        parts.append(f"exit {code} ({sig})" if sig else f"exit {code}")
+        parts.append(exit_phrase(code, sig, exit_call["call"] if exit_call else "", hook_status))
     elif hook_status == "failed" and crash is None:
         parts.append("uncaught exception (hook status failed)")
     if code is None or sig == "SIGKILL":  # the OOM killer sends SIGKILL; nothing else needs the look

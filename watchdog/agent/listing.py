@@ -9,10 +9,27 @@ from watchdog import wire
 
 
 def list_slots(run_dir: str) -> dict[str, int]:
-    """path -> inode of the slot files in ``run_dir`` (d_ino from getdents: no stat).
-    Raises FileNotFoundError when the directory does not exist."""
+    """path -> inode of the slot files in ``run_dir`` and in its subdirectories, one
+    level down: a directory per job, owned by the job's user (Slurm's Prolog,
+    deploy/slurm/prolog.sh), which a site-wide agent reads through its group (d_ino
+    and d_type from getdents: no stat). A slot there is believed as one at the top:
+    only when its file belongs to the process it names. Raises FileNotFoundError
+    when ``run_dir`` does not exist; a subdirectory gone or unreadable is skipped.
+    (CachedLister sees a new slot in a subdirectory at its periodic rescan.)"""
+    out, below = {}, []
     with os.scandir(run_dir) as it:
-        return {e.path: e.inode() for e in it if e.name.endswith(wire.SLOT_SUFFIX)}
+        for e in it:
+            if e.name.endswith(wire.SLOT_SUFFIX):
+                out[e.path] = e.inode()
+            elif e.is_dir(follow_symlinks=False):
+                below.append(e.path)
+    for sub in below:
+        try:
+            with os.scandir(sub) as it:
+                out.update({e.path: e.inode() for e in it if e.name.endswith(wire.SLOT_SUFFIX)})
+        except OSError:
+            continue
+    return out
 
 
 class CachedLister:

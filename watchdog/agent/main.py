@@ -24,6 +24,7 @@ from watchdog.agent.accelmetrics import AcceleratorCollector
 from watchdog.agent.actions import Actions
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.commands import CommandHandler
+from watchdog.agent.discovery import Discovery
 from watchdog.agent.exporter import Exporter
 from watchdog.agent.nvml import Accelerators, Disabled
 from watchdog.agent.outbox import Outbox
@@ -59,8 +60,10 @@ class Agent:
         self.loop = LoopStats()
         self.agent_id = secrets.token_hex(8)
         self.sender = self.commands = None
-        if cfg.coordinator_url:
+        if cfg.coordinator_url or cfg.coordinator_from_run_dir:
             outbox = Outbox(log=self.log)
+            discovery = Discovery(cfg.run_dir) if cfg.coordinator_from_run_dir else None
+            token_of = discovery.token_of if discovery else lambda job: ""
             if handle_commands is None:
                 # "" when not found: None would make the dumper search again and, for a --stacks.py-spy path that
                 # does not exist, quietly run another py-spy than the one configured (and warned about below).
@@ -70,6 +73,7 @@ class Agent:
                     token=cfg.token,
                     outbox=outbox,
                     loopback=is_loopback(urllib.parse.urlsplit(cfg.coordinator_url).hostname),
+                    token_of=token_of,
                     actions=Actions(
                         cfg.host,
                         self.tracker.incarnations,
@@ -93,6 +97,8 @@ class Agent:
                 accelerators=self.accelerator_dicts,
                 handle_commands=handle_commands,
                 outbox=outbox,
+                url_of=discovery,
+                token_of=token_of,
                 read_age_s=lambda: (time.monotonic_ns() - self._last_poll_ns) / 1e9,
                 stale_read_s=max(1.0, 10 * cfg.poll_interval_s),
             )
@@ -185,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info(
         "config", **{**cfg.effective, "host.name": cfg.host, "web.listen-address": f"{cfg.listen[0]}:{cfg.listen[1]}"}
     )
-    if cfg.coordinator_url and not find_py_spy(cfg.py_spy):
+    if (cfg.coordinator_url or cfg.coordinator_from_run_dir) and not find_py_spy(cfg.py_spy):
         log.warning(
             "py-spy not found: stack dumps requested by the coordinator will fail "
             "(pip install py-spy, or --stacks.py-spy PATH)",

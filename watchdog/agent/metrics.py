@@ -217,6 +217,11 @@ REPORT_RANKS_DROPPED = _c(
     "agent_report_ranks_dropped_total",
     "Ranks left out of reports because their slot held out-of-range values (the rest is sent).",
 )
+REPORTS_UNADDRESSED = _c(
+    "agent_reports_unaddressed_total",
+    "Reports not sent: their job's coordinator is not known (--coordinator.url-from-run-dir and no believable "
+    "<job>.coordinator file beside its slots; the log says why).",
+)
 STEP_SUMMARIES_OMITTED = _c(
     "agent_step_summaries_omitted_total",
     "Ranks' step summaries left out of reports as out of range (the coordinator computes those ranks' statistics).",

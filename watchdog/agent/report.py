@@ -72,7 +72,7 @@ def rank_state(
         pid=ident.pid,
         proc_start_us=ident.proc_start_us,
         alive=v.proc.alive,
-        status=track.label(wire.Status, h.status, "unknown") if v.state != track.EXITED else "exited",
+        status=track.reported_status(h.status, v.state),
         step=h[wire.H_STEP],
         step_age_s=age(wire.H_STEP_START_NS),
         heartbeat_age_s=track.age_s(now_ns, v.heartbeat_ns),

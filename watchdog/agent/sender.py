@@ -205,6 +205,8 @@ class Sender:
         post: Callable | None = None,
         handle_commands: Callable[[str, list[dict]], None] = log_commands,
         outbox: Any = None,
+        url_of: Callable[[str, Sequence[LocalRank]], str] | None = None,
+        token_of: Callable[[str], str] = lambda job: "",
         log=None,
         mono_ns: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], float] = time.time,
@@ -213,6 +215,9 @@ class Sender:
         stale_read_s: float = 1.0,
     ) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
+        # Per job, where its coordinator is (discovery.Discovery); None: always ``url``.
+        self._url_of, self._token_of = url_of, token_of  # a job's own token, "" = ``token``
+        self.reports_unaddressed = 0  # not sent: the job's coordinator is not known (yet)
         # How long ago the poll loop last read the slots (None: not known). A report is made
         # from that reading with ages measured now: after the agent itself was stopped or
         # starved, its ranks would look frozen for as long as it was (their heartbeats read
@@ -259,8 +264,15 @@ class Sender:
         self._colls_since = {p: i for p, i in self._colls_since.items() if p in live_paths}
         acc = self._accelerators()
         for job in [self._job] if self._job else report.jobs(views):
-            seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
             mine = [v for v in views if v.identity.job == job]
+            url = self._url
+            if self._url_of is not None:
+                base = self._url_of(job, mine)
+                if not base:
+                    self.reports_unaddressed += 1
+                    continue
+                url = base + REPORT_PATH
+            seq = self._seq[job] = self._seq.get(job, 0) + 1  # per attempt: gaps show lost reports
             acks = self._outbox.take(job) if self._outbox is not None else []
             now_s = self._mono_ns() / 1e9
             steps = self._steps_due(job, mine, now_s)
@@ -284,21 +296,21 @@ class Sender:
             try:
                 if self.report_version == ROWS_VERSION:
                     body = as_rows(body)
-                reply = self._post(self._url, body, self._token, self._timeout_s)
+                reply = self._post(url, body, self._token_of(job) or self._token, self._timeout_s)
                 if not isinstance(reply, dict) or reply.get("ok") is not True:
                     raise RuntimeError(f"coordinator did not accept the report: {str(reply)[:200]}")
             except Exception as exc:  # URLError, timeout, bad JSON, refusal: all one outcome
                 if isinstance(exc, HttpRefused) and exc.status == UNREADABLE:
                     self.report_version = REPORT_VERSION  # what any coordinator reads, until a reply says more
                 self.summaries.failed()
-                self._failed(job, exc)
+                self._failed(job, exc, url)
                 continue
             self.ok += 1
             self.report_version = ROWS_VERSION if reads_rows(reply) else REPORT_VERSION
             self.summaries.accepted(job, reply)
             if self._failing:
                 self._failing = False
-                self._log.info("reports resumed", url=self._url)
+                self._log.info("reports resumed", url=url)
             delivered = report.marks(mine)
             self._colls_since.update(delivered)
             if steps:
@@ -381,13 +393,13 @@ class Sender:
                 )
         return dataclasses.replace(rep, ranks=good)
 
-    def _failed(self, job: str, exc: BaseException) -> None:
+    def _failed(self, job: str, exc: BaseException, url: str) -> None:
         self.failed += 1
         self._failing = True
         ok, suppressed = self._limit.should_log("report", time.monotonic())
         if ok:
             self._log.warning(
-                "report failed", url=self._url, job=job, error=f"{type(exc).__name__}: {exc}", suppressed=suppressed
+                "report failed", url=url, job=job, error=f"{type(exc).__name__}: {exc}", suppressed=suppressed
             )
 
     @property

@@ -418,7 +418,9 @@ class SlotTracker:
                     "rank stopped" if proc.stopped else "rank resumed", job=ident.job, rank=ident.rank, pid=ident.pid
                 )
             slot.proc = proc
-        state = track.rank_state(slot.status, proc)
+        # Gone after its hook said "exited": the exit status decides (a nonzero one is a failure).
+        code = self._exit_code(slot) if not proc.alive and slot.status == wire.Status.EXITED else None
+        state = track.rank_state(slot.status, proc, code)
         if slot.status == wire.Status.FAILED and proc.alive and not slot.death and self._causes:
             # Crashing but not gone yet (interpreter shutdown, a process group's teardown can
             # take seconds): its heartbeat stops now, so say why before it is called frozen.
@@ -442,6 +444,19 @@ class SlotTracker:
             slot.state = state
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
+
+    def _exit_code(self, slot: _Slot) -> int | None:
+        """The exit code of a rank gone after a clean-looking exit, where this host
+        read it (deathcause.decode's convention); None: not read."""
+        exit_status = getattr(self.procs, "exit_status", None)
+        if not self._causes or exit_status is None:
+            return None
+        ident = slot.header.identity
+        try:
+            status = exit_status(ident.pid, ident.proc_start_us)
+        except Exception:  # a detail of the post-mortem, never the poll
+            return None
+        return None if status is None else deathcause.decode(status)[0]
 
     def _death(self, slot: _Slot) -> dict:
         """Why it died, read once at the death (after the slot's final read)."""

@@ -71,11 +71,24 @@ def expired_jobs(procs: Iterable[tuple[str, ProcSample]], now_mono_ns: int, expi
     }
 
 
-def rank_state(status: int, proc: ProcSample) -> str:
-    """A clean exit (the hook's atexit wrote EXITED) is not a death."""
-    if status == wire.Status.EXITED:
+def rank_state(status: int, proc: ProcSample, exit_code: int | None = None) -> str:
+    """A clean exit (the hook's atexit wrote EXITED) is not a death, unless the
+    exit status says otherwise: ``exit_code`` (deathcause.decode's, a signal
+    negative; None: not read) other than 0 is a failure whatever the hook's status
+    (a ``raise SystemExit(1)``, a C-level ``exit(1)``)."""
+    if status == wire.Status.EXITED and not exit_code:
         return EXITED
     return ALIVE if proc.alive else DEAD
+
+
+def reported_status(status: int, state: str) -> str:
+    """The hook status a report carries: "exited" only for a clean exit, and
+    "failed" for a rank whose hook said exited but whose exit status did not."""
+    if state == EXITED:
+        return "exited"
+    if state == DEAD and status == wire.Status.EXITED:
+        return "failed"
+    return label(wire.Status, status, "unknown")
 
 
 T = TypeVar("T")

@@ -7,8 +7,11 @@ Every coordinator exports ``watchdog_coordinator_host_culprit_findings_total``
 deploy/prometheus/rules/watchdog-recording.rules.yml) turn them into a decaying
 suspicion score per host over all jobs. This prints the suspects, with the
 causes and jobs behind each score, and the lines that keep the next job off
-them: Slurm's ``--exclude=`` and ``kubectl taint`` / ``kubectl cordon``. They are
-printed, never run: taking a node out of service is the operator's decision.
+them: Slurm's ``--exclude=`` and ``scontrol update ... State=DRAIN`` (the node out
+of every job's way, with the evidence as its reason), ``kubectl taint`` /
+``kubectl cordon``. They are printed, never run: taking a node out of service is
+the operator's decision. Host names and causes come from Prometheus labels: what
+goes into a printed command is shell-quoted.
 
 Without the recording rules loaded, the same expressions are evaluated inline.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -32,7 +36,7 @@ FLAGS = (
 )
 DESCRIPTION = (
     "Print the hosts rank-watchdog coordinators keep blaming, over all jobs, with their evidence and "
-    "the Slurm --exclude= / kubectl taint lines to avoid them (printed, never run)."
+    "the Slurm --exclude= / scontrol drain / kubectl taint lines to avoid them (printed, never run)."
 )
 
 TAINT = "rank-watchdog/suspect=true:NoSchedule"
@@ -71,6 +75,13 @@ def suspects(base: str, min_score: float, timeout: float) -> list[dict[str, Any]
     return sorted(out.values(), key=lambda h: (-h["score"], h["host"]))
 
 
+def drain(host: dict[str, Any]) -> str:
+    """The scontrol line that drains ``host``, its evidence as the reason Slurm shows."""
+    causes = ", ".join(f"{c} x{n:g}" for c, n in sorted(host["causes"].items(), key=lambda kv: -kv[1]))
+    reason = f"rank-watchdog: suspicion {host['score']:g}" + (f", culprit in 7 days: {causes}" if causes else "")
+    return f"scontrol update NodeName={shlex.quote(host['host'])} State=DRAIN Reason={shlex.quote(reason)}"
+
+
 def render(hosts: list[dict[str, Any]], base: str, min_score: float) -> str:
     if not hosts:
         return f"no suspect hosts (suspicion score >= {min_score:g}) in {base}"
@@ -87,6 +98,7 @@ def render(hosts: list[dict[str, Any]], base: str, min_score: float) -> str:
         "",
         "to keep the next job off them (printed, not run):",
         f"  slurm:      sbatch --exclude={','.join(names)} ...",
+        "              (or, for every job: " + "; ".join(drain(h) for h in hosts) + ")",
         "  kubernetes: " + "\n              ".join(f"kubectl taint nodes {n} {TAINT}" for n in names),
         "              (or: " + "; ".join(f"kubectl cordon {n}" for n in names) + ")",
     ]

@@ -53,6 +53,7 @@ DURABLE = frozenset(
         je.ACTION,
         je.ACTION_OUTCOME,
         je.RESTART,
+        je.LAUNCHER_RESTART,
         je.RECOVERED,
         je.STATE,
         je.HOST_LOST,

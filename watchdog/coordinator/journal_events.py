@@ -36,6 +36,7 @@ ACTION_PROGRESS = "action_progress"  # signals sent, checkpoint requested
 CHECKPOINTED = "checkpointed"  # checkpoint_restart: every rank saved
 CHECKPOINT_FAILED = "checkpoint_failed"
 RESTART = "restart"  # the old workers are gone
+LAUNCHER_RESTART = "launcher_restart"  # a restart action found its workers gone already: their launcher restarts them
 RESUMED = "resumed"  # the new group is stepping
 ACTION_OUTCOME = "action_outcome"
 ACTION_HELD = "action_held"  # the policy waits (cooldown, budget, finding too young)
@@ -81,6 +82,7 @@ ALL = (
     CHECKPOINTED,
     CHECKPOINT_FAILED,
     RESTART,
+    LAUNCHER_RESTART,
     RESUMED,
     ACTION_OUTCOME,
     ACTION_HELD,
@@ -100,7 +102,7 @@ ALL = (
 )
 
 # Groups readers share. An action's story: decided, carried out, ended.
-ACTION_STEPS = (ACTION, ACTION_PROGRESS, ACTION_OUTCOME, RESTART, RESUMED, REPEAT_FAILURE)
+ACTION_STEPS = (ACTION, ACTION_PROGRESS, ACTION_OUTCOME, RESTART, LAUNCHER_RESTART, RESUMED, REPEAT_FAILURE)
 # checkpoint_restart's save before the restart.
 CHECKPOINT_STEPS = (CHECKPOINTED, CHECKPOINT_FAILED)
 # The policy not acting: it holds back, or it failed.

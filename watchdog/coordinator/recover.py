@@ -60,6 +60,7 @@ DECISIONS = frozenset(
         je.ACTION,
         je.ACTION_PROGRESS,
         je.RESTART,
+        je.LAUNCHER_RESTART,
         je.ACTION_OUTCOME,
         je.STATE,
         je.FINDING,
@@ -214,6 +215,10 @@ def replay(
             progress.setdefault(aid, rec)
         elif event == je.RESTART and isinstance(aid, str) and aid in actions:
             restarted[aid] = rec
+        elif event == je.LAUNCHER_RESTART and isinstance(aid, str) and aid in actions:
+            # the launcher restarted the group: the processes it names, then the resume
+            progress.setdefault(aid, rec)
+            restarted[aid] = rec
         elif event == je.ACTION_OUTCOME and isinstance(aid, str):
             actions.pop(aid, None)
             last_action = mono(rec.get("t_wall"))
@@ -315,6 +320,10 @@ def _operation(
     if isinstance(prog.get("reached_step"), int):  # the steps its resume will have cost (restart.steps_lost)
         op = replace(op, extra={**op.extra, restart.REACHED: prog["reached_step"]})
     if restart_rec is not None:
+        if restart_rec.get("event") == je.LAUNCHER_RESTART:
+            op = replace(op, extra={**op.extra, "by": "launcher"})
         return op.at("resume", mono(restart_rec.get("t_wall")), workers=workers, launchers=launchers), False
+    if prog.get("phase") == "launcher":  # waiting for the launcher to stop the rest: wait again
+        return op.at("launcher", now, workers=workers, launchers=launchers), False
     # Signals were sent: send them again after a grace period, to those processes only.
     return op.at("term", now, workers=workers, launchers=launchers, last_sent=now), False

@@ -584,4 +584,8 @@ def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Eve
         if getattr(old, name) != getattr(new, name)
     }
     if changed:
-        events.append((je.STATE, {**ident, "step": new.step, "changed": changed}))
+        # Why it died, with the death itself: a launcher may replace it before any finding is made.
+        cause = new.death.get("summary") if old.alive and not new.alive else None
+        events.append(
+            (je.STATE, {**ident, "step": new.step, "changed": changed, **({"cause": cause} if cause else {})})
+        )

@@ -130,6 +130,8 @@ class Printer:
             "signal",
             "workers",
             "launchers",
+            "gone",
+            "waiting_s",
             "dry_run",
             "error",
         )
@@ -142,6 +144,8 @@ class Printer:
             text = (
                 f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
                 if rec.get("phase") == "checkpoint"
+                else f"  waiting up to {rec.get('waiting_s')} s for the launcher to stop workers {rec.get('workers', [])}"
+                if rec.get("phase") == "launcher"
                 else f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
                 if rec.get("workers") or rec.get("launchers")
                 else "  no worker left to stop (torchrun tore the group down)"
@@ -156,6 +160,8 @@ class Printer:
             )
         elif ev == je.RESTART:
             text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
+        elif ev == je.LAUNCHER_RESTART:
+            text = f"RESTART {rec.get('restart')} by the launcher: workers {rec.get('gone')} already gone, torchrun restarts the group"
         elif ev == je.RESUMED:
             lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
             text = (

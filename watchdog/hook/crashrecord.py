@@ -1,5 +1,6 @@
-"""A rank's last words, beside its slot: the uncaught exception that ended it
-(``<slot>.crash``, JSON) and the C-level fatal-signal dump (``<slot>.fatal``,
+"""A rank's last words, beside its slot: the uncaught exception that ended it, or
+the failing exit call (``sys.exit(1)``, ``os._exit(3)``) with the exception it was
+handling (``<slot>.crash``, JSON) and the C-level fatal-signal dump (``<slot>.fatal``,
 faulthandler's text).
 
 Why files: only a process's parent learns its exit status, and under torchrun
@@ -38,15 +39,20 @@ def fatal_path(slot_path: str) -> str:
     return slot_path + FATAL_SUFFIX
 
 
-def describe(exc_type: type, exc: BaseException | None, tb: Any, thread: str) -> dict[str, Any]:
+def describe(
+    exc_type: type | None, exc: BaseException | None, tb: Any, thread: str, exit_call: dict | None = None
+) -> dict[str, Any]:
     """The record for one exception: type, message, where it was raised (the
-    innermost frame, ``file.py:line``), bounded traceback text."""
+    innermost frame, ``file.py:line``), bounded traceback text. ``exit_call``: how
+    the process asked to leave (``{"call": "sys.exit(1)", "status": 1}``), with the
+    exception it was handling then, or none (type "")."""
     frames = traceback.extract_tb(tb) if tb is not None else []
     last = frames[-1] if frames else None
-    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    text = "".join(traceback.format_exception(exc_type, exc, tb)) if exc_type is not None else ""
     return {
         "v": RECORD_VERSION,
-        "type": getattr(exc_type, "__qualname__", str(exc_type))[:200],
+        **({"exit": exit_call} if exit_call else {}),
+        "type": getattr(exc_type, "__qualname__", str(exc_type))[:200] if exc_type is not None else "",
         "message": str(exc)[:MAX_TEXT] if exc is not None else "",
         "where": f"{os.path.basename(last.filename)}:{last.lineno}" if last else "",
         "function": last.name if last else "",
@@ -57,12 +63,30 @@ def describe(exc_type: type, exc: BaseException | None, tb: Any, thread: str) ->
     }
 
 
-def write(slot_path: str | None, exc_type: type, exc: BaseException | None, tb: Any, thread: str) -> bool:
-    """Record an uncaught exception; False (never an exception) when it could not be."""
+def write(
+    slot_path: str | None,
+    exc_type: type | None,
+    exc: BaseException | None,
+    tb: Any,
+    thread: str,
+    exit_call: dict | None = None,
+) -> bool:
+    """Record an uncaught exception (or a failing exit call, see ``describe``);
+    False (never an exception) when it could not be."""
     if not slot_path:
         return False
     try:
-        data = json.dumps(describe(exc_type, exc, tb, thread), default=str).encode()[:MAX_BYTES]
+        return write_record(slot_path, describe(exc_type, exc, tb, thread, exit_call))
+    except Exception:  # an excepthook must not fail on top of the crash
+        return False
+
+
+def write_record(slot_path: str | None, record: dict[str, Any]) -> bool:
+    """Write a record made earlier by ``describe``; False when it could not be."""
+    if not slot_path:
+        return False
+    try:
+        data = json.dumps(record, default=str).encode()[:MAX_BYTES]
         path = crash_path(slot_path)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "wb") as fh:
@@ -162,6 +186,11 @@ def read_crash(slot_path: str) -> dict[str, Any] | None:
         out[key] = value[:limit] if isinstance(value, str) else ""
     pid = obj.get("pid")
     out["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+    ex = obj.get("exit")
+    if isinstance(ex, dict):
+        call, status = ex.get("call"), ex.get("status")
+        if isinstance(call, str) and isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 256:
+            out["exit"] = {"call": call[:240], "status": status}
     return out
 
 

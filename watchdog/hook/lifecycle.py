@@ -20,7 +20,7 @@ from typing import Any
 
 from watchdog import wire
 from watchdog.hook import config as _config
-from watchdog.hook import crashrecord, jobid, launcher, slotfile
+from watchdog.hook import crashrecord, exitcall, jobid, launcher, slotfile
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
 from watchdog.hook.slotwriter import SlotWriter
@@ -32,6 +32,8 @@ _lock = threading.Lock()
 _active: Monitor | None = None
 _process_hooks_registered = False
 _fatal = crashrecord.FatalDump()  # one per process: faulthandler has one target
+# The main thread's last failing sys.exit: (its crash record, the rank's steps then). Decided at atexit.
+_pending_exit: tuple[dict[str, Any], int] | None = None
 
 
 def install(
@@ -184,10 +186,11 @@ def current() -> Monitor | NullMonitor:
 
 def forget(mon: Monitor) -> None:
     """Monitor.close() calls it (handed over as ``on_close``)."""
-    global _active
+    global _active, _pending_exit
     with _lock:
         if _active is mon:
             _active = None
+            _pending_exit = None
     _fatal.disable()
 
 
@@ -195,16 +198,74 @@ def _at_exit() -> None:
     mon = _active
     if mon is not None:
         try:
+            pending = _pending_exit
+            # Caught if the rank stepped on after it (a try/except SystemExit around a
+            # probe): only a sys.exit that nothing followed is how the process ends.
+            if pending is not None and pending[1] == mon.recorder.steps:
+                _exit_failed(mon, pending[0])
             mon.close()
         except Exception:
             pass
 
 
+def _on_exit_call(call: str, code: Any) -> None:
+    """exitcall's wrappers call this first. A nonzero exit is a failure whatever the
+    hook's status would say: recorded with the exception being handled (hydra, click
+    and many trainers print it and call sys.exit(1)). os._exit ends the process at
+    once (from any thread): recorded now. A sys.exit can still be caught, and ends
+    only its thread outside the main one: the main thread's last one is kept for atexit."""
+    global _pending_exit
+    mon = _active
+    if mon is None:
+        return
+    ex = exitcall.note(call, code)
+    main = threading.current_thread() is threading.main_thread()
+    if call == exitcall.OS_EXIT:
+        if ex.failed:
+            _exit_failed(mon, _exit_record(ex))
+    elif main:
+        _pending_exit = (_exit_record(ex), mon.recorder.steps) if ex.failed else None
+
+
+def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
+    """A framework hands over the SystemExit about to end the process, raised
+    rather than called through sys.exit (Lightning's SIGTERMException, from its
+    ``on_exception``): kept for atexit like a failing sys.exit, with itself as the
+    cause. ``failed``: a failure even with status 0 (a SIGTERM the framework turned
+    into a clean exit). Never raises."""
+    global _pending_exit
+    try:
+        mon = _active
+        if mon is None or threading.current_thread() is not threading.main_thread():
+            return
+        ex = exitcall.note(exitcall.SYS_EXIT, exc.code)
+        if not (failed or ex.failed):
+            return
+        call = exitcall.ExitCall(f"raise {type(exc).__name__}", ex.status, ex.code)
+        record = crashrecord.describe(
+            type(exc), exc, exc.__traceback__, threading.current_thread().name, call.as_record()
+        )
+        _pending_exit = (record, mon.recorder.steps)
+    except Exception:  # a post-mortem detail, never the training's exit
+        pass
+
+
+def _exit_record(ex: exitcall.ExitCall) -> dict[str, Any]:
+    exc_type, exc, tb = exitcall.handled()
+    return crashrecord.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
+
+
+def _exit_failed(mon: Monitor, record: dict[str, Any]) -> None:
+    mon._mark_failed()
+    crashrecord.write_record(mon.slot_path, record)
+
+
 def _after_fork_in_child() -> None:
-    global _active, _lock
+    global _active, _lock, _pending_exit
     _lock = threading.Lock()  # another thread may have held it at the fork
     mon = _active
     _active = None
+    _pending_exit = None
     _fatal.forget_in_child()
     if mon is not None:
         mon._after_fork_in_child()
@@ -217,9 +278,11 @@ def _chain_excepthook() -> None:
     previous = sys.excepthook
 
     def watchdog_excepthook(exc_type, exc, tb):
+        global _pending_exit
         try:
             previous(exc_type, exc, tb)
         finally:
+            _pending_exit = None  # an earlier sys.exit was caught: this exception ends the process
             mon = _active
             if mon is not None and not issubclass(exc_type, KeyboardInterrupt):
                 try:
@@ -255,6 +318,7 @@ def _register_process_hooks() -> None:
     if not _process_hooks_registered:
         _process_hooks_registered = True
         atexit.register(_at_exit)
+        exitcall.patch(_on_exit_call)
         _chain_excepthook()
         _chain_threading_excepthook()
         if hasattr(os, "register_at_fork"):

@@ -172,6 +172,12 @@ class LightningMarks:
             log.warning(
                 "watchdog.hook lightning: SIGTERM: exiting with status %d (torchelastic may restart)", exception.code
             )
+        if isinstance(exception, SystemExit):
+            # Raised, never through sys.exit, and past the excepthook: the rank's end is
+            # said here. A SIGTERM is a failure even where Lightning exits with status 0.
+            from watchdog.hook import lifecycle
+
+            lifecycle.note_system_exit(exception, failed=type(exception).__name__ == "SIGTERMException")
 
     # -- evaluation -------------------------------------------------------------------
 

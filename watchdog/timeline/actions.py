@@ -20,7 +20,13 @@ from watchdog.coordinator.finding import rank_ranges, ranks_phrase, seconds
 # je.CHECKPOINT_STEPS: the timeline does not tell them (the demo prints them).
 ACTION_EVENTS = (*je.ACTION_STEPS, *je.POLICY_HELD)
 COMMAND_EVENTS = je.COMMAND_EVENTS
-DRAWN = (je.ACTION, je.RESTART, je.RESUMED, je.ACTION_OUTCOME)  # lines on the lanes; the rest is listed
+DRAWN = (
+    je.ACTION,
+    je.RESTART,
+    je.LAUNCHER_RESTART,
+    je.RESUMED,
+    je.ACTION_OUTCOME,
+)  # lines on the lanes; the rest is listed
 
 
 def is_action(rec: dict) -> bool:
@@ -45,6 +51,8 @@ def label(rec: dict) -> str:
         return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip() + escalated
     if ev == je.RESTART:
         return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
+    if ev == je.LAUNCHER_RESTART:
+        return f"restart {rec.get('restart', '?')} by the launcher: workers {_ranks(rec.get('gone'))} already gone"
     if ev == je.RESUMED:
         lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
         return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}" + _took(rec)
@@ -54,6 +62,10 @@ def label(rec: dict) -> str:
         return (
             f"repeat ({rec.get('rule', '?')}, occurrence {rec.get('occurrences', '?')}): escalated to "
             f"{rec.get('action', '?')}: {rec.get('reason', '')}"
+        )
+    if ev == je.ACTION_PROGRESS and rec.get("phase") == "launcher":
+        return (
+            f"waiting up to {rec.get('waiting_s', '?')} s for the launcher to stop workers {_ranks(rec.get('workers'))}"
         )
     if ev == je.ACTION_PROGRESS:
         return f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}" + (

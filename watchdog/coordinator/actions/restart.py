@@ -5,6 +5,14 @@ way out of a dead, frozen or hung rank: a hung collective cannot checkpoint.
 ``exclude_host_restart`` is the same with the culprit host's launcher stopped
 too, so torchrun elastic (min:max nodes) re-rendezvouses without it.
 
+0. The launcher first. Every rank the finding names is gone (a dead rank):
+   its launcher (torchrun, which restarts through --max-restarts) saw it
+   too and is taking the group down itself. ``launcher``: wait up to
+   LAUNCHER_GRACE_S for the rest to go without a signal of ours. Once no worker
+   is left, the restart is the launcher's: journaled as ``launcher_restart``,
+   nothing sent, and the action waits for the resume (2.): the group is never
+   restarted a second time for the same failure. Workers still there after
+   the grace period get 1.
 1. ``term``: SIGTERM to the workers that existed when the finding was raised
    (never a newer incarnation: torchrun may have restarted one already);
    SIGKILL after the grace period, re-sent every grace period.
@@ -22,7 +30,7 @@ from __future__ import annotations
 from .. import journal_events as je
 from ..finding import ranks_phrase, seconds
 from ..view import ClusterView
-from .common import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
+from .common import Operation, Step, brief, idents, launchers_of, live, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
 REACHED = "reached_step"  # Operation.extra: the job's step when the action began (journaled in its first progress)
@@ -45,6 +53,27 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     reached = max((rv.state.step for rv in view.ranks.values()), default=0)
     op = op.at("term", now, workers=workers, launchers=launchers, last_sent=now, extra={**op.extra, REACHED: reached})
     live = live_workers(op, view)
+    if not launchers and not live:
+        return launcher_restart(op, now)
+    if not launchers and named_gone(op, view):
+        op = op.at("launcher", now)
+        return Step(
+            op,
+            (),
+            (
+                (
+                    je.ACTION_PROGRESS,
+                    brief(
+                        op,
+                        phase="launcher",
+                        waiting_s=LAUNCHER_GRACE_S,
+                        workers=[r for r, _ in live],
+                        idents=idents(op),
+                        reached_step=reached,
+                    ),
+                ),
+            ),
+        )
     return Step(
         op,
         signals(op, "SIGTERM", live, launchers),
@@ -65,7 +94,35 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     )
 
 
+LAUNCHER_GRACE_S = 5.0  # torchrun notices a worker's exit within its monitor interval (0.1 s) and stops the rest
+
+
+def named_gone(op: Operation, view: ClusterView) -> bool:
+    """Every rank the finding names is gone (dead, or replaced already)."""
+    ident = dict(op.workers)
+    return bool(op.finding.ranks) and not any(r in ident and live(view, r, ident[r]) for r in op.finding.ranks)
+
+
+def launcher_restart(op: Operation, now: float) -> Step:
+    """No worker left to stop: the launcher restarts the group (see the module doc)."""
+    op = op.at("resume", now, extra={**op.extra, "by": "launcher"})
+    gone = [r for r, _ in op.workers]
+    return Step(op, (), ((je.LAUNCHER_RESTART, brief(op, restart=op.restart_n, gone=gone, idents=idents(op))),))
+
+
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
+    if op.phase == "launcher":
+        still = live_workers(op, view)
+        if not still:
+            return launcher_restart(op, now)
+        if now - op.phase_at < LAUNCHER_GRACE_S:
+            return Step(op)
+        op = op.at("term", now, last_sent=now)
+        return Step(
+            op,
+            signals(op, "SIGTERM", still),
+            ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in still])),),
+        )
     if op.phase in ("term", "kill"):
         live = live_workers(op, view)
         if not live:
@@ -117,7 +174,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
                     brief(
                         op,
                         ok=True,
-                        result=f"restart {op.restart_n}, resumed from step {step}"
+                        result=f"restart {op.restart_n}{by_whom(op)}, resumed from step {step}"
                         + (f" ({lost} steps lost)" if lost is not None else ""),
                         seconds=round(now - op.started, 3),
                     ),
@@ -150,6 +207,10 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             state_event="restart_failed",
         )
     return Step(op)
+
+
+def by_whom(op: Operation) -> str:
+    return " (by the launcher)" if op.extra.get("by") == "launcher" else ""
 
 
 DIED_AGAIN_S = 20.0  # every new worker dead this long, none newer: the launcher gave up, not restarting

@@ -221,9 +221,10 @@ def _how(rv: FoldedRank, detail: bool = True) -> str:
     """How the rank is frozen, from the hook's status and the agent's reading of
     the process; ``detail``: with this rank's own numbers."""
     s = rv.state
-    if s.status == "failed":  # the hook saw an uncaught exception: shutting down, not hung
+    if s.status == "failed":  # the hook saw an uncaught exception or a failing exit call: shutting down, not hung
         why = s.death.get("summary") or "hook status failed"
-        return f"exiting after an uncaught exception ({why})" if detail else "exiting after an uncaught exception"
+        after = f"a failing {s.death['exit_call']}" if s.death.get("exit_call") else "an uncaught exception"
+        return f"exiting after {after} ({why})" if detail else f"exiting after {after}"
     if s.proc_status == "stopped":
         return "stopped by a signal (SIGSTOP/SIGTSTP, or a debugger)"
     if s.cpu_percent < 5:

@@ -1,0 +1,182 @@
+"""A nonzero exit is a failure, whatever caught the exception, on real jobs:
+``watchdog run -- torchrun --max-restarts=2`` (2 gloo ranks on CPU) with a
+restart policy, a real agent and coordinator. Each job fails once per attempt
+(tests/fixtures/exits/) and then finishes:
+
+- a plain loop: rank 1 catches an exception, prints it and calls ``sys.exit(1)``;
+  then rank 1 calls ``os._exit(3)``;
+- a real ``@hydra.main`` script (hydra prints the exception and calls
+  ``sys.exit(1)``): rank 1 raises; then rank 1's DataLoader worker is SIGKILLed
+  (as the OOM killer does) and the rank fails on it.
+
+Each failure is a dead_rank finding for rank 1 with its cause (the exception) and
+its exit status, journaled before the restarted group's first step; each is
+restarted once, by torchrun, and journaled as the launcher's restart (the
+policy's restart action does not restart the group again); the final attempt's
+clean finish raises nothing.
+Bounds are generous: a busy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
+from watchdog.dev import localjob
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "exits"
+POLICY = (
+    '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
+    "cooldown_seconds = 0\nabort_grace_seconds = 3\nmax_restarts = 3\n"
+)
+
+
+def run_job(tmp: Path, script: Path, script_args: list[str], env: dict | None = None) -> list[dict]:
+    """Coordinator (restart policy), agent, and the job to its end; the journal."""
+    job = "exits-" + secrets.token_hex(3)
+    token = tmp / "token"
+    token.write_text(secrets.token_hex(16))
+    base = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
+    jpath, run_dir = tmp / "journal.jsonl", tmp / "run"
+    run_dir.mkdir()
+    (tmp / "policy.toml").write_text(POLICY)
+    flags = ["--tick.interval-seconds", "0.25", "--policy.file", str(tmp / "policy.toml")]
+    procs = [localjob.start_coordinator(tmp, job, 2, jpath, env=base, extra=flags)]
+    job_proc = localjob.TorchrunJob(
+        nproc=2,
+        run_dir=run_dir,
+        job=job,
+        work_dir=tmp,
+        script=script,
+        script_args=script_args,
+        torchrun_args=["--max-restarts=2"],
+        env={**base, **(env or {})},
+        prefix=localjob.WATCHDOG_RUN,
+    )
+    try:
+        procs.append(
+            localjob.start_agent(
+                tmp,
+                run_dir,
+                job,
+                env=base,
+                extra=["--coordinator.url", procs[0].url, "--report.interval-seconds", "0.25"],
+            )
+        )
+        job_proc.start()
+        rc = job_proc.wait(240)
+        logs = "\n".join(p.log()[-3000:] for p in [*procs, job_proc.proc] if p is not None)
+        assert rc == 0, logs
+    finally:
+        job_proc.stop()
+        for p in reversed(procs):
+            p.stop(grace_s=3.0)
+    return journal.read(str(jpath))
+
+
+def check_failures(recs: list[dict], expected: list[tuple[str, str]]) -> None:
+    """Each failure in ``expected`` (text of its cause, its exit) is a dead_rank finding
+    for rank 1, journaled with its death before its successor's first step; one
+    restart each; nothing raised about the attempt that finished."""
+    findings = [r for r in recs if r["event"] == je.FINDING and r["kind"] == "dead_rank"]
+    assert len(findings) == len(expected), [f["reason"] for f in findings]
+    for f, (cause, exit_text) in zip(findings, expected):
+        assert f["ranks"] == [1], f
+        assert f"died: {cause}" in f["reason"] and exit_text in f["reason"], f["reason"]
+        assert "clean exit" not in f["reason"], f["reason"]
+        pid = f["evidence"]["pids"]["1"]
+        death = f["evidence"]["death"]["1"]
+        assert death["exit_code"] == int(exit_text.split()[1]), death
+        at = recs.index(f)
+        # its death, with the cause, journaled before the new rank 1 and its first step
+        died = next(
+            i
+            for i, r in enumerate(recs)
+            if r["event"] == je.STATE and r.get("pid") == pid and "alive" in r.get("changed", {})
+        )
+        assert cause in recs[died].get("cause", ""), recs[died]
+        replaced = next(i for i, r in enumerate(recs) if r["event"] == je.RANK_RESTARTED and r.get("old_pid") == pid)
+        new_pid = recs[replaced]["pid"]
+        first_step = next(
+            i for i, r in enumerate(recs) if r.get("pid") == new_pid and r["event"] == je.STATE and r.get("step", 0) > 0
+        )
+        assert died < replaced and at < first_step, (died, at, replaced, first_step)
+    # One restart per failure, the launcher's (torchrun tore the group down before the
+    # policy's grace ran out), journaled as such; the policy never restarts it again.
+    actions = [r for r in recs if r["event"] == je.ACTION]
+    assert [a["kind"] for a in actions] == ["dead_rank"] * len(expected), actions
+    assert not [r for r in recs if r["event"] == je.RESTART]
+    launcher = [r for r in recs if r["event"] == je.LAUNCHER_RESTART]
+    assert [r["action_id"] for r in launcher] == [a["action_id"] for a in actions], launcher
+    outcomes = [r for r in recs if r["event"] == je.ACTION_OUTCOME]
+    assert [o["ok"] for o in outcomes] == [True] * len(expected), outcomes
+    # The last attempt finished cleanly: no finding after its group resumed, both ranks exited.
+    last_resumed = max(i for i, r in enumerate(recs) if r["event"] == je.RESUMED)
+    assert not [r for r in recs[last_resumed:] if r["event"] == je.FINDING]
+    exited = [
+        r
+        for r in recs[last_resumed:]
+        if r["event"] == je.STATE and r.get("changed", {}).get("status", [""])[-1:] == ["exited"]
+    ]
+    assert sorted(r["rank"] for r in exited) == [0, 1], exited
+    assert not [
+        r
+        for r in recs[last_resumed:]
+        if r["event"] == je.STATE and r.get("changed", {}).get("status", [""])[-1:] == ["failed"]
+    ]
+
+
+def timeline(tmp: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "watchdog.cli", "timeline", str(tmp / "journal.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_a_caught_exception_and_os_exit_are_named_with_cause_and_status(tmp_path):
+    recs = run_job(
+        tmp_path,
+        FIXTURES / "exit_loop.py",
+        ["--steps", "30", "--ckpt-every", "5", "--ckpt-dir", str(tmp_path), "--faults", "exit1:1@8,os_exit3:1@16"],
+    )
+    check_failures(
+        recs,
+        [
+            ("ValueError: bad batch at step 8 at exit_loop.py:", "exit 1 by sys.exit(1)"),
+            ("exit 3 by os._exit(3)", "exit 3 by os._exit(3)"),
+        ],
+    )
+    text = timeline(tmp_path)
+    assert "ValueError: bad batch at step 8" in text and "os._exit(3)" in text, text
+    assert "restart 1 by the launcher" in text and "restart 2 by the launcher" in text, text
+
+
+def test_hydra_failures_and_a_killed_dataloader_worker_are_named(tmp_path):
+    recs = run_job(
+        tmp_path,
+        FIXTURES / "hydra_loop.py",
+        ["steps=30", "ckpt_every=5", f"ckpt_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+        env={"EXIT_FAULTS": "raise:1@8,loader_kill:1@16"},
+    )
+    check_failures(
+        recs,
+        [
+            ("ValueError: bad batch at step 8 at hydra_loop.py:", "exit 1 by sys.exit(1)"),
+            ("RuntimeError: DataLoader worker (pid", "exit 1 by sys.exit(1)"),
+        ],
+    )
+    text = timeline(tmp_path)
+    assert "DataLoader worker" in text, text
