@@ -555,3 +555,17 @@ def test_reports_without_step_samples_carry_each_collective_record_once():
         s.send_once()
     assert [[c["seq"] for c in r["recent_colls"]] for r in sent] == [[i + 1] for i in range(6)]
     assert [[x["step"] for x in r["recent_steps"]] for r in sent] == [[1], [], [], [], [2, 3, 4, 5], []]
+
+
+def test_a_report_waits_for_a_reading_made_after_the_agent_itself_was_stopped():
+    """Resumed after a SIGSTOP (or a starved CPU), the slots were last read before the gap:
+    aged across it, every rank would look frozen for as long as the agent was. No report
+    goes from such a reading; the next one, after the poll loop read again, does."""
+    sent = []
+    age = [20.0]
+    s = make([view("a", 0)], lambda u, p, t, to: sent.append(p) or {"ok": True}, read_age_s=lambda: age[0])
+    s.send_once()
+    assert sent == [] and s.stale_skipped == 1
+    age[0] = 0.1
+    s.send_once()
+    assert [p["seq"] for p in sent] == [1] and s.stale_skipped == 1

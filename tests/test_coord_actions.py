@@ -104,6 +104,8 @@ def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     reqs, events = c.tick([], v, 110.0)
     assert names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert (events[0][1]["restart"], events[0][1]["step"]) == (1, 30)
+    # The job had reached step 100 when the hang stopped it: 70 steps to do again.
+    assert events[0][1]["steps_lost"] == 70 and events[1][1]["result"].endswith("resumed from step 30 (70 steps lost)")
     assert events[1][1]["ok"] is True and c.state is S.RUNNING and c.op is None
     # The cooldown counts from the end of the action.
     reqs, events = c.tick([finding(detected=111.0)], v, 120.0)
@@ -134,7 +136,7 @@ def test_workers_all_gone_are_the_launchers_restart_and_never_restarted_again():
     v = resumed(v, 110.0, at_step=30)
     reqs, events = c.tick([], v, 110.0)
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
-    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 30"
+    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 30 (70 steps lost)"
 
 
 def stuck_in_init(view, now, ranks=range(4)):

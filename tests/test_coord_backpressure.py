@@ -52,12 +52,12 @@ def test_a_lagging_coordinator_does_not_call_hosts_lost():
     cfg = DetectorConfig()
     view = t.view(t.healthy(8), now=100.0, received={"host0": 100.0, "host1": 94.5})
     now = 100.2  # host1 silent 5.7 s: past 5 intervals of 1 s
-    assert health.lost_hosts(view, now, cfg) == {"host1"}
-    assert [f.ranks for f in DeadRank(cfg).check(now, view)] == [(4, 5, 6, 7)]
+    # Silent past its limit (what the evidence then says is silence.py's business: tests/test_coord_silence.py).
+    assert set(health.silences(view, now, cfg)) == {"host1"}
     behind = replace(view, behind_s=1.0)  # its report may be in the queue
-    assert health.lost_hosts(behind, now, cfg) == set()
+    assert health.silences(behind, now, cfg) == {}
     assert DeadRank(cfg).check(now, behind) == []
-    assert health.lost_hosts(behind, now + 0.9, cfg) == {"host1"}  # past limit + lag: lost after all
+    assert set(health.silences(behind, now + 0.9, cfg)) == {"host1"}  # past limit + lag: silent after all
 
 
 def test_a_host_told_to_slow_down_is_not_lost_while_it_follows_the_advice():
@@ -74,10 +74,10 @@ def test_a_host_told_to_slow_down_is_not_lost_while_it_follows_the_advice():
     view = t.view(t.healthy(8), now=10.0, received={"host0": 10.0, "host1": 10.0})
     view = replace(view, hosts={h: replace(hv, interval_s=0.25) for h, hv in view.hosts.items()})
     now = 11.9  # 1.9 s of silence: past 5 x 0.25 s, inside one advised interval
-    assert health.lost_hosts(view, now, cfg) == {"host0", "host1"}  # what the advice used to be up against
+    assert set(health.silences(view, now, cfg)) == {"host0", "host1"}  # what the advice used to be up against
     advised = replace(view, advised_interval_s=p.advised_in_effect(now))
-    assert health.lost_hosts(advised, now, cfg) == set() and DeadRank(cfg).check(now, advised) == []
-    assert health.lost_hosts(advised, 10.0 + 5 * bp.SLOW_INTERVAL_S + 0.1, cfg) == {"host0", "host1"}  # then lost
+    assert health.silences(advised, now, cfg) == {} and DeadRank(cfg).check(now, advised) == []
+    assert set(health.silences(advised, 10.0 + 5 * bp.SLOW_INTERVAL_S + 0.1, cfg)) == {"host0", "host1"}  # then silent
     assert p.advised_in_effect(10.0 + 2 * bp.SLOW_INTERVAL_S + 0.1) == 0.0  # advice no agent follows any more
 
 

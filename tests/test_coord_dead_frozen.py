@@ -6,8 +6,10 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
+from watchdog.coordinator.detectors.wedged import Wedged
 from watchdog.coordinator.testing import SimJob
 from watchdog.coordinator.view import fold
 from watchdog.report import RankState
@@ -101,10 +103,16 @@ def test_patience_has_a_limit():
 
 
 def test_host_lost_names_host_and_all_its_ranks():
-    v = t.view(t.healthy(), now=100.0, received={"host1": 95.0})
+    """Silent, and the peers wait without progress in a collective its ranks were
+    not seen entering (silence.py): its ranks are taken for dead."""
+    states = [t.rank(r, step=100) for r in range(4, 8)] + [
+        t.rank(r, collective=t.coll(seq=101, outstanding=1, since_s=6.0), step_age_s=7.0) for r in range(4)
+    ]
+    v = t.view(states, now=93.0, received={"host1": 95.0, "host0": 100.0})
     (f,) = DeadRank(CFG).check(100.5, v)
     assert f.ranks == (4, 5, 6, 7) and f.hosts == ("host1",)
     assert f.reason.startswith("host host1 lost: no report from its agent for 5.5 s")
+    assert "peers waiting in all_reduce #101" in f.reason and f.evidence["lost_on"] == "peers_waiting"
     assert DeadRank(CFG).check(99.0, v) == []  # silent 4 s < 5 intervals
 
 
@@ -235,14 +243,15 @@ def test_a_crashing_rank_still_shutting_down_says_why_its_heartbeat_stopped():
     ), f.reason
 
 
-def stopped(r: int, age: float) -> RankState:
-    return t.rank(r, heartbeat_age_s=age, proc_status="stopped", cpu_percent=0.0)
+def stopped(r: int, age: float, **kw) -> RankState:
+    return t.rank(r, heartbeat_age_s=age, proc_status="stopped", cpu_percent=0.0, **kw)
 
 
 def test_ranks_stopped_together_are_one_finding_that_says_so():
     """A scheduler's suspend stops every rank of two hosts in one instant: one
     finding names them all, with one line's worth of reason and evidence."""
-    states = [stopped(r, 4.0 + 0.05 * (r % 3)) for r in range(8)]
+    states = [stopped(r, 4.0 + 0.05 * (r % 3), world_size=12) for r in range(8)]
+    states += [t.rank(r, world_size=12) for r in range(8, 12)]  # host2 runs on (the whole job: wedged)
     (f,) = FrozenRank(CFG).check(100.0, t.view(states, now=100.0))
     assert f.ranks == tuple(range(8)) and f.hosts == ("host0", "host1")
     assert f.reason.startswith(
@@ -287,14 +296,16 @@ def test_a_rank_is_not_waited_for_once_its_heartbeat_beat_after_the_stop():
     assert keys(FrozenRank(CFG).check(98.0, v)) == [("frozen_rank", (1,))]
 
 
-def test_sim_whole_job_stopped_at_once_is_one_finding():
+def test_sim_whole_job_stopped_at_once_is_one_wedge_and_no_rank():
     sim = SimJob(jitter=0.1)
     for r in range(8):
         sim.stop(r, at_step=40)
     found = {}
     for i in range(1, 61):
         now = i * 0.5
-        for f in FrozenRank(CFG).check(now, sim.run_until(now)):
-            found.setdefault(f.ranks, now)
-    assert list(found) == [tuple(range(8))]
-    assert found[tuple(range(8))] - sim.steps[40].start < CFG.frozen_heartbeat_s + 1.5
+        view = sim.run_until(now)
+        for det in (FrozenRank(CFG), CollectiveHang(CFG), Wedged(CFG)):
+            for f in det.check(now, view):
+                found.setdefault(f.key, now)
+    assert list(found) == [("wedged", ())]
+    assert found["wedged", ()] - sim.steps[40].start < CFG.frozen_heartbeat_s + 1.5

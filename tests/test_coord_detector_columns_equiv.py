@@ -180,7 +180,7 @@ def test_batch_changed_finds_what_the_plain_code_found():
     det, ref = BatchChanged(cfg), ReferenceBatchChanged(cfg)
     rng = random.Random(21)
     seen: Counter = Counter()
-    for trial in range(300):
+    for trial in range(400):
         view = _restarted_view(rng)
         got = det.check(20.5, view)
         assert got == ref.check(20.5, view), trial

@@ -259,6 +259,12 @@ def ref_fold_rank(
         if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
             progress = max(progress, prev.received_at)
         moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
+        beat = now - s.heartbeat_age_s  # a heartbeat that came back after a stop (wedge.py)
+        gap = (
+            prev.heartbeat_moved
+            and prev.state.heartbeat_age_s > cfg.frozen_heartbeat_s / 3
+            and beat > prev.last_heartbeat() + 0.05
+        )
         changes: dict[str, Any] = {
             "state": s,
             "host": host,
@@ -266,6 +272,7 @@ def ref_fold_rank(
             "progress_at": progress,
             "last_alive_at": now if s.alive else prev.last_alive_at,
             "heartbeat_moved": moved,
+            "resumed": (prev.last_heartbeat(), beat) if gap else prev.resumed,
         }
         if s.recent_steps:
             changes["step_stats"] = ref_add_samples(prev.step_stats, s.recent_steps, cfg)

@@ -14,7 +14,7 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-from watchdog.coordinator import columns, frblame, health, stats
+from watchdog.coordinator import columns, frblame, health, silence, stats
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.describe import where, who
@@ -31,14 +31,13 @@ from watchdog.coordinator.view import ClusterView, FoldedRank
 
 
 def ref_lost_hosts(view, now, cfg):
+    # Which silent hosts are lost is silence.judge's rule (plain code over the rank objects).
     silent = {
-        h
+        h: cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s
         for h, hv in view.hosts.items()
         if now - hv.received_at > cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s
     }
-    if not silent:
-        return silent
-    return {rv.host for rv in view.ranks.values() if rv.host in silent and rv.state.status != "exited"}
+    return {h for h, s in silence.judge(view, now, silent, ref_waiting).items() if s.verdict == silence.LOST}
 
 
 def ref_classify_all(view, now, cfg):
@@ -363,6 +362,7 @@ class RefDeadRank(DeadRank):
 
     def _lost_hosts(self, now, view, health_):
         out = []
+        verdicts = health.silences(view, now, self.cfg)
         by_host: dict[str, list[int]] = {}
         for r, rv in view.ranks.items():
             if health_[r] == LOST:
@@ -382,11 +382,12 @@ class RefDeadRank(DeadRank):
                     detected_mono=now,
                     reason=(
                         f"host {host} lost: no report from its agent for {seconds(silent)} (expected every "
-                        f"{seconds(hv.interval_s)}); {ranks_phrase(ranks)} presumed dead, last at step "
-                        f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"
+                        f"{seconds(hv.interval_s)}); {verdicts[host].why}: {ranks_phrase(ranks)} taken for dead, "
+                        f"last at step {steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"
                     ),
                     evidence={
                         "silent_s": round(silent, 3),
+                        "lost_on": verdicts[host].evidence.get("evidence", ""),
                         "limit_s": health.host_silence_limit(view, host, self.cfg),
                         "agent_id": hv.agent_id,
                         "last_seq": hv.seq,
@@ -560,14 +561,19 @@ def test_the_hang_path_on_columns_is_the_plain_code_on_simulated_faults(monkeypa
     it), stop, or exit early; each also with a host that goes silent (quiet, then lost)."""
     faults = ("hang", "kill", "cascade", "stop", "exit_early")
     seen = Counter()
-    for seed, (fault, silent) in enumerate((f, s) for f in faults for s in ((), ("host1",))):
+    # A host lost for real: its agent silent from when its rank 4 dies, the others failing inside the collective.
+    cases = [*((f, s) for f in faults for s in ((), ("host1",))), ("host_loss", ("host1",))]
+    for seed, (fault, silent) in enumerate(cases):
         sim = t.SimJob(world_size=12, jitter=0.1, seed=seed)
         if fault == "cascade":
             sim.kill(3, 5, victims_die_after=2.0)
+        elif fault == "host_loss":
+            sim.kill(4, 5, victims_die_after=0.5)
         else:
             getattr(sim, fault)(3, 5)
+        quiet_from = 2.4 if fault == "host_loss" else 6.0
         for until in (0.5, 2.5, 3.2, 4.5, 6.0, 7.5, 9.0, 12.0, 18.0, 30.0):
-            view = sim.run_until(until, silent_hosts=silent if until > 6.0 else ())
+            view = sim.run_until(until, silent_hosts=silent if until > quiet_from else ())
             for now in (until, until + 0.7, until + 3.0):
                 seen.update(_compare(view, now, sim.cfg, monkeypatch)[1])
     assert {"dead_rank", "frozen_rank", "collective_hang", LOST, EXITED} <= set(seen), seen

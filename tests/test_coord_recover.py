@@ -119,6 +119,7 @@ def test_killed_after_the_old_workers_were_gone_it_sees_the_resume_and_never_res
     reqs, events = c2.tick([], v, 123.0)
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["action_id"] == "a-1" and events[1][1]["ok"] is True
+    assert events[0][1]["steps_lost"] == 100 - events[0][1]["step"]  # the step reached, from the journal
     # The budget and the failure it was spent on survived: the next dead rank, after
     # the cooldown, aborts instead of restarting; it is a dead rank on the same host
     # again, which the repeat breaker names first.
@@ -441,4 +442,38 @@ def test_a_launchers_restart_survives_a_coordinator_restart_and_is_never_done_ag
     assert rec.summary(104.0)["in_flight"]["phase"] == "resume"
     reqs, events = c3.tick([], new_view(105.0), 105.0)
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
-    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 20", events[1][1]
+    assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 20 (80 steps lost)", events[1][1]
+
+
+def test_a_new_run_of_the_job_decides_afresh_a_restarted_coordinator_of_the_same_run_does_not():
+    """Run r1 spent its restart and was aborted (failed). A coordinator of run r2 (same job
+    name, same journal) starts with its own budget and state; one of r1 again carries on
+    r1's decisions. Action ids stay unique in the journal either way."""
+    r1 = [
+        {"event": je.START, "t_wall": WALL0, "job": "job", "run_id": "r1"},
+        {"event": je.ACTION, "t_wall": WALL0 + 1, "action_id": "a-1", "action": "restart", "restart": 1},
+        {"event": je.ACTION_OUTCOME, "t_wall": WALL0 + 5, "action_id": "a-1", "ok": True},
+        {"event": je.ACTION, "t_wall": WALL0 + 9, "action_id": "a-2", "action": "abort"},
+        {"event": je.ACTION_OUTCOME, "t_wall": WALL0 + 10, "action_id": "a-2", "ok": True},
+        {"event": je.STATE, "t_wall": WALL0 + 10, "job_state": "failed"},
+    ]
+    fresh = recover.replay(
+        [*r1, {"event": je.START, "t_wall": WALL0 + 20, "job": "job", "run_id": "r2"}],
+        30.0,
+        WALL0 + 30.0,
+        "job",
+        POLICY,
+        run_id="r2",
+    )
+    assert (fresh.job.state, fresh.job.restarts, fresh.job.last_action_at, fresh.count) == (S.RUNNING, (), None, 2)
+    again = recover.replay(
+        [*r1, {"event": je.START, "t_wall": WALL0 + 20, "job": "job", "run_id": "r1"}],
+        30.0,
+        WALL0 + 30.0,
+        "job",
+        POLICY,
+        run_id="r1",
+    )
+    assert again.job.state is S.FAILED and len(again.job.restarts) == 1
+    # Without run ids (the default), the journal's runs are one: failed is inherited.
+    assert recover.replay(r1, 30.0, WALL0 + 30.0, "job", POLICY).job.state is S.FAILED

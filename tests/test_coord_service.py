@@ -143,7 +143,11 @@ def test_host_loss_is_journaled_once(make):
     c = make(job="job", world_size=8)
     c.accept(t.report("host0", t.healthy()[:4]), 10.0)
     c.accept(t.report("host1", t.healthy()[4:]), 10.0)
-    c.accept(t.report("host0", t.healthy()[:4], seq=2), 15.0)
+    # host0's ranks then fail inside all-reduce #101 that host1's never entered: evidence host1 is gone.
+    failed = [
+        t.rank(r, alive=False, collective=t.coll(seq=101, outstanding=1, since_s=2.0), step_age_s=3.0) for r in range(4)
+    ]
+    c.accept(t.report("host0", failed, seq=2), 15.0)
     for now in (15.5, 16.0, 16.5):
         c.tick(now, 1.7e9)
     events = [r for r in journal.read(c.journal.path) if r["event"] in (je.HOST_LOST, je.FINDING)]
@@ -183,7 +187,7 @@ def test_status_table_renders_missing_ranks_and_lost_hosts(make):
     c.tick(10.5, 1.7e9)
     text = render(c.status(10.5, 1.7e9))
     lines = text.splitlines()
-    assert lines[0] == "job job: 5/6 ranks registered, 2 hosts (1 lost: host1)"
+    assert lines[0] == "job job: 5/6 ranks registered, 2 hosts (1 unobserved, its agent silent: host1)"
     assert lines[2].split() == [
         "RANK",
         "HOST",
@@ -198,9 +202,9 @@ def test_status_table_renders_missing_ranks_and_lost_hosts(make):
         "FINDINGS",
     ]
     row = {ln.split()[0]: ln.split() for ln in lines[3:9]}
-    assert row["1"][4] == "train/data" and row["4"][2] == "lost" and row["4"][-1] == "dead_rank"
+    assert row["1"][4] == "train/data" and row["4"][2] == "unobserved" and row["4"][-1] == "-"
     assert row["5"][1:3] == ["-", "missing"]
-    assert "[dead_rank] host host1 lost" in text
+    assert "[host_unobserved] host host1: no report from its agent" in text
 
 
 def test_the_views_a_tick_reads_carry_the_folders_columns(make):

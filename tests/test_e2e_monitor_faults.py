@@ -17,7 +17,8 @@ with a real agent and coordinator, shared by the tests below, which run in order
 
 The agent reports every 0.5 s. For the agent restart the host-silence limit is 20
 intervals (10 s): a restart slower than the limit is a real loss of the monitor on
-that host, which dead_rank is meant to name; what is under test is what the new
+that host, which host_unobserved is meant to name (never its ranks: this one-host
+job has no peers to vouch for or against them); what is under test is what the new
 agent reports once it is back.
 """
 

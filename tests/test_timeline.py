@@ -327,7 +327,16 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
             }
             for r in range(4)
         ],
-        {**common, "event": je.RESUMED, "t_wall": t, "restart": 1, "step": 12, "world_size": 4, "seconds": 7.0},
+        {
+            **common,
+            "event": je.RESUMED,
+            "t_wall": t,
+            "restart": 1,
+            "step": 12,
+            "world_size": 4,
+            "seconds": 7.0,
+            "steps_lost": 8,
+        },
         {
             **common,
             "event": je.ACTION_OUTCOME,
@@ -352,7 +361,7 @@ def test_an_action_is_told_as_one_story_even_across_the_restart_it_caused(hang, 
         "term: SIGTERM to workers 0-3",
         "signal SIGTERM sent to ranks 0-3: 3 done ok, 1 done failed",
         "restart 1: workers 0-3 stopped, 500 ms after the action",
-        "resumed from step 12 with 4 ranks, 7.0 s after the action",
+        "resumed from step 12 with 4 ranks, 8 steps lost, 7.0 s after the action",
     ], story
     assert lines[6] == "outcome ok: restart 1, resumed from step 12"
     assert "dump_stacks" not in story  # collecting evidence is not an action

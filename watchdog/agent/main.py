@@ -102,6 +102,8 @@ class Agent:
                 token_of=token_of,
                 # used for https coordinators only (a discovered one may be too): the system's CAs or the CA file
                 post=JsonPoster(webconfig.client_context(cfg.coordinator_ca_file)),
+                read_age_s=lambda: (time.monotonic_ns() - self._last_poll_ns) / 1e9,
+                stale_read_s=max(1.0, 10 * cfg.poll_interval_s),
             )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(

@@ -219,11 +219,19 @@ class Sender:
         mono_ns: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
+        read_age_s: Callable[[], float] | None = None,
+        stale_read_s: float = 1.0,
     ) -> None:
         self._url, self._token, self._job, self._host = url + REPORT_PATH, token, job, host
         # Per job, where its coordinator is (discovery.Discovery); None: always ``url``.
         self._url_of, self._token_of = url_of, token_of  # a job's own token, "" = ``token``
         self.reports_unaddressed = 0  # not sent: the job's coordinator is not known (yet)
+        # How long ago the poll loop last read the slots (None: not known). A report is made
+        # from that reading with ages measured now: after the agent itself was stopped or
+        # starved, its ranks would look frozen for as long as it was (their heartbeats read
+        # before the gap, aged across it). Such a send waits for a fresh reading.
+        self._read_age_s, self._stale_read_s = read_age_s, stale_read_s
+        self.stale_skipped = 0
         self._agent_id, self._interval_s, self._timeout_s = agent_id, interval_s, timeout_s
         self._views, self._accelerators, self._post = views, accelerators, post or JsonPoster()
         self._replaced_deaths = replaced_deaths
@@ -255,6 +263,9 @@ class Sender:
         self.last_commands: list[dict] = []
 
     def send_once(self) -> None:
+        if self._read_age_s is not None and self._read_age_s() > self._stale_read_s:
+            self.stale_skipped += 1
+            return  # the next send, after the poll loop has read the slots again
         views = self._with_untold_deaths(tuple(self._views()))
         live_paths = {v.path for v in views}
         self._since = {p: i for p, i in self._since.items() if p in live_paths}

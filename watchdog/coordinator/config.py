@@ -92,6 +92,7 @@ class Config:
     listen: tuple[str, int] = ("127.0.0.1", 19401)
     address_file: str = ""
     job: str = ""  # empty: adopt the first report's job
+    run_id: str = ""  # this run of the job; another one's journal records are not its decisions (recover.py)
     world_size: int = 0  # 0: learn it from the reports
     token: str = field(default="", repr=False)
     journal: str = "watchdog-journal.jsonl"
@@ -269,6 +270,14 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
         "job name reports must carry (empty: the first report's)",
         field="job",
         old_env=flags.OLD_ENV[flags.JOB_NAME],
+    ),
+    Flag(
+        "job.run-id",
+        "",
+        "this run of the job (e.g. $SLURM_JOB_ID): started again with the same one, the coordinator carries on "
+        "the run's decisions from the journal; with another, it decides afresh (restart budget, job state); "
+        "empty: every run in the journal is one",
+        field="run_id",
     ),
     Flag(
         "job.world-size", 0, "expected number of ranks (0: learn from reports)", _non_negative_int, field="world_size"

@@ -47,6 +47,10 @@ class JobController:
 
     RECOVER_WAIT_S = 15.0  # a rebuilt action waits this long at most for its hosts' first reports
 
+    def launcher_restarted(self, at: float) -> None:
+        """The launcher restarted the group by itself (budget.py): it spends the job's restart budget."""
+        self.job = self.job.launcher_restarted(at)
+
     def restore(self, rec: Recovered, now: float) -> None:
         """Carry on from the journal (recover.replay) instead of from scratch."""
         self.job, self._count, self.op = rec.job, rec.count, rec.op

@@ -98,6 +98,7 @@ class Daemon:
                 "pid": os.getpid(),
                 "address": self.address,
                 "job": self.cfg.job,
+                "run_id": self.cfg.run_id,
                 "world_size": self.cfg.world_size,
                 "event_loop": self.server.event_loop,
             },

@@ -40,7 +40,7 @@ from .finding import Finding
 from .view import ClusterView
 
 MAX_DUMPS = 8
-FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch"})
+FR_KINDS = frozenset({"collective_hang", "frozen_rank", "collective_mismatch", "wedged"})
 MAX_SNAPSHOTS = 64  # ~40 KB of journal per rank snapshot; a 1000-rank job keeps the culprits + 63 others
 # The parts of the context, by the command that asks for each: the other ranks'
 # snapshots, every live rank's stack, every rank's Flight Recorder.

@@ -20,10 +20,17 @@ KINDS = (
     "batch_changed",
     "collective_mismatch",
     "periodic_stall",
+    "host_unobserved",
+    "wedged",
 )
 # Kinds that explain rather than accuse: they name no culprit, the policy never
 # acts on them and no alert pages for them.
-ADVISORY_KINDS = frozenset({"batch_changed", "periodic_stall"})
+ADVISORY_KINDS = frozenset({"batch_changed", "periodic_stall", "host_unobserved"})
+# Kinds that name where, not who: their hosts are never culprits (the per-host
+# culprit counters, the restart-loop breaker's history). host_unobserved is about
+# the monitor; wedged is every rank stopped together (a fabric, driver or
+# filesystem wedge), nobody's fault.
+BLAMELESS_KINDS = frozenset({"host_unobserved", "wedged"})
 ACTIONABLE_KINDS = tuple(k for k in KINDS if k not in ADVISORY_KINDS)
 
 

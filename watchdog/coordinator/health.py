@@ -17,7 +17,7 @@ from itertools import compress, repeat
 from operator import and_, eq, itemgetter, lt, not_
 from typing import Any
 
-from . import columns, frblame
+from . import columns, frblame, silence
 from .config import DetectorConfig
 from .memo import per_tick
 from .mismatch import find as find_mismatch
@@ -64,19 +64,27 @@ def quiet_hosts(view: ClusterView, now: float) -> set[str]:
 
 @per_tick()
 def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
-    """Hosts silent past their silence limit whose ranks did not all exit. Memoized
-    (read-only): the coordinator's host bookkeeping and every rank's health ask on
-    each tick, a pass over the 2,048 hosts of a 16,384-rank job each time."""
-    silent = {
-        h
-        for h, hv in view.hosts.items()
-        if now - hv.received_at > cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s
+    """Silent hosts whose ranks the evidence says are gone (``silence.judge``): a
+    silent agent alone is the monitor's blindness (``unobserved_hosts``), not a loss."""
+    return {h for h, s in silences(view, now, cfg).items() if s.verdict == silence.LOST}
+
+
+def unobserved_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, silence.Silence]:
+    """Silent hosts with nothing against their ranks: alive as far as anyone can tell."""
+    return {h: s for h, s in silences(view, now, cfg).items() if s.verdict == silence.UNOBSERVED}
+
+
+@per_tick()
+def silences(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, silence.Silence]:
+    """A verdict (silence.py) for each host silent past its silence limit with a rank
+    last seen running. Memoized (read-only): the coordinator's host bookkeeping and
+    every rank's health ask on each tick, a pass over the 2,048 hosts of a
+    16,384-rank job each time."""
+    limits = {
+        h: cfg.host_silence_intervals * view.reporting_interval(hv) + view.behind_s for h, hv in view.hosts.items()
     }
-    if not silent:
-        return silent
-    # An agent that goes quiet after all its ranks exited cleanly is the job ending.
-    c = columns.of(view)
-    return {h for h, status in zip(c.host, c.status) if h in silent and status != "exited"}
+    silent = {h: lim for h, lim in limits.items() if now - view.hosts[h].received_at > lim}
+    return silence.judge(view, now, silent, waiting, cfg.hang_phase_allowance_s) if silent else {}
 
 
 def frozen_after_s(cfg: DetectorConfig, proc_status: str) -> float:

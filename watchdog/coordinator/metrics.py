@@ -97,7 +97,10 @@ class CoordinatorMetrics:
             registry=r,
         )
         self.hosts = Gauge(
-            "watchdog_coordinator_hosts", "Hosts seen, by state (reporting or lost)", ["state"], registry=r
+            "watchdog_coordinator_hosts",
+            "Hosts seen, by state (reporting; unobserved: its agent silent, nothing against its ranks; lost)",
+            ["state"],
+            registry=r,
         )
         self.straggler = Gauge(
             STRAGGLER_SCORE, "Rank compute time over the median of the other ranks (1 = typical)", ["rank"], registry=r
@@ -194,6 +197,11 @@ class CoordinatorMetrics:
             "watchdog_coordinator_goodput_seconds_total",
             "Job wall time by what it went to (productive, data_wait, collective_wait, straggler, checkpoint_eval, restart, redone, startup); the categories add up to wall time",
             ["category"],
+            registry=r,
+        )
+        self.steps_lost = Counter(
+            "watchdog_coordinator_steps_lost",
+            "Training steps recoveries cost: from the step a fault stopped the job at to the step the restarted job resumed from",
             registry=r,
         )
         self.goodput_ratio = Gauge(

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from . import fingerprint
-from .finding import ADVISORY_KINDS, KINDS, Finding
+from .finding import ADVISORY_KINDS, BLAMELESS_KINDS, KINDS, Finding
 from .repeats import Escalation, Repeats, escalate, every_host, parse_repeats
 
 if sys.version_info >= (3, 11):
@@ -175,13 +175,20 @@ class JobControl:
     """What the policy needs to know about the job's past actions."""
 
     state: JobState = S.RUNNING
-    restarts: tuple[float, ...] = ()  # coordinator monotonic times of restarts started
+    # Coordinator monotonic times of every restart of the job: its own (started) and its
+    # launcher's (seen: budget.py). One budget for both.
+    restarts: tuple[float, ...] = ()
+    by_launcher: int = 0  # how many of ``restarts`` the launcher made by itself
     last_action_at: float | None = None
     # Fingerprints of the findings restarts were spent on, oldest first (repeats.py).
     history: tuple[fingerprint.Fingerprint, ...] = ()
 
     def restarted(self, now: float) -> JobControl:
         return replace(self, restarts=self.restarts + (now,), last_action_at=now)
+
+    def launcher_restarted(self, at: float) -> JobControl:
+        """The launcher restarted the group by itself (budget.py): it spends the budget, no cooldown."""
+        return replace(self, restarts=tuple(sorted(self.restarts + (at,))), by_launcher=self.by_launcher + 1)
 
     def remember(self, fp: fingerprint.Fingerprint) -> JobControl:
         return replace(self, history=(self.history + (fp,))[-64:])
@@ -241,7 +248,7 @@ def plan(
         return Plan("alert", f, f"{action} for {f.kind} held: cooldown, {left:.0f} s left", held=True)
     reason = f"{f.kind}: {f.reason}"
     fp, esc = None, None
-    if action in RESTARTING_ACTIONS:
+    if action in RESTARTING_ACTIONS and f.kind not in BLAMELESS_KINDS:  # a wedge is nobody's repeat
         action, reason, fp, esc = _repeat(f, action, reason, job, policy, frames or {}, hosts_in_job)
     if action == "exclude_host_restart" and every_host(f.hosts, hosts_in_job):
         # A job-wide event (every rank frozen together, a hang naming all): no host is the
@@ -257,7 +264,7 @@ def plan(
                 "abort",
                 (
                     f"restart budget exhausted ({len(job.restarts)} of {policy.max_restarts} "
-                    f"restarts used); aborting instead. {reason}"
+                    f"restarts used{_launcher_part(job)}); aborting instead. {reason}"
                 ),
             )
         elif in_hour >= policy.max_restarts_per_hour:
@@ -265,10 +272,14 @@ def plan(
                 "abort",
                 (
                     f"restart budget exhausted ({in_hour} restarts in the last hour, "
-                    f"limit {policy.max_restarts_per_hour}); aborting instead. {reason}"
+                    f"limit {policy.max_restarts_per_hour}{_launcher_part(job)}); aborting instead. {reason}"
                 ),
             )
     return Plan(action, f, reason, dry_run=policy.dry_run, fingerprint=fp, escalation=esc)
+
+
+def _launcher_part(job: JobControl) -> str:
+    return f"; {job.by_launcher} restart(s) so far by the launcher itself" if job.by_launcher else ""
 
 
 def _repeat(

@@ -6,7 +6,8 @@ restart the job a second time, reset the restart budget or forget the cooldown.
 Everything it needs was journaled when it was decided, so ``replay`` is a pure
 function of the records and the clocks:
 
-- restart budget: every ``action`` (not a dry run) with a ``restart`` number;
+- restart budget: every ``action`` (not a dry run) with a ``restart`` number,
+  and the restarts the launcher made by itself (budget.py);
 - cooldown: the last ``action`` / ``action_outcome``;
 - the failures restarts were spent on (repeats.py): each restarting action's
   ``fingerprint``, completed by the culprit frames of a later ``stack_groups``
@@ -32,7 +33,9 @@ Times: a record's ``t_wall`` is mapped onto this process's monotonic clock
 still counts cooldowns and the hourly budget right.
 
 Only records of this job count: a journal segment opened by a ``start`` record
-for another job name is skipped.
+for another job name is skipped; so is one of another run of it, where the
+coordinator is given a run id (``--job.run-id``): a new run of the same job name
+decides afresh (its own restart budget, not the last run's ``failed``).
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import fingerprint, tracker
+from . import budget, fingerprint, tracker
 from . import journal_events as je
 from . import policy as P
+from .actions import restart
 from .actions.common import Operation
 from .finding import Finding
 
@@ -75,10 +79,11 @@ class Recovered:
     interrupted: tuple[dict[str, Any], ...] = ()  # action_outcome payloads to journal: actions closed here
     active: dict[tracker.Key, tracker.Active] = field(default_factory=dict)
     records: int = 0  # of this job's decision records (DECISIONS), read
+    spent: budget.Spent = field(default_factory=budget.Spent)  # the restarts the launcher made (budget.py)
 
     @property
     def empty(self) -> bool:
-        return self.records == 0
+        return self.records == 0 and not self.spent.launcher and self.count == 0
 
     def summary(self, now: float) -> dict[str, Any]:
         """The ``recovered`` journal record."""
@@ -147,14 +152,17 @@ def _idents(raw: Any) -> tuple[tuple, tuple]:
     return tuple(workers), tuple(launchers)
 
 
-def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy) -> Recovered:
-    """The control state the journal's records imply, at (``now``, ``wall``). Pure."""
+def replay(
+    records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy, run_id: str = ""
+) -> Recovered:
+    """The control state the journal's records imply, at (``now``, ``wall``). Pure.
+    ``run_id``: only the segments whose ``start`` record names this run count (empty: all)."""
 
     def mono(t_wall: Any) -> float:
         t = _num(t_wall)
         return now - (wall - t) if t is not None else now
 
-    ours = True
+    ours = same_job = True
     n = 0
     state = P.JobState.RUNNING
     restarts: list[float] = []
@@ -165,11 +173,17 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
     restarted: dict[str, dict[str, Any]] = {}  # id -> its restart record
     opened: dict[tracker.Key, dict[str, Any]] = {}
     control = P.JobControl()  # its fingerprint history: what restarts were spent on (repeats.py)
+    spent = budget.Spent()  # and the launcher's own restarts: the budget is the job's
     for rec in records:
         event = rec.get("event")
         if event == je.START:
-            ours = not job or not rec.get("job") or rec.get("job") == job
+            same_job = not job or not rec.get("job") or rec.get("job") == job
+            ours = same_job and (not run_id or rec.get("run_id") == run_id)
             continue
+        aid = rec.get("action_id")
+        if same_job and not ours and event == je.ACTION and isinstance(aid, str):
+            num = aid.partition("-")[2]  # another run's: its ids stay unique in the journal all the same
+            count = max(count, int(num)) if num.isdigit() else count
         if ours and event == je.STACK_GROUPS and isinstance(rec.get("trigger"), dict):
             # the culprit's frames, arrived after the action: they complete its fingerprint
             trig = rec["trigger"]
@@ -178,6 +192,8 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
             if frames and isinstance(trig.get("kind"), str):
                 control = control.complete(trig["kind"], ranks, frames)
             continue
+        if ours:
+            spent = budget.fold(spent, str(event), rec, mono(rec.get("t_wall")))
         if not ours or event not in DECISIONS:
             continue
         n += 1
@@ -247,9 +263,22 @@ def replay(records: Iterable[dict[str, Any]], now: float, wall: float, job: str,
         )
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
         state = P.JobState.DEGRADED if active else P.JobState.RUNNING
-    job_control = replace(control, state=state, restarts=tuple(restarts), last_action_at=last_action)
+    job_control = replace(
+        control,
+        state=state,
+        restarts=tuple(sorted(restarts + list(spent.launcher))),
+        by_launcher=len(spent.launcher),
+        last_action_at=last_action,
+    )
     return Recovered(
-        job=job_control, count=count, op=op, restart_op=again, interrupted=tuple(interrupted), active=active, records=n
+        job=job_control,
+        count=count,
+        op=op,
+        restart_op=again,
+        interrupted=tuple(interrupted),
+        active=active,
+        records=n,
+        spent=spent,
     )
 
 
@@ -288,6 +317,8 @@ def _operation(
             return op, True
         return None
     workers, launchers = _idents(prog.get("idents"))
+    if isinstance(prog.get("reached_step"), int):  # the steps its resume will have cost (restart.steps_lost)
+        op = replace(op, extra={**op.extra, restart.REACHED: prog["reached_step"]})
     if restart_rec is not None:
         if restart_rec.get("event") == je.LAUNCHER_RESTART:
             op = replace(op, extra={**op.extra, "by": "launcher"})

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from .. import commands, logs
 from ..report import HostReport
 from . import (
+    budget,
     columns,
     evidence_plan,
     fingerprint,
@@ -44,7 +45,7 @@ from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
 from .detectors.straggler import Straggler
 from .dispatch import Dispatch, DispatchConfig
-from .finding import KINDS, Finding
+from .finding import BLAMELESS_KINDS, KINDS, Finding
 from .journal import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .policy import JobState
@@ -84,6 +85,7 @@ class Coordinator:
         self._straggler = next((d for d in self.detectors if isinstance(d, Straggler)), None)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
+        self._spent = budget.Spent()  # the restarts the launcher made by itself (budget.py); under _lock
         self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
         self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
@@ -153,7 +155,7 @@ class Coordinator:
         ignored: list[int] = []
         try:
             records = iter_records(self.journal.path, self.cfg.token, ignored)
-            rec = recover.replay(records, now, wall, self.cfg.job, self.cfg.policy)
+            rec = recover.replay(records, now, wall, self.cfg.job, self.cfg.policy, self.cfg.run_id)
         except (OSError, ValueError) as exc:
             self.log.error("recover_failed", journal=self.journal.path, error=str(exc))
             return recover.Recovered()
@@ -170,6 +172,7 @@ class Coordinator:
             return rec
         with self._lock:
             self._active = dict(rec.active)
+            self._spent = rec.spent
         self.control.restore(rec, now)
         self.metrics.set_job_state(self.control.state)
         for outcome in rec.interrupted:
@@ -215,6 +218,7 @@ class Coordinator:
                     self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
                 self._record(name, payload)
+                self._spent = budget.fold(self._spent, name, payload, now)
         self.metrics.received.inc()
         # Outside the lock: evidence lines can be large. Fsync'd with the next tick's
         # records, not here on the request loop (journal.py: group commit).
@@ -250,7 +254,7 @@ class Coordinator:
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
-            for host in f.hosts:  # culprit hosts only: a finding with no culprit names none
+            for host in () if f.kind in BLAMELESS_KINDS else f.hosts:  # culprit hosts only
                 self.metrics.host_culprits.inc(view.job, host, f.kind)
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
             self._record(je.FINDING, f.to_dict())
@@ -315,7 +319,9 @@ class Coordinator:
         m.ranks_expected.set(health.expected_world(view, now, cfg))
         m.ranks_registered.set(len(states) - states.count(health.RETIRED))
         m.ranks_alive.set(states.count(health.OK) + states.count(health.FROZEN))
-        m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost))
+        unseen = len(health.unobserved_hosts(view, now, cfg))
+        m.hosts.labels("reporting").set(len(view.hosts) - len(self._lost) - unseen)
+        m.hosts.labels("unobserved").set(unseen)
         m.hosts.labels("lost").set(len(self._lost))
         counts = dict.fromkeys(KINDS, 0)
         for kind, _ in self._active:
@@ -448,6 +454,11 @@ class Coordinator:
     def _act(self, view: ClusterView, now: float, seen: set[tracker.Key]) -> None:
         """Policy and the action in flight; a bug here is logged and retried next
         tick, never raised into the detection loop. ``seen``: the findings reported this tick."""
+        with self._lock:
+            launcher = self._spent.launcher
+        for at in launcher[self.control.job.by_launcher :]:  # the launcher's own restarts spend the budget too
+            self.control.launcher_restarted(at)
+            self.log.warning("restart_budget_spent", by="launcher", restarts_used=len(self.control.job.restarts))
         try:
             reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
@@ -465,6 +476,10 @@ class Coordinator:
             (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
             self._record(name, payload)
             self._action_metrics.note(name, payload)
+            with self._lock:
+                self._spent = budget.fold(self._spent, name, payload, now)
+            if name == je.RESUMED and isinstance(payload.get("steps_lost"), int):
+                self.metrics.steps_lost.inc(payload["steps_lost"])
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups

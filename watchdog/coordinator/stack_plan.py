@@ -22,7 +22,7 @@ from . import columns
 from .finding import Finding
 from .view import ClusterView, FoldedRank
 
-ALL_RANKS_KINDS = frozenset({"collective_hang", "frozen_rank"})
+ALL_RANKS_KINDS = frozenset({"collective_hang", "frozen_rank", "wedged"})
 MAX_PER_HOST = 64  # a host with more ranks than this is unusual; 64 py-spy dumps at 8 at a time fit the deadline
 
 

@@ -46,6 +46,7 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
                 "evidence": f.evidence,
             }
         )
+    unseen = health.unobserved_hosts(view, now, det)  # their ranks: alive as far as anyone can tell
     rows: list[dict[str, Any]] = []  # one per rank, missing ones included
     for r in range(max([view.world_size, *(x + 1 for x in view.ranks)])):
         rv = view.ranks.get(r)
@@ -59,7 +60,7 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
                 "host": rv.host,
                 "local_rank": s.local_rank,
                 "pid": s.pid,
-                "health": hl[r],
+                "health": "unobserved" if rv.host in unseen and hl[r] == health.OK else hl[r],
                 "alive": s.alive,
                 "status": s.status,
                 "pg_state": s.pg_state,
@@ -94,6 +95,7 @@ def build(view: ClusterView, active: Mapping[Key, Active], now: float, wall: flo
             "seq": hv.seq,
             "report_age_s": round(now - hv.received_at, 3),
             "lost": h in lost,
+            "unobserved": h in unseen,
             "ranks": list(hv.ranks),
         }
         for h, hv in sorted(view.hosts.items())

@@ -47,9 +47,12 @@ def _ms(x: Any) -> str:
 
 def render(doc: dict[str, Any]) -> str:
     lost = [h["host"] for h in doc.get("hosts", []) if h.get("lost")]
+    unseen = [h["host"] for h in doc.get("hosts", []) if h.get("unobserved")]
     head = (
         f"job {doc.get('job') or '?'}: {doc.get('registered', 0)}/{doc.get('world_size', 0)} ranks registered, "
-        f"{len(doc.get('hosts', []))} hosts" + (f" ({len(lost)} lost: {', '.join(lost)})" if lost else "")
+        f"{len(doc.get('hosts', []))} hosts"
+        + (f" ({len(lost)} lost: {', '.join(lost)})" if lost else "")
+        + (f" ({len(unseen)} unobserved, its agent silent: {', '.join(unseen)})" if unseen else "")
     )
     cols = ("RANK", "HOST", "HEALTH", "STEP", "PHASE", "STEP_MS", "DATA_MS", "COMP_MS", "COLL_MS", "HB_AGE", "FINDINGS")
     rows = [cols]

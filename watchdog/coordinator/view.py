@@ -74,6 +74,11 @@ class FoldedRank:
     # still orders the deaths of the teardown after it, so a victim left in the view with
     # the earliest death on record is not named as a new root cause.
     previous_died_at: float | None = None
+    # (last beat before, first beat after) the latest gap in its heartbeat longer than a
+    # stopped rank's frozen threshold, as its agent read it: a rank that was stopped and
+    # runs again. Ranks resumed from a job-wide stop report it host by host, seconds apart;
+    # the ones reported later are not frozen on their own (wedge.py).
+    resumed: tuple[float, float] | None = None
 
     @property
     def rank(self) -> int:
@@ -367,7 +372,11 @@ def _fold_rank(
     if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
         # Moved some time after the previous report: its arrival is a lower bound.
         progress = max(progress, prev.received_at)
-    moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
+    beat, before = now - s.heartbeat_age_s, prev.last_heartbeat()
+    moved = prev.heartbeat_moved or beat > before + 0.05
+    # Seen stale by its agent last time (past a stopped rank's frozen threshold), beating now: it resumed.
+    stale = prev.heartbeat_moved and old.heartbeat_age_s > cfg.frozen_heartbeat_s / 3 and beat > before + 0.05
+    resumed = (before, beat) if stale else prev.resumed
     alive = s.alive
     last_alive = now if alive else prev.last_alive_at
     step_stats = _stepped(prev.step_stats, s, cfg, summaries) if s.recent_steps else prev.step_stats
@@ -408,6 +417,7 @@ def _fold_rank(
         gpu_stats,
         gpu_last,
         prev.previous_died_at,
+        resumed,
     )
 
 
@@ -529,6 +539,7 @@ assert _FOLDED_FIELDS == (
     "gpu_stats",
     "gpu_last",
     "previous_died_at",
+    "resumed",
 ), _FOLDED_FIELDS
 # The fields' defaults (each its own instance, shared by every FoldedRank built without one)
 _NO_STATS: StepStats = FoldedRank.__dataclass_fields__["step_stats"].default  # type: ignore[assignment]

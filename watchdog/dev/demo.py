@@ -121,6 +121,7 @@ class Printer:
             "result",
             "restart",
             "step",
+            "steps_lost",
             "seconds",
             "job_state",
             "from",
@@ -162,7 +163,11 @@ class Printer:
         elif ev == je.LAUNCHER_RESTART:
             text = f"RESTART {rec.get('restart')} by the launcher: workers {rec.get('gone')} already gone, torchrun restarts the group"
         elif ev == je.RESUMED:
-            text = f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')} ({rec.get('seconds')} s after the action)"
+            lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
+            text = (
+                f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')}{lost} "
+                f"({rec.get('seconds')} s after the action)"
+            )
         else:
             text = f"job state {rec.get('from')} -> {rec.get('job_state')} ({rec.get('on')})"
         print(f"[t+{t:6.2f}s] {text}", flush=True)

@@ -54,7 +54,8 @@ def label(rec: dict) -> str:
     if ev == je.LAUNCHER_RESTART:
         return f"restart {rec.get('restart', '?')} by the launcher: workers {_ranks(rec.get('gone'))} already gone"
     if ev == je.RESUMED:
-        return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks" + _took(rec)
+        lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
+        return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}" + _took(rec)
     if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
     if ev == je.REPEAT_FAILURE:

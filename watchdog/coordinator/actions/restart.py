@@ -18,7 +18,8 @@ too, so torchrun elastic (min:max nodes) re-rendezvouses without it.
    SIGKILL after the grace period, re-sent every grace period.
 2. ``resume``: once they are gone (journal ``restart``), wait until every rank
    of the new incarnation has completed a step; the first step it reported
-   is where it resumed (journal ``resumed``). RESUME_TIMEOUT_S without that:
+   is where it resumed (journal ``resumed``, with ``steps_lost``: from the step
+   the job had reached when the action began to the one it resumed from). RESUME_TIMEOUT_S without that:
    the restart failed, and the outcome says why (``why_not_resumed``: ranks
    stuck inside init_process_group, never back, dead again): the controller
    then escalates to an abort (policy.after_failed_restart).
@@ -32,6 +33,14 @@ from ..view import ClusterView
 from .common import Operation, Step, brief, idents, launchers_of, live, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
+REACHED = "reached_step"  # Operation.extra: the job's step when the action began (journaled in its first progress)
+
+
+def steps_lost(op: Operation, resumed: int) -> int | None:
+    """Steps the recovery cost: from the step the fault stopped the job at to the one it
+    resumed from (its checkpoint). None where the first is not known."""
+    reached = op.extra.get(REACHED)
+    return max(0, reached - resumed) if isinstance(reached, int) else None
 
 
 def start(op: Operation, view: ClusterView, now: float) -> Step:
@@ -40,7 +49,9 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     if op.action == "exclude_host_restart":
         bad = frozenset(op.finding.hosts)
         launchers = launchers_of(view, tuple(w for w in workers if w[1][2] in bad))
-    op = op.at("term", now, workers=workers, launchers=launchers, last_sent=now)
+    # The step the fault stopped the job at: what the resumed group must do again from its checkpoint.
+    reached = max((rv.state.step for rv in view.ranks.values()), default=0)
+    op = op.at("term", now, workers=workers, launchers=launchers, last_sent=now, extra={**op.extra, REACHED: reached})
     live = live_workers(op, view)
     if not launchers and not live:
         return launcher_restart(op, now)
@@ -58,6 +69,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
                         waiting_s=LAUNCHER_GRACE_S,
                         workers=[r for r, _ in live],
                         idents=idents(op),
+                        reached_step=reached,
                     ),
                 ),
             ),
@@ -75,6 +87,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
                     workers=[r for r, _ in live],
                     launchers=[p for p, _, _ in launchers],
                     idents=idents(op),
+                    reached_step=reached,
                 ),
             ),
         ),
@@ -140,20 +153,29 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     resumed = resumed_step(op, view)
     if resumed is not None:
         step, world = resumed
+        lost = steps_lost(op, step)
         return Step(
             op,
             (),
             (
                 (
                     je.RESUMED,
-                    brief(op, restart=op.restart_n, step=step, world_size=world, seconds=round(now - op.started, 3)),
+                    brief(
+                        op,
+                        restart=op.restart_n,
+                        step=step,
+                        world_size=world,
+                        seconds=round(now - op.started, 3),
+                        **({"steps_lost": lost} if lost is not None else {}),
+                    ),
                 ),
                 (
                     je.ACTION_OUTCOME,
                     brief(
                         op,
                         ok=True,
-                        result=f"restart {op.restart_n}{by_whom(op)}, resumed from step {step}",
+                        result=f"restart {op.restart_n}{by_whom(op)}, resumed from step {step}"
+                        + (f" ({lost} steps lost)" if lost is not None else ""),
                         seconds=round(now - op.started, 3),
                     ),
                 ),

@@ -21,11 +21,13 @@ from .collective_hang import CollectiveHang
 from .collective_mismatch import CollectiveMismatch
 from .dead_rank import DeadRank
 from .frozen_rank import FrozenRank
+from .host_unobserved import HostUnobserved
 from .loader_starvation import LoaderStarvation
 from .loss_anomaly import LossAnomaly
 from .never_joined import NeverJoined
 from .periodic_stall import PeriodicStall
 from .straggler import Straggler
+from .wedged import Wedged
 
 
 class Detector(Protocol):
@@ -45,10 +47,12 @@ DETECTORS = (
     DeadRank,
     FrozenRank,
     CollectiveHang,
+    Wedged,
     Straggler,
     NeverJoined,
     LoaderStarvation,
     LossAnomaly,
+    HostUnobserved,
     BatchChanged,
     PeriodicStall,
 )

@@ -39,9 +39,10 @@ from ..finding import Finding, group_name, ranks_phrase, seconds
 from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
+from ..silence import SLOW_PHASES
 from ..view import ClusterView, FoldedRank
+from ..wedge import frozen_together
 
-SLOW_PHASES = ("checkpoint", "eval")
 _STATUS = {
     "dead": "process gone",
     "frozen": "frozen (heartbeat stale)",
@@ -152,8 +153,8 @@ class CollectiveHang:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         st = hang_state(now, view, self.cfg)
-        if st is None or st.age_s <= st.deadline_s:
-            return []
+        if st is None or st.age_s <= st.deadline_s or frozen_together(now, view, self.cfg) is not None:
+            return []  # (every rank frozen in one instant: the wedged verdict's, wedge.py)
         b = st.blame
         evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
         if b is None:
@@ -185,11 +186,7 @@ class CollectiveHang:
             )
             return [self._nobody(now, st, reason, evidence, tuple(sorted(b.waiters + b.unread)))]
         if not b.culprits:
-            reason = (
-                f"all ranks in the job are inside {coll} for {seconds(now - b.waiting_since)} and none is "
-                "missing from it: a transport/NCCL problem or mismatched collectives; stacks requested"
-            )
-            return [self._nobody(now, st, reason, evidence, b.waiters)]
+            return []  # every rank inside one collective, none missing: the wedged verdict's (detectors/wedged.py)
         rvs = [view.ranks[r] for r in b.culprits]
         verb = {
             "missing": "never entered",

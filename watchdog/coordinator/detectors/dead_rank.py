@@ -3,7 +3,10 @@
 The agent reports ``alive: false`` once the (pid, start time) process is gone;
 a clean exit (hook status "exited") is not a death. A host whose agent sent
 nothing for ``host_silence_intervals`` of its report intervals is lost, with all
-its ranks: one finding naming the host.
+its ranks, only on evidence from their peers (silence.py: a peer failed inside a
+collective since, or the peers wait in one the silent ranks were not seen
+entering): one finding naming the host. Without evidence the silence is the
+monitor's (host_unobserved), and nobody is taken for dead.
 
 Root cause, not victims. When one rank dies, torchrun tears the group down and
 gloo/NCCL peers fail within milliseconds to seconds, so several ranks die close
@@ -47,7 +50,7 @@ from .. import columns
 from ..config import DetectorConfig
 from ..describe import where, who
 from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..health import DEAD, EXITED, LOST, Blame, analyze, classify_all, host_silence_limit, lost_hosts, victims
+from ..health import DEAD, EXITED, LOST, Blame, analyze, classify_all, host_silence_limit, lost_hosts, silences, victims
 from ..mismatch import find as find_mismatch
 from ..view import ClusterView
 
@@ -263,6 +266,7 @@ class DeadRank:
 
     def _lost_hosts(self, now: float, view: ClusterView, health: dict[int, str]) -> list[Finding]:
         out = []
+        verdicts = silences(view, now, self.cfg)
         by_host: dict[str, list[int]] = {}  # one pass: per host over all ranks was O(hosts x ranks)
         c = columns.of(view)  # classify_all's order is the columns'
         for r, host, h in zip(c.rank, c.host, health.values()):
@@ -283,11 +287,12 @@ class DeadRank:
                     detected_mono=now,
                     reason=(
                         f"host {host} lost: no report from its agent for {seconds(silent)} (expected every "
-                        f"{seconds(hv.interval_s)}); {ranks_phrase(ranks)} presumed dead, last at step "
-                        f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"
+                        f"{seconds(hv.interval_s)}); {verdicts[host].why}: {ranks_phrase(ranks)} taken for dead, "
+                        f"last at step {steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'}"
                     ),
                     evidence={
                         "silent_s": round(silent, 3),
+                        "lost_on": verdicts[host].evidence.get("evidence", ""),
                         "limit_s": host_silence_limit(view, host, self.cfg),
                         "agent_id": hv.agent_id,
                         "last_seq": hv.seq,

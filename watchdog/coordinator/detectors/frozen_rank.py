@@ -21,7 +21,8 @@ read it), or after 1.5 report intervals, so it opens whole rather than as a
 first few ranks that later findings add to. A lone frozen rank waits only for
 hosts that reported within that instant's window and not since: none at 1 s
 report intervals (other ranks' agents have read them beating after it), up to
-a second at 16,384 ranks with agents slowed to 2-3 s (docs/scale.md).
+a second at 16,384 ranks with agents slowed to 2-3 s (docs/scale.md). When that
+group is every rank of the job, it is nobody's: the ``wedged`` verdict (wedge.py).
 """
 
 from __future__ import annotations
@@ -37,10 +38,8 @@ from ..describe import where, who
 from ..finding import Finding, ranks_phrase, seconds
 from ..health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
 from ..view import ClusterView, FoldedRank
+from ..wedge import TOGETHER_S, frozen_together
 
-# The hook beats every 0.5 s (heartbeat_interval_s): ranks stopped in one instant
-# last beat up to that far apart. Agents read the beat in nanoseconds.
-TOGETHER_S = 0.6
 PATIENCE_INTERVALS = 1.5  # of the slowest host's report interval: then a group is named as far as it is known
 MAX_STACKS = 8  # a group's stacks asked for its earliest ranks (every rank's come with the job's context)
 
@@ -63,8 +62,8 @@ class FrozenRank:
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         tick = self._tick(now, view)
-        if tick is None:
-            return []
+        if tick is None or frozen_together(now, view, self.cfg) is not None:
+            return []  # every rank frozen in one instant: the wedged verdict, no rank named
         out = []
         for group in _together(tick.frozen):
             if not self._heard(group, view, now):

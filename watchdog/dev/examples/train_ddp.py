@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="data delay per sample for starve faults (default: 4x compute per batch)")
     p.add_argument("--comm-mb", type=float, default=0.0,
                    help="an extra all-reduce of this many MB every step (a communication-bound job)")
+    p.add_argument("--until-file", default=None,
+                   help="stop cleanly once this file exists, every rank at the same step (tests)")
     p.add_argument("--ckpt-dir", default=None, help="save/resume checkpoints here")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0 = never)")
     p.add_argument("--ckpt-pause-s", type=float, default=0.0, help="extra time a checkpoint takes (tests)")
@@ -393,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         mon.step(loss=loss.item())  # watchdog: marks the step boundary (the loss is optional)
         if rank == 0 and step % 20 == 0:
             print(f"[rank 0] step {step} loss {loss.item():.4f}", flush=True)
+        if args.until_file:  # the ranks agree on when to stop: each sees the file at its own time
+            seen = torch.tensor([float(os.path.exists(args.until_file))])
+            dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+            if seen.item():
+                break
 
     if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every:
         with mon.phase("checkpoint"):

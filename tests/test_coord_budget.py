@@ -1,0 +1,89 @@
+"""One restart budget for the job: the coordinator's restarts and the launcher's own
+(budget.py), from journaled facts; time is a number."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import budget, policy, recover
+from watchdog.coordinator import journal_events as je
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+
+WALL0 = 1.7e9
+RESTART = (je.ACTION, {"action": "restart"})
+DRY = (je.ACTION, {"action": "restart", "dry_run": True})
+OUTCOME = (je.ACTION_OUTCOME, {"ok": True})
+NEW = (je.RANK_RESTARTED, {"rank": 0})
+
+# (name, [(t, (event, record))], the launcher restarts counted)
+CASES = [
+    (
+        "one launcher restart: every rank comes back within seconds",
+        [(100.0, NEW), (100.4, NEW), (103.0, NEW)],
+        (100.0,),
+    ),
+    ("two launcher restarts a while apart", [(100.0, NEW), (100.2, NEW), (160.0, NEW)], (100.0, 160.0)),
+    ("the coordinator's own restart is not the launcher's", [(100.0, RESTART), (104.0, NEW), (110.0, OUTCOME)], ()),
+    (
+        "ranks of the coordinator's restart registering just after its outcome",
+        [(100.0, RESTART), (110.0, OUTCOME), (115.0, NEW), (200.0, NEW)],
+        (200.0,),
+    ),
+    (
+        "a dry run restarts nothing: the launcher's restart counts",
+        [(100.0, DRY), (101.0, OUTCOME), (150.0, NEW)],
+        (150.0,),
+    ),
+    ("other records are not restarts", [(100.0, (je.RANK_JOINED, {})), (101.0, (je.FINDING, {}))], ()),
+]
+
+
+@pytest.mark.parametrize("name,records,want", CASES, ids=[c[0] for c in CASES])
+def test_launcher_restarts_from_journaled_facts(name, records, want):
+    spent = budget.Spent()
+    for at, (event, rec) in records:
+        spent = budget.fold(spent, event, rec, at)
+    assert spent.launcher == want
+
+
+def test_the_launchers_restarts_spend_the_budget_nothing_bypasses():
+    pol = policy.parse_policy(
+        '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\nmax_restarts = 2'
+    )
+    f = t.finding("dead_rank", [1])
+    job = policy.JobControl().launcher_restarted(10.0)
+    assert policy.plan([f], job, 100.0, pol).action == "restart"  # 1 of 2 used
+    job = job.launcher_restarted(50.0)
+    plan = policy.plan([f], job, 100.0, pol)
+    assert plan.action == "abort" and "2 of 2 restarts used; 2 restart(s) so far by the launcher itself" in plan.reason
+
+
+def test_a_coordinator_restarted_on_its_journal_still_counts_the_launchers_restarts():
+    records = [
+        {"event": je.START, "job": "job", "t_wall": WALL0},
+        *({"event": je.RANK_RESTARTED, "rank": r, "t_wall": WALL0 + 50.0 + r / 10} for r in range(4)),
+        {"event": je.ACTION, "action_id": "a-1", "action": "restart", "restart": 2, "t_wall": WALL0 + 80.0},
+        {"event": je.RANK_RESTARTED, "rank": 0, "t_wall": WALL0 + 85.0},  # that action's: not the launcher's
+        {"event": je.ACTION_OUTCOME, "action_id": "a-1", "ok": True, "t_wall": WALL0 + 90.0},
+    ]
+    rec = recover.replay(records, 100.0, WALL0 + 100.0, "job", policy.Policy())
+    assert rec.job.by_launcher == 1 and rec.job.restarts == pytest.approx((50.0, 80.0))
+    only_launcher = recover.replay(records[:5], 100.0, WALL0 + 100.0, "job", policy.Policy())
+    assert not only_launcher.empty and only_launcher.job.restarts == pytest.approx((50.0,))
+
+
+def test_the_coordinator_counts_a_launcher_restart_it_sees_in_the_reports(tmp_path):
+    path = str(tmp_path / "journal.jsonl")
+    c = Coordinator(Config(journal=path, job="job", world_size=2), Journal(path, lambda: (WALL0, 0.0)))
+    c.accept(t.report("host0", [t.rank(r, world_size=2) for r in range(2)]), 10.0)
+    c.tick(10.1, WALL0 + 10.1)
+    assert c.control.job.restarts == ()
+    # torchrun --max-restarts replaced both workers (new pids, start times), no action of ours in flight.
+    again = [t.rank(r, world_size=2, pid=7000 + r, proc_start_us=1_800_000_000_000_000, step=0) for r in range(2)]
+    c.accept(t.report("host0", again, seq=2), 20.0)
+    c.tick(20.1, WALL0 + 20.1)
+    assert c.control.job.restarts == (20.0,) and c.control.job.by_launcher == 1
+    c.journal.close()

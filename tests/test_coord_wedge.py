@@ -1,0 +1,154 @@
+"""Wedged together (wedge.py, detectors/wedged.py): every rank stopped at once, nobody
+missing; one verdict naming the hosts and the group, never a rank, and never counted
+against a rank or a host. Time is a number."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.coordinator import policy
+from watchdog.coordinator import testing as t
+from watchdog.coordinator.config import Config, DetectorConfig
+from watchdog.coordinator.detectors.collective_hang import CollectiveHang
+from watchdog.coordinator.detectors.frozen_rank import FrozenRank
+from watchdog.coordinator.detectors.wedged import Wedged
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.service import Coordinator
+
+CFG = DetectorConfig()
+HISTORY = t.steps(1, 50, step_s=0.1)  # 0.1 s steps: the hang deadline is the floor (5 s)
+
+
+def frozen(r, age, **kw):
+    """SIGSTOPped, its heartbeat ``age`` s old; inside all-reduce #812 or between collectives."""
+    kw.setdefault("recent_steps", HISTORY)
+    return t.rank(r, heartbeat_age_s=age, proc_status="stopped", cpu_percent=0.0, step=811, step_age_s=age, **kw)
+
+
+def waiting(r, since=12.4, seq=812, **kw):
+    kw.setdefault("recent_steps", HISTORY)
+    return t.rank(r, step=811, step_age_s=since + 0.05, collective=t.coll(seq=seq, outstanding=1, since_s=since), **kw)
+
+
+def stuck(r, age=12.9):
+    return t.rank(r, step=811, step_age_s=age, recent_steps=HISTORY, collective=t.coll(seq=811, done_seq=811))
+
+
+IN = t.coll(seq=812, outstanding=1, since_s=4.0)
+# (name, states, wedge evidence "how" or None, the other detectors' (kind, ranks))
+CASES = [
+    (
+        "every rank frozen within 100 ms, some in the all-reduce: one wedge",
+        [frozen(r, 4.0 + 0.1 * (r % 2), collective=IN if r % 3 else None) for r in range(8)],
+        "frozen_together",
+        [],
+    ),
+    (
+        "every rank waiting in one collective past the deadline, none missing: one wedge",
+        [waiting(r) for r in range(8)],
+        "one_collective",
+        [],
+    ),
+    (
+        "frozen 2 s apart: not one instant, frozen_rank names them apart",
+        [frozen(r, 4.0 if r < 4 else 6.0) for r in range(8)],
+        None,
+        [("frozen_rank", (0, 1, 2, 3)), ("frozen_rank", (4, 5, 6, 7))],
+    ),
+    (
+        "one rank still beating: it is missing, the frozen are named",
+        [frozen(r, 4.0) if r < 7 else t.rank(7, recent_steps=HISTORY) for r in range(8)],
+        None,
+        [("frozen_rank", (0, 1, 2, 3, 4, 5, 6))],
+    ),
+    (
+        "all waiting but one that never entered: the hang names it, no wedge",
+        [stuck(r) if r == 3 else waiting(r) for r in range(8)],
+        None,
+        [("collective_hang", (3,))],
+    ),
+    (
+        "all waiting, under the hang deadline: nothing yet",
+        [waiting(r, since=3.0) for r in range(8)],
+        None,
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,states,how,others", CASES, ids=[c[0] for c in CASES])
+def test_wedge_table(name, states, how, others):
+    view = t.view(states, now=100.0)
+    wedges = Wedged(CFG).check(100.0, view)
+    found = sorted((f.kind, f.ranks) for d in (FrozenRank(CFG), CollectiveHang(CFG)) for f in d.check(100.0, view))
+    assert found == others
+    if how is None:
+        assert wedges == []
+        return
+    (w,) = wedges
+    assert (w.kind, w.ranks, w.hosts, w.evidence["how"]) == ("wedged", (), ("host0", "host1"), how)
+    assert "no rank is blamed" in w.reason and "ranks 0-7" in w.reason
+
+
+def test_the_collective_wedge_names_the_group():
+    (w,) = Wedged(CFG).check(100.0, t.view([waiting(r, seq=812) for r in range(8)], now=100.0))
+    assert "all_reduce #812 on the default group" in w.reason
+    assert (w.evidence["group"], w.evidence["seq"], w.evidence["ranks_total"]) == (0, 812, 8)
+
+
+def test_a_policy_may_restart_on_a_wedge_and_it_is_nobodys_repeat():
+    p = policy.parse_policy(
+        '[actions]\nwedged = "restart"\n[limits]\nmin_finding_age_seconds = 0\ncooldown_seconds = 0'
+    )
+    (w,) = Wedged(CFG).check(100.0, t.view([waiting(r) for r in range(8)], now=100.0))
+    job = policy.JobControl()
+    for _ in range(2):  # the same wedge again after a restart: still a restart, no escalation
+        plan = policy.plan([w], job, 100.0, p, hosts_in_job=2)
+        assert (plan.action, plan.fingerprint, plan.escalation) == ("restart", None, None)
+        job = job.restarted(50.0)
+    # exclude_host_restart on a wedge names every host: a plain restart instead
+    p = policy.parse_policy('[actions]\nwedged = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0')
+    assert policy.plan([w], policy.JobControl(), 100.0, p, hosts_in_job=2).action == "restart"
+
+
+def test_host_unobserved_can_only_alert():
+    with pytest.raises(policy.PolicyError, match="advisory"):
+        policy.parse_policy('[actions]\nhost_unobserved = "restart"')
+
+
+def test_a_wedge_counts_against_no_host(tmp_path):
+    path = str(tmp_path / "journal.jsonl")
+    c = Coordinator(Config(journal=path, job="job", world_size=8), Journal(path, lambda: (1.7e9, 0.0)))
+    for host, ranks in (("host0", range(4)), ("host1", range(4, 8))):
+        c.accept(t.report(host, [waiting(r) for r in ranks]), 100.0)
+    assert [f.key for f in c.tick(100.1, 1.7e9).opened] == [("wedged", ())]
+    reg = c.registry
+    for host in ("host0", "host1"):
+        sample = reg.get_sample_value(
+            "watchdog_coordinator_host_culprit_findings_total", {"training_job": "job", "host": host, "cause": "wedged"}
+        )
+        assert sample == 0.0
+    c.journal.close()
+
+
+def test_a_wedge_that_ends_host_by_host_names_no_rank_on_the_host_heard_last():
+    """Every rank resumes at once, but host1's agent reports it before host0's: for a
+    report interval host0's ranks still look frozen beside ranks that run. They froze
+    with those (FoldedRank.resumed): the wedge ending, not ranks frozen on their own."""
+    run = t.view([t.rank(r, recent_steps=HISTORY) for r in range(8)], now=95.0)
+    stopped = t.view([frozen(r, 4.0) for r in range(8)], now=100.0, base=run, seq=2)  # last beats at 96.0
+    (w,) = Wedged(CFG).check(100.0, stopped)
+    assert w.evidence["how"] == "frozen_together"
+    back = [t.rank(r, recent_steps=HISTORY, heartbeat_age_s=0.1) for r in range(4, 8)]
+    half = t.view(back, now=101.0, base=stopped, seq=3, received={"host1": 101.0})
+    assert half.ranks[5].resumed == pytest.approx((96.0, 100.9))
+    assert FrozenRank(CFG).check(101.2, half) == [] and CollectiveHang(CFG).check(101.2, half) == []
+    assert [f.kind for f in Wedged(CFG).check(101.2, half)] == ["wedged"]
+    # A rank that kept running through it (its agent never read it stale) is someone missing:
+    # not a wedge, and the frozen ones are named.
+    running = [t.rank(r, recent_steps=HISTORY) if r == 5 else frozen(r, 4.0) for r in range(8)]
+    others = t.view(running, now=100.0, base=run, seq=2)
+    others = t.view([t.rank(r, recent_steps=HISTORY) for r in range(4, 8)], now=101.0, base=others, seq=3)
+    assert others.ranks[5].resumed is None and others.ranks[4].resumed is not None
+    assert Wedged(CFG).check(101.2, others) == []
+    assert [f.ranks for f in FrozenRank(CFG).check(101.2, others)] == [(0, 1, 2, 3)]
