@@ -9,8 +9,9 @@ from watchdog.coordinator import budget, policy, recover
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
+from watchdog.timeline import actions as timeline_actions
 
 WALL0 = 1.7e9
 RESTART = (je.ACTION, {"action": "restart"})
@@ -87,3 +88,7 @@ def test_the_coordinator_counts_a_launcher_restart_it_sees_in_the_reports(tmp_pa
     c.tick(20.1, WALL0 + 20.1)
     assert c.control.job.restarts == (20.0,) and c.control.job.by_launcher == 1
     c.journal.close()
+    # journaled as the launcher's restart, with no action of the monitor's, once
+    recs = [r for r in iter_records(path) if r["event"] == je.LAUNCHER_RESTART]
+    assert [(r["restart"], r["by"]) for r in recs] == [(1, "launcher")]
+    assert "by the launcher on its own" in timeline_actions.label(recs[0])

@@ -412,6 +412,8 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         (tmp_path / "stop").write_text("")
         assert train.wait(120) == 0, train.proc.log()[-3000:] if train.proc else ""
         assert len(counted()) == 1  # two ranks back, one restart
+        # journaled as the launcher's own restart, once, with no action of the monitor's
+        assert [(r["restart"], r["by"]) for r in records(je.LAUNCHER_RESTART)] == [(1, "launcher")]
     finally:
         train.stop()
         for p in reversed(procs):

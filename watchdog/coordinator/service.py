@@ -458,7 +458,11 @@ class Coordinator:
             launcher = self._spent.launcher
         for at in launcher[self.control.job.by_launcher :]:  # the launcher's own restarts spend the budget too
             self.control.launcher_restarted(at)
-            self.log.warning("restart_budget_spent", by="launcher", restarts_used=len(self.control.job.restarts))
+            used = len(self.control.job.restarts)
+            self.log.warning("restart_budget_spent", by="launcher", restarts_used=used)
+            # Journaled as the launcher's, with no action of ours (an alert-only policy sees it too):
+            # the post-mortem tells a restart torchrun made by itself from one the monitor made.
+            self._record(je.LAUNCHER_RESTART, {"restart": used, "by": "launcher", "seen_s": round(now - at, 3)})
         try:
             reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting

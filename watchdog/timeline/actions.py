@@ -51,6 +51,8 @@ def label(rec: dict) -> str:
         return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip() + escalated
     if ev == je.RESTART:
         return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
+    if ev == je.LAUNCHER_RESTART and "gone" not in rec:  # no action of the monitor's in flight
+        return f"restart {rec.get('restart', '?')} by the launcher on its own: ranks back as new processes"
     if ev == je.LAUNCHER_RESTART:
         return f"restart {rec.get('restart', '?')} by the launcher: workers {_ranks(rec.get('gone'))} already gone"
     if ev == je.RESUMED:
