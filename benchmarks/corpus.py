@@ -480,6 +480,8 @@ def cell(out: Outcome, fault: str, rank: int) -> str:
     text = "MISSED" if own is None else f"{own['kind']}{own['ranks']} {own['t_wall'] - out.injected_at:.1f}s"
     if others:
         text += " + " + ", ".join(others)
+    if own is None and not others:
+        return text
     return text if own is not None and own is out.first() and out.blamed() == {rank} else f"WRONG {text}"
 
 
