@@ -502,6 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--rank", type=int, default=1, help="the rank each fault is injected into")
     p.add_argument("--healthy-timeout", type=float, default=400.0)
+    p.add_argument("--skip-healthy", action="store_true", help="fault runs only")
     p.add_argument("--fault-timeout", type=float, default=90.0)
     p.add_argument("--json", type=Path, default=None, help="also write the raw outcomes here")
     p.add_argument("--work-dir", type=Path, default=None, help="keep every run's logs and journal here")
@@ -517,12 +518,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if source is None:
             print(f"{entry.name}: {entry.script} not found (see --help for where to get it); left out", flush=True)
             continue
-        with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
-            h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
-        print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
-        ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")  # type: ignore[call-overload]
-        row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
-        raw[entry.name] = {"healthy": h.__dict__}
+        row, raw[entry.name] = [entry.name, "-", "skipped", "-"], {}
+        if not args.skip_healthy:
+            with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
+                h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
+            print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
+            ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")  # type: ignore[call-overload]
+            row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
+            raw[entry.name]["healthy"] = h.__dict__
         for fault in faults:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-{fault}-") as tmp:
                 where = _dir(args.work_dir, tmp, entry.name, fault)
