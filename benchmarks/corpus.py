@@ -509,7 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     only = {x for x in args.only.split(",") if x}
     faults = [f for f in args.faults.split(",") if f]
-    rows, raw = [], {}
+    rows: list[list[str]] = []
+    raw: dict[str, dict] = {}
     t0 = time.monotonic()
     for entry in ENTRIES:
         if only and entry.name not in only:
@@ -523,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
                 h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
             print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
-            ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")  # type: ignore[call-overload]
+            ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")
             row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
             raw[entry.name]["healthy"] = h.__dict__
         for fault in faults:
