@@ -420,6 +420,7 @@ def faulted(
     timeout_s: float,
     linger_s: float = 3.0,
     after_cycles: int = 1,
+    hogs: int = 1,
 ) -> Outcome:
     """Start the job, wait for ``after_cycles`` evaluation/checkpoint cycles, inject
     ``fault`` on ``rank``, and collect the findings journaled after the injection (those
@@ -443,7 +444,7 @@ def faulted(
             at = inject.stop(victim)
         else:
             cpus = sorted(os.sched_getaffinity(0))
-            hog = inject.NoisyNeighbour(cpus[rank % len(cpus)])
+            hog = inject.NoisyNeighbour(cpus[rank % len(cpus)], hogs)
             at = hog.start(victim, [p for r, p in pids.items() if r != rank])
         after = lambda: [f for f in run.findings() if f["t_wall"] >= at]  # noqa: E731
         # Wait for the fault's own finding, not the first one: a false one before it would hide it.
@@ -503,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rank", type=int, default=1, help="the rank each fault is injected into")
     p.add_argument("--healthy-timeout", type=float, default=400.0)
     p.add_argument("--skip-healthy", action="store_true", help="fault runs only")
+    p.add_argument("--hogs", type=int, default=1, help="busy processes on the victim's core (a loaded host needs more)")
     p.add_argument("--fault-timeout", type=float, default=90.0)
     p.add_argument("--json", type=Path, default=None, help="also write the raw outcomes here")
     p.add_argument("--work-dir", type=Path, default=None, help="keep every run's logs and journal here")
@@ -530,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fault in faults:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-{fault}-") as tmp:
                 where = _dir(args.work_dir, tmp, entry.name, fault)
-                out = faulted(entry, source, where, fault, args.rank, args.fault_timeout)
+                out = faulted(entry, source, where, fault, args.rank, args.fault_timeout, hogs=args.hogs)
             row.append(cell(out, fault, args.rank) + (f" (before: {_f(out.before)})" if out.before else ""))
             raw[entry.name][fault] = out.__dict__
             print(f"{entry.name} {fault}: {row[-1]}", flush=True)
