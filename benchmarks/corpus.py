@@ -29,7 +29,11 @@ the device lines a CUDA script needs to run on CPU (``DEVICE_EDITS``, applied to
 each one required to match). Data and models are made locally (synthetic tokens, a tiny
 model from a config, a word-level tokenizer): nothing is downloaded at run time.
 
-A healthy run goes to the script's end or 5 s past its third cycle. Latency is from the injection (wall clock) to the coordinator's journal record; the
+The noisy neighbour pins the victim rank to one core with ``--hogs`` busy processes and the
+other ranks to the remaining cores: on a host with other load (2 cores at load 10-12 here) that
+load lands on the other ranks' cores too, so which rank really computes slower is the host's
+doing as much as the hog's; read that column on a quiet host. A healthy run goes to the
+script's end or 5 s past its third cycle. Latency is from the injection (wall clock) to the coordinator's journal record; the
 machine is shared, so figures are under load. The job is stopped once a fault's finding
 is in (plus a short linger that catches anyone else blamed) or after ``--fault-timeout``.
 """
