@@ -29,7 +29,11 @@ the device lines a CUDA script needs to run on CPU (``DEVICE_EDITS``, applied to
 each one required to match). Data and models are made locally (synthetic tokens, a tiny
 model from a config, a word-level tokenizer): nothing is downloaded at run time.
 
-A healthy run goes to the script's end or 5 s past its third cycle. Latency is from the injection (wall clock) to the coordinator's journal record; the
+The noisy neighbour pins the victim rank to one core with ``--hogs`` busy processes and the
+other ranks to the remaining cores: on a host with other load (2 cores at load 10-12 here) that
+load lands on the other ranks' cores too, so which rank really computes slower is the host's
+doing as much as the hog's; read that column on a quiet host. A healthy run goes to the
+script's end or 5 s past its third cycle. Latency is from the injection (wall clock) to the coordinator's journal record; the
 machine is shared, so figures are under load. The job is stopped once a fault's finding
 is in (plus a short linger that catches anyone else blamed) or after ``--fault-timeout``.
 """
@@ -420,6 +424,7 @@ def faulted(
     timeout_s: float,
     linger_s: float = 3.0,
     after_cycles: int = 1,
+    hogs: int = 1,
 ) -> Outcome:
     """Start the job, wait for ``after_cycles`` evaluation/checkpoint cycles, inject
     ``fault`` on ``rank``, and collect the findings journaled after the injection (those
@@ -443,7 +448,7 @@ def faulted(
             at = inject.stop(victim)
         else:
             cpus = sorted(os.sched_getaffinity(0))
-            hog = inject.NoisyNeighbour(cpus[rank % len(cpus)])
+            hog = inject.NoisyNeighbour(cpus[rank % len(cpus)], hogs)
             at = hog.start(victim, [p for r, p in pids.items() if r != rank])
         after = lambda: [f for f in run.findings() if f["t_wall"] >= at]  # noqa: E731
         # Wait for the fault's own finding, not the first one: a false one before it would hide it.
@@ -480,6 +485,8 @@ def cell(out: Outcome, fault: str, rank: int) -> str:
     text = "MISSED" if own is None else f"{own['kind']}{own['ranks']} {own['t_wall'] - out.injected_at:.1f}s"
     if others:
         text += " + " + ", ".join(others)
+    if own is None and not others:
+        return text
     return text if own is not None and own is out.first() and out.blamed() == {rank} else f"WRONG {text}"
 
 
@@ -500,13 +507,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--rank", type=int, default=1, help="the rank each fault is injected into")
     p.add_argument("--healthy-timeout", type=float, default=400.0)
+    p.add_argument("--skip-healthy", action="store_true", help="fault runs only")
+    p.add_argument("--hogs", type=int, default=1, help="busy processes on the victim's core (a loaded host needs more)")
     p.add_argument("--fault-timeout", type=float, default=90.0)
     p.add_argument("--json", type=Path, default=None, help="also write the raw outcomes here")
     p.add_argument("--work-dir", type=Path, default=None, help="keep every run's logs and journal here")
     args = p.parse_args(argv)
     only = {x for x in args.only.split(",") if x}
     faults = [f for f in args.faults.split(",") if f]
-    rows, raw = [], {}
+    rows: list[list[str]] = []
+    raw: dict[str, dict] = {}
     t0 = time.monotonic()
     for entry in ENTRIES:
         if only and entry.name not in only:
@@ -515,16 +525,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if source is None:
             print(f"{entry.name}: {entry.script} not found (see --help for where to get it); left out", flush=True)
             continue
-        with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
-            h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
-        print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
-        ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")  # type: ignore[call-overload]
-        row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
-        raw[entry.name] = {"healthy": h.__dict__}
+        row, raw[entry.name] = [entry.name, "-", "skipped", "-"], {}
+        if not args.skip_healthy:
+            with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-") as tmp:
+                h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
+            print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
+            ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")
+            row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
+            raw[entry.name]["healthy"] = h.__dict__
         for fault in faults:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-{fault}-") as tmp:
                 where = _dir(args.work_dir, tmp, entry.name, fault)
-                out = faulted(entry, source, where, fault, args.rank, args.fault_timeout)
+                out = faulted(entry, source, where, fault, args.rank, args.fault_timeout, hogs=args.hogs)
             row.append(cell(out, fault, args.rank) + (f" (before: {_f(out.before)})" if out.before else ""))
             raw[entry.name][fault] = out.__dict__
             print(f"{entry.name} {fault}: {row[-1]}", flush=True)

@@ -71,6 +71,11 @@ class NoisyNeighbour:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
+                    # With autogroup on (a desktop and many server kernels) a core is shared
+                    # between sessions, not processes: hogs sharing the caller's session would
+                    # take one share however many. One session each: N hogs take N shares of
+                    # the core against the rank's one, as N neighbours would.
+                    start_new_session=True,
                 )
             )
         return time.time()
