@@ -99,7 +99,25 @@ def test_patience_has_a_limit():
     v, _ = fold(
         v, t.report("host1", [dead(r, gone_age_s=0.1) if r == 5 else t.rank(r) for r in range(4, 8)], seq=2), 100.6, CFG
     )
-    assert [f.ranks for f in DeadRank(CFG).check(102.2, v)] == [(5,)]
+    # host0 went quiet before rank 5 died: its silence is judged first (lost: its ranks would be
+    # the earlier death), so patience runs to the silence limit; unobserved, rank 5 is named.
+    assert DeadRank(CFG).check(102.2, v) == []
+    assert [f.ranks for f in DeadRank(CFG).check(105.1, v)] == [(5,)]
+
+
+def test_peers_failing_at_once_when_a_host_is_killed_are_not_blamed_before_its_silence_is_judged():
+    """A host killed for real (agent and ranks together): gloo fails its peers within a
+    second, inside the all-reduce they shared, and their host reports those deaths first.
+    The peers are victims; the silent host is the root cause once its silence is judged."""
+    inside = t.coll(seq=101, outstanding=1, since_s=0.01)
+    v = t.view([t.rank(r, collective=inside) for r in range(8)], now=100.0)
+    peers = [dead(r, gone_age_s=0.1, collective=inside) if r == 1 else t.rank(r, collective=inside) for r in range(4)]
+    for at in (100.5, 101.0, 101.5, 102.0, 102.5, 103.0, 103.5, 104.0, 104.5, 105.0):
+        v, _ = fold(v, t.report("host0", peers, seq=int(at * 2)), at, CFG)
+        named = DeadRank(CFG).check(at + 0.05, v)
+        assert all(f.ranks != (1,) for f in named), (at, [(f.ranks, f.reason) for f in named])
+    (f,) = DeadRank(CFG).check(105.2, v)
+    assert f.ranks == (4, 5, 6, 7) and f.hosts == ("host1",) and "host host1 lost" in f.reason, f.reason
 
 
 def test_host_lost_names_host_and_all_its_ranks():

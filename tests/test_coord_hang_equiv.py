@@ -311,7 +311,13 @@ class RefDeadRank(DeadRank):
         lost = ref_lost_hosts(view, now, self.cfg)
         heard = all(hv.received_at >= first or h in lost for h, hv in view.hosts.items())
         patience = 1.5 * max(view.reporting_interval(hv) for hv in view.hosts.values())
-        if not heard and now - seen < patience:
+        judging = any(  # a host silent since before the death: judged (lost or not) at its limit
+            hv.received_at < first
+            and h not in lost
+            and now - hv.received_at < health.host_silence_limit(view, h, self.cfg)
+            for h, hv in view.hosts.items()
+        )
+        if not heard and (now - seen < patience or judging):
             return []
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""

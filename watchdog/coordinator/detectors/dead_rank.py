@@ -211,7 +211,15 @@ class DeadRank:
         lost = lost_hosts(view, now, self.cfg)
         heard = all(hv.received_at >= first or h in lost for h, hv in view.hosts.items())
         patience = 1.5 * max(view.reporting_interval(hv) for hv in view.hosts.values())
-        if not heard and now - seen < patience:
+        # A host already silent when these ranks died may be the root cause: a host lost for
+        # real (its ranks killed with it) makes gloo fail its peers at once, and those are
+        # victims. Patience does not run out for it: its silence is judged (lost, and then it is
+        # the earlier death, or unobserved) once it reaches the silence limit.
+        judging = any(
+            hv.received_at < first and h not in lost and now - hv.received_at < host_silence_limit(view, h, self.cfg)
+            for h, hv in view.hosts.items()
+        )
+        if not heard and (now - seen < patience or judging):
             return []  # wait for the other hosts: one of them may hold an earlier death
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""
