@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import budget, policy, recover
+from watchdog.coordinator import budget, policy, recover, relaunch
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
@@ -92,3 +92,91 @@ def test_the_coordinator_counts_a_launcher_restart_it_sees_in_the_reports(tmp_pa
     recs = [r for r in iter_records(path) if r["event"] == je.LAUNCHER_RESTART]
     assert [(r["restart"], r["by"]) for r in recs] == [(1, "launcher")]
     assert "by the launcher on its own" in timeline_actions.label(recs[0])
+
+
+def _old(r: int, step: int) -> tuple[str, dict]:
+    return (je.RANK_RESTARTED, {"rank": r, "old_step": step})
+
+
+# (name, [(t, (event, record))], the step each launcher restart's replaced ranks had reached)
+REACHED = [
+    ("the highest step of the ranks a restart replaced", [(100.0, _old(0, 56)), (100.3, _old(1, 57))], (57,)),
+    ("a rank reported later raises it", [(100.0, _old(1, 55)), (101.0, _old(0, 57)), (102.0, _old(2, 56))], (57,)),
+    ("one per restart", [(100.0, _old(0, 57)), (100.1, _old(1, 57)), (160.0, _old(0, 12))], (57, 12)),
+    ("a record without the step says nothing of it", [(100.0, NEW)], (-1,)),
+]
+
+
+@pytest.mark.parametrize("name,records,want", REACHED, ids=[c[0] for c in REACHED])
+def test_the_step_each_launcher_restart_stopped_the_job_at(name, records, want):
+    spent = budget.Spent()
+    for at, (event, rec) in records:
+        spent = budget.fold(spent, event, rec, at)
+    assert spent.reached == want
+
+
+def test_a_launcher_restart_that_never_resumed_carries_its_step_to_the_next():
+    spent = budget.Spent()
+    for at, (event, rec) in [(100.0, _old(0, 57)), (160.0, _old(0, 0))]:  # the new group died at init
+        spent = budget.fold(spent, event, rec, at)
+    first = relaunch.follow(None, 1, 0, 100.0, spent)
+    second = relaunch.follow(first, 2, 1, 160.0, spent)
+    assert relaunch.reached(first, spent) == 57 and relaunch.reached(second, spent) == 57
+
+
+def _launcher_job(tmp_path) -> tuple[Coordinator, str]:
+    path = str(tmp_path / "journal.jsonl")
+    c = Coordinator(Config(journal=path, job="job", world_size=2), Journal(path, lambda: (WALL0, 0.0)))
+    c.accept(t.report("host0", [t.rank(r, world_size=2, step=57) for r in range(2)]), 10.0)
+    c.tick(10.1, WALL0 + 10.1)
+    return c, path
+
+
+def _new_group(start_us: int, step: int, first: int = 0) -> list:
+    """The launcher's new worker group: new pids and start times, ``step`` reached, steps
+    ``first`` ... ``step`` seen (none: not stepping yet)."""
+    seen = t.steps(first, step - first + 1) if first else ()
+    return [
+        t.rank(r, world_size=2, pid=start_us % 10_000 + r, proc_start_us=start_us, step=step, recent_steps=seen)
+        for r in range(2)
+    ]
+
+
+def test_the_steps_a_launcher_restart_cost_are_journaled_counted_and_told(tmp_path):
+    c, path = _launcher_job(tmp_path)
+    # torchrun --max-restarts replaced both workers (stopped at step 57); they load their checkpoint.
+    c.accept(t.report("host0", _new_group(1_800_000_000_000_000, 0), seq=2), 20.0)
+    c.tick(20.1, WALL0 + 20.1)
+    assert [r for r in iter_records(path) if r["event"] == je.RESUMED] == []  # not stepping yet
+    # Resumed from the checkpoint at step 50: steps 51-53 done since, 51 the first.
+    c.accept(t.report("host0", _new_group(1_800_000_000_000_000, 53, first=51), seq=3), 22.0)
+    c.tick(22.1, WALL0 + 22.1)
+    c.accept(t.report("host0", _new_group(1_800_000_000_000_000, 55, first=54), seq=4), 23.0)
+    c.tick(23.1, WALL0 + 23.1)
+    c.journal.close()
+    recs = [r for r in iter_records(path) if r["event"] == je.RESUMED]
+    assert len(recs) == 1, recs  # once
+    (rec,) = recs
+    assert (rec["by"], rec["restart"], rec["step"], rec["world_size"], rec["steps_lost"]) == ("launcher", 1, 50, 2, 7)
+    assert "action_id" not in rec  # no action of the monitor's
+    assert c.registry.get_sample_value("watchdog_coordinator_steps_lost_total") == 7.0
+    assert timeline_actions.label(rec) == "resumed from step 50 with 2 ranks, 7 steps lost, 2.1 s after its restart"
+
+
+def test_a_group_that_died_at_init_then_resumed_is_measured_from_where_the_fault_stopped_the_job(tmp_path):
+    c, path = _launcher_job(tmp_path)
+    c.accept(t.report("host0", _new_group(1_800_000_000_000_000, 0), seq=2), 20.0)
+    c.tick(20.1, WALL0 + 20.1)
+    # The launcher's second restart (its first group never stepped): resumed from step 50 all the same.
+    c.accept(t.report("host0", _new_group(1_800_000_100_000_000, 0), seq=3), 40.0)
+    c.tick(40.1, WALL0 + 40.1)
+    c.accept(t.report("host0", _new_group(1_800_000_100_000_000, 52, first=51), seq=4), 45.0)
+    c.tick(45.1, WALL0 + 45.1)
+    c.journal.close()
+    recs = [r for r in iter_records(path) if r["event"] in (je.LAUNCHER_RESTART, je.RESUMED)]
+    assert [(r["event"], r["restart"], r.get("steps_lost")) for r in recs] == [
+        (je.LAUNCHER_RESTART, 1, None),
+        (je.LAUNCHER_RESTART, 2, None),
+        (je.RESUMED, 2, 7),
+    ]
+    assert c.registry.get_sample_value("watchdog_coordinator_steps_lost_total") == 7.0

@@ -368,7 +368,9 @@ def test_a_job_wide_stop_blames_nobody_and_a_real_host_loss_is_named(tmp_path):
 @pytest.mark.timeout(240)
 def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
     """torchrun --max-restarts=1 replaces the group after a rank is killed, before the
-    coordinator acts (its policy waits 60 s): one restart of the job, counted."""
+    coordinator acts (its policy waits 60 s): one restart of the job, counted, and the
+    steps it cost (from where the kill stopped the job to the checkpoint the new group
+    resumed from) journaled and exported."""
     job = "budget-" + secrets.token_hex(3)
     token = tmp_path / "token"
     token.write_text(secrets.token_hex(16))
@@ -384,7 +386,11 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         run_dir=run_dir,
         job=job,
         work_dir=tmp_path,
-        script_args=("--steps", "5000", "--compute-ms", "30", "--until-file", str(tmp_path / "stop")),
+        script_args=(
+            *("--steps", "5000", "--compute-ms", "30", "--until-file", str(tmp_path / "stop")),
+            *("--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10"),
+            *("--fault", "kill:1@15"),  # SIGKILLs itself at step 15 (first attempt only): 5 steps past a checkpoint
+        ),
         torchrun_args=("--max-restarts=1",),
         env={"WATCHDOG_JOB_TOKEN_FILE": str(token)},
     )
@@ -401,19 +407,25 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         procs.append(coord)
         agent_flags = ["--coordinator.url", coord.url, "--report.interval-seconds", str(INTERVAL_S)]
         procs.append(localjob.start_agent(tmp_path, run_dir, job, agent_flags, env))
-        pids = train.start().wait_for_ranks(120)
+        train.start().wait_for_ranks(120)
         wait_for(lambda: len(records(je.RANK_JOINED)) >= 2, 120, "both ranks known", log=coord.log_path)
-        time.sleep(2.0)
-        os.kill(pids[1], signal.SIGKILL)
         wait_for(lambda: len(records(je.RANK_RESTARTED)) >= 2, 120, "the group restarted by torchrun")
         first = wait_for(counted, 30, "the launcher's restart counted", log=coord.log_path)
         assert len(first) == 1 and '"restarts_used": 1' in first[0], first
         assert records(je.ACTION) == []  # the coordinator restarted nothing itself
+        wait_for(lambda: records(je.RESUMED), 120, "the restarted group resumed", log=coord.log_path)
         (tmp_path / "stop").write_text("")
         assert train.wait(120) == 0, train.proc.log()[-3000:] if train.proc else ""
         assert len(counted()) == 1  # two ranks back, one restart
         # journaled as the launcher's own restart, once, with no action of the monitor's
         assert [(r["restart"], r["by"]) for r in records(je.LAUNCHER_RESTART)] == [(1, "launcher")]
+        # and what it cost: from the step the replaced ranks had reached to the checkpoint resumed from
+        (resumed,) = records(je.RESUMED)
+        reached = max(r["old_step"] for r in records(je.RANK_RESTARTED))
+        assert (resumed["by"], resumed["restart"], resumed["world_size"]) == ("launcher", 1, 2), resumed
+        assert (reached, resumed["step"], resumed["steps_lost"]) == (15, 10, 5), resumed  # the checkpoint at 10
+        metrics = localjob.http_get(coord.url + "/metrics")
+        assert f"watchdog_coordinator_steps_lost_total {float(resumed['steps_lost'])}" in metrics
     finally:
         train.stop()
         for p in reversed(procs):

@@ -11,7 +11,8 @@ already spent it is aborted on the next failure instead of restarted again.
 Pure: ``fold`` reduces journaled facts, one at a time, in journal order, and reads
 exactly: the event name; for ``action``, its ``action`` and ``dry_run``; for
 ``action_outcome``, nothing more; for the events in ``LAUNCHER_RESTART_EVENTS``,
-nothing more; and the record's time (the caller's clock). The coordinator folds
+``old_step`` (the step the replaced incarnation had reached: what the restart's
+resume costs, relaunch.py); and the record's time (the caller's clock). The coordinator folds
 each record as it journals it, ``recover.replay`` folds the journal at start.
 """
 
@@ -37,6 +38,7 @@ SETTLE_S = 10.0
 @dataclass(frozen=True)
 class Spent:
     launcher: tuple[float, ...] = ()  # when each launcher restart was first seen
+    reached: tuple[int, ...] = ()  # for each, the highest step its replaced ranks had reached (-1: none said)
     in_flight: bool = False  # a coordinator action (not a dry run) is under way
     settle_until: float = float("-inf")  # its restarted ranks may register until then
 
@@ -49,6 +51,8 @@ def fold(spent: Spent, event: str, rec: Mapping[str, Any], t: float) -> Spent:
         return replace(spent, in_flight=False, settle_until=t + SETTLE_S)
     if event not in LAUNCHER_RESTART_EVENTS or spent.in_flight or t <= spent.settle_until:
         return spent
-    if spent.launcher and t - spent.launcher[-1] <= SAME_RESTART_S:
-        return spent  # another rank of the same restart
-    return replace(spent, launcher=spent.launcher + (t,))
+    old = rec.get("old_step")
+    step = old if isinstance(old, int) and not isinstance(old, bool) else -1
+    if spent.launcher and t - spent.launcher[-1] <= SAME_RESTART_S:  # another rank of the same restart
+        return spent if step <= spent.reached[-1] else replace(spent, reached=spent.reached[:-1] + (step,))
+    return replace(spent, launcher=spent.launcher + (t,), reached=spent.reached + (step,))

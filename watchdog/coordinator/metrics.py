@@ -201,7 +201,7 @@ class CoordinatorMetrics:
         )
         self.steps_lost = Counter(
             "watchdog_coordinator_steps_lost",
-            "Training steps recoveries cost: from the step a fault stopped the job at to the step the restarted job resumed from",
+            "Training steps recoveries cost, whoever restarted the job (the monitor, or the launcher on its own): from the step a fault stopped the job at to the step the restarted job resumed from",
             registry=r,
         )
         self.goodput_ratio = Gauge(

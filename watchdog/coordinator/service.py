@@ -27,6 +27,7 @@ from . import (
     health,
     perf_cadence,
     recover,
+    relaunch,
     stack_gather,
     stack_plan,
     stats,
@@ -86,6 +87,7 @@ class Coordinator:
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
         self._spent = budget.Spent()  # the restarts the launcher made by itself (budget.py); under _lock
+        self._relaunch: relaunch.Awaiting | None = None  # the launcher's latest restart, until its group resumed
         self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
         self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
@@ -455,14 +457,17 @@ class Coordinator:
         """Policy and the action in flight; a bug here is logged and retried next
         tick, never raised into the detection loop. ``seen``: the findings reported this tick."""
         with self._lock:
-            launcher = self._spent.launcher
-        for at in launcher[self.control.job.by_launcher :]:  # the launcher's own restarts spend the budget too
+            spent = self._spent
+        first = self.control.job.by_launcher
+        for i, at in enumerate(spent.launcher[first:], first):  # the launcher's own restarts spend the budget too
             self.control.launcher_restarted(at)
             used = len(self.control.job.restarts)
             self.log.warning("restart_budget_spent", by="launcher", restarts_used=used)
             # Journaled as the launcher's, with no action of ours (an alert-only policy sees it too):
             # the post-mortem tells a restart torchrun made by itself from one the monitor made.
             self._record(je.LAUNCHER_RESTART, {"restart": used, "by": "launcher", "seen_s": round(now - at, 3)})
+            self._relaunch = relaunch.follow(self._relaunch, used, i, at, spent)
+        self._launcher_resumed(view, now, spent)
         try:
             reqs, events = self.control.tick([a.first for a in self._active.values()], view, now, seen)
         except Exception as exc:  # noqa: BLE001 - the loop must keep detecting
@@ -484,6 +489,22 @@ class Coordinator:
                 self._spent = budget.fold(self._spent, name, payload, now)
             if name == je.RESUMED and isinstance(payload.get("steps_lost"), int):
                 self.metrics.steps_lost.inc(payload["steps_lost"])
+
+    def _launcher_resumed(self, view: ClusterView, now: float, spent: budget.Spent) -> None:
+        """The steps a restart the launcher made on its own cost, once its group resumed (relaunch.py)."""
+        if self._relaunch is None:
+            return
+        if spent.in_flight:  # a restart of ours began meanwhile: its resume is its own to measure
+            self._relaunch = None
+            return
+        rec = relaunch.resumed(self._relaunch, view, now, spent)
+        if rec is None:
+            return
+        self._relaunch = None
+        self.log.info(je.RESUMED, **rec)
+        self._record(je.RESUMED, rec)
+        if "steps_lost" in rec:
+            self.metrics.steps_lost.inc(rec["steps_lost"])
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups

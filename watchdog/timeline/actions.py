@@ -57,6 +57,10 @@ def label(rec: dict) -> str:
         return f"restart {rec.get('restart', '?')} by the launcher: workers {_ranks(rec.get('gone'))} already gone"
     if ev == je.RESUMED:
         lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
+        if rec.get("by") == "launcher" and "action_id" not in rec:  # after the launcher's restart on its own
+            s = rec.get("seconds")
+            took = f", {seconds(float(s))} after its restart" if isinstance(s, (int, float)) else ""
+            return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}{took}"
         return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}" + _took(rec)
     if ev == je.ACTION_OUTCOME:
         return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()

@@ -27,9 +27,11 @@ too, so torchrun elastic (min:max nodes) re-rendezvouses without it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import journal_events as je
 from ..finding import ranks_phrase, seconds
-from ..view import ClusterView
+from ..view import ClusterView, FoldedRank
 from .common import Operation, Step, brief, idents, launchers_of, live, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
@@ -261,11 +263,16 @@ def why_not_resumed(op: Operation, view: ClusterView, now: float) -> str:
 
 
 def resumed_step(op: Operation, view: ClusterView) -> tuple[int, int] | None:
-    """(step, world size) once every rank of the new incarnation completed a step.
+    """(step, world size) once every rank of the new incarnation completed a step."""
+    old = {(pid, start) for _, (pid, start, _) in op.workers}
+    return first_steps(view, lambda rv: rv.incarnation not in old)
+
+
+def first_steps(view: ClusterView, is_new: Callable[[FoldedRank], bool]) -> tuple[int, int] | None:
+    """(step, world size) once every rank of a new worker group (``is_new``) completed a step.
     A rank's first reported step is its step counter minus the steps seen since it
     registered (the example calls set_step(resumed step) right after loading)."""
-    old = {(pid, start) for _, (pid, start, _) in op.workers}
-    new = [rv for rv in view.ranks.values() if rv.incarnation not in old]
+    new = [rv for rv in view.ranks.values() if is_new(rv)]
     if not new:
         return None
     world = max(rv.state.world_size for rv in new)
