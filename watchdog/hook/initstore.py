@@ -8,7 +8,11 @@ NCCL alike); torchrun spends its restarts and the group ends stuck in
 init_process_group. Scoping the group's keys to the attempt
 (``PrefixStore("watchdog/attempt<TORCHELASTIC_RESTART_COUNT>", store)``) fixes it:
 each attempt starts from empty keys on the same store, and every rank of one
-attempt has the same restart count.
+node has the same restart count. Not every node: with the c10d rendezvous, a node
+restarted for a membership change (another node re-joined after its failure) does
+not count it, so multi-node jobs that restart run with
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store per attempt, no agent store:
+nothing here applies; README).
 
 ``plan`` and ``rendezvous`` turn the user's arguments into that call: torch's own env://
 rendezvous (the same store, rank and world size init_process_group would get),

@@ -190,8 +190,10 @@ def init_process_group(timeout_s: float, plain: bool = False) -> None:
     workers must not read the peer addresses the previous attempt left in the
     agent's store (otherwise gloo's connectFullMesh is refused after a restart).
     ``plain``: what an unmodified script does, which cannot restart (tests of a
-    restart that fails)."""
-    if plain:
+    restart that fails). Without the agent's store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
+    the way for multi-node restarts: README) rank 0 hosts a fresh store each attempt,
+    and the plain init is the right one."""
+    if plain or os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "True") != "True":
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
