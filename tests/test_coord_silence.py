@@ -6,6 +6,8 @@ Host1 (ranks 4-7) last reported at 94.0 and is silent past its limit (5 x 1 s) a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from watchdog.coordinator import health, silence
@@ -13,6 +15,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.host_unobserved import HostUnobserved
+from watchdog.coordinator.view import LauncherExit
 
 CFG = DetectorConfig()
 NOW = 100.5
@@ -160,3 +163,43 @@ def test_a_peer_restarted_by_its_launcher_since_the_silence_is_evidence():
 def test_quiet_before_the_limit_is_not_judged():
     view = _view([at(r, 160) for r in PEERS], [at(r, 100) for r in SILENT])
     assert health.silences(view, 98.9, CFG) == {} and HostUnobserved(CFG).check(98.9, view) == []
+
+
+def _exited(peers, status, when=97.0):
+    """host1's launcher told the coordinator it exited with ``status`` at ``when``."""
+    v = _view(peers, [t.rank(r, step=100) for r in SILENT])
+    return t.as_folded(replace(v, launcher_exits={"host1": LauncherExit(pid=4242, status=status, at=when)}))
+
+
+# (name, peers, launcher status, verdict, in the reason)
+EXITS = [
+    ("a one-host job whose launcher failed: its ranks are gone", [], 1, silence.LOST, "exited with status 1"),
+    ("killed by a signal", [], -9, silence.LOST, "was killed by SIGKILL"),
+    ("peers vouched for them, then their launcher failed", [at(r, 160) for r in PEERS], 3, silence.LOST, "status 3"),
+]
+
+
+@pytest.mark.parametrize("name,peers,status,verdict,why", EXITS, ids=[c[0] for c in EXITS])
+def test_the_launchers_exit_is_evidence_while_its_agent_is_silent(name, peers, status, verdict, why):
+    view = _exited(peers, status)
+    (s,) = health.silences(view, NOW, CFG).values()
+    assert (s.verdict, s.evidence["evidence"], s.evidence["launcher_status"]) == (verdict, "launcher_exit", status)
+    assert why in s.why and "pid 4242" in s.why
+    (dead,) = [f for f in DeadRank(CFG).check(NOW, view) if f.hosts == ("host1",)]
+    assert dead.ranks == (4, 5, 6, 7) and s.why in dead.reason and dead.evidence["launcher_status"] == status
+    assert HostUnobserved(CFG).check(NOW, view) == []
+
+
+def test_a_launcher_that_exited_0_is_a_finished_job_not_a_silent_host():
+    view = _exited([], 0)
+    (s,) = health.silences(view, NOW, CFG).values()
+    assert s.verdict == silence.FINISHED and "the job finished there" in s.why
+    assert DeadRank(CFG).check(NOW, view) == [] and HostUnobserved(CFG).check(NOW, view) == []
+    assert set(health.classify_all(view, NOW, CFG).values()) == {health.EXITED}
+    assert {health.classify(rv, view, NOW, CFG) for rv in view.ranks.values()} == {health.EXITED}
+
+
+def test_an_exit_from_before_the_ranks_started_says_nothing_about_them():
+    """Another launcher's (the host's ranks registered at 94.0, after it): cannot see, as before."""
+    (s,) = health.silences(_exited([], 1, when=90.0), NOW, CFG).values()
+    assert (s.verdict, s.evidence["evidence"]) == (silence.UNOBSERVED, "no_peers")

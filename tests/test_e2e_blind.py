@@ -14,7 +14,9 @@ silent past its limit after 2.5 s.
   Then host B lost for real (its launcher, ranks and agent killed together):
   ``dead_rank`` for ranks 2-3 within the silence limit.
 - One node, a rank killed: torchrun (``--max-restarts``) restarts the group by itself,
-  and that restart is spent from the coordinator's budget.
+  and that restart is spent from the coordinator's budget, its steps lost journaled.
+- One node, its agent stopped, then its launcher failed: the launcher's exit, told by
+  ``watchdog run``, is the evidence that names the ranks.
 """
 
 from __future__ import annotations
@@ -435,5 +437,67 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         assert goodput["restart"] > 0 and goodput["redone"] > 0, goodput
     finally:
         train.stop()
+        for p in reversed(procs):
+            p.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_one_host_job_whose_launcher_failed_while_its_agent_was_silent_is_named(tmp_path):
+    """One host, its agent stopped: nobody to vouch for its ranks, so cannot see (host_unobserved).
+    Then a rank is killed and torchrun (no restarts) exits 1: ``watchdog run`` tells the
+    coordinator, and that exit is the evidence: dead_rank names the ranks, with the status."""
+    job = "exit-" + secrets.token_hex(3)
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(16))
+    os.chmod(token, 0o600)
+    env = {**os.environ, "WATCHDOG_JOB_TOKEN_FILE": str(token)}
+    jpath, run_dir = tmp_path / "journal.jsonl", tmp_path / "run"
+    run_dir.mkdir()
+    procs: list = []
+
+    def records(*events: str) -> list[dict]:
+        return [r for r in journal.read(str(jpath)) if r["event"] in events] if jpath.exists() else []
+
+    train = None
+    agent = None
+    try:
+        coord = localjob.start_coordinator(tmp_path, job, 2, jpath, env=env, extra=["--tick.interval-seconds", "0.25"])
+        procs.append(coord)
+        agent_flags = ["--coordinator.url", coord.url, "--report.interval-seconds", str(INTERVAL_S)]
+        agent = localjob.start_agent(tmp_path, run_dir, job, agent_flags, env)
+        procs.append(agent)
+        train = localjob.TorchrunJob(
+            nproc=2,
+            run_dir=run_dir,
+            job=job,
+            work_dir=tmp_path,
+            script_args=("--steps", "5000", "--compute-ms", "30", "--until-file", str(tmp_path / "stop")),
+            env={"WATCHDOG_JOB_TOKEN_FILE": str(token), "WATCHDOG_COORDINATOR_URL": coord.url},
+            prefix=(sys.executable, "-m", "watchdog.cli", "run", "--"),
+        )
+        pids = train.start().wait_for_ranks(120)
+        wait_for(lambda: len(records(je.RANK_JOINED)) >= 2, 120, "both ranks known", log=coord.log_path)
+        os.kill(agent.popen.pid, signal.SIGSTOP)
+        t0 = time.time()
+        opened = wait_for(lambda: records(je.FINDING), 60, "the silent host", log=coord.log_path)
+        assert [(f["kind"], f["ranks"]) for f in opened] == [("host_unobserved", [])], opened
+        assert "cannot see whether they run" in opened[0]["reason"]
+        os.kill(pids[1], signal.SIGKILL)
+        assert train.wait(60) == 1  # torchrun's status, passed on by watchdog run
+        (told,) = wait_for(lambda: records(je.LAUNCHER_EXITED), 30, "the launcher's exit told")
+        dead = wait_for(
+            lambda: [f for f in records(je.FINDING) if f["kind"] == "dead_rank"], 30, "dead_rank", log=coord.log_path
+        )
+        assert [f["ranks"] for f in dead] == [[0, 1]], dead
+        assert f"its launcher (pid {told['pid']}) exited with status 1" in dead[0]["reason"], dead[0]["reason"]
+        assert told["status"] == 1 and dead[0]["evidence"]["launcher_status"] == 1
+        blamed = [f for f in records(je.FINDING) if f["kind"] in NAMES_RANKS and f["kind"] != "dead_rank"]
+        assert blamed == [], blamed
+        print(f"\nlauncher exit while the agent was silent: dead_rank {time.time() - t0:.1f} s after the stop")
+    finally:
+        if agent is not None and agent.alive():
+            os.kill(agent.popen.pid, signal.SIGCONT)
+        if train is not None:
+            train.stop()
         for p in reversed(procs):
             p.stop()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from email.message import Message
 from typing import Any
 
-from .. import jobtoken, logs
+from .. import jobtoken, launcherexit, logs
 from ..report import (
     MAX_ACKS_PER_REPORT,
     MAX_COUNT,
@@ -162,6 +162,24 @@ class ReportHandler:
                 {"index": i, "rank": r if isinstance(r, int) else None, "error": e[:200]} for i, r, e in dropped[:16]
             ]
         return 200, reply, ""
+
+    def handle_launcher_exit(self, headers: Headers, body: bytes, now: float, peer: str = "") -> Reply:
+        """``watchdog run``'s word that a host's launcher exited (launcherexit.py)."""
+        if not authorized(self.token, headers):
+            return self.reject(401, "unauthorized", "missing or wrong bearer token", now, peer)
+        try:
+            obj = decode(body)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            return self.reject(400, "bad_json", f"body is not valid JSON: {exc}"[:500], now, peer)
+        try:
+            ex = launcherexit.parse(obj)
+        except ValueError as exc:
+            return self.reject(400, "schema", str(exc)[:500], now, peer)
+        try:
+            self.coordinator.launcher_exited(ex.job, ex.host, ex.pid, ex.status, now)
+        except WrongJob as exc:
+            return self.reject(409, "wrong_job", str(exc), now, peer)
+        return 200, {"ok": True}, ""
 
     def _read(self, body: bytes, dropped: list[tuple[int, Any, str]], now: float, peer: str) -> HostReport | Reply:
         """The report in ``body`` (the ranks it drops noted in ``dropped``), or the reply refusing it."""

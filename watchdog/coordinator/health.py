@@ -69,6 +69,12 @@ def lost_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
     return {h for h, s in silences(view, now, cfg).items() if s.verdict == silence.LOST}
 
 
+@per_tick()
+def finished_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> set[str]:
+    """Silent hosts whose launcher said it exited with status 0: their ranks exited with it."""
+    return {h for h, s in silences(view, now, cfg).items() if s.verdict == silence.FINISHED}
+
+
 def unobserved_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, silence.Silence]:
     """Silent hosts with nothing against their ranks: alive as far as anyone can tell."""
     return {h: s for h, s in silences(view, now, cfg).items() if s.verdict == silence.UNOBSERVED}
@@ -105,8 +111,8 @@ def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig,
 def _classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None) -> str:
     """``classify`` of a rank as if the job had only one world."""
     s = rv.state
-    if s.status == "exited":
-        return EXITED  # a clean exit (the hook saw the interpreter exit) is not a death
+    if s.status == "exited" or rv.host in finished_hosts(view, now, cfg):
+        return EXITED  # a clean exit (the hook saw the interpreter exit, or its launcher exited 0) is not a death
     if rv.host in (lost_hosts(view, now, cfg) if lost is None else lost):
         return LOST
     if not s.alive:
@@ -164,7 +170,7 @@ def one_world(c: columns.RankColumns) -> bool:
 @per_tick()
 def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
     """``_classify`` of every rank."""
-    lost = lost_hosts(view, now, cfg)
+    lost, done = lost_hosts(view, now, cfg), finished_hosts(view, now, cfg)
     frozen_s, stopped_s = frozen_after_s(cfg, ""), frozen_after_s(cfg, "stopped")  # inlined per rank below
     c = columns.of(view)
     rank = c.rank
@@ -181,6 +187,8 @@ def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[in
         odd.update(compress(rows, map(not_, c.alive)))
     if lost:
         odd.update(compress(rows, map(lost.__contains__, c.host)))
+    if done:
+        odd.update(compress(rows, map(done.__contains__, c.host)))
     out = dict.fromkeys(rank, OK)
     status, host, alive, moved, hb_age, proc = (
         c.status,
@@ -191,7 +199,7 @@ def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[in
         c.proc_status,
     )
     for i in odd:
-        if status[i] == "exited":
+        if status[i] == "exited" or (done and host[i] in done):
             out[rank[i]] = EXITED
         elif lost and host[i] in lost:
             out[rank[i]] = LOST

@@ -68,6 +68,7 @@ DURABLE = frozenset(
         je.RECOVERED,
         je.STATE,
         je.HOST_LOST,
+        je.LAUNCHER_EXITED,
         je.JOURNAL_GAP,
         je.COMMAND,
         je.EVIDENCE,

@@ -25,6 +25,7 @@ EXPECTED_FINDING = "expected_finding"
 HOST_SEEN = "host_seen"
 HOST_LOST = "host_lost"
 HOST_BACK = "host_back"
+LAUNCHER_EXITED = "launcher_exited"  # a host's launcher, under `watchdog run`, said it exited (silence.py)
 RANK_JOINED = "rank_joined"
 RANK_RESTARTED = "rank_restarted"
 # A rank's state change; with a ``job_state`` field, the policy's job state machine.
@@ -74,6 +75,7 @@ ALL = (
     HOST_SEEN,
     HOST_LOST,
     HOST_BACK,
+    LAUNCHER_EXITED,
     RANK_JOINED,
     RANK_RESTARTED,
     STATE,

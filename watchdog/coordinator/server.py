@@ -1,6 +1,6 @@
-"""HTTP: POST /api/v1/report, GET /api/v1/status, GET /metrics, GET /healthz
-(503 while the tick loop is stale), GET /readyz (503 until the journal is
-replayed and the first tick has run).
+"""HTTP: POST /api/v1/report, POST /api/v1/launcher-exit (``watchdog run``),
+GET /api/v1/status, GET /metrics, GET /healthz (503 while the tick loop is
+stale), GET /readyz (503 until the journal is replayed and the first tick has run).
 
 Bytes in, bytes out; decisions live in ``api.ReportHandler``. The body size is
 checked from Content-Length before anything is read (413), the token before
@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import httpguard, httpgzip, logs, webconfig
+from .. import httpguard, httpgzip, launcherexit, logs, webconfig
 from .api import ReportHandler, authorized
 from .httpio import MAX_CONNECTIONS, LoopServer, Request, Response
 from .service import Coordinator
@@ -75,7 +75,7 @@ def make_server(
 
     def check_post(req: Request) -> Response | None:
         """Before the body is read: path, token, length. None: read the body."""
-        if req.path != REPORT_PATH:
+        if req.path not in (REPORT_PATH, launcherexit.PATH):
             return _json(404, {"error": f"no such endpoint: POST {req.target}"}, close=True)
         if not authorized(token, req.headers):
             return reject(req, 401, "unauthorized", "missing or wrong bearer token")
@@ -95,6 +95,13 @@ def make_server(
 
     def post(req: Request, body: bytes) -> Response:
         now = time.monotonic()
+        if req.path == launcherexit.PATH:
+            try:
+                status, reply, _ = reports.handle_launcher_exit(req.headers, body, now, req.peer)
+            except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
+                log.error("launcher_exit_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
+                status, reply, _ = reports.reject(500, "internal", "internal error", time.monotonic())
+            return _json(status, reply, close=status >= 400)
         try:
             status, reply, _ = reports.handle(req.headers, body, now, req.peer)
         except Exception as exc:  # noqa: BLE001 - a bug must cost one report, not the daemon

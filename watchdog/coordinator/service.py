@@ -52,7 +52,7 @@ from .metrics import CoordinatorMetrics
 from .policy import JobState
 from .runner import Outcome, Runner
 from .stall import StallGuard
-from .view import ClusterView, Folder, empty
+from .view import ClusterView, Folder, LauncherExit, empty
 
 
 class WrongJob(Exception):
@@ -229,6 +229,17 @@ class Coordinator:
         with self.journal.deferred():
             self._command_events(done + sent)
         return {"ok": True, "commands": outgoing}
+
+    def launcher_exited(self, job: str, host: str, pid: int, status: int, now: float) -> None:
+        """A host's launcher (under ``watchdog run``) says it exited: evidence about that
+        host's ranks while its agent is silent (silence.py). Journaled once per call."""
+        with self._lock:
+            if self._folder.job and job != self._folder.job:
+                raise WrongJob(f"this coordinator serves job {self._folder.job!r}, the exit is for {job!r}")
+            self._folder.launcher_exited(host, LauncherExit(pid=pid, status=status, at=now))
+        payload = {"host": host, "pid": pid, "status": status}
+        (self.log.info if status == 0 else self.log.warning)(je.LAUNCHER_EXITED, **payload)
+        self._record(je.LAUNCHER_EXITED, payload)
 
     # -- tick ------------------------------------------------------------------
 

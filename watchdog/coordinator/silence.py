@@ -19,6 +19,11 @@ hosts still reporting) show:
   exited): nothing can be seen, so nothing is presumed. A rank seen dead before
   the silence is dead on that report (its own classification), not for the
   silence.
+- The launcher's exit. The host's launcher, run under ``watchdog run``, tells the
+  coordinator itself when it exits (``view.launcher_exits``), silent agent or not.
+  An exit after the host's ranks started settles what the agent cannot say: a
+  nonzero status is the job failing there (``LOST``, naming the status), status 0
+  is the job finished there (``FINISHED``: its ranks exited, nobody is missing).
 
 Anything else is ``UNOBSERVED``: an alert about the monitor (detectors/
 host_unobserved.py), never a finding against a rank, never acted on.
@@ -27,15 +32,16 @@ Pure: a function of (view, now, limits).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import columns
 from .finding import ranks_phrase, seconds
-from .view import ClusterView, FoldedRank
+from .view import ClusterView, FoldedRank, LauncherExit
 
-LOST, UNOBSERVED = "lost", "unobserved"
+LOST, UNOBSERVED, FINISHED = "lost", "unobserved", "finished"
 SLOW_PHASES = ("checkpoint", "eval")  # phases the other ranks wait for on purpose (collective_hang's too)
 
 
@@ -81,8 +87,31 @@ def judge(
     out = {}
     for host, ranks in sorted(mine.items()):
         since = view.hosts[host].received_at
+        ex = view.launcher_exits.get(host)
+        if ex is not None and ex.at >= max(rv.registered_at for rv in ranks):  # these ranks' launcher
+            out[host] = _exited(host, since, ranks, ex, now, silent[host])
+            continue
         out[host] = _one(host, since, ranks, peers, live, done, now, silent[host], waiting, phase_allowance_s)
     return out
+
+
+def _exited(host: str, since: float, ranks: list[FoldedRank], ex: LauncherExit, now: float, limit: float) -> Silence:
+    names = tuple(sorted(rv.rank for rv in ranks))
+    ev = {"silent_s": round(now - since, 3), "limit_s": round(limit, 3), "evidence": "launcher_exit"}
+    ev |= {"launcher_pid": ex.pid, "launcher_status": ex.status}
+    if ex.status == 0:
+        why = f"its launcher (pid {ex.pid}) exited with status 0: the job finished there"
+        return Silence(host, since, names, FINISHED, why, None, ev)
+    how = f"was killed by {signal_name(-ex.status)}" if ex.status < 0 else f"exited with status {ex.status}"
+    why = f"its launcher (pid {ex.pid}) {how} {seconds(max(0.0, ex.at - since))} into the silence"
+    return Silence(host, since, names, LOST, why, None, ev)
+
+
+def signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 def _one(host, since, ranks, peers, live, done, now, limit, waiting, phase_allowance_s) -> Silence:

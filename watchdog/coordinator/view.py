@@ -172,6 +172,16 @@ class HostView:
 
 
 @dataclass(frozen=True)
+class LauncherExit:
+    """A host's launcher (torchrun under ``watchdog run``) exited, as its wrapper told
+    the coordinator directly: evidence about a host whose agent is silent (silence.py)."""
+
+    pid: int
+    status: int  # its exit code; negative: killed by that signal
+    at: float  # when the coordinator was told
+
+
+@dataclass(frozen=True)
 class ClusterView:
     job: str = ""
     world_size: int = 0  # expected ranks; configured, or learned from reports when 0
@@ -185,6 +195,7 @@ class ClusterView:
     # agent told to slow down still stated its old interval in the report that got
     # the advice, and its next one comes that much later, which is not silence.
     advised_interval_s: float = 0.0
+    launcher_exits: Mapping[str, LauncherExit] = field(default_factory=lambda: _EMPTY)  # by host
 
     def reporting_interval(self, hv: HostView) -> float:
         """How often ``hv`` may be expected to report now (at least 0.1 s)."""
@@ -233,6 +244,7 @@ class Folder:
         for rv in self._ranks.values():
             self._columns.put(rv)
         self.job, self.world_size, self.world_size_fixed = view.job, view.world_size, view.world_size_fixed
+        self._exits = dict(view.launcher_exits)
         self.step_summaries = [0, 0]  # ranks' step summaries taken, not taken (``_stepped``)
 
     def fold(self, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> list[Event]:
@@ -261,6 +273,10 @@ class Folder:
     def set_job(self, job: str) -> None:
         self.job, self._view = job, None
 
+    def launcher_exited(self, host: str, ex: LauncherExit) -> None:
+        self._exits[host] = ex
+        self._view = None
+
     def snapshot(self) -> ClusterView:
         if self._view is None:
             self._view = ClusterView(
@@ -269,6 +285,7 @@ class Folder:
                 world_size_fixed=self.world_size_fixed,
                 hosts=MappingProxyType(dict(self._hosts)),
                 ranks=MappingProxyType(dict(self._ranks)),
+                launcher_exits=MappingProxyType(dict(self._exits)) if self._exits else _EMPTY,
             )
             columns.attach(self._view, self._columns.columns())
         return self._view

@@ -301,6 +301,7 @@ class DeadRank:
                     evidence={
                         "silent_s": round(silent, 3),
                         "lost_on": verdicts[host].evidence.get("evidence", ""),
+                        **{k: v for k, v in verdicts[host].evidence.items() if k.startswith("launcher_")},
                         "limit_s": host_silence_limit(view, host, self.cfg),
                         "agent_id": hv.agent_id,
                         "last_seq": hv.seq,

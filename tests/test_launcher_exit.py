@@ -1,0 +1,130 @@
+"""The launcher's exit told to the coordinator by ``watchdog run`` (launcherexit.py):
+the handler refuses bad input with a clear 4xx and a counter, and accepts the word
+into the view and the journal; ``watchdog run`` waits for its command, posts how it
+ended and ends the same way (a real ``watchdog run`` process, a capturing server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from watchdog import jobtoken, launcherexit
+from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.api import ReportHandler
+from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import Journal, iter_records
+from watchdog.coordinator.service import Coordinator
+from watchdog.hook import run_cli
+
+TOKEN = "s3cret-token-for-the-launcher"
+AUTH = {"Authorization": f"Bearer {jobtoken.bearer(TOKEN)}"}
+
+
+@pytest.fixture
+def coord(tmp_path):
+    path = str(tmp_path / "j.jsonl")
+    c = Coordinator(Config(job="job", token=TOKEN, journal=path), Journal(path, lambda: (time.time(), 0.0)))
+    yield c
+    c.journal.close()
+
+
+def _msg(**kw) -> bytes:
+    return json.dumps({"v": 1, "job": "job", "host": "hostb", "pid": 4242, "status": 1, **kw}).encode()
+
+
+def test_an_exit_is_journaled_and_becomes_the_hosts_evidence(coord):
+    status, reply, _ = ReportHandler(coord, TOKEN).handle_launcher_exit(AUTH, _msg(), 10.0)
+    assert (status, reply) == (200, {"ok": True})
+    ex = coord.view_at(10.0).launcher_exits["hostb"]
+    assert (ex.pid, ex.status, ex.at) == (4242, 1, 10.0)
+    coord.journal.close()
+    (rec,) = [r for r in iter_records(coord.journal.path) if r["event"] == je.LAUNCHER_EXITED]
+    assert (rec["host"], rec["pid"], rec["status"]) == ("hostb", 4242, 1)
+
+
+@pytest.mark.parametrize(
+    "headers,body,status,reason",
+    [
+        ({}, _msg(), 401, "unauthorized"),
+        (AUTH, b"{not json", 400, "bad_json"),
+        (AUTH, b"[]", 400, "schema"),
+        (AUTH, _msg(v=2), 400, "schema"),
+        (AUTH, _msg(v=True), 400, "schema"),
+        (AUTH, _msg(pid=0), 400, "schema"),
+        (AUTH, _msg(pid="4242"), 400, "schema"),
+        (AUTH, _msg(status=256), 400, "schema"),
+        (AUTH, _msg(status=1.0), 400, "schema"),
+        (AUTH, _msg(host=""), 400, "schema"),
+        (AUTH, _msg(host="h" * 300), 400, "schema"),
+        (AUTH, _msg(job="another"), 409, "wrong_job"),
+    ],
+)
+def test_bad_input_is_refused_and_counted(coord, headers, body, status, reason):
+    got, reply, why = ReportHandler(coord, TOKEN).handle_launcher_exit(headers, body, 10.0)
+    assert (got, why) == (status, reason) and reply["error"]
+    assert coord.registry.get_sample_value("watchdog_coordinator_reports_rejected_total", {"reason": reason}) == 1
+    assert coord.view_at(10.0).launcher_exits == {}
+
+
+class _Capture(BaseHTTPRequestHandler):
+    got: ClassVar[list] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.got.append((self.path, self.headers.get("Authorization"), json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"ok":true}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def capture():
+    _Capture.got = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Capture.got
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("script,rc,status", [("exit 3", 3, 3), ("exit 0", 0, 0), ("kill -9 $$", -9, -9)])
+def test_watchdog_run_tells_the_coordinator_how_its_command_ended_and_ends_the_same_way(
+    tmp_path, capture, script, rc, status
+):
+    url, got = capture
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    env = {
+        **os.environ,
+        run_cli.COORDINATOR_URL_ENV: url,
+        "WATCHDOG_JOB_NAME": "job",
+        "WATCHDOG_HOST_NAME": "hostb",
+        "WATCHDOG_JOB_TOKEN_FILE": str(token),
+    }
+    argv = [sys.executable, "-m", "watchdog.cli", "run", "--", "sh", "-c", f"echo $WATCHDOG_RUN_PID; {script}"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == rc, proc.stderr
+    ((path, auth, msg),) = got
+    assert path == launcherexit.PATH and auth == f"Bearer {jobtoken.bearer(TOKEN)}"
+    assert launcherexit.parse(msg) == launcherexit.Exit("job", "hostb", int(proc.stdout.split()[0]), status)
+
+
+def test_without_a_coordinator_url_watchdog_run_execs_and_tells_nobody(capture):
+    _, got = capture
+    env = {k: v for k, v in os.environ.items() if k != run_cli.COORDINATOR_URL_ENV}
+    argv = [sys.executable, "-m", "watchdog.cli", "run", "--", "sh", "-c", "echo $$ $WATCHDOG_RUN_PID; exit 4"]
+    proc = subprocess.run(argv, env={**env, "WATCHDOG_JOB_NAME": "job"}, capture_output=True, text=True, timeout=60)
+    shell, root = proc.stdout.split()
+    assert proc.returncode == 4 and shell == root and got == []  # the command is the process itself
