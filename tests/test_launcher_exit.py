@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -128,3 +129,20 @@ def test_without_a_coordinator_url_watchdog_run_execs_and_tells_nobody(capture):
     proc = subprocess.run(argv, env={**env, "WATCHDOG_JOB_NAME": "job"}, capture_output=True, text=True, timeout=60)
     shell, root = proc.stdout.split()
     assert proc.returncode == 4 and shell == root and got == []  # the command is the process itself
+
+
+def test_watchdog_run_passes_sigterm_on_to_its_command(tmp_path, capture):
+    """A scheduler's (or kubelet's) SIGTERM to ``watchdog run`` reaches the launcher."""
+    url, got = capture
+    env = {**os.environ, run_cli.COORDINATOR_URL_ENV: url, "WATCHDOG_JOB_NAME": "job", "WATCHDOG_HOST_NAME": "h"}
+    script = "trap 'exit 7' TERM; echo ready; while :; do sleep 0.05; done"
+    argv = [sys.executable, "-m", "watchdog.cli", "run", "--", "sh", "-c", script]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 7
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert [launcherexit.parse(m).status for _, _, m in got] == [7]

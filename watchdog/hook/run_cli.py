@@ -73,6 +73,16 @@ def exit_target(env: dict[str, str]) -> tuple[str, str, str, str] | None:
 def supervise(args: list[str], target: tuple[str, str, str, str], send=launcherexit.send) -> int:
     """Run ``args`` as a child, tell the coordinator how it ended, end the same way."""
     url, token, job, host = target
+    child = [0]
+
+    def forward(sig: int, _frame: object) -> None:
+        if child[0]:
+            os.kill(child[0], sig)
+
+    # Before the fork, so none is missed once the child runs (exec resets caught signals
+    # to their default); the ignored ones after it (exec keeps an ignored signal ignored).
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
     pid = os.fork()
     if pid == 0:  # the child: the command, in this environment with its own pid
         try:
@@ -80,8 +90,7 @@ def supervise(args: list[str], target: tuple[str, str, str, str], send=launchere
         except OSError as exc:
             print(f"watchdog run: cannot run {args[0]!r}: {exc.strerror or exc}", file=sys.stderr, flush=True)
         os._exit(127)
-    for sig in FORWARDED:
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    child[0] = pid
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     _, wstatus = os.waitpid(pid, 0)  # retried by Python across the forwarded signals (PEP 475)
