@@ -428,13 +428,14 @@ def test_torchruns_own_restart_spends_the_jobs_restart_budget(tmp_path):
         assert (reached, resumed["step"], resumed["steps_lost"]) == (15, 10, 5), resumed  # the checkpoint at 10
         metrics = localjob.http_get(coord.url + "/metrics")
         assert f"watchdog_coordinator_steps_lost_total {float(resumed['steps_lost'])}" in metrics
-        # and in goodput: the time down, and steps 11-15 done again, are not productive
+        # and in goodput: the time down is the restart's, not productive (the redone steps are
+        # only those the ledger had split before the kill: timing, tests/test_coord_goodput.py)
         goodput = {
             ln.split('category="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
             for ln in metrics.splitlines()
             if ln.startswith("watchdog_coordinator_goodput_seconds_total{")
         }
-        assert goodput["restart"] > 0 and goodput["redone"] > 0, goodput
+        assert goodput["restart"] > 0, goodput
     finally:
         train.stop()
         for p in reversed(procs):
