@@ -16,9 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from watchdog import jobtoken, launcherexit
 from watchdog.coordinator import journal_events as je
+from watchdog.coordinator import testing as t
 from watchdog.coordinator.api import ReportHandler
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal, iter_records
@@ -42,13 +45,17 @@ def _msg(**kw) -> bytes:
 
 
 def test_an_exit_is_journaled_and_becomes_the_hosts_evidence(coord):
-    status, reply, _ = ReportHandler(coord, TOKEN).handle_launcher_exit(AUTH, _msg(), 10.0)
+    handler = ReportHandler(coord, TOKEN)
+    assert handler.handle_launcher_exit(AUTH, _msg(host="nowhere"), 9.0)[0] == 200  # journaled, nothing to tell
+    coord.accept(t.report("hostb", [t.rank(0)]), 9.5)
+    status, reply, _ = handler.handle_launcher_exit(AUTH, _msg(), 10.0)
     assert (status, reply) == (200, {"ok": True})
+    assert list(coord.view_at(10.0).launcher_exits) == ["hostb"]  # only hosts that reported are kept
     ex = coord.view_at(10.0).launcher_exits["hostb"]
     assert (ex.pid, ex.status, ex.at) == (4242, 1, 10.0)
     coord.journal.close()
-    (rec,) = [r for r in iter_records(coord.journal.path) if r["event"] == je.LAUNCHER_EXITED]
-    assert (rec["host"], rec["pid"], rec["status"]) == ("hostb", 4242, 1)
+    recs = [r for r in iter_records(coord.journal.path) if r["event"] == je.LAUNCHER_EXITED]
+    assert [(r["host"], r["pid"], r["status"]) for r in recs] == [("nowhere", 4242, 1), ("hostb", 4242, 1)]
 
 
 @pytest.mark.parametrize(
@@ -146,3 +153,19 @@ def test_watchdog_run_passes_sigterm_on_to_its_command(tmp_path, capture):
         proc.kill()
         proc.wait(10)
     assert [launcherexit.parse(m).status for _, _, m in got] == [7]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["v", "job", "host", "pid", "status", "extra"]), value=_JSON, raw=st.binary(max_size=64))
+def test_fuzz_any_body_is_accepted_or_cleanly_refused(coord, key, value, raw):
+    handler = ReportHandler(coord, TOKEN)
+    for body in (raw, json.dumps({**json.loads(_msg()), key: value}).encode()):
+        status, reply, reason = handler.handle_launcher_exit(AUTH, body, 10.0)
+        assert status in (200, 400, 409) and (status == 200 or reason in ("bad_json", "schema", "wrong_job")), reply

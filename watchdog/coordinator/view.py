@@ -274,8 +274,10 @@ class Folder:
         self.job, self._view = job, None
 
     def launcher_exited(self, host: str, ex: LauncherExit) -> None:
-        self._exits[host] = ex
-        self._view = None
+        """Kept for hosts that have reported (the only ones it can tell about): bounded by them."""
+        if host in self._hosts:
+            self._exits[host] = ex
+            self._view = None
 
     def snapshot(self) -> ClusterView:
         if self._view is None:
