@@ -1,4 +1,4 @@
-"""The monitor's own faults during a real job: one 4-rank torchrun job (gloo, CPU)
+"""The monitor's own faults during a real job: one 3-rank torchrun job (gloo, CPU)
 with a real agent and coordinator, shared by the tests below, which run in order:
 
 1. the agent is SIGKILLed and restarted (without CAP_SYS_PTRACE, so py-spy is denied
@@ -49,7 +49,7 @@ pytestmark = [
 # The restarted agent runs without the right to ptrace the ranks: py-spy denied, during a real job.
 DROP_PTRACE = ("setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace")
 
-NPROC = 4
+NPROC = 3  # a rank to stop and two to go on: a fourth adds nothing here
 REPORT_S = "0.5"
 # Longer than the host-silence limit (20 x 0.5 s, for the agent restart): the stall must outlast every deadline.
 STOP_S = 15.0
