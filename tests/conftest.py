@@ -49,6 +49,38 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+# -- one real run per fault scenario, shared ------------------------------------------------------------
+# Several test files assert on the same injected fault (the finding and its latency, the evidence, the
+# timeline of the journal). Each assertion stays its own test; the job behind them runs once per session.
+# The settings are the strictest any of them needs: 400 steps (never the end of the job before the fault
+# is found), 5 s after the first finding (every rank's stack in the evidence, and time for a false finding
+# to show up).
+SHARED_RUN = {"steps": 400, "timeout_s": 150, "linger_s": 5}
+
+
+@pytest.fixture(scope="session")
+def fault_run(tmp_path_factory):
+    """``fault_run("hang:2@30")``: the ScenarioResult of ``watchdog demo --fault=hang:2@30`` (4 ranks,
+    SHARED_RUN), run on first use and kept for the session; a run that failed fails every test reading it."""
+    from watchdog.dev import scenario
+
+    runs: dict[str, object] = {}
+
+    def get(fault: str):
+        if fault not in runs:
+            work = tmp_path_factory.mktemp("fault-" + fault.split(":")[0])
+            try:
+                runs[fault] = scenario.run([fault], work_dir=str(work), **SHARED_RUN)
+            except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
+                runs[fault] = exc
+        got = runs[fault]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return get
+
+
 # -- nothing left running ----------------------------------------------------------------------------
 # Every process a test starts inherits this variable (subprocess copies os.environ; so do torchrun and its
 # workers), with a value unique to this session: at the end, whatever still carries it was left behind by

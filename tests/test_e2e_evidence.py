@@ -1,6 +1,7 @@
 """Evidence end to end: real torchrun (4 gloo ranks on CPU) with the example,
-a real agent and coordinator through ``watchdog demo --json``. When a finding
-opens, the journal gets signed commands and then ``evidence`` events: py-spy
+a real agent and coordinator through ``watchdog demo --json`` (the conftest's
+shared run of each fault). When a finding opens, the journal gets signed
+commands and then ``evidence`` events: py-spy
 stacks that show where the culprit is stuck and what a waiter is blocked in, and
 slot snapshots of every rank with their STEP_END records."""
 
@@ -12,7 +13,7 @@ from watchdog import wire
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
-from watchdog.dev import localjob, scenario
+from watchdog.dev import localjob
 from watchdog.evidence import SlotEvidence, StackDump
 
 pytestmark = [
@@ -42,8 +43,8 @@ def step_ends(ev: SlotEvidence) -> list[list[int]]:
     return [r for r in ev.records if r[1] == int(wire.RecordKind.STEP_END)]
 
 
-def test_hang_evidence_shows_the_culprit_stuck_and_the_waiters_in_backward(tmp_path):
-    res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, linger_s=5, work_dir=str(tmp_path))
+def test_hang_evidence_shows_the_culprit_stuck_and_the_waiters_in_backward(fault_run):
+    res = fault_run("hang:2@30")  # the run tests/test_e2e_faults.py and test_timeline_real.py read too
     recs, stacks, slots = evidence(res, "collective_hang")
     assert any(r["event"] == je.COMMAND and r["signed"] for r in recs)  # the demo runs with a job token
     culprit = stacks[2]
@@ -60,8 +61,8 @@ def test_hang_evidence_shows_the_culprit_stuck_and_the_waiters_in_backward(tmp_p
         assert ends[-1][3] >= 29  # the last completed step is in the ring
 
 
-def test_stopped_rank_gets_a_nonblocking_dump(tmp_path):
-    res = scenario.run(["stop:3@25"], steps=400, timeout_s=150, linger_s=5, work_dir=str(tmp_path))
+def test_stopped_rank_gets_a_nonblocking_dump(fault_run):
+    res = fault_run("stop:3@25")
     _, stacks, slots = evidence(res, "frozen_rank")
     stopped = stacks[3]
     assert stopped.ok, stopped.error

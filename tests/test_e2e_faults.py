@@ -35,8 +35,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("fault,kind,culprits,bound", CASES, ids=[c[0] for c in CASES])
-def test_fault_is_named(fault, kind, culprits, bound, tmp_path):
-    res = scenario.run([fault], steps=400, timeout_s=150, work_dir=str(tmp_path))
+def test_fault_is_named(fault, kind, culprits, bound, fault_run):
+    res = fault_run(fault)  # one run per fault, shared with the evidence and timeline tests
     assert res.findings, f"no finding for {fault}:\n{res.output[-2000:]}"
     first = res.findings[0]
     assert (first["kind"], first["ranks"]) == (kind, culprits), res.findings

@@ -1,4 +1,4 @@
-"""The monitor's own faults during a real job: one 4-rank torchrun job (gloo, CPU)
+"""The monitor's own faults during a real job: one 3-rank torchrun job (gloo, CPU)
 with a real agent and coordinator, shared by the tests below, which run in order:
 
 1. the agent is SIGKILLed and restarted (without CAP_SYS_PTRACE, so py-spy is denied
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import wait_for
+from waiting import wait_coordinator, wait_for
 
 from watchdog import procstart, wire
 from watchdog.coordinator import journal
@@ -49,7 +49,7 @@ pytestmark = [
 # The restarted agent runs without the right to ptrace the ranks: py-spy denied, during a real job.
 DROP_PTRACE = ("setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace")
 
-NPROC = 4
+NPROC = 3  # a rank to stop and two to go on: a fourth adds nothing here
 REPORT_S = "0.5"
 # Longer than the host-silence limit (20 x 0.5 s, for the agent restart): the stall must outlast every deadline.
 STOP_S = 15.0
@@ -181,7 +181,8 @@ def test_agent_sigkill_and_restart_no_false_dead_rank(job):
     # State recovered from the slots: every rank back, alive, as the same processes.
     wait_for(lambda: alive_in_new_agent() == NPROC, 30, "the new agent sees every rank alive")
     job.wait_stepping("after the agent restart")
-    time.sleep(3.0)  # a few ticks and reports more: a false finding would have opened by now
+    # a few reports and ticks more (3 s of them): a false finding would have opened by now
+    wait_coordinator(job.coordinator.url, reports=6, log=job.coordinator.log_path)
     assert job.events(je.RANK_RESTARTED, t0) == []  # same pids and start times: not restarts
     _no_findings(job, t0)
 
@@ -204,7 +205,8 @@ def test_coordinator_sigstop_no_pile_up_no_false_finding(job):
         os.kill(coord.popen.pid, signal.SIGCONT)
     assert most <= 2, f"the agent held {most} connections to the stopped coordinator"
     job.wait_stepping("after the resume")
-    time.sleep(4.0)  # past the hold: detection runs again on fresh reports
+    # past the hold (4 s of reports): detection runs again on fresh reports
+    wait_coordinator(coord.url, reports=8, log=coord.log_path)
     assert job.events(je.HOST_LOST, t0) == []
     _no_findings(job, t0)
     stalled = job.events(je.COORDINATOR_STALLED, t0)  # and the post-mortem shows the monitor's blind spell
@@ -226,7 +228,7 @@ def test_coordinator_sigkill_and_restart_no_storm_and_detection_back(job):
         log=job.coordinator.log_path,
     )
     wait_for(lambda: len(job.events(je.RANK_JOINED, t0)) >= NPROC, 60, "every rank known again")
-    time.sleep(4.0)
+    wait_coordinator(job.coordinator.url, reports=8, log=job.coordinator.log_path)  # 4 s of reports
     _no_findings(job, t0)  # no alert storm from a view rebuilt from scratch
 
     pids = job.torchrun.rank_pids()
@@ -245,7 +247,7 @@ def test_coordinator_sigkill_and_restart_no_storm_and_detection_back(job):
         log=job.agent.log_path,
     )
     assert "ptrace" in stacks[0]["error"], stacks[0]["error"]
-    time.sleep(2.0)
+    wait_coordinator(job.coordinator.url, reports=4, log=job.coordinator.log_path)  # 2 s of reports more
     named = {tuple(r["ranks"]) for r in job.events(je.FINDING, t0)}
     assert named == {(2,)}, named  # the stopped rank, and no one else
     # Within one deadline: the hang floor (5 s) or the frozen limit, plus a report and a tick, on a loaded box.

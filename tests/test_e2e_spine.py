@@ -1,13 +1,14 @@
-"""The spine end to end: a real 4-rank torchrun job (gloo, CPU) running the
+"""The spine end to end: a real 3-rank torchrun job (gloo, CPU) running the
 example with the hook installed, a real agent process, /metrics scraped over
-HTTP, and a real Prometheus querying the agent."""
+HTTP, and a real Prometheus querying the agent. One job for the module: the
+Prometheus test reads it while every rank runs, then the agent test stops one
+rank and kills another (the tests run in file order)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,7 +20,7 @@ from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration
 
-NPROC = 4
+NPROC = 3  # a rank to stop, one to kill, one healthy
 
 
 def scrape(agent: localjob.Process) -> dict[tuple[str, tuple], float]:
@@ -41,8 +42,9 @@ def per_rank(samples: dict, name: str, job: str, **extra) -> dict[int, float]:
     return out
 
 
-@pytest.fixture
-def running_job(tmp_path: Path):
+@pytest.fixture(scope="module")
+def running_job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("spine")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     job = "spine-test"
@@ -68,20 +70,41 @@ def running_job(tmp_path: Path):
         agent.stop()
 
 
-def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
+def test_real_prometheus_scrapes_the_agent(running_job, tmp_path):
+    if Prometheus.binary() is None:
+        pytest.fail("Debian's prometheus is not installed (run .ci/setup)")
+    agent, _, _, job, _ = running_job
+    prom = Prometheus(tmp_path, [agent.address], scrape_interval_s=1.0).start()
+    try:
+        # The training job is its own label; `job` stays the scrape job (no honor_labels).
+        query = f'count by (training_job) (watchdog_rank_steps_total{{training_job="{job}"}} > 0)'
+        result = wait_for(lambda: prom.query(query), 60, interval_s=1.0, what="PromQL over the agent")
+        assert float(result[0]["value"][1]) == NPROC
+        ranks = prom.query(f'watchdog_rank_alive{{training_job="{job}"}}')
+        assert sorted(int(s["metric"]["rank"]) for s in ranks) == list(range(NPROC))
+    finally:
+        prom.stop()
+
+
+def test_agent_exports_every_rank_then_sees_stop_and_kill(running_job):
     agent, torchrun, pids, job, _ = running_job
 
-    # All four ranks with advancing steps.
+    # Every rank with advancing steps.
     first = wait_for(
         lambda: (lambda s: s if len(s) == NPROC and min(s.values()) >= 5 else None)(
             per_rank(scrape(agent), "watchdog_rank_steps_total", job)
         ),
         120,
-        what="4 ranks with >= 5 steps",
+        what=f"{NPROC} ranks with >= 5 steps",
         interval_s=0.2,
     )
-    time.sleep(2.0)
-    samples = scrape(agent)
+
+    def moved_on() -> dict | None:
+        now = scrape(agent)
+        steps = per_rank(now, "watchdog_rank_steps_total", job)
+        return now if all(steps.get(r, 0) > first[r] for r in first) else None
+
+    samples = wait_for(moved_on, 60, what="every rank's steps advancing", interval_s=0.2)
     later = per_rank(samples, "watchdog_rank_steps_total", job)
     assert all(later[r] > first[r] for r in range(NPROC)), (first, later)
 
@@ -135,19 +158,3 @@ def test_agent_exports_four_ranks_then_sees_stop_and_kill(running_job):
     assert snap.header.identity.rank == 2
     assert snap.header[wire.H_STEP] >= 5
     assert any(r.kind == wire.RecordKind.STEP_END for r in snap.records)
-
-
-def test_real_prometheus_scrapes_the_agent(running_job, tmp_path):
-    if Prometheus.binary() is None:
-        pytest.fail("Debian's prometheus is not installed (run .ci/setup)")
-    agent, _, _, job, _ = running_job
-    prom = Prometheus(tmp_path, [agent.address], scrape_interval_s=1.0).start()
-    try:
-        # The training job is its own label; `job` stays the scrape job (no honor_labels).
-        query = f'count by (training_job) (watchdog_rank_steps_total{{training_job="{job}"}} > 0)'
-        result = wait_for(lambda: prom.query(query), 60, interval_s=1.0, what="PromQL over the agent")
-        assert float(result[0]["value"][1]) == NPROC
-        ranks = prom.query(f'watchdog_rank_alive{{training_job="{job}"}}')
-        assert sorted(int(s["metric"]["rank"]) for s in ranks) == list(range(NPROC))
-    finally:
-        prom.stop()

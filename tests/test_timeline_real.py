@@ -1,7 +1,7 @@
 """watchdog timeline on journals of real runs: ``watchdog demo`` (torchrun, 4 gloo
 ranks on CPU, the hook, a real agent that journals evidence, a real coordinator)
-with one fault each, run once per module and shared, plus a hang answered by a
-restart (about 100 s together on 2 cores).
+with one fault each (the conftest's fault_run: the same runs test_e2e_faults.py and
+test_e2e_evidence.py assert on), plus a hang answered by a restart.
 Then the reports: the text names the culprit first, the Perfetto JSON is a valid
 trace, the HTML has the culprit's lane and the stacks, and headless Chromium
 renders it without console errors."""
@@ -25,23 +25,21 @@ from watchdog.timeline import html, load, perfetto, text
 
 pytestmark = pytest.mark.integration
 
-# fault -> (steps, kind of the root cause, the injected culprit)
+# fault -> (kind of the root cause, the injected culprit): the conftest's shared runs, which
+# tests/test_e2e_faults.py and test_e2e_evidence.py read too
 FAULTS = {
-    "hang:2@10": (60, "collective_hang", 2),
-    "stop:3@10": (60, "frozen_rank", 3),
-    "kill:1@10": (60, "dead_rank", 1),
-    "slow:2:1.5": (200, "straggler", 2),
+    "hang:2@30": ("collective_hang", 2),
+    "stop:3@25": ("frozen_rank", 3),
+    "kill:1@20": ("dead_rank", 1),
+    "slow:2:1.3": ("straggler", 2),
 }
+HANG = "hang:2@30"
+HANG_STEP = 30
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, scenario.ScenarioResult]:
-    out = {}
-    for fault, (steps, _, _) in FAULTS.items():
-        work = tmp_path_factory.mktemp(fault.split(":")[0])
-        # 2 s after the finding is ample for the evidence (two report intervals and a py-spy dump)
-        out[fault] = scenario.run([fault], steps=steps, linger_s=2.0, timeout_s=90, work_dir=str(work))
-    return out
+def runs(fault_run) -> dict[str, scenario.ScenarioResult]:
+    return {fault: fault_run(fault) for fault in FAULTS}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +82,7 @@ def _journal(res: scenario.ScenarioResult) -> Path:
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_text_names_the_culprit_first(runs, fault):
-    _, kind, culprit = FAULTS[fault]
+    kind, culprit = FAULTS[fault]
     res = runs[fault]
     tl = load.load(str(_journal(res)))
     assert len(tl.sections) == 1 and tl.skipped_lines == 0
@@ -109,14 +107,14 @@ def test_text_names_the_culprit_first(runs, fault):
 
 
 def test_the_hang_post_mortem_has_every_rank_and_both_stacks(runs):
-    sec = load.load(str(_journal(runs["hang:2@10"]))).sections[0]
+    sec = load.load(str(_journal(runs[HANG]))).sections[0]
     assert sec.has_slots and sec.evidence_events >= 1
     waiting = [r for r in (0, 1, 3) if sec.lanes[r].now.activity == "collective"]
     assert waiting == [0, 1, 3]
     seq = sec.lanes[0].now.coll_seq
     assert {sec.lanes[r].now.coll_seq for r in waiting} == {seq} and sec.lanes[2].now.coll_seq == seq - 1
-    assert sec.lanes[2].now.activity == "code" and sec.lanes[2].steps[-1].step == 10
-    out = text.render(load.load(str(_journal(runs["hang:2@10"]))))
+    assert sec.lanes[2].now.activity == "code" and sec.lanes[2].steps[-1].step == HANG_STEP
+    out = text.render(load.load(str(_journal(runs[HANG]))))
     assert re.search(r"stack of rank 2 \(culprit, py-spy dump[^)]*\):\n +Thread \d+ \(\w+\): \"MainThread\"", out)
     waiter = sec.waiter()
     assert waiter in (0, 1, 3) and f"stack of rank {waiter} (waiting, py-spy dump" in out
@@ -144,7 +142,7 @@ def test_perfetto_is_a_valid_trace(runs, fault, tmp_path):
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_html_has_the_culprit_lane_and_its_stacks(runs, fault):
-    _, _, culprit = FAULTS[fault]
+    _, culprit = FAULTS[fault]
     tl = load.load(str(_journal(runs[fault])))
     page = html.render(tl)
     assert re.search(rf'class="lane culprit-label"[^>]*data-rank="{culprit}">rank {culprit} ✗', page)
@@ -157,7 +155,7 @@ def test_html_has_the_culprit_lane_and_its_stacks(runs, fault):
 
 
 def test_torn_and_evidence_less_journals_of_a_real_run(runs, tmp_path):
-    src = _journal(runs["hang:2@10"])
+    src = _journal(runs[HANG])
     t = load.load(str(torn(src, tmp_path / "torn.jsonl")))
     assert t.skipped_lines == 1 and t.sections[0].root["ranks"] == [2]
     old = load.load(str(without_evidence(src, tmp_path / "old.jsonl")))
@@ -203,7 +201,7 @@ def test_chromium_renders_the_report_without_console_errors(runs, tmp_path):
     from PIL import Image
 
     page = tmp_path / "timeline.html"
-    page.write_text(html.render(load.load(str(_journal(runs["hang:2@10"])))))
+    page.write_text(html.render(load.load(str(_journal(runs[HANG])))))
     png, netlog = tmp_path / "timeline.png", tmp_path / "net.json"
     log = headless.screenshot(page, png, netlog=netlog)
     assert headless.console_messages(log) == []

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from promserver import Prometheus
-from waiting import wait_for
+from waiting import wait_coordinator, wait_for
 
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
@@ -88,7 +88,8 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
 
         for job in JOBS:
             wait_for(lambda j=job: len(events(j, je.RANK_JOINED)) >= 2, 60, f"{job}'s ranks", log=coords[job].log_path)
-        time.sleep(1.5)  # a few more reports: a neighbour's rank would have joined by now
+        for job in JOBS:  # a few more reports (1.5 s of them): a neighbour's rank would have joined by now
+            wait_coordinator(coords[job].url, reports=3, log=coords[job].log_path)
         for job in JOBS:
             joined = sorted((e["rank"], e["pid"]) for e in events(job, je.RANK_JOINED))
             assert joined == [(r, p.pid) for r, p in enumerate(ranks[job])], (job, joined)
