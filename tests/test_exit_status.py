@@ -55,6 +55,25 @@ def test_the_exception_being_handled_is_the_cause_but_a_systemexit_is_not():
     assert exitcall.handled() == (None, None, None)
 
 
+def test_an_exception_held_by_the_code_that_exits_is_the_cause():
+    def click_like():  # click 8.2+: leaves the except block keeping e.show, then sys.exit
+        report = None
+        try:
+            raise ValueError("bad batch")
+        except ValueError as e:
+            report = e.__str__
+        assert report is not None
+        return exitcall.handled()
+
+    def plain():
+        status = 1
+        assert status
+        return exitcall.handled()
+
+    assert click_like()[:2][0] is ValueError and str(click_like()[1]) == "bad batch"
+    assert plain() == (None, None, None)
+
+
 @pytest.mark.parametrize(
     "hook,proc,exit_code,state",
     [
