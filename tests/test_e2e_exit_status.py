@@ -264,3 +264,21 @@ def test_a_death_on_one_host_replaced_before_every_host_reported_is_named(tmp_pa
     assert not [r for r in recs if r["event"] == je.COMMAND and r.get("type") == "signal"]
     held = [r for r in recs if r["event"] == je.ACTION_HELD]
     assert held and "restarted by its launcher already" in held[0]["reason"], held
+
+
+def test_a_click_commands_failure_is_named(tmp_path):
+    recs = run_job(
+        tmp_path,
+        FIXTURES / "click_loop.py",
+        ["train", "--steps", "30", "--ckpt-dir", str(tmp_path), "--fail-rank", "1", "--fail-step", "8"],
+    )
+    check_failures(recs, [("ClickException: bad batch at step 8 at click_loop.py:", "exit 1 by sys.exit(1)")])
+
+
+def test_an_exception_in_a_lightning_training_step_is_named(tmp_path):
+    recs = run_job(
+        tmp_path,
+        FIXTURES / "lightning_loop.py",
+        ["--steps", "30", "--fail-rank", "1", "--fail-step", "8", "--root", str(tmp_path)],
+    )
+    check_failures(recs, [("ValueError: bad batch at step 8 at lightning_loop.py:", "exit 1")])
