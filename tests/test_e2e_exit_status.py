@@ -282,3 +282,18 @@ def test_an_exception_in_a_lightning_training_step_is_named(tmp_path):
         ["--steps", "30", "--fail-rank", "1", "--fail-step", "8", "--root", str(tmp_path)],
     )
     check_failures(recs, [("ValueError: bad batch at step 8 at lightning_loop.py:", "exit 1")])
+
+
+def test_failures_in_a_hf_trainer_callback_and_an_accelerate_loop_are_named(tmp_path):
+    recs = run_job(
+        tmp_path,
+        FIXTURES / "hf_loop.py",
+        ["--steps", "30", "--fail-rank", "1", "--fail-step", "8", "--out", str(tmp_path / "out")],
+    )
+    check_failures(
+        recs,
+        [
+            ("ValueError: bad batch at step 8 at hf_loop.py:", "exit 1"),
+            ("ValueError: bad batch at step 8 at hf_loop.py:", "exit 1"),
+        ],
+    )
