@@ -95,8 +95,14 @@ class TwoHosts:
         coord_ip: str = "127.0.0.1",
         max_restarts: int = 0,
         policy: str = POLICY,
+        script: tuple[str, ...] = (),
+        intervals: dict[str, float] | None = None,
     ) -> None:
+        """``script``: the command each node's torchrun runs, under ``watchdog run``
+        (default: the example, its hook set up by itself); ``intervals``: report
+        intervals by host (default INTERVAL_S)."""
         self.tmp, self.ns = tmp, {"hosta": ns_c, "hostb": ns_b}
+        self.script, self.intervals = script, intervals or {}
         self.job = "blind-" + secrets.token_hex(3)
         token = tmp / "token"
         token.write_text(secrets.token_hex(16))
@@ -150,7 +156,8 @@ class TwoHosts:
             "agent",
             [
                 *("--run-dir", str(self.tmp / host), "--job.name", self.job, "--host.name", host),
-                *("--coordinator.url", self.coord.url, "--report.interval-seconds", str(INTERVAL_S)),
+                *("--coordinator.url", self.coord.url),
+                *("--report.interval-seconds", str(self.intervals.get(host, INTERVAL_S))),
             ],
             self.tmp,
             self.env,
@@ -170,6 +177,7 @@ class TwoHosts:
             "PYTHONUNBUFFERED": "1",
         }
         argv = [
+            *(localjob.WATCHDOG_RUN if self.script else ()),
             sys.executable,
             "-m",
             "torch.distributed.run",
@@ -180,9 +188,14 @@ class TwoHosts:
             f"--rdzv-id={self.job}",
             "--rdzv-conf=is_host=false,join_timeout=120",
             f"--max-restarts={self.max_restarts}",
-            str(localjob.EXAMPLE_SCRIPT),
-            *("--steps", "5000", "--compute-ms", "30", "--until-file", str(self.stop_file)),
-            *("--ckpt-dir", str(self.tmp / "ckpt"), "--ckpt-every", "10"),
+            *(
+                self.script
+                or (
+                    str(localjob.EXAMPLE_SCRIPT),
+                    *("--steps", "5000", "--compute-ms", "30", "--until-file", str(self.stop_file)),
+                    *("--ckpt-dir", str(self.tmp / "ckpt"), "--ckpt-every", "10"),
+                )
+            ),
         ]
         log = open(self.tmp / f"torchrun-{host}.log", "ab")
         proc = subprocess.Popen(

@@ -245,6 +245,18 @@ def build(view: ClusterView) -> RankColumns:
     return RankColumns(*zip(*map(_row, view.ranks.values())))
 
 
+def with_rows(cols: RankColumns, rows: dict[int, FoldedRank]) -> RankColumns:
+    """``cols`` with the rows of the ranks in ``rows`` (each a rank ``cols`` has) taken
+    from those objects instead: new columns, ``cols`` untouched; what ``build`` gives
+    for the view with those ranks replaced (tests/test_coord_columns.py)."""
+    at = {r: i for i, r in enumerate(cols.rank) if r in rows}
+    new = [c[:] if isinstance(c, array | list) else list(c) for c in (getattr(cols, n) for n in NAMES)]
+    for r, i in at.items():
+        for col, value in zip(new, _row(rows[r])):
+            col[i] = value
+    return RankColumns(*new)
+
+
 def of(view: ClusterView) -> RankColumns:
     """``build(view)``, once per view object: the view is immutable, so its
     columns are too; kept on the view itself so they go when it does."""

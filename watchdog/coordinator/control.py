@@ -27,7 +27,7 @@ from . import policy as P
 from .actions import MODULES
 from .actions.common import Event, Operation, Step
 from .evidence_plan import CommandRequest
-from .finding import ADVISORY_KINDS, Finding
+from .finding import ADVISORY_KINDS, Finding, seconds
 from .recover import Recovered
 from .view import ClusterView
 
@@ -44,12 +44,28 @@ class JobController:
         self._frames: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}  # finding key -> culprit's top frames
         self._recovered_at: float | None = None  # rebuilt from the journal: wait to hear from its hosts
         self._start_again = False
+        self._launcher_at: tuple[float, ...] = ()  # when the launcher's own latest restarts were seen
 
     RECOVER_WAIT_S = 15.0  # a rebuilt action waits this long at most for its hosts' first reports
 
     def launcher_restarted(self, at: float) -> None:
         """The launcher restarted the group by itself (budget.py): it spends the job's restart budget."""
         self.job = self.job.launcher_restarted(at)
+        self._launcher_at = (*self._launcher_at[-7:], at)
+
+    def _restarted_already(self, p: P.Plan) -> P.Plan:
+        """A restart for a finding whose group its launcher restarted since the failure began
+        is held: that restart was the failure's (torchrun --max-restarts), counted in the budget
+        as the launcher's, and the group is not restarted a second time for it. On several hosts
+        a death is judged once every host reported, often after torchrun's new workers."""
+        f = p.finding
+        if f is None or p.action not in P.RESTARTING_ACTIONS:
+            return p
+        at = next((t for t in self._launcher_at if t >= f.onset_mono), None)
+        if at is None:
+            return p
+        why = f"restarted by its launcher already, {seconds(at - f.onset_mono)} after it began"
+        return P.Plan("alert", f, f"{p.action} for {f.kind} held: {why}", held=True)
 
     def restore(self, rec: Recovered, now: float) -> None:
         """Carry on from the journal (recover.replay) instead of from scratch."""
@@ -121,7 +137,7 @@ class JobController:
             elif not broken and self.job.state is P.JobState.DEGRADED:
                 self._move("findings_clear", events)
         current = findings if seen is None else [f for f in findings if f.key in seen]
-        p = P.plan(current, self.job, now, self.policy, self._frames, len(view.hosts))
+        p = self._restarted_already(P.plan(current, self.job, now, self.policy, self._frames, len(view.hosts)))
         if p.action == "alert" or p.finding is None:
             # Once per (finding, why held): the reason's numbers change every tick.
             held = (

@@ -34,6 +34,7 @@ from . import (
     status,
     tracker,
     triggers,
+    unjudged,
     verdict,
 )
 from . import journal_events as je
@@ -42,6 +43,7 @@ from .backpressure import Backpressure
 from .config import Config
 from .control import JobController
 from .detectors import build
+from .detectors.dead_rank import DeadRank
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
 from .detectors.straggler import Straggler
@@ -84,11 +86,14 @@ class Coordinator:
         self.metrics = CoordinatorMetrics(self.registry, tuple(d.name for d in self.detectors))
         self.runner = Runner(self.detectors)
         self._straggler = next((d for d in self.detectors if isinstance(d, Straggler)), None)
+        self._dead_rank = next((d for d in self.detectors if isinstance(d, DeadRank)), None)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
         self._spent = budget.Spent()  # the restarts the launcher made by itself (budget.py); under _lock
         self._relaunch: relaunch.Awaiting | None = None  # the launcher's latest restart, until its group resumed
         self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
+        self._unjudged = unjudged.Unjudged()  # replaced deaths shown until a tick judged them; under _lock
+        self._judge_failed = logs.RateLimited(every_s=600.0)
         self.backpressure = Backpressure(self.metrics)
         self._active: dict[tracker.Key, tracker.Active] = {}
         self._lost: set[str] = set()
@@ -130,6 +135,8 @@ class Coordinator:
         coordinator's own lag (back-pressure) for the silence limits."""
         with self._lock:
             view = self._folder.snapshot()
+            if self._unjudged:
+                view = self._unjudged.overlay(view)
         behind = self.backpressure.behind(now)
         if view.hosts:
             interval = stats.median([hv.interval_s for hv in view.hosts.values()])
@@ -209,6 +216,9 @@ class Coordinator:
             tally = view.step_summaries
             used, computed = tally
             events = view.fold(report, now, self.cfg.detectors)
+            replaced = view.take_replaced()
+            if replaced:
+                self._unjudged.hold(replaced, now)
             if tally[0] != used:
                 self.metrics.step_summaries.labels("used").inc(tally[0] - used)
             if tally[1] != computed:
@@ -216,6 +226,8 @@ class Coordinator:
             if self._wall_clock is not None:
                 self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
             for name, payload in events:
+                if name == je.STATE and payload.get("changed", {}).get("alive") == [True, False]:
+                    self._unjudged.died(payload["rank"], payload["pid"], now)
                 if name == je.HOST_SEEN and not payload.get("agent_restarted"):
                     self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
@@ -251,6 +263,7 @@ class Coordinator:
         if self._straggler is not None:
             self._straggler.hold = self._cadence.upcoming(len(view.ranks))
         outcomes = self.runner.run(now, view)
+        self._judged(view, now, outcomes)
         findings = [
             replace(f, onset_wall=wall - (now - f.onset_mono), detected_wall=wall) for o in outcomes for f in o.findings
         ]
@@ -301,6 +314,24 @@ class Coordinator:
         # analysis): at 16,384 ranks each costs ~0.1 s, and together they were the tick's p99.
         self._performance(view, now, self._cadence.due(len(view.ranks), busy=bool(faults)))
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
+
+    def _judged(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
+        """The replaced deaths ``view`` showed are judged once its dead_rank check ran and
+        waited for none of its deaths (unjudged.py)."""
+        with self._lock:
+            if not self._unjudged:
+                return
+        dead = self._dead_rank
+        ran = any(o.name == DeadRank.name and o.ok for o in outcomes)
+        try:
+            judged = dead is None or (ran and not dead.waiting(now, view))
+        except Exception:  # noqa: BLE001 - as the detector's own check: never raised into the tick
+            first, suppressed = self._judge_failed.should_log("waiting", now)
+            if first:
+                self.log.error("dead_rank_waiting_failed", suppressed=suppressed, exc_info=True)
+            judged = False  # held on: HOLD_MAX_S bounds it
+        with self._lock:
+            self._unjudged.release(view, now, judged)
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
         """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""

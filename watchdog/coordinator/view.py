@@ -246,6 +246,7 @@ class Folder:
         self.job, self.world_size, self.world_size_fixed = view.job, view.world_size, view.world_size_fixed
         self._exits = dict(view.launcher_exits)
         self.step_summaries = [0, 0]  # ranks' step summaries taken, not taken (``_stepped``)
+        self._replaced: list[FoldedRank] = []  # dead incarnations a restart replaced since ``take_replaced``
 
     def fold(self, report: HostReport, now: float, cfg: DetectorConfig = DetectorConfig()) -> list[Event]:
         if _already_folded(self._hosts, report):
@@ -261,6 +262,7 @@ class Folder:
             cfg,
             events,
             self.step_summaries,
+            self._replaced,
         )
         ranks, put = self._ranks, self._columns.put
         for state in report.ranks:
@@ -269,6 +271,12 @@ class Folder:
                 put(rv)  # just built: still in cache
         self._view = None
         return events
+
+    def take_replaced(self) -> list[FoldedRank]:
+        """The dead incarnations whose successor was folded since the last call, oldest
+        first: the coordinator keeps their deaths in view until a tick judged them (unjudged.py)."""
+        out, self._replaced = self._replaced, []
+        return out
 
     def set_job(self, job: str) -> None:
         self.job, self._view = job, None
@@ -309,10 +317,12 @@ def _fold_into(
     cfg: DetectorConfig,
     events: list[Event],
     tally: list[int] | None = None,
+    replaced: list[FoldedRank] | None = None,
 ) -> int:
     """Fold ``report`` into the two dicts in place; returns the world size.
     ``tally``: [step summaries taken, step summaries not taken] (``_stepped``),
-    added to when given and the report's summaries were computed under ``cfg``."""
+    added to when given and the report's summaries were computed under ``cfg``.
+    ``replaced``: where given, the dead incarnations a new one replaced are added to it."""
     summaries = None
     if report.step_summary_config and report.step_summary_config == summary_config(cfg):
         summaries = tally if tally is not None else [0, 0]
@@ -342,7 +352,7 @@ def _fold_into(
         accelerators=report.accelerators,
     )
     for state in report.ranks:
-        rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events, summaries)
+        rv = _fold_rank(ranks.get(state.rank), state, report.host, now, cfg, events, summaries, replaced)
         if rv is not None:
             ranks[state.rank] = rv
         if not world_fixed:
@@ -358,6 +368,7 @@ def _fold_rank(
     cfg: DetectorConfig,
     events: list[Event],
     summaries: list[int] | None = None,
+    replaced: list[FoldedRank] | None = None,
 ) -> FoldedRank | None:
     replaced_death: float | None = None
     if prev is not None and (s.pid != prev.state.pid or s.proc_start_us != prev.state.proc_start_us):
@@ -370,6 +381,8 @@ def _fold_rank(
             )
         )
         replaced_death = prev.died_at
+        if replaced is not None and replaced_death is not None:
+            replaced.append(prev)
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
         events.append(

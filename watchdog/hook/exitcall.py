@@ -74,11 +74,31 @@ def note(call: str, code: Any) -> ExitCall:
 
 def handled() -> tuple[Any, Any, Any]:
     """The exception being handled now (``sys.exc_info()``), leaving out a
-    SystemExit (``sys.exit`` inside ``except SystemExit``: no cause of its own)."""
+    SystemExit (``sys.exit`` inside ``except SystemExit``: no cause of its own).
+    None being handled: the one the code that asked to exit still holds (``held``)."""
     info = sys.exc_info()
     if info[0] is not None and issubclass(info[0], SystemExit):
         return (None, None, None)
+    if info[0] is None:
+        return held(sys._getframe(1))
     return info
+
+
+_OWN = frozenset({__name__, "watchdog.hook.lifecycle"})  # the exit call's own frames, skipped
+
+
+def held(frame: Any) -> tuple[Any, Any, Any]:
+    """The exception the first frame outside the hook holds in a local variable, itself
+    or through a bound method of it: click (8.2 on) leaves its ``except ClickException``
+    block first, keeping ``e.show``, and calls ``sys.exit`` after it. Read only at exit."""
+    while frame is not None and frame.f_globals.get("__name__") in _OWN:
+        frame = frame.f_back
+    if frame is not None:
+        for value in list(frame.f_locals.values()):
+            exc = value if isinstance(value, BaseException) else getattr(value, "__self__", None)
+            if isinstance(exc, BaseException) and not isinstance(exc, SystemExit):
+                return type(exc), exc, exc.__traceback__
+    return (None, None, None)
 
 
 def patch(on_call: Callable[[str, Any], None]) -> None:

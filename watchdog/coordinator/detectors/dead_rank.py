@@ -22,7 +22,9 @@ together. Two rules keep the blame on the first:
   on whichever rank reads the odd message, a healthy one as often as not.
 A death is reported once every other live host has reported since it happened
 (or after 1.5 report intervals), so a victim whose agent happened to report
-first is not blamed before the root cause's host is heard from.
+first is not blamed before the root cause's host is heard from. A death whose
+successor the launcher started meanwhile stays in the coordinator's view until a
+check that waited for nothing judged it (``waiting``; coordinator/unjudged.py).
 
 A rank that left early. When the ranks died waiting in a collective that only
 ranks that exited cleanly never entered (uneven inputs, an early return or a
@@ -158,6 +160,39 @@ class DeadRank:
             out += self._dead(now, view, cluster, followers, spared, blame)
         return out + self._left_early(now, view, health, blame, spared)
 
+    def waiting(self, now: float, view: ClusterView) -> bool:
+        """Some death in ``view`` may still wait for the other hosts (``_patient``): a check
+        of this view judged it not yet. Once none waits, every death in it was judged (a
+        cluster's first death and first report come no later than any of its own). Asked
+        once, for the latest death and the latest first report together: ``_patient`` only
+        grows with either, so this never says "judged" early (and costs one pass over the
+        hosts, not one per death: a job-wide failure at 16,384 ranks)."""
+        health = classify_all(view, now, self.cfg)
+        if DEAD not in health.values():
+            return False
+        rvs = [view.ranks[r] for r, h in health.items() if h == DEAD]
+        died = [rv.died_at for rv in rvs if rv.died_at is not None]
+        seen = [rv.dead_seen_at for rv in rvs if rv.dead_seen_at is not None]
+        if not died or not seen:
+            return False
+        return self._patient(now, view, max(died), max(seen), lost_hosts(view, now, self.cfg))
+
+    def _patient(self, now: float, view: ClusterView, first: float, seen: float, lost: set[str]) -> bool:
+        """Deaths from ``first`` on, first reported at ``seen``, wait for every other host
+        to report since (or 1.5 report intervals): one of them may hold an earlier death."""
+        if all(hv.received_at >= first or h in lost for h, hv in view.hosts.items()):
+            return False
+        patience = 1.5 * max(view.reporting_interval(hv) for hv in view.hosts.values())
+        # A host already silent when these ranks died may be the root cause: a host lost for
+        # real (its ranks killed with it) makes gloo fail its peers at once, and those are
+        # victims. Patience does not run out for it: its silence is judged (lost, and then it is
+        # the earlier death, or unobserved) once it reaches the silence limit.
+        judging = any(
+            hv.received_at < first and h not in lost and now - hv.received_at < host_silence_limit(view, h, self.cfg)
+            for h, hv in view.hosts.items()
+        )
+        return now - seen < patience or judging
+
     def _left_early(
         self, now: float, view: ClusterView, health: dict[int, str], blame: Blame | None, spared: set[int]
     ) -> list[Finding]:
@@ -207,19 +242,7 @@ class DeadRank:
     def _dead(self, now, view, cluster, followers, spared, blame) -> list[Finding]:
         rvs = [view.ranks[r] for r in sorted(cluster)]
         first = min(rv.died_at for rv in rvs)
-        seen = min(rv.dead_seen_at for rv in rvs)
-        lost = lost_hosts(view, now, self.cfg)
-        heard = all(hv.received_at >= first or h in lost for h, hv in view.hosts.items())
-        patience = 1.5 * max(view.reporting_interval(hv) for hv in view.hosts.values())
-        # A host already silent when these ranks died may be the root cause: a host lost for
-        # real (its ranks killed with it) makes gloo fail its peers at once, and those are
-        # victims. Patience does not run out for it: its silence is judged (lost, and then it is
-        # the earlier death, or unobserved) once it reaches the silence limit.
-        judging = any(
-            hv.received_at < first and h not in lost and now - hv.received_at < host_silence_limit(view, h, self.cfg)
-            for h, hv in view.hosts.items()
-        )
-        if not heard and (now - seen < patience or judging):
+        if self._patient(now, view, first, min(rv.dead_seen_at for rv in rvs), lost_hosts(view, now, self.cfg)):
             return []  # wait for the other hosts: one of them may hold an earlier death
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""
