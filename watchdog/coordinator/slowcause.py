@@ -36,7 +36,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from . import stats
+from . import columns, stats
 from .view import ClusterView
 
 MIN_EXTRA_S = 0.001  # a step's loss to a slow rank below this is scheduler noise
@@ -97,33 +97,63 @@ class Contention:
         }
 
 
-def contention(view: ClusterView) -> dict[int, Contention]:
-    """Each running rank's run-queue contention against the other running ranks',
-    for the ranks the agents measured; empty with fewer than two."""
-    measured = {}
-    for r, rv in view.ranks.items():
-        s = rv.state
-        if s.alive and s.status == "running" and s.proc_status != "stopped" and s.oncpu_share + s.runq_share > 0:
-            measured[r] = (s.runq_share, s.runq_share / (s.runq_share + s.oncpu_share))
-    if len(measured) < 2:
-        return {}
-    waits = sorted(w for w, _ in measured.values())
-    ratios = sorted(q for _, q in measured.values())
-    out = {}
-    for r, (w, q) in measured.items():
-        out[r] = Contention(
-            r,
+class Contentions:
+    """Every running rank's run-queue contention against the other running ranks',
+    for the ranks the agents measured (none with fewer than two). Built from the
+    view's columns; a rank's ``Contention`` is made when asked for: at 16,384 ranks
+    one object each cost ~0.2 s a tick."""
+
+    def __init__(self, measured: dict[int, tuple[float, float]]) -> None:
+        self._measured = measured if len(measured) >= 2 else {}
+        self._waits = sorted(w for w, _ in self._measured.values())
+        self._ratios = sorted(q for _, q in self._measured.values())
+
+    def get(self, rank: int) -> Contention | None:
+        m = self._measured.get(rank)
+        if m is None:
+            return None
+        w, q = m
+        waits, ratios = self._waits, self._ratios
+        return Contention(
+            rank,
             w,
             q,
             stats.median_without(waits, bisect_left(waits, w)),
             stats.median_without(ratios, bisect_left(ratios, q)),
         )
-    return out
+
+    def starved(self) -> list[Contention]:
+        """The ranks whose host takes their CPU (see the module docstring), in rank order."""
+        if not self._measured:
+            return []
+        # No rank's baseline is below the median without the largest ratio: only those
+        # that far above it can be starved.
+        least = stats.median_without(self._ratios, len(self._ratios) - 1) + CONTENTION_EXCESS
+        out = []
+        for r in sorted(r for r, (_, q) in self._measured.items() if q >= least):
+            c = self.get(r)
+            if c is not None and c.starved:
+                out.append(c)
+        return out
+
+
+def contention(view: ClusterView) -> Contentions:
+    """``Contentions`` of the view's ranks that run, alive, not stopped, measured."""
+    cols = columns.of(view)
+    return Contentions(
+        {
+            r: (runq, runq / (runq + oncpu))
+            for r, alive, status, proc, oncpu, runq in zip(
+                cols.rank, cols.alive, cols.status, cols.proc_status, cols.oncpu_share, cols.runq_share
+            )
+            if alive and status == "running" and proc != "stopped" and oncpu + runq > 0
+        }
+    )
 
 
 def starved(view: ClusterView) -> list[Contention]:
     """The ranks whose host takes their CPU (see the module docstring), in rank order."""
-    return sorted((c for c in contention(view).values() if c.starved), key=lambda c: c.rank)
+    return contention(view).starved()
 
 
 def lone_work(rank: int, cont: Contention | None) -> bool:

@@ -52,7 +52,7 @@ from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
-from ..slowcause import Contention
+from ..slowcause import Contention, Contentions
 from ..stalls import Stalling, Stalls
 from ..view import ClusterView, FoldedRank
 from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
@@ -82,7 +82,7 @@ class Straggler:
         # The train steps the goodput ledger split, for the ranks that stall now and then
         # (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
         self.stalls: Stalls | None = None
-        self._contention: tuple[weakref.ref[ClusterView], dict[int, Contention]] | None = None
+        self._contention: tuple[weakref.ref[ClusterView], Contentions] | None = None
 
     def scores(self, now: float, view: ClusterView) -> Scores:
         """The scores as of this tick: a rescoring is spread over ticks at scale
@@ -127,16 +127,16 @@ class Straggler:
         all_scores = self.scores(now, view)
         live = self.scorer.live  # (scores a few ticks old: a rank may have died since)
         flagged = [r for r in self.flagged(all_scores) if r in live]
-        cont = self.contention(view) if flagged else {}
+        cont = self.contention(view) if flagged else None
         for r in flagged:
             sc = all_scores[r]
             extra = max(0.0, sc["compute_s"] - sc["baseline_s"])
             cost = extra / sc["step_s"] if sc["step_s"] > 0 else 0.0
-            if slowcause.costs_enough(extra, cost, slowcause.noise_floor_s(cont.get(r))):
+            if slowcause.costs_enough(extra, cost, slowcause.noise_floor_s(cont.get(r) if cont is not None else None)):
                 out.append((r, sc, cost))
         return out
 
-    def contention(self, view: ClusterView) -> dict[int, Contention]:
+    def contention(self, view: ClusterView) -> Contentions:
         """``slowcause.contention`` of this view, worked out once for the detectors that ask."""
         if self._contention is None or self._contention[0]() is not view:
             self._contention = (weakref.ref(view), slowcause.contention(view))
@@ -148,11 +148,12 @@ class Straggler:
         as_of = self.scorer.as_of  # of the scores just brought up to date
         cont = self.contention(view)
         for r, sc, cost in slow:
-            if slowcause.lone_work(r, cont.get(r)):
+            c = cont.get(r)
+            if slowcause.lone_work(r, c):
                 continue  # the extra_work advisory's
             rv = view.ranks[r]
             steps = sc["last_step"] - sc["first_step"] + 1
-            host = f"; it {cont[r].describe()}: its host takes its CPU" if r in cont and cont[r].starved else ""
+            host = f"; it {c.describe()}: its host takes its CPU" if c is not None and c.starved else ""
             out.append(
                 Finding(
                     kind=self.name,
@@ -181,12 +182,12 @@ class Straggler:
                         "last_step": sc["last_step"],
                         # how old the windows behind the scores were (a rescoring spans ticks at scale)
                         "scores_age_s": round(now - as_of, 3) if as_of is not None else 0.0,
-                        **(cont[r].evidence() if r in cont else {}),
+                        **(c.evidence() if c is not None else {}),
                     },
                 )
             )
         named = {f.ranks[0] for f in out}
-        out += [self._starved(now, view, c) for _, c in sorted(cont.items()) if c.starved and c.rank not in named]
+        out += [self._starved(now, view, c) for c in cont.starved() if c.rank not in named]
         return out + self._stalling(now, view, {f.ranks[0] for f in out})
 
     def _starved(self, now: float, view: ClusterView, c: Contention) -> Finding:
