@@ -175,3 +175,25 @@ def test_a_difference_within_the_scheduler_noise_is_not_reported(contention, adv
 def test_the_noise_floor_is_a_millisecond_of_work_in_the_host_wall_time(baseline_ratio, floor_s):
     cont = None if baseline_ratio is None else slowcause.Contention(1, 0.5, 0.5, 0.5, baseline_ratio)
     assert slowcause.noise_floor_s(cont) == pytest.approx(floor_s)
+
+
+@pytest.mark.parametrize("rank,kind", [(0, "extra_work"), (5, "straggler")])
+def test_stalls_now_and_then_on_rank_0_alone_are_advice(rank, kind):
+    """A rank whose compute stalls 1 s every 25 steps while the others wait: on rank 0
+    (a log flush, a metrics upload) it is advice; on another rank, a finding."""
+    from watchdog.coordinator import goodput
+    from watchdog.coordinator.testing import SimJob
+
+    sim = SimJob(jitter=0.1, seed=7, compute_s=0.1)
+    sim.stall(rank, every=25, extra_s=1.0, from_step=40)
+    ledger, straggler, extra = goodput.Ledger(), Straggler(CFG), ExtraWork(CFG)
+    straggler.stalls, extra.straggler = ledger.stalls, straggler
+    now, found = 0.0, []
+    while now < 60.0:
+        now += 0.5
+        view = sim.run_until(now)
+        found += straggler.check(now, view) + extra.check(now, view)
+        ledger.tick(now, view)
+    assert found and {(f.kind, f.ranks) for f in found} == {(kind, (rank,))}
+    assert "every 25 steps" in found[0].reason
+    assert ("stalls alone" in found[0].reason) == (kind == "extra_work")

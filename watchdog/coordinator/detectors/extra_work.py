@@ -5,8 +5,9 @@ alone, every step; a Hugging Face ``Trainer`` logging every step to TensorBoard
 has rank 0 compute 1.6x its peer's. It is real and it costs, but nothing is
 broken: this says it once, with the cost, and never pages or acts. It is the
 straggler detector's slow rank 0 (over its threshold, costing enough) whose host
-leaves it its CPU (``slowcause.lone_work``); rank 0 on a starved core is a slow
-host, the straggler's finding.
+leaves it its CPU (``slowcause.lone_work``), or whose compute stalls now and then
+while the others wait (stalls.py: a log flush, a metrics upload); rank 0 on a
+starved core is a slow host, the straggler's finding.
 
 The scores are the straggler detector's (the coordinator hands it over, as the
 goodput ledger's stalls to the detectors that read them); a detector alone names none.
@@ -18,7 +19,8 @@ from .. import slowcause
 from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
-from ..view import ClusterView
+from ..stalls import Stalling
+from ..view import ClusterView, FoldedRank
 from .straggler import Straggler
 
 
@@ -33,12 +35,19 @@ class ExtraWork:
         if self.straggler is None:
             return []
         slow = [(r, sc, cost) for r, sc, cost in self.straggler.slow(now, view) if r == slowcause.LONE_WORKER]
-        if not slow:
-            return []
-        cont = self.straggler.contention(view)
+        out = self._slow(now, view, slow) if slow else []
+        if out or slowcause.LONE_WORKER not in view.ranks:
+            return out
+        others = set(view.ranks) - {slowcause.LONE_WORKER}
+        stalling = self.straggler.stalling(self.name, now, view, others, _stall_reason)
+        cont = self.straggler.contention(view) if stalling else None
+        return [f for f in stalling if cont is not None and slowcause.lone_work(f.ranks[0], cont.get(f.ranks[0]))]
+
+    def _slow(self, now: float, view: ClusterView, slow: list[tuple[int, dict, float]]) -> list[Finding]:
+        cont = self.straggler.contention(view) if self.straggler is not None else None
         out = []
         for r, sc, cost in slow:
-            c = cont.get(r)
+            c = cont.get(r) if cont is not None else None
             if not slowcause.lone_work(r, c):
                 continue
             rv = view.ranks[r]
@@ -71,3 +80,12 @@ class ExtraWork:
                 )
             )
         return out
+
+
+def _stall_reason(st: Stalling, rv: FoldedRank) -> str:
+    return (
+        f"{who(rv)} stalls alone: {len(st.events)} times over steps {st.first_step}-{st.last_step} (about every "
+        f"{st.every:.0f} steps) its compute ran {seconds(st.excess_s / len(st.events))} over the median rank's "
+        f"while the others waited, costing {st.share:.0%} of the job's time: work it does alone now and then "
+        "(a log flush, metrics, a save), not its host (its stack during a stall shows which)"
+    )

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import weakref
+from collections.abc import Callable
 
 from .. import slowcause, stalls
 from ..config import DetectorConfig
@@ -208,9 +209,19 @@ class Straggler:
         )
 
     def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
-        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already,
-        by more each stall than the scheduler's noise (``slowcause.noise_floor_s``)."""
-        found = stalls.findings(self.name, self.stalls, now, view, self.cfg, False, named, _stall_reason)
+        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already;
+        rank 0's own stalls (its host leaving it its CPU) are the ``extra_work`` advisory's."""
+        found = self.stalling(self.name, now, view, named, _stall_reason)
+        cont = self.contention(view) if found else None
+        return [f for f in found if cont is None or not slowcause.lone_work(f.ranks[0], cont.get(f.ranks[0]))]
+
+    def stalling(
+        self, kind: str, now: float, view: ClusterView, named: set[int], reason: Callable[[Stalling, FoldedRank], str]
+    ) -> list[Finding]:
+        """Findings of ``kind`` for the ranks whose compute stalls now and then
+        (stalls.py), not ``named``, by more each stall than the scheduler's noise
+        (``slowcause.noise_floor_s``)."""
+        found = stalls.findings(kind, self.stalls, now, view, self.cfg, False, named, reason)
         if not found:
             return found
         cont = self.contention(view)
