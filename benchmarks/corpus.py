@@ -2,7 +2,9 @@
 (2 ranks, gloo on CPU, a real agent and coordinator), healthy and with faults
 injected from outside: SIGKILL, SIGSTOP and a noisy neighbour (a CPU hog pinned to
 the rank's core). Prints a table: script, eval/checkpoint cycles, findings on the
-healthy run, and each fault's first finding (kind, ranks, latency from injection).
+healthy run, and each fault's first finding (kind, ranks, latency from injection);
+advisory findings (``extra_work``, ``periodic_stall``: they never page) are listed apart
+as advice and count against no run.
 
     python benchmarks/corpus.py --scripts-dir DIR [--only nanogpt,trl_sft] [--faults kill,stop,hog]
 
@@ -58,6 +60,7 @@ from pathlib import Path
 from watchdog import wire
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.finding import ADVISORY_KINDS
 from watchdog.dev import inject, localjob
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -339,11 +342,14 @@ class Run:
         found = re.findall(self.entry.cycle, self.output(), re.MULTILINE)
         return len(set(found)) if re.compile(self.entry.cycle).groups else len(found)
 
-    def findings(self) -> list[dict]:
+    def findings(self, advice: bool = False) -> list[dict]:
+        """The findings journaled so far; with ``advice``, the advisory ones instead
+        (they explain and never page: not counted against a run)."""
         try:
-            return [r for r in journal.read(str(self.journal_path)) if r["event"] == je.FINDING]
+            records = journal.read(str(self.journal_path))
         except OSError:
             return []
+        return [r for r in records if r["event"] == je.FINDING and (r["kind"] in ADVISORY_KINDS) == advice]
 
     def step(self, rank: int) -> int:
         assert self.job is not None
@@ -384,6 +390,7 @@ class Outcome:
     seconds: float = 0.0
     injected_at: float | None = None
     before: list[dict] = field(default_factory=list)  # findings journaled before the injection
+    advice: list[dict] = field(default_factory=list)  # advisory findings over the whole run
 
     def first(self) -> dict | None:
         return self.findings[0] if self.findings else None
@@ -410,7 +417,7 @@ def healthy(entry: Entry, source: Path, tmp: Path, timeout_s: float, cycles: int
             time.sleep(5.0)
         code = proc.poll()
         time.sleep(1.0)  # the coordinator's last ticks over the final reports
-        return Outcome(run.findings(), run.cycles(), code, time.monotonic() - t0)
+        return Outcome(run.findings(), run.cycles(), code, time.monotonic() - t0, advice=run.findings(advice=True))
     finally:
         run.stop()
 
@@ -455,7 +462,7 @@ def faulted(
         _wait(lambda: any(f["kind"] == EXPECTED[fault] and rank in f["ranks"] for f in after()), timeout_s, run)
         if after():
             time.sleep(linger_s)
-        return Outcome(after(), run.cycles(), None, 0.0, at, before)
+        return Outcome(after(), run.cycles(), None, 0.0, at, before, run.findings(advice=True))
     finally:
         if hog is not None:
             hog.stop()
@@ -473,6 +480,10 @@ def _f(findings: list[dict]) -> str:
         key = f"{f['kind']}{f['ranks']}"
         counts[key] = counts.get(key, 0) + 1
     return f"{len(findings)}: " + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.items())
+
+
+def _advice(out: Outcome) -> str:
+    return f" (advice: {_f(out.advice)})" if out.advice else ""
 
 
 def cell(out: Outcome, fault: str, rank: int) -> str:
@@ -531,13 +542,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 h = healthy(entry, source, _dir(args.work_dir, tmp, entry.name, "healthy"), args.healthy_timeout)
             print(f"{entry.name} healthy: exit {h.exit_code}, {h.cycles} cycles, {h.seconds:.0f} s, {_f(h.findings)}")
             ended = {0: "ok", None: "stopped"}.get(h.exit_code, f"exit {h.exit_code}")
-            row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings)]
+            row = [entry.name, str(h.cycles), f"{ended} {h.seconds:.0f}s", _f(h.findings) + _advice(h)]
             raw[entry.name]["healthy"] = h.__dict__
         for fault in faults:
             with tempfile.TemporaryDirectory(prefix=f"corpus-{entry.name}-{fault}-") as tmp:
                 where = _dir(args.work_dir, tmp, entry.name, fault)
                 out = faulted(entry, source, where, fault, args.rank, args.fault_timeout, hogs=args.hogs)
-            row.append(cell(out, fault, args.rank) + (f" (before: {_f(out.before)})" if out.before else ""))
+            row.append(
+                cell(out, fault, args.rank) + (f" (before: {_f(out.before)})" if out.before else "") + _advice(out)
+            )
             raw[entry.name][fault] = out.__dict__
             print(f"{entry.name} {fault}: {row[-1]}", flush=True)
         rows.append(row)

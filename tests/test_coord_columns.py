@@ -54,6 +54,8 @@ def _expected(rv: FoldedRank) -> dict:
         "train_steps": rv.train_steps,
         "data_share": rv.data_share,
         "batch_per_rank": s.batch_per_rank,
+        "oncpu_share": s.oncpu_share,
+        "runq_share": s.runq_share,
         # -- for hang
         "fr_held": bool(rv.colls or s.fr_newest_seq),
         # -- for goodput

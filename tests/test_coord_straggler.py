@@ -6,6 +6,7 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.detectors.extra_work import ExtraWork
 from watchdog.coordinator.detectors.straggler import Straggler
 from watchdog.coordinator.detectors.straggler_scores import scores
 from watchdog.coordinator.testing import SimJob
@@ -13,13 +14,16 @@ from watchdog.coordinator.testing import SimJob
 CFG = DetectorConfig()
 
 
-def first_finding(sim: SimJob, until: float, every: float = 0.5):
+def first_finding(sim: SimJob, until: float, every: float = 0.5, advice: bool = False):
+    """The straggler's first findings, or with ``advice`` the extra_work advisory's."""
     det = Straggler(CFG)
+    extra = ExtraWork(CFG)
+    extra.straggler = det
     now = 0.0
     while now < until:
         now += every
         view = sim.run_until(now)
-        found = det.check(now, view)
+        found = (extra if advice else det).check(now, view)
         if found:
             return found, view
     return [], sim.view
@@ -30,12 +34,15 @@ def test_a_5_percent_straggler_is_found_within_100_steps(seed):
     sim = SimJob(jitter=0.1, seed=seed, compute_s=0.1)
     slow = seed % 8
     sim.slow(slow, 1.05)
-    found, view = first_finding(sim, until=2 + 100 * 0.12)
+    # Rank 0 slower with no sign of its host taking its CPU is work it does alone:
+    # the extra_work advisory says it, from the same scores (test_coord_slowcause).
+    found, view = first_finding(sim, until=2 + 100 * 0.12, advice=slow == 0)
     assert [f.ranks for f in found] == [(slow,)]
     assert view.ranks[0].state.step <= 100
     ev = found[0].evidence
     assert 1.03 < ev["factor"] < 1.08 and 0.01 < ev["cost_share"] < 0.08
-    assert ev["scores_age_s"] == 0.0  # a small job rescores within the tick: the scores are this tick's
+    if slow:
+        assert ev["scores_age_s"] == 0.0  # a small job rescores within the tick: the scores are this tick's
 
 
 @pytest.mark.parametrize("world,seed", [(8, 100), (8, 101), (4, 102), (2, 103)])

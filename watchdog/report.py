@@ -279,6 +279,12 @@ class RankState:
     # and ``summary``, the line for a person. Empty while alive or when unknown;
     # already set while a crashing rank (hook status failed) is still shutting down.
     death: dict = field(default_factory=dict, compare=False)
+    # Seconds per second its main thread lately ran on a CPU, and waited for one
+    # (runnable, not running: the run queue), from the agent's /proc schedstat reads
+    # over ~20 s. A noisy neighbour on its core or host shows as the wait. 0.0 = not
+    # measured (yet, or no schedstat).
+    oncpu_share: float = 0.0
+    runq_share: float = 0.0
 
     @property
     def last_compute_s(self) -> float:
@@ -592,6 +598,8 @@ _AGES = (
     "last_data_s",
     "last_coll_s",
     "gone_age_s",
+    "oncpu_share",  # seconds per second: ranged as seconds are
+    "runq_share",
 )
 
 

@@ -88,6 +88,8 @@ def rank_state(
         last_coll_s=h[wire.H_LAST_COLL_NS] / 1e9,
         hook_errors=h[wire.H_HOOK_ERRORS],
         cpu_percent=v.cpu_percent,
+        oncpu_share=v.oncpu_share,
+        runq_share=v.runq_share,
         rss_bytes=v.proc.rss_bytes,
         torn=v.torn,
         created_wall=h.created_wall_ns / 1e9,

@@ -85,6 +85,9 @@ class LocalRank:
     gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
     gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
     speaks: bool = True  # the slot that speaks for its (job, rank) (track.speakers); False: superseded
+    # Seconds per second its main thread lately ran on a CPU, and waited for one (track.runq_shares).
+    oncpu_share: float = 0.0
+    runq_share: float = 0.0
 
     @property
     def identity(self) -> wire.Identity:
@@ -115,6 +118,9 @@ class _Slot:
     gpu_fold: gpusteps.GpuFold | None = None  # made at the first COMPLETION record
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
+    runq: deque = field(default_factory=deque)  # resource samples over track.RUNQ_WINDOW_S, oldest first
+    oncpu_share: float = 0.0
+    runq_share: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
     superseded: bool = False
     died_here: bool = False  # seen alive, then dead, by this agent (not found dead at its start)
@@ -485,6 +491,10 @@ class SlotTracker:
         if proc is not prev:  # the process table hands back the same sample when nothing was read
             if resources and proc.alive:
                 slot.cpu_pct, slot.res_prev = track.cpu_percent(slot.res_prev, proc), proc
+                slot.runq.append(proc)
+                while proc.sampled_ns - slot.runq[0].sampled_ns > track.RUNQ_WINDOW_S * 1e9:
+                    slot.runq.popleft()
+                slot.oncpu_share, slot.runq_share = track.runq_shares(slot.runq)
             if proc.stopped != prev.stopped:
                 self._log.info(
                     "rank stopped" if proc.stopped else "rank resumed", job=ident.job, rank=ident.rank, pid=ident.pid
@@ -719,6 +729,8 @@ class SlotTracker:
             "gpu" if s.gpu_fold is not None and s.gpu_fold.last_step >= 0 else "",
             s.gpu_fold.totals_ns if s.gpu_fold is not None else (0, 0, 0),
             not s.superseded,
+            oncpu_share=s.oncpu_share,
+            runq_share=s.runq_share,
         )
 
     def state_counts(self) -> dict[str, int]:

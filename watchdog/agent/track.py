@@ -155,6 +155,24 @@ def cpu_percent(prev: ProcSample | None, cur: ProcSample) -> float:
     return max(0.0, 100.0 * (cur.cpu_seconds - prev.cpu_seconds) / ((cur.sampled_ns - prev.sampled_ns) / 1e9))
 
 
+RUNQ_WINDOW_S = 20.0  # the run-queue shares are over this much of the rank's recent life
+RUNQ_MIN_SPAN_S = 5.0  # and say nothing (0.0) until they cover this much
+
+
+def runq_shares(window: Sequence[ProcSample]) -> tuple[float, float]:
+    """Seconds per second the rank's main thread ran on a CPU, and waited for one,
+    between the oldest and newest of ``window`` (its resource samples, oldest
+    first); (0.0, 0.0) until they span ``RUNQ_MIN_SPAN_S`` or where the kernel
+    keeps no schedstat."""
+    if len(window) < 2:
+        return 0.0, 0.0
+    first, last = window[0], window[-1]
+    span_s = (last.sampled_ns - first.sampled_ns) / 1e9
+    if span_s < RUNQ_MIN_SPAN_S or not first.oncpu_s:
+        return 0.0, 0.0
+    return max(0.0, (last.oncpu_s - first.oncpu_s) / span_s), max(0.0, (last.runq_s - first.runq_s) / span_s)
+
+
 def label(enum_cls: type[enum.IntEnum], code: int, unknown: str) -> str:
     """Bounded label for a wire enum; a code this agent does not know maps to ``unknown``."""
     try:

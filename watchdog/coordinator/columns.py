@@ -83,6 +83,8 @@ class RankColumns:
     train_steps: Sequence[int] = ()  # the CPU clock's (FoldedRank.train_steps)
     data_share: Sequence[float] = ()  # the CPU clock's (FoldedRank.data_share)
     batch_per_rank: Sequence[int] = ()
+    oncpu_share: Sequence[float] = ()  # its main thread's CPU and run-queue seconds a second (slowcause)
+    runq_share: Sequence[float] = ()
     # -- for hang
     fr_held: Sequence[bool] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
     # -- for goodput
@@ -151,6 +153,8 @@ def _row(rv: FoldedRank) -> tuple:
         st.train_steps,
         st.data_share,
         s.batch_per_rank,
+        s.oncpu_share,
+        s.runq_share,
         # -- for hang
         bool(rv.colls) or bool(s.fr_newest_seq),
         # -- for goodput

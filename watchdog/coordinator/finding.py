@@ -22,10 +22,11 @@ KINDS = (
     "periodic_stall",
     "host_unobserved",
     "wedged",
+    "extra_work",
 )
 # Kinds that explain rather than accuse: they name no culprit, the policy never
 # acts on them and no alert pages for them.
-ADVISORY_KINDS = frozenset({"batch_changed", "periodic_stall", "host_unobserved"})
+ADVISORY_KINDS = frozenset({"batch_changed", "periodic_stall", "host_unobserved", "extra_work"})
 # Kinds that name where, not who: their hosts are never culprits (the per-host
 # culprit counters, the restart-loop breaker's history). host_unobserved is about
 # the monitor; wedged is every rank stopped together (a fabric, driver or

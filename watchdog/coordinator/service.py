@@ -44,6 +44,7 @@ from .config import Config
 from .control import JobController
 from .detectors import build
 from .detectors.dead_rank import DeadRank
+from .detectors.extra_work import ExtraWork
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
 from .detectors.straggler import Straggler
@@ -121,6 +122,8 @@ class Coordinator:
         for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
             if isinstance(det, Straggler | LoaderStarvation | PeriodicStall):
                 det.stalls = self.goodput.stalls
+            if isinstance(det, ExtraWork):  # rank 0's slowness, from the straggler's scores
+                det.straggler = self._straggler
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
         self._cadence = perf_cadence.Cadence(cfg.performance_ranks_per_tick)

@@ -20,6 +20,7 @@ from .batch_changed import BatchChanged
 from .collective_hang import CollectiveHang
 from .collective_mismatch import CollectiveMismatch
 from .dead_rank import DeadRank
+from .extra_work import ExtraWork
 from .frozen_rank import FrozenRank
 from .host_unobserved import HostUnobserved
 from .loader_starvation import LoaderStarvation
@@ -55,6 +56,7 @@ DETECTORS = (
     HostUnobserved,
     BatchChanged,
     PeriodicStall,
+    ExtraWork,
 )
 
 

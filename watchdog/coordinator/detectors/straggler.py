@@ -28,6 +28,15 @@ is 4.5, at which stragglers of 1.05-1.2x were named at the same median step.
 The cost it reports is the share of job time lost: the job runs at the slowest
 rank, so (slow - median) / step time.
 
+A slow rank is reported only when it costs enough (``slowcause.costs_enough``: a
+millisecond a step and 2% of the job's time), and rank 0 slower while its host
+leaves it its CPU is work it does alone, the ``extra_work`` advisory's
+(``slowcause.lone_work``). Compute cannot tell the slow rank where the hook sees
+no collective wait (DDP's reducer issues its all-reduce from C++, a framework's
+process group it missed): every rank's step is then equal. A rank whose host
+takes its CPU (run-queue contention, ``slowcause.starved``) is named from that,
+by the agents' schedstat reads, whatever its steps say.
+
 At scale the scores are brought up to date over a few ticks (``Scorer.advance``:
 ~40 ms of the work a tick, none on the verdict's turn), so a finding can come a
 few ticks later; it only ever names a rank that is live on the tick it is made.
@@ -37,12 +46,14 @@ from __future__ import annotations
 
 import heapq
 import weakref
+from collections.abc import Callable
 
-from .. import stalls
+from .. import slowcause, stalls
 from ..config import DetectorConfig
 from ..describe import who
 from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
+from ..slowcause import Contention, Contentions
 from ..stalls import Stalling, Stalls
 from ..view import ClusterView, FoldedRank
 from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
@@ -72,6 +83,7 @@ class Straggler:
         # The train steps the goodput ledger split, for the ranks that stall now and then
         # (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
         self.stalls: Stalls | None = None
+        self._contention: tuple[weakref.ref[ClusterView], Contentions] | None = None
 
     def scores(self, now: float, view: ClusterView) -> Scores:
         """The scores as of this tick: a rescoring is spread over ticks at scale
@@ -108,17 +120,41 @@ class Straggler:
             self._flagged = (sc, ranks)
         return self._flagged[1]
 
-    def check(self, now: float, view: ClusterView) -> list[Finding]:
+    def slow(self, now: float, view: ClusterView) -> list[tuple[int, dict, float]]:
+        """The ranks over their threshold, live, and costing enough to report: (rank,
+        its scores, the share of the job's time it costs), in rank order. Both the
+        findings and the ``extra_work`` advisory are drawn from these."""
         out = []
         all_scores = self.scores(now, view)
-        live, as_of = self.scorer.live, self.scorer.as_of  # (scores a few ticks old: a rank may have died since)
-        for r in self.flagged(all_scores):
-            if r not in live:
-                continue
+        live = self.scorer.live  # (scores a few ticks old: a rank may have died since)
+        flagged = [r for r in self.flagged(all_scores) if r in live]
+        cont = self.contention(view) if flagged else None
+        for r in flagged:
             sc = all_scores[r]
+            extra = max(0.0, sc["compute_s"] - sc["baseline_s"])
+            cost = extra / sc["step_s"] if sc["step_s"] > 0 else 0.0
+            if slowcause.costs_enough(extra, cost, slowcause.noise_floor_s(cont.get(r) if cont is not None else None)):
+                out.append((r, sc, cost))
+        return out
+
+    def contention(self, view: ClusterView) -> Contentions:
+        """``slowcause.contention`` of this view, worked out once for the detectors that ask."""
+        if self._contention is None or self._contention[0]() is not view:
+            self._contention = (weakref.ref(view), slowcause.contention(view))
+        return self._contention[1]
+
+    def check(self, now: float, view: ClusterView) -> list[Finding]:
+        out = []
+        slow = self.slow(now, view)
+        as_of = self.scorer.as_of  # of the scores just brought up to date
+        cont = self.contention(view)
+        for r, sc, cost in slow:
+            c = cont.get(r)
+            if slowcause.lone_work(r, c):
+                continue  # the extra_work advisory's
             rv = view.ranks[r]
-            cost = max(0.0, sc["compute_s"] - sc["baseline_s"]) / sc["step_s"] if sc["step_s"] > 0 else 0.0
             steps = sc["last_step"] - sc["first_step"] + 1
+            host = f"; it {c.describe()}: its host takes its CPU" if c is not None and c.starved else ""
             out.append(
                 Finding(
                     kind=self.name,
@@ -129,7 +165,7 @@ class Straggler:
                     reason=(
                         f"{who(rv)} computes {sc['factor']:.2f}x slower than the median of the other ranks over steps "
                         f"{sc['first_step']}-{sc['last_step']} ({seconds(sc['compute_s'])} vs {seconds(sc['baseline_s'])} "
-                        f"per step); the job runs at its pace, costing {cost:.0%} of step time"
+                        f"per step); the job runs at its pace, costing {cost:.0%} of step time{host}"
                     ),
                     evidence={
                         "factor": round(sc["factor"], 4),
@@ -147,14 +183,54 @@ class Straggler:
                         "last_step": sc["last_step"],
                         # how old the windows behind the scores were (a rescoring spans ticks at scale)
                         "scores_age_s": round(now - as_of, 3) if as_of is not None else 0.0,
+                        **(c.evidence() if c is not None else {}),
                     },
                 )
             )
+        named = {f.ranks[0] for f in out}
+        out += [self._starved(now, view, c) for c in cont.starved() if c.rank not in named]
         return out + self._stalling(now, view, {f.ranks[0] for f in out})
 
+    def _starved(self, now: float, view: ClusterView, c: Contention) -> Finding:
+        """A rank whose host takes its CPU: its compute need not look slower (all
+        ranks' steps are equal where the hook sees no collective wait)."""
+        rv = view.ranks[c.rank]
+        return Finding(
+            kind=self.name,
+            ranks=(c.rank,),
+            hosts=(rv.host,),
+            detected_mono=now,
+            onset_mono=now,
+            reason=(
+                f"{who(rv)} {c.describe()}: other processes on its core or host take its CPU, and the job waits "
+                f"for it, up to {c.excess_s * 60:.0f} s a minute (run-queue wait, /proc schedstat)"
+            ),
+            evidence={**c.evidence(), "cpu_percent": rv.state.cpu_percent, "oncpu_share": rv.state.oncpu_share},
+        )
+
     def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
-        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already."""
-        return stalls.findings(self.name, self.stalls, now, view, self.cfg, False, named, _stall_reason)
+        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already;
+        rank 0's own stalls (its host leaving it its CPU) are the ``extra_work`` advisory's."""
+        found = self.stalling(self.name, now, view, named, _stall_reason)
+        cont = self.contention(view) if found else None
+        return [f for f in found if cont is None or not slowcause.lone_work(f.ranks[0], cont.get(f.ranks[0]))]
+
+    def stalling(
+        self, kind: str, now: float, view: ClusterView, named: set[int], reason: Callable[[Stalling, FoldedRank], str]
+    ) -> list[Finding]:
+        """Findings of ``kind`` for the ranks whose compute stalls now and then
+        (stalls.py), not ``named``, by more each stall than the scheduler's noise
+        (``slowcause.noise_floor_s``)."""
+        found = stalls.findings(kind, self.stalls, now, view, self.cfg, False, named, reason)
+        if not found:
+            return found
+        cont = self.contention(view)
+        return [
+            f
+            for f in found
+            if f.evidence["stall_excess_s"] / len(f.evidence["stall_steps"])
+            >= slowcause.noise_floor_s(cont.get(f.ranks[0]))
+        ]
 
 
 def _stall_reason(st: Stalling, rv: FoldedRank) -> str:
