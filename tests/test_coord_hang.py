@@ -92,6 +92,42 @@ def test_deadline_adapts_to_step_time():
     assert st.deadline_s == pytest.approx(20.0) and st.age_s == pytest.approx(15.05)
 
 
+def _with(history, step, step_s, phase="train", coll_s=0.02):
+    """``history`` with step ``step`` replaced."""
+    return tuple(replace(x, step_s=step_s, coll_s=coll_s, phase=phase) if x.step == step else x for x in history)
+
+
+def _paused(step_s, phase0, phase1="train", steps=(20, 40)):
+    """Rank 0 evaluates alone (6 s) at ``steps`` while rank 1 waits for it in the all-reduce."""
+    r0 = r1 = t.steps(1, 50, step_s=step_s)
+    for s in steps:
+        r0 = _with(r0, s, 6.0, phase0)
+        r1 = _with(r1, s, 6.0, phase1, coll_s=5.9)
+    return r0, r1
+
+
+@pytest.mark.parametrize(
+    ("name", "histories", "want"),
+    [
+        # an evaluation alone (the hook's automatic eval, or marked) at steps 20 and 40: rank 1's
+        # wait in those steps was the phase's; without it 6 s x 5 = 30 s
+        ("eval alone", _paused(0.1, "eval"), 5.0),
+        ("checkpoint alone", _paused(0.1, "checkpoint"), 5.0),
+        ("both in the pause", _paused(0.1, "eval", "eval"), 5.0),
+        # slow steps: the deadline is still theirs once the pauses are left out
+        ("slow steps, eval alone", _paused(2.0, "eval"), 10.0),
+        # unmarked 6 s stalls (nothing says they were a pause): they are steps, the deadline stretches
+        ("unmarked stalls", _paused(0.1, "train"), 30.0),
+    ],
+)
+def test_the_deadline_leaves_out_steps_a_rank_spent_in_a_pause(name, histories, want):
+    """After a rank-0-only evaluation the next hang is still named at the floor:
+    the peers' long wait in that step is the phase's, not a step time."""
+    states = [waiting(r, since=4.0, recent_steps=h) for r, h in enumerate(histories)]
+    st = hang_state(100.0, t.view(states, now=100.0), CFG)
+    assert st.deadline_s == pytest.approx(want, rel=0.02), name
+
+
 def test_leaked_outstanding_while_stepping_is_not_a_wait():
     # outstanding stuck at 1 since long ago, but steps keep completing.
     states = [
@@ -229,3 +265,31 @@ def test_waiters_another_rank_has_overtaken_are_stale_not_hung_and_nobody_is_nam
     hosts["host1"] = ([replace(s, step_age_s=8.0) for s in between(range(4, 8), 52)], now - 5)
     (f,) = CollectiveHang(CFG).check(now, behind_view(hosts, now, behind_s=5.0))
     assert f.ranks == (4, 5, 6, 7), f.reason
+
+
+def test_unpaused_step_time_read_again_only_where_histories_changed_is_the_plain_one():
+    """The cache of what was read (by identity) answers as reading every history would."""
+    import random
+
+    from watchdog.coordinator import stats
+    from watchdog.coordinator.detectors import collective_hang as ch
+
+    def plain(histories, step_s):
+        tails = [h[-100:] for h in histories]
+        paused = {x.step for tail in tails for x in tail if x.phase in ("eval", "checkpoint")}
+        if not paused:
+            return step_s
+        p99s = [stats.quantile(k, 0.99) for tail in tails if (k := [x.step_s for x in tail if x.step not in paused])]
+        return min(step_s, stats.median(p99s)) if p99s else step_s
+
+    rng = random.Random(7)
+    histories = [t.steps(1, 120, step_s=1.5) for _ in range(6)]
+    for _ in range(200):
+        i = rng.randrange(len(histories))
+        h = histories[i]
+        last = h[-1].step
+        phase = rng.choice(("train", "train", "train", "eval", "checkpoint"))
+        histories[i] = (*h[-119:], t.steps(last + 1, 1, step_s=rng.uniform(0.5, 8.0), phase=phase)[0])
+        if rng.random() < 0.1:
+            histories = histories[:-1] if len(histories) > 2 else [*histories, t.steps(1, 50, step_s=2.0)]
+        assert ch.unpaused_step_s(histories, 9.0) == plain(histories, 9.0)

@@ -188,7 +188,10 @@ def ref_deadline(view, alive, cfg):
     rvs = [view.ranks[r] for r in alive]
     sts = [rv.step_stats for rv in rvs]
     p99s = [st.p99_step_s for st in sts if st.history]
-    base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
+    step_s = stats.median(p99s)
+    if cfg.hang_step_multiple * step_s > cfg.hang_floor_s:
+        step_s = ch.unpaused_step_s([st.history for st in sts if st.history], step_s)
+    base = max(cfg.hang_floor_s, cfg.hang_step_multiple * step_s)
     base += view.behind_s
     phases = {rv.state.phase for rv in rvs}
     if not phases.isdisjoint(ch.SLOW_PHASES):

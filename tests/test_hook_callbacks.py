@@ -361,6 +361,24 @@ def test_under_zero_code_a_constructed_trainer_gets_the_callback_once(mon, tmp_p
     assert mon.errors == 0
 
 
+def test_under_zero_code_the_trainer_still_takes_its_settings_from_the_environment(mon, tmp_path, monkeypatch):
+    """Lightning fills the arguments a script leaves out from PL_TRAINER_* by reading
+    the Trainer's signature: the patched constructor must keep it, or a script run
+    with ``PL_TRAINER_DEVICES=2 PL_TRAINER_STRATEGY=ddp`` trains as one process per rank."""
+    import inspect
+
+    L = pytest.importorskip("lightning")
+    plain = inspect.signature(L.Trainer)
+    auto.enable(mon)
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
+    monkeypatch.setenv("PL_TRAINER_LIMIT_VAL_BATCHES", "3")
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    assert getattr(L.Trainer.__init__, "_watchdog_trainer", False)  # the patched constructor ran
+    assert inspect.signature(L.Trainer) == plain
+    assert (trainer.max_steps, trainer.limit_val_batches) == (7, 3)
+    assert mon.errors == 0
+
+
 def test_a_resumed_run_counts_in_the_jobs_own_steps(tmp_path, clock):
     pytest.importorskip("lightning")
     from watchdog.hook.hf import watch

@@ -196,6 +196,45 @@ def test_ranks_evaluating_together_open_the_phase_once_a_step(tmp_path):
         assert len(opened) == 1 and mon.recorder._phase == Phase.TRAIN and marks.current.seq == 3
 
 
+def test_a_second_evaluation_right_after_the_first_is_an_eval_phase_too(tmp_path):
+    """Fast steps: the first evaluation's phase closes a beat late, steps after it;
+    the next evaluation (in the step the beat saw) opens the phase again."""
+    clock = Clock()
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with installed(tmp_path, clock=clock, heartbeat_interval_s=3600, patch_collectives=False) as mon:
+        prog = mon.progress
+
+        def train_step():
+            model.train()
+            model(torch.ones(1, 4)).sum().backward()
+            with mon.collective("all_reduce"):
+                pass
+            opt.step()
+            clock.ns += S // 100
+            mon.step()
+
+        def evaluate():
+            clock.ns += 2 * S
+            prog.poll()  # armed
+            model.eval()
+            with torch.no_grad():
+                model(torch.ones(1, 4))
+            clock.ns += S // 2
+            prog.poll()
+            assert mon.recorder._phase == Phase.EVAL
+
+        train_step()
+        prog.poll()
+        evaluate()
+        for _ in range(8):  # back to training: eight steps and their all-reduces within one beat
+            train_step()
+        evaluate()  # the next evaluation, in the step the closing beat sees
+        opened = [r.step for r in records_of(read_monitor(mon), RecordKind.PHASE) if r.payload[0] == Phase.EVAL]
+        assert opened == [1, 9]
+        assert mon.errors == 0
+
+
 def test_an_explicit_phase_wins(tmp_path):
     clock = Clock()
     model = nn.Linear(4, 1)

@@ -208,6 +208,25 @@ def test_phase_at_step_end_is_in_the_step_record(mon):
     assert step_splits(read_monitor(mon))[0].phase == Phase.EVAL
 
 
+def test_a_step_that_had_a_pause_open_is_recorded_in_it(mon):
+    """A rank-0-only evaluation or save marked inside a step that then trains on: the
+    step's record says the pause (the others' wait in that step was for it); the next
+    step, and a step that only passed through another phase, say where they ended."""
+    with mon.phase("eval"), mon.phase("checkpoint"):
+        pass
+    mon.step()
+    mon.step()
+    with mon.phase("checkpoint"):
+        pass
+    with mon.phase("other"):
+        pass
+    mon.step()
+    with mon.phase("other"):
+        pass
+    mon.step()
+    assert [s.phase for s in step_splits(read_monitor(mon))] == [Phase.EVAL, Phase.TRAIN, Phase.CHECKPOINT, Phase.TRAIN]
+
+
 def test_phase_restored_when_the_block_raises(mon):
     with pytest.raises(KeyError), mon.phase("checkpoint"):
         raise KeyError("user error")

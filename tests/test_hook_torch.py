@@ -74,6 +74,44 @@ def test_group_already_joined_at_install(tmp_path):
         assert header(mon)[wire.H_PG_STATE] == PgState.JOINED
 
 
+def test_a_group_made_past_the_wrapper_is_seen_at_the_next_heartbeat(tmp_path):
+    """A framework holding init_process_group from before install (or its own path to
+    the default group): the wrapper never runs, the heartbeat sees the group; a
+    failed or destroyed group is never read as joined."""
+    plain = dist.init_process_group
+    with installed(tmp_path / "run", heartbeat_interval_s=3600) as mon:
+        assert dist.init_process_group is not plain
+        mon._poll_background()
+        assert header(mon)[wire.H_PG_STATE] == PgState.NONE
+        plain("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+        assert header(mon)[wire.H_PG_STATE] == PgState.NONE  # not seen by the wrapper
+        mon._poll_background()
+        assert header(mon)[wire.H_PG_STATE] == PgState.JOINED
+        dist.destroy_process_group()
+        mon._poll_background()
+        assert header(mon)[wire.H_PG_STATE] == PgState.DESTROYED
+        assert mon.errors == 0
+
+
+@pytest.mark.parametrize(
+    ("word", "initialized", "after"),
+    [
+        (PgState.NONE, True, PgState.JOINED),
+        (PgState.DESTROYED, True, PgState.JOINED),  # made again past the wrapper
+        (PgState.NONE, False, None),
+        (PgState.INITIALIZING, True, None),  # inside our wrapper: it says joined itself
+        (PgState.JOINED, True, None),
+    ],
+)
+def test_joined_poll_table(word, initialized, after):
+    from watchdog.hook.collectives import joined_poll
+
+    words = {wire.H_PG_STATE: int(word)}
+    said = []
+    joined_poll(lambda: initialized, words, said.append)()
+    assert said == ([] if after is None else [after])
+
+
 def test_patched_functions_keep_their_signature_and_are_restored(tmp_path):
     originals = {n: getattr(dist, n) for n in NAMES}
     with installed(tmp_path / "run", heartbeat_interval_s=3600):

@@ -221,7 +221,9 @@ R_STEP = 3
 R_A, R_B, R_C, R_D, R_E, R_F, R_G = 4, 5, 6, 7, 8, 9, 10
 R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # STEP_END payload: A step_ns, B data_ns, C coll_ns, D collectives in the step,
-#                   E last coll seq, F phase, G data waits in the step,
+#                   E last coll seq, F phase (the first checkpoint or eval
+#                   phase open during the step, else the phase at its end),
+#                   G data waits in the step,
 #                   H collective bytes in the step, I forward ns, J backward ns,
 #                   K optimizer ns, L host-to-device copy ns (H..L: 0 when not
 #                   measured; an older hook left them 0 too)

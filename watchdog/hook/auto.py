@@ -38,6 +38,7 @@ script running uninstrumented and says so once on stderr.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -388,6 +389,10 @@ def _trainers(mon: Any) -> None:
             return
         orig, attach = cls.__init__, globals()[TRAINERS[module.__name__]]
 
+        # The signature stays the Trainer's (``__wrapped__``): Lightning reads it to take
+        # the arguments a script leaves out from PL_TRAINER_* (``inspect.signature(cls)``);
+        # ``(*args, **kwargs)`` there made every such setting silently ignored.
+        @functools.wraps(orig)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             orig(self, *args, **kwargs)
             if not rec.quiet:

@@ -28,7 +28,7 @@ from typing import Any
 
 from watchdog.hook import initstore
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
-from watchdog.wire import H_SEQ, CollOp, PgState
+from watchdog.wire import H_PG_STATE, H_SEQ, CollOp, PgState
 
 log = logging.getLogger("watchdog.hook")
 
@@ -291,6 +291,25 @@ def patch(mon: Any) -> None:
     mon._undo.append(unpatch)
     if dist.is_initialized():
         rec.set_pg(PgState.JOINED)
+    watch = getattr(mon, "watch_pg", None)
+    if watch is not None:
+        watch(joined_poll(dist.is_initialized, mon.slot.words, rec.set_pg))
+
+
+def joined_poll(initialized: Callable[[], bool], words: Any, set_pg: Callable[[PgState], None]) -> Callable[[], None]:
+    """For the heartbeat: a default group that exists while the slot still says none
+    (or destroyed) was made by a call our wrapper never saw: a reference to
+    init_process_group taken before install, a framework's own path. The slot then
+    says joined, at the next beat: a word read per beat, and ``is_initialized()``
+    (a module attribute test) only while the slot says no group. Our wrapper's own
+    init says initializing first, so it never races this."""
+    idle = (int(PgState.NONE), int(PgState.DESTROYED))
+
+    def poll() -> None:
+        if words[H_PG_STATE] in idle and initialized():
+            set_pg(PgState.JOINED)
+
+    return poll
 
 
 def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callable:

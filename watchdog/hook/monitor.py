@@ -74,6 +74,7 @@ _QUIET = {
     "_poll_flight": nop,
     "_poll_completions": nop,
     "_poll_progress": nop,
+    "_poll_pg": nop,
 }
 
 
@@ -151,6 +152,8 @@ class Monitor:
         # no hook registered) unless use_progress() is called (install, by configuration).
         self.progress: progress.Progress | None = None
         self._poll_progress: Callable[[], object] = nop
+        # A process group made where the init wrapper could not see it (collectives.joined_poll)
+        self._poll_pg: Callable[[], object] = nop
         self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
 
     # -- public API ----------------------------------------------------------------
@@ -366,11 +369,16 @@ class Monitor:
         self.progress = source
         self._poll_progress = source.poll
 
+    def watch_pg(self, poll: Callable[[], object]) -> None:
+        """Run ``poll`` on every heartbeat (collectives.patch: the process group's join)."""
+        self._poll_pg = poll
+
     def _poll_background(self) -> None:
         self._poll_control()
         self._poll_flight()
         self._poll_completions()
         self._poll_progress()
+        self._poll_pg()
 
     # -- control (agent -> hook) -------------------------------------------------
 

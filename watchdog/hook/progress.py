@@ -260,7 +260,11 @@ class Progress:
                 slot.put(wire.P_AUTO_COUNT, self._auto_count)
                 slot.put(wire.P_AUTO_PHASE, _EVAL)
             elif action == CLOSE and rec._phase == _EVAL and len(stack) == 1:
-                if self._opened is not None and cur.coll != self._opened.coll:
+                # Closed on a collective within the step it opened in: ranks evaluating together.
+                # Steps that ended since say the rank went back to training (seen a beat late, when
+                # steps are fast): the step it is in now may be its next evaluation's.
+                opened = self._opened
+                if opened is not None and cur.coll != opened.coll and cur.steps == opened.steps:
                     self._joined_at_step = cur.steps
                 rec.phase_exit()
                 self._opened = None

@@ -101,6 +101,9 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # (mon.collective, the DDP comm hook). The two copies written out inline, the
 # loader's data-wait marks and the patched collectives, cannot be swapped: they
 # ask ``quiet`` (one slot read) instead.
+# Phases in which the job does no training: a step that had one open is recorded in it,
+# so the others' wait for this rank in that step reads as the pause's (coordinator/steps.py).
+_PAUSES = frozenset({int(Phase.CHECKPOINT), int(Phase.EVAL)})
 _QUIET_METHODS = (
     "step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg",
     "data_enter", "data_exit",
@@ -122,6 +125,7 @@ class Recorder:
         "_slot",
         "_status",
         "_step",
+        "_step_phase",
         "_step_start",
         "_tot_bytes",
         "_tot_coll",
@@ -171,6 +175,9 @@ class Recorder:
         self.split_on = False
         self._tot_split = [0, 0, 0, 0]
         self._phase = int(Phase.TRAIN)
+        # What the step record says the step was in: the phase at its end, or a pause
+        # (checkpoint, eval) open at any time during it (``phase_enter``/``phase_exit``)
+        self._step_phase = self._phase
         self._phase_stack: list[int] = []
         self.quiet = False  # read by the loader's data-wait marks (loader.py), which cannot be swapped
 
@@ -238,7 +245,7 @@ class Recorder:
                     head = slot._head  # SlotWriter.append:
                     pack_record(
                         w, slot._ring0 + (head % slot._cap) * REC_BYTES, head, _STEP_END, now, n,
-                        step_ns, data, coll, c.this_step_count, c.current.seq, self._phase, self._n_data,
+                        step_ns, data, coll, c.this_step_count, c.current.seq, self._step_phase, self._n_data,
                         nbytes, fwd, bwd, opt, h2d,
                     )  # fmt: skip
                     head += 1
@@ -249,6 +256,7 @@ class Recorder:
                     w[H_SEQ] = s  # bracket closes (SlotWriter.end)
                     slot._seq = s
                 self._step = n
+                self._step_phase = self._phase
                 self._step_start = now
                 self._tot_step = tot_step
                 self._tot_data = tot_data
@@ -357,6 +365,8 @@ class Recorder:
                 prev = self._phase
                 self._phase_stack.append(prev)
                 self._phase = phase
+                if self._step_phase not in _PAUSES:  # the step's first pause is what it was in
+                    self._step_phase = phase
                 words = ((H_PHASE, phase), (H_PHASE_SINCE_NS, now))
                 self._slot.write(words, (RecordKind.PHASE, now, self._step, phase, prev))
         except Exception as exc:
@@ -369,6 +379,8 @@ class Recorder:
                 left = self._phase
                 back = self._phase_stack.pop() if self._phase_stack else int(Phase.TRAIN)
                 self._phase = back
+                if self._step_phase not in _PAUSES:  # a pause in this step: its record says so
+                    self._step_phase = back
                 words = ((H_PHASE, back), (H_PHASE_SINCE_NS, now))
                 self._slot.write(words, (RecordKind.PHASE, now, self._step, back, left))
         except Exception as exc:

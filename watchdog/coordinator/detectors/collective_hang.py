@@ -4,7 +4,9 @@ Hang age is the longer of: how long ranks have waited in the collective most of
 them are in, and how long no live rank completed a step or a collective. It must
 pass an adaptive deadline, max(floor, multiple x p99 recent step time), plus an
 allowance while any rank is in a phase the hook marked as slow on purpose
-(checkpoint, eval) or in init / its first steps.
+(checkpoint, eval) or in init / its first steps. The p99 leaves out the steps
+some rank spent in such a phase (``unpaused_step_s``): the others' wait for
+it was the phase's, not a step's.
 
 The culprits are the ranks that have not entered the collective the others wait
 in (see ``health.analyze``): a rank stuck in its own code, in the data loader,
@@ -26,10 +28,10 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, ge
+from operator import and_, ge, is_not
 from typing import Any
 
 from .. import columns, stats
@@ -40,6 +42,8 @@ from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..silence import SLOW_PHASES
+from ..stephistory import Steps
+from ..steps import P99_SAMPLES, PAUSE_PHASES
 from ..view import ClusterView, FoldedRank
 from ..wedge import frozen_together
 
@@ -128,8 +132,11 @@ _JOINING = ("none", "initializing")
 def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float:
     """``alive[i]``: whether the rank in row ``i`` of the view's columns is live."""
     c = columns.of(view)
-    p99s = list(compress(c.p99_step_s, map(and_, alive, c.has_history)))
-    base = max(cfg.hang_floor_s, cfg.hang_step_multiple * stats.median(p99s))
+    kept = list(map(and_, alive, c.has_history))
+    step_s = stats.median(list(compress(c.p99_step_s, kept)))
+    if cfg.hang_step_multiple * step_s > cfg.hang_floor_s:  # the step time decides: was it a pause's?
+        step_s = unpaused_step_s(list(compress(c.step_history, kept)), step_s)
+    base = max(cfg.hang_floor_s, cfg.hang_step_multiple * step_s)
     base += view.behind_s  # a coordinator running late has not yet seen the progress queued for it
     phases = set(compress(c.phase, alive))
     if not phases.isdisjoint(SLOW_PHASES):
@@ -138,6 +145,78 @@ def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float
     if "init" in phases or any(map(ge, repeat(warmup), compress(c.steps_seen, alive))):  # any steps_seen <= warmup
         base += cfg.hang_warmup_allowance_s
     return base
+
+
+def unpaused_step_s(histories: Sequence[Steps], step_s: float) -> float:
+    """The median rank's p99 step time (``step_s``, over each rank's newest
+    ``P99_SAMPLES`` steps) without the steps in which some rank was in a pause
+    phase (checkpoint, eval: marked, or the hook's automatic eval). In such a
+    step the others waited for it, their step as long as its pause: kept, one
+    rank-0-only evaluation would stretch the deadline to ``hang_step_multiple``
+    times its length for the next hundred steps (a spin named after ~30 s, not
+    ~5). The pause itself has the phase allowance. Never longer than ``step_s``.
+    The caller asks only when the step time decides the deadline (its multiple
+    above the floor); only the histories that changed since the last call are
+    read again (``_LAST``)."""
+    pauses, p99_without = _LAST.read(histories)
+    found = [p for p in pauses if p]
+    if not found:
+        return step_s
+    p99s = [p for p in p99_without(frozenset().union(*found)) if p is not None]
+    return min(step_s, stats.median(p99s)) if p99s else step_s
+
+
+def _pauses(h: Steps) -> frozenset[int]:
+    return frozenset(x.step for x in h[-P99_SAMPLES:] if x.phase in PAUSE_PHASES)
+
+
+def _p99_without(h: Steps, paused: frozenset[int]) -> float | None:
+    kept = [x.step_s for x in h[-P99_SAMPLES:] if x.step not in paused]
+    return stats.quantile(kept, 0.99) if kept else None
+
+
+class _Last:
+    """What ``unpaused_step_s`` read of the histories of its last call: a rank's
+    history is a new object when it grows, so comparing identities (one C-level
+    pass) finds the few that changed since (reports come in once a second, ticks
+    more often); a pure function's cache, the same answers as reading them all."""
+
+    def __init__(self) -> None:
+        self.histories: list[Steps] = []
+        self.pauses: list[frozenset[int]] = []
+        self.paused: frozenset[int] = frozenset()
+        self.p99s: list[float | None] = []
+        self.p99s_of: list[Steps] = []
+
+    def _changed(self, histories: list[Steps], old: list[Steps]) -> list[int]:
+        if len(old) != len(histories):
+            return list(range(len(histories)))
+        return list(compress(range(len(histories)), map(is_not, histories, old)))
+
+    def read(self, histories: Sequence[Steps]) -> tuple[list[frozenset[int]], Callable[..., list[float | None]]]:
+        histories = list(histories)
+        changed = self._changed(histories, self.histories)
+        pauses = self.pauses if len(self.pauses) == len(histories) else [frozenset()] * len(histories)
+        pauses = list(pauses)
+        for i in changed:
+            pauses[i] = _pauses(histories[i])
+        self.histories, self.pauses = histories, pauses
+
+        def p99_without(paused: frozenset[int]) -> list[float | None]:
+            if paused != self.paused or len(self.p99s) != len(histories):
+                redo: Sequence[int] = range(len(histories))
+                self.p99s = [None] * len(histories)
+            else:
+                redo = self._changed(histories, self.p99s_of)
+            for i in redo:
+                self.p99s[i] = _p99_without(histories[i], paused)
+            self.paused, self.p99s_of = paused, histories
+            return self.p99s
+
+        return pauses, p99_without
+
+
+_LAST = _Last()
 
 
 class CollectiveHang:
