@@ -6,8 +6,9 @@ checkpoint while rank 1 waits in DDP's all-reduce; then it spins in Python
 (no forward, backward or step).
 
 One job, asserted in order: the evaluations get no finding (the coordinator's
-hang floor is 2 s here, so without the automatic eval phase each would be a
-``collective_hang [0]``); rank 0's slot shows the phase the hook opened by
+hang floor is 3 s here, so without the automatic eval phase each would be a
+``collective_hang [0]``; the phase opens ~1.5-2 s into an evaluation, which a
+2 s floor raced); rank 0's slot shows the phase the hook opened by
 itself at those steps, and its progress words the forwards; the spin right
 after the second is named ``collective_hang`` on rank 0 alone, a few seconds
 after it began (the phase closes after 2 s with nothing moving): the first
@@ -47,7 +48,7 @@ def test_an_unmarked_evaluation_alone_is_quiet_and_a_spin_after_it_is_named(tmp_
         ["--steps", "40", "--eval-every", "8", "--eval-s", "4", "--out-dir", str(tmp_path)],
         env={"RANK0_EVAL_FAULT": "spin@2"},
         script=SCRIPT,
-        coordinator_flags=("--hang.floor-seconds", "2"),
+        coordinator_flags=("--hang.floor-seconds", "3"),
     ).start()
     marker = tmp_path / "fault-once"
     try:
