@@ -11,6 +11,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
 from watchdog.coordinator.detectors.dead_rank import DeadRank
+from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.detectors.host_unobserved import HostUnobserved
 from watchdog.coordinator.testing import SimJob
 
@@ -69,6 +70,13 @@ CASES = [
         [(5,)],
     ),
     ("everyone inside, nobody missing: the wedged verdict's", [waiting(r) for r in range(8)], []),
+    # entered it and died or froze inside: dead_rank's (first death, then victims) and frozen_rank's
+    ("one rank died inside it, the rest wait", [waiting(r, alive=(r != 3)) for r in range(8)], []),
+    (
+        "one rank froze inside it, the rest wait",
+        [waiting(r, heartbeat_age_s=12.0 if r == 3 else 0.2) for r in range(8)],
+        [],
+    ),
     ("nobody in a collective, nobody progressing", [stuck(r) for r in range(8)], [tuple(range(8))]),
     ("all dead: dead_rank's business", [stuck(r, alive=False) for r in range(8)], []),
 ]
@@ -77,6 +85,15 @@ CASES = [
 @pytest.mark.parametrize("name,states,want", CASES, ids=[c[0] for c in CASES])
 def test_hang_table(name, states, want):
     assert [f.ranks for f in run(states)] == want
+
+
+def test_a_rank_that_died_or_froze_inside_the_collective_is_still_named_by_its_own_detector():
+    """Not a hang's culprit (the table above), but never unseen: the death is dead_rank's,
+    the freeze frozen_rank's, naming that rank alone."""
+    dead = t.view([waiting(r, alive=(r != 3)) for r in range(8)], now=100.0)
+    assert [(f.kind, f.ranks) for f in DeadRank(CFG).check(100.0, dead)] == [("dead_rank", (3,))]
+    frozen = t.view([waiting(r, heartbeat_age_s=12.0 if r == 3 else 0.2) for r in range(8)], now=100.0)
+    assert [(f.kind, f.ranks) for f in FrozenRank(CFG).check(100.0, frozen)] == [("frozen_rank", (3,))]
 
 
 def test_allowances_extend_not_cancel():

@@ -12,7 +12,8 @@ The culprits are the ranks that have not entered the collective the others wait
 in (see ``health.analyze``): a rank stuck in its own code, in the data loader,
 dead, frozen or exited early (uneven inputs). A dead or frozen culprit also gets
 its own dead_rank / frozen_rank finding; this one names the same rank and says
-how long the others have waited. When nobody is in a collective the hook sees,
+how long the others have waited. Ranks that entered it and failed or froze inside
+are not a hang's culprits: theirs are dead_rank's and frozen_rank's findings alone. When nobody is in a collective the hook sees,
 the ranks' Flight Recorders may show them in one issued from C++ (frblame.py):
 then the ranks behind it are named, or nobody while no reading made since the
 wait began proves who ("unproven"); on NCCL, the ranks whose collective was
@@ -266,11 +267,16 @@ class CollectiveHang:
             return [self._nobody(now, st, reason, evidence, tuple(sorted(b.waiters + b.unread)))]
         if not b.culprits:
             return []  # every rank inside one collective, none missing: the wedged verdict's (detectors/wedged.py)
+        if b.how == "failed_inside":
+            # They entered it and died or froze there: dead_rank's and frozen_rank's, which name
+            # the first and call the rest victims. Named here too, a launcher's restart half done
+            # (one node's new ranks up, the other's killed ranks not yet replaced) blamed the
+            # victims once the root death had been replaced (two torchrun nodes, test_e2e_exit_status).
+            return []
         rvs = [view.ranks[r] for r in b.culprits]
         verb = {
             "missing": "never entered",
             "behind": "has not caught up to",
-            "failed_inside": "failed inside",
             "mismatched": "called a different collective (op or size) than",
             "other_group": "is waiting elsewhere instead of in",
             "not_started": "entered on CPU, not started on GPU:",
