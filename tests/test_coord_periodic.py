@@ -49,6 +49,9 @@ def test_regular_intervals(steps, period):
         (occ(0, [2, 4, 6, 8, 10]), []),
         # random stalls on a rank (a noisy neighbour): no pattern
         (occ(1, [3, 17, 22, 41, 90]), []),
+        # a tiny checkpoint every 5 steps that costs the job nothing: not worth saying
+        (occ(0, [10, 15, 20, 25], cost=0.02, where="checkpoint"), []),
+        (occ(0, [10, 15, 20, 25], cost=0.1, where="checkpoint"), [(0, 5, 0.1, "checkpoint", 4)]),
     ],
 )
 def test_patterns(occurrences, want):

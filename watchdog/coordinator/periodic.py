@@ -22,6 +22,9 @@ from . import stats
 MIN_OCCURRENCES = 3  # the first one, and two more at the same interval
 TOLERANCE = 0.1  # of the period, at least one step: an interval counts as "the same"
 MIN_PERIOD = 4  # steps: a rank stalling more often than that is slow, not on a schedule
+# seconds one occurrence costs the job (median): a tiny model's torch.save every 5 steps
+# "held the job ~0.0 s" and was said, on a healthy run; under this it is a step's jitter
+MIN_COST_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ def regular(steps: Sequence[int], tolerance: float = TOLERANCE) -> int | None:
 
 def patterns(occurrences: Iterable[Occurrence], minimum: int = MIN_OCCURRENCES) -> list[Pattern]:
     """Per (rank, where): a pattern when every occurrence noted is on one regular
-    interval of at least ``MIN_PERIOD`` steps, ``minimum`` of them or more.
+    interval of at least ``MIN_PERIOD`` steps, ``minimum`` of them or more, each
+    costing the job ``MIN_COST_S`` or more (median).
     Strict on purpose: a rank slow at random steps (a noisy neighbour, a slow
     host) has stalls that now and then line up, and one off-schedule stall
     among them means it is not only a schedule. A schedule that changed says
@@ -79,11 +83,14 @@ def patterns(occurrences: Iterable[Occurrence], minimum: int = MIN_OCCURRENCES) 
         period = regular(steps) if len(steps) >= minimum else None
         if period is None or period < MIN_PERIOD:
             continue
+        cost_s = stats.median([costs[s] for s in steps])
+        if cost_s < MIN_COST_S:
+            continue
         out.append(
             Pattern(
                 rank=rank,
                 period=period,
-                cost_s=stats.median([costs[s] for s in steps]),
+                cost_s=cost_s,
                 where=where,
                 occurrences=len(steps),
                 first_step=steps[0],
