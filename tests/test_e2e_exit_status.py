@@ -101,11 +101,15 @@ def check_failures(recs: list[dict], expected: list[tuple[str, str]]) -> None:
     assert len(findings) == len(expected), [f["reason"] for f in findings]
     for f, (cause, exit_text) in zip(findings, expected):
         assert f["ranks"] == [1], f
-        assert f"died: {cause}" in f["reason"] and exit_text in f["reason"], f["reason"]
+        # Its own exit status, or its launcher's SIGTERM: a gloo rank takes seconds to tear down
+        # after its exception, and where rank 0 (failed on the closed connection) exits first,
+        # torchrun stops the group while rank 1 is still exiting. The cause is named either way.
+        exits = {exit_text: int(exit_text.split()[1]), "exit -15 (SIGTERM)": -15}
+        assert f"died: {cause}" in f["reason"] and any(e in f["reason"] for e in exits), f["reason"]
         assert "clean exit" not in f["reason"], f["reason"]
         pid = f["evidence"]["pids"]["1"]
         death = f["evidence"]["death"]["1"]
-        assert death["exit_code"] == int(exit_text.split()[1]), death
+        assert death["exit_code"] in exits.values(), death
         at = recs.index(f)
         # its death, with the cause, journaled before the new rank 1 and its first step
         died = next(
@@ -121,14 +125,18 @@ def check_failures(recs: list[dict], expected: list[tuple[str, str]]) -> None:
         )
         assert died < replaced and at < first_step, (died, at, replaced, first_step)
     # One restart per failure, the launcher's (torchrun tore the group down before the
-    # policy's grace ran out), journaled as such; the policy never restarts it again.
+    # policy's grace ran out), journaled as such; the policy never restarts it again: its
+    # action waits for the launcher's restart, or is held where that restart was seen first.
     actions = [r for r in recs if r["event"] == je.ACTION]
-    assert [a["kind"] for a in actions] == ["dead_rank"] * len(expected), actions
+    held = [r for r in recs if r["event"] == je.ACTION_HELD and "restarted by its launcher already" in r["reason"]]
+    assert [a["kind"] for a in actions + held] == ["dead_rank"] * len(expected), (actions, held)
     assert not [r for r in recs if r["event"] == je.RESTART]
     launcher = [r for r in recs if r["event"] == je.LAUNCHER_RESTART]
-    assert [r["action_id"] for r in launcher] == [a["action_id"] for a in actions], launcher
+    assert len(launcher) == len(expected), launcher
+    assert sorted(r["action_id"] for r in launcher if r.get("action_id")) == sorted(a["action_id"] for a in actions)
+    assert [r["by"] for r in launcher if not r.get("action_id")] == ["launcher"] * len(held), launcher
     outcomes = [r for r in recs if r["event"] == je.ACTION_OUTCOME]
-    assert [o["ok"] for o in outcomes] == [True] * len(expected), outcomes
+    assert [o["ok"] for o in outcomes] == [True] * len(actions), outcomes
     # The last attempt finished cleanly: no finding after its group resumed, both ranks exited.
     last_resumed = max(i for i, r in enumerate(recs) if r["event"] == je.RESUMED)
     assert not [r for r in recs[last_resumed:] if r["event"] == je.FINDING]
