@@ -314,15 +314,17 @@ def test_failures_in_a_hf_trainer_callback_and_an_accelerate_loop_are_named(tmp_
     )
 
 
-def test_a_sigterm_lightning_turns_into_a_clean_exit_is_named_with_the_callback(tmp_path):
+@pytest.mark.parametrize("callback", [[], ["--callback"]], ids=["zero-code", "explicit-callback"])
+def test_a_sigterm_lightning_turns_into_a_clean_exit_is_named(tmp_path, callback):
     """Every rank SIGTERMed at one step (a preemption): Lightning's loop raises
-    SIGTERMException, a SystemExit with status 0. With WatchdogCallback the ranks exit
-    143 and the first is named dead, with that cause; torchrun restarts once and the
-    job finishes. (Without the callback the exit is 0: not proven here.)"""
+    SIGTERMException, a SystemExit with status 0. With WatchdogCallback (the script's
+    own, or the one ``watchdog run`` adds to every Trainer the script makes) the
+    ranks exit 143 and the first is named dead, with that cause; torchrun restarts
+    once and the job finishes."""
     recs = run_job(
         tmp_path,
         FIXTURES / "lightning_loop.py",
-        ["--steps", "30", "--sigterm-step", "8", "--callback", "--root", str(tmp_path)],
+        ["--steps", "30", "--sigterm-step", "8", *callback, "--root", str(tmp_path)],
     )
     # The ranks shut down for seconds after the exception (under load): a wedge naming nobody,
     # or the rank still exiting, may be said first. The death is named, with its cause.
