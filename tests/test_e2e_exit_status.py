@@ -332,7 +332,9 @@ def test_a_sigterm_lightning_turns_into_a_clean_exit_is_named(tmp_path, callback
     dead = [f for f in found if f["kind"] == "dead_rank"]
     assert len(dead) == 1, [(f["kind"], f["reason"]) for f in found]
     f = dead[0]
-    assert "died: SIGTERMException at training_epoch_loop.py:" in f["reason"], f["reason"]
+    # Every rank got the signal at once: one named first ("died: <cause>"), or all named together
+    # when their deaths land within milliseconds ("ranks 0-1: <cause>"). The cause is said either way.
+    assert "SIGTERMException at training_epoch_loop.py:" in f["reason"], f["reason"]
     assert "exit 143" in f["reason"] and "clean exit" not in f["reason"], f["reason"]
     assert {d["exit_code"] for r, d in f["evidence"]["death"].items() if int(r) in f["ranks"]} == {143}, f
     launcher = [r for r in recs if r["event"] == je.LAUNCHER_RESTART]

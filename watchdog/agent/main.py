@@ -9,7 +9,6 @@ Import this module without torch: nothing here or below imports it.
 from __future__ import annotations
 
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ from watchdog.agent.slots import SlotTracker
 from watchdog.agent.stacks import StackDumper, find_py_spy
 from watchdog.commands import is_loopback
 from watchdog.flags import FlagError
+from watchdog.stopsignal import stop_on_signals
 
 
 class Agent:
@@ -217,10 +217,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     ProcessCollector(registry=agent.registry)
     stop = threading.Event()
 
-    def on_signal(signum: int, _frame) -> None:
-        log.info("signal", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop, lambda name: log.info("signal", signal=name))
     return agent.run(stop)

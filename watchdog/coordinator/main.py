@@ -5,7 +5,6 @@ until SIGTERM/SIGINT. Exit codes: 0 stopped by a signal, 1 could not start
 from __future__ import annotations
 
 import ipaddress
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from collections.abc import Sequence
 import prometheus_client
 
 from .. import flags, jobtoken, logs, webconfig
+from ..stopsignal import stop_on_signals
 from .config import FLAGS, Config, from_values, loggable
 
 SWITCH_INTERVAL_S = 0.02  # sys.setswitchinterval for the coordinator's process (main)
@@ -105,12 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     reason = ["stopped"]
 
-    def on_signal(signum, _frame) -> None:
-        reason[0] = signal.Signals(signum).name
-        stop.set()
+    def stopped_by(name: str) -> None:
+        reason[0] = name
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop, stopped_by)
     while not stop.wait(1.0):
         pass
     daemon.stop(reason[0])
