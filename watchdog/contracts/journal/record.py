@@ -45,8 +45,8 @@ def named(key: str, default: Any = None) -> Any:
 class Record:
     EVENT: ClassVar[str] = ""
 
-    t_wall: float = 0.0  # stamped by the journal when written
-    t_mono: float = 0.0
+    t_wall: float | None = None  # stamped by the journal when written; None: not (a line without one)
+    t_mono: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -64,7 +64,14 @@ class Record:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": self.event, "t_wall": self.t_wall, "t_mono": self.t_mono, **self.payload()}
+        stamps = {k: v for k, v in (("t_wall", self.t_wall), ("t_mono", self.t_mono)) if v is not None}
+        return {"event": self.event, **stamps, **self.payload()}
+
+    def has(self, key: str) -> bool:
+        """Whether the line holds field ``key`` (an optional field at its default: only if read so)."""
+        if key in self.extra:
+            return True
+        return any(k == key and not (omit and getattr(self, a) == d) for a, k, omit, d in _layout(type(self)))
 
     @classmethod
     def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
@@ -133,7 +140,7 @@ def _readers(cls: type[Record]) -> dict[str, tuple[str, Callable[[Any], bool], b
     if got is not None:
         return got
     hints = typing.get_type_hints(cls)
-    out = {"t_wall": ("t_wall", _check(float), False, 0.0), "t_mono": ("t_mono", _check(float), False, 0.0)}
+    out = {"t_wall": ("t_wall", _check(float), False, None), "t_mono": ("t_mono", _check(float), False, None)}
     for attr, key, omit, default in _layout(cls):
         out[key] = (attr, _check(hints[attr]), omit, default)
     _READERS[cls] = out
