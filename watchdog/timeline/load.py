@@ -1,7 +1,8 @@
 """Journal -> Timeline: one section per coordinator start and per worker restart.
 
-The journal is read with ``journal.read``, which skips a line torn by a kill
-mid-write. Sections: a ``start`` event opens one (the coordinator (re)started);
+The journal is read with ``reader.read``, which skips a line torn by a kill
+mid-write, and each record is parsed once into its typed record (an old line,
+or one of an event this version does not know, included: record.py). Sections: a ``start`` event opens one (the coordinator (re)started);
 so does a ``rank_restarted`` unless it belongs to a restart already under way
 (the other ranks of the same group restart within seconds). Evidence is given
 to the section whose process it describes (by pid), because a snapshot taken at
@@ -10,11 +11,24 @@ a restart can be journaled after the new processes were seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts.journal import Record, parse, reader
+from watchdog.contracts.journal import names as je
+from watchdog.contracts.journal.commands import (
+    CommandDoneRecord,
+    CommandExpiredRecord,
+    CommandRecord,
+    CommandRefusedRecord,
+    CommandUnknownAckRecord,
+    EvidenceRecord,
+)
+from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
+from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord, StopRecord
+from watchdog.contracts.journal.performance import VerdictRecord
+from watchdog.contracts.journal.ranks import HostBackRecord, HostLostRecord, RankRestartedRecord, StateRecord
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.evidence import SlotEvidence, StackDump
 
@@ -40,7 +54,7 @@ class _Raw:
 def load(path: str) -> Timeline:
     with open(path, "rb") as fh:
         nonblank = sum(1 for line in fh if line.strip())
-    records = journal.read(path)
+    records = reader.read(path)
     raws = _split(records)
     _follow_actions(raws)
     slots: list[list[tuple[dict, SlotEvidence]]] = [[] for _ in raws]
@@ -152,8 +166,8 @@ def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | 
     return raw
 
 
-def _t(rec: dict) -> float:
-    v = rec.get("t_wall")
+def _t(rec: dict | Record) -> float:
+    v = rec.t_wall if isinstance(rec, Record) else rec.get("t_wall")
     return float(v) if isinstance(v, (int, float)) else 0.0
 
 
@@ -181,87 +195,13 @@ def _owner(raws: list[_Raw], i: int, rank: int, pid: int) -> int:
 def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack]) -> Section:
     sec = raw.section
     view = known.KnownView()
-    for rec in raw.records:
-        if not any(pair in raw.older for pair in _pids(rec)):
-            view.add(rec)
-        ev = rec["event"]
-        if ev == je.START:
-            sec.job = rec.get("job") or sec.job
-            sec.world_size = int(rec.get("world_size") or sec.world_size)
-        elif ev == je.VERDICT:
-            sec.verdicts.append(rec)
-            sec.events.append(Event(_t(rec), "verdict", f"bottleneck: {rec.get('verdict')}", (), rec))
-        elif ev == je.GOODPUT:
-            sec.goodput = rec
-        elif ev == je.FINDING:
-            sec.findings.append(rec)
-            sec.events.append(
-                Event(_detected(rec), "finding", f"{rec.get('kind')} {_who(rec)}", tuple(rec.get("ranks") or ()), rec)
-            )
-        elif ev == je.RESOLVED:
-            sec.events.append(
-                Event(
-                    _t(rec), "resolved", f"resolved {rec.get('kind')} {_who(rec)}", tuple(rec.get("ranks") or ()), rec
-                )
-            )
-        elif actions.is_action(rec):
-            sec.actions.append(rec)
-            kind = "action" if ev in actions.DRAWN else "action_step"
-            sec.events.append(Event(_t(rec), kind, actions.label(rec), tuple(rec.get("ranks") or ()), rec))
-        elif ev in actions.COMMAND_EVENTS:  # evidence collection's own bookkeeping: listed, not drawn
-            sec.events.append(
-                Event(_t(rec), "evidence_request", actions.label(rec), tuple(rec.get("ranks") or ()), rec)
-            )
-            if ev in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
-                sec.notes.append(
-                    f"evidence request {rec.get('type')} to host {rec.get('host', '?')} "
-                    f"{ev.split('_')[1]}: {rec.get('reason') or rec.get('error') or 'no answer in time'}"
-                )
-        elif ev == je.EVIDENCE:
-            n_slots, n_stacks = len(rec.get("slots") or ()), len(rec.get("stacks") or ())
-            n_fr = len(rec.get("flight_recorder") or ())
-            what = (
-                " + ".join(
-                    x
-                    for x in (
-                        f"{n_slots} slot snapshots" if n_slots else "",
-                        f"{n_stacks} stacks" if n_stacks else "",
-                        f"{n_fr} Flight Recorder dumps" if n_fr else "",
-                    )
-                    if x
-                )
-                or "nothing"
-            )
-            sec.events.append(Event(_t(rec), "evidence", f"evidence from {rec.get('host', '?')}: {what}"))
-            if rec.get("ok") is False or rec.get("error"):
-                sec.notes.append(
-                    f"evidence from host {rec.get('host', '?')} incomplete: "
-                    f"{rec.get('error') or 'the agent reported failure'}"
-                )
-        elif ev in (je.HOST_LOST, je.HOST_BACK):
-            sec.events.append(Event(_t(rec), ev, f"{ev.replace('_', ' ')}: {rec.get('host')}"))
-        elif ev == je.RANK_RESTARTED:
-            sec.events.append(
-                Event(_t(rec), ev, f"rank {rec.get('rank')} restarted (pid {rec.get('pid')})", _ranks(rec.get("rank")))
-            )
-        elif ev == je.STATE and "job_state" in rec:  # the policy's job state machine, not a rank's
-            sec.events.append(
-                Event(
-                    _t(rec), "job_state", f"job {rec.get('from', '?')} -> {rec['job_state']} (on {rec.get('on', '?')})"
-                )
-            )
-        elif ev == je.RECOVERED:  # a coordinator restarted on this journal: what it carried on with
-            flight = rec.get("in_flight") if isinstance(rec.get("in_flight"), dict) else None
-            carried = f", {flight.get('action')} {flight.get('action_id')} carried on" if flight else ""
-            line = (
-                f"coordinator recovered its decisions from the journal: {rec.get('restarts_used', '?')} restarts "
-                f"used{carried}, {len(rec.get('open_findings') or ())} findings open"
-            )
-            sec.events.append(Event(_t(rec), "job_state", line))
-            sec.notes.append(line)
-        elif ev == je.STOP:
-            sec.stop = rec
-            sec.events.append(Event(_t(rec), "stop", f"coordinator stopped ({rec.get('reason', '?')})"))
+    for d in raw.records:
+        if not any(pair in raw.older for pair in _pids(d)):
+            view.add(d)
+        rec = parse(d)
+        reduce = SECTION_REDUCERS.get(rec.event)
+        if reduce is not None:
+            reduce(sec, rec, d)
     by_rank: dict[int, list[SlotEvidence]] = {}
     for _, s in slots:
         by_rank.setdefault(s.rank, []).append(s)
@@ -282,13 +222,130 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
     return sec
 
 
-def _detected(rec: dict) -> float:
-    v = rec.get("detected_wall")
-    return float(v) if isinstance(v, (int, float)) and v > 0 else _t(rec)
+Command = CommandRecord | CommandDoneRecord | CommandRefusedRecord | CommandExpiredRecord | CommandUnknownAckRecord
+
+# -- what each record adds to its section: (section, typed record, the record as read) ---------
 
 
-def _who(rec: dict) -> str:
-    ranks = rec.get("ranks") or ()
+def _start(sec: Section, rec: StartRecord, d: dict) -> None:
+    sec.job = rec.job or sec.job
+    sec.world_size = int(rec.world_size or sec.world_size)
+
+
+def _verdict(sec: Section, rec: VerdictRecord, d: dict) -> None:
+    sec.verdicts.append(d)
+    sec.events.append(Event(_t(rec), "verdict", f"bottleneck: {rec.verdict}", (), d))
+
+
+def _goodput(sec: Section, rec: Record, d: dict) -> None:
+    sec.goodput = d
+
+
+def _finding(sec: Section, rec: FindingRecord, d: dict) -> None:
+    sec.findings.append(d)
+    detected = rec.detected_wall if rec.detected_wall > 0 else _t(rec)
+    sec.events.append(Event(detected, "finding", f"{rec.kind} {_who(rec.ranks)}", tuple(rec.ranks), d))
+
+
+def _resolved(sec: Section, rec: ResolvedRecord, d: dict) -> None:
+    sec.events.append(Event(_t(rec), "resolved", f"resolved {rec.kind} {_who(rec.ranks)}", tuple(rec.ranks), d))
+
+
+def _action(sec: Section, rec: Record, d: dict) -> None:
+    sec.actions.append(d)
+    kind = "action" if rec.event in actions.DRAWN else "action_step"
+    sec.events.append(Event(_t(rec), kind, actions.label(d), tuple(getattr(rec, "ranks", None) or ()), d))
+
+
+def _command(sec: Section, rec: Command, d: dict) -> None:
+    if actions.is_action(d):  # a signal the policy's action sent
+        _action(sec, rec, d)
+        return
+    # evidence collection's own bookkeeping: listed, not drawn
+    sec.events.append(Event(_t(rec), "evidence_request", actions.label(d), tuple(getattr(rec, "ranks", None) or ()), d))
+    if rec.event in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
+        why = (rec.reason or rec.error) if isinstance(rec, CommandRefusedRecord) else None
+        sec.notes.append(
+            f"evidence request {rec.type} to host {rec.host if rec.has('host') else '?'} "
+            f"{rec.event.split('_')[1]}: {why or 'no answer in time'}"
+        )
+
+
+def _evidence(sec: Section, rec: EvidenceRecord, d: dict) -> None:
+    n_slots, n_stacks, n_fr = len(rec.slots or ()), len(rec.stacks or ()), len(rec.flight_recorder or ())
+    what = (
+        " + ".join(
+            x
+            for x in (
+                f"{n_slots} slot snapshots" if n_slots else "",
+                f"{n_stacks} stacks" if n_stacks else "",
+                f"{n_fr} Flight Recorder dumps" if n_fr else "",
+            )
+            if x
+        )
+        or "nothing"
+    )
+    host = rec.host if rec.has("host") else "?"
+    sec.events.append(Event(_t(rec), "evidence", f"evidence from {host}: {what}"))
+    if rec.ok is False or rec.error:
+        sec.notes.append(f"evidence from host {host} incomplete: {rec.error or 'the agent reported failure'}")
+
+
+def _host(sec: Section, rec: HostLostRecord | HostBackRecord, d: dict) -> None:
+    sec.events.append(Event(_t(rec), rec.event, f"{rec.event.replace('_', ' ')}: {rec.host}"))
+
+
+def _rank_restarted(sec: Section, rec: RankRestartedRecord, d: dict) -> None:
+    line = f"rank {rec.rank} restarted (pid {rec.pid})"
+    sec.events.append(Event(_t(rec), rec.event, line, _ranks(rec.rank)))
+
+
+def _state(sec: Section, rec: StateRecord, d: dict) -> None:
+    if rec.job_state is not None:  # the policy's job state machine, not a rank's
+        was = rec.from_state if rec.has("from") else "?"
+        on = rec.on if rec.has("on") else "?"
+        sec.events.append(Event(_t(rec), "job_state", f"job {was} -> {rec.job_state} (on {on})"))
+
+
+def _recovered(sec: Section, rec: RecoveredRecord, d: dict) -> None:
+    """A coordinator restarted on this journal: what it carried on with."""
+    flight = rec.in_flight
+    carried = f", {flight.get('action')} {flight.get('action_id')} carried on" if flight else ""
+    used = rec.restarts_used if rec.has("restarts_used") else "?"
+    line = (
+        f"coordinator recovered its decisions from the journal: {used} restarts "
+        f"used{carried}, {len(rec.open_findings)} findings open"
+    )
+    sec.events.append(Event(_t(rec), "job_state", line))
+    sec.notes.append(line)
+
+
+def _stop(sec: Section, rec: StopRecord, d: dict) -> None:
+    sec.stop = d
+    sec.events.append(Event(_t(rec), "stop", f"coordinator stopped ({rec.reason if rec.has('reason') else '?'})"))
+
+
+# Event -> what its record adds to the section; a record not listed adds nothing
+# (it may still feed the lanes, through the known view, or the stack sets).
+SECTION_REDUCERS: dict[str, Callable[[Section, Any, dict], None]] = {
+    je.START: _start,
+    je.VERDICT: _verdict,
+    je.GOODPUT: _goodput,
+    je.FINDING: _finding,
+    je.RESOLVED: _resolved,
+    **dict.fromkeys(actions.ACTION_EVENTS, _action),
+    **dict.fromkeys(actions.COMMAND_EVENTS, _command),
+    je.EVIDENCE: _evidence,
+    je.HOST_LOST: _host,
+    je.HOST_BACK: _host,
+    je.RANK_RESTARTED: _rank_restarted,
+    je.STATE: _state,
+    je.RECOVERED: _recovered,
+    je.STOP: _stop,
+}
+
+
+def _who(ranks: list) -> str:
     return ranks_phrase(ranks) if ranks else "(no culprit named)"
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import names
-from .record import Record
+from .record import Record, optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +18,7 @@ class StartRecord(Record):
     pid: int = 0
     address: str = ""
     job: str = ""
-    run_id: str | None = None  # None: a journal from before run ids
+    run_id: str | None = optional()  # absent: a journal from before run ids
     world_size: int = 0
     event_loop: str = ""
 
