@@ -53,7 +53,7 @@ from watchdog.contracts.journal.actions import (
 )
 from watchdog.contracts.journal.commands import StackGroupsRecord
 from watchdog.contracts.journal.findings import FindingRecord
-from watchdog.contracts.journal.lifecycle import StartRecord
+from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord
 
 from . import budget, fingerprint, tracker
 from . import journal_events as je
@@ -86,17 +86,19 @@ class Recovered:
         return self.records == 0 and not self.spent.launcher and self.count == 0
 
     def summary(self, now: float) -> dict[str, Any]:
+        """The ``recovered`` journal record's fields."""
+        return self.record(now).payload()
+
+    def record(self, now: float) -> RecoveredRecord:
         """The ``recovered`` journal record."""
-        return {
-            "records": self.records,
-            "job_state": self.job.state.value,
-            "restarts_used": len(self.job.restarts),
-            "restarts_last_hour": sum(1 for t in self.job.restarts if now - t < 3600.0),
-            "last_action_s_ago": round(now - self.job.last_action_at, 3)
-            if self.job.last_action_at is not None
-            else None,
-            "next_action_id": f"a-{self.count + 1}",
-            "in_flight": (
+        return RecoveredRecord(
+            records=self.records,
+            job_state=self.job.state.value,
+            restarts_used=len(self.job.restarts),
+            restarts_last_hour=sum(1 for t in self.job.restarts if now - t < 3600.0),
+            last_action_s_ago=round(now - self.job.last_action_at, 3) if self.job.last_action_at is not None else None,
+            next_action_id=f"a-{self.count + 1}",
+            in_flight=(
                 {
                     "action_id": self.op.id,
                     "action": self.op.action,
@@ -108,9 +110,9 @@ class Recovered:
                 if self.op is not None
                 else None
             ),
-            "interrupted": [o["action_id"] for o in self.interrupted],
-            "open_findings": [{"kind": k, "ranks": list(r)} for k, r in self.active],
-        }
+            interrupted=[o["action_id"] for o in self.interrupted],
+            open_findings=[{"kind": k, "ranks": list(r)} for k, r in self.active],
+        )
 
 
 def _num(value: Any) -> float | None:

@@ -28,7 +28,7 @@ class ActionRecord(Record):
     kind: str | None = optional()
     ranks: list[Any] | None = optional()
     hosts: list[Any] | None = optional()
-    dry_run: bool = optional(False)
+    dry_run: bool = False
     job_state: str | None = optional()
     escalated_from: str | None = optional()
     fingerprint: dict[str, Any] | None = optional()
@@ -50,7 +50,13 @@ class ActionProgressRecord(_Brief):
     EVENT = names.ACTION_PROGRESS
     phase: str | None = optional()
     signal: str | None = optional()
+    waiting_s: float | None = optional()
+    step: int | None = optional()
+    before_step: int | None = optional()
     workers: list[Any] | None = optional()
+    launchers: list[Any] | None = optional()
+    hosts: list[Any] | None = optional()
+    error: str | None = optional()
     idents: list[Any] | None = optional()  # [rank, pid, start time, host] of each process signalled
     reached_step: int | None = optional()
 
@@ -136,8 +142,13 @@ class RepeatFailureRecord(Record):
     kind: str | None = optional()
     ranks: list[Any] | None = optional()
     hosts: list[Any] | None = optional()
-    dry_run: bool = optional(False)
+    dry_run: bool = False
     fingerprint: dict[str, Any] | None = optional()
+    action: str | None = optional()  # the escalation (repeats.py): the action it calls for, and why
+    rule: str | None = optional()
+    reason: str | None = optional()
+    occurrences: int | None = optional()
+    earlier: list[Any] | None = optional()
 
 
 RECORDS: tuple[type[Record], ...] = (
