@@ -121,6 +121,7 @@ def test_old_and_odd_journals_still_replay_and_load(tmp_path):
     lines = [LINES[e] for e in names.ALL]
     lines += [
         b'{"event":"from_the_future","t_wall":1796431012.0,"anything":[1,2]}',
+        b'{"event":["not","a","name"],"t_wall":1796431012.5}',
         b'{"event":"finding","t_wall":1796431013.0,"kind":["not","a","string"],"ranks":"x","new":1}',
         b'{"event":"action_outcome","t_wall":1796431014.0,"action_id":5,"ok":"yes"}',
         b'{"event":"resolved","t_wall":1796431015.0,"kin',

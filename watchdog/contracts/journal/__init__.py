@@ -31,7 +31,8 @@ assert sorted(RECORDS) == sorted(names.ALL), "one record class per event name"
 
 def parse(d: Mapping[str, Any]) -> Record:
     """The typed record of one journal object; never raises on what a line holds."""
-    return RECORDS.get(d.get("event"), Unknown).from_dict(d)  # type: ignore[arg-type]
+    name = d.get("event")
+    return (RECORDS.get(name, Unknown) if isinstance(name, str) else Unknown).from_dict(d)
 
 
 __all__ = ["RECORDS", "Record", "Unknown", "parse"]

@@ -75,18 +75,24 @@ class Record:
 
     @classmethod
     def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
-        kw: dict[str, Any] = {}
+        values, factories = _defaults(cls)
+        values = dict(values)
+        for attr, factory in factories:
+            values[attr] = factory()
         extra: dict[str, Any] = {}
         fields = _readers(cls)
         for key, value in d.items():
-            if key in ("event", "mac"):
-                continue
             known = fields.get(key)
             if known is not None and known[1](value) and not (known[2] and value == known[3]):
-                kw[known[0]] = value
-            else:  # unknown, of the wrong type, or an optional field written at its default: kept as read
-                extra[key] = value
-        return cls(**kw, extra=extra)
+                values[known[0]] = value
+            elif key not in _NOT_FIELDS:  # unknown, of the wrong type, or an optional field written at its default
+                extra[key] = value  # kept as read
+        values["extra"] = extra
+        # Filled in place of the frozen dataclass's __init__ (one setattr per field): a
+        # coordinator restarted on a journal of millions of lines parses each one it replays.
+        rec = object.__new__(cls)
+        rec.__dict__.update(values)
+        return rec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +123,25 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default
 
 
+_NOT_FIELDS = frozenset({"event", "mac"})
 _LAYOUTS: dict[type, tuple[tuple[str, str, bool, Any], ...]] = {}
+_DEFAULTS: dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]] = {}
+
+
+def _defaults(cls: type[Record]) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """Every field's default: (plain defaults, (attribute, factory) for the rest)."""
+    got = _DEFAULTS.get(cls)
+    if got is None:
+        plain = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        made = tuple(
+            (f.name, f.default_factory)
+            for f in dataclasses.fields(cls)
+            if f.default_factory is not dataclasses.MISSING and f.name != "extra"
+        )
+        got = _DEFAULTS[cls] = (plain, made)
+    return got
+
+
 _READERS: dict[type, dict[str, tuple[str, Callable[[Any], bool], bool, Any]]] = {}
 
 
@@ -149,22 +173,23 @@ def _readers(cls: type[Record]) -> dict[str, tuple[str, Callable[[Any], bool], b
 
 def _check(tp: Any) -> Callable[[Any], bool]:
     """Whether a JSON value fits annotation ``tp`` (elements of containers are not checked:
-    the readers check what they use, as they always did)."""
+    the readers check what they use, as they always did). A bool is not a number here."""
     if tp is Any:
         return lambda v: True
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        checks = [_check(a) for a in typing.get_args(tp)]
-        return lambda v: any(c(v) for c in checks)
-    if tp is type(None):
-        return lambda v: v is None
-    base = origin or tp
+    allowed = _types(tp)
+    if bool in allowed or int not in allowed:
+        return lambda v: isinstance(v, allowed)
+    return lambda v: isinstance(v, allowed) and v.__class__ is not bool
+
+
+def _types(tp: Any) -> tuple[type, ...]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return tuple(t for a in typing.get_args(tp) for t in _types(a))
+    base = typing.get_origin(tp) or tp
     if base is float:
-        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    if base is int:
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+        return (int, float)
     if base in (list, tuple):
-        return lambda v: isinstance(v, list)
+        return (list,)
     if base in (dict, Mapping):
-        return lambda v: isinstance(v, dict)
-    return lambda v: isinstance(v, base)
+        return (dict,)
+    return (base,)
