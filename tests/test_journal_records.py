@@ -13,6 +13,7 @@ import pytest
 from watchdog.contracts import journal as cj
 from watchdog.contracts.journal import line as journal_line
 from watchdog.contracts.journal import names
+from watchdog.contracts.journal.commands import CommandDoneRecord, EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
 from watchdog.coordinator import journal, policy, recover
 from watchdog.coordinator.finding import Finding
@@ -160,10 +161,18 @@ def test_records_built_by_writers_are_the_lines_main_writes(tmp_path):
     new.write(FindingRecord.from_dict(f.to_dict()))
     old.write(names.RESOLVED, resolved)
     new.write(ResolvedRecord(**resolved))
-    for event in (names.START, names.STOP, names.HOST_LOST, names.VERDICT, names.RECOVERED, names.LAUNCHER_EXITED):
+    written = (names.START, names.STOP, names.HOST_LOST, names.VERDICT, names.RECOVERED, names.LAUNCHER_EXITED)
+    for event in (*written, *names.COMMAND_EVENTS, names.EVIDENCE):
         payload = {k: v for k, v in json.loads(LINES[event]).items() if k not in ("event", "t_wall", "t_mono")}
         old.write(event, payload)
         new.write(cj.RECORDS[event](**payload))
+    # The dispatch's answers: "late" only when late, after the trigger; no Flight Recorder, no field.
+    done = {k: v for k, v in json.loads(LINES[names.COMMAND_DONE]).items() if k not in ("event", "t_wall", "t_mono")}
+    head = {k: done[k] for k in ("command_id", "type", "host", "trigger")}
+    old.write(names.COMMAND_DONE, {**head, "late": True, "ok": True, "error": ""})
+    new.write(CommandDoneRecord(**head, late=True, ok=True, error=""))
+    old.write(names.EVIDENCE, {**head, "ok": True, "error": "", "stacks": [], "slots": []})
+    new.write(EvidenceRecord(**head, late=False, ok=True, error="", stacks=[], slots=[], flight_recorder=None))
     old.close()
     new.close()
     assert (tmp_path / "new.jsonl").read_bytes() == (tmp_path / "old.jsonl").read_bytes()

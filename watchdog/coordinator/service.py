@@ -585,9 +585,10 @@ class Coordinator:
             while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self._stack_summary[next(iter(self._stack_summary))]
 
-    def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def _command_events(self, events: list[Record]) -> None:
         """Journal, log and count what the dispatch reported."""
-        for name, payload in events:
+        for rec in events:
+            name, payload = rec.event, rec.payload()
             self.control.note(name, payload)
             self.stacks.note(name, payload)
             kind = payload.get("type", "")
@@ -609,7 +610,7 @@ class Coordinator:
                 if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)
                 else self.log.info
             )(name, **brief)
-            self._record(name, payload)
+            self._record(rec)
 
     # -- status ----------------------------------------------------------------
 
