@@ -29,20 +29,18 @@ _KEY = "key"
 
 
 def optional(default: Any = None, *, key: str = "") -> Any:
-    """A field written only when it is not ``default`` (``key``: its name in the line)."""
+    """A field written only when it is not ``default`` (``key``: its name in the line).
+    A field a writer writes as ``null`` is not one of these: it would be left out."""
     meta = {_OMIT: True, **({_KEY: key} if key else {})}
     if isinstance(default, (list, dict)):
         return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def named(key: str, default: Any = None) -> Any:
-    """A field whose name in the line is not a Python name (``from``)."""
-    return field(default=default, metadata={_KEY: key})
-
-
 @dataclass(frozen=True, kw_only=True)
 class Record:
+    """A journal record of event ``EVENT``: its stamps, its fields, and what it held besides."""
+
     EVENT: ClassVar[str] = ""
 
     t_wall: float | None = None  # stamped by the journal when written; None: not (a line without one)
