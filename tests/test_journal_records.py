@@ -13,6 +13,7 @@ import pytest
 from watchdog.contracts import journal as cj
 from watchdog.contracts.journal import line as journal_line
 from watchdog.contracts.journal import names
+from watchdog.contracts.journal.actions import LauncherRestartRecord, ResumedRecord
 from watchdog.contracts.journal.commands import CommandDoneRecord, EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
 from watchdog.coordinator import journal, policy, recover
@@ -161,11 +162,29 @@ def test_records_built_by_writers_are_the_lines_main_writes(tmp_path):
     new.write(FindingRecord.from_dict(f.to_dict()))
     old.write(names.RESOLVED, resolved)
     new.write(ResolvedRecord(**resolved))
-    written = (names.START, names.STOP, names.HOST_LOST, names.VERDICT, names.RECOVERED, names.LAUNCHER_EXITED)
+    written = (
+        names.START,
+        names.STOP,
+        names.HOST_LOST,
+        names.VERDICT,
+        names.RECOVERED,
+        names.LAUNCHER_EXITED,
+        names.STACKS_CAPPED,
+    )
     for event in (*written, *names.COMMAND_EVENTS, names.EVIDENCE):
         payload = {k: v for k, v in json.loads(LINES[event]).items() if k not in ("event", "t_wall", "t_mono")}
         old.write(event, payload)
         new.write(cj.RECORDS[event](**payload))
+    # A restart the launcher made on its own, and its resume (with and without the steps it cost).
+    old.write(names.LAUNCHER_RESTART, {"restart": 1, "by": "launcher", "seen_s": 0.5})
+    new.write(LauncherRestartRecord(restart=1, by="launcher", seen_s=0.5))
+    for lost in ({}, {"steps_lost": 3}):
+        old.write(names.RESUMED, {"restart": 1, "by": "launcher", "step": 20, "world_size": 4, "seconds": 6.0, **lost})
+        new.write(
+            ResumedRecord(
+                restart=1, by="launcher", step=20, world_size=4, seconds=6.0, steps_lost=lost.get("steps_lost")
+            )
+        )
     # The dispatch's answers: "late" only when late, after the trigger; no Flight Recorder, no field.
     done = {k: v for k, v in json.loads(LINES[names.COMMAND_DONE]).items() if k not in ("event", "t_wall", "t_mono")}
     head = {k: done[k] for k in ("command_id", "type", "host", "trigger")}

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..contracts.journal import Record
+from ..contracts.journal.actions import LauncherRestartRecord
 from ..contracts.journal.findings import ExpectedFindingRecord, FindingRecord, ResolvedRecord
 from ..contracts.journal.lifecycle import CoordinatorStalledRecord
 from ..contracts.journal.performance import VerdictRecord
@@ -482,8 +483,8 @@ class Coordinator:
             reqs, left = evidence_plan.plan_capped(f, view, max_stacks_per_host=cap, context=context)
             if left:
                 rec = stack_plan.capped_record(f, left, cap)
-                self.log.warning(je.STACKS_CAPPED, **rec)
-                self._record(je.STACKS_CAPPED, rec)
+                self.log.warning(je.STACKS_CAPPED, **rec.payload())
+                self._record(rec)
             if reqs:
                 self._collected[f.key] = now
                 for part in evidence_plan.context_of(f.kind) & context:
@@ -513,7 +514,7 @@ class Coordinator:
             self.log.warning("restart_budget_spent", by="launcher", restarts_used=used)
             # Journaled as the launcher's, with no action of ours (an alert-only policy sees it too):
             # the post-mortem tells a restart torchrun made by itself from one the monitor made.
-            self._record(je.LAUNCHER_RESTART, {"restart": used, "by": "launcher", "seen_s": round(now - at, 3)})
+            self._record(LauncherRestartRecord(restart=used, by="launcher", seen_s=round(now - at, 3)))
             self._relaunch = relaunch.follow(self._relaunch, used, i, at, spent)
         self._launcher_resumed(view, now, spent)
         try:
@@ -549,10 +550,10 @@ class Coordinator:
         if rec is None:
             return
         self._relaunch = None
-        self.log.info(je.RESUMED, **rec)
-        self._record(je.RESUMED, rec)
-        if "steps_lost" in rec:
-            self.metrics.steps_lost.inc(rec["steps_lost"])
+        self.log.info(je.RESUMED, **rec.payload())
+        self._record(rec)
+        if rec.steps_lost is not None:
+            self.metrics.steps_lost.inc(rec.steps_lost)
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups
