@@ -129,9 +129,9 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
     d = Dispatch(TOKEN, CFG, new_id=ids())
     d.request([REQ], now=0.0)
     assert d.outgoing("job", "other-host", 5e8, 1.0, 0.0) == ([], [])
-    [cmd], [(name, ev)] = d.outgoing("job", "h", agent_wall=5e8, interval_s=1.0, now=0.0)
+    [cmd], [sent] = d.outgoing("job", "h", agent_wall=5e8, interval_s=1.0, now=0.0)
     assert commands.verify(cmd, TOKEN, "job", "h", 5e8 + 1, set()) == (True, "")
-    assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and name == je.COMMAND and ev["attempt"] == 1
+    assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and sent.event == je.COMMAND and sent.attempt == 1
     assert d.outgoing("job", "h", 5e8, 1.0, 1.0)[0] == []  # too early to re-send
     [again], _ = d.outgoing("job", "h", 5e8, 1.0, 3.5)  # the reply was lost
     assert again["id"] != cmd["id"] and again["args"] == cmd["args"]
@@ -143,8 +143,8 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
         "stacks": [StackDump(host="h", rank=0, pid=1, ok=True, text="main (x.py:1)").to_dict()],
         "slots": [],
     }
-    [(name, ev)] = d.acked("h", [ack], 4.0)
-    assert name == je.EVIDENCE and ev["command_id"] == cmd["id"] and ev["stacks"][0]["text"] == "main (x.py:1)"
+    [ev] = d.acked("h", [ack], 4.0)
+    assert ev.event == je.EVIDENCE and ev.command_id == cmd["id"] and ev.stacks[0]["text"] == "main (x.py:1)"
     assert d.acked("h", [{**ack, "id": again["id"]}], 5.0) == []  # the second attempt's answer: ignored
     assert d.pending() == [] and d.outgoing("job", "h", 5e8, 1.0, 10.0)[0] == []
 
@@ -155,15 +155,15 @@ def test_running_ack_stops_resends_until_the_result_or_give_up():
     [cmd], _ = d.outgoing("job", "h", 0.0, 1.0, 0.0)
     assert d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "running": True}], 1.0) == []
     assert d.outgoing("job", "h", 0.0, 1.0, 30.0)[0] == []
-    [(name, ev)] = d.expire(60.0, lambda host: 1.0)
-    assert name == je.COMMAND_EXPIRED and ev["ids"] == [cmd["id"]] and ev["acknowledged"] is True
+    [ex] = d.expire(60.0, lambda host: 1.0)
+    assert ex.event == je.COMMAND_EXPIRED and ex.ids == [cmd["id"]] and ex.acknowledged is True
     # A result after we gave up is still evidence, marked late.
-    [(name, ev)] = d.acked(
+    [ev] = d.acked(
         "h",
         [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out", "stacks": [], "slots": []}],
         61.0,
     )
-    assert name == je.EVIDENCE and ev["late"] is True and ev["ok"] is False and "timed out" in ev["error"]
+    assert ev.event == je.EVIDENCE and ev.late is True and ev.ok is False and "timed out" in ev.error
 
 
 def test_refusal_unknown_ack_and_malformed_evidence():
@@ -201,11 +201,10 @@ def test_refusal_unknown_ack_and_malformed_evidence():
         ],
         1.0,
     )
-    names = [n for n, _ in events]
-    assert names == [je.COMMAND_REFUSED, je.EVIDENCE, je.COMMAND_UNKNOWN_ACK]
-    assert events[0][1]["reason"] == "expired"
-    assert [s["rank"] for s in events[1][1]["slots"]] == [0] and "2 malformed" in events[1][1]["error"]
-    assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0][0] == je.COMMAND_UNKNOWN_ACK
+    assert [e.event for e in events] == [je.COMMAND_REFUSED, je.EVIDENCE, je.COMMAND_UNKNOWN_ACK]
+    assert events[0].reason == "expired"
+    assert [s["rank"] for s in events[1].slots] == [0] and "2 malformed" in events[1].error
+    assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0].event == je.COMMAND_UNKNOWN_ACK
 
 
 # -- the coordinator with fake agents ----------------------------------------------------

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from watchdog.coordinator import journal_line as jl
+from watchdog.contracts.journal import line as jl
 
 pytestmark = pytest.mark.skipif(jl.orjson is None, reason="orjson not installed")
 

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from watchdog.coordinator import journal, journal_line, recover
+from watchdog.contracts.journal import line as journal_line
+from watchdog.coordinator import journal, recover
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal, JournalRefused

@@ -14,6 +14,7 @@ import time
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs, webconfig
+from ..contracts.journal.lifecycle import ConfigRecord, StartRecord, StopRecord
 from . import journal_events as je
 from . import journallock
 from .config import Config, loggable
@@ -93,17 +94,16 @@ class Daemon:
 
     def start(self) -> Daemon:
         self.journal.write(
-            je.START,
-            {
-                "pid": os.getpid(),
-                "address": self.address,
-                "job": self.cfg.job,
-                "run_id": self.cfg.run_id,
-                "world_size": self.cfg.world_size,
-                "event_loop": self.server.event_loop,
-            },
+            StartRecord(
+                pid=os.getpid(),
+                address=self.address,
+                job=self.cfg.job,
+                run_id=self.cfg.run_id,
+                world_size=self.cfg.world_size,
+                event_loop=self.server.event_loop,
+            )
         )
-        self.journal.write(je.CONFIG, {"config": loggable(self.cfg)})
+        self.journal.write(ConfigRecord(config=loggable(self.cfg)))
         # Before the first report or tick: a restarted coordinator carries on the job's decisions.
         self.coordinator.recover(time.monotonic(), time.time())
         self._threads = [
@@ -186,7 +186,7 @@ class Daemon:
             self.journal.write(je.GOODPUT, self.coordinator.goodput_record(final=True))
         except Exception as exc:  # the stop record matters more
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
-        self.journal.write(je.STOP, {"reason": reason, "active_findings": active})
+        self.journal.write(StopRecord(reason=reason, active_findings=active))
         self.journal.close()
         journallock.release(self._lock_fd)
         self.log.info("stopped", reason=reason)

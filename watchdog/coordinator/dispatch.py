@@ -22,13 +22,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import commands
+from watchdog.contracts.journal import Record
+from watchdog.contracts.journal.commands import (
+    CommandDoneRecord,
+    CommandExpiredRecord,
+    CommandRecord,
+    CommandRefusedRecord,
+    CommandUnknownAckRecord,
+    EvidenceRecord,
+)
 from watchdog.evidence import FlightRecorderDump, SlotEvidence, StackDump
 
-from . import journal_events as je
 from . import triggers
 from .evidence_plan import CommandRequest
 
-Event = tuple[str, dict[str, Any]]
+Event = Record  # what the dispatch journals: commands sent, their answers, the ones given up on
 SEND, WAIT, GIVE_UP = "send", "wait", "give_up"
 OUTCOMES = ("sent", "done", "failed", "refused", "expired")
 MAX_UNKNOWN_ACK_EVENTS = 4  # per report; the rest are one line with their count
@@ -130,19 +138,16 @@ class Dispatch:
                 self._by_id[cmd["id"]] = p
                 out.append(cmd)
                 events.append(
-                    (
-                        je.COMMAND,
-                        {
-                            "id": cmd["id"],
-                            "type": cmd["type"],
-                            "host": host,
-                            "ranks": p.req.ranks,
-                            "trigger": p.trigger,
-                            "attempt": len(p.ids),
-                            "signed": bool(cmd["sig"]),
-                            "expires_wall": cmd["expires_wall"],
-                            **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {}),
-                        },
+                    CommandRecord(
+                        id=cmd["id"],
+                        type=cmd["type"],
+                        host=host,
+                        ranks=p.req.ranks,
+                        trigger=p.trigger,
+                        attempt=len(p.ids),
+                        signed=bool(cmd["sig"]),
+                        expires_wall=cmd["expires_wall"],
+                        **({"target": cmd["target"], "args": cmd["args"]} if p.req.target else {}),
                     )
                 )
         return out, events
@@ -160,10 +165,7 @@ class Dispatch:
                     unknown += 1
                     if unknown <= MAX_UNKNOWN_ACK_EVENTS:
                         events.append(
-                            (
-                                je.COMMAND_UNKNOWN_ACK,
-                                {"host": host, "id": str(cid)[:80], "type": str(a.get("type"))[:40]},
-                            )
+                            CommandUnknownAckRecord(host=host, id=str(cid)[:80], type=str(a.get("type"))[:40])
                         )
                     continue
                 if p.state == "done":
@@ -175,38 +177,25 @@ class Dispatch:
                 self._finish(p, "done", now)
                 events.append(self._outcome(p, str(cid), host, a, late))
         if unknown > MAX_UNKNOWN_ACK_EVENTS:  # added field: how many more were left out of the journal
-            events.append(
-                (je.COMMAND_UNKNOWN_ACK, {"host": host, "id": "", "type": "", "more": unknown - MAX_UNKNOWN_ACK_EVENTS})
-            )
+            events.append(CommandUnknownAckRecord(host=host, id="", type="", more=unknown - MAX_UNKNOWN_ACK_EVENTS))
         return events
 
     def _outcome(self, p: Pending, cid: str, host: str, a: dict, late: bool) -> Event:
-        base: dict[str, Any] = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.trigger}
-        if late:
-            base["late"] = True
+        base: dict[str, Any] = {"command_id": cid, "type": p.req.type, "host": host, "trigger": p.trigger, "late": late}
         error = str(a.get("error") or "")[:2000]
         if isinstance(a.get("refused"), str) and a["refused"]:
-            return (je.COMMAND_REFUSED, {**base, "reason": a["refused"][:40], "error": error})
+            return CommandRefusedRecord(**base, reason=a["refused"][:40], error=error)
         ok = a.get("ok") is True
         if p.req.type not in commands.EVIDENCE:
-            return (je.COMMAND_DONE, {**base, "ok": ok, "error": error})
+            return CommandDoneRecord(**base, ok=ok, error=error)
         stacks, bad = _parse(a.get("stacks"), StackDump)
         slots, bad2 = _parse(a.get("slots"), SlotEvidence)
         fr, bad3 = _parse(a.get("flight_recorder"), FlightRecorderDump)
         if bad or bad2 or bad3:
             error = (error + "; " if error else "") + f"{bad + bad2 + bad3} malformed entries dropped"
         bound = _bound(a.get("bound"))
-        return (
-            je.EVIDENCE,
-            {
-                **base,
-                "ok": ok,
-                "error": error,
-                "stacks": stacks,
-                "slots": slots,
-                **({"flight_recorder": fr} if fr else {}),
-                **({"bound": bound} if bound else {}),
-            },
+        return EvidenceRecord(
+            **base, ok=ok, error=error, stacks=stacks, slots=slots, flight_recorder=fr or None, bound=bound or None
         )
 
     def _finish(self, p: Pending, state: str, now: float) -> None:
@@ -225,17 +214,14 @@ class Dispatch:
                 if decide(p, now, interval_of(p.req.host), self.cfg) == GIVE_UP:
                     self._finish(p, "expired", now)
                     events.append(
-                        (
-                            je.COMMAND_EXPIRED,
-                            {
-                                "type": p.req.type,
-                                "host": p.req.host,
-                                "ids": p.ids,
-                                "ranks": p.req.ranks,
-                                "trigger": p.trigger,
-                                "acknowledged": p.running,
-                                "waited_s": round(now - p.created, 3),
-                            },
+                        CommandExpiredRecord(
+                            type=p.req.type,
+                            host=p.req.host,
+                            ids=p.ids,
+                            ranks=p.req.ranks,
+                            trigger=p.trigger,
+                            acknowledged=p.running,
+                            waited_s=round(now - p.created, 3),
                         )
                     )
             stale = [i for i, p in self._by_id.items() if p.state != "pending" and now - p.ended > self.cfg.keep_s]

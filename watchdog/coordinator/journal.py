@@ -48,8 +48,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from watchdog.contracts.journal import line as journal_line
+from watchdog.contracts.journal.lifecycle import JournalGapRecord
+from watchdog.contracts.journal.reader import iter_records, read
+from watchdog.contracts.journal.record import Record
+
 from . import journal_events as je
-from . import journal_line
+
+__all__ = ["DURABLE", "Journal", "JournalRefused", "ShortWrite", "iter_records", "read"]
 
 JOURNAL_MODE = 0o600
 # Fsync'd: what paged someone, and what a restarted coordinator rebuilds its decisions
@@ -195,22 +201,27 @@ class Journal:
         self._torn = False
         self._good_end += len(data)
 
-    def write(self, event: str, payload: dict[str, Any] | None = None, *, durable: bool | None = None) -> dict:
+    def write(self, event: str | Record, payload: dict[str, Any] | None = None, *, durable: bool | None = None) -> dict:
+        """Appends ``event``: a typed record (its ``t_wall``/``t_mono`` stamped here), or an
+        event name and its payload."""
+        if isinstance(event, Record):
+            name, payload = event.event, event.payload()
+        else:
+            name = event
         wall, mono = self._clock()
-        record = {"event": event, "t_wall": round(wall, 6), "t_mono": round(mono, 6), **(payload or {})}
+        record = {"event": name, "t_wall": round(wall, 6), "t_mono": round(mono, 6), **(payload or {})}
         line = self._signed(journal_line.line(record))
         with self._lock:
             if self._fh.closed:
                 return record
             if self.lost:
-                gap = {
-                    "event": je.JOURNAL_GAP,
-                    "t_wall": round(wall, 6),
-                    "t_mono": round(mono, 6),
-                    "lost_records": self.lost,
-                    "since_wall": round(self._lost_since_wall, 6),
-                    "error": self._first_error,
-                }
+                gap = JournalGapRecord(
+                    t_wall=round(wall, 6),
+                    t_mono=round(mono, 6),
+                    lost_records=self.lost,
+                    since_wall=round(self._lost_since_wall, 6),
+                    error=self._first_error,
+                ).to_dict()
                 try:
                     self._append(self._signed(json.dumps(gap, separators=(",", ":")).encode() + b"\n"), fsync=True)
                 except OSError as exc:
@@ -218,7 +229,7 @@ class Journal:
                     raise
                 self.lost = 0
             try:
-                self._append(line, fsync=(event in DURABLE) if durable is None else durable)
+                self._append(line, fsync=(name in DURABLE) if durable is None else durable)
             except OSError as exc:
                 self._lose(wall, exc)
                 raise
@@ -238,34 +249,3 @@ class Journal:
             if not self._fh.closed:
                 os.fsync(self._fh.fileno())
                 self._fh.close()
-
-
-def iter_records(path: str, key: str = "", ignored: list[int] | None = None) -> Iterator[dict]:
-    """The records, in order; a line torn by a kill is skipped. With ``key`` (the job
-    token) a line whose MAC is wrong, and an unsigned line after the first signed one,
-    are skipped too, their line numbers appended to ``ignored``."""
-    k = key.encode()
-    signed_seen = False
-    with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            if k:
-                ok = journal_line.verify(raw, k)
-                if ok is False or (ok is None and signed_seen):
-                    if ignored is not None:
-                        ignored.append(n)
-                    continue
-                signed_seen = signed_seen or bool(ok)
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue  # torn by a kill mid-write
-            if isinstance(obj, dict) and "event" in obj:
-                obj.pop("mac", None)
-                yield obj
-
-
-def read(path: str, key: str = "") -> list[dict]:
-    """All intact records, in order; torn lines skipped (and with ``key``, untrusted ones)."""
-    return list(iter_records(path, key))

@@ -40,9 +40,20 @@ decides afresh (its own restart budget, not the last run's ``failed``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from watchdog.contracts.journal import parse
+from watchdog.contracts.journal.actions import (
+    ActionProgressRecord,
+    ActionRecord,
+    LauncherRestartRecord,
+    RestartRecord,
+)
+from watchdog.contracts.journal.commands import StackGroupsRecord
+from watchdog.contracts.journal.findings import FindingRecord
+from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord
 
 from . import budget, fingerprint, tracker
 from . import journal_events as je
@@ -51,23 +62,12 @@ from .actions import restart
 from .actions.common import Operation
 from .finding import Finding
 
+Progress = ActionProgressRecord | LauncherRestartRecord  # an action's first signals, or the launcher's restart
+Restarted = RestartRecord | LauncherRestartRecord
+
 # The actions rebuilt mid-flight: each goes through restart.py's ``term`` -> ``resume``
 # phases or abort's. Any other action found in flight is closed as interrupted.
 RECOVERABLE = frozenset({"abort", "restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart"})
-# The records a decision is rebuilt from; a journal with none of them is a fresh start.
-DECISIONS = frozenset(
-    {
-        je.ACTION,
-        je.ACTION_PROGRESS,
-        je.RESTART,
-        je.LAUNCHER_RESTART,
-        je.ACTION_OUTCOME,
-        je.STATE,
-        je.FINDING,
-        je.EXPECTED_FINDING,
-        je.RESOLVED,
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -86,17 +86,19 @@ class Recovered:
         return self.records == 0 and not self.spent.launcher and self.count == 0
 
     def summary(self, now: float) -> dict[str, Any]:
+        """The ``recovered`` journal record's fields."""
+        return self.record(now).payload()
+
+    def record(self, now: float) -> RecoveredRecord:
         """The ``recovered`` journal record."""
-        return {
-            "records": self.records,
-            "job_state": self.job.state.value,
-            "restarts_used": len(self.job.restarts),
-            "restarts_last_hour": sum(1 for t in self.job.restarts if now - t < 3600.0),
-            "last_action_s_ago": round(now - self.job.last_action_at, 3)
-            if self.job.last_action_at is not None
-            else None,
-            "next_action_id": f"a-{self.count + 1}",
-            "in_flight": (
+        return RecoveredRecord(
+            records=self.records,
+            job_state=self.job.state.value,
+            restarts_used=len(self.job.restarts),
+            restarts_last_hour=sum(1 for t in self.job.restarts if now - t < 3600.0),
+            last_action_s_ago=round(now - self.job.last_action_at, 3) if self.job.last_action_at is not None else None,
+            next_action_id=f"a-{self.count + 1}",
+            in_flight=(
                 {
                     "action_id": self.op.id,
                     "action": self.op.action,
@@ -108,31 +110,34 @@ class Recovered:
                 if self.op is not None
                 else None
             ),
-            "interrupted": [o["action_id"] for o in self.interrupted],
-            "open_findings": [{"kind": k, "ranks": list(r)} for k, r in self.active],
-        }
+            interrupted=[o["action_id"] for o in self.interrupted],
+            open_findings=[{"kind": k, "ranks": list(r)} for k, r in self.active],
+        )
 
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _finding(rec: dict[str, Any], mono: Any) -> Finding | None:
-    evidence = rec.get("evidence")
+def _finding(rec: FindingRecord, mono: Callable[[Any], float]) -> Finding | None:
+    onset = rec.onset_wall or rec.t_wall
+    detected = rec.detected_wall or rec.t_wall
+    if rec.kind is None or onset is None or detected is None:
+        return None
     try:
         return Finding(
-            kind=str(rec["kind"]),
-            ranks=tuple(int(r) for r in rec.get("ranks") or ()),
-            hosts=tuple(str(h) for h in rec.get("hosts") or ()),
-            reason=str(rec.get("reason", "")),
-            onset_mono=mono(rec.get("onset_wall") or rec["t_wall"]),
-            detected_mono=mono(rec.get("detected_wall") or rec["t_wall"]),
-            evidence=evidence if isinstance(evidence, dict) else {},
-            wants_stacks=tuple(int(r) for r in rec.get("wants_stacks") or ()),
-            onset_wall=float(rec.get("onset_wall") or rec["t_wall"]),
-            detected_wall=float(rec.get("detected_wall") or rec["t_wall"]),
+            kind=rec.kind,
+            ranks=tuple(int(r) for r in rec.ranks),
+            hosts=tuple(str(h) for h in rec.hosts),
+            reason=rec.reason,
+            onset_mono=mono(onset),
+            detected_mono=mono(detected),
+            evidence=rec.evidence,
+            wants_stacks=tuple(int(r) for r in rec.wants_stacks),
+            onset_wall=float(onset),
+            detected_wall=float(detected),
         )
-    except (KeyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return None
 
 
@@ -152,96 +157,157 @@ def _idents(raw: Any) -> tuple[tuple, tuple]:
     return tuple(workers), tuple(launchers)
 
 
+@dataclass
+class _Replay:
+    """What the records read so far imply; the reducers below move it on."""
+
+    now: float
+    wall: float
+    n: int = 0
+    state: P.JobState = P.JobState.RUNNING
+    restarts: list[float] = field(default_factory=list)
+    last_action: float | None = None
+    count: int = 0
+    actions: dict[str, ActionRecord] = field(default_factory=dict)  # id -> its action record, while open
+    progress: dict[str, Progress] = field(default_factory=dict)  # id -> its first action_progress with idents
+    restarted: dict[str, Restarted] = field(default_factory=dict)  # id -> its restart record
+    opened: dict[tracker.Key, FindingRecord] = field(default_factory=dict)
+    control: P.JobControl = field(default_factory=P.JobControl)  # what restarts were spent on (repeats.py)
+    spent: budget.Spent = field(default_factory=budget.Spent)  # and the launcher's own restarts
+
+    def mono(self, t_wall: Any) -> float:
+        t = _num(t_wall)
+        return self.now - (self.wall - t) if t is not None else self.now
+
+    def numbered(self, aid: str) -> None:
+        num = aid.partition("-")[2]
+        self.count = max(self.count, int(num)) if num.isdigit() else self.count
+
+
+def _action(r: _Replay, rec: Any) -> None:
+    aid = rec.action_id
+    if aid is None:
+        return
+    r.numbered(aid)
+    r.last_action = r.mono(rec.t_wall)
+    if rec.dry_run:
+        return
+    if rec.restart is not None and rec.action in P.RESTARTING_ACTIONS:
+        r.restarts.append(r.last_action)
+        fp = fingerprint.from_dict(rec.fingerprint)
+        if fp is not None:
+            r.control = r.control.remember(fp)
+    r.actions[aid] = rec
+
+
+def _progress(r: _Replay, rec: Any) -> None:
+    if rec.action_id in r.actions and rec.has("idents"):
+        r.progress.setdefault(rec.action_id, rec)
+
+
+def _restart(r: _Replay, rec: Any) -> None:
+    if rec.action_id in r.actions:
+        r.restarted[rec.action_id] = rec
+
+
+def _launcher_restart(r: _Replay, rec: Any) -> None:
+    if rec.action_id in r.actions:  # the launcher restarted the group: the processes it names, then the resume
+        r.progress.setdefault(rec.action_id, rec)
+        r.restarted[rec.action_id] = rec
+
+
+def _outcome(r: _Replay, rec: Any) -> None:
+    if rec.action_id is not None:
+        r.actions.pop(rec.action_id, None)
+        r.last_action = r.mono(rec.t_wall)
+
+
+def _state(r: _Replay, rec: Any) -> None:
+    if rec.of_job:
+        try:
+            r.state = P.JobState(rec.job_state)
+        except ValueError:
+            pass
+
+
+def _opened(r: _Replay, rec: Any) -> None:
+    if rec.kind is not None:
+        r.opened[(rec.kind, tuple(rec.ranks))] = rec
+
+
+def _resolved(r: _Replay, rec: Any) -> None:
+    if rec.kind is not None:
+        r.opened.pop((rec.kind, tuple(rec.ranks)), None)
+
+
+# The records a decision is rebuilt from, and how each moves the replay on; a
+# journal with none of them is a fresh start.
+REDUCERS: dict[str, Callable[[_Replay, Any], None]] = {
+    je.ACTION: _action,
+    je.ACTION_PROGRESS: _progress,
+    je.RESTART: _restart,
+    je.LAUNCHER_RESTART: _launcher_restart,
+    je.ACTION_OUTCOME: _outcome,
+    je.STATE: _state,
+    je.FINDING: _opened,
+    je.EXPECTED_FINDING: _opened,
+    je.RESOLVED: _resolved,
+}
+DECISIONS = frozenset(REDUCERS)
+_READ = DECISIONS | {je.START, je.STACK_GROUPS}  # the records replay parses
+
+
 def replay(
     records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy, run_id: str = ""
 ) -> Recovered:
     """The control state the journal's records imply, at (``now``, ``wall``). Pure.
     ``run_id``: only the segments whose ``start`` record names this run count (empty: all)."""
-
-    def mono(t_wall: Any) -> float:
-        t = _num(t_wall)
-        return now - (wall - t) if t is not None else now
-
+    r = _Replay(now=now, wall=wall)
     ours = same_job = True
-    n = 0
-    state = P.JobState.RUNNING
-    restarts: list[float] = []
-    last_action: float | None = None
-    count = 0
-    actions: dict[str, dict[str, Any]] = {}  # id -> its action record, while open
-    progress: dict[str, dict[str, Any]] = {}  # id -> its first action_progress with idents
-    restarted: dict[str, dict[str, Any]] = {}  # id -> its restart record
-    opened: dict[tracker.Key, dict[str, Any]] = {}
-    control = P.JobControl()  # its fingerprint history: what restarts were spent on (repeats.py)
-    spent = budget.Spent()  # and the launcher's own restarts: the budget is the job's
-    for rec in records:
-        event = rec.get("event")
-        if event == je.START:
-            same_job = not job or not rec.get("job") or rec.get("job") == job
-            ours = same_job and (not run_id or rec.get("run_id") == run_id)
+    for raw in records:
+        event = raw.get("event")
+        if (
+            not isinstance(event, str) or event not in _READ
+        ):  # a record only the budget folds: not parsed (journals run to millions of lines)
+            if ours:
+                r.spent = budget.fold(r.spent, str(event), raw, r.mono(raw.get("t_wall")))
             continue
-        aid = rec.get("action_id")
-        if same_job and not ours and event == je.ACTION and isinstance(aid, str):
-            num = aid.partition("-")[2]  # another run's: its ids stay unique in the journal all the same
-            count = max(count, int(num)) if num.isdigit() else count
-        if ours and event == je.STACK_GROUPS and isinstance(rec.get("trigger"), dict):
-            # the culprit's frames, arrived after the action: they complete its fingerprint
-            trig = rec["trigger"]
-            ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
-            frames = fingerprint.culprit_frames(rec)
-            if frames and isinstance(trig.get("kind"), str):
-                control = control.complete(trig["kind"], ranks, frames)
+        rec = parse(raw)
+        if isinstance(rec, StartRecord):
+            same_job = not job or not rec.job or rec.job == job
+            ours = same_job and (not run_id or rec.run_id == run_id)
+            continue
+        if same_job and not ours and isinstance(rec, ActionRecord) and rec.action_id is not None:
+            r.numbered(rec.action_id)  # another run's: its ids stay unique in the journal all the same
+        if ours and isinstance(rec, StackGroupsRecord):
+            if rec.trigger is not None:  # the culprit's frames, arrived after the action: they complete its fingerprint
+                ranks = tuple(x for x in rec.trigger.get("ranks") or () if isinstance(x, int))
+                frames = fingerprint.culprit_frames(raw)
+                if frames and isinstance(rec.trigger.get("kind"), str):
+                    r.control = r.control.complete(rec.trigger["kind"], ranks, frames)
             continue
         if ours:
-            spent = budget.fold(spent, str(event), rec, mono(rec.get("t_wall")))
-        if not ours or event not in DECISIONS:
-            continue
-        n += 1
-        aid = rec.get("action_id")
-        if event == je.ACTION and isinstance(aid, str):
-            num = aid.partition("-")[2]
-            count = max(count, int(num)) if num.isdigit() else count
-            if rec.get("dry_run"):
-                last_action = mono(rec.get("t_wall"))
-                continue
-            last_action = mono(rec.get("t_wall"))
-            if isinstance(rec.get("restart"), int) and rec.get("action") in P.RESTARTING_ACTIONS:
-                restarts.append(last_action)
-                fp = fingerprint.from_dict(rec.get("fingerprint"))
-                if fp is not None:
-                    control = control.remember(fp)
-            actions[aid] = rec
-        elif event == je.ACTION_PROGRESS and isinstance(aid, str) and aid in actions and "idents" in rec:
-            progress.setdefault(aid, rec)
-        elif event == je.RESTART and isinstance(aid, str) and aid in actions:
-            restarted[aid] = rec
-        elif event == je.LAUNCHER_RESTART and isinstance(aid, str) and aid in actions:
-            # the launcher restarted the group: the processes it names, then the resume
-            progress.setdefault(aid, rec)
-            restarted[aid] = rec
-        elif event == je.ACTION_OUTCOME and isinstance(aid, str):
-            actions.pop(aid, None)
-            last_action = mono(rec.get("t_wall"))
-        elif event == je.STATE and "job_state" in rec and "rank" not in rec:
-            try:
-                state = P.JobState(rec["job_state"])
-            except ValueError:
-                pass
-        elif event in (je.FINDING, je.EXPECTED_FINDING) and isinstance(rec.get("kind"), str):
-            opened[(rec["kind"], tuple(rec.get("ranks") or ()))] = rec
-        elif event == je.RESOLVED and isinstance(rec.get("kind"), str):
-            opened.pop((rec["kind"], tuple(rec.get("ranks") or ())), None)
+            r.spent = budget.fold(r.spent, rec.event, raw, r.mono(rec.t_wall))
+        reduce = REDUCERS.get(event)
+        if ours and reduce is not None:
+            r.n += 1
+            reduce(r, rec)
+    return _recovered(r, pol)
+
+
+def _recovered(r: _Replay, pol: P.Policy) -> Recovered:
+    now, state = r.now, r.state
     active = {}
-    for key, rec in opened.items():
-        f = _finding(rec, mono)
+    for key, opened in r.opened.items():
+        f = _finding(opened, r.mono)
         if f is not None:
             active[key] = tracker.Active(first=f, latest=f, last_seen=now)
     op, again, interrupted = None, False, []
     # At most one action is ever in flight; older open ones (a coordinator killed
     # twice) were superseded by the one after them.
-    for i, (aid, rec) in enumerate(sorted(actions.items(), key=lambda kv: kv[1].get("t_wall", 0))):
-        last = i == len(actions) - 1
-        built = _operation(aid, rec, progress.get(aid), restarted.get(aid), mono, now, pol)
+    for i, (aid, rec) in enumerate(sorted(r.actions.items(), key=lambda kv: kv[1].t_wall or 0)):
+        last = i == len(r.actions) - 1
+        built = _operation(aid, rec, r.progress.get(aid), r.restarted.get(aid), r.mono, now, pol)
         if last and built is not None and state is not P.JobState.FAILED:
             op, again = built
             state = P.JobState.ABORTING if op.action == "abort" else P.JobState.RESTARTING
@@ -249,13 +315,13 @@ def replay(
         interrupted.append(
             {
                 "action_id": aid,
-                "action": rec.get("action"),
-                "kind": rec.get("kind"),
-                "ranks": rec.get("ranks") or [],
+                "action": rec.action,
+                "kind": rec.kind,
+                "ranks": rec.ranks or [],
                 "ok": False,
                 "result": (
                     "interrupted: the coordinator restarted before this action stopped anything; nothing was done"
-                    if rec.get("action") in RECOVERABLE and aid not in progress
+                    if rec.action in RECOVERABLE and aid not in r.progress
                     else "interrupted: the coordinator restarted and cannot carry this action on"
                 )
                 + " (a restart stays counted)",
@@ -264,51 +330,50 @@ def replay(
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
         state = P.JobState.DEGRADED if active else P.JobState.RUNNING
     job_control = replace(
-        control,
+        r.control,
         state=state,
-        restarts=tuple(sorted(restarts + list(spent.launcher))),
-        by_launcher=len(spent.launcher),
-        last_action_at=last_action,
+        restarts=tuple(sorted(r.restarts + list(r.spent.launcher))),
+        by_launcher=len(r.spent.launcher),
+        last_action_at=r.last_action,
     )
     return Recovered(
         job=job_control,
-        count=count,
+        count=r.count,
         op=op,
         restart_op=again,
         interrupted=tuple(interrupted),
         active=active,
-        records=n,
-        spent=spent,
+        records=r.n,
+        spent=r.spent,
     )
 
 
 def _operation(
     aid: str,
-    rec: dict[str, Any],
-    prog: dict[str, Any] | None,
-    restart_rec: dict[str, Any] | None,
-    mono: Any,
+    rec: ActionRecord,
+    prog: Progress | None,
+    restart_rec: Restarted | None,
+    mono: Callable[[Any], float],
     now: float,
     pol: P.Policy,
 ) -> tuple[Operation, bool] | None:
     """(operation, start it again) for an action still in flight, or None: nothing
     to carry on (a restart that had not stopped anything yet)."""
-    action = rec.get("action")
+    action = rec.action
     if action not in RECOVERABLE:
         return None
-    finding = _finding({**rec, "reason": rec.get("reason", "")}, mono)
+    as_found = FindingRecord(kind=rec.kind, ranks=rec.ranks or [], hosts=rec.hosts or [], t_wall=rec.t_wall)
+    finding = _finding(replace(as_found, reason=rec.reason or ""), mono)
     if finding is None:
         return None
-    started = mono(rec.get("t_wall"))
-    restart_n = rec["restart"] if isinstance(rec.get("restart"), int) else 0
     op = Operation(
         id=aid,
         action=str(action),
-        reason=str(rec.get("reason", "")),
+        reason=rec.reason or "",
         finding=finding,
-        started=started,
+        started=mono(rec.t_wall),
         grace_s=pol.abort_grace_s,
-        restart_n=restart_n,
+        restart_n=rec.restart or 0,
         phase_at=now,
         extra={"timeout_s": pol.checkpoint_timeout_s, "resume_timeout_s": pol.resume_timeout_s, "recovered": True},
     )
@@ -316,14 +381,15 @@ def _operation(
         if action == "abort":  # decided, nothing sent: take the stacks and stop the job as it is now
             return op, True
         return None
-    workers, launchers = _idents(prog.get("idents"))
-    if isinstance(prog.get("reached_step"), int):  # the steps its resume will have cost (restart.steps_lost)
-        op = replace(op, extra={**op.extra, restart.REACHED: prog["reached_step"]})
+    workers, launchers = _idents(prog.idents)
+    progress = prog if isinstance(prog, ActionProgressRecord) else None
+    if progress is not None and progress.reached_step is not None:  # the steps its resume will have cost
+        op = replace(op, extra={**op.extra, restart.REACHED: progress.reached_step})  # (restart.steps_lost)
     if restart_rec is not None:
-        if restart_rec.get("event") == je.LAUNCHER_RESTART:
+        if isinstance(restart_rec, LauncherRestartRecord):
             op = replace(op, extra={**op.extra, "by": "launcher"})
-        return op.at("resume", mono(restart_rec.get("t_wall")), workers=workers, launchers=launchers), False
-    if prog.get("phase") == "launcher":  # waiting for the launcher to stop the rest: wait again
+        return op.at("resume", mono(restart_rec.t_wall), workers=workers, launchers=launchers), False
+    if progress is not None and progress.phase == "launcher":  # waiting for the launcher to stop the rest: wait again
         return op.at("launcher", now, workers=workers, launchers=launchers), False
     # Signals were sent: send them again after a grace period, to those processes only.
     return op.at("term", now, workers=workers, launchers=launchers, last_sent=now), False

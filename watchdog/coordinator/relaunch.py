@@ -21,7 +21,8 @@ Pure: the view, the budget and the time are arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from watchdog.contracts.journal.actions import ResumedRecord
 
 from .actions.restart import first_steps
 from .budget import Spent
@@ -50,20 +51,18 @@ def reached(aw: Awaiting, spent: Spent) -> int:
     return max(own, aw.carried)
 
 
-def resumed(aw: Awaiting, view: ClusterView, now: float, spent: Spent) -> dict[str, Any] | None:
+def resumed(aw: Awaiting, view: ClusterView, now: float, spent: Spent) -> ResumedRecord | None:
     """The ``resumed`` record once every rank of the new group completed a step, else None."""
     where = first_steps(view, lambda rv: rv.registered_at >= aw.at)
     if where is None:
         return None
     step, world = where
     stopped = reached(aw, spent)
-    rec: dict[str, Any] = {
-        "restart": aw.restart,
-        "by": "launcher",
-        "step": step,
-        "world_size": world,
-        "seconds": round(now - aw.at, 3),
-    }
-    if stopped >= 0:
-        rec["steps_lost"] = max(0, stopped - step)
-    return rec
+    return ResumedRecord(
+        restart=aw.restart,
+        by="launcher",
+        step=step,
+        world_size=world,
+        seconds=round(now - aw.at, 3),
+        steps_lost=max(0, stopped - step) if stopped >= 0 else None,
+    )

@@ -17,6 +17,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
+from ..contracts.journal import Record
+from ..contracts.journal.actions import LauncherRestartRecord
+from ..contracts.journal.findings import ExpectedFindingRecord, FindingRecord, ResolvedRecord
+from ..contracts.journal.lifecycle import CoordinatorStalledRecord
+from ..contracts.journal.performance import VerdictRecord
+from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, LauncherExitedRecord
 from ..report import HostReport
 from . import (
     budget,
@@ -190,9 +196,9 @@ class Coordinator:
         for outcome in rec.interrupted:
             self.log.warning(je.ACTION_OUTCOME, **outcome)
             self._record(je.ACTION_OUTCOME, outcome)
-        summary = rec.summary(now)
-        self.log.warning(je.RECOVERED, **summary)
-        self._record(je.RECOVERED, summary)
+        summary = rec.record(now)
+        self.log.warning(je.RECOVERED, **summary.payload())
+        self._record(summary)
         return rec
 
     # -- reports ---------------------------------------------------------------
@@ -252,9 +258,9 @@ class Coordinator:
             if self._folder.job and job != self._folder.job:
                 raise WrongJob(f"this coordinator serves job {self._folder.job!r}, the exit is for {job!r}")
             self._folder.launcher_exited(host, LauncherExit(pid=pid, status=status, at=now))
-        payload = {"host": host, "pid": pid, "status": status}
-        (self.log.info if status == 0 else self.log.warning)(je.LAUNCHER_EXITED, **payload)
-        self._record(je.LAUNCHER_EXITED, payload)
+        rec = LauncherExitedRecord(host=host, pid=pid, status=status)
+        (self.log.info if status == 0 else self.log.warning)(je.LAUNCHER_EXITED, **rec.payload())
+        self._record(rec)
 
     # -- tick ------------------------------------------------------------------
 
@@ -279,14 +285,14 @@ class Coordinator:
             caused = self.control.caused_by(f, now, view)
             if caused:  # the workers an action stopped, found dead: its effect, not a fault
                 self.log.info(je.EXPECTED_FINDING, kind=f.kind, ranks=list(f.ranks), caused_by_action=caused)
-                self._record(je.EXPECTED_FINDING, {**f.to_dict(), "caused_by_action": caused})
+                self._record(ExpectedFindingRecord.from_dict({**f.to_dict(), "caused_by_action": caused}))
                 continue
             faults.append(f)
             self.metrics.findings.labels(f.kind).inc()
             for host in () if f.kind in BLAMELESS_KINDS else f.hosts:  # culprit hosts only
                 self.metrics.host_culprits.inc(view.job, host, f.kind)
             self.log.warning(je.FINDING, kind=f.kind, ranks=list(f.ranks), hosts=list(f.hosts), reason=f.reason)
-            self._record(je.FINDING, f.to_dict())
+            self._record(FindingRecord.from_dict(f.to_dict()))
         self._collect(faults, view, now)  # after the finding lines: evidence follows, never delays them
         self._act(view, now, {f.key for f in findings})
         self._command_events(self.dispatch.expire(now, lambda h: view.hosts[h].interval_s if h in view.hosts else 1.0))
@@ -297,15 +303,14 @@ class Coordinator:
                 je.RESOLVED, kind=r.finding.kind, ranks=list(r.finding.ranks), duration_s=round(r.duration_s, 3)
             )
             self._record(
-                je.RESOLVED,
-                {
-                    "kind": r.finding.kind,
-                    "ranks": list(r.finding.ranks),
-                    "hosts": list(r.finding.hosts),
-                    "duration_s": round(r.duration_s, 3),
-                    "reason": r.finding.reason,
-                    "opened_wall": r.opened.detected_wall,
-                },
+                ResolvedRecord(
+                    kind=r.finding.kind,
+                    ranks=list(r.finding.ranks),
+                    hosts=list(r.finding.hosts),
+                    duration_s=round(r.duration_s, 3),
+                    reason=r.finding.reason,
+                    opened_wall=r.opened.detected_wall,
+                )
             )
         for o in outcomes:
             self.metrics.det_success.labels(o.name).set(1 if o.ok else 0)
@@ -339,9 +344,11 @@ class Coordinator:
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
         """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""
         stall = self.stall_guard.begin(now, gap_s, self.view_at(now), wall)
-        payload = {"gap_s": round(gap_s, 3), "hold_max_s": round(stall.limit_s, 3), "hosts": sorted(stall.seqs)}
-        self.log.warning(je.COORDINATOR_STALLED, **payload)
-        self._record(je.COORDINATOR_STALLED, payload)
+        rec = CoordinatorStalledRecord(
+            gap_s=round(gap_s, 3), hold_max_s=round(stall.limit_s, 3), hosts=sorted(stall.seqs)
+        )
+        self.log.warning(je.COORDINATOR_STALLED, **rec.payload())
+        self._record(rec)
 
     def _hosts(self, view: ClusterView, now: float) -> None:
         """Journal host loss and return as state changes (the finding is dead_rank's)."""
@@ -351,13 +358,11 @@ class Coordinator:
             if lost and host not in self._lost:
                 self._lost.add(host)
                 self.log.warning(je.HOST_LOST, host=host, silent_s=round(now - hv.received_at, 3))
-                self._record(
-                    je.HOST_LOST, {"host": host, "agent_id": hv.agent_id, "silent_s": round(now - hv.received_at, 3)}
-                )
+                self._record(HostLostRecord(host=host, agent_id=hv.agent_id, silent_s=round(now - hv.received_at, 3)))
             elif not lost and host in self._lost:
                 self._lost.discard(host)
                 self.log.info(je.HOST_BACK, host=host)
-                self._record(je.HOST_BACK, {"host": host, "agent_id": hv.agent_id})
+                self._record(HostBackRecord(host=host, agent_id=hv.agent_id))
 
     def _gauges(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
         m, cfg = self.metrics, self.cfg.detectors
@@ -402,14 +407,13 @@ class Coordinator:
         if new.verdict != self.verdict.verdict:
             self.log.info(je.VERDICT, verdict=new.verdict, previous=self.verdict.verdict, reason=new.reason)
             self._record(
-                je.VERDICT,
-                {
-                    "verdict": new.verdict,
-                    "previous": self.verdict.verdict,
-                    "reason": new.reason,
-                    "shares": {k: round(v, 4) for k, v in m.shares.items()},
-                    "evidence": new.evidence,
-                },
+                VerdictRecord(
+                    verdict=new.verdict,
+                    previous=self.verdict.verdict,
+                    reason=new.reason,
+                    shares={k: round(v, 4) for k, v in m.shares.items()},
+                    evidence=new.evidence,
+                )
             )
         self.verdict = new
         for v in verdict.VERDICTS:
@@ -479,8 +483,8 @@ class Coordinator:
             reqs, left = evidence_plan.plan_capped(f, view, max_stacks_per_host=cap, context=context)
             if left:
                 rec = stack_plan.capped_record(f, left, cap)
-                self.log.warning(je.STACKS_CAPPED, **rec)
-                self._record(je.STACKS_CAPPED, rec)
+                self.log.warning(je.STACKS_CAPPED, **rec.payload())
+                self._record(rec)
             if reqs:
                 self._collected[f.key] = now
                 for part in evidence_plan.context_of(f.kind) & context:
@@ -510,7 +514,7 @@ class Coordinator:
             self.log.warning("restart_budget_spent", by="launcher", restarts_used=used)
             # Journaled as the launcher's, with no action of ours (an alert-only policy sees it too):
             # the post-mortem tells a restart torchrun made by itself from one the monitor made.
-            self._record(je.LAUNCHER_RESTART, {"restart": used, "by": "launcher", "seen_s": round(now - at, 3)})
+            self._record(LauncherRestartRecord(restart=used, by="launcher", seen_s=round(now - at, 3)))
             self._relaunch = relaunch.follow(self._relaunch, used, i, at, spent)
         self._launcher_resumed(view, now, spent)
         try:
@@ -546,10 +550,10 @@ class Coordinator:
         if rec is None:
             return
         self._relaunch = None
-        self.log.info(je.RESUMED, **rec)
-        self._record(je.RESUMED, rec)
-        if "steps_lost" in rec:
-            self.metrics.steps_lost.inc(rec["steps_lost"])
+        self.log.info(je.RESUMED, **rec.payload())
+        self._record(rec)
+        if rec.steps_lost is not None:
+            self.metrics.steps_lost.inc(rec.steps_lost)
 
     def _expect_stacks(self, reqs: list, now: float) -> None:
         """Stacks asked for (a hang's evidence, an abort's first step): their groups
@@ -582,9 +586,10 @@ class Coordinator:
             while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self._stack_summary[next(iter(self._stack_summary))]
 
-    def _command_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def _command_events(self, events: list[Record]) -> None:
         """Journal, log and count what the dispatch reported."""
-        for name, payload in events:
+        for rec in events:
+            name, payload = rec.event, rec.payload()
             self.control.note(name, payload)
             self.stacks.note(name, payload)
             kind = payload.get("type", "")
@@ -606,7 +611,7 @@ class Coordinator:
                 if name in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED, je.COMMAND_UNKNOWN_ACK)
                 else self.log.info
             )(name, **brief)
-            self._record(name, payload)
+            self._record(rec)
 
     # -- status ----------------------------------------------------------------
 
@@ -630,7 +635,9 @@ class Coordinator:
 
     # -- journal ---------------------------------------------------------------
 
-    def _record(self, event: str, payload: dict[str, Any]) -> None:
+    def _record(self, event: str | Record, payload: dict[str, Any] | None = None) -> None:
+        """Journals a typed record, or an event name and its payload (the events the
+        view, dispatch and actions hand the tick)."""
         try:
             self.journal.write(event, payload)
         except OSError as exc:  # a full disk must not stop detection; count it, log it rarely

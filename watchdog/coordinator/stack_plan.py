@@ -17,6 +17,7 @@ never be the one left out.
 from __future__ import annotations
 
 from watchdog import commands
+from watchdog.contracts.journal.commands import StacksCappedRecord
 
 from . import columns
 from .finding import Finding
@@ -54,14 +55,14 @@ def every_rank(
     return sorted(chosen), left
 
 
-def capped_record(f: Finding, left: dict[str, list[int]], max_per_host: int) -> dict:
-    """The ``stacks_capped`` journal payload: the cap, and who it left out."""
+def capped_record(f: Finding, left: dict[str, list[int]], max_per_host: int) -> StacksCappedRecord:
+    """The ``stacks_capped`` journal record: the cap, and who it left out."""
     from watchdog.stackgroups import rank_ranges_list
 
-    return {
-        "trigger": {"kind": f.kind, "ranks": list(f.ranks)},
-        "max_per_host": max_per_host,
-        "ranks_left_out": sum(len(v) for v in left.values()),
-        "hosts": {h: rank_ranges_list(v) for h, v in sorted(left.items())[:64]},
-        "hosts_capped": len(left),
-    }
+    return StacksCappedRecord(
+        trigger={"kind": f.kind, "ranks": list(f.ranks)},
+        max_per_host=max_per_host,
+        ranks_left_out=sum(len(v) for v in left.values()),
+        hosts={h: rank_ranges_list(v) for h, v in sorted(left.items())[:64]},
+        hosts_capped=len(left),
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog import commands
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts.journal import names as je
 from watchdog.coordinator.finding import rank_ranges, ranks_phrase, seconds
 
 # An action's steps and the policy holding back. Not checkpoint_restart's

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts.journal import names as je
 from watchdog.coordinator import triggers
 from watchdog.evidence import FlightRecorderDump
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts.journal import names as je
 
 from .model import Lane, RankNow
 

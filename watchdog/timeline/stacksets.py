@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog import stackgroups
+from watchdog.contracts.journal.names import STACK_GROUPS, STACKS_CAPPED
 from watchdog.coordinator import triggers
-from watchdog.coordinator.journal_events import STACK_GROUPS, STACKS_CAPPED
 
 from .model import Stack, StackSet
 

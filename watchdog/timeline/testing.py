@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts.journal import names as je
 from watchdog.coordinator.stack_gather import StackGather
 from watchdog.evidence import StackDump
 
