@@ -10,7 +10,8 @@ driven through ``watchdog demo --json``.
   line), every process gone, a non-zero exit, within seconds.
 - an exhausted restart budget aborts instead, and says so.
 - a healthy jittery run with checkpoint pauses under a policy that would restart
-  on anything: no action at all (and it is the fault-free reference run).
+  on anything: no action at all (the conftest's healthy_run, shared with
+  test_e2e_faults.py).
 Bounds are generous: a busy 2-core machine.
 """
 
@@ -25,24 +26,11 @@ import torch
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import ACTIONABLE_KINDS
 from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
 
 STEPS = 60
-EVERYTHING = (
-    "\n".join(
-        [
-            "[actions]",
-            *(f'{k} = "restart"' for k in ACTIONABLE_KINDS),
-            "[limits]",
-            "min_finding_age_seconds = 0",
-            "cooldown_seconds = 0",
-        ]
-    )
-    + "\n"
-)
 
 
 def params(path) -> dict[str, torch.Tensor]:
@@ -55,36 +43,8 @@ def assert_same(a: dict, b: dict) -> None:
         assert torch.equal(a[k], b[k]), f"parameter {k} differs from the fault-free run"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The healthy run: jitter, long checkpoint pauses, a restart-on-anything policy."""
-    tmp = tmp_path_factory.mktemp("reference")
-    policy = tmp / "policy.toml"
-    policy.write_text(EVERYTHING)
-    res = scenario.run(
-        [],
-        steps=STEPS,
-        timeout_s=240,
-        work_dir=str(tmp),
-        policy=str(policy),
-        script_args=[
-            "--jitter",
-            "0.3",
-            "--ckpt-dir",
-            str(tmp / "ckpt"),
-            "--ckpt-every",
-            "20",
-            "--ckpt-pause-s",
-            "8",
-            "--final-params",
-            str(tmp / "final.pt"),
-        ],
-    )
-    return res, params(tmp / "final.pt")
-
-
-def test_healthy_run_under_a_restart_everything_policy_takes_no_action(reference):
-    res, _ = reference
+def test_healthy_run_under_a_restart_everything_policy_takes_no_action(healthy_run):
+    res = healthy_run  # 200 jittery steps, three 8 s checkpoint pauses, a restart-on-anything policy
     assert res.summary["job_exit_code"] == 0, res.output[-2000:]
     assert res.findings == [] and res.actions == [], res.output[-2000:]
 
@@ -100,8 +60,8 @@ def journal_events(res, *names):
 @pytest.mark.parametrize(
     "fault,kind,resume_step", [("kill:1@20", "dead_rank", 20), ("hang:2@30", "collective_hang", 30)]
 )
-def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_path):
-    _, ref = reference
+def test_restart_finishes_bit_exact(fault, kind, resume_step, reference_params, tmp_path):
+    ref = params(reference_params(STEPS))
     res = scenario.run(
         [fault],
         steps=STEPS,
@@ -194,18 +154,8 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
     all_gone(res)
 
 
-def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(tmp_path):
+def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(reference_params, tmp_path):
     steps = 300
-    # The fault-free reference runs to the end whatever it finds (linger): only its parameters matter.
-    ref = scenario.run(
-        [],
-        steps=steps,
-        timeout_s=240,
-        linger_s=1000,
-        work_dir=str(tmp_path / "ref"),
-        script_args=["--final-params", str(tmp_path / "ref.pt")],
-    )
-    assert ref.summary["job_exit_code"] == 0, ref.output[-2000:]
     res = scenario.run(
         ["slow:2:1.3"],
         steps=steps,
@@ -225,7 +175,7 @@ def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_b
     assert resumed["step"] == asked, (asked, resumed)
     ckpts = sorted(os.listdir(res.work_dir / "ckpt"))
     assert f"step-{asked:08d}.pt" in ckpts
-    assert_same(params(tmp_path / "final.pt"), params(tmp_path / "ref.pt"))
+    assert_same(params(tmp_path / "final.pt"), params(reference_params(steps)))
     print(f"\ncheckpoint_restart: checkpoint at step {asked}, resumed from it, {resumed['seconds']} s after the action")
 
 
