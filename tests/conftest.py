@@ -142,6 +142,49 @@ def reference_params(tmp_path_factory):
     return get
 
 
+# -- a restart, shared ------------------------------------------------------------------------------------
+# test_e2e_actions.py (the restarted job finishes bit-exact, its journal tells finding -> action -> restart
+# -> resumed) and test_timeline_real.py (the post-mortem of a restarted job) read the same restart.
+RESTART_STEPS = 60
+
+
+@pytest.fixture(scope="session")
+def restart_run(tmp_path_factory):
+    """``restart_run("hang:2@30")``: the ScenarioResult of ``watchdog demo --action restart`` with that
+    fault (4 ranks, RESTART_STEPS, a checkpoint every 10 steps), its final parameters in
+    ``res.work_dir.parent / "final.pt"``; run on first use and kept for the session."""
+    from watchdog.dev import scenario
+
+    runs: dict[str, object] = {}
+
+    def get(fault: str):
+        if fault not in runs:
+            work = tmp_path_factory.mktemp("restart-" + fault.split(":")[0])
+            try:
+                runs[fault] = scenario.run(
+                    [fault],
+                    steps=RESTART_STEPS,
+                    timeout_s=240,
+                    work_dir=str(work),
+                    action="restart",
+                    script_args=["--final-params", str(work / "final.pt")],
+                )
+            except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
+                runs[fault] = exc
+        got = runs[fault]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def restart_reference(reference_params) -> Path:
+    """The final parameters of a fault-free run as long as restart_run's."""
+    return reference_params(RESTART_STEPS)
+
+
 # -- nothing left running ----------------------------------------------------------------------------
 # Every process a test starts inherits this variable (subprocess copies os.environ; so do torchrun and its
 # workers), with a value unique to this session: at the end, whatever still carries it was left behind by

@@ -30,8 +30,6 @@ from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
 
-STEPS = 60
-
 
 def params(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)
@@ -60,16 +58,9 @@ def journal_events(res, *names):
 @pytest.mark.parametrize(
     "fault,kind,resume_step", [("kill:1@20", "dead_rank", 20), ("hang:2@30", "collective_hang", 30)]
 )
-def test_restart_finishes_bit_exact(fault, kind, resume_step, reference_params, tmp_path):
-    ref = params(reference_params(STEPS))
-    res = scenario.run(
-        [fault],
-        steps=STEPS,
-        timeout_s=240,
-        work_dir=str(tmp_path),
-        action="restart",
-        script_args=["--final-params", str(tmp_path / "final.pt")],
-    )
+def test_restart_finishes_bit_exact(fault, kind, resume_step, restart_run, restart_reference):
+    ref = params(restart_reference)
+    res = restart_run(fault)  # the hang's restart is the one test_timeline_real.py reads too
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
     story = [
         (r["event"], r.get("action") or r.get("kind"))
@@ -89,7 +80,7 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference_params, 
     # Stopped at the step it resumed from (a checkpoint every 10 steps): nothing to do again.
     assert resumed["steps_lost"] == 0, resumed
     assert res.events(je.ACTION_OUTCOME)[0]["ok"] is True
-    assert_same(params(tmp_path / "final.pt"), ref)
+    assert_same(params(res.work_dir.parent / "final.pt"), ref)
     print(f"\n{fault}: resumed from step {resumed['step']} {resumed['seconds']} s after the action")
 
 
