@@ -85,7 +85,6 @@ def fault_run(tmp_path_factory):
 # test_e2e_faults.py (no finding, a compute-bound verdict, goodput adding up) and test_e2e_actions.py (no
 # action under a policy that would restart on anything) assert on the same healthy job: jittery steps of
 # 100 ms and three checkpoint pauses of 8 s, under that policy. One run for both.
-RESTART_EVERYTHING = "min_finding_age_seconds = 0\ncooldown_seconds = 0\n"
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +96,7 @@ def healthy_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("healthy")
     policy = tmp / "policy.toml"
     actions = "".join(f'{k} = "restart"\n' for k in ACTIONABLE_KINDS)
-    policy.write_text(f"[actions]\n{actions}[limits]\n{RESTART_EVERYTHING}")
+    policy.write_text(f"[actions]\n{actions}[limits]\nmin_finding_age_seconds = 0\ncooldown_seconds = 0\n")
     # 100 ms of compute a step: at the example's 50 ms, a slow CI run's load stretched gloo's
     # all-reduce to 31-33% of the step and the verdict rightly said communication-bound.
     return scenario.run(
