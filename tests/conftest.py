@@ -114,19 +114,20 @@ def healthy_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def reference_params(tmp_path_factory):
-    """``reference_params(steps)``: the path of the final parameters of a fault-free run of the example
-    (4 ranks, its default seed) of that many steps. The simulated compute is a sleep that changes no
-    number, so the reference runs without it; run on first use and kept for the session."""
+    """``reference_params(steps, ranks)``: the path of the final parameters of a fault-free run of the
+    example (its default seed) of that many steps on that many ranks. The simulated compute is a sleep
+    that changes no number, so the reference runs without it; run on first use and kept for the session."""
     from watchdog.dev import scenario
 
-    paths: dict[int, Path] = {}
+    paths: dict[tuple[int, int], Path] = {}
 
-    def get(steps: int) -> Path:
-        if steps not in paths:
-            tmp = tmp_path_factory.mktemp(f"reference-{steps}")
+    def get(steps: int, ranks: int) -> Path:
+        if (steps, ranks) not in paths:
+            tmp = tmp_path_factory.mktemp(f"reference-{steps}x{ranks}")
             # linger: it runs to the end whatever it finds; only its parameters matter
             res = scenario.run(
                 [],
+                ranks=ranks,
                 steps=steps,
                 compute_ms=0.0,
                 linger_s=1000,
@@ -135,8 +136,8 @@ def reference_params(tmp_path_factory):
                 script_args=["--final-params", str(tmp / "final.pt")],
             )
             assert res.summary["job_exit_code"] == 0, res.output[-2000:]
-            paths[steps] = tmp / "final.pt"
-        return paths[steps]
+            paths[steps, ranks] = tmp / "final.pt"
+        return paths[steps, ranks]
 
     return get
 
@@ -145,12 +146,13 @@ def reference_params(tmp_path_factory):
 # test_e2e_actions.py (the restarted job finishes bit-exact, its journal tells finding -> action -> restart
 # -> resumed) and test_timeline_real.py (the post-mortem of a restarted job) read the same restart.
 RESTART_STEPS = 60
+RESTART_RANKS = 3  # the culprit (rank 1 or 2) and peers on both sides of it
 
 
 @pytest.fixture(scope="session")
 def restart_run(tmp_path_factory):
     """``restart_run("hang:2@30")``: the ScenarioResult of ``watchdog demo --action restart`` with that
-    fault (4 ranks, RESTART_STEPS, a checkpoint every 10 steps), its final parameters in
+    fault (RESTART_RANKS, RESTART_STEPS, a checkpoint every 10 steps), its final parameters in
     ``res.work_dir.parent / "final.pt"``; run on first use and kept for the session."""
     from watchdog.dev import scenario
 
@@ -162,6 +164,7 @@ def restart_run(tmp_path_factory):
             try:
                 runs[fault] = scenario.run(
                     [fault],
+                    ranks=RESTART_RANKS,
                     steps=RESTART_STEPS,
                     timeout_s=240,
                     work_dir=str(work),
@@ -181,7 +184,7 @@ def restart_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def restart_reference(reference_params) -> Path:
     """The final parameters of a fault-free run as long as restart_run's."""
-    return reference_params(RESTART_STEPS)
+    return reference_params(RESTART_STEPS, RESTART_RANKS)
 
 
 # -- nothing left running ----------------------------------------------------------------------------
