@@ -81,6 +81,112 @@ def fault_run(tmp_path_factory):
     return get
 
 
+# -- the healthy run, shared ---------------------------------------------------------------------------
+# test_e2e_faults.py (no finding, a compute-bound verdict, goodput adding up) and test_e2e_actions.py (no
+# action under a policy that would restart on anything) assert on the same healthy job: jittery steps of
+# 100 ms and three checkpoint pauses of 8 s, under that policy. One run for both.
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory):
+    """The ScenarioResult of a fault-free 200-step run under a restart-on-every-finding policy."""
+    from watchdog.coordinator.finding import ACTIONABLE_KINDS
+    from watchdog.dev import scenario
+
+    tmp = tmp_path_factory.mktemp("healthy")
+    policy = tmp / "policy.toml"
+    actions = "".join(f'{k} = "restart"\n' for k in ACTIONABLE_KINDS)
+    policy.write_text(f"[actions]\n{actions}[limits]\nmin_finding_age_seconds = 0\ncooldown_seconds = 0\n")
+    # 100 ms of compute a step: at the example's 50 ms, a slow CI run's load stretched gloo's
+    # all-reduce to 31-33% of the step and the verdict rightly said communication-bound.
+    return scenario.run(
+        [],
+        steps=200,
+        timeout_s=240,
+        work_dir=str(tmp),
+        policy=str(policy),
+        script_args=[
+            *("--compute-ms", "100", "--jitter", "0.3"),
+            *("--ckpt-dir", str(tmp / "ckpt"), "--ckpt-every", "60", "--ckpt-pause-s", "8"),
+        ],
+    )
+
+
+@pytest.fixture(scope="session")
+def reference_params(tmp_path_factory):
+    """``reference_params(steps, ranks)``: the path of the final parameters of a fault-free run of the
+    example (its default seed) of that many steps on that many ranks. The simulated compute is a sleep
+    that changes no number, so the reference runs without it; run on first use and kept for the session."""
+    from watchdog.dev import scenario
+
+    paths: dict[tuple[int, int], Path] = {}
+
+    def get(steps: int, ranks: int) -> Path:
+        if (steps, ranks) not in paths:
+            tmp = tmp_path_factory.mktemp(f"reference-{steps}x{ranks}")
+            # linger: it runs to the end whatever it finds; only its parameters matter
+            res = scenario.run(
+                [],
+                ranks=ranks,
+                steps=steps,
+                compute_ms=0.0,
+                linger_s=1000,
+                timeout_s=240,
+                work_dir=str(tmp),
+                script_args=["--final-params", str(tmp / "final.pt")],
+            )
+            assert res.summary["job_exit_code"] == 0, res.output[-2000:]
+            paths[steps, ranks] = tmp / "final.pt"
+        return paths[steps, ranks]
+
+    return get
+
+
+# -- a restart, shared ------------------------------------------------------------------------------------
+# test_e2e_actions.py (the restarted job finishes bit-exact, its journal tells finding -> action -> restart
+# -> resumed) and test_timeline_real.py (the post-mortem of a restarted job) read the same restart.
+RESTART_STEPS = 60
+RESTART_RANKS = 3  # the culprit (rank 1 or 2) and peers on both sides of it
+
+
+@pytest.fixture(scope="session")
+def restart_run(tmp_path_factory):
+    """``restart_run("hang:2@30")``: the ScenarioResult of ``watchdog demo --action restart`` with that
+    fault (RESTART_RANKS, RESTART_STEPS, a checkpoint every 10 steps), its final parameters in
+    ``res.work_dir.parent / "final.pt"``; run on first use and kept for the session."""
+    from watchdog.dev import scenario
+
+    runs: dict[str, object] = {}
+
+    def get(fault: str):
+        if fault not in runs:
+            work = tmp_path_factory.mktemp("restart-" + fault.split(":")[0])
+            try:
+                runs[fault] = scenario.run(
+                    [fault],
+                    ranks=RESTART_RANKS,
+                    steps=RESTART_STEPS,
+                    timeout_s=240,
+                    work_dir=str(work),
+                    action="restart",
+                    script_args=["--final-params", str(work / "final.pt")],
+                )
+            except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
+                runs[fault] = exc
+        got = runs[fault]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def restart_reference(reference_params) -> Path:
+    """The final parameters of a fault-free run as long as restart_run's."""
+    return reference_params(RESTART_STEPS, RESTART_RANKS)
+
+
 # -- nothing left running ----------------------------------------------------------------------------
 # Every process a test starts inherits this variable (subprocess copies os.environ; so do torchrun and its
 # workers), with a value unique to this session: at the end, whatever still carries it was left behind by

@@ -1,4 +1,4 @@
-"""Actions end to end: real torchrun (4 gloo ranks on CPU, --max-restarts), the
+"""Actions end to end: real torchrun (3 or 4 gloo ranks on CPU, --max-restarts), the
 example with checkpoints, a real agent and coordinator with a policy file,
 driven through ``watchdog demo --json``.
 
@@ -10,7 +10,8 @@ driven through ``watchdog demo --json``.
   line), every process gone, a non-zero exit, within seconds.
 - an exhausted restart budget aborts instead, and says so.
 - a healthy jittery run with checkpoint pauses under a policy that would restart
-  on anything: no action at all (and it is the fault-free reference run).
+  on anything: no action at all (the conftest's healthy_run, shared with
+  test_e2e_faults.py).
 Bounds are generous: a busy 2-core machine.
 """
 
@@ -25,24 +26,9 @@ import torch
 from watchdog.agent.stacks import find_py_spy
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import ACTIONABLE_KINDS
 from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration
-
-STEPS = 60
-EVERYTHING = (
-    "\n".join(
-        [
-            "[actions]",
-            *(f'{k} = "restart"' for k in ACTIONABLE_KINDS),
-            "[limits]",
-            "min_finding_age_seconds = 0",
-            "cooldown_seconds = 0",
-        ]
-    )
-    + "\n"
-)
 
 
 def params(path) -> dict[str, torch.Tensor]:
@@ -55,36 +41,8 @@ def assert_same(a: dict, b: dict) -> None:
         assert torch.equal(a[k], b[k]), f"parameter {k} differs from the fault-free run"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The healthy run: jitter, long checkpoint pauses, a restart-on-anything policy."""
-    tmp = tmp_path_factory.mktemp("reference")
-    policy = tmp / "policy.toml"
-    policy.write_text(EVERYTHING)
-    res = scenario.run(
-        [],
-        steps=STEPS,
-        timeout_s=240,
-        work_dir=str(tmp),
-        policy=str(policy),
-        script_args=[
-            "--jitter",
-            "0.3",
-            "--ckpt-dir",
-            str(tmp / "ckpt"),
-            "--ckpt-every",
-            "20",
-            "--ckpt-pause-s",
-            "8",
-            "--final-params",
-            str(tmp / "final.pt"),
-        ],
-    )
-    return res, params(tmp / "final.pt")
-
-
-def test_healthy_run_under_a_restart_everything_policy_takes_no_action(reference):
-    res, _ = reference
+def test_healthy_run_under_a_restart_everything_policy_takes_no_action(healthy_run):
+    res = healthy_run  # 200 jittery steps, three 8 s checkpoint pauses, a restart-on-anything policy
     assert res.summary["job_exit_code"] == 0, res.output[-2000:]
     assert res.findings == [] and res.actions == [], res.output[-2000:]
 
@@ -100,16 +58,9 @@ def journal_events(res, *names):
 @pytest.mark.parametrize(
     "fault,kind,resume_step", [("kill:1@20", "dead_rank", 20), ("hang:2@30", "collective_hang", 30)]
 )
-def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_path):
-    _, ref = reference
-    res = scenario.run(
-        [fault],
-        steps=STEPS,
-        timeout_s=240,
-        work_dir=str(tmp_path),
-        action="restart",
-        script_args=["--final-params", str(tmp_path / "final.pt")],
-    )
+def test_restart_finishes_bit_exact(fault, kind, resume_step, restart_run, restart_reference):
+    ref = params(restart_reference)
+    res = restart_run(fault)  # the hang's restart is the one test_timeline_real.py reads too
     assert res.summary["job_exit_code"] == 0, res.output[-3000:]
     story = [
         (r["event"], r.get("action") or r.get("kind"))
@@ -129,7 +80,7 @@ def test_restart_finishes_bit_exact(fault, kind, resume_step, reference, tmp_pat
     # Stopped at the step it resumed from (a checkpoint every 10 steps): nothing to do again.
     assert resumed["steps_lost"] == 0, resumed
     assert res.events(je.ACTION_OUTCOME)[0]["ok"] is True
-    assert_same(params(tmp_path / "final.pt"), ref)
+    assert_same(params(res.work_dir.parent / "final.pt"), ref)
     print(f"\n{fault}: resumed from step {resumed['step']} {resumed['seconds']} s after the action")
 
 
@@ -153,7 +104,7 @@ def test_hang_abort_takes_every_stack_then_stops_everything(tmp_path):
         '[actions]\ncollective_hang = "abort"\n[limits]\nmin_finding_age_seconds = 0\nabort_grace_seconds = 3\n'
     )
     res = scenario.run(
-        ["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy), max_restarts=3
+        ["hang:2@30"], ranks=3, steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy), max_restarts=3
     )
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     recs = journal.read(res.summary["journal"])
@@ -165,7 +116,7 @@ def test_hang_abort_takes_every_stack_then_stops_everything(tmp_path):
         if r["event"] == je.EVIDENCE and r["trigger"].get("action") == action["action_id"]
         for s in r["stacks"]
     }
-    assert sorted(stacks) == [0, 1, 2, 3] and all(s["ok"] for s in stacks.values()), stacks
+    assert sorted(stacks) == [0, 1, 2] and all(s["ok"] for s in stacks.values()), stacks
     lines = localjob.EXAMPLE_SCRIPT.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if 'announce("hang"' in ln)
     hang_line = next(i for i in range(start, len(lines)) if "time.sleep(3600)" in lines[i]) + 1
@@ -186,7 +137,7 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
         '[actions]\ncollective_hang = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
         "max_restarts = 0\nabort_grace_seconds = 3\n"
     )
-    res = scenario.run(["hang:2@30"], steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy))
+    res = scenario.run(["hang:2@30"], ranks=3, steps=400, timeout_s=150, work_dir=str(tmp_path), policy=str(policy))
     assert res.summary["job_exit_code"] not in (0, None), res.output[-3000:]
     action = res.events(je.ACTION)[0]
     assert action["action"] == "abort" and "restart budget exhausted" in action["reason"], action
@@ -194,18 +145,8 @@ def test_exhausted_restart_budget_aborts_with_the_reason(tmp_path):
     all_gone(res)
 
 
-def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(tmp_path):
+def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_bit_exact(reference_params, tmp_path):
     steps = 300
-    # The fault-free reference runs to the end whatever it finds (linger): only its parameters matter.
-    ref = scenario.run(
-        [],
-        steps=steps,
-        timeout_s=240,
-        linger_s=1000,
-        work_dir=str(tmp_path / "ref"),
-        script_args=["--final-params", str(tmp_path / "ref.pt")],
-    )
-    assert ref.summary["job_exit_code"] == 0, ref.output[-2000:]
     res = scenario.run(
         ["slow:2:1.3"],
         steps=steps,
@@ -225,7 +166,7 @@ def test_slow_rank_checkpoint_restart_resumes_from_exactly_the_checkpoint_step_b
     assert resumed["step"] == asked, (asked, resumed)
     ckpts = sorted(os.listdir(res.work_dir / "ckpt"))
     assert f"step-{asked:08d}.pt" in ckpts
-    assert_same(params(tmp_path / "final.pt"), params(tmp_path / "ref.pt"))
+    assert_same(params(tmp_path / "final.pt"), params(reference_params(steps, 4)))
     print(f"\ncheckpoint_restart: checkpoint at step {asked}, resumed from it, {resumed['seconds']} s after the action")
 
 

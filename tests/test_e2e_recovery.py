@@ -1,4 +1,4 @@
-"""Recovery that learns, end to end: real torchrun (4 gloo ranks on CPU), the
+"""Recovery that learns, end to end: real torchrun (3 gloo ranks on CPU), the
 example, a real agent and coordinator with a policy file (``watchdog demo``).
 
 - a hang that comes back at the same place after a restart escalates on its
@@ -36,6 +36,7 @@ def test_a_hang_that_comes_back_after_a_restart_escalates_instead_of_restarting_
     )
     res = scenario.run(
         ["hang:2@35"],
+        ranks=3,
         steps=400,
         timeout_s=240,
         work_dir=str(tmp_path),
@@ -74,6 +75,7 @@ def test_a_nan_on_one_rank_rolls_back_to_the_checkpoint_before_it(tmp_path):
     )
     res = scenario.run(
         ["nan:1@25"],
+        ranks=3,
         steps=80,
         timeout_s=240,
         work_dir=str(tmp_path),

@@ -9,10 +9,7 @@ renders it without console errors."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import headless
@@ -43,37 +40,11 @@ def runs(fault_run) -> dict[str, scenario.ScenarioResult]:
 
 
 @pytest.fixture(scope="module")
-def restarted(tmp_path_factory) -> Path:
+def restarted(restart_run) -> Path:
     """A hang the coordinator's policy answers with a restart: torchrun brings the
-    group back from its checkpoint, the journal gets a second incarnation."""
-    work = tmp_path_factory.mktemp("restart")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "watchdog.cli",
-            "demo",
-            "--json",
-            "--fault=hang:2@10",
-            "--action",
-            "restart",
-            "--steps",
-            "20",
-            "--linger-seconds",
-            "2",
-            "--timeout-seconds",
-            "90",
-            "--work-dir",
-            str(work),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=os.environ.copy(),
-    )
-    summary = next((json.loads(x) for x in proc.stdout.splitlines() if '"event": "summary"' in x), None)
-    assert proc.returncode == 0 and summary, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return Path(summary["journal"])
+    group back from its checkpoint, the journal gets a second incarnation (the
+    conftest's restart_run, test_e2e_actions.py's bit-exact restart)."""
+    return Path(restart_run(HANG).summary["journal"])
 
 
 def _journal(res: scenario.ScenarioResult) -> Path:
@@ -172,15 +143,15 @@ def test_a_restarted_job_has_a_section_per_incarnation_and_the_restart_story(res
     assert (first.opened_by, second.opened_by) == ("start", "restart")
     assert first.root["kind"] == "collective_hang" and first.root["ranks"] == [2]
     assert {lane.pid for lane in first.lanes.values()}.isdisjoint({lane.pid for lane in second.lanes.values()})
-    assert sorted(second.lanes) == [0, 1, 2, 3]
+    assert sorted(second.lanes) == [0, 1, 2]
     out = text.render(tl)
     story = out[out.index("actions:\n", out.index("== section 1")) : out.index("== section 2")]
     for line in (
         "restart for collective_hang rank 2",
-        "signal SIGTERM sent to ranks 0-3",
-        "restart 1: workers 0-3 stopped",
-        "resumed from step 10 with 4 ranks",
-        "outcome ok: restart 1, resumed from step 10",
+        "signal SIGTERM sent to ranks 0-2",
+        "restart 1: workers 0-2 stopped",
+        f"resumed from step {HANG_STEP} with 3 ranks",
+        f"outcome ok: restart 1, resumed from step {HANG_STEP}",
     ):
         assert line in story, story
     assert "== section 2 of" in out and "ranks restarted" in out
