@@ -110,7 +110,16 @@ def rank_state(
         batch_per_rank=h[wire.H_BATCH_PER_RANK],
         **_fr_read(h, now_ns),
         death=v.death,
+        **_frame(h),
     )
+
+
+def _frame(h: wire.SlotHeader) -> dict:
+    got = h.frame
+    if got is None:
+        return {}  # none sampled (or an older hook, or a copy torn by a write): the defaults say so
+    step, _t_ns, text = got
+    return {"frame": text, "frame_step": step}
 
 
 def _fr_read(h: wire.SlotHeader, now_ns: int) -> dict:
