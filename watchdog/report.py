@@ -1429,4 +1429,5 @@ def _all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tupl
         and min(groups) >= -_INT64
         and max(groups) < _INT64
         and max(map(len, cols[_GPU_CLOCK_AT])) <= _SIG_TEXT
+        and max(map(len, cols[_FRAME_AT])) <= FRAME_TEXT
     )
