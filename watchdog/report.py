@@ -286,10 +286,9 @@ class RankState:
     # measured (yet, or no schedstat).
     oncpu_share: float = 0.0
     runq_share: float = 0.0
-    # Where its main thread was in the script during its latest long step (wire
+    # Where its main thread is in the script during the long step it is in (wire
     # P_FRAME_*: ``function (file.py:line)``, sampled by the hook), and that step
-    # (steps completed + 1 then: equal to step + 1 while it is still in it).
-    # "" and 0: none sampled.
+    # (steps completed + 1). "" and 0: none (a normal step, or an older hook).
     frame: str = ""
     frame_step: int = 0
 

@@ -115,9 +115,12 @@ def rank_state(
 
 
 def _frame(h: wire.SlotHeader) -> dict:
+    """The hook's frame sample while the rank is still in the step it was taken in:
+    where it holds the job now (after that step, the words stay until the next
+    long step's sample; sent on, they would cost every report of every rank)."""
     got = h.frame
-    if got is None:
-        return {}  # none sampled (or an older hook, or a copy torn by a write): the defaults say so
+    if got is None or got[0] != h[wire.H_STEP] + 1:
+        return {}  # none sampled (an older hook, a copy torn by a write) or an old one: the defaults say so
     step, _t_ns, text = got
     return {"frame": text, "frame_step": step}
 

@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, eq, getitem, itemgetter, lt, not_
+from operator import add, attrgetter, getitem, itemgetter, lt, not_
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -145,10 +145,11 @@ class Ledger:
         (stalls.py: where a rank held the job, for its step once split). One C-level
         pass over the columns finds the few ranks in a long step."""
         c = columns.of(view)
-        now_in = list(map(eq, c.frame_step, map((1).__add__, c.step)))
-        for rank, step, frame in compress(zip(c.rank, c.frame_step, c.frame), now_in):
-            if frame:
-                self.stalls.saw_frame(rank, step, frame)
+        if not any(c.frame):  # the agents send a frame only while its step lasts: nearly always none
+            return
+        for i in compress(range(len(c.frame)), c.frame):
+            if c.frame_step[i] == c.step[i] + 1:
+                self.stalls.saw_frame(c.rank[i], c.frame_step[i], c.frame[i])
 
     def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
         """The ranks whose process lives (the ones whose steps the job waits on),

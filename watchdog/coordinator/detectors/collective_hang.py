@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, eq, ge, is_not
+from operator import and_, ge, is_not
 from typing import Any
 
 from .. import columns, stats
@@ -234,11 +234,11 @@ def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, 
     if known is None or not known.framed:
         return 0.0
     c = columns.of(view)
-    now_in = map(eq, c.frame_step, map((1).__add__, c.step))
     out = 0.0
-    for rank, frame, waits in compress(zip(c.rank, c.frame, c.coll_outstanding), now_in):
-        if frame and not waits and health.get(rank) == OK:
-            out = max(out, expected_s(known, rank, frame) or 0.0)
+    for i in compress(range(len(c.frame)), c.frame):  # the agents send frames only while their step lasts
+        rank = c.rank[i]
+        if c.frame_step[i] == c.step[i] + 1 and not c.coll_outstanding[i] and health.get(rank) == OK:
+            out = max(out, expected_s(known, rank, c.frame[i]) or 0.0)
     return out
 
 
