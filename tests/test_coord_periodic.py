@@ -215,3 +215,5 @@ def test_a_stall_that_recurs_in_one_frame_is_said_once_and_never_paged_again(tmp
         latency = got[-1]["detected_mono"] - onset
         limit = 6.5 if hang[1] != UPLOAD else stalls_mod.EXPECTED_FACTOR * 8.0 + stalls_mod.EXPECTED_MARGIN_S + 1.0
         assert latency <= limit, (latency, got[-1]["reason"])
+        assert f"rank 0 last seen in training code, in {hang[1]}," in got[-1]["reason"]  # where it hangs
+        assert got[-1]["evidence"]["culprits"]["0"]["frame"] == hang[1]

@@ -393,4 +393,5 @@ class CollectiveHang:
             "coll_outstanding": s.coll.outstanding,
             "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
             "health": st.health[rv.rank],
+            "frame": s.frame if s.frame_step == s.step + 1 else "",
         }
