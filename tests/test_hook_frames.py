@@ -162,3 +162,19 @@ def test_the_library_directories_hold_torch_and_this_package_not_the_tests():
     assert not os.path.realpath(__file__).startswith(libs)
     assert sys.modules["__main__"] is not None  # main_file() reads it; "" when it has no file
     assert isinstance(frames.main_file(), str)
+
+
+def test_the_script_is_found_when_main_gets_its_file_after_install(monkeypatch):
+    """``watchdog run`` installs the hook from sitecustomize, before runpy sets
+    ``__main__.__file__``: the sampler finds the script at its first sample."""
+    fake_main = SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    slot = FakeSlot()
+    _long_step(slot, 50 * S)
+    sampler = FrameSampler(slot, lambda: 50 * S, thread_id=threading.get_ident())
+    fake_main.__file__ = __file__  # runpy, later
+    sampler.poll()
+    got = wire.decode_frame(tuple(slot.words[wire.P_FRAME_STEP : wire.P_FRAME_STEP + wire.FRAME_WORDS]))
+    # this thread's innermost frame in "the script" (this file): the test itself, not pytest's
+    assert got is not None and got[2].startswith("test_the_script_") and "~ (test_hook_frames.py:" in got[2], got
+    assert len(got[2].encode()) <= wire.FRAME_TEXT_BYTES  # a long name is cut, the place kept

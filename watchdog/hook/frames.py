@@ -77,7 +77,14 @@ def user_frame(frame: FrameType | None, main: str, libraries: Iterable[str], rea
 
 
 def describe(frame: FrameType) -> str:
-    return f"{frame.f_code.co_name} ({os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})"
+    """``function (file.py:line)`` in the slot's FRAME_TEXT_BYTES: a long function
+    name is cut (ending in "~") rather than the place after it."""
+    name, place = frame.f_code.co_name, f" ({os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})"
+    room = wire.FRAME_TEXT_BYTES - len(place.encode("utf-8", "replace"))
+    raw = name.encode("utf-8", "replace")
+    if len(raw) > room >= 8:
+        name = raw[: room - 1].decode("utf-8", "ignore") + "~"
+    return name + place
 
 
 class FrameSampler:
@@ -87,6 +94,8 @@ class FrameSampler:
         self._slot = slot
         self._clock = clock
         self._thread = thread_id if thread_id is not None else threading.get_ident()  # the training thread
+        # Not known yet under ``watchdog run``: sitecustomize installs the hook before
+        # runpy gives ``__main__`` its file. Looked up again at each sample until it is.
         self._main = main_file()
         self._libs = library_dirs()
         self._real: dict[str, str] = {}  # code file name -> real path: one realpath per file, ever
@@ -119,6 +128,8 @@ class FrameSampler:
             steps, now - w[wire.H_STEP_START_NS], w[wire.H_LAST_STEP_NS], w[wire.H_COLL_OUTSTANDING] > 0
         ):
             return
+        if not self._main:
+            self._main = main_file()
         frame = sys._current_frames().get(self._thread)
         text = user_frame(frame, self._main, self._libs, self._realpath)
         del frame  # hold no reference to the training thread's frames
