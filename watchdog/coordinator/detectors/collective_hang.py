@@ -162,7 +162,9 @@ def unpaused_step_s(histories: Sequence[Steps], step_s: float, also: frozenset[i
     The caller asks only when the step time decides the deadline (its multiple
     above the floor); only the histories that changed since the last call are
     read again (``_LAST``)."""
-    pauses, p99_without = _LAST.read(histories)
+    # Its own cache with ``also``: the tick asks both ways (hang_state without, the detector
+    # with), and one cache would read every history again at each change of the steps left out.
+    pauses, p99_without = (_LAST_ALSO if also else _LAST).read(histories)
     found = [p for p in pauses if p]
     if also:
         found.append(also)
@@ -223,6 +225,7 @@ class _Last:
 
 
 _LAST = _Last()
+_LAST_ALSO = _Last()
 
 
 def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, str]) -> float:
