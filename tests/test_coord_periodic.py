@@ -164,6 +164,9 @@ def test_a_step_whose_frame_was_not_seen_is_no_occurrence_and_a_restart_forgets(
     st.saw_frame(0, 60, UPLOAD)
     st.add(stalls_mod.Step(60, 4.0, 0, 3.9, 0.0, 2), 3.9)
     assert [(o.rank, o.step, o.where) for o in st.framed] == [(0, 60, "upload_metrics (train.py)")]
+    st.saw_frame(0, 80, "main (train.py:9)")
+    st.add(stalls_mod.Step(80, 4.0, 0, 3.9, 3.5, 2), 3.9)  # mostly its loader: loader_starvation's, not a frame's
+    assert [o.step for o in st.framed] == [60]
     st.clear()
     assert not st.framed and not st.frames
     for k in range(stalls_mod.FRAMES_KEPT + 10):

@@ -26,7 +26,7 @@ S = 1_000_000_000
         (5, 0.3, 0.1, False, True),  # a metrics upload, an evaluation, a save (or a hang)
         (5, 3.0, 2.0, False, False),  # slow steps: 2x the last before sampling
         (5, 4.1, 2.0, False, True),
-        (5, 9.0, 0.1, True, False),  # waiting in a collective: where it waits holds nobody
+        (5, 9.0, 0.1, True, False),  # waiting in a collective or on its loader: where it waits holds nobody
         (0, 30.0, 0.0, False, False),  # before the first step ends
     ],
 )
@@ -138,6 +138,14 @@ def test_the_sampler_writes_the_step_it_is_in_and_the_frame_a_reader_decodes():
     step, t_ns, text = got
     assert (step, t_ns) == (8, now)  # steps completed + 1: the record this step will have
     assert text.startswith("upload_metrics (test_hook_frames.py:") and sampler.samples == 1
+
+
+def test_a_rank_waiting_on_its_loader_is_not_sampled():
+    slot = FakeSlot()
+    _long_step(slot, 50 * S)
+    slot.words[wire.H_DATA_ENTER_NS], slot.words[wire.H_DATA_EXIT_NS] = 49 * S, 48 * S  # in a data wait
+    FrameSampler(slot, lambda: 50 * S, thread_id=threading.get_ident()).poll()
+    assert slot.words[wire.P_FRAME_NS] == 0
 
 
 def test_the_sampler_never_raises_and_stops_after_its_first_error():

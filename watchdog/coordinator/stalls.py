@@ -106,7 +106,8 @@ class Stalls:
         """``cost_s``: the job's wall time the step took beyond a typical one (the
         others' wait: what a periodic stall costs; its excess_s when not given)."""
         self.steps.append(step)
-        if step.excess_s > 0.0 and step.excess_s >= EVENT_SHARE * step.step_s:
+        own = step.data_s <= 0.5 * step.excess_s  # its own work, not its loader (Stalling.on_data)
+        if own and step.excess_s > 0.0 and step.excess_s >= EVENT_SHARE * step.step_s:
             frame = self.frames.get((step.rank, step.step))
             if frame:
                 cost = step.excess_s if cost_s is None else cost_s

@@ -8,8 +8,8 @@ recurs in the same place recognisable as the same one (coordinator/stalls.py).
 The heartbeat thread samples the training thread's stack (``sys._current_frames``)
 only while the step in progress has run long (``should_sample``: much longer than
 the last step, and some hundreds of milliseconds) and the rank is not waiting in
-a collective (a waiting rank's frame says where it waits, not what holds the
-job). A job in its steady state never pays for it; a long step pays one stack
+a collective or on its data loader (a waiting rank's frame says where it waits,
+not what holds the job; a loader's stalls stay loader_starvation's). A job in its steady state never pays for it; a long step pays one stack
 walk of at most ``MAX_DEPTH`` frames per beat (tens of microseconds). The frame
 kept is the innermost one in the script that was run (``__main__``'s file), or
 else the innermost outside the interpreter's and installed packages' directories
@@ -35,10 +35,11 @@ SAMPLE_FACTOR = 2
 MAX_DEPTH = 256  # frames walked at most: a deep recursion costs no more than this
 
 
-def should_sample(steps: int, step_age_ns: int, last_step_ns: int, in_collective: bool) -> bool:
-    """Sample now: past the first step, not waiting in a collective, and the step
-    in progress much longer than the last one."""
-    return steps > 0 and not in_collective and step_age_ns >= max(SAMPLE_MIN_NS, SAMPLE_FACTOR * last_step_ns)
+def should_sample(steps: int, step_age_ns: int, last_step_ns: int, waiting: bool) -> bool:
+    """Sample now: past the first step, not ``waiting`` (in a collective or on the
+    data loader: what holds it then is another rank or its loader, not its own
+    work), and the step in progress much longer than the last one."""
+    return steps > 0 and not waiting and step_age_ns >= max(SAMPLE_MIN_NS, SAMPLE_FACTOR * last_step_ns)
 
 
 def library_dirs() -> tuple[str, ...]:
@@ -124,9 +125,8 @@ class FrameSampler:
         w = self._slot.words
         now = self._clock()
         steps = w[wire.H_STEP]
-        if not should_sample(
-            steps, now - w[wire.H_STEP_START_NS], w[wire.H_LAST_STEP_NS], w[wire.H_COLL_OUTSTANDING] > 0
-        ):
+        waiting = w[wire.H_COLL_OUTSTANDING] > 0 or w[wire.H_DATA_ENTER_NS] > w[wire.H_DATA_EXIT_NS]
+        if not should_sample(steps, now - w[wire.H_STEP_START_NS], w[wire.H_LAST_STEP_NS], waiting):
             return
         if not self._main:
             self._main = main_file()
