@@ -287,3 +287,22 @@ def test_a_hostile_gpu_step_drops_only_its_rank(field, value):
     dropped = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert "recent_gpu" in dropped[0][2]
+
+
+@pytest.mark.parametrize(
+    ("frame_step", "sent"),
+    [
+        (42, True),  # sampled in the step in progress (41 completed): where the rank is now
+        (30, False),  # an old step's sample, still in the words: not sent on
+        (None, False),  # never sampled (or an older hook)
+    ],
+)
+def test_the_frame_travels_while_its_step_lasts(frame_step, sent):
+    words = dict(WORDS)
+    if frame_step is not None:
+        words.update(zip(range(wire.P_FRAME_STEP, wire.P_FRAME_STEP + wire.FRAME_WORDS),
+                         wire.encode_frame(frame_step, NOW - S, "upload_metrics (train.py:21)")))  # fmt: skip
+    rep = build_report("j", "h", "a", 1, [view(words=words)], NOW, 1.8e9, 1.0)
+    (r,) = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict()))).ranks
+    want = ("upload_metrics (train.py:21)", 42) if sent else ("", 0)
+    assert (r.frame, r.frame_step) == want

@@ -62,6 +62,8 @@ def _expected(rv: FoldedRank) -> dict:
         "step_history": st.history,
         "step_flat": st.flat if st.flat_of is st.history else array("d"),
         "step_newest": st.flat[-FLAT_FIELDS] if st.flat_of is st.history and st.flat else float("-inf"),
+        "frame": s.frame,
+        "frame_step": s.frame_step,
     }
 
 
@@ -92,6 +94,8 @@ def _random_view(rng: random.Random, n: int) -> ClusterView:
             batch_per_rank=rng.choice((0, 16, 32)),
             loss_step=rng.choice((0, 40)),
             loss_bad_step=rng.choice((0, 0, 38)),
+            frame=rng.choice(("", "upload_metrics (train.py:21)")),
+            frame_step=rng.choice((0, 12)),
         )
         for r in rng.sample(range(n), n)  # ranks in no particular order
     ]

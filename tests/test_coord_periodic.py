@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from watchdog.coordinator import journal
+from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import stalls as stalls_mod
+from watchdog.coordinator.config import Config
 from watchdog.coordinator.finding import ADVISORY_KINDS
-from watchdog.coordinator.periodic import Occurrence, patterns, regular
+from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.periodic import Occurrence, frame_key, patterns, regular
+from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.stalls import Stalls
+from watchdog.coordinator.testing import SimJob
 
 
 def occ(rank, steps, cost=6.0, where="eval"):
@@ -96,3 +102,121 @@ def test_the_ledger_notes_the_steps_a_rank_spent_alone_in_a_phase():
     assert [(o.rank, o.step) for o in ledger.stalls.pauses] == [(0, 100), (0, 200), (0, 300)]
     (p,) = stalls_mod.periodic(ledger.stalls)
     assert (p.rank, p.period, round(p.cost_s, 1)) == (0, 100, 6.0)
+
+
+# -- unmarked stalls in a frame (hook/frames.py) ---------------------------------------
+
+UPLOAD = "upload_metrics (train.py:21)"
+
+
+@pytest.mark.parametrize(
+    ("frame", "key"),
+    [
+        ("estimate_loss (train.py:41)", "estimate_loss (train.py)"),
+        ("estimate_loss (train.py:44)", "estimate_loss (train.py)"),  # one function, another line: one place
+        ("<module> (run.py:3)", "<module> (run.py)"),
+        ("eval", "eval"),  # a phase: as it is
+        ("odd (x.py:abc)", "odd (x.py:abc)"),
+    ],
+)
+def test_a_frame_is_grouped_without_its_line(frame, key):
+    assert frame_key(frame) == key
+
+
+def stalls_with(occurrences: list[tuple[int, int, float, str]]) -> Stalls:
+    """Stalls whose ledger saw each (rank, step, cost, frame) as an unmarked stall in that frame."""
+    st = Stalls()
+    for rank, step, cost, frame in occurrences:
+        st.saw_frame(rank, step, frame)
+        st.add(stalls_mod.Step(step, cost + 0.1, rank, cost, 0.0, 2), cost)
+    return st
+
+
+def test_unmarked_stalls_in_one_frame_make_a_pattern_that_names_it():
+    st = stalls_with([(0, s, 3.5, f"upload_metrics (train.py:{21 + s % 2})") for s in (20, 40, 60)])
+    (p,) = stalls_mod.periodic(st)
+    assert (p.rank, p.period, p.where, p.occurrences) == (0, 20, "upload_metrics (train.py)", 3)
+    assert p.describe().startswith("rank 0 holds the job ~3.5 s every 20 steps in upload_metrics (train.py:2")
+    assert stalls_mod.expected_steps(st) == {(0, 20), (0, 40), (0, 60)}  # no straggler's evidence
+
+
+@pytest.mark.parametrize(
+    ("seen", "rank", "frame", "want"),
+    [
+        ([], 0, UPLOAD, None),  # nothing seen: the first occurrence is not expected
+        ([(0, 20, 4.0, UPLOAD)], 0, UPLOAD, 1.25 * 4.0 + 2.0),  # one occurrence is enough
+        ([(0, 20, 4.0, UPLOAD), (0, 40, 6.0, "upload_metrics (train.py:22)")], 0, UPLOAD, 1.25 * 6.0 + 2.0),
+        ([(0, 20, 4.0, UPLOAD)], 1, UPLOAD, None),  # another rank
+        ([(0, 20, 4.0, UPLOAD)], 0, "spin (train.py:50)", None),  # elsewhere
+    ],
+)
+def test_a_stall_is_expected_only_where_the_rank_stalled_before(seen, rank, frame, want):
+    assert stalls_mod.expected_s(stalls_with(seen), rank, frame) == want
+
+
+def test_a_step_whose_frame_was_not_seen_is_no_occurrence_and_a_restart_forgets():
+    st = Stalls()
+    st.saw_frame(0, 19, UPLOAD)  # the step before: not this one
+    st.add(stalls_mod.Step(20, 4.0, 0, 3.9, 0.0, 2), 3.9)
+    st.saw_frame(0, 40, UPLOAD)
+    st.add(stalls_mod.Step(40, 0.12, 0, 0.01, 0.0, 2), 0.01)  # a normal step: no stall
+    assert not st.framed
+    st.saw_frame(0, 60, UPLOAD)
+    st.add(stalls_mod.Step(60, 4.0, 0, 3.9, 0.0, 2), 3.9)
+    assert [(o.rank, o.step, o.where) for o in st.framed] == [(0, 60, "upload_metrics (train.py)")]
+    st.saw_frame(0, 80, "main (train.py:9)")
+    st.add(stalls_mod.Step(80, 4.0, 0, 3.9, 3.5, 2), 3.9)  # mostly its loader: loader_starvation's, not a frame's
+    assert [o.step for o in st.framed] == [60]
+    st.clear()
+    assert not st.framed and not st.frames
+    for k in range(stalls_mod.FRAMES_KEPT + 10):
+        st.saw_frame(0, k, UPLOAD)
+    assert len(st.frames) == stalls_mod.FRAMES_KEPT and (0, 0) not in st.frames
+
+
+# The coordinator end to end, time moved by numbers: 2 ranks, rank 0 stalls alone every 20
+# steps in one frame of the script (a metrics upload) while rank 1 waits in the all-reduce.
+FRAMED = [
+    # under the hang deadline: the advisory alone, no straggler or extra_work either
+    ("4 s stalls", 4.0, None, [("periodic_stall", (0,))]),
+    # over it: the first may be named (nothing known yet), the recurrences are expected
+    ("8 s stalls", 8.0, None, [("collective_hang", (0,)), ("periodic_stall", (0,))]),
+    # a spin elsewhere afterwards is named as soon as the first stall was (~5 s)
+    (
+        "then a spin",
+        8.0,
+        (90, "spin (train.py:50)"),
+        [("collective_hang", (0,)), ("periodic_stall", (0,)), ("collective_hang", (0,))],
+    ),
+    # a stall in the same frame that never ends: named past what that frame took before
+    (
+        "then a hang there",
+        8.0,
+        (100, UPLOAD),
+        [("collective_hang", (0,)), ("periodic_stall", (0,)), ("collective_hang", (0,))],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,extra_s,hang,want", FRAMED, ids=[c[0] for c in FRAMED])
+def test_a_stall_that_recurs_in_one_frame_is_said_once_and_never_paged_again(tmp_path, name, extra_s, hang, want):
+    path = str(tmp_path / "journal.jsonl")
+    c = Coordinator(Config(journal=path, job="job", world_size=2, tick_s=0.5), Journal(path, lambda: (1.7e9, 0.0)))
+    sim = SimJob(world_size=2, ranks_per_host=2, jitter=0.1, seed=11, compute_s=0.1)
+    sim.stall(0, every=20, extra_s=extra_s, from_step=20, frame=UPLOAD)
+    if hang is not None:
+        sim.hang(0, hang[0], frame=hang[1])
+    sim.run_until(80.0, coordinator=c, tick_s=0.5)
+    got = [r for r in journal.read(path) if r["event"] == je.FINDING]
+    c.journal.close()
+    assert [(r["kind"], tuple(r["ranks"])) for r in got] == want
+    (advisory,) = [r for r in got if r["kind"] == "periodic_stall"]
+    assert f"every 20 steps in {UPLOAD}" in advisory["reason"]
+    assert advisory["evidence"]["frame"] == UPLOAD and advisory["evidence"]["period_steps"] == 20
+    if hang is not None:
+        onset = sim.steps[hang[0]].start + sim.steps[hang[0]].data[0] + 0.1  # about when it stopped
+        latency = got[-1]["detected_mono"] - onset
+        limit = 6.5 if hang[1] != UPLOAD else stalls_mod.EXPECTED_FACTOR * 8.0 + stalls_mod.EXPECTED_MARGIN_S + 1.0
+        assert latency <= limit, (latency, got[-1]["reason"])
+        assert f"rank 0 last seen in training code, in {hang[1]}," in got[-1]["reason"]  # where it hangs
+        assert got[-1]["evidence"]["culprits"]["0"]["frame"] == hang[1]

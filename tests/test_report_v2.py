@@ -51,6 +51,8 @@ def random_report(rng: random.Random) -> dict:
             extra["death"] = {"summary": "killed by SIGKILL", "signal": "SIGKILL", "exit_code": -9}
         if rng.random() < 0.3:
             extra.update(loss=rng.random() * 3, loss_step=rng.randint(1, 99), fr_read_age_s=rng.random())
+        if rng.random() < 0.2:
+            extra.update(frame=rng.choice(("upload_metrics (train.py:21)", "é" * 44)), frame_step=rng.randint(1, 99))
         rs = t.rank(
             r,
             world_size=world,
@@ -203,6 +205,8 @@ DROPPED = [  # (the hostile change to rank 1's row, what its drop says): rank 0 
     ("loss step absurd", lambda b: b["ranks"][1].__setitem__(_at(b, "loss_step"), 1 << 70), "loss_step must be"),
     ("loss step negative", lambda b: b["ranks"][1].__setitem__(_at(b, "loss_bad_step"), -1), "loss_bad_step must"),
     ("loss infinite", lambda b: b["ranks"][1].__setitem__(_at(b, "loss"), 1e400), "loss must be a finite number"),
+    ("frame too long", lambda b: b["ranks"][1].__setitem__(_at(b, "frame"), "f" * 45), "frame is at most 44"),
+    ("frame step negative", lambda b: b["ranks"][1].__setitem__(_at(b, "frame_step"), -1), "frame_step must be"),
     ("coll an object", lambda b: _coll_row(b).update(), "coll must be an array of the 7 values coll_fields"),
     ("coll short", lambda b: b["ranks"][1][_at(b, "coll")].pop(), "coll must be an array of the 7 values"),
     ("a step short", lambda b: b["ranks"][1][_at(b, "recent_steps")][0].pop(), "recent_steps[0] must be an array"),

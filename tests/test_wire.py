@@ -389,3 +389,42 @@ def test_an_unknown_version_is_rejected(tmp_path):
     set_word(buf, wire.H_VERSION, 3)
     with pytest.raises(wire.UnsupportedVersion):
         wire.read_slot(write_file(tmp_path, buf))
+
+
+def test_the_frame_words_are_the_progress_areas_last_eight_and_none_in_older_slots(tmp_path):
+    """The frame (hook/frames.py) fills the progress area's other 8 words: zero in an
+    older hook's slot (no frame), outside the seqlock, below the ring."""
+    assert wire.read_slot(write_file(tmp_path, fresh())).header.frame is None
+    assert (
+        wire.P_FRAME_STEP == wire.P_LAST + 1 and (wire.P_FRAME_STEP + wire.FRAME_WORDS) * wire.WORD == wire.RING_OFFSET
+    )
+    assert not any(map(wire.seqlocked, range(wire.P_FRAME_STEP, wire.P_FRAME_STEP + wire.FRAME_WORDS)))
+    buf = fresh()
+    for i, w in enumerate(wire.encode_frame(41, 123_456, "estimate_loss (train.py:41)")):
+        set_word(buf, wire.P_FRAME_STEP + i, w)
+    header = wire.read_slot(write_file(tmp_path, buf, "f.slot")).header
+    assert header.frame == (41, 123_456, "estimate_loss (train.py:41)")
+    assert header.progress == (0,) * len(wire.PROGRESS_WORDS)  # its own words
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("upload_metrics (fixture.py:21)", "upload_metrics (fixture.py:21)"),
+        ("f" * 60, "f" * wire.FRAME_TEXT_BYTES),  # cut to the field
+        ("é" * 30, "é" * (wire.FRAME_TEXT_BYTES // 2)),  # never inside a character
+        ("", ""),
+    ],
+)
+def test_a_frame_round_trips_through_its_words(text, want):
+    assert wire.decode_frame(wire.encode_frame(7, 1, text)) == (7, 1, want)
+
+
+def test_a_frame_copy_torn_by_a_write_reads_as_none():
+    """The hook writes the 8 words one by one while the agent may copy them: a copy
+    with the old step and part of the new text fails its CRC instead of pairing them."""
+    old, new = wire.encode_frame(40, 5, "estimate_loss (train.py:41)"), wire.encode_frame(60, 9, "save (train.py:80)")
+    for cut in range(1, wire.FRAME_WORDS):
+        mixed = new[:cut] + old[cut:]
+        assert wire.decode_frame(mixed) is None, cut
+    assert wire.decode_frame((0,) * wire.FRAME_WORDS) is None

@@ -31,6 +31,7 @@ from operator import add, attrgetter, itemgetter, lt
 from typing import Any, TypeVar, cast
 
 from . import stepsummary
+from .wire import FRAME_TEXT_BYTES as FRAME_TEXT
 from .wire import Phase
 
 REPORT_VERSION = 1  # HostReport.to_dict()'s form: an object per rank and per step
@@ -285,6 +286,11 @@ class RankState:
     # measured (yet, or no schedstat).
     oncpu_share: float = 0.0
     runq_share: float = 0.0
+    # Where its main thread is in the script during the long step it is in (wire
+    # P_FRAME_*: ``function (file.py:line)``, sampled by the hook), and that step
+    # (steps completed + 1). "" and 0: none (a normal step, or an older hook).
+    frame: str = ""
+    frame_step: int = 0
 
     @property
     def last_compute_s(self) -> float:
@@ -587,6 +593,7 @@ _COUNTS = (
     "loss_step",
     "loss_bad_step",
     "loss_bad_count",
+    "frame_step",
 )
 _AGES = (
     "step_age_s",
@@ -649,6 +656,8 @@ def rank_problem(r: RankState) -> str:
             return f"recent_gpu[{j}]: step must be a count and durations finite seconds >= 0"
     if len(r.gpu_clock) > _SIG_TEXT:
         return f"gpu_clock is at most {_SIG_TEXT} characters"
+    if len(r.frame) > FRAME_TEXT:
+        return f"frame is at most {FRAME_TEXT} characters"
     if r.step_summary:
         return stepsummary.problem(r.step_summary)
     return ""
@@ -701,6 +710,7 @@ def _plainly_fine(r: RankState) -> bool:
         and -(1 << 63) <= r.fr_newest_group < (1 << 63)
         and not r.recent_gpu  # GPU-side steps: checked one by one below
         and len(r.gpu_clock) <= _SIG_TEXT
+        and len(r.frame) <= FRAME_TEXT
         and not (r.step_summary and stepsummary.problem(r.step_summary))
     )
 
@@ -1299,7 +1309,7 @@ _counts_at, _ages_at = itemgetter(*(_AT[n] for n in _COUNTS)), itemgetter(*(_AT[
 _CHECKED_AT = itemgetter(
     *(_AT[n] for n in ("world_size", "rank", "pid", "cpu_percent", "created_wall", "fr_read_age_s", "loss"))
 )
-_FR_GROUP_AT, _GPU_CLOCK_AT = _AT["fr_newest_group"], _AT["gpu_clock"]
+_FR_GROUP_AT, _GPU_CLOCK_AT, _FRAME_AT = _AT["fr_newest_group"], _AT["gpu_clock"], _AT["frame"]
 _coll_counts_at = itemgetter(*(_COLL_NAMES.index(n) for n in ("seq", "done_seq", "bytes", "outstanding")))
 _COLL_GROUP_AT, _COLL_SINCE_AT = _COLL_NAMES.index("group"), _COLL_NAMES.index("since_s")
 _full_counts_at = itemgetter(*(_STEP_FULL.index(n) for n in ("step", "coll_bytes")))
@@ -1334,6 +1344,7 @@ def _in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) -
         and (fr_age == -1.0 or 0 <= fr_age < MAX_SECONDS)
         and -_INT64 <= vals[_FR_GROUP_AT] < _INT64
         and len(vals[_GPU_CLOCK_AT]) <= _SIG_TEXT
+        and len(vals[_FRAME_AT]) <= FRAME_TEXT
     )
 
 
@@ -1417,4 +1428,5 @@ def _all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tupl
         and min(groups) >= -_INT64
         and max(groups) < _INT64
         and max(map(len, cols[_GPU_CLOCK_AT])) <= _SIG_TEXT
+        and max(map(len, cols[_FRAME_AT])) <= FRAME_TEXT
     )

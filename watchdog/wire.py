@@ -176,6 +176,42 @@ PROGRESS_WORDS = (
     P_AUTO_SINCE_NS,
     P_AUTO_COUNT,
 )
+# Where the training thread was during a long step (watchdog.hook.frames), the
+# progress area's other 8 words, added in place the same way (zero in an older
+# hook's slot: no frame): the step it was in (steps completed + 1), when it was
+# sampled, and ``function (file.py:line)`` as UTF-8 with a CRC-32 of the three
+# in its last 4 bytes. Single writer (the heartbeat thread), read outside the
+# seqlock: a reader whose copy straddled a write finds the CRC wrong and sees no
+# frame (``decode_frame``), never a frame paired with another step.
+P_FRAME_STEP = P_FIRST + 8
+P_FRAME_NS = P_FIRST + 9
+P_FRAME_TEXT = P_FIRST + 10  # .. P_FIRST + 15
+FRAME_WORDS = 8
+FRAME_TEXT_BYTES = (FRAME_WORDS - 2) * WORD - 4  # 44: the text, then its CRC
+_FRAME = struct.Struct(f"<qq{FRAME_TEXT_BYTES}sI")
+_FRAME_WORDS = struct.Struct(f"<{FRAME_WORDS}q")
+
+
+def encode_frame(step: int, t_ns: int, text: str) -> tuple[int, ...]:
+    """The frame words P_FRAME_STEP .. P_FIRST + 15 for ``text`` sampled in step
+    ``step`` at ``t_ns`` (cut to FRAME_TEXT_BYTES, never inside a character)."""
+    raw = text.encode("utf-8", "replace")[:FRAME_TEXT_BYTES].decode("utf-8", "ignore").encode("utf-8")
+    body = _FRAME.pack(step, t_ns, raw, 0)
+    crc = zlib.crc32(body[: _FRAME.size - 4])
+    return _FRAME_WORDS.unpack(body[: _FRAME.size - 4] + struct.pack("<I", crc))
+
+
+def decode_frame(words: tuple[int, ...]) -> tuple[int, int, str] | None:
+    """(step, sampled ns, text) from the frame words, or None: none written (an
+    older hook), or a copy torn by a write (its CRC does not match)."""
+    if len(words) != FRAME_WORDS or words[1] <= 0:
+        return None
+    body = _FRAME_WORDS.pack(*words)
+    step, t_ns, raw, crc = _FRAME.unpack(body)
+    if zlib.crc32(body[: _FRAME.size - 4]) != crc or step <= 0:
+        return None
+    return step, t_ns, raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
+
 
 # Why the loss words did not bump VERSION: words 40..43 were reserved and zero
 # in every version-1 slot (init_slot zeroes the header, no hook wrote them), and
@@ -541,6 +577,12 @@ class SlotHeader:
     words: tuple[int, ...] = field(repr=False)  # every header word, for the fields below
     event_ring_capacity: int = 0  # 0: a version-1 slot, every record kind on the one ring
     progress: tuple[int, ...] = field(default=(0,) * len(PROGRESS_WORDS), repr=False)  # PROGRESS_WORDS' values
+    frame_words: tuple[int, ...] = field(default=(0,) * FRAME_WORDS, repr=False)  # P_FRAME_STEP on
+
+    @property
+    def frame(self) -> tuple[int, int, str] | None:
+        """(step, sampled ns, ``function (file.py:line)``) of the hook's last frame sample, or None."""
+        return decode_frame(self.frame_words)
 
     def progress_word(self, index: int) -> int:
         """One P_* word (0 in an older hook's slot)."""
@@ -638,6 +680,7 @@ def decode_header(raw: bytes) -> SlotHeader:
         words=words,
         event_ring_capacity=event_cap,
         progress=struct.unpack_from(f"<{len(PROGRESS_WORDS)}q", raw, PROGRESS_OFFSET),
+        frame_words=_FRAME_WORDS.unpack_from(raw, P_FRAME_STEP * WORD),
     )
 
 

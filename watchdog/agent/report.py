@@ -110,7 +110,19 @@ def rank_state(
         batch_per_rank=h[wire.H_BATCH_PER_RANK],
         **_fr_read(h, now_ns),
         death=v.death,
+        **_frame(h),
     )
+
+
+def _frame(h: wire.SlotHeader) -> dict:
+    """The hook's frame sample while the rank is still in the step it was taken in:
+    where it holds the job now (after that step, the words stay until the next
+    long step's sample; sent on, they would cost every report of every rank)."""
+    got = h.frame
+    if got is None or got[0] != h[wire.H_STEP] + 1:
+        return {}  # none sampled (an older hook, a copy torn by a write) or an old one: the defaults say so
+    step, _t_ns, text = got
+    return {"frame": text, "frame_step": step}
 
 
 def _fr_read(h: wire.SlotHeader, now_ns: int) -> dict:

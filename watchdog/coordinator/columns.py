@@ -91,6 +91,9 @@ class RankColumns:
     step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples (the same)
     step_flat: Sequence[array] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
     step_newest: Sequence[float] = ()  # step_flat's newest step number; -inf when it is empty
+    # -- for stalls (goodput's) and hang: where the rank was during its latest long step (RankState.frame)
+    frame: Sequence[str] = ()
+    frame_step: Sequence[int] = ()
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -161,6 +164,8 @@ def _row(rv: FoldedRank) -> tuple:
         st.history,
         flat,
         flat[-FLAT_FIELDS] if flat else NO_STEP,
+        s.frame,
+        s.frame_step,
     )
 
 

@@ -20,6 +20,8 @@ def where(rv: FoldedRank, now: float) -> str:
     if s.coll.outstanding > 0:
         return f"in {s.coll.op} #{s.coll.seq} on {group_name(s.coll.group)} at step {s.step}"
     phase = f"in {s.phase}" if s.phase not in ("train", "") else "in training code"
+    if s.frame and s.frame_step == s.step + 1:  # its hook sampled where, in this step (hook/frames.py)
+        phase += f", in {s.frame}"
     return f"{phase}, outside collectives and data loading, at step {s.step}"
 
 

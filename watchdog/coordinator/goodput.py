@@ -113,6 +113,7 @@ class Ledger:
             return
         self.ended = False
         live, changed, pausing = self._scan(view, track=not restarting, batched=batched)
+        self._frames(view)
         if restarting or changed:
             self.restarting = True
         ready = self._ready_steps(live)
@@ -138,6 +139,17 @@ class Ledger:
             self.ended = True
 
     # -- bookkeeping ---------------------------------------------------------------
+
+    def _frames(self, view: ClusterView) -> None:
+        """Note the frames the ranks' hooks sampled in the step they are still in
+        (stalls.py: where a rank held the job, for its step once split). One C-level
+        pass over the columns finds the few ranks in a long step."""
+        c = columns.of(view)
+        if not any(c.frame):  # the agents send a frame only while its step lasts: nearly always none
+            return
+        for i in compress(range(len(c.frame)), c.frame):
+            if c.frame_step[i] == c.step[i] + 1:
+                self.stalls.saw_frame(c.rank[i], c.frame_step[i], c.frame[i])
 
     def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
         """The ranks whose process lives (the ones whose steps the job waits on),
@@ -360,7 +372,8 @@ class Ledger:
             i = owns.index(top)
             excess = top - compute - data
             slow = max(0.0, excess)
-            self.stalls.add(Step(number, step_s, got.ranks[i], excess, datas[i] - data, len(got)))
+            cost = max(0.0, step_s - self.profile["step_s"]) if self.steps else None
+            self.stalls.add(Step(number, step_s, got.ranks[i], excess, datas[i] - data, len(got)), cost)
             coll = max(0.0, step_s - data - compute - slow)
             self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]
             base = min(coll, quantile(self.coll_history, BASELINE_QUANTILE))

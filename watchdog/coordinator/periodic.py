@@ -32,7 +32,16 @@ class Occurrence:
     rank: int
     step: int  # the step it held up
     cost_s: float  # the job's wall time it cost (the others' wait)
-    where: str  # the phase or frame it was in ("eval", "estimate_loss")
+    where: str  # the phase or frame it was in ("eval", "estimate_loss (train.py)"): what groups them
+    frame: str = ""  # the frame as sampled, line included ("estimate_loss (train.py:41)"), for people
+
+
+def frame_key(frame: str) -> str:
+    """The frame without its line: ``estimate_loss (train.py:41)`` and
+    ``estimate_loss (train.py:44)`` are one place (a loop in one function
+    samples at different lines)."""
+    head, colon, tail = frame.rpartition(":")
+    return f"{head})" if colon and tail.endswith(")") and tail[:-1].isdigit() else frame
 
 
 @dataclass(frozen=True)
@@ -44,10 +53,12 @@ class Pattern:
     occurrences: int
     first_step: int
     last_step: int
+    frame: str = ""  # the newest occurrence's frame as sampled, when it was a frame
 
     def describe(self) -> str:
         return (
-            f"rank {self.rank} holds the job ~{self.cost_s:.1f} s every {self.period:,} steps in {self.where} "
+            f"rank {self.rank} holds the job ~{self.cost_s:.1f} s every {self.period:,} steps in "
+            f"{self.frame or self.where} "
             f"({self.occurrences} times since step {self.first_step}): expected work it does alone; "
             "mark it (mon.phase) or raise the allowance"
         )
@@ -75,8 +86,11 @@ def patterns(occurrences: Iterable[Occurrence], minimum: int = MIN_OCCURRENCES) 
     among them means it is not only a schedule. A schedule that changed says
     nothing until the old occurrences have left the window."""
     by: dict[tuple[int, str], dict[int, float]] = defaultdict(dict)
+    frames: dict[tuple[int, str], str] = {}
     for o in occurrences:
         by[(o.rank, o.where)][o.step] = o.cost_s
+        if o.frame:
+            frames[(o.rank, o.where)] = o.frame
     out = []
     for (rank, where), costs in sorted(by.items()):
         steps = sorted(costs)
@@ -95,6 +109,7 @@ def patterns(occurrences: Iterable[Occurrence], minimum: int = MIN_OCCURRENCES) 
                 occurrences=len(steps),
                 first_step=steps[0],
                 last_step=steps[-1],
+                frame=frames.get((rank, where), ""),
             )
         )
     return out

@@ -49,6 +49,7 @@ from .backpressure import Backpressure
 from .config import Config
 from .control import JobController
 from .detectors import build
+from .detectors.collective_hang import CollectiveHang
 from .detectors.dead_rank import DeadRank
 from .detectors.extra_work import ExtraWork
 from .detectors.loader_starvation import LoaderStarvation
@@ -126,7 +127,7 @@ class Coordinator:
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
         for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
-            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall):
+            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall | CollectiveHang):
                 det.stalls = self.goodput.stalls
             if isinstance(det, ExtraWork):  # rank 0's slowness, from the straggler's scores
                 det.straggler = self._straggler

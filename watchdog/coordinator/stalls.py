@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from .finding import Finding
-from .periodic import Occurrence, Pattern, patterns
+from .periodic import Occurrence, Pattern, frame_key, patterns
 
 if TYPE_CHECKING:
     from .config import DetectorConfig
@@ -59,6 +59,11 @@ MAJORITY = 0.5  # of all the stalls in the steps noted
 INTERMITTENT = 0.5  # stalls on at most this share of the steps from a rank's first
 PAUSES_KEPT = 64  # steps in which a minority of ranks was in a checkpoint or eval phase
 PAUSE_WHERE = "a checkpoint or eval phase"
+FRAMES_KEPT = 1024  # (rank, step) -> the frame its hook sampled in that step, newest
+# A stall where one was seen before on the rank, in the same frame, is expected to last
+# as long again: the hang deadline allows the longest seen so far times this, plus this.
+EXPECTED_FACTOR = 1.25
+EXPECTED_MARGIN_S = 2.0
 
 
 class Step(NamedTuple):
@@ -84,9 +89,29 @@ class Stalls:
         # Steps that some ranks (not all) spent in a checkpoint or eval phase while the
         # others trained (the ledger does not split them): their own periodic pattern.
         self.pauses: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
+        # Unmarked stalls whose rank's hook sampled its frame during the step (hook/frames.py):
+        # where the rank held the job, so a recurrence in the same place is recognised.
+        self.framed: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
+        self.frames: dict[tuple[int, int], str] = {}  # (rank, step) -> frame, insertion ordered
 
-    def add(self, step: Step) -> None:
+    def saw_frame(self, rank: int, step: int, frame: str) -> None:
+        """Rank ``rank``'s hook sampled ``frame`` during step ``step`` (the newest sample wins)."""
+        key = (rank, step)
+        self.frames.pop(key, None)
+        self.frames[key] = frame
+        if len(self.frames) > FRAMES_KEPT:
+            del self.frames[next(iter(self.frames))]
+
+    def add(self, step: Step, cost_s: float | None = None) -> None:
+        """``cost_s``: the job's wall time the step took beyond a typical one (the
+        others' wait: what a periodic stall costs; its excess_s when not given)."""
         self.steps.append(step)
+        own = step.data_s <= 0.5 * step.excess_s  # its own work, not its loader (Stalling.on_data)
+        if own and step.excess_s > 0.0 and step.excess_s >= EVENT_SHARE * step.step_s:
+            frame = self.frames.get((step.rank, step.step))
+            if frame:
+                cost = step.excess_s if cost_s is None else cost_s
+                self.framed.append(Occurrence(step.rank, step.step, cost, frame_key(frame), frame))
 
     def pause(self, step: int, cost_s: float, ranks: Sequence[int]) -> None:
         """Step ``step`` held the job ``cost_s`` beyond a train step while ``ranks``
@@ -98,6 +123,8 @@ class Stalls:
         """A restart: the steps of the job before it say nothing of the new ranks."""
         self.steps.clear()
         self.pauses.clear()
+        self.framed.clear()
+        self.frames.clear()
 
 
 def stall_events(steps: Sequence[Step]) -> list[Step]:
@@ -106,12 +133,30 @@ def stall_events(steps: Sequence[Step]) -> list[Step]:
 
 
 def periodic(stalls: Stalls) -> list[Pattern]:
-    """The periodic patterns of the pauses noted: a rank in a checkpoint or eval
-    phase alone (marked, or opened by the hook from its eval forwards), on a
-    schedule. Unmarked stalls stay the straggler's evidence even when regular:
-    the time is lost all the same, and without the rank's stack nothing says
-    they are its own work rather than a neighbour's cron job."""
-    return patterns(stalls.pauses)
+    """The periodic patterns of the pauses noted (a rank in a checkpoint or eval
+    phase alone, marked or opened by the hook from its eval forwards) and of the
+    unmarked stalls whose frame the rank's hook sampled (a metrics upload, a log
+    flush), on a schedule. An unmarked stall without a frame stays the
+    straggler's evidence even when regular: without where the rank was, nothing
+    says it is its own work rather than a neighbour's cron job."""
+    return patterns(stalls.pauses) + patterns(stalls.framed)
+
+
+def expected_steps(stalls: Stalls) -> frozenset[tuple[int, int]]:
+    """(rank, step) of the unmarked stalls that are a periodic pattern's: the
+    periodic_stall advisory's, no straggler's evidence."""
+    found = {(p.rank, p.where) for p in patterns(stalls.framed)}
+    return frozenset((o.rank, o.step) for o in stalls.framed if (o.rank, o.where) in found)
+
+
+def expected_s(stalls: Stalls, rank: int, frame: str) -> float | None:
+    """How long a stall of ``rank`` in ``frame`` may last before it is more than
+    the ones seen there before (the longest, with a margin), or None: none seen.
+    One occurrence is enough: the first may be named (nothing was known yet), a
+    recurrence that lasts no longer is expected."""
+    key = frame_key(frame)
+    seen = [o.cost_s for o in stalls.framed if o.rank == rank and o.where == key]
+    return EXPECTED_FACTOR * max(seen) + EXPECTED_MARGIN_S if seen else None
 
 
 @dataclass(frozen=True)
@@ -201,8 +246,12 @@ def findings(
     detector's). A rank gone since is another detector's."""
     if stalls is None:
         return []
+    steps: Sequence[Step] = stalls.steps
+    expected = expected_steps(stalls) if stalls.framed else frozenset()
+    if expected:
+        steps = [s for s in steps if (s.rank, s.step) not in expected]
     out = []
-    for st in stalling(stalls.steps, cfg.straggler_window_steps, cfg.straggler_windows):
+    for st in stalling(steps, cfg.straggler_window_steps, cfg.straggler_windows):
         rv = view.ranks.get(st.rank)
         if st.on_data != on_data or st.rank in named or rv is None:
             continue

@@ -262,6 +262,8 @@ class SimJob:
         self.factor: dict[int, float] = {}
         self.rank_data: dict[int, float] = {}
         self.stalls: dict[int, tuple[int, float, int, bool]] = {}  # rank -> (every, extra seconds, from step, on data)
+        self.frame_of: dict[int, str] = {}  # rank -> where its stalls are, as its hook samples it
+        self.hang_frame: dict[int, str] = {}  # rank -> where it hangs
         self.pause: tuple[float, float] = (0.0, 0.0)  # (chance per rank and step, extra seconds)
         self.faults: dict[int, tuple[str, int]] = {}  # rank -> (kind, step)
         self.victims_die_after: float | None = None
@@ -280,18 +282,26 @@ class SimJob:
     def starve(self, rank: int, data_s: float) -> None:
         self.rank_data[rank] = data_s
 
-    def stall(self, rank: int, every: int, extra_s: float, from_step: int = 0, on_data: bool = False) -> None:
+    def stall(
+        self, rank: int, every: int, extra_s: float, from_step: int = 0, on_data: bool = False, frame: str = ""
+    ) -> None:
         """``extra_s`` more compute (``on_data``: data wait) on every ``every``-th step from
-        ``from_step`` on (a periodic save, a GC pause; a shard opened from cold storage)."""
+        ``from_step`` on (a periodic save, a GC pause; a shard opened from cold storage).
+        ``frame``: where the rank is meanwhile, as its hook samples it (hook/frames.py)."""
         self.stalls[rank] = (every, extra_s, from_step, on_data)
+        if frame:
+            self.frame_of[rank] = frame
 
     def pauses(self, chance: float, extra_s: float) -> None:
         """Every rank, on each step with probability ``chance``, computes ``extra_s`` longer (pauses all over the job)."""
         self.pause = (chance, extra_s)
 
-    def hang(self, rank: int, at_step: int) -> None:
-        """Sleeps (GIL released, heartbeat fresh) just before the all-reduce of ``at_step``."""
+    def hang(self, rank: int, at_step: int, frame: str = "") -> None:
+        """Sleeps (GIL released, heartbeat fresh) just before the all-reduce of ``at_step``
+        (``frame``: in that frame of the script, as its hook samples it)."""
         self.faults[rank] = ("hang", at_step)
+        if frame:
+            self.hang_frame[rank] = frame
 
     def kill(self, rank: int, at_step: int, victims_die_after: float | None = None) -> None:
         """SIGKILL at the start of ``at_step``; optionally the others die this long after (gloo error)."""
@@ -409,6 +419,7 @@ class SimJob:
             )
             for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
         )
+        where = self._frame(r, cur, view_t, t, prev)
         dead = (faulted and kind in ("kill", "exit")) or victim_dead
         gone_age = 0.0
         if dead and self.agent_poll_s:
@@ -436,7 +447,23 @@ class SimJob:
             recent_steps=samples,
             gone_age_s=gone_age,
             proc_status="gone" if dead else ("stopped" if faulted and kind == "stop" else "running"),
+            frame=where,
+            frame_step=k + 1 if where else 0,
         )
+
+    def _frame(self, r: int, cur: _Step, view_t: float, t: float, prev: _Step | None) -> str:
+        """Rank ``r``'s frame as its hook samples it (frames.should_sample): in a step of
+        its stalls (or its hang), out of the collective, run long enough."""
+        enter = cur.enter.get(r)
+        last = (prev.ended - prev.start) if prev else 0.0
+        if (enter is not None and view_t >= enter) or cur.start + cur.data[r] > view_t or cur.k == 0:
+            return ""
+        if t - cur.start < max(0.25, 2 * last):
+            return ""
+        if self.faults.get(r) == ("hang", cur.k):
+            return self.hang_frame.get(r, "")
+        every, _extra, since, _on_data = self.stalls.get(r, (0, 0.0, 0, False))
+        return self.frame_of.get(r, "") if every and cur.k >= since and cur.k % every == 0 else ""
 
     def report(self, host: str, t: float) -> HostReport:
         since = self._last_report.get(host, -1e18)

@@ -128,6 +128,7 @@ if msgspec is not None:
     for _name, _typ in schema._RANK_TYPES.items():
         if _typ is bool or _typ is str:
             _RANK_TYPES[_name] = _typ
+    _RANK_TYPES["frame"] = Annotated[str, Meta(max_length=schema.FRAME_TEXT)]
     # A field added to RankState needs its range here: the rows it is in would all go the long way.
     assert set(_RANK_TYPES) == set(schema._FAST_NAMES), set(schema._FAST_NAMES) ^ set(_RANK_TYPES)
     _COLL_TYPES = {

@@ -166,6 +166,10 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
             log.debug("watchdog.hook torch not importable; progress not counted")
         except Exception as exc:
             mon._fail("progress", exc)
+        try:
+            mon.use_frames()
+        except Exception as exc:
+            mon._fail("frames", exc)
     if cfg.auto_step:
         try:
             from watchdog.hook import optim

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog import wire
-from watchdog.hook import completion, control, flightrecorder, progress
+from watchdog.hook import completion, control, flightrecorder, frames, progress
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -74,6 +74,7 @@ _QUIET = {
     "_poll_flight": nop,
     "_poll_completions": nop,
     "_poll_progress": nop,
+    "_poll_frame": nop,
     "_poll_pg": nop,
 }
 
@@ -152,6 +153,8 @@ class Monitor:
         # no hook registered) unless use_progress() is called (install, by configuration).
         self.progress: progress.Progress | None = None
         self._poll_progress: Callable[[], object] = nop
+        # Where the training thread is during a long step (frames.py): nop unless use_frames() is called.
+        self._poll_frame: Callable[[], object] = nop
         # A process group made where the init wrapper could not see it (collectives.joined_poll)
         self._poll_pg: Callable[[], object] = nop
         self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
@@ -369,6 +372,11 @@ class Monitor:
         self.progress = source
         self._poll_progress = source.poll
 
+    def use_frames(self) -> None:
+        """Sample the calling (training) thread's frame in the user's script during
+        long steps, on the heartbeat (watchdog.hook.frames)."""
+        self._poll_frame = frames.FrameSampler(self.slot, self._clock).poll
+
     def watch_pg(self, poll: Callable[[], object]) -> None:
         """Run ``poll`` on every heartbeat (collectives.patch: the process group's join)."""
         self._poll_pg = poll
@@ -378,6 +386,7 @@ class Monitor:
         self._poll_flight()
         self._poll_completions()
         self._poll_progress()
+        self._poll_frame()
         self._poll_pg()
 
     # -- control (agent -> hook) -------------------------------------------------

@@ -43,6 +43,7 @@ from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_
 from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
 from ..silence import SLOW_PHASES
+from ..stalls import Stalls, expected_s
 from ..stephistory import Steps
 from ..steps import P99_SAMPLES, PAUSE_PHASES
 from ..view import ClusterView, FoldedRank
@@ -130,13 +131,15 @@ def _before_any_collective(rv: FoldedRank) -> bool:
 _JOINING = ("none", "initializing")
 
 
-def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float:
-    """``alive[i]``: whether the rank in row ``i`` of the view's columns is live."""
+def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig, also: frozenset[int] = frozenset()) -> float:
+    """``alive[i]``: whether the rank in row ``i`` of the view's columns is live;
+    ``also``: more steps the p99 leaves out (the unmarked stalls of a rank whose
+    frame was seen: ``expected_stall_s`` gives their recurrences their time)."""
     c = columns.of(view)
     kept = list(map(and_, alive, c.has_history))
     step_s = stats.median(list(compress(c.p99_step_s, kept)))
     if cfg.hang_step_multiple * step_s > cfg.hang_floor_s:  # the step time decides: was it a pause's?
-        step_s = unpaused_step_s(list(compress(c.step_history, kept)), step_s)
+        step_s = unpaused_step_s(list(compress(c.step_history, kept)), step_s, also)
     base = max(cfg.hang_floor_s, cfg.hang_step_multiple * step_s)
     base += view.behind_s  # a coordinator running late has not yet seen the progress queued for it
     phases = set(compress(c.phase, alive))
@@ -148,7 +151,7 @@ def deadline(view: ClusterView, alive: list[bool], cfg: DetectorConfig) -> float
     return base
 
 
-def unpaused_step_s(histories: Sequence[Steps], step_s: float) -> float:
+def unpaused_step_s(histories: Sequence[Steps], step_s: float, also: frozenset[int] = frozenset()) -> float:
     """The median rank's p99 step time (``step_s``, over each rank's newest
     ``P99_SAMPLES`` steps) without the steps in which some rank was in a pause
     phase (checkpoint, eval: marked, or the hook's automatic eval). In such a
@@ -159,8 +162,12 @@ def unpaused_step_s(histories: Sequence[Steps], step_s: float) -> float:
     The caller asks only when the step time decides the deadline (its multiple
     above the floor); only the histories that changed since the last call are
     read again (``_LAST``)."""
-    pauses, p99_without = _LAST.read(histories)
+    # Its own cache with ``also``: the tick asks both ways (hang_state without, the detector
+    # with), and one cache would read every history again at each change of the steps left out.
+    pauses, p99_without = (_LAST_ALSO if also else _LAST).read(histories)
     found = [p for p in pauses if p]
+    if also:
+        found.append(also)
     if not found:
         return step_s
     p99s = [p for p in p99_without(frozenset().union(*found)) if p is not None]
@@ -218,6 +225,24 @@ class _Last:
 
 
 _LAST = _Last()
+_LAST_ALSO = _Last()
+
+
+def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, str]) -> float:
+    """The longest a live rank's stall now may last and be one seen before: a rank
+    outside any collective whose hook sampled it, in the step it is still in, in a
+    frame where it stalled before (stalls.expected_s); 0 when none is. Its
+    recurrence is work it does alone (a metrics upload every N steps), not a hang,
+    for as long as it took before. A stall that does not end is named past that."""
+    if known is None or not known.framed:
+        return 0.0
+    c = columns.of(view)
+    out = 0.0
+    for i in compress(range(len(c.frame)), c.frame):  # the agents send frames only while their step lasts
+        rank = c.rank[i]
+        if c.frame_step[i] == c.step[i] + 1 and not c.coll_outstanding[i] and health.get(rank) == OK:
+            out = max(out, expected_s(known, rank, c.frame[i]) or 0.0)
+    return out
 
 
 class CollectiveHang:
@@ -225,18 +250,35 @@ class CollectiveHang:
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
+        # The goodput ledger's stalls (the coordinator hands them over): a stall that recurs
+        # where one was seen before gets the time it took then (expected_stall_s).
+        self.stalls: Stalls | None = None
+
+    def _deadline(self, view: ClusterView, st: HangState) -> float:
+        """The state's deadline; once a rank's unmarked stalls were seen in a frame,
+        without their steps in the p99 (a spin elsewhere is named as soon as
+        before) but with their recurrence's time (``expected_stall_s``)."""
+        known = self.stalls
+        if known is None or not known.framed:
+            return st.deadline_s
+        alive = [h in (OK, FROZEN) for h in st.health.values()]
+        base = deadline(view, alive, self.cfg, frozenset(o.step for o in known.framed))
+        return max(base, expected_stall_s(view, known, st.health))
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
         """How long the job has been stuck against its deadline (both 0 when nothing is live)."""
         st = hang_state(now, view, self.cfg)
-        return {HANG_SECONDS: st.age_s if st else 0.0, HANG_DEADLINE_SECONDS: st.deadline_s if st else 0.0}
+        return {HANG_SECONDS: st.age_s if st else 0.0, HANG_DEADLINE_SECONDS: self._deadline(view, st) if st else 0.0}
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         st = hang_state(now, view, self.cfg)
-        if st is None or st.age_s <= st.deadline_s or frozen_together(now, view, self.cfg) is not None:
+        if st is None:
+            return []
+        deadline_s = self._deadline(view, st)
+        if st.age_s <= deadline_s or frozen_together(now, view, self.cfg) is not None:
             return []  # (every rank frozen in one instant: the wedged verdict's, wedge.py)
         b = st.blame
-        evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(st.deadline_s, 3)}
+        evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(deadline_s, 3)}
         if b is None:
             if _joining(view, st.stuck):
                 return []  # never_joined's, by its own deadline: it names who did not call init
@@ -354,4 +396,5 @@ class CollectiveHang:
             "coll_outstanding": s.coll.outstanding,
             "heartbeat_age_s": round(rv.heartbeat_age(now), 3),
             "health": st.health[rv.rank],
+            "frame": s.frame if s.frame_step == s.step + 1 else "",
         }
