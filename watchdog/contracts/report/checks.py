@@ -12,7 +12,7 @@ whole group."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import chain
 from operator import attrgetter, itemgetter, le, lt
 from typing import Any
@@ -150,22 +150,31 @@ def split_valid(ranks: tuple[RankState, ...]) -> tuple[tuple[RankState, ...], li
     return tuple(good), bad
 
 
-_counts_of, _positives_of = getter(attrgetter, COUNTS), getter(attrgetter, POSITIVES)
-_ages_of, _words_of = getter(attrgetter, AGES), getter(attrgetter, WORDS)
-_coll_counts_of, _coll_secs_of = getter(attrgetter, COLL_COUNTS), getter(attrgetter, COLL_SECONDS)
-_coll_words_of = getter(attrgetter, COLL_WORDS)
-_sample_counts_of, _sample_seconds_of = getter(attrgetter, STEP_COUNTS), getter(attrgetter, STEP_SECONDS)
-_bounded_of = getter(attrgetter, tuple(n for n, _ in BOUNDED))
+# Each check reads its fields through one getter, in this order; a kind's
+# fields are a slice of what it gives.
+_BOUNDED_NAMES, _TEXT_NAMES = tuple(n for n, _ in BOUNDED), tuple(n for n, _ in TEXTS)
+_ORDER = (*COUNTS, *POSITIVES, *AGES, *_BOUNDED_NAMES, *FINITES, *NEVER_OR_SECONDS, *WORDS, *_TEXT_NAMES)
+_COLL_ORDER = (*COLL_COUNTS, *COLL_SECONDS, *COLL_WORDS)
+
+
+def _slices(*groups: tuple) -> Iterator[slice]:
+    at = 0
+    for g in groups:
+        yield slice(at, at + len(g))
+        at += len(g)
+
+
+_COUNTS, _POSITIVES, _AGES, _BOUNDED, _FINITES, _NOS, _WORDS, _TEXTS = _slices(
+    COUNTS, POSITIVES, AGES, _BOUNDED_NAMES, FINITES, NEVER_OR_SECONDS, WORDS, _TEXT_NAMES
+)
+_C_COUNTS, _C_SECONDS, _C_WORDS = _slices(COLL_COUNTS, COLL_SECONDS, COLL_WORDS)
 _BOUNDED_GE: tuple[Any, ...] = tuple(r.ge for _, r in BOUNDED)
 _BOUNDED_LT: tuple[Any, ...] = tuple(r.lt for _, r in BOUNDED)
-_finites_of, _nos_of = getter(attrgetter, FINITES), getter(attrgetter, NEVER_OR_SECONDS)
-_texts_of = getter(attrgetter, tuple(n for n, _ in TEXTS))
 _TEXT_LIMITS: tuple[Any, ...] = tuple(n for _, n in TEXTS)
+_rank_of, _coll_of = attrgetter(*_ORDER), getter(attrgetter, _COLL_ORDER)
+_sample_counts_of, _sample_seconds_of = getter(attrgetter, STEP_COUNTS), getter(attrgetter, STEP_SECONDS)
+_NOT_NEVER = (-1.0).__ne__  # never-or-seconds: -1 is "never", any other value is seconds
 _INT, _FLOAT = {int}, {float}
-
-
-def _nos_fine(v: Any) -> bool:
-    return v == -1.0 or (type(v) is float and 0 <= v < MAX_SECONDS)
 
 
 def plainly_fine(r: RankState) -> bool:
@@ -176,20 +185,19 @@ def plainly_fine(r: RankState) -> bool:
     if not (0 < world <= MAX_WORLD_SIZE and 0 <= rank < world):
         return False
     c = r.coll
-    counts = (*_counts_of(r), *_coll_counts_of(c))
-    secs = (*_ages_of(r), *_coll_secs_of(c))
+    v, cv = _rank_of(r), _coll_of(c)
+    counts = v[_COUNTS] + cv[_C_COUNTS]
+    secs = v[_AGES] + cv[_C_SECONDS]
     steps = r.recent_steps
     if steps:
         counts += tuple(chain.from_iterable(map(_sample_counts_of, steps)))
         secs += tuple(chain.from_iterable(map(_sample_seconds_of, steps)))
-    words = (*_coll_words_of(c), *_words_of(r))
-    bounded = _bounded_of(r)
-    finites = _finites_of(r)
+    words, bounded, finites, nos = cv[_C_WORDS] + v[_WORDS], v[_BOUNDED], v[_FINITES], v[_NOS]
     return (
         set(map(type, counts)) == _INT
         and min(counts) >= 0
         and max(counts) < MAX_COUNT
-        and min(_positives_of(r), default=1) > 0
+        and min(v[_POSITIVES], default=1) > 0
         and set(map(type, secs)) == _FLOAT
         and math.isfinite(sum(secs))
         and min(secs) >= 0
@@ -202,9 +210,11 @@ def plainly_fine(r: RankState) -> bool:
         and all(map(lt, bounded, _BOUNDED_LT))
         and set(map(type, finites)) <= _FLOAT
         and math.isfinite(sum(finites))
-        and all(map(_nos_fine, _nos_of(r)))
+        and set(map(type, nos)) <= _FLOAT
+        and max(nos, default=0.0) < MAX_SECONDS
+        and min(filter(_NOT_NEVER, nos), default=0.0) >= 0
         and not r.recent_gpu  # GPU-side steps: checked one by one
-        and all(map(le, map(len, _texts_of(r)), _TEXT_LIMITS))
+        and all(map(le, map(len, v[_TEXTS]), _TEXT_LIMITS))
         and not (r.step_summary and stepsummary.problem(r.step_summary))
     )
 
@@ -212,18 +222,8 @@ def plainly_fine(r: RankState) -> bool:
 # -- the same on a version-2 row's values as read (FAST_NAMES order), and on columns
 
 _AT = {n: i for i, n in enumerate(FAST_NAMES)}
-
-
-def _at(names: tuple[str, ...], at: dict[str, int] = _AT) -> Callable[[Any], tuple]:
-    return getter(itemgetter, tuple(at[n] for n in names))
-
-
-_COLL_AT = {n: i for i, n in enumerate(COLL_NAMES)}
-_counts_at, _ages_at, _positives_at, _words_at = _at(COUNTS), _at(AGES), _at(POSITIVES), _at(WORDS)
-_bounded_at, _finites_at, _nos_at = _at(tuple(n for n, _ in BOUNDED)), _at(FINITES), _at(NEVER_OR_SECONDS)
-_texts_at = _at(tuple(n for n, _ in TEXTS))
-_coll_counts_at, _coll_words_at = _at(COLL_COUNTS, _COLL_AT), _at(COLL_WORDS, _COLL_AT)
-_coll_secs_at = _at(COLL_SECONDS, _COLL_AT)
+_row_at = itemgetter(*(_AT[n] for n in _ORDER))
+_coll_at = getter(itemgetter, tuple(COLL_NAMES.index(n) for n in _COLL_ORDER))
 _W_AT, _R_AT = _AT[WORLD_NAME], _AT[RANK_NAME]
 
 
@@ -232,18 +232,18 @@ def in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) ->
     RankState, for values already known to be exactly of their types (an int
     count, a float second): the same ranges, without an attribute read per field.
     False means "not known": ``rank_problem`` then decides."""
-    counts = (*_counts_at(vals), *_coll_counts_at(cvals), *step_counts)
-    secs = (*_ages_at(vals), *_coll_secs_at(cvals), *step_secs)
-    words = (*_coll_words_at(cvals), *_words_at(vals))
-    bounded = _bounded_at(vals)
+    v, cv = _row_at(vals), _coll_at(cvals)
+    counts = (*v[_COUNTS], *cv[_C_COUNTS], *step_counts)
+    secs = (*v[_AGES], *cv[_C_SECONDS], *step_secs)
+    words, bounded, nos = cv[_C_WORDS] + v[_WORDS], v[_BOUNDED], v[_NOS]
     world = vals[_W_AT]
     return (
-        math.isfinite(sum(_finites_at(vals)))
+        math.isfinite(sum(v[_FINITES]))
         and 0 < world <= MAX_WORLD_SIZE
         and 0 <= vals[_R_AT] < world
         and min(counts) >= 0
         and max(counts) < MAX_COUNT
-        and min(_positives_at(vals), default=1) > 0
+        and min(v[_POSITIVES], default=1) > 0
         and math.isfinite(sum(secs))
         and min(secs) >= 0
         and max(secs) < MAX_SECONDS
@@ -251,9 +251,14 @@ def in_range(vals: tuple, cvals: tuple, step_counts: tuple, step_secs: tuple) ->
         and max(words, default=0) < INT64
         and all(map(le, _BOUNDED_GE, bounded))
         and all(map(lt, bounded, _BOUNDED_LT))
-        and all(map(_nos_fine, _nos_at(vals)))
-        and all(map(le, map(len, _texts_at(vals)), _TEXT_LIMITS))
+        and max(nos, default=0.0) < MAX_SECONDS
+        and min(filter(_NOT_NEVER, nos), default=0.0) >= 0
+        and all(map(le, map(len, v[_TEXTS]), _TEXT_LIMITS))
     )
+
+
+def _longest(texts: tuple) -> int:
+    return max(map(len, texts))
 
 
 def all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple, n: int) -> bool:
@@ -264,10 +269,10 @@ def all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple
     instead of per row. Never True where a row's ``in_range`` is not; a sum
     that overflows to inf makes it False (the per-row path then decides)."""
     world, rank = cols[_W_AT], cols[_R_AT]
-    counts = (*_counts_at(cols), *_coll_counts_at(ccols), *step_counts)
-    secs = (*_ages_at(cols), *_coll_secs_at(ccols), *step_secs)
-    bounded, nos = _bounded_at(cols), _nos_at(cols)
-    words = (*_coll_words_at(ccols), *_words_at(cols))
+    v, cv = _row_at(cols), _coll_at(ccols)
+    counts = (*v[_COUNTS], *cv[_C_COUNTS], *step_counts)
+    secs = (*v[_AGES], *cv[_C_SECONDS], *step_secs)
+    words, bounded, nos = cv[_C_WORDS] + v[_WORDS], v[_BOUNDED], v[_NOS]
     flat = chain.from_iterable
     return (
         min(world) > 0
@@ -275,17 +280,18 @@ def all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple
         and min(rank) >= 0
         and all(map(lt, rank, world))
         and len(set(rank)) == n
-        and min(flat(_positives_at(cols)), default=1) > 0
+        and min(map(min, v[_POSITIVES]), default=1) > 0
         and min(flat(counts)) >= 0
         and (sum(flat(counts)) < MAX_COUNT or max(flat(counts)) < MAX_COUNT)  # each is at most their sum
         and min(flat(secs)) >= 0
         # A NaN makes the sum NaN (not <), an infinity makes it not finite.
         and (sum(flat(secs)) < MAX_SECONDS or (math.isfinite(sum(flat(secs))) and max(flat(secs)) < MAX_SECONDS))
-        and math.isfinite(sum(flat((*bounded, *_finites_at(cols), *nos))))
-        and all(min(c) >= ge and max(c) < lt_ for c, ge, lt_ in zip(bounded, _BOUNDED_GE, _BOUNDED_LT))
-        and all(max(c) < MAX_SECONDS for c in nos)
-        and all(min(c) >= 0 or min((a for a in c if a != -1.0), default=0.0) >= 0 for c in nos)  # -1: never read
-        and min(flat(words), default=0) >= -INT64
-        and max(flat(words), default=0) < INT64
-        and all(max(map(len, c)) <= limit for c, limit in zip(_texts_at(cols), _TEXT_LIMITS))
+        and math.isfinite(sum(flat((*bounded, *v[_FINITES], *nos))))
+        and all(map(le, _BOUNDED_GE, map(min, bounded)))
+        and all(map(lt, map(max, bounded), _BOUNDED_LT))
+        and max(map(max, nos), default=0.0) < MAX_SECONDS
+        and min(filter(_NOT_NEVER, flat(nos)), default=0.0) >= 0
+        and min(map(min, words), default=0) >= -INT64
+        and max(map(max, words), default=0) < INT64
+        and all(map(le, map(_longest, v[_TEXTS]), _TEXT_LIMITS))
     )

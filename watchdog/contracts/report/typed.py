@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
-from operator import lt
+from operator import attrgetter, lt
 from typing import Annotated, Any, Literal
 
 from . import plain
@@ -36,6 +36,8 @@ from .rows import FIELD_LISTS, MAX_LAYOUTS, layout
 from .table import COLL, NEVER_OR_SECONDS, RANK_NAME, REPORT_SIMPLE, SIMPLE, STEP, WORLD_NAME, Field
 
 _ANNOTATED: Any = Annotated  # subscripted with a type known at run time
+_REPORT_NAMES = tuple(f.name for f in REPORT_SIMPLE)
+_report_of = attrgetter(*_REPORT_NAMES)
 
 try:
     import msgspec
@@ -63,7 +65,7 @@ def read(body: bytes) -> HostReport | None:
         if ranks is None or len(acks) > MAX_ACKS_PER_REPORT:  # the handler logs the acks it drops
             return None
         return HostReport(
-            **{f.name: getattr(outer, f.name) for f in REPORT_SIMPLE},
+            **dict(zip(_REPORT_NAMES, _report_of(outer))),
             ranks=ranks,
             accelerators=tuple(list_of_dicts({"accelerators": outer.accelerators}, "accelerators")),
             acks=tuple(acks),
