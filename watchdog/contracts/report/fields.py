@@ -8,6 +8,13 @@ encodings (``v1.py``, ``rows.py``), the fast paths (``fast.py``, ``plain.py``)
 and the typed reader (``typed.py``) are driven by these declarations through
 ``table.py``: a field of a kind that exists is one line here, nothing else.
 ``RankState`` holds the per-rank fields, ``HostReport`` the per-report ones.
+
+Adding a per-rank field is one line in ``RankState`` (at its end, with a
+default, so an older agent's reports still read): ``frame_step: Count = 0``; a
+text of another length ``frame: Annotated[str, Range("text", max_length=44)] = ""``.
+The wire forms follow (version 1 by name, version 2 by the field lists), and
+so do the checks and the readers; a new kind of range needs its check in
+``checks.py`` (and a nested field its parser).
 """
 
 from __future__ import annotations
