@@ -174,6 +174,7 @@ _TEXT_LIMITS: tuple[Any, ...] = tuple(n for _, n in TEXTS)
 _rank_of, _coll_of = attrgetter(*_ORDER), getter(attrgetter, _COLL_ORDER)
 _sample_counts_of, _sample_seconds_of = getter(attrgetter, STEP_COUNTS), getter(attrgetter, STEP_SECONDS)
 _NOT_NEVER = (-1.0).__ne__  # never-or-seconds: -1 is "never", any other value is seconds
+_NEVER = {-1.0}
 _INT, _FLOAT = {int}, {float}
 
 
@@ -280,7 +281,7 @@ def all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple
         and min(rank) >= 0
         and all(map(lt, rank, world))
         and len(set(rank)) == n
-        and min(map(min, v[_POSITIVES]), default=1) > 0
+        and min(flat(v[_POSITIVES]), default=1) > 0
         and min(flat(counts)) >= 0
         and (sum(flat(counts)) < MAX_COUNT or max(flat(counts)) < MAX_COUNT)  # each is at most their sum
         and min(flat(secs)) >= 0
@@ -289,9 +290,9 @@ def all_in_range(cols: tuple, ccols: tuple, step_counts: tuple, step_secs: tuple
         and math.isfinite(sum(flat((*bounded, *v[_FINITES], *nos))))
         and all(map(le, _BOUNDED_GE, map(min, bounded)))
         and all(map(lt, map(max, bounded), _BOUNDED_LT))
-        and max(map(max, nos), default=0.0) < MAX_SECONDS
-        and min(filter(_NOT_NEVER, flat(nos)), default=0.0) >= 0
-        and min(map(min, words), default=0) >= -INT64
-        and max(map(max, words), default=0) < INT64
+        and max(flat(nos), default=0.0) < MAX_SECONDS
+        and min(set(flat(nos)) - _NEVER, default=0.0) >= 0  # -1: never
+        and min(flat(words), default=0) >= -INT64
+        and max(flat(words), default=0) < INT64
         and all(map(le, map(_longest, v[_TEXTS]), _TEXT_LIMITS))
     )
