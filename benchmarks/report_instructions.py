@@ -6,7 +6,7 @@ seen on a machine whose timings swing by more than that between two runs.
 
 The simulated hosts of ``scale.py`` (``scalesim``) report once a second into a
 ``Coordinator`` in process, as ``scale_profile.py`` drives it: each body read as
-the request handler reads it (``typedbody.read``, else JSON and the schema),
+the request handler reads it (the typed reader, else JSON and the schema),
 folded, and a tick each second under the daemon's collector policy. Every body
 is made before the first is read, the same ones in every run, so the generator's
 instructions cancel out: a run that folds ``--seconds`` more seconds than
@@ -43,7 +43,6 @@ def child(ranks: int, seconds: int, counted: int, compute_s: float, ticks: bool)
 
     import scalesim
 
-    from watchdog.coordinator import typedbody
     from watchdog.coordinator.api import decode
     from watchdog.coordinator.config import Config
     from watchdog.coordinator.gcpolicy import GcPolicy
@@ -51,6 +50,11 @@ def child(ranks: int, seconds: int, counted: int, compute_s: float, ticks: bool)
     from watchdog.coordinator.service import Coordinator
     from watchdog.coordinator.steps import summary_config
     from watchdog.report import HostReport, as_rows
+
+    try:
+        from watchdog.contracts.report.typed import read as read_typed
+    except ImportError:  # a checkout from before watchdog/contracts (--compare-with)
+        from watchdog.coordinator.typedbody import read as read_typed
 
     t0 = 1_800_000_000.0
     job = scalesim.Job(world_size=ranks, t0=t0, straggler=ranks // 3, compute_s=compute_s)
@@ -80,7 +84,7 @@ def child(ranks: int, seconds: int, counted: int, compute_s: float, ticks: bool)
                     coord.tick(float(sec), wall)
                 gc_policy.after_tick(float(sec))
                 last = sec
-            report = typedbody.read(body) or HostReport.from_dict(decode(body), [])
+            report = read_typed(body) or HostReport.from_dict(decode(body), [])
             coord.accept(report, wall - t0)
             gc_policy.after_report()
 

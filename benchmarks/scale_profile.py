@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_tree
 import scalesim
 
-from watchdog.coordinator import columns, typedbody, verdict
+from watchdog.contracts.report import typed as typedbody
+from watchdog.coordinator import columns, verdict
 from watchdog.coordinator.api import decode, validate
 from watchdog.coordinator.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
 from watchdog.coordinator.config import Config
@@ -109,7 +110,7 @@ def main() -> None:
     ap.add_argument(
         "--no-typed",
         action="store_true",
-        help="version-2 bodies read as before the typed reader (coordinator/typedbody.py): JSON, then the schema",
+        help="version-2 bodies read as before the typed reader (contracts/report/typed.py): JSON, then the schema",
     )
     ap.add_argument("--breakdown", action="store_true", help="thread CPU of each part of the tick (p50/p99/max)")
     ap.add_argument(

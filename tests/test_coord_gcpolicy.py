@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 from waiting import wait_for
 
-from watchdog.coordinator import gcpolicy, server, typedbody
+from watchdog.contracts.report import typed as typedbody
+from watchdog.coordinator import gcpolicy, server
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.daemon import Daemon

@@ -1,4 +1,4 @@
-"""The typed reader (``coordinator/typedbody.py``) changes no outcome: where it
+"""The typed reader (``contracts/report/typed.py``) changes no outcome: where it
 answers, its report is the one the usual path (JSON, then ``HostReport.from_dict``)
 makes of the same bytes, value for value and type for type, with nothing
 dropped; for anything else (hostile, odd, a version-1 body) it answers None and
@@ -16,7 +16,9 @@ import pytest
 from test_report_plain import HOSTILE, _mutate, agent_body, hostile_rows
 
 from watchdog import report
-from watchdog.coordinator import jsonbody, typedbody
+from watchdog.contracts.report import table
+from watchdog.contracts.report import typed as typedbody
+from watchdog.coordinator import jsonbody
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.api import ReportHandler
 from watchdog.coordinator.config import Config
@@ -191,7 +193,7 @@ def test_the_samples_it_keeps_share_what_repeats():
     assert got is not None and got.ranks[0].recent_steps == steps
     samples = got.ranks[0].recent_steps
     assert len({id(x.phase) for x in samples}) == 1
-    assert len({id(getattr(x, f)) for x in samples for f in report._FINER}) == 1
+    assert len({id(getattr(x, f)) for x in samples for f in table.FINER}) == 1
 
 
 def test_without_msgspec_every_body_takes_the_usual_path(monkeypatch):

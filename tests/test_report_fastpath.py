@@ -10,16 +10,18 @@ import random
 import pytest
 
 from watchdog import report
+from watchdog.contracts.report import checks, table, v1
+from watchdog.contracts.report import fast as fastpath
 from watchdog.coordinator import testing as t
 
 
 def slow(raw, i=0):
-    saved = report._fast_rank
-    report._fast_rank = lambda raw: None
+    saved = fastpath.fast_rank
+    fastpath.fast_rank = lambda raw: None
     try:
-        return report._rank_from_dict(raw, i)
+        return v1.rank_from_dict(raw, i)
     finally:
-        report._fast_rank = saved
+        fastpath.fast_rank = saved
 
 
 def good():
@@ -53,7 +55,7 @@ MUTATIONS = [
     lambda d: d.update(cpu_percent=7),
     lambda d: d.update(cpu_percent=7, step_age_s=2, loss=1),
     lambda d: d["recent_steps"][0].pop("h2d_s"),
-    lambda d: [x.pop(k) for x in d["recent_steps"] for k in ("coll_bytes", *report._FINER)],  # an older agent's steps
+    lambda d: [x.pop(k) for x in d["recent_steps"] for k in ("coll_bytes", *table.FINER)],  # an older agent's steps
     lambda d: d["recent_steps"][1].update(step_s=1),
     lambda d: d["recent_steps"][1].update(coll_bytes=1.0),
     lambda d: d["coll"].update(since_s=0),
@@ -67,39 +69,39 @@ def test_fast_path_agrees_with_the_checking_path(mutate):
     raw = good()
     if mutate is not None:
         mutate(raw)
-    fast = report._fast_rank(copy.deepcopy(raw))
+    fast = fastpath.fast_rank(copy.deepcopy(raw))
     try:
         expected = slow(copy.deepcopy(raw))
     except report.ReportError:
         assert fast is None
         return
     assert fast is None or fast == expected
-    assert report._rank_from_dict(raw, 0) == expected
+    assert v1.rank_from_dict(raw, 0) == expected
 
 
 def test_fast_path_is_taken_for_agent_reports():
-    assert report._fast_rank(good()) == slow(good())
+    assert fastpath.fast_rank(good()) == slow(good())
     rng = random.Random(1)
     raw = good()
     raw["heartbeat_age_s"] = rng.random()
-    assert report._fast_rank(raw) is not None
+    assert fastpath.fast_rank(raw) is not None
     older = good()  # an agent from before the loss fields and the finer step split
     for k in ("loss", "loss_finite", "loss_step", "coll_bytes_total", "batch_per_rank", "death", "recent_colls"):
         older.pop(k)
     for x in older["recent_steps"]:
-        for k in ("coll_bytes", *report._FINER):
+        for k in ("coll_bytes", *table.FINER):
             x.pop(k)
-    assert report._fast_rank(copy.deepcopy(older)) == slow(older)
+    assert fastpath.fast_rank(copy.deepcopy(older)) == slow(older)
 
 
 def checked(r):
     """rank_problem by its field-by-field checks alone."""
-    saved = report._plainly_fine
-    report._plainly_fine = lambda r: False
+    saved = checks.plainly_fine
+    checks.plainly_fine = lambda r: False
     try:
         return report.rank_problem(r)
     finally:
-        report._plainly_fine = saved
+        checks.plainly_fine = saved
 
 
 HOSTILE = [0, 1, -1, 0.0, -0.0, 1.5, -1e-9, 1e9, 1e9 - 1, 1e11, 2**62 - 1, 2**62, 2**63, -(2**63) - 1]
@@ -113,7 +115,7 @@ def test_range_check_fast_path_never_passes_what_the_field_checks_refuse():
     from dataclasses import fields, replace
 
     base = t.rank(3, recent_steps=t.steps(1, 3), cpu_percent=50.0)
-    assert report.rank_problem(base) == "" and report._plainly_fine(base)
+    assert report.rank_problem(base) == "" and checks.plainly_fine(base)
     cases = []
     for f in fields(report.RankState):
         if f.name in (
@@ -146,23 +148,23 @@ def test_range_check_fast_path_never_passes_what_the_field_checks_refuse():
             continue  # a value no decoder produces (e.g. a str where a number goes)
         assert report.rank_problem(r) == expected, r
         if expected:
-            assert not report._plainly_fine(r)
+            assert not checks.plainly_fine(r)
 
 
 def test_remembered_type_plans_are_bounded():
     """Each distinct tuple of field types gets its plan worked out once; a client
     sending ever new combinations cannot grow that memory without bound."""
     rng = random.Random(2)
-    names = [n for n in report._FAST_NAMES if n not in ("rank", "world_size")]
-    for _ in range(3 * report._MAX_PLANS):
+    names = [n for n in table.FAST_NAMES if n not in ("rank", "world_size")]
+    for _ in range(3 * fastpath.MAX_PLANS):
         raw = good()
         for name in rng.sample(names, 6):
             raw[name] = rng.choice([None, 1, 1.5, "x", True])
-        fast = report._fast_rank(copy.deepcopy(raw))
+        fast = fastpath.fast_rank(copy.deepcopy(raw))
         try:
             expected = slow(copy.deepcopy(raw))
         except report.ReportError:
             assert fast is None
             continue
         assert fast is None or fast == expected
-    assert len(report._PLANS) <= report._MAX_PLANS
+    assert len(fastpath.PLANS) <= fastpath.MAX_PLANS

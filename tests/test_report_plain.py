@@ -1,4 +1,4 @@
-"""A version-2 report's rows checked all at once (``_Layout.plain``) give
+"""A version-2 report's rows checked all at once (``Layout.plain``) give
 exactly what the per-row path gives: the same HostReport (values and their
 types: repr tells 1 from 1.0 and from True), the same rank dicts key for key,
 the same drops with the same messages, the same refusals. ``plain`` answers
@@ -16,6 +16,8 @@ from dataclasses import fields
 import pytest
 
 from watchdog import report
+from watchdog.contracts.report import rows as layouts
+from watchdog.contracts.report import table
 from watchdog.coordinator import testing as t
 from watchdog.report import HostReport, ReportError, as_rows
 
@@ -33,7 +35,7 @@ def outcome(body: dict, tolerant: bool, plain: bool, monkeypatch) -> tuple:
     the per-row path alone."""
     with monkeypatch.context() as m:
         if not plain:
-            m.setattr(report._Layout, "plain", lambda self, rows: None)
+            m.setattr(layouts.Layout, "plain", lambda self, rows: None)
         dropped: list | None = [] if tolerant else None
         try:
             rep = HostReport.from_dict(copy.deepcopy(body), dropped)
@@ -88,7 +90,7 @@ def agent_body(rng: random.Random, n: int | None = None) -> dict:
                 d.pop(k, None)
         if short:  # nor the finer split of a step
             for x in d["recent_steps"]:
-                for k in ("coll_bytes", *report._FINER):
+                for k in ("coll_bytes", *table.FINER):
                     x.pop(k)
     v2 = wire(as_rows(body))
     if rng.random() < 0.3:
@@ -163,7 +165,7 @@ def test_agent_reports_take_the_whole_report_path(monkeypatch):
     taken = 0
     for _ in range(300):
         body = agent_body(rng)
-        lay = report._layout(body)
+        lay = layouts.layout(body)
         got = lay.plain(body["ranks"])
         expected = [lay.checked_rank(row, i) for i, row in enumerate(body["ranks"])]
         if got is None:  # only for a rank the per-row path could not call in range at once either
@@ -259,7 +261,7 @@ def test_many_ranks_and_long_step_lists(monkeypatch):
         row[body["rank_fields"].index("rank")] = i
         row[body["rank_fields"].index("world_size")] = 1024
         big["ranks"].append(row)
-    assert report._layout(big).plain(big["ranks"]) is not None
+    assert layouts.layout(big).plain(big["ranks"]) is not None
     assert_same(big, monkeypatch)
     for n in (report.MAX_STEPS_PER_RANK, report.MAX_STEPS_PER_RANK + 1):
         long = copy.deepcopy(body)

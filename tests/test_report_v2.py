@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from watchdog import report
+from watchdog.contracts.report import rows, table
 from watchdog.coordinator import testing as t
 from watchdog.report import HostReport, ReportError, as_rows
 
@@ -73,7 +74,7 @@ def random_report(rng: random.Random) -> dict:
                 d.pop(k, None)
         if short_steps:
             for x in d["recent_steps"]:  # before any hostile value: a list of objects
-                for k in ("coll_bytes", *report._FINER):
+                for k in ("coll_bytes", *table.FINER):
                     x.pop(k)
         for _ in range(rng.choice([0, 0, 0, 1, 2])):  # hostile or merely unusual values
             where = rng.choice(["rank", "coll", "step"])
@@ -123,16 +124,16 @@ def test_v1_and_v2_of_the_same_content_decode_equal():
 def test_agent_reports_take_the_positional_fast_path_and_are_known_in_range():
     ranks = [t.rank(r, recent_steps=t.steps(1, 4)) for r in range(8)]
     v2 = wire(as_rows(t.report("h", ranks).to_dict()))
-    lay = report._layout(v2)
+    lay = rows.layout(v2)
     for row, expected in zip(v2["ranks"], ranks, strict=True):
-        fast = lay._fast(row)
+        fast = lay.fast_rank(row)
         assert fast is not None and fast == (expected, True)
     older = wire(t.report("h", ranks).to_dict())
     for d in older["ranks"]:
         for k in OPTIONAL:
             d.pop(k)
-    lay = report._layout(wire(as_rows(older)))
-    assert lay.pad and lay._fast(wire(as_rows(older))["ranks"][0]) == (ranks[0], True)
+    lay = rows.layout(wire(as_rows(older)))
+    assert lay.pad and lay.fast_rank(wire(as_rows(older))["ranks"][0]) == (ranks[0], True)
 
 
 def test_known_in_range_only_where_rank_problem_finds_nothing():
@@ -142,9 +143,9 @@ def test_known_in_range_only_where_rank_problem_finds_nothing():
     base = t.rank(3, recent_steps=t.steps(1, 3), cpu_percent=50.0)
     cases = 0
     for value in HOSTILE + [float("nan"), float("inf")]:
-        for name, v in report.RankState.__dataclass_fields__.items():
-            if v.type in ("int", "float"):
-                cases += _check_range(replace(base, **{name: value}))
+        for f in table.RANK:
+            if f.type in (int, float):
+                cases += _check_range(replace(base, **{f.name: value}))
         for name in report.COLL_FIELDS:
             if name != "op":
                 cases += _check_range(replace(base, coll=replace(base.coll, **{name: value})))
@@ -160,8 +161,8 @@ def _check_range(r) -> int:
         body = json.loads(json.dumps(as_rows(t.report("h", [r]).to_dict())))
     except ValueError:
         return 0  # NaN as JSON: the coordinator's decoder refuses it before any schema
-    lay = report._layout(body)
-    fast = lay._fast(body["ranks"][0])
+    lay = rows.layout(body)
+    fast = lay.fast_rank(body["ranks"][0])
     if fast is not None and fast[1]:
         assert report.rank_problem(fast[0]) == "", r
     return 1
@@ -260,18 +261,18 @@ def test_unknown_field_names_are_skipped_as_unknown_keys_are():
         for x in row[_at(newer, "recent_steps")]:
             x.append("x")
     assert decoded(newer) == decoded(base)
-    lay = report._layout(newer)
-    assert lay._fast(newer["ranks"][0]) is not None  # still the fast path
+    lay = rows.layout(newer)
+    assert lay.fast_rank(newer["ranks"][0]) is not None  # still the fast path
 
 
 def test_remembered_field_lists_are_bounded():
-    for i in range(3 * report._MAX_LAYOUTS):
+    for i in range(3 * rows.MAX_LAYOUTS):
         body = good_v2()
         body["rank_fields"].append(f"new{i}")
         for row in body["ranks"]:
             row.append(i)
         assert not isinstance(decoded(body), str)
-    assert len(report._LAYOUTS) <= report._MAX_LAYOUTS
+    assert len(rows.LAYOUTS) <= rows.MAX_LAYOUTS
 
 
 def test_a_report_with_no_ranks_has_field_lists_too():

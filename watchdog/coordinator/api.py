@@ -14,6 +14,7 @@ from email.message import Message
 from typing import Any
 
 from .. import jobtoken, launcherexit, logs
+from ..contracts.report import typed
 from ..report import (
     MAX_ACKS_PER_REPORT,
     MAX_COUNT,
@@ -25,7 +26,7 @@ from ..report import (
     ReportError,
     rank_problem,
 )
-from . import jsonbody, typedbody
+from . import jsonbody
 from .service import Coordinator, WrongJob
 from .steps import summary_config
 
@@ -135,7 +136,7 @@ class ReportHandler:
             return self.reject(401, "unauthorized", "missing or wrong bearer token", now, peer)
         dropped: list[tuple[int, Any, str]] = []
         # An agent's usual report in one pass; None for anything else: read below, with its drops and messages.
-        report = typedbody.read(body)
+        report = typed.read(body)
         (self._checked if report is None else self._one_pass).inc()
         if report is None:
             got = self._read(body, dropped, now, peer)
