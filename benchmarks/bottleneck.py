@@ -18,8 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from watchdog.coordinator import goodput, journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.performance import goodput
 
 SCENARIOS = {
     # name: (expected verdict, demo args, script args)

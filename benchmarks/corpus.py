@@ -57,10 +57,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog import wire
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import ADVISORY_KINDS
+from watchdog.contracts import slot as wire
+from watchdog.contracts.finding import ADVISORY_KINDS
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import inject, localjob
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}

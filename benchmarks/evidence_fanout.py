@@ -39,7 +39,8 @@ STACK = "Thread 0x7f (idle): MainThread\n    wait (torch/distributed/c10d.py:100
 
 def _modules(root: str | None) -> SimpleNamespace:
     if root is None:
-        from watchdog.coordinator import config, journal, service, testing
+        from watchdog.coordinator import config, service, testing
+        from watchdog.coordinator.journal import jsonl as journal
 
         return SimpleNamespace(config=config, journal=journal, service=service, testing=testing)
     import baseline_tree

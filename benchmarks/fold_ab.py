@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_tree
 import scalesim
 
-from watchdog.coordinator import columns, view
+from watchdog.coordinator.view import cluster as view
+from watchdog.coordinator.view import columns
 from watchdog.report import HostReport
 
 

@@ -3,7 +3,7 @@ Run: python benchmarks/fr_hang_analysis.py [--ranks 1024 4096]
 
 ``health.analyze`` runs once per tick (memoised for every detector). When no rank
 is in a collective the hook sees, it now asks the Flight Recorder's view
-(coordinator/frblame.py): every rank's newest (group, seq) out of its last 32
+(coordinator/analysis/flight_recorder_blame.py): every rank's newest (group, seq) out of its last 32
 signatures. That is only done once no live rank has progressed for
 health.FR_AFTER_S, so a running job never pays it. Three views per size, built
 by the real fold, each analysed fresh (the per-tick memo cleared):
@@ -27,8 +27,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis.health import analyze
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.health import analyze
 
 CFG = DetectorConfig()
 NOW = 100.0

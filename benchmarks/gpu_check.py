@@ -47,7 +47,7 @@ def free_port() -> int:
 
 
 def records(mon, kind):
-    from watchdog import wire
+    from watchdog.contracts import slot as wire
     from watchdog.hook.testing import read_monitor, records_of
 
     return records_of(read_monitor(mon), getattr(wire.RecordKind, kind))
@@ -57,7 +57,7 @@ def check_nccl_completion(run_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from watchdog import wire
+    from watchdog.contracts import slot as wire
     from watchdog.hook import install
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

@@ -51,9 +51,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch
 import torch.distributed as dist
 
+from watchdog.contracts.slot import CollOp
 from watchdog.hook import install
 from watchdog.hook.collectives import Sink, make_wrapper
-from watchdog.wire import CollOp
 
 BUDGET_NS = 3000
 

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from watchdog.coordinator import httpio
+from watchdog.coordinator.intake import httpio
 
 REPLY = (
     b'{"ok":true,"commands":[],"interval_s":1.0,"report_versions":[1,2],"backpressure":null,"pad":"' + b"x" * 96 + b'"}'

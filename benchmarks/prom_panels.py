@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from prometheus_client import CollectorRegistry  # noqa: E402
 from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 
-from watchdog import logs, wire  # noqa: E402
+from watchdog import logs  # noqa: E402
 from watchdog.agent import testing, track  # noqa: E402
 from watchdog.agent.accelmetrics import AcceleratorCollector  # noqa: E402
 from watchdog.agent.exporter import Exporter  # noqa: E402
@@ -55,6 +55,7 @@ from watchdog.agent.procs import ProcSample  # noqa: E402
 from watchdog.agent.rankmetrics import DETAILS, RanksCollector  # noqa: E402
 from watchdog.agent.server import Server  # noqa: E402
 from watchdog.agent.slots import LocalRank  # noqa: E402
+from watchdog.contracts import slot as wire  # noqa: E402
 from watchdog.coordinator import metrics as cm  # noqa: E402
 
 JOB = "promscale"

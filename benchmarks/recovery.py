@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import scenario
 
 SCENARIOS = [

@@ -43,12 +43,12 @@ def child(ranks: int, seconds: int, counted: int, compute_s: float, ticks: bool)
 
     import scalesim
 
-    from watchdog.coordinator.api import decode
     from watchdog.coordinator.config import Config
     from watchdog.coordinator.gcpolicy import GcPolicy
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.intake.api import decode
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
-    from watchdog.coordinator.steps import summary_config
+    from watchdog.coordinator.view.steps import summary_config
     from watchdog.report import HostReport, as_rows
 
     try:

@@ -37,14 +37,15 @@ import baseline_tree
 import scalesim
 
 from watchdog.contracts.report import typed as typedbody
-from watchdog.coordinator import columns, verdict
-from watchdog.coordinator.api import decode, validate
-from watchdog.coordinator.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake.api import decode, validate
+from watchdog.coordinator.intake.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
+from watchdog.coordinator.journal.jsonl import Journal
+from watchdog.coordinator.performance import verdict
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.steps import summary_config
+from watchdog.coordinator.view import columns
+from watchdog.coordinator.view.steps import summary_config
 from watchdog.report import HostReport, as_rows
 
 

@@ -41,9 +41,9 @@ from typing import Any
 import scalehttp
 import scalesim
 
-from watchdog.coordinator.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import summary_config
+from watchdog.coordinator.intake.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
+from watchdog.coordinator.view.steps import summary_config
 from watchdog.report import REPORT_VERSIONS
 
 Plan = list[tuple[float, bytes]]  # one host's reports: (when to send, in the job's frame; the body)

@@ -31,7 +31,7 @@ import baseline_tree
 import scalesim
 
 from watchdog import report
-from watchdog.coordinator.api import decode
+from watchdog.coordinator.intake.api import decode
 
 
 def bodies(layout: str, hosts: int, seconds: int = 8) -> list[bytes]:

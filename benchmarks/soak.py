@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
 
 MB = 2**20

@@ -90,7 +90,7 @@ def fault_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory):
     """The ScenarioResult of a fault-free 200-step run under a restart-on-every-finding policy."""
-    from watchdog.coordinator.finding import ACTIONABLE_KINDS
+    from watchdog.contracts.finding import ACTIONABLE_KINDS
     from watchdog.dev import scenario
 
     tmp = tmp_path_factory.mktemp("healthy")

@@ -10,15 +10,15 @@ import threading
 
 import pytest
 
-from watchdog import commands as c
-from watchdog import wire
 from watchdog.agent import actions as act
 from watchdog.agent import testing, track
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.slots import LocalRank
-from watchdog.evidence import SlotEvidence, StackDump
+from watchdog.contracts import commands as c
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import SlotEvidence, StackDump
 
 TOKEN = "tok"
 NOW = 1_800_000_000.0

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from watchdog import commands as c
 from watchdog.agent import actions as act
 from watchdog.agent import testing, track
 from watchdog.agent.commands import CommandHandler
@@ -23,7 +22,8 @@ from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import Sender
 from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.agent.stacks import BLOCKING, NONBLOCKING, StackDumper, find_py_spy, proc_state
-from watchdog.evidence import StackDump
+from watchdog.contracts import commands as c
+from watchdog.contracts.evidence import StackDump
 
 PY_SPY = find_py_spy()
 needs_py_spy = pytest.mark.skipif(PY_SPY is None, reason="py-spy not installed (pip install py-spy)")

@@ -21,7 +21,7 @@ from waiting import wait_for
 
 from watchdog.agent import config, discovery, listing
 from watchdog.agent.discovery import Discovery, examine
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
 from watchdog.flags import FlagError
 

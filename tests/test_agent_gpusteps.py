@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import wire
 from watchdog.agent.gpusteps import COLLECTIVE, STEP, GpuFold
+from watchdog.contracts import slot as wire
 
 MS = 1_000_000
 GPU = int(wire.Clock.GPU_EVENT)

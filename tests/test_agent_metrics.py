@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog import wire
 from watchdog.agent import config, testing
 from watchdog.agent import metrics as m
 from watchdog.agent.exporter import Exporter
 from watchdog.agent.main import Agent
 from watchdog.agent.nvml import Accelerators
+from watchdog.contracts import slot as wire
 
 GOLDEN = Path(__file__).parent / "golden" / "agent_metrics.txt"
 REGEN = "WATCHDOG_REGEN_GOLDEN=1 python -m pytest tests/test_agent_metrics.py -k golden"

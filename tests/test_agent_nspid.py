@@ -15,15 +15,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from watchdog import commands as c
-from watchdog import wire
 from watchdog.agent import actions as act
 from watchdog.agent import testing, track
 from watchdog.agent.nspid import PidMap, parse_nspid
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.agent.testing import FakeProcess, FakeProcesses
-from watchdog.evidence import StackDump
+from watchdog.contracts import commands as c
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import StackDump
 from watchdog.procstart import parse_start_ticks, start_us
 
 ROOT = Path(__file__).resolve().parents[1]

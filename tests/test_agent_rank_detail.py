@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 from prometheus_client.core import Metric
 
-from watchdog import flags, wire
+from watchdog import flags
 from watchdog.agent import config, rankmetrics, testing, track
 from watchdog.agent import metrics as m
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.slots import LocalRank
+from watchdog.contracts import slot as wire
 
 MS = 1_000_000
 NOW = 10_000 * MS

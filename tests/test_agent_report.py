@@ -5,11 +5,11 @@ import json
 import pytest
 
 from watchdog import report as wire_report
-from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.procs import GONE, ProcSample
 from watchdog.agent.report import build_report, marks
 from watchdog.agent.slots import LocalRank
+from watchdog.contracts import slot as wire
 
 S = 1_000_000_000
 NOW = 1_000 * S

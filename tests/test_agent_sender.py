@@ -9,15 +9,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from watchdog import jobtoken, wire
+from watchdog import jobtoken
 from watchdog import report as wire_report
 from watchdog.agent import testing, track
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
 from watchdog.agent.slots import LocalRank, SlotTracker
+from watchdog.contracts import slot as wire
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import StepStats, add_samples
+from watchdog.coordinator.view.steps import StepStats, add_samples
 
 S = 1_000_000_000
 

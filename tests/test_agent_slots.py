@@ -11,13 +11,13 @@ import psutil
 import pytest
 
 from watchdog import report as wire_report
-from watchdog import wire
 from watchdog.agent import report as agent_report
 from watchdog.agent import testing, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
 from watchdog.agent.testing import FakeProcess, FakeProcesses
+from watchdog.contracts import slot as wire
 
 S = 1_000_000_000
 T0 = 5_000 * S  # monotonic

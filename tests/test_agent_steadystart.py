@@ -12,10 +12,12 @@ import time
 import psutil
 import pytest
 
-from watchdog import commands, procstart, wire
+from watchdog import procstart
 from watchdog.agent import actions, steadystart, track
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import SlotTracker, parent_identity
+from watchdog.contracts import commands
+from watchdog.contracts import slot as wire
 from watchdog.hook import lifecycle
 from watchdog.hook.testing import RankSlot
 

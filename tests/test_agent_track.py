@@ -2,9 +2,9 @@
 
 import pytest
 
-from watchdog import wire
 from watchdog.agent import testing, track
 from watchdog.agent.procs import GONE, ProcSample
+from watchdog.contracts import slot as wire
 
 S = 1_000_000_000
 NOW_MONO = 10_000 * S

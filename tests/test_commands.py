@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from watchdog import commands as c
+from watchdog.contracts import commands as c
 
 TOKEN = "s3cret-token"
 NOW = 1_700_000_000.0

@@ -9,11 +9,11 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 from test_coord_actions import RESTART, coordinator, finding, gone, old_view, stuck_in_init
 
-from watchdog.coordinator.actionmetrics import ActionMetrics
-from watchdog.coordinator.actions import abort
-from watchdog.coordinator.control import JobController
+from watchdog.coordinator.control.action_metrics import ActionMetrics
+from watchdog.coordinator.control.loop import JobController
+from watchdog.coordinator.control.policy import JobState
 from watchdog.coordinator.metrics import CoordinatorMetrics
-from watchdog.coordinator.policy import JobState
+from watchdog.coordinator.recovery import abort
 
 
 def value(registry, name, **labels):

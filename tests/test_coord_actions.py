@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from watchdog import commands
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import commands
+from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
-from watchdog.coordinator.actions import abort, restart
-from watchdog.coordinator.control import JobController
-from watchdog.coordinator.finding import Finding
-from watchdog.coordinator.policy import JobState, Policy
+from watchdog.coordinator.control.loop import JobController
+from watchdog.coordinator.control.policy import JobState, Policy
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.recovery import abort, restart
 
 S = JobState
 LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}
@@ -291,7 +291,7 @@ def test_exclude_host_restart_also_stops_the_culprit_hosts_launcher():
 
 def coordinator(tmp_path, **kw):
     from watchdog.coordinator.config import Config
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     path = str(tmp_path / "journal.jsonl")
@@ -302,7 +302,7 @@ def coordinator(tmp_path, **kw):
 
 
 def test_coordinator_journals_the_action_and_queues_signed_signals(tmp_path):
-    from watchdog.coordinator import journal
+    from watchdog.coordinator.journal import jsonl as journal
     from watchdog.coordinator.testing import SimJob
 
     c = coordinator(tmp_path, policy=RESTART)
@@ -335,7 +335,7 @@ def test_a_broken_action_never_stops_detection(tmp_path):
 
 
 def test_a_bad_policy_file_is_a_clear_startup_error(tmp_path, capsys):
-    from watchdog.coordinator.main import main
+    from watchdog.coordinator.cli.coordinator import main
 
     bad = tmp_path / "p.toml"
     bad.write_text('[actions]\ndead_rank = "reboot"\n')

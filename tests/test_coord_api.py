@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.api import ReportHandler, authorized
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake.api import ReportHandler, authorized
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import as_rows
 
@@ -147,7 +147,7 @@ def test_one_bad_rank_is_dropped_and_the_host_kept(coord, name, bad, message):
 
 
 def test_acks_beyond_the_bound_are_dropped_and_unknown_ones_journaled_a_few(coord, tmp_path):
-    from watchdog.coordinator import journal as jr
+    from watchdog.coordinator.journal import jsonl as jr
 
     obj = good()
     obj["acks"] = [{"id": f"c-{i:06d}", "type": "dump_stacks", "ok": True} for i in range(50_000)]

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
-from watchdog.coordinator import backpressure as bp
-from watchdog.coordinator import health
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import health
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.never_joined import NeverJoined
+from watchdog.coordinator.intake import backpressure as bp
 from watchdog.coordinator.metrics import CoordinatorMetrics
 
 

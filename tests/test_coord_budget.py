@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import budget, policy, recover, relaunch
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal, iter_records
+from watchdog.coordinator.control import budget, policy, relaunch
+from watchdog.coordinator.control import replay as recover
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal.jsonl import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
 from watchdog.timeline import actions as timeline_actions
 

@@ -8,10 +8,10 @@ import random
 from array import array
 from dataclasses import replace
 
-from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.steps import FLAT_FIELDS
-from watchdog.coordinator.view import ClusterView, FoldedRank, Folder, empty
+from watchdog.coordinator.view import columns
+from watchdog.coordinator.view.cluster import ClusterView, FoldedRank, Folder, empty
+from watchdog.coordinator.view.steps import FLAT_FIELDS
 
 
 def _expected(rv: FoldedRank) -> dict:

@@ -9,8 +9,8 @@ import pytest
 
 from watchdog import flags
 from watchdog.coordinator import config
-from watchdog.coordinator.main import main
-from watchdog.coordinator.status_cli import main as status_main
+from watchdog.coordinator.cli.coordinator import main
+from watchdog.coordinator.cli.status import main as status_main
 from watchdog.flags import FlagError
 
 

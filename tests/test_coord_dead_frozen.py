@@ -11,7 +11,7 @@ from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.detectors.wedged import Wedged
 from watchdog.coordinator.testing import SimJob
-from watchdog.coordinator.view import fold
+from watchdog.coordinator.view.cluster import fold
 from watchdog.report import RankState
 
 CFG = DetectorConfig()

@@ -9,14 +9,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from watchdog.contracts.finding import Finding, ranks_phrase, seconds
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis.health import OK, classify_all
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.batch_changed import BatchChanged, _per_rank
 from watchdog.coordinator.detectors.loader_starvation import ALL_RANKS_SHARE, LoaderStarvation
-from watchdog.coordinator.finding import Finding, ranks_phrase, seconds
-from watchdog.coordinator.health import OK, classify_all
-from watchdog.coordinator.stats import median
-from watchdog.coordinator.view import ClusterView
+from watchdog.coordinator.view.cluster import ClusterView
+from watchdog.coordinator.view.stats import median
 from watchdog.report import StepSample
 
 
@@ -231,7 +231,7 @@ def test_the_verdicts_clock_is_the_summarised_ranks_split_clock():
     """verdict.measure reads the ranks' histories and split clocks from the view's
     columns: the clock it names is the one the summarised ranks' objects give
     (gpu, cpu or mixed), with dead ranks of another clock left out."""
-    from watchdog.coordinator import verdict
+    from watchdog.coordinator.performance import verdict
 
     cfg = DetectorConfig()
     rng = random.Random(41)

@@ -9,17 +9,18 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog import commands
-from watchdog.coordinator import journal, triggers
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import commands
+from watchdog.contracts.evidence import SlotEvidence, StackDump
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
-from watchdog.coordinator.evidence_plan import CommandRequest, plan
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.evidence import triggers
+from watchdog.coordinator.evidence.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
+from watchdog.coordinator.evidence.plan import CommandRequest, plan
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
-from watchdog.evidence import SlotEvidence, StackDump
 
 TOKEN = "job-token"
 
@@ -361,7 +362,7 @@ def test_every_ranks_stack_is_grouped_into_one_small_record_naming_the_odd_ones_
     assert rec["t_mono"] >= events(c, je.FINDING)[0]["t_mono"]
     [st] = c.status(40.0, 1.7e9 + 40)["findings"]  # watchdog status says it too, under the finding
     assert st["stacks"] == rec["summary"]
-    from watchdog.coordinator.status_cli import render
+    from watchdog.coordinator.cli.status import render
 
     assert f"    stacks: {rec['summary']}" in render(c.status(40.0, 1.7e9 + 40)).splitlines()
 

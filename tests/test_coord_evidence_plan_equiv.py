@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import commands
-from watchdog.coordinator import stack_plan
+from watchdog.contracts import commands
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.evidence_plan import (
+from watchdog.coordinator.evidence import stack_plan
+from watchdog.coordinator.evidence.plan import (
     FR_KINDS,
     MAX_DUMPS,
     CommandRequest,

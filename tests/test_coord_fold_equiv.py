@@ -22,19 +22,11 @@ from math import floor
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from watchdog.coordinator import columns, loss_screen
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import (
-    FLAT_SAMPLES,
-    P99_SAMPLES,
-    StepStats,
-    _close_windows,
-    _flat,
-    _recomputed,
-)
-from watchdog.coordinator.view import (
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.view import columns, loss_screen
+from watchdog.coordinator.view.cluster import (
     _FOLDED_FIELDS,
     COLL_HISTORY,
     LOSS_HISTORY,
@@ -48,6 +40,7 @@ from watchdog.coordinator.view import (
     fold,
     gpu_samples,
 )
+from watchdog.coordinator.view.steps import FLAT_SAMPLES, P99_SAMPLES, StepStats, _close_windows, _flat, _recomputed
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
 
 # -- the code before (main at 22a7c05): steps.add_samples and its _Running ------------------

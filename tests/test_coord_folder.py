@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import random
 
-from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.view import Folder, empty, fold
+from watchdog.coordinator.view import columns
+from watchdog.coordinator.view.cluster import Folder, empty, fold
 
 
 def assert_same_columns(snapshot, pure):

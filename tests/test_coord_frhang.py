@@ -1,4 +1,4 @@
-"""Hang culprits from the Flight Recorder (coordinator/frblame.py through
+"""Hang culprits from the Flight Recorder (coordinator/analysis/flight_recorder_blame.py through
 health.analyze and collective_hang), on synthetic views built by the real fold.
 
 Gap 1: a hang inside a collective issued from C++ (DDP's _pre_forward) that the
@@ -16,10 +16,10 @@ import dataclasses
 import pytest
 
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis.health import analyze
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang
-from watchdog.coordinator.health import analyze
-from watchdog.coordinator.view import empty, fold
+from watchdog.coordinator.view.cluster import empty, fold
 
 NOW = 100.0
 # No warm-up allowance: these hangs happen in the first steps, which is the point.
@@ -248,12 +248,12 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
     real slot); the agent reads the slots into one host report."""
     import json
 
-    from watchdog import wire
     from watchdog.agent import testing as at
     from watchdog.agent import track
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.report import build_report
     from watchdog.agent.slots import LocalRank
+    from watchdog.contracts import slot as wire
     from watchdog.hook.flightrecorder import FlightRecorderSource
     from watchdog.hook.slotwriter import SlotWriter
 

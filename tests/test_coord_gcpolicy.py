@@ -16,12 +16,13 @@ import pytest
 from waiting import wait_for
 
 from watchdog.contracts.report import typed as typedbody
-from watchdog.coordinator import gcpolicy, server
+from watchdog.coordinator import gcpolicy
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.daemon import Daemon
 from watchdog.coordinator.gcpolicy import FULL_EVERY_S, YOUNG_THRESHOLD, GcPolicy
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake import server
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import HostReport, as_rows
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import goodput as G
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal.jsonl import Journal
+from watchdog.coordinator.performance import goodput as G
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
 

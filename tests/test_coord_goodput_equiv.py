@@ -13,10 +13,10 @@ from operator import add, attrgetter, sub
 
 import pytest
 
-from watchdog.coordinator import goodput as G
-from watchdog.coordinator import median as selection
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.stats import median, quantile
+from watchdog.coordinator.performance import goodput as G
+from watchdog.coordinator.view import median as selection
+from watchdog.coordinator.view.stats import median, quantile
 from watchdog.report import StepSample
 
 _STEP, _DATA, _COLL, _NUMBER, _PHASE = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step", "phase"))

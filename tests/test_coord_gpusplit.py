@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import status, verdict
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config, DetectorConfig
 from watchdog.coordinator.detectors.straggler import Straggler
+from watchdog.coordinator.intake import status
+from watchdog.coordinator.performance import verdict
 
 CFG = DetectorConfig()
 SLOW = 6
@@ -69,7 +70,7 @@ def test_gpu_steps_keep_what_only_the_cpu_side_measures():
 def test_the_coordinator_exports_which_clock_its_split_came_from(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     reg, path = CollectorRegistry(), str(tmp_path / "j.jsonl")
@@ -86,7 +87,7 @@ def test_the_coordinator_exports_which_clock_its_split_came_from(tmp_path):
 def test_a_gpu_split_that_stopped_is_no_longer_read():
     """The completion source failed (a sticky CUDA error): GPU samples end at step
     120 while the CPU side goes on; past GPU_STALE_STEPS the CPU split is read again."""
-    from watchdog.coordinator.view import GPU_STALE_STEPS
+    from watchdog.coordinator.view.cluster import GPU_STALE_STEPS
 
     view = t.view([nccl_rank(r, gpu=True) for r in range(8)])
     later = [t.rank(r, recent_steps=t.steps(121, GPU_STALE_STEPS + 10, step_s=0.2, coll_s=0.0001)) for r in range(8)]
@@ -95,7 +96,7 @@ def test_a_gpu_split_that_stopped_is_no_longer_read():
 
 
 def test_watchdog_status_shows_the_gpu_split_marked_as_such():
-    from watchdog.coordinator.status_cli import _ms, render
+    from watchdog.coordinator.cli.status import _ms, render
 
     view = t.view([nccl_rank(r, gpu=r == SLOW) for r in range(8)])
     doc = status.build(view, {}, 100.0, 1.7e9, Config())

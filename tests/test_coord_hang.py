@@ -6,14 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import columns, health
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import health
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, hang_state
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.detectors.host_unobserved import HostUnobserved
 from watchdog.coordinator.testing import SimJob
+from watchdog.coordinator.view import columns
 
 CFG = DetectorConfig()
 HISTORY = t.steps(1, 50, step_s=0.1)  # 0.1 s steps: the floor (5 s) is the deadline
@@ -288,8 +289,8 @@ def test_unpaused_step_time_read_again_only_where_histories_changed_is_the_plain
     """The cache of what was read (by identity) answers as reading every history would."""
     import random
 
-    from watchdog.coordinator import stats
     from watchdog.coordinator.detectors import collective_hang as ch
+    from watchdog.coordinator.view import stats
 
     def plain(histories, step_s):
         tails = [h[-100:] for h in histories]

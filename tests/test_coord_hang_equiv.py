@@ -14,18 +14,20 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-from watchdog.coordinator import columns, frblame, health, silence, stats
+from watchdog.contracts.finding import Finding, rank_ranges, ranks_phrase, seconds
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import flight_recorder_blame as frblame
+from watchdog.coordinator.analysis import health, silence
+from watchdog.coordinator.analysis.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, RETIRED, STALL_SLACK_S, Blame
+from watchdog.coordinator.analysis.mismatch import find as find_mismatch
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.describe import where, who
 from watchdog.coordinator.detectors import collective_hang as ch
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang, HangState
 from watchdog.coordinator.detectors.dead_rank import CASCADE_S, TIE_COARSE_S, TIE_S, DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
-from watchdog.coordinator.finding import Finding, rank_ranges, ranks_phrase, seconds
-from watchdog.coordinator.health import DEAD, EXITED, FAULTY, FROZEN, LOST, OK, RETIRED, STALL_SLACK_S, Blame
-from watchdog.coordinator.mismatch import find as find_mismatch
-from watchdog.coordinator.view import ClusterView, FoldedRank
+from watchdog.coordinator.detectors.phrases import where, who
+from watchdog.coordinator.view import columns, stats
+from watchdog.coordinator.view.cluster import ClusterView, FoldedRank
 
 # -- the reference: the plain code, one pass over the rank objects per question ------------------
 

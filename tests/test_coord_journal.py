@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 
 GOLDEN = Path(__file__).parent / "golden" / "journal_events.txt"
 

@@ -15,9 +15,9 @@ import textwrap
 import pytest
 from prometheus_client import CollectorRegistry
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.config import Config
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.coordinator.service import Coordinator
 
 
@@ -105,7 +105,7 @@ def test_the_coordinator_counts_a_short_write_and_keeps_going(tmp_path):
 # count, as a full disk does (in a child process: the limit would apply to pytest's own files too).
 _CHILD = textwrap.dedent("""
     import resource, signal, sys
-    from watchdog.coordinator import journal, journal_events as je
+    from watchdog.coordinator.journal import jsonl as journal, event_names as je
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     j = journal.Journal(sys.argv[1], lambda: (1.0, 2.0))
     j.write(je.START, {})

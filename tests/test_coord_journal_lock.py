@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from watchdog.coordinator import journal, journallock
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal import lock as journallock
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

@@ -10,11 +10,12 @@ import os
 import pytest
 
 from watchdog.contracts.journal import line as journal_line
-from watchdog.coordinator import journal, recover
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal, JournalRefused
-from watchdog.coordinator.policy import JobState, Policy
+from watchdog.coordinator.control import replay as recover
+from watchdog.coordinator.control.policy import JobState, Policy
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal.jsonl import Journal, JournalRefused
 from watchdog.coordinator.service import Coordinator
 
 TOKEN = "0123456789abcdef0123456789abcdef"

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.coordinator import jsonbody
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.intake import jsonbody
 from watchdog.report import as_rows
 
 pytestmark = pytest.mark.skipif(jsonbody.orjson is None, reason="orjson not installed: the standard library reads all")

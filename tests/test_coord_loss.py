@@ -94,7 +94,7 @@ def _spike_reference(hist):
     out (on the (step, loss) pairs it once kept)."""
     import statistics
 
-    from watchdog.coordinator.loss_screen import SPIKE_MADS, SPIKE_MIN_HISTORY, SPIKE_RATIO, SPIKE_RECENT
+    from watchdog.coordinator.view.loss_screen import SPIKE_MADS, SPIKE_MIN_HISTORY, SPIKE_RATIO, SPIKE_RECENT
 
     for i in range(max(SPIKE_MIN_HISTORY, len(hist) - SPIKE_RECENT), len(hist)):
         base = [v for _, v in hist[:i]]
@@ -112,7 +112,7 @@ def test_a_calm_rank_never_holds_a_spike():
     bound), a rank it calls calm is one the full test finds no spike on."""
     import random
 
-    from watchdog.coordinator.loss_screen import calm
+    from watchdog.coordinator.view.loss_screen import calm
 
     rng = random.Random(7)
     calm_seen = spikes_seen = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 
 

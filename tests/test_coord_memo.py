@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from watchdog.coordinator import health
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import health
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import straggler, straggler_scores
 from watchdog.coordinator.detectors.collective_hang import hang_state
@@ -55,7 +55,7 @@ def test_the_memos_do_not_keep_the_last_ticks_view_alive():
     import gc
     import weakref
 
-    from watchdog.coordinator import mismatch
+    from watchdog.coordinator.analysis import mismatch
 
     cfg = DetectorConfig()
     det = straggler.Straggler(cfg)

@@ -69,7 +69,7 @@ def test_metrics_endpoint_text_is_what_prometheus_client_writes_as_culprit_serie
     """/metrics keeps the per-host culprit series' text between changes: it must
     equal a plain ``generate_latest`` after every kind of change, hostile host
     names (quotes, backslashes, newlines) included."""
-    from watchdog.coordinator.finding import KINDS
+    from watchdog.contracts.finding import KINDS
 
     registry = CollectorRegistry()
     m = CoordinatorMetrics(registry)

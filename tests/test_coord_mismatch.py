@@ -8,13 +8,13 @@ import json
 import pytest
 
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis.health import analyze
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import build
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.detectors.collective_mismatch import CollectiveMismatch
 from watchdog.coordinator.detectors.dead_rank import DeadRank
-from watchdog.coordinator.health import analyze
-from watchdog.coordinator.view import COLL_HISTORY
+from watchdog.coordinator.view.cluster import COLL_HISTORY
 from watchdog.report import HostReport, ReportError
 
 CFG = DetectorConfig()
@@ -223,7 +223,7 @@ def test_the_flight_recorder_signatures_read_only_the_ranks_that_hold_some():
     stretch, and some issued another shape; also as ranks restart (new pids)."""
     import random
 
-    from watchdog.coordinator import mismatch
+    from watchdog.coordinator.analysis import mismatch
 
     rng = random.Random(7)
     shapes = ({}, {"elements": 6}, {"dtype": "bfloat16"}, {"op": "broadcast"})

@@ -5,11 +5,11 @@ same views."""
 
 from __future__ import annotations
 
-from watchdog.coordinator import goodput as G
-from watchdog.coordinator import verdict as V
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
-from watchdog.coordinator.perf_cadence import Cadence, period
+from watchdog.coordinator.journal.jsonl import Journal
+from watchdog.coordinator.performance import goodput as G
+from watchdog.coordinator.performance import verdict as V
+from watchdog.coordinator.performance.cadence import Cadence, period
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
 

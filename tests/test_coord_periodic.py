@@ -1,19 +1,19 @@
-"""Periodic stalls (coordinator/periodic.py, and its use by stalls.py and the
+"""Periodic stalls (coordinator/analysis/periodic.py, and its use by stalls.py and the
 periodic_stall detector): pure, table-driven, time as numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator import stalls as stalls_mod
+from watchdog.contracts.finding import ADVISORY_KINDS
+from watchdog.coordinator.analysis import intermittent_stalls as stalls_mod
+from watchdog.coordinator.analysis.intermittent_stalls import Stalls
+from watchdog.coordinator.analysis.periodic import Occurrence, frame_key, patterns, regular
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.finding import ADVISORY_KINDS
-from watchdog.coordinator.journal import Journal
-from watchdog.coordinator.periodic import Occurrence, frame_key, patterns, regular
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.stalls import Stalls
 from watchdog.coordinator.testing import SimJob
 
 
@@ -84,8 +84,8 @@ def test_pauses_of_a_minority_make_a_pattern():
 def test_the_ledger_notes_the_steps_a_rank_spent_alone_in_a_phase():
     from array import array
 
-    from watchdog.coordinator.goodput import Ledger
-    from watchdog.coordinator.stepcolumns import StepColumns
+    from watchdog.coordinator.performance.goodput import Ledger
+    from watchdog.coordinator.view.stepcolumns import StepColumns
 
     def step(pause0: float, pause1: float, step_s: float) -> StepColumns:
         cols = StepColumns()

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator.finding import Finding
-from watchdog.coordinator.policy import (
+from watchdog.contracts.finding import Finding
+from watchdog.coordinator.control.policy import (
     IDLE,
     TRANSITIONS,
     JobControl,

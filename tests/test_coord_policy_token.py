@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from watchdog import flags
+from watchdog.coordinator.cli.coordinator import check_policy_token, main
 from watchdog.coordinator.config import FLAGS, from_values
-from watchdog.coordinator.main import check_policy_token, main
 
 
 def _policy(tmp_path, body: str):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from watchdog import commands
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator import recover, tracker
+from watchdog.contracts import commands
+from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
-from watchdog.coordinator.control import JobController
-from watchdog.coordinator.finding import Finding
-from watchdog.coordinator.policy import JobState, Policy
+from watchdog.coordinator.control import replay as recover
+from watchdog.coordinator.control.loop import JobController
+from watchdog.coordinator.control.policy import JobState, Policy
+from watchdog.coordinator.detectors import tracker
+from watchdog.coordinator.journal import event_names as je
 
 S = JobState
 WALL0 = 1_700_000_000.0
@@ -239,9 +240,9 @@ def test_other_jobs_records_dry_runs_and_hostile_lines_are_ignored():
 
 
 def test_the_coordinator_journals_what_it_recovered_and_continues_the_ids(tmp_path):
-    from watchdog.coordinator import journal
     from watchdog.coordinator.config import Config
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal import jsonl as journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     path = str(tmp_path / "journal.jsonl")
@@ -273,9 +274,9 @@ def test_a_fresh_journal_recovers_nothing():
 def test_recovered_findings_are_not_resolved_before_any_agent_reported(tmp_path):
     import json
 
-    from watchdog.coordinator import journal
     from watchdog.coordinator.config import Config
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal import jsonl as journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     path = str(tmp_path / "journal.jsonl")
@@ -338,7 +339,7 @@ def test_the_failures_restarts_were_spent_on_survive_a_coordinator_restart():
     # The repeat-failure breaker compares a new failure with the ones restarts
     # were spent on: a coordinator restarted on its journal must still know them,
     # frames included (they arrive in a stack_groups record after the action).
-    from watchdog.coordinator import fingerprint
+    from watchdog.coordinator.control import fingerprint
 
     pol = replace(POLICY, max_restarts=5, cooldown_s=0)
     j, c = Journaled(), JobController(pol)
@@ -363,7 +364,7 @@ def test_the_failures_restarts_were_spent_on_survive_a_coordinator_restart():
 
 
 def test_a_fingerprint_survives_its_journal_form():
-    from watchdog.coordinator import fingerprint
+    from watchdog.coordinator.control import fingerprint
 
     fp = fingerprint.Fingerprint("collective_hang", ("h1",), (2,), 0, 40, "all_reduce", 12, ("f (a.py:1)",))
     assert fingerprint.from_dict(fp.to_dict()) == fp
@@ -400,9 +401,9 @@ def test_the_coordinator_acts_only_on_findings_its_detectors_reported_this_tick(
     reported since starts no action, however long its resolution is held off."""
     import json
 
-    from watchdog.coordinator import journal
     from watchdog.coordinator.config import Config
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal import jsonl as journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     path = str(tmp_path / "journal.jsonl")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import fingerprint as fpm
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.control import JobController
-from watchdog.coordinator.finding import Finding
-from watchdog.coordinator.policy import JobControl, Policy, PolicyError, parse_policy, plan
-from watchdog.coordinator.repeats import Repeats, escalate
-from watchdog.coordinator.view import empty
+from watchdog.contracts.finding import Finding
+from watchdog.coordinator.control import fingerprint as fpm
+from watchdog.coordinator.control.loop import JobController
+from watchdog.coordinator.control.policy import JobControl, Policy, PolicyError, parse_policy, plan
+from watchdog.coordinator.control.repeats import Repeats, escalate
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.view.cluster import empty
 
 
 def hang(ranks=(2,), hosts=("h1",), step=12, seq=40, op="all_reduce", group=0, detected=95.0):

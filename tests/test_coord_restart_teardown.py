@@ -18,7 +18,7 @@ from dataclasses import replace
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
-from watchdog.coordinator.view import ClusterView, empty, fold
+from watchdog.coordinator.view.cluster import ClusterView, empty, fold
 
 CFG = DetectorConfig()
 NEW = 1_800_000_000_000_000  # the new incarnations' start time

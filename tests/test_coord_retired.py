@@ -16,13 +16,14 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import health, status
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import health
 from watchdog.coordinator.config import Config, DetectorConfig
 from watchdog.coordinator.detectors import build
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake import status
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.view import ClusterView, empty, fold
+from watchdog.coordinator.view.cluster import ClusterView, empty, fold
 from watchdog.report import HostReport
 
 CFG = DetectorConfig()

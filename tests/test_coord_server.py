@@ -23,12 +23,13 @@ from watchdog.agent import track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import Sender
 from watchdog.agent.slots import LocalRank
-from watchdog.coordinator import journal, server
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.cli.status import main as status_main
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.daemon import Daemon
-from watchdog.coordinator.status_cli import main as status_main
+from watchdog.coordinator.intake import server
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "tok-123"

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
 
@@ -179,7 +179,7 @@ def test_finding_walls_come_from_the_tick_clock(make):
 
 
 def test_status_table_renders_missing_ranks_and_lost_hosts(make):
-    from watchdog.coordinator.status_cli import render
+    from watchdog.coordinator.cli.status import render
 
     c = make(job="job", world_size=6)
     c.accept(t.report("host0", [t.rank(r, world_size=6, in_data_wait=r == 1) for r in range(4)]), 10.0)
@@ -211,7 +211,7 @@ def test_the_views_a_tick_reads_carry_the_folders_columns(make):
     """The detectors read the columns the Folder kept as reports folded, also from
     the copy of the view a late coordinator makes (its lag in the silence limits),
     never columns rebuilt from the rank objects (what they are there to avoid)."""
-    from watchdog.coordinator import columns
+    from watchdog.coordinator.view import columns
 
     c = make(job="job", world_size=8)
     for h in range(2):

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import health, silence
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import health, silence
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.detectors.host_unobserved import HostUnobserved
-from watchdog.coordinator.view import LauncherExit
+from watchdog.coordinator.view.cluster import LauncherExit
 
 CFG = DetectorConfig()
 NOW = 100.5

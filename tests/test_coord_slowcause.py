@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import slowcause
+from watchdog.contracts.finding import ADVISORY_KINDS
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis import slowcause
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.extra_work import ExtraWork
 from watchdog.coordinator.detectors.straggler import Straggler
-from watchdog.coordinator.finding import ADVISORY_KINDS
 
 CFG = DetectorConfig()
 
@@ -181,7 +181,7 @@ def test_the_noise_floor_is_a_millisecond_of_work_in_the_host_wall_time(baseline
 def test_stalls_now_and_then_on_rank_0_alone_are_advice(rank, kind):
     """A rank whose compute stalls 1 s every 25 steps while the others wait: on rank 0
     (a log flush, a metrics upload) it is advice; on another rank, a finding."""
-    from watchdog.coordinator import goodput
+    from watchdog.coordinator.performance import goodput
     from watchdog.coordinator.testing import SimJob
 
     sim = SimJob(jitter=0.1, seed=7, compute_s=0.1)

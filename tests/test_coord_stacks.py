@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.dispatch import _bound
-from watchdog.coordinator.stack_gather import StackGather
+from watchdog.coordinator.evidence.dispatch import _bound
+from watchdog.coordinator.evidence.stack_gather import StackGather
+from watchdog.coordinator.journal import event_names as je
 
 TRIGGER = {"kind": "collective_hang", "ranks": [2]}
 

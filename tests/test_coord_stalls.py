@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import goodput
+from watchdog.coordinator.analysis.intermittent_stalls import MIN_SHARE, STALL_STEPS, Step, stalling
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.straggler import Straggler
-from watchdog.coordinator.stalls import MIN_SHARE, STALL_STEPS, Step, stalling
+from watchdog.coordinator.performance import goodput
 from watchdog.coordinator.testing import SimJob
 
 CFG = DetectorConfig()

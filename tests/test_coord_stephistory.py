@@ -14,8 +14,8 @@ from operator import attrgetter
 import pytest
 
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.stephistory import History, appendable, snapshot
-from watchdog.coordinator.steps import StepStats, add_samples
+from watchdog.coordinator.view.stephistory import History, appendable, snapshot
+from watchdog.coordinator.view.steps import StepStats, add_samples
 from watchdog.report import StepSample
 
 _STEP = attrgetter("step")

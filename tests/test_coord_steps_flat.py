@@ -11,10 +11,10 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.coordinator import columns
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import FLAT_FIELDS, FLAT_SAMPLES, PAUSE_PHASES, StepStats, add_samples
+from watchdog.coordinator.view import columns
+from watchdog.coordinator.view.steps import FLAT_FIELDS, FLAT_SAMPLES, PAUSE_PHASES, StepStats, add_samples
 from watchdog.report import StepSample
 
 durations = st.sampled_from([0.0, 0.01, 0.1, 0.25, 1.5, 0.1 + 0.2]) | st.floats(0.0, 5.0)

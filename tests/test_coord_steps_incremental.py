@@ -12,9 +12,9 @@ from dataclasses import fields, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.coordinator import stats
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import P99_SAMPLES, StepStats, WindowStat, add_samples
+from watchdog.coordinator.view import stats
+from watchdog.coordinator.view.steps import P99_SAMPLES, StepStats, WindowStat, add_samples
 from watchdog.report import StepSample
 
 

@@ -13,10 +13,10 @@ from types import MappingProxyType
 import pytest
 
 from watchdog.coordinator import testing as t
+from watchdog.coordinator.analysis.health import OK, classify_all
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import straggler, straggler_scores
-from watchdog.coordinator.health import OK, classify_all
-from watchdog.coordinator.stats import median, median_without
+from watchdog.coordinator.view.stats import median, median_without
 from watchdog.report import StepSample
 
 

@@ -9,10 +9,11 @@ import math
 import random
 from collections import Counter
 
-from watchdog.coordinator import health, mismatch, stats
 from watchdog.coordinator import testing as t
-from watchdog.coordinator import verdict as V
+from watchdog.coordinator.analysis import health, mismatch
 from watchdog.coordinator.config import DetectorConfig
+from watchdog.coordinator.performance import verdict as V
+from watchdog.coordinator.view import stats
 from watchdog.report import StepSample
 
 
@@ -197,7 +198,7 @@ def test_hook_mismatches_are_judged_as_before():
 def test_goodput_buffers_every_new_step_once_whatever_the_gaps():
     """The ledger's new steps per rank (found without a search when steps are
     consecutive, by bisection otherwise) are what a walk over the whole history finds."""
-    from watchdog.coordinator import goodput
+    from watchdog.coordinator.performance import goodput
 
     rng = random.Random(17)
     ledger = goodput.Ledger()

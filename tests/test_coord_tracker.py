@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from watchdog.contracts.finding import Finding, rank_ranges
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.finding import Finding, rank_ranges
+from watchdog.coordinator.detectors.runner import Runner
+from watchdog.coordinator.detectors.tracker import update
 from watchdog.coordinator.metrics import HANG_SECONDS, STRAGGLER_SCORE
-from watchdog.coordinator.runner import Runner
-from watchdog.coordinator.tracker import update
 
 
 def finding(kind="frozen_rank", ranks=(3,), onset=10.0, now=12.0, reason="r"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from watchdog.coordinator import triggers
+from watchdog.coordinator.evidence import triggers
 
 
 def test_a_trigger_of_few_ranks_is_carried_as_it_is():

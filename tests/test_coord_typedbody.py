@@ -18,11 +18,11 @@ from test_report_plain import HOSTILE, _mutate, agent_body, hostile_rows
 from watchdog import report
 from watchdog.contracts.report import table
 from watchdog.contracts.report import typed as typedbody
-from watchdog.coordinator import jsonbody
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.api import ReportHandler
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake import jsonbody
+from watchdog.coordinator.intake.api import ReportHandler
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.report import HostReport, ReportError, as_rows
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import random
 
-from watchdog.coordinator import stats
-from watchdog.coordinator import verdict as V
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal.jsonl import Journal
+from watchdog.coordinator.performance import verdict as V
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
+from watchdog.coordinator.view import stats
 
 
 def _run(tmp_path, until: float):

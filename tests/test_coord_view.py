@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.view import empty, fold
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.view.cluster import empty, fold
 
 CFG = DetectorConfig()
 

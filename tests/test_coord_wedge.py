@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import policy
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config, DetectorConfig
+from watchdog.coordinator.control import policy
 from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.detectors.wedged import Wedged
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 
 CFG = DetectorConfig()

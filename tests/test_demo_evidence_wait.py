@@ -3,7 +3,7 @@ tails from the journal decides when that is (pure, from journal records)."""
 
 from __future__ import annotations
 
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.dev.demo import EvidenceWait
 
 TRIGGER = {"kind": "frozen_rank", "ranks": [3]}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from watchdog.agent import config as agent_config
 from watchdog.coordinator import config as coord_config
-from watchdog.coordinator import status_cli
+from watchdog.coordinator.cli import status as status_cli
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_PORT, COORD_PORT = 19400, 19401

@@ -29,7 +29,7 @@ import promcheck
 
 from watchdog.agent import config as agent_config
 from watchdog.coordinator import config as coord_config
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
 
 SBATCH = promcheck.REPO / "deploy" / "slurm" / "train.sbatch"

@@ -166,7 +166,7 @@ def test_a_check_that_raises_is_reported_and_the_others_run():
 
 
 def test_a_journal_another_coordinator_holds_is_a_fix(tmp_path):
-    from watchdog.coordinator import journallock
+    from watchdog.coordinator.journal import lock as journallock
 
     host = check.Host(roles=frozenset({"coordinator"}), journal=str(tmp_path / "j.jsonl"))
     result = next(r for r in runner.run(host) if r.name == "journal")

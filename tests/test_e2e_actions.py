@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from watchdog.agent.stacks import find_py_spy
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob, scenario
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ import pytest
 
 from tests.test_e2e_zero_code import Stack, records
 from tests.waiting import wait_for
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook.testing import records_of
 
 pytestmark = pytest.mark.integration

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 
-from watchdog import wire
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import slot as wire
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

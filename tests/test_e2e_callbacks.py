@@ -20,8 +20,8 @@ import pytest
 
 from tests.test_e2e_zero_code import Stack, records
 from tests.waiting import wait_for
-from watchdog import wire
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import slot as wire
+from watchdog.coordinator.journal import event_names as je
 from watchdog.hook.testing import records_of, step_splits
 
 pytestmark = pytest.mark.integration

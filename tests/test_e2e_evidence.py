@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import wire
 from watchdog.agent.stacks import find_py_spy
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import SlotEvidence, StackDump
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
-from watchdog.evidence import SlotEvidence, StackDump
 
 pytestmark = [
     pytest.mark.integration,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator import goodput, journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.performance import goodput
 from watchdog.dev import scenario
 
 pytestmark = pytest.mark.integration

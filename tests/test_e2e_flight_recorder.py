@@ -12,8 +12,8 @@ import logging
 
 import pytest
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.timeline import main as timeline
 
 pytestmark = pytest.mark.integration

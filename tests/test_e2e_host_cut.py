@@ -28,8 +28,8 @@ import time
 import pytest
 from waiting import wait_for
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

@@ -34,9 +34,10 @@ from pathlib import Path
 import pytest
 from waiting import wait_coordinator, wait_for
 
-from watchdog import procstart, wire
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog import procstart
+from watchdog.contracts import slot as wire
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
 
 pytestmark = [

@@ -16,8 +16,8 @@ import re
 
 import pytest
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import scenario
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from promserver import Prometheus
 from waiting import wait_for
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

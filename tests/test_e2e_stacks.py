@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from watchdog.agent.stacks import find_py_spy
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob, scenario
 from watchdog.timeline import load, main, text
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from watchdog import wire
 from watchdog.agent import deathcause, track
 from watchdog.agent.procs import ProcSample
+from watchdog.contracts import slot as wire
 from watchdog.hook import crashrecord, exitcall
 
 GONE = ProcSample(status="gone", alive=False)
@@ -236,9 +236,9 @@ def _hosta(now: float, seq: int):
 def _replaced_before_judged(tmp_path, policy=None):
     """The coordinator through that story, ticking every 0.25 s; its journal, and the
     pid it showed for rank 2 at each tick."""
-    from watchdog.coordinator import journal
     from watchdog.coordinator.config import Config
-    from watchdog.coordinator.journal import Journal
+    from watchdog.coordinator.journal import jsonl as journal
+    from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
 
     path = str(tmp_path / "journal.jsonl")
@@ -267,7 +267,7 @@ def _replaced_before_judged(tmp_path, policy=None):
 
 
 def test_a_death_replaced_before_every_host_reported_is_still_named(tmp_path):
-    from watchdog.coordinator import journal_events as je
+    from watchdog.coordinator.journal import event_names as je
 
     recs, shown = _replaced_before_judged(tmp_path)
     found = [r for r in recs if r["event"] == je.FINDING]
@@ -284,8 +284,8 @@ def test_a_death_replaced_before_every_host_reported_is_still_named(tmp_path):
 
 
 def test_the_policy_does_not_restart_a_group_its_launcher_restarted(tmp_path):
-    from watchdog.coordinator import journal_events as je
-    from watchdog.coordinator.policy import Policy
+    from watchdog.coordinator.control.policy import Policy
+    from watchdog.coordinator.journal import event_names as je
 
     pol = Policy(actions={"dead_rank": "restart"}, min_finding_age_s=0, cooldown_s=0, abort_grace_s=3)
     recs, _ = _replaced_before_judged(tmp_path, pol)
@@ -302,10 +302,10 @@ def test_the_policy_does_not_restart_a_group_its_launcher_restarted(tmp_path):
 
 
 def test_the_overlay_shows_the_held_death_with_the_columns_a_view_of_it_builds():
-    from watchdog.coordinator import columns
     from watchdog.coordinator import testing as T
-    from watchdog.coordinator.unjudged import HOLD_MAX_S, Unjudged
-    from watchdog.coordinator.view import Folder, empty
+    from watchdog.coordinator.view import columns
+    from watchdog.coordinator.view.cluster import Folder, empty
+    from watchdog.coordinator.view.unjudged import HOLD_MAX_S, Unjudged
 
     folder = Folder(empty("job", 4))
     folder.fold(T.report("hosta", [_rank(0, 10.0), _rank(1, 10.0)], seq=1), 10.0)

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from watchdog.agent import frdump
-from watchdog.evidence import MAX_FR_ENTRIES, FlightRecorderDump
+from watchdog.contracts.evidence import MAX_FR_ENTRIES, FlightRecorderDump
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 from watchdog.timeline import flightrec
 

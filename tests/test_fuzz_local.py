@@ -22,14 +22,14 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watchdog import commands as c
-from watchdog import wire
 from watchdog.agent import report as agent_report
 from watchdog.agent.actions import ack
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.slots import SlotTracker
-from watchdog.coordinator.api import validate
+from watchdog.contracts import commands as c
+from watchdog.contracts import slot as wire
+from watchdog.coordinator.intake.api import validate
 from watchdog.hook import testing
 from watchdog.report import HostReport, split_valid
 

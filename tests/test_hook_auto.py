@@ -16,10 +16,10 @@ dist = pytest.importorskip("torch.distributed")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from watchdog import wire  # noqa: E402
+from watchdog.contracts import slot as wire  # noqa: E402
+from watchdog.contracts.slot import CollOp, Phase, RecordKind  # noqa: E402
 from watchdog.hook import install  # noqa: E402
 from watchdog.hook.testing import ENV_VARS, installed, read_monitor, records_of, step_splits  # noqa: E402
-from watchdog.wire import CollOp, Phase, RecordKind  # noqa: E402
 
 PY = "/usr/bin/python3"
 

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Command, Phase, RecordKind
 from watchdog.hook import auto
 from watchdog.hook.callback_marks import CallbackMarks
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
-from watchdog.wire import Command, Phase, RecordKind
 
 MS = 1_000_000
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Clock, RecordKind
 from watchdog.hook import completion
 from watchdog.hook.completion import COLLECTIVE, STEP, CompletionTracker
 from watchdog.hook.testing import ENV_VARS, FakeClock, FakeCompletionSource, installed, read_monitor, records_of
-from watchdog.wire import Clock, RecordKind
 
 
 class Sink:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog import rundir, wire
+from watchdog import rundir
+from watchdog.contracts import slot as wire
 from watchdog.hook import HookConfig, NullMonitor, current, install
 from watchdog.hook.config import load_config
 from watchdog.hook.testing import ENV_VARS, installed, read_monitor
@@ -237,7 +238,7 @@ def test_hook_imports_and_runs_without_torch(tmp_path):
             mon.step()
         with mon.phase("eval"), mon.collective("all_reduce", nbytes=8):
             pass
-        assert read_monitor(mon).header[watchdog.wire.H_STEP] == 3
+        assert read_monitor(mon).header[watchdog.contracts.slot.H_STEP] == 3
         assert mon.errors == 0, mon.errors
         mon.close()
         try:

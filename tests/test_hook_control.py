@@ -12,12 +12,12 @@ import time
 import pytest
 from waiting import wait_for
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Command, Phase, RecordKind
 from watchdog.hook import control
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.heartbeat import THREAD_NAME
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
-from watchdog.wire import Command, Phase, RecordKind
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook import crashrecord
 
 SCRIPT = """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook.testing import ENV_VARS, records_of, step_splits
 
 pytest.importorskip("torch")

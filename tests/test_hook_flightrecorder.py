@@ -9,11 +9,11 @@ import types
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import CollOp, CollState, Command, RecordKind
 from watchdog.hook import control, flightrecorder
 from watchdog.hook.flightrecorder import FlightRecorderSource, entry, op_of, parse
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
-from watchdog.wire import CollOp, CollState, Command, RecordKind
 
 # Two entries as torch 2.13 wrote them on a real 2-rank gloo job (DDP's parameter broadcast, then an all-reduce).
 REAL = [

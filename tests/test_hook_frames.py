@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook import frames
 from watchdog.hook.frames import FrameSampler, should_sample, user_frame
 

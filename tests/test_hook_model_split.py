@@ -63,7 +63,7 @@ def test_disabled_monitor_gives_an_unattached_split():
 
 # -- through the slot: what the agent reads ------------------------------------------
 
-from watchdog import wire  # noqa: E402
+from watchdog.contracts import slot as wire  # noqa: E402
 from watchdog.hook.testing import FakeClock, installed, read_monitor, step_splits  # noqa: E402
 
 

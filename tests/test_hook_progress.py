@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Phase, RecordKind
 from watchdog.hook.progress import CLOSE, OPEN, STAY, Beat, decide, should_arm
-from watchdog.wire import Phase, RecordKind
 
 S = 1_000_000_000
 

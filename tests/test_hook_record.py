@@ -14,14 +14,14 @@ import tracemalloc
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import CollOp, Phase, RecordKind
 from watchdog.hook import collective_marks as marks_mod
 from watchdog.hook import collectives
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook import slotwriter as slotwriter_mod
 from watchdog.hook.groups import GroupCounters
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
-from watchdog.wire import CollOp, Phase, RecordKind
 
 
 @pytest.fixture(autouse=True)

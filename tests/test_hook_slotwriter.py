@@ -7,12 +7,12 @@ import mmap
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import CollOp, Phase, RecordKind
 from watchdog.hook.loader import TimedIterator
 from watchdog.hook.recorder import Recorder
 from watchdog.hook.slotwriter import SlotWriter
 from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
-from watchdog.wire import CollOp, Phase, RecordKind
 
 IDENT = wire.Identity(job="j", host="h", rank=1, local_rank=1, world_size=4, pid=4321, proc_start_us=77, run_id="r:0")
 T0 = 1_000_000_000

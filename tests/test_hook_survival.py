@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Status
 from watchdog.hook import collectives
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, slot_bytes, step_splits
-from watchdog.wire import Status
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,9 @@ if not dist.is_available():  # pragma: no cover
 
 from torch import nn  # noqa: E402
 
-from watchdog import wire  # noqa: E402
+from watchdog.contracts import slot as wire  # noqa: E402
+from watchdog.contracts.slot import CollOp, PgState, RecordKind  # noqa: E402
 from watchdog.hook.testing import ENV_VARS, installed, read_monitor, records_of, step_splits  # noqa: E402
-from watchdog.wire import CollOp, PgState, RecordKind  # noqa: E402
 
 NAMES = ("all_reduce", "broadcast", "barrier", "all_gather", "init_process_group", "destroy_process_group")
 

@@ -11,9 +11,9 @@ import pytest
 
 from watchdog import flags, jobtoken
 from watchdog.agent import config as agent_config
-from watchdog.coordinator import journal
+from watchdog.coordinator.cli.coordinator import check_exposure
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.main import check_exposure
+from watchdog.coordinator.journal import jsonl as journal
 
 LONG = "0123456789abcdef0123456789abcdef"
 

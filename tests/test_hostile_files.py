@@ -18,12 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from watchdog import commands as c
-from watchdog import rundir, wire
+from watchdog import rundir
 from watchdog.agent import actions as act
 from watchdog.agent import testing as atesting
 from watchdog.agent.slots import SlotTracker
-from watchdog.evidence import StackDump
+from watchdog.contracts import commands as c
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import StackDump
 from watchdog.hook import slotfile, testing
 
 S = 1_000_000_000

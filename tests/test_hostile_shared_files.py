@@ -9,8 +9,10 @@ import os
 
 import pytest
 
-from watchdog import commands, sharedfile, wire
+from watchdog import sharedfile
 from watchdog.agent.actions import Actions
+from watchdog.contracts import commands
+from watchdog.contracts import slot as wire
 from watchdog.hook import rollback
 
 OTHER = 65534

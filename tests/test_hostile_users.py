@@ -29,12 +29,12 @@ import pytest
 from waiting import wait_for
 
 import watchdog
-from watchdog import commands
 from watchdog.agent import testing
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import commands
 from watchdog.coordinator import testing as ctesting
-from watchdog.coordinator.server import REPORT_PATH
+from watchdog.coordinator.intake.server import REPORT_PATH
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from promserver import Prometheus
 from waiting import wait_for
 
-from watchdog.coordinator import hosts_cli
+from watchdog.contracts.finding import KINDS
+from watchdog.coordinator.cli import hosts as hosts_cli
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.finding import KINDS
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.metrics import CoordinatorMetrics
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob

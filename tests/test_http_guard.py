@@ -22,10 +22,10 @@ from waiting import wait_for
 
 from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
-from watchdog.coordinator import event_loops, server
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.intake import event_loops, server
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 
 TOKEN = "a-token-of-32-characters-or-so!!"
@@ -157,9 +157,10 @@ def test_a_report_is_served_while_200_slow_clients_hold_sockets(coord_server):
 # (asyncio stops accepting for a second) rather than retry at once for ever.
 _OUT_OF_FDS_SERVER = """
 import resource, sys, threading, time
-from watchdog.coordinator import server, testing as t
+from watchdog.coordinator.intake import server
+from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 journal = sys.argv[1]
 c = Coordinator(Config(job="job", journal=journal), Journal(journal, lambda: (time.time(), time.monotonic())))

@@ -11,13 +11,15 @@ import json
 import pytest
 
 from watchdog.contracts import journal as cj
+from watchdog.contracts.finding import Finding
 from watchdog.contracts.journal import line as journal_line
 from watchdog.contracts.journal import names
 from watchdog.contracts.journal.actions import LauncherRestartRecord, ResumedRecord
 from watchdog.contracts.journal.commands import CommandDoneRecord, EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
-from watchdog.coordinator import journal, policy, recover
-from watchdog.coordinator.finding import Finding
+from watchdog.coordinator.control import policy
+from watchdog.coordinator.control import replay as recover
+from watchdog.coordinator.journal import jsonl as journal
 from watchdog.timeline import load
 
 # One line per event type in the shape the coordinator writes it (taken from

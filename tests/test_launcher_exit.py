@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from watchdog import jobtoken, launcherexit
-from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as t
-from watchdog.coordinator.api import ReportHandler
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal, iter_records
+from watchdog.coordinator.intake.api import ReportHandler
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal.jsonl import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
 from watchdog.hook import run_cli
 

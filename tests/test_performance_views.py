@@ -4,11 +4,11 @@ batch_changed finding is listed but never taken for the root cause."""
 
 from __future__ import annotations
 
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.cli.status import render
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
-from watchdog.coordinator.status_cli import render
 from watchdog.coordinator.testing import SimJob
 from watchdog.timeline import html, load, text
 

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from watchdog import promquery
-from watchdog.coordinator import hosts_cli
+from watchdog.coordinator.cli import hosts as hosts_cli
 from watchdog.scaling import main as scaling_main
 
 TOKEN = "prom-token-123"

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from watchdog.coordinator import testing
-from watchdog.coordinator.steps import StepStats, add_samples
-from watchdog.coordinator.view import FoldedRank
+from watchdog.coordinator.view.cluster import FoldedRank
+from watchdog.coordinator.view.steps import StepStats, add_samples
 from watchdog.report import HostReport, RankState, StepSample, as_rows, made, step_sample
 
 _FLOATS = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from watchdog import commands, wire
 from watchdog.agent.actions import Actions
-from watchdog.coordinator import journal_events as je
+from watchdog.contracts import commands
+from watchdog.contracts import slot as wire
+from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
-from watchdog.coordinator.control import JobController
-from watchdog.coordinator.finding import Finding
-from watchdog.coordinator.policy import Policy, parse_policy
+from watchdog.coordinator.control.loop import JobController
+from watchdog.coordinator.control.policy import Policy, parse_policy
+from watchdog.coordinator.journal import event_names as je
 from watchdog.hook import rollback
 
 POLICY = Policy(actions={"loss_anomaly": "rollback_restart"}, min_finding_age_s=0, cooldown_s=0)

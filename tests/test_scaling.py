@@ -9,8 +9,8 @@ import importlib.util
 import pytest
 
 from watchdog import cli
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.journal import Journal
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.scaling import runs
 
 # (world size, step, compute, communication): compute stays, communication grows.

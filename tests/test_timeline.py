@@ -13,7 +13,7 @@ import pytest
 from timeline_support import check_trace, fake_stack, hang_records, hook_slot, write_journal
 
 from watchdog import cli
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.hook.testing import ENV_VARS
 from watchdog.timeline import html, load, main, perfetto, text
 

@@ -16,7 +16,7 @@ import headless
 import pytest
 from timeline_support import check_trace, torn, without_evidence
 
-from watchdog.coordinator.finding import ranks_phrase
+from watchdog.contracts.finding import ranks_phrase
 from watchdog.dev import scenario
 from watchdog.timeline import html, load, perfetto, text
 

@@ -12,7 +12,7 @@ import headless
 import pytest
 from timeline_support import hang_records, write_journal
 
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.timeline import html, load, main, testing, text
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 # Identity text: no NUL (the field is NUL-terminated), at most 127 UTF-8 bytes.

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from watchdog import wire
-from watchdog.coordinator import journal_events as je
-from watchdog.evidence import SlotEvidence, StackDump
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import SlotEvidence, StackDump
+from watchdog.coordinator.journal import event_names as je
 
 
 def without_evidence(src: Path, dst: Path) -> Path:

@@ -16,7 +16,7 @@ DISTRIBUTION = "rank-watchdog"
 # name -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("watchdog.agent.main", "per-host agent: reads rank slots, exports /metrics, reports to the coordinator"),
-    "coordinator": ("watchdog.coordinator.main", "per-job coordinator: cluster view, detectors, journal"),
+    "coordinator": ("watchdog.coordinator.cli.coordinator", "per-job coordinator: cluster view, detectors, journal"),
     "run": (
         "watchdog.hook.run_cli",
         "run any launcher command (torchrun, srun, mpirun, python) with every rank monitored",
@@ -25,11 +25,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "watchdog.doctor.main",
         "pre-flight checks of this host (run dir, ptrace, py-spy, NVML, ports, token, coordinator), each with its fix",
     ),
-    "status": ("watchdog.coordinator.status_cli", "print a live per-rank table from a coordinator"),
+    "status": ("watchdog.coordinator.cli.status", "print a live per-rank table from a coordinator"),
     "slots": ("watchdog.agent.slots_cli", "print the rank slots found in a run directory (no agent needed)"),
     "demo": ("watchdog.dev.demo", "run a monitored multi-rank CPU job locally, end to end"),
     "hosts": (
-        "watchdog.coordinator.hosts_cli",
+        "watchdog.coordinator.cli.hosts",
         "hosts that keep failing over all jobs, from Prometheus, with exclude lines",
     ),
     "scaling": (

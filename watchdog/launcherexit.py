@@ -3,7 +3,7 @@
 An agent can be silent (stopped, OOM-killed, cut off) when the job ends; then
 nobody tells the coordinator, and a silent host means only "cannot see". The
 launcher's wrapper can: ``watchdog run`` waits for the launcher and posts its
-exit status here, directly (coordinator/silence.py weighs it). One message, one
+exit status here, directly (coordinator/analysis/silence.py weighs it). One message, one
 schema, read and written by this module only:
 
     POST /api/v1/launcher-exit

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.coordinator.finding import ranks_phrase
+from watchdog.contracts.finding import ranks_phrase
 
 MAX_FRAMES = 32  # innermost frames kept per signature: deeper ones are the same launcher frames everywhere
 MAX_GROUPS = 256  # groups kept; the remainder is counted (16,384 distinct stacks must not make 16,384 groups)

@@ -27,14 +27,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from watchdog import commands as c
-from watchdog import sharedfile, wire
+from watchdog import sharedfile
 from watchdog.agent import dumpall, frdump, steadystart
 from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stacks import StackDumper
-from watchdog.evidence import SlotEvidence, StackDump
+from watchdog.contracts import commands as c
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import SlotEvidence, StackDump
 
 MAX_SLOT_RECORDS = 1024  # newest kept; ~170 B each as JSON
 MAX_ACK_BYTES = 1536 << 10  # well below the coordinator's 4 MiB report limit

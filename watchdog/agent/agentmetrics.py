@@ -14,7 +14,7 @@ from watchdog.agent import metrics as m
 from watchdog.agent.commands import RESULTS
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
 from watchdog.cli import package_version
-from watchdog.commands import REFUSALS, TYPES
+from watchdog.contracts.commands import REFUSALS, TYPES
 
 
 @dataclass

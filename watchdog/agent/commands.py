@@ -7,7 +7,7 @@ only verifies (microseconds) and enqueues, so reporting never waits for a dump.
 The worker (``watchdog-agent-commands``, lazy, daemon) runs one command at a
 time: dumps are rare, and serial dumps pause at most one rank at a time.
 
-Refusals are counted by reason (``REFUSALS`` in ``watchdog.commands``), logged,
+Refusals are counted by reason (``REFUSALS`` in ``watchdog.contracts.commands``), logged,
 and acked to the coordinator (which journals them); nothing a coordinator or an
 attacker sends can stop the agent.
 """
@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog import commands as c
 from watchdog import logs
 from watchdog.agent.actions import Actions, ack
 from watchdog.agent.outbox import Outbox
+from watchdog.contracts import commands as c
 
 MAX_PER_REPLY = 32
 QUEUE_MAX = 32

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from watchdog import sharedfile, wire
-from watchdog.evidence import FlightRecorderDump
+from watchdog import sharedfile
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import FlightRecorderDump
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 
 DEADLINE_S = 3.0  # six heartbeats at the hook's default 0.5 s

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from watchdog import wire
 from watchdog.agent import track
+from watchdog.contracts import slot as wire
 from watchdog.report import GpuStep
 
 _COMPLETION = int(wire.RecordKind.COMPLETION)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 
 
 def list_slots(run_dir: str) -> dict[str, int]:

@@ -32,7 +32,7 @@ from watchdog.agent.sender import JsonPoster, Sender
 from watchdog.agent.server import Server
 from watchdog.agent.slots import SlotTracker
 from watchdog.agent.stacks import StackDumper, find_py_spy
-from watchdog.commands import is_loopback
+from watchdog.contracts.commands import is_loopback
 from watchdog.flags import FlagError
 from watchdog.stopsignal import stop_on_signals
 

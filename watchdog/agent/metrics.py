@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 
 RANK_LABELS = ("training_job", "rank", "local_rank", "host")
 PARTS = ("data", "collective", "compute")

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import Metric
 
-from watchdog import wire
 from watchdog.agent import metrics as m
 from watchdog.agent import track
 from watchdog.agent.slots import LocalRank
+from watchdog.contracts import slot as wire
 
 
 def step_split_s(h: wire.SlotHeader, step: int, data: int, coll: int) -> tuple[float, float, float]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from watchdog import wire
 from watchdog.agent import track
 from watchdog.agent.slots import LocalRank
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import R_A, R_K, Clock
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, CollectiveState, CollSig, HostReport, RankState
-from watchdog.wire import R_A, R_K, Clock
 
 
 def coll_sig(rec: wire.Record, now_mono_ns: int, now_wall_ns: int) -> CollSig:

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from watchdog import flags, logs, rundir, wire
+from watchdog import flags, logs, rundir
 from watchdog.agent import deathcause, gpusteps, steadystart, track
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
+from watchdog.contracts import slot as wire
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
-from watchdog import flags, rundir, wire
+from watchdog import flags, rundir
 from watchdog.agent import report, track
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import LocalRank
+from watchdog.contracts import slot as wire
 from watchdog.flags import Flag, FlagError
 
 FLAGS = (

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from watchdog import procstart
-from watchdog.evidence import StackDump
+from watchdog.contracts.evidence import StackDump
 
 TIMEOUT_S = 10.0
 MAX_TEXT_BYTES = 64 * 1024

@@ -1,4 +1,4 @@
-"""The agent's half of the step summaries (``watchdog.stepsummary``): per rank
+"""The agent's half of the step summaries (``watchdog.contracts.stepsummary``): per rank
 incarnation, the statistics of the step samples the coordinator accepted from
 this agent, and each report's ranks with the statistics after their new samples.
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from watchdog import stepsummary
+from watchdog.contracts import stepsummary
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.steps import StepStats, add_samples, summary_of
+from watchdog.coordinator.view.steps import StepStats, add_samples, summary_of
 from watchdog.report import HostReport, StepSample
 
 Key = tuple[str, int, int, int]  # (job, rank, pid, process start): one incarnation of one rank

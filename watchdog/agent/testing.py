@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook.slotwriter import SlotWriter
 from watchdog.hook.testing import RankSlot
 

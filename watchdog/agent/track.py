@@ -8,8 +8,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from watchdog import wire
 from watchdog.agent.procs import ProcSample
+from watchdog.contracts import slot as wire
 from watchdog.report import StepSample
 
 # Slot states: the first three are ranks we export; the others are files we do not.

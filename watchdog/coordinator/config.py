@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from watchdog import flags, jobtoken, logs, webconfig
-from watchdog.coordinator import event_loops
-from watchdog.coordinator.policy import Policy, load_policy
+from watchdog.coordinator.control.policy import Policy, load_policy
+from watchdog.coordinator.intake import event_loops
 from watchdog.flags import (
     Flag,
     boolean,

@@ -15,14 +15,14 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs, webconfig
 from ..contracts.journal.lifecycle import ConfigRecord, StartRecord, StopRecord
-from . import journal_events as je
-from . import journallock
 from .config import Config, loggable
 from .gcpolicy import GcPolicy
-from .journal import Journal
-from .server import bound_address, make_server
+from .intake.server import bound_address, make_server
+from .journal import event_names as je
+from .journal import lock as journallock
+from .journal.jsonl import Journal
+from .own_stall import is_stall
 from .service import Coordinator
-from .stall import is_stall
 
 
 def _clock() -> tuple[float, float]:

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .finding import KINDS
+from ..contracts.finding import KINDS
 
 NAME = "watchdog_coordinator_host_culprit_findings"
 HELP = "Findings opened that named a culprit on this host, by cause (the finding kind)"

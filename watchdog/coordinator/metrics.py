@@ -11,17 +11,17 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from watchdog.cli import package_version
-from watchdog.commands import TYPES as COMMAND_TYPES
+from watchdog.contracts.commands import TYPES as COMMAND_TYPES
 from watchdog.report import MAX_ACKS_PER_REPORT
 
-from .dispatch import OUTCOMES as COMMAND_OUTCOMES
-from .finding import KINDS
-from .goodput import CATEGORIES as GOODPUT_CATEGORIES
+from ..contracts.finding import KINDS
+from .control.policy import ACTIONS, JobState
+from .evidence.dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .host_culprits import NAME as HOST_CULPRITS
 from .host_culprits import HostCulprits, Without
-from .policy import ACTIONS, JobState
-from .verdict import SPLIT_CLOCKS, VERDICTS
-from .verdict import THRESHOLDS as VERDICT_SHARES
+from .performance.goodput import CATEGORIES as GOODPUT_CATEGORIES
+from .performance.verdict import SPLIT_CLOCKS, VERDICTS
+from .performance.verdict import THRESHOLDS as VERDICT_SHARES
 
 # Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
 # keyed by these names: the detector that computes the value says which gauge it is.

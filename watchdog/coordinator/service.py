@@ -16,7 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from .. import commands, logs
+from .. import logs
+from ..contracts import commands
+from ..contracts.finding import BLAMELESS_KINDS, KINDS, Finding
 from ..contracts.journal import Record
 from ..contracts.journal.actions import LauncherRestartRecord
 from ..contracts.journal.findings import ExpectedFindingRecord, FindingRecord, ResolvedRecord
@@ -24,45 +26,34 @@ from ..contracts.journal.lifecycle import CoordinatorStalledRecord
 from ..contracts.journal.performance import VerdictRecord
 from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, LauncherExitedRecord
 from ..report import HostReport
-from . import (
-    budget,
-    columns,
-    evidence_plan,
-    fingerprint,
-    goodput,
-    health,
-    perf_cadence,
-    recover,
-    relaunch,
-    stack_gather,
-    stack_plan,
-    stats,
-    status,
-    tracker,
-    triggers,
-    unjudged,
-    verdict,
-)
-from . import journal_events as je
-from .actionmetrics import ActionMetrics
-from .backpressure import Backpressure
+from .analysis import health
 from .config import Config
-from .control import JobController
-from .detectors import build
+from .control import budget, fingerprint, relaunch
+from .control import replay as recover
+from .control.action_metrics import ActionMetrics
+from .control.loop import JobController
+from .control.policy import JobState
+from .detectors import build, tracker
 from .detectors.collective_hang import CollectiveHang
 from .detectors.dead_rank import DeadRank
 from .detectors.extra_work import ExtraWork
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
+from .detectors.runner import Outcome, Runner
 from .detectors.straggler import Straggler
-from .dispatch import Dispatch, DispatchConfig
-from .finding import BLAMELESS_KINDS, KINDS, Finding
-from .journal import Journal, iter_records
+from .evidence import plan as evidence_plan
+from .evidence import stack_gather, stack_plan, triggers
+from .evidence.dispatch import Dispatch, DispatchConfig
+from .intake import status
+from .intake.backpressure import Backpressure
+from .journal import event_names as je
+from .journal.jsonl import Journal, iter_records
 from .metrics import CoordinatorMetrics
-from .policy import JobState
-from .runner import Outcome, Runner
-from .stall import StallGuard
-from .view import ClusterView, Folder, LauncherExit, empty
+from .own_stall import StallGuard
+from .performance import cadence as perf_cadence
+from .performance import goodput, verdict
+from .view import columns, stats, unjudged
+from .view.cluster import ClusterView, Folder, LauncherExit, empty
 
 
 class WrongJob(Exception):

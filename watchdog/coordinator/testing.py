@@ -19,9 +19,9 @@ from typing import Any
 
 from watchdog.report import CollectiveState, CollSig, GpuStep, HostReport, RankState, StepSample
 
+from ..contracts.finding import Finding
 from .config import DetectorConfig
-from .finding import Finding
-from .view import ClusterView, Folder, empty, fold
+from .view.cluster import ClusterView, Folder, empty, fold
 
 _agent_ids = itertools.count(1)
 

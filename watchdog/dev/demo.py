@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.finding import ACTIONABLE_KINDS
-from watchdog.coordinator.policy import ACTIONS, load_policy
+from watchdog.contracts.finding import ACTIONABLE_KINDS
+from watchdog.coordinator.control.policy import ACTIONS, load_policy
+from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
 
 # The demo's own --json lines; findings, resolutions and actions keep their journal names.
@@ -64,7 +64,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--policy",
         default=None,
-        help="coordinator policy file (TOML, see watchdog/coordinator/policy.py); wins over --action",
+        help="coordinator policy file (TOML, see watchdog/coordinator/control/policy.py); wins over --action",
     )
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")

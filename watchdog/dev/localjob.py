@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog import procstart, wire
+from watchdog import procstart
+from watchdog.contracts import slot as wire
 
 WATCHDOG_RUN = (sys.executable, "-m", "watchdog.cli", "run", "--")  # TorchrunJob(prefix=...): zero-code mode
 

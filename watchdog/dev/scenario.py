@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog.coordinator import journal_events as je
+from watchdog.coordinator.journal import event_names as je
 from watchdog.dev.demo import ACTION_EVENTS, SUMMARY
 
 FAULT_MARK = "WATCHDOG_FAULT "

@@ -1,12 +1,12 @@
 """The coordinator's journal: its directory writable, and no other coordinator
-holding it (coordinator/journallock.py)."""
+holding it (coordinator/journal/lock.py)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 
-from watchdog.coordinator.journallock import SUFFIX
+from watchdog.coordinator.journal.lock import SUFFIX
 
 from .check import COORDINATOR, FIX, OK, Host, Result
 

@@ -10,7 +10,7 @@ No code changes: ``watchdog run -- torchrun ... train.py`` instruments every ran
         ...
         mon.step()                       # marks the step boundary
 
-Everything goes into this rank's slot file (``watchdog.wire``); the hook never
+Everything goes into this rank's slot file (``watchdog.contracts.slot``); the hook never
 talks to the agent and never reads the slot back, except the control words.
 
 API (``Monitor``; ``NullMonitor`` has the same methods and does nothing):

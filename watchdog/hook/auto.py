@@ -46,8 +46,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from watchdog.contracts.slot import Phase
 from watchdog.hook import launcher
-from watchdog.wire import Phase
 
 log = logging.getLogger("watchdog.hook")
 

@@ -22,7 +22,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from watchdog.wire import Phase
+from watchdog.contracts.slot import Phase
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -28,10 +28,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.hook.groups import GroupCounters, GroupTable
-from watchdog.hook.noop import nop
-from watchdog.hook.slotwriter import SlotWriter
-from watchdog.wire import (
+from watchdog.contracts.slot import (
     H_COLL_BYTES,
     H_COLL_DONE_SEQ,
     H_COLL_ENTER_NS,
@@ -43,6 +40,9 @@ from watchdog.wire import (
     H_SEQ,
     WORD,
 )
+from watchdog.hook.groups import GroupCounters, GroupTable
+from watchdog.hook.noop import nop
+from watchdog.hook.slotwriter import SlotWriter
 
 # H_COLL_GROUP, _SEQ, _OP, _BYTES, _ENTER_NS, _EXIT_NS, _OUTSTANDING, _DONE_SEQ
 # are contiguous: one pack at enter; the last three at exit (native order: see

@@ -26,9 +26,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.contracts.slot import H_PG_STATE, H_SEQ, CollOp, PgState
 from watchdog.hook import initstore
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
-from watchdog.wire import H_PG_STATE, H_SEQ, CollOp, PgState
 
 log = logging.getLogger("watchdog.hook")
 

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from watchdog.wire import Clock, RecordKind
+from watchdog.contracts.slot import Clock, RecordKind
 
 log = logging.getLogger("watchdog.hook")
 

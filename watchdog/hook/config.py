@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 
-from watchdog import flags, rundir, wire
+from watchdog import flags, rundir
+from watchdog.contracts import slot as wire
 from watchdog.hook import launcher
 
 log = logging.getLogger("watchdog.hook")

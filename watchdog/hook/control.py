@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from watchdog.wire import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
+from watchdog.contracts.slot import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
 
 ACK_OK = 0
 ACK_SAVE_FAILED = -1  # the registered checkpoint function raised

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.wire import CollOp
+from watchdog.contracts.slot import CollOp
 
 _OP = int(CollOp.DDP_ALL_REDUCE)
 

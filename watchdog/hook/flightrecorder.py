@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog import sharedfile, wire
-from watchdog.wire import Clock, CollOp, CollState, RecordKind
+from watchdog import sharedfile
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Clock, CollOp, CollState, RecordKind
 
 log = logging.getLogger("watchdog.hook")
 

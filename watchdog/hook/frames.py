@@ -3,7 +3,7 @@
 A rank that holds the job (an evaluation, a metrics upload, a blocking log flush,
 a save) does so somewhere in the script: naming it turns "rank 0 holds the job
 ~6 s every 1,000 steps" into "... in estimate_loss", and makes a stall that
-recurs in the same place recognisable as the same one (coordinator/stalls.py).
+recurs in the same place recognisable as the same one (coordinator/analysis/intermittent_stalls.py).
 
 The heartbeat thread samples the training thread's stack (``sys._current_frames``)
 only while the step in progress has run long (``should_sample``: much longer than
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 
 SAMPLE_MIN_NS = 250_000_000  # a step in progress this long (and FACTOR x the last) is sampled
 SAMPLE_FACTOR = 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 
 
 class GroupCounters:

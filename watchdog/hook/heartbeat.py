@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from watchdog.wire import H_HEARTBEAT_COUNT, H_HEARTBEAT_NS
+from watchdog.contracts.slot import H_HEARTBEAT_COUNT, H_HEARTBEAT_NS
 
 THREAD_NAME = "watchdog-heartbeat"
 

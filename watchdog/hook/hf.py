@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from watchdog.contracts.slot import Phase
 from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
-from watchdog.wire import Phase
 
 __all__ = ["WatchdogCallback", "watch"]
 

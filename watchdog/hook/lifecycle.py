@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Status
 from watchdog.hook import config as _config
 from watchdog.hook import crashrecord, exitcall, jobid, launcher, slotfile
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
 from watchdog.hook.slotwriter import SlotWriter
-from watchdog.wire import Status
 
 log = logging.getLogger("watchdog.hook")
 

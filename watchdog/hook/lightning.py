@@ -42,8 +42,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.contracts.slot import Phase
 from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
-from watchdog.wire import Phase
 
 log = logging.getLogger("watchdog.hook")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from watchdog.contracts.slot import H_DATA_ENTER_NS, H_DATA_EXIT_NS, H_SEQ
 from watchdog.hook.recorder import Recorder
-from watchdog.wire import H_DATA_ENTER_NS, H_DATA_EXIT_NS, H_SEQ
 
 
 def batch_len(batch: Any) -> int:

@@ -26,16 +26,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from watchdog import wire
-from watchdog.hook import completion, control, flightrecorder, frames, progress
-from watchdog.hook.errors import ErrorLog
-from watchdog.hook.heartbeat import Heartbeat
-from watchdog.hook.loader import TimedLoader
-from watchdog.hook.noop import NULL_MONITOR, nop
-from watchdog.hook.recorder import NEVER, Recorder
-from watchdog.hook.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
-from watchdog.hook.slotwriter import SlotWriter
-from watchdog.wire import (
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import (
     H_CTRL_ACK_NS,
     H_CTRL_ACK_RESULT,
     H_CTRL_ACK_SEQ,
@@ -46,6 +38,14 @@ from watchdog.wire import (
     RecordKind,
     Status,
 )
+from watchdog.hook import completion, control, flightrecorder, frames, progress
+from watchdog.hook.errors import ErrorLog
+from watchdog.hook.heartbeat import Heartbeat
+from watchdog.hook.loader import TimedLoader
+from watchdog.hook.noop import NULL_MONITOR, nop
+from watchdog.hook.recorder import NEVER, Recorder
+from watchdog.hook.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
+from watchdog.hook.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")

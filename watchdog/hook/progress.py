@@ -51,8 +51,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from watchdog import wire
-from watchdog.wire import Phase
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import Phase
 
 OPEN, CLOSE, STAY = "open", "close", "stay"
 ARM_MIN_NS = 1_000_000_000  # a step in progress this long (and 2x the last) arms the forward hook

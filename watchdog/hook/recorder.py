@@ -36,10 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from watchdog.hook.collective_marks import CollectiveMarks
-from watchdog.hook.noop import nop
-from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
-from watchdog.wire import (
+from watchdog.contracts.slot import (
     H_BATCH_PER_RANK,
     H_DATA_ENTER_NS,
     H_DATA_EXIT_NS,
@@ -69,6 +66,9 @@ from watchdog.wire import (
     Status,
     loss_bits,
 )
+from watchdog.hook.collective_marks import CollectiveMarks
+from watchdog.hook.noop import nop
+from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
 
 _INF = float("inf")
 
@@ -102,7 +102,7 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # loader's data-wait marks and the patched collectives, cannot be swapped: they
 # ask ``quiet`` (one slot read) instead.
 # Phases in which the job does no training: a step that had one open is recorded in it,
-# so the others' wait for this rank in that step reads as the pause's (coordinator/steps.py).
+# so the others' wait for this rank in that step reads as the pause's (coordinator/view/steps.py).
 _PAUSES = frozenset({int(Phase.CHECKPOINT), int(Phase.EVAL)})
 _QUIET_METHODS = (
     "step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg",

@@ -36,7 +36,8 @@ import pwd
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog import sharedfile, wire
+from watchdog import sharedfile
+from watchdog.contracts import slot as wire
 
 AGENT_ACCOUNT = "rank-watchdog"  # deploy/systemd/rank-watchdog.sysusers.conf
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.wire import CollOp, Phase
+from watchdog.contracts.slot import CollOp, Phase
 
 _PHASE_LABELS = {p.label: int(p) for p in Phase}
 

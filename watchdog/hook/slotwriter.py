@@ -36,8 +36,19 @@ import struct
 import threading
 from collections.abc import Iterable
 
-from watchdog import wire
-from watchdog.wire import H_EVENT_RING_HEAD, H_RING_HEAD, H_SEQ, R_A, R_INDEX, R_KIND, R_L, R_STEP, R_T_NS, WORD
+from watchdog.contracts import slot as wire
+from watchdog.contracts.slot import (
+    H_EVENT_RING_HEAD,
+    H_RING_HEAD,
+    H_SEQ,
+    R_A,
+    R_INDEX,
+    R_KIND,
+    R_L,
+    R_STEP,
+    R_T_NS,
+    WORD,
+)
 
 REC_BYTES = wire.RECORD_WORDS * WORD
 _PAD = (0,) * (wire.RECORD_WORDS - 4)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog import wire
+from watchdog.contracts import slot as wire
 from watchdog.hook import config as _config
 from watchdog.hook import launcher
 from watchdog.hook.slotwriter import SlotWriter

@@ -28,7 +28,7 @@ import math
 import re
 
 from watchdog.agent import metrics as am
-from watchdog.coordinator.stats import median
+from watchdog.coordinator.view.stats import median
 from watchdog.promquery import Endpoint, PromError, query
 
 from .runs import Run, RunError

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from watchdog.coordinator import journal
-from watchdog.coordinator import journal_events as je
-from watchdog.coordinator.stats import median
+from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.journal import jsonl as journal
+from watchdog.coordinator.view.stats import median
 
 
 class RunError(ValueError):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog import commands
+from watchdog.contracts import commands
+from watchdog.contracts.finding import rank_ranges, ranks_phrase, seconds
 from watchdog.contracts.journal import names as je
-from watchdog.coordinator.finding import rank_ranges, ranks_phrase, seconds
 
 # An action's steps and the policy holding back. Not checkpoint_restart's
 # je.CHECKPOINT_STEPS: the timeline does not tell them (the demo prints them).

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.contracts.evidence import FlightRecorderDump
 from watchdog.contracts.journal import names as je
-from watchdog.coordinator import triggers
-from watchdog.evidence import FlightRecorderDump
+from watchdog.coordinator.evidence import triggers
 
 PREFIX = "rank_"
 

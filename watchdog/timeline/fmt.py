@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from watchdog.coordinator.finding import seconds
+from watchdog.contracts.finding import seconds
 
 from .model import Lane, Section, StepSpan
 
@@ -52,7 +52,7 @@ def latest_split(sec: Section) -> str:
     """The finer split of compute (forward, backward, optimizer, host-to-device)
     the coordinator last measured in this section: the goodput record's verdict
     evidence (fresher), else the last verdict's; "" when no rank measured it."""
-    from watchdog.coordinator.verdict import split_line
+    from watchdog.coordinator.performance.verdict import split_line
 
     g = sec.goodput or {}
     for ev in (g.get("verdict_evidence"), *(v.get("evidence") for v in reversed(sec.verdicts))):

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from html import escape
 
-from watchdog.coordinator.finding import ranks_phrase
+from watchdog.contracts.finding import ranks_phrase
 
 from . import actions, assets, matrix, stacksets, stacktree, svg
 from .fmt import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary

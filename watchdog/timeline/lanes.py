@@ -9,9 +9,9 @@ monotonic times to wall time.
 
 from __future__ import annotations
 
-from watchdog import wire
-from watchdog.coordinator.finding import group_name, seconds
-from watchdog.evidence import SlotEvidence
+from watchdog.contracts import slot as wire
+from watchdog.contracts.evidence import SlotEvidence
+from watchdog.contracts.finding import group_name, seconds
 
 from .model import Lane, Mark, RankNow, Span, StepSpan
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.contracts.evidence import SlotEvidence, StackDump
+from watchdog.contracts.finding import ranks_phrase
 from watchdog.contracts.journal import Record, parse, reader
 from watchdog.contracts.journal import names as je
 from watchdog.contracts.journal.commands import EvidenceRecord
 from watchdog.contracts.journal.lifecycle import StartRecord
 from watchdog.contracts.journal.ranks import RankRestartedRecord
-from watchdog.coordinator.finding import ranks_phrase
-from watchdog.evidence import SlotEvidence, StackDump
 
 from . import actions, known, lanes, stacksets
 from .model import ClockNote, Lane, Section, Stack, Timeline

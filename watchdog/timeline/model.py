@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.coordinator.finding import ADVISORY_KINDS
+from watchdog.contracts.finding import ADVISORY_KINDS
 
 
 @dataclass(frozen=True)

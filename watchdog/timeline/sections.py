@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.contracts.finding import ranks_phrase
 from watchdog.contracts.journal import Record
 from watchdog.contracts.journal import names as je
 from watchdog.contracts.journal.commands import (
@@ -22,7 +23,6 @@ from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
 from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord, StopRecord
 from watchdog.contracts.journal.performance import VerdictRecord
 from watchdog.contracts.journal.ranks import HostBackRecord, HostLostRecord, RankRestartedRecord, StateRecord
-from watchdog.coordinator.finding import ranks_phrase
 
 from . import actions
 from .model import Event, Section

@@ -15,7 +15,7 @@ from typing import Any
 
 from watchdog import stackgroups
 from watchdog.contracts.journal.names import STACK_GROUPS, STACKS_CAPPED
-from watchdog.coordinator import triggers
+from watchdog.coordinator.evidence import triggers
 
 from .model import Stack, StackSet
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from watchdog.contracts.evidence import StackDump
 from watchdog.contracts.journal import names as je
-from watchdog.coordinator.stack_gather import StackGather
-from watchdog.evidence import StackDump
+from watchdog.coordinator.evidence.stack_gather import StackGather
 
 HEAD = "Process {pid}: /usr/bin/python3.11 -u train.py --steps 100000\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
 MAIN = 'Thread {pid} (idle): "MainThread"\n'

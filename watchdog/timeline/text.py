@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from watchdog.coordinator.finding import ranks_phrase
+from watchdog.contracts.finding import ranks_phrase
 from watchdog.stackgroups import short_phrase
 
 from . import actions, stacksets

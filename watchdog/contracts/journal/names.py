@@ -1,6 +1,6 @@
 """The journal's event names: the ``event`` field of every record, defined once.
 
-The coordinator's modules write them (through ``watchdog.coordinator.journal_events``),
+The coordinator's modules write them (through ``watchdog.coordinator.journal.event_names``),
 the timeline, the demo and the tests read them. The strings are the journal's format, read by tools we do not own:
 changing one is a breaking change (tests/golden/journal_events.txt pins them).
 """

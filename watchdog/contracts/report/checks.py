@@ -17,7 +17,7 @@ from itertools import chain
 from operator import attrgetter, itemgetter, le, lt
 from typing import Any
 
-from watchdog import stepsummary
+from watchdog.contracts import stepsummary
 
 from .fields import RankState
 from .parse import count_ok, seconds_ok

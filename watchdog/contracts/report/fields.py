@@ -219,7 +219,7 @@ class RankState:
     recent_gpu: tuple[GpuStep, ...] = ()
     gpu_clock: Text32 = ""
     # Its step statistics as the agent computed them from the samples this
-    # coordinator accepted (watchdog.stepsummary: the wire form); () when the agent
+    # coordinator accepted (watchdog.contracts.stepsummary: the wire form); () when the agent
     # sends none (an older agent, or before a reply gave it the settings).
     step_summary: tuple[float, ...] = ()
     # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from watchdog import stepsummary
+from watchdog.contracts import stepsummary
 
 from .fields import CollSig, GpuStep
 from .ranges import MAX_COLLS_PER_RANK, MAX_COUNT, MAX_SECONDS, MAX_STEPS_PER_RANK, SIG_DIMS, SIG_TEXT, ReportError

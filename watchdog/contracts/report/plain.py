@@ -13,8 +13,8 @@ from itertools import chain, islice, repeat, starmap
 from operator import add, itemgetter
 from typing import Any
 
-from watchdog import stepsummary
-from watchdog.wire import Phase
+from watchdog.contracts import stepsummary
+from watchdog.contracts.slot import Phase
 
 from .build import built, twin
 from .checks import all_in_range, getter, in_range

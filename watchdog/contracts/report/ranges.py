@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from watchdog.wire import FRAME_TEXT_BYTES
+from watchdog.contracts.slot import FRAME_TEXT_BYTES
 
 REPORT_VERSION = 1  # HostReport.to_dict()'s form: an object per rank and per step
 ROWS_VERSION = 2  # the same content as arrays under field lists (as_rows)

@@ -2,7 +2,7 @@
 
 A detector's ``name`` is the finding kind it emits. ``DETECTORS`` is the one
 explicit list; the daemon builds it with the config and runs each call isolated
-(see ``watchdog.coordinator.runner``). A detector whose state is worth a gauge
+(see ``watchdog.coordinator.detectors.runner``). A detector whose state is worth a gauge
 (the hang age, straggler scores) also has a pure ``gauges(now, view)``; the
 runner calls it right after ``check``, under the same isolation, and the service
 exports what it returns: nothing outside a detector computes its internals.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ...contracts.finding import Finding
 from ..config import DetectorConfig
-from ..finding import Finding
 from ..metrics import GaugeValues
-from ..view import ClusterView
+from ..view.cluster import ClusterView
 from .batch_changed import BatchChanged
 from .collective_hang import CollectiveHang
 from .collective_mismatch import CollectiveMismatch

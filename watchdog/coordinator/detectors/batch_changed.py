@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .. import columns
+from ...contracts.finding import Finding
+from ..analysis.health import OK, classify_all, one_world
 from ..config import DetectorConfig
-from ..finding import Finding
-from ..health import OK, classify_all, one_world
-from ..view import ClusterView
+from ..view import columns
+from ..view.cluster import ClusterView
 
 
 class BatchChanged:

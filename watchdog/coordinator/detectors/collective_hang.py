@@ -35,19 +35,19 @@ from itertools import compress, repeat
 from operator import and_, ge, is_not
 from typing import Any
 
-from .. import columns, stats
+from ...contracts.finding import Finding, group_name, ranks_phrase, seconds
+from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
+from ..analysis.intermittent_stalls import Stalls, expected_s
+from ..analysis.silence import SLOW_PHASES
+from ..analysis.tick_memo import per_tick
+from ..analysis.wedge import frozen_together
 from ..config import DetectorConfig
-from ..describe import heartbeat, where, who
-from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
-from ..memo import per_tick
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
-from ..silence import SLOW_PHASES
-from ..stalls import Stalls, expected_s
-from ..stephistory import Steps
-from ..steps import P99_SAMPLES, PAUSE_PHASES
-from ..view import ClusterView, FoldedRank
-from ..wedge import frozen_together
+from ..view import columns, stats
+from ..view.cluster import ClusterView, FoldedRank
+from ..view.stephistory import Steps
+from ..view.steps import P99_SAMPLES, PAUSE_PHASES
+from .phrases import heartbeat, where, who
 
 _STATUS = {
     "dead": "process gone",

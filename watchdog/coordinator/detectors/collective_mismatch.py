@@ -9,10 +9,10 @@ that issued the usual collective (see dead_rank).
 
 from __future__ import annotations
 
+from ...contracts.finding import Finding, group_name, ranks_phrase
+from ..analysis.mismatch import find
 from ..config import DetectorConfig
-from ..finding import Finding, group_name, ranks_phrase
-from ..mismatch import find
-from ..view import ClusterView
+from ..view.cluster import ClusterView
 
 SOURCES = {"fr": "the Flight Recorder", "hook": "the hook's collective marks"}
 

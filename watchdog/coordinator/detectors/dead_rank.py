@@ -24,7 +24,7 @@ A death is reported once every other live host has reported since it happened
 (or after 1.5 report intervals), so a victim whose agent happened to report
 first is not blamed before the root cause's host is heard from. A death whose
 successor the launcher started meanwhile stays in the coordinator's view until a
-check that waited for nothing judged it (``waiting``; coordinator/unjudged.py).
+check that waited for nothing judged it (``waiting``; coordinator/view/unjudged.py).
 
 A rank that left early. When the ranks died waiting in a collective that only
 ranks that exited cleanly never entered (uneven inputs, an early return or a
@@ -48,13 +48,24 @@ from collections import Counter
 from itertools import compress, repeat
 from operator import eq
 
-from .. import columns
+from ...contracts.finding import Finding, group_name, ranks_phrase, seconds
+from ..analysis.health import (
+    DEAD,
+    EXITED,
+    LOST,
+    Blame,
+    analyze,
+    classify_all,
+    host_silence_limit,
+    lost_hosts,
+    silences,
+    victims,
+)
+from ..analysis.mismatch import find as find_mismatch
 from ..config import DetectorConfig
-from ..describe import where, who
-from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..health import DEAD, EXITED, LOST, Blame, analyze, classify_all, host_silence_limit, lost_hosts, silences, victims
-from ..mismatch import find as find_mismatch
-from ..view import ClusterView
+from ..view import columns
+from ..view.cluster import ClusterView
+from .phrases import where, who
 
 TIE_S = 0.003  # agents time exits through pidfds (agent/deathwatch.py) to ~1 ms; closer is a tie
 TIE_COARSE_S = 1.0  # without agent timing: one report interval

@@ -15,12 +15,12 @@ goodput ledger's stalls to the detectors that read them); a detector alone names
 
 from __future__ import annotations
 
-from .. import slowcause
+from ...contracts.finding import Finding, seconds
+from ..analysis import slowcause
+from ..analysis.intermittent_stalls import Stalling
 from ..config import DetectorConfig
-from ..describe import who
-from ..finding import Finding, seconds
-from ..stalls import Stalling
-from ..view import ClusterView, FoldedRank
+from ..view.cluster import ClusterView, FoldedRank
+from .phrases import who
 from .straggler import Straggler
 
 

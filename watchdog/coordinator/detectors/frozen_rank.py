@@ -32,13 +32,13 @@ from itertools import compress, repeat
 from operator import and_, eq, itemgetter, le, sub
 from typing import NamedTuple
 
-from .. import columns
+from ...contracts.finding import Finding, ranks_phrase, seconds
+from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
+from ..analysis.wedge import TOGETHER_S, frozen_together
 from ..config import DetectorConfig
-from ..describe import where, who
-from ..finding import Finding, ranks_phrase, seconds
-from ..health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
-from ..view import ClusterView, FoldedRank
-from ..wedge import TOGETHER_S, frozen_together
+from ..view import columns
+from ..view.cluster import ClusterView, FoldedRank
+from .phrases import where, who
 
 PATIENCE_INTERVALS = 1.5  # of the slowest host's report interval: then a group is named as far as it is known
 MAX_STACKS = 8  # a group's stacks asked for its earliest ranks (every rank's come with the job's context)

@@ -11,10 +11,10 @@ this one has none.
 
 from __future__ import annotations
 
+from ...contracts.finding import Finding, seconds
+from ..analysis.health import unobserved_hosts
 from ..config import DetectorConfig
-from ..finding import Finding, seconds
-from ..health import unobserved_hosts
-from ..view import ClusterView
+from ..view.cluster import ClusterView
 
 
 class HostUnobserved:

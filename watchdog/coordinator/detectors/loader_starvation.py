@@ -13,13 +13,14 @@ in 25 steps, for a second) is named from the goodput ledger's steps instead
 
 from __future__ import annotations
 
-from .. import columns, stalls
+from ...contracts.finding import Finding, ranks_phrase, seconds
+from ..analysis import intermittent_stalls as stalls
+from ..analysis.health import OK, classify_all
+from ..analysis.intermittent_stalls import Stalling, Stalls
 from ..config import DetectorConfig
-from ..finding import Finding, ranks_phrase, seconds
-from ..health import OK, classify_all
-from ..stalls import Stalling, Stalls
-from ..stats import median
-from ..view import ClusterView, FoldedRank
+from ..view import columns
+from ..view.cluster import ClusterView, FoldedRank
+from ..view.stats import median
 
 ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one loader
 

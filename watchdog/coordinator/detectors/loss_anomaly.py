@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import statistics
 
-from .. import columns
+from ...contracts.finding import Finding, ranks_phrase
 from ..config import DetectorConfig
-from ..finding import Finding, ranks_phrase
-from ..loss_screen import SPIKE_MADS, SPIKE_MIN_HISTORY, SPIKE_RATIO, SPIKE_RECENT
-from ..view import ClusterView, FoldedRank
+from ..view import columns
+from ..view.cluster import ClusterView, FoldedRank
+from ..view.loss_screen import SPIKE_MADS, SPIKE_MIN_HISTORY, SPIKE_RATIO, SPIKE_RECENT
 
 
 class LossAnomaly:

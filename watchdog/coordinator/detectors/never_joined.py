@@ -12,11 +12,11 @@ rank that steps or runs collectives has joined whatever its pg_state says.
 
 from __future__ import annotations
 
-from .. import columns
+from ...contracts.finding import Finding, ranks_phrase, seconds
+from ..analysis.health import NOT_LIVE, classify_all
 from ..config import DetectorConfig
-from ..finding import Finding, ranks_phrase, seconds
-from ..health import NOT_LIVE, classify_all
-from ..view import ClusterView, FoldedRank
+from ..view import columns
+from ..view.cluster import ClusterView, FoldedRank
 
 EVIDENCE_MAX = 64  # rank lists in evidence; the reason's ranges name them all
 

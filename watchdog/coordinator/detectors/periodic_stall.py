@@ -18,10 +18,10 @@ The occurrences come from the goodput ledger (the coordinator hands its
 
 from __future__ import annotations
 
+from ...contracts.finding import Finding
+from ..analysis.intermittent_stalls import Stalls, periodic
 from ..config import DetectorConfig
-from ..finding import Finding
-from ..stalls import Stalls, periodic
-from ..view import ClusterView
+from ..view.cluster import ClusterView
 
 
 class PeriodicStall:

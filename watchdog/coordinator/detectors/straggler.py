@@ -48,14 +48,15 @@ import heapq
 import weakref
 from collections.abc import Callable
 
-from .. import slowcause, stalls
+from ...contracts.finding import Finding, seconds
+from ..analysis import intermittent_stalls as stalls
+from ..analysis import slowcause
+from ..analysis.intermittent_stalls import Stalling, Stalls
+from ..analysis.slowcause import Contention, Contentions
 from ..config import DetectorConfig
-from ..describe import who
-from ..finding import Finding, seconds
 from ..metrics import STRAGGLER_SCORE, GaugeValues
-from ..slowcause import Contention, Contentions
-from ..stalls import Stalling, Stalls
-from ..view import ClusterView, FoldedRank
+from ..view.cluster import ClusterView, FoldedRank
+from .phrases import who
 from .straggler_scores import TICK_BUDGET_S, Scorer, Scores
 
 GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and every rank named)

@@ -10,10 +10,10 @@ policy may restart on it; it never counts against a rank or a host
 
 from __future__ import annotations
 
+from ...contracts.finding import Finding, group_name, ranks_phrase, seconds
+from ..analysis.wedge import frozen_together
 from ..config import DetectorConfig
-from ..finding import Finding, group_name, ranks_phrase, seconds
-from ..view import ClusterView
-from ..wedge import frozen_together
+from ..view.cluster import ClusterView
 from .collective_hang import hang_state
 
 

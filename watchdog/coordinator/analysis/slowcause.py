@@ -1,0 +1,161 @@
+"""Why a rank is slow, and whether it costs enough to say so: pure rules over the view.
+
+The straggler detector and the ``extra_work`` advisory ask three questions of a
+slow rank; the answers are here, once.
+
+- **Does it cost enough to report?** A rank computing 1.2x its peers' 0.5 ms costs
+  0.1 ms a step: below what the scheduler alone moves between two ranks on a busy
+  host (its slices are milliseconds), so it is not told from noise however many
+  steps say it. A slowdown is reported when the job loses at least ``MIN_EXTRA_S``
+  a step to it in work (more in wall time on a host where ranks wait for a CPU:
+  ``noise_floor_s``) *and* at least ``MIN_COST_SHARE`` of its time (1.2 s a minute).
+  Measured on the corpus (benchmarks/corpus.py, 2 ranks on a shared 2-core host):
+  the healthy ``ddp_tutorial`` (1-3 ms steps) had a rank named at 0.13 ms (5% of a
+  2.7 ms step), and its noisy-neighbour run named the wrong rank at 0.17-0.24 ms
+  (0.8-1.2% of its steps); the real faults cost tens of milliseconds a step.
+- **Is its host taking its CPU?** The agent reads the kernel's run-queue wait of each
+  rank's main thread (/proc schedstat): time it was runnable but not running. Its
+  *contention*, wait / (wait + on-CPU), is what a CPU hog sharing its core raises
+  (to 1/2 with one hog) while the ranks on other cores keep theirs. Measured healthy
+  on that shared host, over the agent's 20 s windows, two ranks' contention differed
+  by at most 0.06 while both sat at 0.2-0.6, and their wait in seconds per second by
+  up to 0.16 (rank 0's own threads and loader workers compete with it). A rank is
+  starved when its contention exceeds the median of the others' by
+  ``CONTENTION_EXCESS`` and the wait costs it ``RUNQ_EXCESS_S`` a second more than
+  theirs. That is a slow host (a finding): it holds when DDP's all-reduce makes
+  every rank's step equal, and when the hook sees no collective at all.
+- **Is it rank 0 doing work the others do not?** Scripts log, print, sync a loss
+  (``loss.item()``) and write metrics on rank 0 alone, every step. Rank 0 slower
+  than its peers while its host leaves it its CPU (not starved) is that: said as
+  advice (``extra_work``), not paged. Rank 0 on a starved core is a slow host like
+  any other rank.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from ..view import columns, stats
+from ..view.cluster import ClusterView
+
+MIN_EXTRA_S = 0.001  # a step's loss to a slow rank below this is scheduler noise
+MIN_COST_SHARE = 0.02  # of the job's time: 1.2 s a minute
+CONTENTION_EXCESS = 0.25  # run-queue wait / runnable time, beyond the median of the other ranks'
+RUNQ_EXCESS_S = 0.1  # seconds per second waited for a CPU beyond theirs: 6 s a minute
+MAX_CONTENTION = 0.95  # the noise floor stops at 20x MIN_EXTRA_S
+LONE_WORKER = 0  # the rank scripts give the work no other rank does
+
+
+def noise_floor_s(cont: Contention | None) -> float:
+    """The least extra time a step that says something about a rank's work:
+    ``MIN_EXTRA_S`` of its running, in wall time on its host, where a typical rank
+    (the median of the others) waits for a CPU a share ``c`` of its runnable time:
+    a millisecond of work takes 1 / (1 - c) there, and the scheduler's slices that
+    land in one rank's compute and not its peer's grow alike. Healthy
+    ``ddp_tutorial`` on the shared 2-core host at load 12-14 (c = 0.81: floor 5 ms):
+    rank 0 computed 3.9x its peer, 1.25 ms more a step. The hog's victim on ``trl``
+    at c = 0.62 (floor 2.6 ms): 33 ms more a step."""
+    c = min(cont.baseline_ratio, MAX_CONTENTION) if cont is not None else 0.0
+    return MIN_EXTRA_S / (1.0 - c)
+
+
+def costs_enough(extra_s: float, share: float, floor_s: float = MIN_EXTRA_S) -> bool:
+    """Whether a slowdown of ``extra_s`` a step, ``share`` of the job's time, is
+    worth a report, above a noise floor of ``floor_s`` a step (``noise_floor_s``)."""
+    return extra_s >= max(floor_s, MIN_EXTRA_S) and share >= MIN_COST_SHARE
+
+
+@dataclass(frozen=True)
+class Contention:
+    rank: int
+    wait_s: float  # seconds per second its main thread waited for a CPU
+    ratio: float  # wait / (wait + on-CPU): the share of its runnable time spent waiting
+    baseline_wait_s: float  # the median of the other measured ranks'
+    baseline_ratio: float
+
+    @property
+    def excess_s(self) -> float:
+        return self.wait_s - self.baseline_wait_s
+
+    @property
+    def starved(self) -> bool:
+        return self.ratio - self.baseline_ratio >= CONTENTION_EXCESS and self.excess_s >= RUNQ_EXCESS_S
+
+    def describe(self) -> str:
+        return (
+            f"waits for a CPU {self.ratio:.0%} of the time it is runnable ({self.wait_s:.2f} s a second) against "
+            f"{self.baseline_ratio:.0%} ({self.baseline_wait_s:.2f} s) for the median of the other ranks"
+        )
+
+    def evidence(self) -> dict[str, float]:
+        return {
+            "runq_wait_share": round(self.wait_s, 4),
+            "runq_contention": round(self.ratio, 4),
+            "runq_baseline_wait_share": round(self.baseline_wait_s, 4),
+            "runq_baseline_contention": round(self.baseline_ratio, 4),
+        }
+
+
+class Contentions:
+    """Every running rank's run-queue contention against the other running ranks',
+    for the ranks the agents measured (none with fewer than two). Built from the
+    view's columns; a rank's ``Contention`` is made when asked for: at 16,384 ranks
+    one object each cost ~0.2 s a tick."""
+
+    def __init__(self, measured: dict[int, tuple[float, float]]) -> None:
+        self._measured = measured if len(measured) >= 2 else {}
+        self._waits = sorted(w for w, _ in self._measured.values())
+        self._ratios = sorted(q for _, q in self._measured.values())
+
+    def get(self, rank: int) -> Contention | None:
+        m = self._measured.get(rank)
+        if m is None:
+            return None
+        w, q = m
+        waits, ratios = self._waits, self._ratios
+        return Contention(
+            rank,
+            w,
+            q,
+            stats.median_without(waits, bisect_left(waits, w)),
+            stats.median_without(ratios, bisect_left(ratios, q)),
+        )
+
+    def starved(self) -> list[Contention]:
+        """The ranks whose host takes their CPU (see the module docstring), in rank order."""
+        if not self._measured:
+            return []
+        # No rank's baseline is below the median without the largest ratio: only those
+        # that far above it can be starved.
+        least = stats.median_without(self._ratios, len(self._ratios) - 1) + CONTENTION_EXCESS
+        out = []
+        for r in sorted(r for r, (_, q) in self._measured.items() if q >= least):
+            c = self.get(r)
+            if c is not None and c.starved:
+                out.append(c)
+        return out
+
+
+def contention(view: ClusterView) -> Contentions:
+    """``Contentions`` of the view's ranks that run, alive, not stopped, measured."""
+    cols = columns.of(view)
+    return Contentions(
+        {
+            r: (runq, runq / (runq + oncpu))
+            for r, alive, status, proc, oncpu, runq in zip(
+                cols.rank, cols.alive, cols.status, cols.proc_status, cols.oncpu_share, cols.runq_share
+            )
+            if alive and status == "running" and proc != "stopped" and oncpu + runq > 0
+        }
+    )
+
+
+def starved(view: ClusterView) -> list[Contention]:
+    """The ranks whose host takes their CPU (see the module docstring), in rank order."""
+    return contention(view).starved()
+
+
+def lone_work(rank: int, cont: Contention | None) -> bool:
+    """A slow rank's slowness is work it does alone (not its host's doing)."""
+    return rank == LONE_WORKER and not (cont is not None and cont.starved)

@@ -1,0 +1,1 @@
+"""The coordinator's commands: ``watchdog coordinator``, ``watchdog status``, ``watchdog hosts``."""
