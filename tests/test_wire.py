@@ -428,3 +428,25 @@ def test_a_frame_copy_torn_by_a_write_reads_as_none():
         mixed = new[:cut] + old[cut:]
         assert wire.decode_frame(mixed) is None, cut
     assert wire.decode_frame((0,) * wire.FRAME_WORDS) is None
+
+
+def test_watchdog_wire_re_exports_every_public_name_of_the_slot_contract():
+    # watchdog.wire is public API (README); its home is watchdog.contracts.slot
+    import ast
+    import inspect
+
+    import watchdog.wire as public
+
+    tree = ast.parse(inspect.getsource(wire))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                defined |= {e.id for e in elts if isinstance(e, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+    assert sorted(public.__all__) == sorted(n for n in defined if not n.startswith("_"))
+    assert all(getattr(public, n) is getattr(wire, n) for n in public.__all__)
