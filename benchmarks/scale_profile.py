@@ -154,7 +154,7 @@ def main() -> None:
         # What the request handler adds to each reply (api.ReportHandler): the hosts' agents then summarise.
         summary_settings = list(summary_config(coord.cfg.detectors)) if not args.no_summaries else None
         steps_every = args.steps_every
-        if steps_every < 0:  # the advice of backpressure.py at this rate (here it sees no loop to probe)
+        if steps_every < 0:  # the advice of intake/backpressure.py at this rate (here it sees no loop to probe)
             steps_every = STEPS_INTERVAL_S if len(hosts) / args.report_every >= STEPS_FROM_RATE else 0.0
         coord.backpressure.steps_interval_s = steps_every  # what the replies say, and the goodput ledger reads
         print(f"step samples every {steps_every:g} s (0: in every report)")

@@ -16,7 +16,7 @@ What a replay cannot do is listen. Each report is made as if every earlier one
 was answered as a coordinator that keeps up answers (``assumed_reply``: version 2
 read, the step-summary settings of the default detector settings, step samples
 every ``STEPS_INTERVAL_S`` from ``STEPS_FROM_RATE`` reports a second, as
-``backpressure.py`` advises). A reply that asks for a longer interval is counted
+``intake/backpressure.py`` advises). A reply that asks for a longer interval is counted
 (``slowed``), not followed: the replay measures whether the coordinator holds
 the nominal rate; the live generator measures how it degrades when it does not.
 A reply in the steady window that says otherwise than assumed is counted too

@@ -52,7 +52,7 @@ def test_a_lagging_coordinator_does_not_call_hosts_lost():
     cfg = DetectorConfig()
     view = t.view(t.healthy(8), now=100.0, received={"host0": 100.0, "host1": 94.5})
     now = 100.2  # host1 silent 5.7 s: past 5 intervals of 1 s
-    # Silent past its limit (what the evidence then says is silence.py's business: tests/test_coord_silence.py).
+    # Silent past its limit (what the evidence then says is analysis/silence.py's business: tests/test_coord_silence.py).
     assert set(health.silences(view, now, cfg)) == {"host1"}
     behind = replace(view, behind_s=1.0)  # its report may be in the queue
     assert health.silences(behind, now, cfg) == {}

@@ -1,5 +1,5 @@
 """One restart budget for the job: the coordinator's restarts and the launcher's own
-(budget.py), from journaled facts; time is a number."""
+(control/budget.py), from journaled facts; time is a number."""
 
 from __future__ import annotations
 

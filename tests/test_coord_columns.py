@@ -1,4 +1,4 @@
-"""The view's columns (columns.py) hold each rank's own values, in the view's
+"""The view's columns (view/columns.py) hold each rank's own values, in the view's
 rank order, once per view object: what the detectors read instead of the ranks'
 objects must be exactly what those objects say."""
 

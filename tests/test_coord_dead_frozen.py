@@ -122,7 +122,7 @@ def test_peers_failing_at_once_when_a_host_is_killed_are_not_blamed_before_its_s
 
 def test_host_lost_names_host_and_all_its_ranks():
     """Silent, and the peers wait without progress in a collective its ranks were
-    not seen entering (silence.py): its ranks are taken for dead."""
+    not seen entering (analysis/silence.py): its ranks are taken for dead."""
     states = [t.rank(r, step=100) for r in range(4, 8)] + [
         t.rank(r, collective=t.coll(seq=101, outstanding=1, since_s=6.0), step_age_s=7.0) for r in range(4)
     ]

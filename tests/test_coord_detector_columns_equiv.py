@@ -93,7 +93,7 @@ class ReferenceLoaderStarvation(LoaderStarvation):
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
         health = classify_all.uncached(view, now, cfg)
-        # Shares are computed when reports are folded (view.py), not per tick.
+        # Shares are computed when reports are folded (view/cluster.py), not per tick.
         # (rv.step_stats read directly, not through the rank's properties: a pass over every rank each tick)
         least = cfg.starvation_min_steps
         shares = {

@@ -465,7 +465,7 @@ def test_most_of_a_job_stopped_at_once_shares_one_context_and_keeps_lines_small(
 
 
 def test_a_whole_job_stopped_at_once_is_one_wedge_with_every_ranks_stack(tmp_path):
-    """Every rank stopped in one instant: one wedged verdict naming no rank (wedge.py),
+    """Every rank stopped in one instant: one wedged verdict naming no rank (analysis/wedge.py),
     every rank's stack asked for once, no finding against any rank."""
     path = str(tmp_path / "journal.jsonl")
     c = Coordinator(

@@ -252,7 +252,7 @@ def ref_fold_rank(
         if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
             progress = max(progress, prev.received_at)
         moved = prev.heartbeat_moved or (now - s.heartbeat_age_s) > prev.last_heartbeat() + 0.05
-        beat = now - s.heartbeat_age_s  # a heartbeat that came back after a stop (wedge.py)
+        beat = now - s.heartbeat_age_s  # a heartbeat that came back after a stop (analysis/wedge.py)
         gap = (
             prev.heartbeat_moved
             and prev.state.heartbeat_age_s > cfg.frozen_heartbeat_s / 3

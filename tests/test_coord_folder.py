@@ -2,7 +2,7 @@
 ``fold`` (which copies the view per report), report by report: joins,
 progress, deaths, restarts, stale incarnations, retried reports, learned world
 size, and an agent restart; and the columns it keeps as it folds are those the
-pure view's ranks give (columns.py)."""
+pure view's ranks give (view/columns.py)."""
 
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ def test_a_silent_hosts_last_waits_do_not_make_the_live_ranks_culprits():
     assert health.lost_hosts(view, 106.0, CFG) == set()
     assert CollectiveHang(CFG).check(106.0, view) == []
     # Still silent at 111, while a completed collectives up to #545, past b's #500: b's ranks
-    # took part, they are alive; the monitor is blind to b (silence.py), nobody is named.
+    # took part, they are alive; the monitor is blind to b (analysis/silence.py), nobody is named.
     a = [t.rank(r, world_size=4, step=545, step_age_s=0.02, recent_steps=hist) for r in (0, 1)]
     view = replace(t.view(a, now=111.0, ranks_per_host=2, base=view, seq=2), advised_interval_s=2.0)
     assert health.lost_hosts(view, 111.0, CFG) == set() and set(health.unobserved_hosts(view, 111.0, CFG)) == {"host1"}

@@ -69,7 +69,7 @@ def test_a_lost_hosts_stale_collective_wait_blames_no_live_rank(tmp_path):
         )
         opened += [f.key for f in c.tick(now + 0.01, 1.7e9 + now).opened]
     # A completes collectives past the one B's ranks were last seen in: they are alive, the
-    # monitor is blind to B (silence.py); nobody on A blamed, nobody on B taken for dead.
+    # monitor is blind to B (analysis/silence.py); nobody on A blamed, nobody on B taken for dead.
     assert opened == [("host_unobserved", ())], opened
     hosts = {
         s: c.registry.get_sample_value("watchdog_coordinator_hosts", {"state": s})

@@ -1,4 +1,4 @@
-"""The verdict's cadence (perf_cadence.py): every tick on small jobs, every few
+"""The verdict's cadence (performance/cadence.py): every tick on small jobs, every few
 ticks on large ones, never on a finding's tick; the verdict on the cadence still
 names the cause, and goodput stays what a ledger ticked every tick keeps on the
 same views."""

@@ -1,4 +1,4 @@
-"""Periodic stalls (coordinator/analysis/periodic.py, and its use by stalls.py and the
+"""Periodic stalls (coordinator/analysis/periodic.py, and its use by analysis/intermittent_stalls.py and the
 periodic_stall detector): pure, table-driven, time as numbers."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def stalls_with(occurrences: list[tuple[int, int, float, str]]) -> Stalls:
     st = Stalls()
     for rank, step, cost, frame in occurrences:
         st.saw_frame(rank, step, frame)
-        st.add(stalls_mod.Step(step, cost + 0.1, rank, cost, 0.0, 2), cost)
+        st.add(stalls_mod.SplitStep(step, cost + 0.1, rank, cost, 0.0, 2), cost)
     return st
 
 
@@ -157,15 +157,15 @@ def test_a_stall_is_expected_only_where_the_rank_stalled_before(seen, rank, fram
 def test_a_step_whose_frame_was_not_seen_is_no_occurrence_and_a_restart_forgets():
     st = Stalls()
     st.saw_frame(0, 19, UPLOAD)  # the step before: not this one
-    st.add(stalls_mod.Step(20, 4.0, 0, 3.9, 0.0, 2), 3.9)
+    st.add(stalls_mod.SplitStep(20, 4.0, 0, 3.9, 0.0, 2), 3.9)
     st.saw_frame(0, 40, UPLOAD)
-    st.add(stalls_mod.Step(40, 0.12, 0, 0.01, 0.0, 2), 0.01)  # a normal step: no stall
+    st.add(stalls_mod.SplitStep(40, 0.12, 0, 0.01, 0.0, 2), 0.01)  # a normal step: no stall
     assert not st.framed
     st.saw_frame(0, 60, UPLOAD)
-    st.add(stalls_mod.Step(60, 4.0, 0, 3.9, 0.0, 2), 3.9)
+    st.add(stalls_mod.SplitStep(60, 4.0, 0, 3.9, 0.0, 2), 3.9)
     assert [(o.rank, o.step, o.where) for o in st.framed] == [(0, 60, "upload_metrics (train.py)")]
     st.saw_frame(0, 80, "main (train.py:9)")
-    st.add(stalls_mod.Step(80, 4.0, 0, 3.9, 3.5, 2), 3.9)  # mostly its loader: loader_starvation's, not a frame's
+    st.add(stalls_mod.SplitStep(80, 4.0, 0, 3.9, 3.5, 2), 3.9)  # mostly its loader: loader_starvation's, not a frame's
     assert [o.step for o in st.framed] == [60]
     st.clear()
     assert not st.framed and not st.frames

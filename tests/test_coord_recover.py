@@ -1,5 +1,5 @@
 """A coordinator restarted on its journal carries on: the restart budget, the
-cooldown, open findings and the action in flight are rebuilt (recover.py), so
+cooldown, open findings and the action in flight are rebuilt (control/replay.py), so
 an action already taken is never repeated and the budget never resets.
 
 The first controller's events are journaled with wall = WALL0 + its monotonic

@@ -173,7 +173,7 @@ def test_after_a_shrink_the_job_expects_the_new_world_and_counts_only_its_ranks(
     for at, rep in restart_reports(new, now):
         coord.accept(rep, at)
         if at < now:
-            coord.tick(at + 0.25, 1e9)  # the old world's deaths judged (unjudged.py), as ticks do meanwhile
+            coord.tick(at + 0.25, 1e9)  # the old world's deaths judged (view/unjudged.py), as ticks do meanwhile
     coord.tick(now, 1e9)
     gauge = coord.registry.get_sample_value
     assert (gauge("watchdog_coordinator_ranks_expected"), gauge("watchdog_coordinator_ranks_registered")) == (2, 2)

@@ -1,4 +1,4 @@
-"""A silent host's ranks judged on their peers' evidence (silence.py), never presumed dead.
+"""A silent host's ranks judged on their peers' evidence (analysis/silence.py), never presumed dead.
 
 Host1 (ranks 4-7) last reported at 94.0 and is silent past its limit (5 x 1 s) at
 100.5; host0 (ranks 0-3) reports on. Time is a number.

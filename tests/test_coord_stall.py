@@ -82,7 +82,7 @@ def test_a_host_that_really_went_away_is_still_named_one_deadline_later(coord):
         assert _opened(coord, at + 0.1) == []
     _healthy(coord, 44.9, 5, hosts=("a",))
     opened = _opened(coord, 45.0)  # one host-silence deadline (5 x 1 s) after the resume
-    # Named as silent (host a's collectives went on past b's, so b's ranks ran: silence.py).
+    # Named as silent (host a's collectives went on past b's, so b's ranks ran: analysis/silence.py).
     assert opened == [("host_unobserved", ())]
 
 

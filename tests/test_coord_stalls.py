@@ -1,4 +1,4 @@
-"""Intermittent stragglers (stalls.py): a rank that stalls now and then while the
+"""Intermittent stragglers (analysis/intermittent_stalls.py): a rank that stalls now and then while the
 others wait is named by the straggler detector (its compute) or loader_starvation
 (its data wait), from the steps the goodput ledger split; stalls spread over the job, taken in turns, in one burst, too
 small to matter, or on a rank slow on most steps (the windows' straggler) name
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.coordinator.analysis.intermittent_stalls import MIN_SHARE, STALL_STEPS, Step, stalling
+from watchdog.coordinator.analysis.intermittent_stalls import MIN_SHARE, STALL_STEPS, SplitStep, stalling
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.detectors.straggler import Straggler
@@ -19,16 +19,16 @@ CFG = DetectorConfig()
 W, K = CFG.straggler_window_steps, CFG.straggler_windows
 
 
-def steps(n: int, stalls: dict[int, int], ranks: int = 8, extra: float = 1.0, data: float = 0.0) -> list[Step]:
+def steps(n: int, stalls: dict[int, int], ranks: int = 8, extra: float = 1.0, data: float = 0.0) -> list[SplitStep]:
     """``n`` train steps of 0.12 s; step -> the rank that stalled ``extra`` s in it
     (``data`` s of it waiting on its loader)."""
     out = []
     for k in range(1, n + 1):
         r = stalls.get(k)
         if r is None:
-            out.append(Step(k, 0.12, k % ranks, 0.01, 0.0, ranks))
+            out.append(SplitStep(k, 0.12, k % ranks, 0.01, 0.0, ranks))
         else:
-            out.append(Step(k, 0.12 + extra, r, extra, data, ranks))
+            out.append(SplitStep(k, 0.12 + extra, r, extra, data, ranks))
     return out
 
 

@@ -31,7 +31,7 @@ def test_classify_all_is_classify_for_every_rank():
                 alive=rng.random() > 0.15,
                 heartbeat_age_s=rng.choice((0.2, 4.0, 12.0, 40.0)),
                 proc_status=rng.choice(("running", "sleeping", "stopped")),
-                # a lost host takes evidence (silence.py): ranks failed inside the collective it left
+                # a lost host takes evidence (analysis/silence.py): ranks failed inside the collective it left
                 **(
                     {"collective": t.coll(seq=101, outstanding=1, since_s=2.0), "step_age_s": 3.0}
                     if trial % 3 == 0

@@ -1,4 +1,4 @@
-"""Wedged together (wedge.py, detectors/wedged.py): every rank stopped at once, nobody
+"""Wedged together (analysis/wedge.py, detectors/wedged.py): every rank stopped at once, nobody
 missing; one verdict naming the hosts and the group, never a rank, and never counted
 against a rank or a host. Time is a number."""
 

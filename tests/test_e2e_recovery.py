@@ -29,7 +29,7 @@ def events(res, name):
 
 def test_a_hang_that_comes_back_after_a_restart_escalates_instead_of_restarting_again(tmp_path):
     policy = tmp_path / "policy.toml"
-    # The default [repeats]; one host: excluding it would end the job, so the place decides (repeats.py).
+    # The default [repeats]; one host: excluding it would end the job, so the place decides (control/repeats.py).
     policy.write_text(
         '[actions]\ncollective_hang = "restart"\n[limits]\nmin_finding_age_seconds = 0\n'
         "cooldown_seconds = 0\nmax_restarts = 3\nabort_grace_seconds = 3\n"

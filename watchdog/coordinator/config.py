@@ -92,7 +92,7 @@ class Config:
     listen: tuple[str, int] = ("127.0.0.1", 19401)
     address_file: str = ""
     job: str = ""  # empty: adopt the first report's job
-    run_id: str = ""  # this run of the job; another one's journal records are not its decisions (recover.py)
+    run_id: str = ""  # this run of the job; another one's journal records are not its decisions (control/replay.py)
     world_size: int = 0  # 0: learn it from the reports
     token: str = field(default="", repr=False)
     journal: str = "watchdog-journal.jsonl"
@@ -108,9 +108,9 @@ class Config:
     evidence: bool = True
     commands_give_up_s: float = 60.0  # a command unanswered this long is journaled as expired
     stacks_max_per_host: int = 64  # at a hang: stacks asked per host (stack_plan.MAX_PER_HOST)
-    # The bottleneck verdict every tick up to this many ranks, every ceil(ranks / this) ticks above (perf_cadence.py).
+    # The bottleneck verdict every tick up to this many ranks, every ceil(ranks / this) ticks above (performance/cadence.py).
     performance_ranks_per_tick: int = 4096
-    # Which finding earns which action (policy.py); the default alerts only.
+    # Which finding earns which action (control/policy.py); the default alerts only.
     policy: Policy = Policy()
     policy_file: str = ""
 

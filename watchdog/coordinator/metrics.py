@@ -43,7 +43,7 @@ REJECT_REASONS = (
     "timeout",
     "internal",
 )
-# What became of an action the policy started (actionmetrics.py): started, then one of
+# What became of an action the policy started (control/action_metrics.py): started, then one of
 # succeeded / failed; a dry run is counted as such and nothing else.
 ACTION_OUTCOMES = ("started", "succeeded", "failed", "dry_run")
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)

@@ -39,7 +39,7 @@ from .detectors.dead_rank import DeadRank
 from .detectors.extra_work import ExtraWork
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
-from .detectors.runner import Outcome, Runner
+from .detectors.runner import DetectorRun, Runner
 from .detectors.straggler import Straggler
 from .evidence import plan as evidence_plan
 from .evidence import stack_gather, stack_plan, triggers
@@ -50,8 +50,7 @@ from .journal import event_names as je
 from .journal.jsonl import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .own_stall import StallGuard
-from .performance import cadence as perf_cadence
-from .performance import goodput, verdict
+from .performance import cadence, goodput, verdict
 from .view import columns, stats, unjudged
 from .view.cluster import ClusterView, Folder, LauncherExit, empty
 
@@ -64,7 +63,7 @@ class WrongJob(Exception):
 class TickResult:
     opened: tuple[Finding, ...]
     resolved: tuple[tracker.Resolved, ...]
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[DetectorRun, ...]
 
 
 class Coordinator:
@@ -88,7 +87,7 @@ class Coordinator:
         self._dead_rank = next((d for d in self.detectors if isinstance(d, DeadRank)), None)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
-        self._spent = budget.Spent()  # the restarts the launcher made by itself (budget.py); under _lock
+        self._spent = budget.Spent()  # the restarts the launcher made by itself (control/budget.py); under _lock
         self._relaunch: relaunch.Awaiting | None = None  # the launcher's latest restart, until its group resumed
         self._folder = Folder(empty(cfg.job, cfg.world_size))  # reports fold in place; views are snapshots
         self._unjudged = unjudged.Unjudged()  # replaced deaths shown until a tick judged them; under _lock
@@ -109,7 +108,7 @@ class Coordinator:
         self.control = JobController(cfg.policy)
         self._action_metrics = ActionMetrics(self.metrics)
         self._control_failed = logs.RateLimited(every_s=60.0)
-        # After the coordinator itself was stopped, the hosts' silence is ours: hold detection (stall.py).
+        # After the coordinator itself was stopped, the hosts' silence is ours: hold detection (own_stall.py).
         self.stall_guard = StallGuard(cfg.detectors)
         if cfg.job:
             self.metrics.info.labels(cfg.job).set(1)
@@ -117,14 +116,14 @@ class Coordinator:
         self.verdict = verdict.Verdict()
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
-        for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
+        for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (intermittent_stalls.py)
             if isinstance(det, Straggler | LoaderStarvation | PeriodicStall | CollectiveHang):
                 det.stalls = self.goodput.stalls
             if isinstance(det, ExtraWork):  # rank 0's slowness, from the straggler's scores
                 det.straggler = self._straggler
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
-        self._cadence = perf_cadence.Cadence(cfg.performance_ranks_per_tick)
+        self._cadence = cadence.Cadence(cfg.performance_ranks_per_tick)
         self._performance_failed = logs.RateLimited(every_s=600.0)
 
     @property
@@ -160,7 +159,7 @@ class Coordinator:
 
     def recover(self, now: float, wall: float) -> recover.Recovered:
         """Rebuild the restart budget, cooldown, open findings and the action in
-        flight from this job's journal (recover.py), before the first report or tick.
+        flight from this job's journal (control/replay.py), before the first report or tick.
         A journal that cannot be read is a fresh start, said loudly."""
         ignored: list[int] = []
         try:
@@ -245,7 +244,7 @@ class Coordinator:
 
     def launcher_exited(self, job: str, host: str, pid: int, status: int, now: float) -> None:
         """A host's launcher (under ``watchdog run``) says it exited: evidence about that
-        host's ranks while its agent is silent (silence.py). Journaled once per call."""
+        host's ranks while its agent is silent (analysis/silence.py). Journaled once per call."""
         with self._lock:
             if self._folder.job and job != self._folder.job:
                 raise WrongJob(f"this coordinator serves job {self._folder.job!r}, the exit is for {job!r}")
@@ -315,9 +314,9 @@ class Coordinator:
         self._performance(view, now, self._cadence.due(len(view.ranks), busy=bool(faults)))
         return TickResult(tuple(opened), tuple(resolved), tuple(outcomes))
 
-    def _judged(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
+    def _judged(self, view: ClusterView, now: float, outcomes: list[DetectorRun]) -> None:
         """The replaced deaths ``view`` showed are judged once its dead_rank check ran and
-        waited for none of its deaths (unjudged.py)."""
+        waited for none of its deaths (view/unjudged.py)."""
         with self._lock:
             if not self._unjudged:
                 return
@@ -334,7 +333,7 @@ class Coordinator:
             self._unjudged.release(view, now, judged)
 
     def stalled(self, now: float, gap_s: float, wall: float) -> None:
-        """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (stall.py)."""
+        """The daemon's loop was not running for ``gap_s`` until ``now`` (``wall``): hold detection (own_stall.py)."""
         stall = self.stall_guard.begin(now, gap_s, self.view_at(now), wall)
         rec = CoordinatorStalledRecord(
             gap_s=round(gap_s, 3), hold_max_s=round(stall.limit_s, 3), hosts=sorted(stall.seqs)
@@ -356,7 +355,7 @@ class Coordinator:
                 self.log.info(je.HOST_BACK, host=host)
                 self._record(HostBackRecord(host=host, agent_id=hv.agent_id))
 
-    def _gauges(self, view: ClusterView, now: float, outcomes: list[Outcome]) -> None:
+    def _gauges(self, view: ClusterView, now: float, outcomes: list[DetectorRun]) -> None:
         m, cfg = self.metrics, self.cfg.detectors
         hl = health.classify_all(view, now, cfg)
         states = list(hl.values())  # C-level counts, not a generator over 16,384 ranks
@@ -381,7 +380,7 @@ class Coordinator:
 
     def _performance(self, view: ClusterView, now: float, verdict_due: bool = True) -> None:
         """Never a finding and never in the way of detection: a bug here is logged
-        rarely and the tick goes on. ``verdict_due``: the verdict's turn (perf_cadence)."""
+        rarely and the tick goes on. ``verdict_due``: the verdict's turn (cadence.py)."""
         try:
             if verdict_due:
                 self._verdict(view, now)
@@ -532,7 +531,7 @@ class Coordinator:
                 self.metrics.steps_lost.inc(payload["steps_lost"])
 
     def _launcher_resumed(self, view: ClusterView, now: float, spent: budget.Spent) -> None:
-        """The steps a restart the launcher made on its own cost, once its group resumed (relaunch.py)."""
+        """The steps a restart the launcher made on its own cost, once its group resumed (control/relaunch.py)."""
         if self._relaunch is None:
             return
         if spent.in_flight:  # a restart of ours began meanwhile: its resume is its own to measure

@@ -135,7 +135,7 @@ class ActionErrorRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class RepeatFailureRecord(Record):
-    """A failure came back after a restart: escalated (repeats.py)."""
+    """A failure came back after a restart: escalated (control/repeats.py)."""
 
     EVENT = names.REPEAT_FAILURE
     action_id: str | None = optional()
@@ -144,7 +144,7 @@ class RepeatFailureRecord(Record):
     hosts: list[Any] | None = optional()
     dry_run: bool = False
     fingerprint: dict[str, Any] | None = optional()
-    action: str | None = optional()  # the escalation (repeats.py): the action it calls for, and why
+    action: str | None = optional()  # the escalation (control/repeats.py): the action it calls for, and why
     rule: str | None = optional()
     reason: str | None = optional()
     occurrences: int | None = optional()

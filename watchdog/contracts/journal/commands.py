@@ -87,7 +87,7 @@ class CommandUnknownAckRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class StackGroupsRecord(Record):
-    """Every rank's stack for one trigger, grouped (stack_gather.py, stackgroups.py)."""
+    """Every rank's stack for one trigger, grouped (evidence/stack_gather.py, stackgroups.py)."""
 
     EVENT = names.STACK_GROUPS
     trigger: dict[str, Any] | None = optional()
@@ -106,7 +106,7 @@ class StackGroupsRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class StacksCappedRecord(Record):
-    """The ranks a per-host cap left out of a stack request (stack_plan.py)."""
+    """The ranks a per-host cap left out of a stack request (evidence/stack_plan.py)."""
 
     EVENT = names.STACKS_CAPPED
     trigger: dict[str, Any] | None = optional()

@@ -56,7 +56,7 @@ class CoordinatorStalledRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class RecoveredRecord(Record):
-    """What a coordinator started on an existing journal carried on with (recover.py)."""
+    """What a coordinator started on an existing journal carried on with (control/replay.py)."""
 
     EVENT = names.RECOVERED
     records: int | None = None

@@ -70,7 +70,7 @@ def line(record: dict[str, Any]) -> bytes:
 # A journal line written with a job token ends in ``,"mac":"<32 hex>"}``: HMAC-SHA256
 # (truncated to 128 bits) of the same line without that field, keyed by the token under
 # a domain of its own (a journal MAC is never valid as a command signature). A line
-# appended by anyone without the token is told apart on replay (recover.py). The rest of
+# appended by anyone without the token is told apart on replay (control/replay.py). The rest of
 # the line is byte for byte what it is without a token.
 
 MAC_DOMAIN = b"rank-watchdog journal line v1\n"

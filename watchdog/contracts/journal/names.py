@@ -25,7 +25,7 @@ EXPECTED_FINDING = "expected_finding"
 HOST_SEEN = "host_seen"
 HOST_LOST = "host_lost"
 HOST_BACK = "host_back"
-LAUNCHER_EXITED = "launcher_exited"  # a host's launcher, under `watchdog run`, said it exited (silence.py)
+LAUNCHER_EXITED = "launcher_exited"  # a host's launcher, under `watchdog run`, said it exited (analysis/silence.py)
 RANK_JOINED = "rank_joined"
 RANK_RESTARTED = "rank_restarted"
 # A rank's state change; with a ``job_state`` field, the policy's job state machine.
@@ -42,7 +42,7 @@ RESUMED = "resumed"  # the new group is stepping
 ACTION_OUTCOME = "action_outcome"
 ACTION_HELD = "action_held"  # the policy waits (cooldown, budget, finding too young)
 ACTION_ERROR = "action_error"  # the policy or an action raised
-REPEAT_FAILURE = "repeat_failure"  # a failure came back after a restart: escalated (repeats.py)
+REPEAT_FAILURE = "repeat_failure"  # a failure came back after a restart: escalated (control/repeats.py)
 
 # Commands to agents and what came back.
 COMMAND = "command"
@@ -55,11 +55,11 @@ EVIDENCE = "evidence"
 # per-host cap left out of a stack request (stack_plan).
 STACK_GROUPS = "stack_groups"
 STACKS_CAPPED = "stacks_capped"
-# What a coordinator started on an existing journal rebuilt from it (recover.py):
+# What a coordinator started on an existing journal rebuilt from it (control/replay.py):
 # restart budget, cooldown, open findings, the action in flight.
 RECOVERED = "recovered"
-# Performance, never a fault: the job's bottleneck when it changes (verdict.py),
-# and where its wall time went so far (goodput.py), periodically and at stop.
+# Performance, never a fault: the job's bottleneck when it changes (performance/verdict.py),
+# and where its wall time went so far (performance/goodput.py), periodically and at stop.
 VERDICT = "verdict"
 GOODPUT = "goodput"
 

@@ -1,5 +1,5 @@
 """Records of performance, never a fault: the job's bottleneck when it changes
-(verdict.py), and where its wall time went so far (goodput.py)."""
+(performance/verdict.py), and where its wall time went so far (performance/goodput.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class VerdictRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class GoodputRecord(Record):
-    """The goodput ledger so far (goodput.py's ``summary``: its fields are ``extra``,
+    """The goodput ledger so far (performance/goodput.py's ``summary``: its fields are ``extra``,
     in its own order), then the verdict."""
 
     EVENT = names.GOODPUT

@@ -20,8 +20,7 @@ from typing import Any
 from ..config import DetectorConfig
 from ..view import columns
 from ..view.cluster import ClusterView, FoldedRank
-from . import flight_recorder_blame as frblame
-from . import silence
+from . import flight_recorder_blame, silence
 from .mismatch import find as find_mismatch
 from .tick_memo import per_tick
 
@@ -39,7 +38,7 @@ _MAY_WAIT = frozenset((OK, FROZEN, DEAD))  # a dead rank's last wait still count
 STALL_SLACK_S = 0.5
 # A host silent this many of its report intervals (and not yet lost) is "quiet".
 QUIET_INTERVALS = 2.0
-# The Flight Recorder's view (frblame) is consulted once no live rank has made
+# The Flight Recorder's view (flight_recorder_blame) is consulted once no live rank has made
 # progress for this long: a per-tick cost at scale that a running job never pays.
 FR_AFTER_S = 1.0
 
@@ -84,7 +83,7 @@ def unobserved_hosts(view: ClusterView, now: float, cfg: DetectorConfig) -> dict
 
 @per_tick()
 def silences(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, silence.Silence]:
-    """A verdict (silence.py) for each host silent past its silence limit with a rank
+    """A verdict (analysis/silence.py) for each host silent past its silence limit with a rank
     last seen running. Memoized (read-only): the coordinator's host bookkeeping and
     every rank's health ask on each tick, a pass over the 2,048 hosts of a
     16,384-rank job each time."""
@@ -237,7 +236,7 @@ class Blame:
     # the marks "unheard" (the only ranks not in it are on quiet hosts, not heard from since the
     # last waiter entered: nobody named until they report or their host is lost)
     how: str
-    source: str = "marks"  # "marks": the hook's own collective marks; "flight_recorder": frblame
+    source: str = "marks"  # "marks": the hook's own collective marks; "flight_recorder": flight_recorder_blame
     unread: tuple[int, ...] = ()  # behind with no Flight Recorder reading, or unheard, since the wait began
     detail: tuple[tuple[int, str], ...] = ()  # (culprit, where it is stuck), when known
 
@@ -250,7 +249,7 @@ def analyze(view: ClusterView, now: float, cfg: DetectorConfig, health: dict[int
 
 @per_tick()
 def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None:
-    # Column by column (columns.py): at 16,384 ranks, in a hang, every rank waits and the
+    # Column by column (view/columns.py): at 16,384 ranks, in a hang, every rank waits and the
     # passes over the rank objects this took were ~200 ms a tick. The same answers as the
     # plain code it replaced, kept as the reference in tests/test_coord_hang_equiv.py.
     health = classify_all(view, now, cfg)
@@ -291,9 +290,9 @@ def _analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | None
             missing.append(r)
         elif h != RETIRED and progress_at[i] <= stalled_by:
             (unheard if received_at[i] <= latest_enter else missing).append(r)
-    fr_memo: list[frblame.FrFront | None] = []  # _fr_front at most once: it is pure
+    fr_memo: list[flight_recorder_blame.FrFront | None] = []  # _fr_front at most once: it is pure
 
-    def fr_front() -> frblame.FrFront | None:
+    def fr_front() -> flight_recorder_blame.FrFront | None:
         if not fr_memo:
             fr_memo.append(_fr_front(view, now, health))
         return fr_memo[0]
@@ -459,24 +458,24 @@ def _take(col: Sequence[Any], rows: list[int]) -> tuple:
     return itemgetter(*rows)(col) if len(rows) > 1 else tuple(col[i] for i in rows)
 
 
-def _fr_front(view: ClusterView, now: float, health: dict[int, str]) -> frblame.FrFront | None:
+def _fr_front(view: ClusterView, now: float, health: dict[int, str]) -> flight_recorder_blame.FrFront | None:
     c = columns.of(view)
     if not any(c.fr_held):
-        return None  # what frblame.find says when no rank's Flight Recorder showed anything
+        return None  # what flight_recorder_blame.find says when no rank's Flight Recorder showed anything
     is_ok = list(map(eq, repeat(OK), health.values()))  # classify_all's order is the columns'
     latest = max(compress(c.progress_at, is_ok), default=None)
     if latest is None or now - latest < FR_AFTER_S:
         return None
     ok = set(compress(health.keys(), is_ok))
     failed = set(compress(health.keys(), map((FAULTY + (EXITED,)).__contains__, health.values())))
-    return frblame.find(view, ok, failed)
+    return flight_recorder_blame.find(view, ok, failed)
 
 
 def _fr_blame(view: ClusterView, now: float, health: dict[int, str]) -> Blame | None:
     return _as_blame(_fr_front(view, now, health))
 
 
-def _as_blame(f: frblame.FrFront | None) -> Blame | None:
+def _as_blame(f: flight_recorder_blame.FrFront | None) -> Blame | None:
     if f is None:
         return None
     return Blame(

@@ -66,7 +66,7 @@ EXPECTED_FACTOR = 1.25
 EXPECTED_MARGIN_S = 2.0
 
 
-class Step(NamedTuple):
+class SplitStep(NamedTuple):
     """One train step split by the goodput ledger: its number, wall time (the
     slowest rank's), the rank with the most work of its own (compute + data
     wait), that work over the median rank's compute and data wait, its data wait
@@ -85,7 +85,7 @@ class Stalls:
     """The newest ``STALL_STEPS`` steps, as the ledger split them."""
 
     def __init__(self) -> None:
-        self.steps: deque[Step] = deque(maxlen=STALL_STEPS)
+        self.steps: deque[SplitStep] = deque(maxlen=STALL_STEPS)
         # Steps that some ranks (not all) spent in a checkpoint or eval phase while the
         # others trained (the ledger does not split them): their own periodic pattern.
         self.pauses: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
@@ -102,7 +102,7 @@ class Stalls:
         if len(self.frames) > FRAMES_KEPT:
             del self.frames[next(iter(self.frames))]
 
-    def add(self, step: Step, cost_s: float | None = None) -> None:
+    def add(self, step: SplitStep, cost_s: float | None = None) -> None:
         """``cost_s``: the job's wall time the step took beyond a typical one (the
         others' wait: what a periodic stall costs; its excess_s when not given)."""
         self.steps.append(step)
@@ -127,7 +127,7 @@ class Stalls:
         self.frames.clear()
 
 
-def stall_events(steps: Sequence[Step]) -> list[Step]:
+def stall_events(steps: Sequence[SplitStep]) -> list[SplitStep]:
     """The steps in which one rank's own work held the others a large part of the step."""
     return [s for s in steps if s.excess_s > 0.0 and s.excess_s >= EVENT_SHARE * s.step_s]
 
@@ -188,7 +188,7 @@ class Stalling:
         return now - self.wall_s * (self.last_step - self.events[0] + 1) / (self.last_step - self.first_step + 1)
 
 
-def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Stalling]:
+def stalling(steps: Sequence[SplitStep], window_steps: int, windows: int) -> list[Stalling]:
     """The ranks stalling over ``steps`` (see the module), in rank order."""
     if not steps:
         return []
@@ -196,7 +196,7 @@ def stalling(steps: Sequence[Step], window_steps: int, windows: int) -> list[Sta
     events = stall_events(steps)
     if len(events) < MIN_EVENTS or wall <= 0.0:
         return []
-    by_rank: dict[int, list[Step]] = {}
+    by_rank: dict[int, list[SplitStep]] = {}
     for s in events:
         by_rank.setdefault(s.rank, []).append(s)
     ranks = max(2, min(s.ranks for s in steps))  # the fewest that shared the steps: the least significant
@@ -246,7 +246,7 @@ def findings(
     detector's). A rank gone since is another detector's."""
     if stalls is None:
         return []
-    steps: Sequence[Step] = stalls.steps
+    steps: Sequence[SplitStep] = stalls.steps
     expected = expected_steps(stalls) if stalls.framed else frozenset()
     if expected:
         steps = [s for s in steps if (s.rank, s.step) not in expected]

@@ -1,6 +1,6 @@
 """The job-wide restart budget counts every restart of the job, whoever made it.
 
-The coordinator's own restarts are its ``action`` records (recover.py counts them
+The coordinator's own restarts are its ``action`` records (control/replay.py counts them
 from the journal). A launcher restarts the group by itself too (torchrun
 ``--max-restarts``: a worker failed and the elastic agent started a new group);
 the coordinator sees it as new incarnations of ranks (``rank_restarted``) while
@@ -12,7 +12,7 @@ Pure: ``fold`` reduces journaled facts, one at a time, in journal order, and rea
 exactly: the event name; for ``action``, its ``action`` and ``dry_run``; for
 ``action_outcome``, nothing more; for the events in ``LAUNCHER_RESTART_EVENTS``,
 ``old_step`` (the step the replaced incarnation had reached: what the restart's
-resume costs, relaunch.py); and the record's time (the caller's clock). The coordinator folds
+resume costs, control/relaunch.py); and the record's time (the caller's clock). The coordinator folds
 each record as it journals it, ``recover.replay`` folds the journal at start.
 """
 

@@ -12,7 +12,7 @@ Journal events: ``action`` (started, with the plan's reason; also a dry run),
 transitions: ``{"job_state": to, "from": ..., "on": event}``; no ``rank`` key,
 which tells it from a rank's state change), ``checkpointed`` /
 ``checkpoint_failed`` (checkpoint_restart), ``restart`` and ``resumed``,
-``repeat_failure`` (the restart-loop breaker escalated: repeats.py; the
+``repeat_failure`` (the restart-loop breaker escalated: control/repeats.py; the
 ``action`` line after it carries the finding's ``fingerprint``).
 """
 
@@ -26,7 +26,7 @@ from ...contracts.finding import ADVISORY_KINDS, Finding, seconds
 from ..evidence.plan import CommandRequest
 from ..journal import event_names as je
 from ..recovery import MODULES
-from ..recovery.operation import Event, Operation, Step
+from ..recovery.operation import ActionStep, Event, Operation
 from ..view.cluster import ClusterView
 from . import policy as P
 from .replay import Recovered
@@ -49,7 +49,7 @@ class JobController:
     RECOVER_WAIT_S = 15.0  # a rebuilt action waits this long at most for its hosts' first reports
 
     def launcher_restarted(self, at: float) -> None:
-        """The launcher restarted the group by itself (budget.py): it spends the job's restart budget."""
+        """The launcher restarted the group by itself (control/budget.py): it spends the job's restart budget."""
         self.job = self.job.launcher_restarted(at)
         self._launcher_at = (*self._launcher_at[-7:], at)
 
@@ -222,7 +222,7 @@ class JobController:
         self._apply(MODULES[p.action].start(self.op, view, now), reqs, events, now, view)
 
     def _apply(
-        self, step: Step, reqs: list[CommandRequest], events: list[Event], now: float, view: ClusterView
+        self, step: ActionStep, reqs: list[CommandRequest], events: list[Event], now: float, view: ClusterView
     ) -> None:
         self.op = None if step.done else step.op
         if step.done:
@@ -279,7 +279,7 @@ class JobController:
 
     def stacks(self, trigger: dict[str, Any], frames: tuple[str, ...]) -> None:
         """A ``stack_groups`` record arrived: the culprit's frames complete the
-        fingerprint of its finding, now and in the history (fingerprint.py)."""
+        fingerprint of its finding, now and in the history (control/fingerprint.py)."""
         ranks = tuple(r for r in trigger.get("ranks") or () if isinstance(r, int))
         if not frames or not isinstance(trigger.get("kind"), str):
             return

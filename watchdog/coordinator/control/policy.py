@@ -19,7 +19,7 @@ that kills healthy jobs, so destructive actions are opt-in through a policy file
     abort_grace_seconds = 10   # SIGTERM -> SIGKILL
     resume_timeout_seconds = 300  # a restarted group not stepping by then: restart failed
 
-    [repeats]                  # the restart-loop breaker (repeats.py)
+    [repeats]                  # the restart-loop breaker (control/repeats.py)
     same_host = "exclude_host_restart"
     same_place = "abort"
     after = 1
@@ -176,18 +176,18 @@ class JobControl:
 
     state: JobState = S.RUNNING
     # Coordinator monotonic times of every restart of the job: its own (started) and its
-    # launcher's (seen: budget.py). One budget for both.
+    # launcher's (seen: control/budget.py). One budget for both.
     restarts: tuple[float, ...] = ()
     by_launcher: int = 0  # how many of ``restarts`` the launcher made by itself
     last_action_at: float | None = None
-    # Fingerprints of the findings restarts were spent on, oldest first (repeats.py).
+    # Fingerprints of the findings restarts were spent on, oldest first (control/repeats.py).
     history: tuple[fingerprint.Fingerprint, ...] = ()
 
     def restarted(self, now: float) -> JobControl:
         return replace(self, restarts=self.restarts + (now,), last_action_at=now)
 
     def launcher_restarted(self, at: float) -> JobControl:
-        """The launcher restarted the group by itself (budget.py): it spends the budget, no cooldown."""
+        """The launcher restarted the group by itself (control/budget.py): it spends the budget, no cooldown."""
         return replace(self, restarts=tuple(sorted(self.restarts + (at,))), by_launcher=self.by_launcher + 1)
 
     def remember(self, fp: fingerprint.Fingerprint) -> JobControl:
@@ -291,7 +291,7 @@ def _repeat(
     frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]],
     hosts_in_job: int,
 ):
-    """The restart-loop breaker (repeats.py): a failure seen before a restart
+    """The restart-loop breaker (control/repeats.py): a failure seen before a restart
     already escalates instead of spending the budget again."""
     fp = fingerprint.of(f, frames.get(f.key, ()))
     esc = escalate(fp, job.history, policy.repeats, hosts_in_job)

@@ -1,6 +1,6 @@
 """What a restart the launcher made on its own cost in steps.
 
-torchrun ``--max-restarts`` replaces the worker group by itself; budget.py counts
+torchrun ``--max-restarts`` replaces the worker group by itself; control/budget.py counts
 that restart. Its cost is measured as the monitor's own restart's is
 (actions/restart.py): from the step the fault stopped the job at (the highest step
 the replaced ranks had reached: the budget's fold of their ``rank_restarted``

@@ -24,7 +24,7 @@ checked in this order:
    (fingerprint.CULPRIT_IS_PLACE).
 
 The history is the fingerprints of the findings restarts were spent on
-(``JobControl.history``); see fingerprint.py for what is compared when.
+(``JobControl.history``); see control/fingerprint.py for what is compared when.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ Everything it needs was journaled when it was decided, so ``replay`` is a pure
 function of the records and the clocks:
 
 - restart budget: every ``action`` (not a dry run) with a ``restart`` number,
-  and the restarts the launcher made by itself (budget.py);
+  and the restarts the launcher made by itself (control/budget.py);
 - cooldown: the last ``action`` / ``action_outcome``;
-- the failures restarts were spent on (repeats.py): each restarting action's
+- the failures restarts were spent on (control/repeats.py): each restarting action's
   ``fingerprint``, completed by the culprit frames of a later ``stack_groups``
   record, so a failure that comes back after a coordinator restart is still
   known as the same one;
@@ -80,7 +80,7 @@ class Recovered:
     interrupted: tuple[dict[str, Any], ...] = ()  # action_outcome payloads to journal: actions closed here
     active: dict[tracker.Key, tracker.Active] = field(default_factory=dict)
     records: int = 0  # of this job's decision records (DECISIONS), read
-    spent: budget.Spent = field(default_factory=budget.Spent)  # the restarts the launcher made (budget.py)
+    spent: budget.Spent = field(default_factory=budget.Spent)  # the restarts the launcher made (control/budget.py)
 
     @property
     def empty(self) -> bool:
@@ -173,7 +173,7 @@ class _Replay:
     progress: dict[str, Progress] = field(default_factory=dict)  # id -> its first action_progress with idents
     restarted: dict[str, Restarted] = field(default_factory=dict)  # id -> its restart record
     opened: dict[tracker.Key, FindingRecord] = field(default_factory=dict)
-    control: P.JobControl = field(default_factory=P.JobControl)  # what restarts were spent on (repeats.py)
+    control: P.JobControl = field(default_factory=P.JobControl)  # what restarts were spent on (control/repeats.py)
     spent: budget.Spent = field(default_factory=budget.Spent)  # and the launcher's own restarts
 
     def mono(self, t_wall: Any) -> float:

@@ -14,7 +14,7 @@ dead, frozen or exited early (uneven inputs). A dead or frozen culprit also gets
 its own dead_rank / frozen_rank finding; this one names the same rank and says
 how long the others have waited. Ranks that entered it and failed or froze inside
 are not a hang's culprits: theirs are dead_rank's and frozen_rank's findings alone. When nobody is in a collective the hook sees,
-the ranks' Flight Recorders may show them in one issued from C++ (frblame.py):
+the ranks' Flight Recorders may show them in one issued from C++ (analysis/flight_recorder_blame.py):
 then the ranks behind it are named, or nobody while no reading made since the
 wait began proves who ("unproven"); on NCCL, the ranks whose collective was
 entered on CPU but not started on GPU. Otherwise (all stuck in data loading,
@@ -66,7 +66,7 @@ class HangState:
     health: dict[int, str]
     # ``analyze`` of the view, asked for when read: the age needs only when the waiters
     # began (health.waiting_since), and on most ticks nobody reads the culprits.
-    # The view is held weakly (memo.py: the state outlives its tick in the memo).
+    # The view is held weakly (analysis/tick_memo.py: the state outlives its tick in the memo).
     _analysis: Callable[[], Blame | None] = field(compare=False, repr=False)
 
     @property
@@ -276,7 +276,7 @@ class CollectiveHang:
             return []
         deadline_s = self._deadline(view, st)
         if st.age_s <= deadline_s or frozen_together(now, view, self.cfg) is not None:
-            return []  # (every rank frozen in one instant: the wedged verdict's, wedge.py)
+            return []  # (every rank frozen in one instant: the wedged verdict's, analysis/wedge.py)
         b = st.blame
         evidence: dict[str, Any] = {"hang_s": round(st.age_s, 3), "deadline_s": round(deadline_s, 3)}
         if b is None:

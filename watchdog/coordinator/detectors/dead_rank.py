@@ -3,7 +3,7 @@
 The agent reports ``alive: false`` once the (pid, start time) process is gone;
 a clean exit (hook status "exited") is not a death. A host whose agent sent
 nothing for ``host_silence_intervals`` of its report intervals is lost, with all
-its ranks, only on evidence from their peers (silence.py: a peer failed inside a
+its ranks, only on evidence from their peers (analysis/silence.py: a peer failed inside a
 collective since, or the peers wait in one the silent ranks were not seen
 entering): one finding naming the host. Without evidence the silence is the
 monitor's (host_unobserved), and nobody is taken for dead.

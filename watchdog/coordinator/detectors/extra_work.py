@@ -6,7 +6,7 @@ has rank 0 compute 1.6x its peer's. It is real and it costs, but nothing is
 broken: this says it once, with the cost, and never pages or acts. It is the
 straggler detector's slow rank 0 (over its threshold, costing enough) whose host
 leaves it its CPU (``slowcause.lone_work``), or whose compute stalls now and then
-while the others wait (stalls.py: a log flush, a metrics upload); rank 0 on a
+while the others wait (analysis/intermittent_stalls.py: a log flush, a metrics upload); rank 0 on a
 starved core is a slow host, the straggler's finding.
 
 The scores are the straggler detector's (the coordinator hands it over, as the

@@ -1,6 +1,6 @@
 """host_unobserved: a host's agent went silent while nothing says its ranks are gone.
 
-A finding about the monitor, not the job (silence.py): it names the hosts and no
+A finding about the monitor, not the job (analysis/silence.py): it names the hosts and no
 rank, the policy can only alert on it (an advisory kind), and it resolves when
 the agent reports again. Its reason says since when the agent is silent and
 what the peers show: ranks provably alive (peers completed collectives that

@@ -8,7 +8,7 @@ wait, so one slow first batch of an epoch (workers starting) is not starvation,
 while a loader that stalls every few steps still is. A rank's first steps are not
 in its history at all (view warm-up). A loader that stalls now and then (once
 in 25 steps, for a second) is named from the goodput ledger's steps instead
-(stalls.py), as the straggler detector names a rank whose compute does.
+(analysis/intermittent_stalls.py), as the straggler detector names a rank whose compute does.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class LoaderStarvation:
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         # The train steps the goodput ledger split, for the ranks whose loader stalls now and
-        # then (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
+        # then (analysis/intermittent_stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
         self.stalls: Stalls | None = None
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
@@ -41,7 +41,7 @@ class LoaderStarvation:
 
     def _starving(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
-        # Shares are computed when reports are folded (view.py), not per tick; read as columns.
+        # Shares are computed when reports are folded (view/cluster.py), not per tick; read as columns.
         c = columns.of(view)
         if not c.data_share or not max(c.data_share) > cfg.starvation_share:
             return []  # no rank, live or not, is over the share: nobody starves (one scan in C, most ticks)

@@ -50,7 +50,7 @@ class LossAnomaly:
             return []  # no rank reports a loss (a job without a loss hook)
         unsettled = any(c.loss_bad_step) or not all(
             calm for calm, step in zip(c.loss_calm, c.loss_step) if step > 0
-        )  # a non-finite loss, or a rank whose recent losses could hold a spike (loss_screen.py)
+        )  # a non-finite loss, or a rank whose recent losses could hold a spike (view/loss_screen.py)
         if not unsettled:
             return []
         reporting = {r: view.ranks[r] for r, step in zip(c.rank, c.loss_step) if step > 0}
@@ -118,7 +118,7 @@ class LossAnomaly:
                 continue
             judged += 1
             if rv.loss_calm:
-                continue  # no sample here can pass its bound (loss_screen.py)
+                continue  # no sample here can pass its bound (view/loss_screen.py)
             for i in range(max(SPIKE_MIN_HISTORY, n - SPIKE_RECENT), n):
                 base = values[:i]
                 med = statistics.median(base)

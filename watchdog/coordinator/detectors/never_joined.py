@@ -48,7 +48,7 @@ class NeverJoined:
         if first is None or view.world_size <= 1:
             return []  # a single process needs no process group
         # A coordinator that is behind has not yet read the reports queued for it
-        # (backpressure.py): a host whose first report waits there is not missing.
+        # (intake/backpressure.py): a host whose first report waits there is not missing.
         limit = self.cfg.join_deadline_s + view.behind_s
         health = classify_all(view, now, self.cfg)
         overdue = _overdue(view, now, limit, health)

@@ -10,7 +10,7 @@ the period, the cost and where it was ("rank 0 holds the job ~6 s every 1,000
 steps in estimate_loss (train.py:41): mark it or raise the allowance").
 Advisory: the policy never acts on it and no alert pages for it. Its unmarked
 stalls are no straggler's evidence; unmarked stalls without a frame stay the
-straggler detector's (stalls.py says why).
+straggler detector's (analysis/intermittent_stalls.py says why).
 
 The occurrences come from the goodput ledger (the coordinator hands its
 ``Stalls`` over, as to the straggler detector); a detector alone names none.

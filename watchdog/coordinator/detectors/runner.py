@@ -21,7 +21,7 @@ from . import Detector
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DetectorRun:
     name: str
     ok: bool
     duration_s: float
@@ -37,7 +37,7 @@ class Runner:
         self._log = logs.get("watchdog.coordinator")
         self._limit = logs.RateLimited(every_s=600.0)
 
-    def run(self, now: float, view: ClusterView) -> list[Outcome]:
+    def run(self, now: float, view: ClusterView) -> list[DetectorRun]:
         out = []
         for det in self.detectors:
             t0 = self._timer()
@@ -56,10 +56,10 @@ class Runner:
                             f"detector {det.name}: gauge {name!r} needs "
                             + ("{label: value}" if DETECTOR_GAUGES[name] else "a number")
                         )
-                out.append(Outcome(det.name, True, self._timer() - t0, found, gauges=values))
+                out.append(DetectorRun(det.name, True, self._timer() - t0, found, gauges=values))
             except Exception as exc:  # noqa: BLE001 - isolation is the point
                 err = f"{type(exc).__name__}: {exc}"
-                out.append(Outcome(det.name, False, self._timer() - t0, (), err))
+                out.append(DetectorRun(det.name, False, self._timer() - t0, (), err))
                 first, suppressed = self._limit.should_log(f"{det.name}:{err}", now)
                 if first:
                     self._log.error(

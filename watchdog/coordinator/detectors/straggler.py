@@ -75,14 +75,14 @@ class Straggler:
         self._gauge: tuple[Scores, GaugeValues] | None = None
         self.scorer = Scorer(cfg, tick_budget_s)
         # Set by the coordinator for a tick that another heavy part has (the verdict's turn,
-        # perf_cadence): the scores stay the last answer and no rescoring step runs on it.
+        # cadence.py): the scores stay the last answer and no rescoring step runs on it.
         self.hold = False
         # check and gauges ask for one tick's. The view is held by a weak reference: the
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
         self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
         # The train steps the goodput ledger split, for the ranks that stall now and then
-        # (stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
+        # (analysis/intermittent_stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
         self.stalls: Stalls | None = None
         self._contention: tuple[weakref.ref[ClusterView], Contentions] | None = None
 
@@ -210,7 +210,7 @@ class Straggler:
         )
 
     def _stalling(self, now: float, view: ClusterView, named: set[int]) -> list[Finding]:
-        """The ranks whose compute stalls now and then (stalls.py), not ``named`` already;
+        """The ranks whose compute stalls now and then (analysis/intermittent_stalls.py), not ``named`` already;
         rank 0's own stalls (its host leaving it its CPU) are the ``extra_work`` advisory's."""
         found = self.stalling(self.name, now, view, named, _stall_reason)
         cont = self.contention(view) if found else None
@@ -220,7 +220,7 @@ class Straggler:
         self, kind: str, now: float, view: ClusterView, named: set[int], reason: Callable[[Stalling, FoldedRank], str]
     ) -> list[Finding]:
         """Findings of ``kind`` for the ranks whose compute stalls now and then
-        (stalls.py), not ``named``, by more each stall than the scheduler's noise
+        (analysis/intermittent_stalls.py), not ``named``, by more each stall than the scheduler's noise
         (``slowcause.noise_floor_s``)."""
         found = stalls.findings(kind, self.stalls, now, view, self.cfg, False, named, reason)
         if not found:

@@ -1,6 +1,6 @@
 """wedged: every rank stopped together, nobody missing; the hosts and the group, never a rank.
 
-Two shapes of one event (wedge.py): every rank frozen with heartbeats stopped in
+Two shapes of one event (analysis/wedge.py): every rank frozen with heartbeats stopped in
 one instant (a scheduler's suspend, a hung filesystem every rank blocks on, a
 node-wide driver wedge), or every live rank waiting in one collective past the
 hang deadline with none missing from it (a fabric or transport wedge). A

@@ -59,7 +59,7 @@ __all__ = ["DURABLE", "Journal", "JournalRefused", "ShortWrite", "iter_records",
 
 JOURNAL_MODE = 0o600
 # Fsync'd: what paged someone, and what a restarted coordinator rebuilds its decisions
-# from (recover.py: an action's decision, end and restart).
+# from (control/replay.py: an action's decision, end and restart).
 DURABLE = frozenset(
     {
         je.START,

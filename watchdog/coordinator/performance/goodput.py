@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from watchdog.report import StepSample
 
-from ..analysis.intermittent_stalls import Stalls, Step
+from ..analysis.intermittent_stalls import SplitStep, Stalls
 from ..journal import event_names as je
 from ..view import columns
 from ..view.cluster import ClusterView
@@ -93,7 +93,7 @@ class Ledger:
         default_factory=lambda: {"step_s": 0.0, "compute_s": 0.0, "coll_s": 0.0, "data_s": 0.0}
     )
     # Each train step's rank with the most work of its own, for the ranks that stall now and then
-    # (stalls.py): the straggler and loader_starvation detectors name them from these.
+    # (analysis/intermittent_stalls.py): the straggler and loader_starvation detectors name them from these.
     stalls: Stalls = field(default_factory=Stalls, compare=False)
     # (ranks, pids, start times) when incarnations were last followed: unchanged, no rank restarted
     _tracked: tuple = field(default=(), repr=False, compare=False)
@@ -142,7 +142,7 @@ class Ledger:
 
     def _frames(self, view: ClusterView) -> None:
         """Note the frames the ranks' hooks sampled in the step they are still in
-        (stalls.py: where a rank held the job, for its step once split). One C-level
+        (analysis/intermittent_stalls.py: where a rank held the job, for its step once split). One C-level
         pass over the columns finds the few ranks in a long step."""
         c = columns.of(view)
         if not any(c.frame):  # the agents send a frame only while its step lasts: nearly always none
@@ -157,7 +157,7 @@ class Ledger:
         followed), and whether a live rank is in a checkpoint or eval phase; their
         steps since the last tick go into the buffer.
 
-        Read from the view's columns (columns.py), not from 16,384 rank objects: a
+        Read from the view's columns (view/columns.py), not from 16,384 rank objects: a
         pass over those cost ~10-30 ms of cache misses alone at 16,384 ranks."""
         cols = columns.of(view)
         changed = self._track(cols) if track else False
@@ -373,7 +373,7 @@ class Ledger:
             excess = top - compute - data
             slow = max(0.0, excess)
             cost = max(0.0, step_s - self.profile["step_s"]) if self.steps else None
-            self.stalls.add(Step(number, step_s, got.ranks[i], excess, datas[i] - data, len(got)), cost)
+            self.stalls.add(SplitStep(number, step_s, got.ranks[i], excess, datas[i] - data, len(got)), cost)
             coll = max(0.0, step_s - data - compute - slow)
             self.coll_history = (self.coll_history + [coll])[-BASELINE_SAMPLES:]
             base = min(coll, quantile(self.coll_history, BASELINE_QUANTILE))

@@ -152,7 +152,7 @@ class Summaries:
     every tick was the tick's largest cost (5 s per tick measured in-process);
     this refreshes at most ``budget`` changed ranks a run, the longest-waiting
     first, and keeps the others' last summary: at 16,384 ranks each summary is at
-    most 16 runs old (the verdict runs every 4th tick there, ``perf_cadence``:
+    most 16 runs old (the verdict runs every 4th tick there, ``cadence.py``:
     ~64 s). The verdict is advisory and has hysteresis, so this lag is all it
     costs; up to ``exact_up_to`` ranks it is exact. (1,024:
     a summary costs ~30 us, so ~30 ms of a tick; 2,048 was ~60-100 ms of the
@@ -160,7 +160,7 @@ class Summaries:
 
     Above ``exact_up_to`` ranks a run refreshes at most one ``spread``-th of them
     (within ``budget``), so each changed rank's summary is at most ``spread`` runs
-    old: from 1,024 to 4,096 ranks the verdict runs every tick (``perf_cadence``)
+    old: from 1,024 to 4,096 ranks the verdict runs every tick (``cadence.py``)
     and refreshing every rank on each was ~80% of the tick (1,024 ranks: 167 ms
     p50 on one VM). A rank never summarised is summarised at once (within
     ``budget``): a verdict waits for every rank."""

@@ -1,10 +1,10 @@
 """Destructive actions, one small module each, behind one protocol::
 
-    start(op, view, now) -> Step      # first commands, when the policy chose it
-    advance(op, view, now) -> Step    # every tick until the step says done
+    start(op, view, now) -> ActionStep    # first commands, when the policy chose it
+    advance(op, view, now) -> ActionStep  # every tick until the step says done
 
 Pure: the time and the cluster view are arguments, commands and journal events
-are returned (``Step``). Idempotent: re-running ``advance`` on the same state
+are returned (``ActionStep``). Idempotent: re-running ``advance`` on the same state
 asks for nothing twice within a period, and a signal that found its process
 already gone is a success (the goal is "gone"). A failure is never raised out
 of the coordinator's tick; the next tick tries again.

@@ -21,13 +21,13 @@ from ..evidence.plan import CommandRequest
 from ..evidence.stack_plan import MAX_PER_HOST
 from ..journal import event_names as je
 from ..view.cluster import ClusterView
-from .operation import Operation, Step, brief, idents, launchers_of, live_workers, old_workers, signals
+from .operation import ActionStep, Operation, brief, idents, launchers_of, live_workers, old_workers, signals
 
 STACKS_WAIT_S = 15.0
 MAX_KILL_ROUNDS = 3
 
 
-def start(op: Operation, view: ClusterView, now: float) -> Step:
+def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     workers = old_workers(view, op.finding)
     op = op.at("stacks", now, workers=workers, launchers=launchers_of(view, workers))
     by_host: dict[str, list] = {}
@@ -52,13 +52,13 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
     op = op.at("stacks", now, hosts_asked=frozenset(by_host))
     if not reqs:
         return _term(op, view, now)
-    return Step(op, reqs)
+    return ActionStep(op, reqs)
 
 
-def _term(op: Operation, view: ClusterView, now: float) -> Step:
+def _term(op: Operation, view: ClusterView, now: float) -> ActionStep:
     live = live_workers(op, view)
     op = op.at("term", now, last_sent=now)
-    return Step(
+    return ActionStep(
         op,
         signals(op, "SIGTERM", live, op.launchers),
         (
@@ -77,14 +77,14 @@ def _term(op: Operation, view: ClusterView, now: float) -> Step:
     )
 
 
-def advance(op: Operation, view: ClusterView, now: float) -> Step:
+def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
     if op.phase == "stacks":
         if op.hosts_asked <= op.hosts_answered or now - op.phase_at >= STACKS_WAIT_S:
             return _term(op, view, now)
-        return Step(op)
+        return ActionStep(op)
     live = live_workers(op, view)
     if not live:
-        return Step(
+        return ActionStep(
             op,
             (),
             (
@@ -104,7 +104,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             state_event="aborted",
         )
     if now - op.last_sent < op.grace_s:
-        return Step(op)
+        return ActionStep(op)
     # A process in uninterruptible sleep (D state: inside the kernel, a hung NFS or
     # driver call) ignores even SIGKILL until the call returns, which may be never:
     # say so after one SIGKILL round instead of waiting on it.
@@ -116,7 +116,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
                 f": {ranks_phrase(unkillable)} in uninterruptible sleep (D state), which no signal ends "
                 f"until the kernel call returns; the host needs attention"
             )
-        return Step(
+        return ActionStep(
             op,
             (),
             ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable)),),
@@ -125,7 +125,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             state_event="aborted",
         )
     op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
-    return Step(
+    return ActionStep(
         op,
         signals(op, "SIGKILL", live, op.launchers),
         ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),

@@ -23,7 +23,7 @@ from ..evidence.plan import CommandRequest
 from ..journal import event_names as je
 from ..view.cluster import ClusterView
 from . import restart
-from .operation import Operation, Step, brief, live, live_workers, old_workers
+from .operation import ActionStep, Operation, brief, live, live_workers, old_workers
 
 LEAD_S = 4.0
 MIN_AHEAD = 5
@@ -35,7 +35,7 @@ def target_step(view: ClusterView, workers) -> int:
     return max(rv.state.step for rv in states) + max(MIN_AHEAD, math.ceil(LEAD_S / step_s))
 
 
-def start(op: Operation, view: ClusterView, now: float) -> Step:
+def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     workers = old_workers(view, op.finding)
     op = op.at("checkpoint", now, workers=workers)
     alive = live_workers(op, view)
@@ -52,10 +52,12 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         for h, ts in sorted(by_host.items())
     )
     op = op.at("checkpoint", now, extra={**op.extra, "step": step, "ranks": [r for r, _ in alive]})
-    return Step(op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),))
+    return ActionStep(
+        op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),)
+    )
 
 
-def advance(op: Operation, view: ClusterView, now: float) -> Step:
+def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
     if op.phase != "checkpoint":
         return restart.advance(op, view, now)
     step, acks, bad = op.extra["step"], [], []
@@ -73,7 +75,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     timed_out = now - op.phase_at >= op.extra.get("timeout_s", 120.0)
     if not bad and len(acks) == len(op.extra["ranks"]):
         nxt = restart.start(op, view, now)
-        return Step(
+        return ActionStep(
             nxt.op,
             nxt.requests,
             (
@@ -89,10 +91,10 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             f"{op.extra.get('timeout_s', 120.0):g} s"
         )
         nxt = restart.start(op, view, now)
-        return Step(
+        return ActionStep(
             nxt.op,
             nxt.requests,
             ((je.CHECKPOINT_FAILED, brief(op, step=step, error=why)), *nxt.events),
             state_event="checkpoint_timeout",
         )
-    return Step(op)
+    return ActionStep(op)

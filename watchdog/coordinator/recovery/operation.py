@@ -44,7 +44,7 @@ class Operation:
 
 
 @dataclass(frozen=True)
-class Step:
+class ActionStep:
     op: Operation
     requests: tuple[CommandRequest, ...] = ()
     events: tuple[Event, ...] = ()
@@ -117,7 +117,7 @@ def signals(
 def idents(op: Operation) -> list[list[Any]]:
     """The processes an action is about, as journaled in its first signals' record:
     [rank, pid, start us, host] per worker, [-1, pid, start us, host] per launcher.
-    A coordinator restarted mid-action rebuilds the action from them (recover.py)
+    A coordinator restarted mid-action rebuilds the action from them (control/replay.py)
     and never signals anything else."""
     return [[r, pid, start, host] for r, (pid, start, host) in op.workers] + [
         [-1, pid, start, host] for pid, start, host in op.launchers

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from ...contracts.finding import ranks_phrase, seconds
 from ..journal import event_names as je
 from ..view.cluster import ClusterView, FoldedRank
-from .operation import Operation, Step, brief, idents, launchers_of, live, live_workers, old_workers, signals
+from .operation import ActionStep, Operation, brief, idents, launchers_of, live, live_workers, old_workers, signals
 
 RESUME_TIMEOUT_S = 300.0
 REACHED = "reached_step"  # Operation.extra: the job's step when the action began (journaled in its first progress)
@@ -45,7 +45,7 @@ def steps_lost(op: Operation, resumed: int) -> int | None:
     return max(0, reached - resumed) if isinstance(reached, int) else None
 
 
-def start(op: Operation, view: ClusterView, now: float) -> Step:
+def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     workers = old_workers(view, op.finding)
     launchers: tuple = ()
     if op.action == "exclude_host_restart":
@@ -59,7 +59,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         return launcher_restart(op, now)
     if not launchers and named_gone(op, view):
         op = op.at("launcher", now)
-        return Step(
+        return ActionStep(
             op,
             (),
             (
@@ -76,7 +76,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
                 ),
             ),
         )
-    return Step(
+    return ActionStep(
         op,
         signals(op, "SIGTERM", live, launchers),
         (
@@ -105,22 +105,22 @@ def named_gone(op: Operation, view: ClusterView) -> bool:
     return bool(op.finding.ranks) and not any(r in ident and live(view, r, ident[r]) for r in op.finding.ranks)
 
 
-def launcher_restart(op: Operation, now: float) -> Step:
+def launcher_restart(op: Operation, now: float) -> ActionStep:
     """No worker left to stop: the launcher restarts the group (see the module doc)."""
     op = op.at("resume", now, extra={**op.extra, "by": "launcher"})
     gone = [r for r, _ in op.workers]
-    return Step(op, (), ((je.LAUNCHER_RESTART, brief(op, restart=op.restart_n, gone=gone, idents=idents(op))),))
+    return ActionStep(op, (), ((je.LAUNCHER_RESTART, brief(op, restart=op.restart_n, gone=gone, idents=idents(op))),))
 
 
-def advance(op: Operation, view: ClusterView, now: float) -> Step:
+def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
     if op.phase == "launcher":
         still = live_workers(op, view)
         if not still:
             return launcher_restart(op, now)
         if now - op.phase_at < LAUNCHER_GRACE_S:
-            return Step(op)
+            return ActionStep(op)
         op = op.at("term", now, last_sent=now)
-        return Step(
+        return ActionStep(
             op,
             signals(op, "SIGTERM", still),
             ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in still])),),
@@ -129,7 +129,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         live = live_workers(op, view)
         if not live:
             op = op.at("resume", now)
-            return Step(
+            return ActionStep(
                 op,
                 (),
                 (
@@ -145,9 +145,9 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
                 ),
             )
         if now - op.last_sent < op.grace_s:
-            return Step(op)
+            return ActionStep(op)
         op = op.at("kill", op.phase_at, last_sent=now, kills=op.kills + 1)
-        return Step(
+        return ActionStep(
             op,
             signals(op, "SIGKILL", live, op.launchers),
             ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
@@ -156,7 +156,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     if resumed is not None:
         step, world = resumed
         lost = steps_lost(op, step)
-        return Step(
+        return ActionStep(
             op,
             (),
             (
@@ -188,7 +188,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     limit = op.extra.get("resume_timeout_s", RESUME_TIMEOUT_S)
     if now - op.phase_at >= limit or all_died_again(op, view, now):
         why = why_not_resumed(op, view, now)
-        return Step(
+        return ActionStep(
             op,
             (),
             (
@@ -208,7 +208,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             ok=False,
             state_event="restart_failed",
         )
-    return Step(op)
+    return ActionStep(op)
 
 
 def by_whom(op: Operation) -> str:

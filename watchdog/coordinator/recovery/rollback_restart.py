@@ -19,7 +19,7 @@ from ..evidence.plan import CommandRequest
 from ..journal import event_names as je
 from ..view.cluster import ClusterView
 from . import restart
-from .operation import Operation, Step, brief, old_workers
+from .operation import ActionStep, Operation, brief, old_workers
 
 
 def before_step(op: Operation) -> int | None:
@@ -27,7 +27,7 @@ def before_step(op: Operation) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else None
 
 
-def start(op: Operation, view: ClusterView, now: float) -> Step:
+def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     step = before_step(op)
     nxt = restart.start(op, view, now)
     if step is None:
@@ -37,7 +37,7 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
                 op, phase="rollback", error="the finding names no anomaly step: restarting from the newest checkpoint"
             ),
         )
-        return Step(nxt.op, nxt.requests, (note, *nxt.events))
+        return ActionStep(nxt.op, nxt.requests, (note, *nxt.events))
     hosts = sorted({host for _, (_, _, host) in old_workers(view, op.finding)})
     reqs = tuple(
         CommandRequest(
@@ -50,8 +50,8 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         for h in hosts
     )
     note = (je.ACTION_PROGRESS, brief(op, phase="rollback", before_step=step, hosts=hosts))
-    return Step(nxt.op, reqs + nxt.requests, (note, *nxt.events))
+    return ActionStep(nxt.op, reqs + nxt.requests, (note, *nxt.events))
 
 
-def advance(op: Operation, view: ClusterView, now: float) -> Step:
+def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
     return restart.advance(op, view, now)

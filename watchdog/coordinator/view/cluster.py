@@ -46,7 +46,7 @@ class FoldedRank:
     progress_at: float  # last evidence of progress: a step completed or a collective moved
     last_alive_at: float  # latest report that said the process exists
     heartbeat_moved: bool = False  # the hook's heartbeat was seen to beat at least once
-    step_stats: StepStats = StepStats()  # what its step samples say (steps.py)
+    step_stats: StepStats = StepStats()  # what its step samples say (view/steps.py)
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None
@@ -77,7 +77,7 @@ class FoldedRank:
     # (last beat before, first beat after) the latest gap in its heartbeat longer than a
     # stopped rank's frozen threshold, as its agent read it: a rank that was stopped and
     # runs again. Ranks resumed from a job-wide stop report it host by host, seconds apart;
-    # the ones reported later are not frozen on their own (wedge.py).
+    # the ones reported later are not frozen on their own (analysis/wedge.py).
     resumed: tuple[float, float] | None = None
 
     @property
@@ -174,7 +174,7 @@ class HostView:
 @dataclass(frozen=True)
 class LauncherExit:
     """A host's launcher (torchrun under ``watchdog run``) exited, as its wrapper told
-    the coordinator directly: evidence about a host whose agent is silent (silence.py)."""
+    the coordinator directly: evidence about a host whose agent is silent (analysis/silence.py)."""
 
     pid: int
     status: int  # its exit code; negative: killed by that signal
@@ -188,7 +188,7 @@ class ClusterView:
     world_size_fixed: bool = False
     hosts: Mapping[str, HostView] = field(default_factory=lambda: _EMPTY)
     ranks: Mapping[int, FoldedRank] = field(default_factory=lambda: _EMPTY)
-    # How far behind the coordinator's report handling runs (backpressure.py):
+    # How far behind the coordinator's report handling runs (intake/backpressure.py):
     # reports still queued are not silence, so silence limits grow by it.
     behind_s: float = 0.0
     # The longest report interval the coordinator advised in a recent reply: an
@@ -274,7 +274,7 @@ class Folder:
 
     def take_replaced(self) -> list[FoldedRank]:
         """The dead incarnations whose successor was folded since the last call, oldest
-        first: the coordinator keeps their deaths in view until a tick judged them (unjudged.py)."""
+        first: the coordinator keeps their deaths in view until a tick judged them (view/unjudged.py)."""
         out, self._replaced = self._replaced, []
         return out
 

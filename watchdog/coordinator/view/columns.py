@@ -86,7 +86,9 @@ class RankColumns:
     oncpu_share: Sequence[float] = ()  # its main thread's CPU and run-queue seconds a second (slowcause)
     runq_share: Sequence[float] = ()
     # -- for hang
-    fr_held: Sequence[bool] = ()  # the rank's Flight Recorder showed it in a collective (frblame reads it)
+    fr_held: Sequence[
+        bool
+    ] = ()  # the rank's Flight Recorder showed it in a collective (flight_recorder_blame reads it)
     # -- for goodput
     step_history: Sequence[tuple[StepSample, ...]] = ()  # step_stats.history: the CPU clock's samples (the same)
     step_flat: Sequence[array] = ()  # their newest as flat numbers (StepStats.flat; empty when not valid)
