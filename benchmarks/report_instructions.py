@@ -48,8 +48,8 @@ def child(ranks: int, seconds: int, counted: int, compute_s: float, ticks: bool)
     from watchdog.coordinator.intake.api import decode
     from watchdog.coordinator.journal.jsonl import Journal
     from watchdog.coordinator.service import Coordinator
-    from watchdog.coordinator.view.steps import summary_config
     from watchdog.report import HostReport, as_rows
+    from watchdog.stepstats.steps import summary_config
 
     try:
         from watchdog.contracts.report.typed import read as read_typed

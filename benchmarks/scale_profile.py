@@ -45,8 +45,8 @@ from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.performance import verdict
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.view import columns
-from watchdog.coordinator.view.steps import summary_config
 from watchdog.report import HostReport, as_rows
+from watchdog.stepstats.steps import summary_config
 
 
 def main() -> None:

@@ -43,8 +43,8 @@ import scalesim
 
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.intake.backpressure import STEPS_FROM_RATE, STEPS_INTERVAL_S
-from watchdog.coordinator.view.steps import summary_config
 from watchdog.report import REPORT_VERSIONS
+from watchdog.stepstats.steps import summary_config
 
 Plan = list[tuple[float, bytes]]  # one host's reports: (when to send, in the job's frame; the body)
 

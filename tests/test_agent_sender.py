@@ -18,7 +18,7 @@ from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
 from watchdog.agent.slots import LocalRank, SlotTracker
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.view.steps import StepStats, add_samples
+from watchdog.stepstats.steps import StepStats, add_samples
 
 S = 1_000_000_000
 

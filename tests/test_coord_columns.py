@@ -11,7 +11,7 @@ from dataclasses import replace
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.view import columns
 from watchdog.coordinator.view.cluster import ClusterView, FoldedRank, Folder, empty
-from watchdog.coordinator.view.steps import FLAT_FIELDS
+from watchdog.stepstats.steps import FLAT_FIELDS
 
 
 def _expected(rv: FoldedRank) -> dict:

@@ -16,8 +16,8 @@ from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.batch_changed import BatchChanged, _per_rank
 from watchdog.coordinator.detectors.loader_starvation import ALL_RANKS_SHARE, LoaderStarvation
 from watchdog.coordinator.view.cluster import ClusterView
-from watchdog.coordinator.view.stats import median
 from watchdog.report import StepSample
+from watchdog.stepstats.stats import median
 
 
 class ReferenceBatchChanged(BatchChanged):

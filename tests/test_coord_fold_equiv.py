@@ -40,8 +40,8 @@ from watchdog.coordinator.view.cluster import (
     fold,
     gpu_samples,
 )
-from watchdog.coordinator.view.steps import FLAT_SAMPLES, P99_SAMPLES, StepStats, _close_windows, _flat, _recomputed
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
+from watchdog.stepstats.steps import FLAT_SAMPLES, P99_SAMPLES, StepStats, _close_windows, _flat, _recomputed
 
 # -- the code before (main at 22a7c05): steps.add_samples and its _Running ------------------
 

@@ -15,9 +15,9 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.performance import goodput as G
-from watchdog.coordinator.view import median as selection
-from watchdog.coordinator.view.stats import median, quantile
 from watchdog.report import StepSample
+from watchdog.stepstats import median as selection
+from watchdog.stepstats.stats import median, quantile
 
 _STEP, _DATA, _COLL, _NUMBER, _PHASE = (attrgetter(k) for k in ("step_s", "data_s", "coll_s", "step", "phase"))
 

@@ -290,7 +290,7 @@ def test_unpaused_step_time_read_again_only_where_histories_changed_is_the_plain
     import random
 
     from watchdog.coordinator.detectors import collective_hang as ch
-    from watchdog.coordinator.view import stats
+    from watchdog.stepstats import stats
 
     def plain(histories, step_s):
         tails = [h[-100:] for h in histories]

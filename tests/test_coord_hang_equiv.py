@@ -26,8 +26,9 @@ from watchdog.coordinator.detectors.collective_hang import CollectiveHang, HangS
 from watchdog.coordinator.detectors.dead_rank import CASCADE_S, TIE_COARSE_S, TIE_S, DeadRank
 from watchdog.coordinator.detectors.frozen_rank import FrozenRank
 from watchdog.coordinator.detectors.phrases import where, who
-from watchdog.coordinator.view import columns, stats
+from watchdog.coordinator.view import columns
 from watchdog.coordinator.view.cluster import ClusterView, FoldedRank
+from watchdog.stepstats import stats
 
 # -- the reference: the plain code, one pass over the rank objects per question ------------------
 

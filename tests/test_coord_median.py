@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.coordinator.view import stats
-from watchdog.coordinator.view.median import median
+from watchdog.stepstats import stats
+from watchdog.stepstats.median import median
 
 values = st.lists(
     st.sampled_from([0.0, -0.0, 0.1, 0.1, 0.2, 1, 3.5, 1e-9])

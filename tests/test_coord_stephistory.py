@@ -14,9 +14,9 @@ from operator import attrgetter
 import pytest
 
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.view.stephistory import History, appendable, snapshot
-from watchdog.coordinator.view.steps import StepStats, add_samples
 from watchdog.report import StepSample
+from watchdog.stepstats.history import History, appendable, snapshot
+from watchdog.stepstats.steps import StepStats, add_samples
 
 _STEP = attrgetter("step")
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.view import columns
-from watchdog.coordinator.view.steps import FLAT_FIELDS, FLAT_SAMPLES, PAUSE_PHASES, StepStats, add_samples
 from watchdog.report import StepSample
+from watchdog.stepstats.steps import FLAT_FIELDS, FLAT_SAMPLES, PAUSE_PHASES, StepStats, add_samples
 
 durations = st.sampled_from([0.0, 0.01, 0.1, 0.25, 1.5, 0.1 + 0.2]) | st.floats(0.0, 5.0)
 sample = st.tuples(durations, durations, durations, st.sampled_from(["train", "train", "eval", "checkpoint", "init"]))

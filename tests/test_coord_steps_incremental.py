@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.view import stats
-from watchdog.coordinator.view.steps import P99_SAMPLES, StepStats, WindowStat, add_samples
 from watchdog.report import StepSample
+from watchdog.stepstats import stats
+from watchdog.stepstats.steps import P99_SAMPLES, StepStats, WindowStat, add_samples
 
 
 def reference(s: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:

@@ -16,8 +16,8 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.analysis.health import OK, classify_all
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import straggler, straggler_scores
-from watchdog.coordinator.view.stats import median, median_without
 from watchdog.report import StepSample
+from watchdog.stepstats.stats import median, median_without
 
 
 def reference(view, now, cfg):

@@ -13,8 +13,8 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.analysis import health, mismatch
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.performance import verdict as V
-from watchdog.coordinator.view import stats
 from watchdog.report import StepSample
+from watchdog.stepstats import stats
 
 
 def test_classify_all_is_classify_for_every_rank():

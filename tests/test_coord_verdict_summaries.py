@@ -12,7 +12,7 @@ from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.performance import verdict as V
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.testing import SimJob
-from watchdog.coordinator.view import stats
+from watchdog.stepstats import stats
 
 
 def _run(tmp_path, until: float):

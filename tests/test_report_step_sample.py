@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from watchdog.coordinator import testing
 from watchdog.coordinator.view.cluster import FoldedRank
-from watchdog.coordinator.view.steps import StepStats, add_samples
 from watchdog.report import HostReport, RankState, StepSample, as_rows, made, step_sample
+from watchdog.stepstats.steps import StepStats, add_samples
 
 _FLOATS = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 _FULL = st.tuples(

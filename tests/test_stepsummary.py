@@ -25,8 +25,8 @@ from watchdog.coordinator.intake.api import ReportHandler
 from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.view.cluster import Folder
-from watchdog.coordinator.view.steps import StepStats, add_samples, summary_config
 from watchdog.report import HostReport, ReportError, StepSample, as_rows
+from watchdog.stepstats.steps import StepStats, add_samples, summary_config
 
 CFG = DetectorConfig(straggler_window_steps=5, starvation_window_steps=8, history_steps=120)
 SETTINGS = list(summary_config(CFG))
@@ -275,5 +275,5 @@ def test_the_whole_report_check_agrees_with_the_per_rank_check():
 def test_the_agent_is_told_every_setting_the_statistics_depend_on():
     # A setting add_samples reads that the reply does not carry would make an agent's
     # statistics differ from the coordinator's under a non-default configuration.
-    source = (Path(__file__).parents[1] / "watchdog/coordinator/view/steps.py").read_text()
+    source = (Path(__file__).parents[1] / "watchdog/stepstats/steps.py").read_text()
     assert set(re.findall(r"\bcfg\.(\w+)", source)) == set(stepsummary.CONFIG_FIELDS)

@@ -2,7 +2,7 @@
 
 At 16,384 ranks a large share of the coordinator's fold was turning each
 rank's new step samples into its statistics (the p99 step time, the loader's
-data share, the closed straggler windows: ``coordinator.steps.add_samples``),
+data share, the closed straggler windows: ``stepstats.steps.add_samples``),
 ~120 of ~460 us a report, on the one core that must take 2,048 reports a
 second. The agent has the same samples, a core of its own per host and eight
 ranks, not 16,384: it runs the same ``add_samples`` on the samples the
@@ -10,7 +10,7 @@ coordinator accepted from it, under the coordinator's settings (its replies
 carry them: ``CONFIG_FIELDS``), and sends the result beside the samples. The
 coordinator keeps each rank's history itself (goodput, the verdict and the
 loader's onset read it) and takes the statistics from the agent when both
-describe the same newest sample (``coordinator.steps.with_summary``); from
+describe the same newest sample (``stepstats.steps.with_summary``); from
 the same samples the numbers are those it would have computed, bit for bit.
 
 A summary is a flat list of numbers (JSON floats): ``HEAD`` values, then
@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import islice
 from operator import lt
+from typing import Protocol
 
 # last_step (the newest sample kept: what the coordinator checks the summary against), p99_step_s,
 # train_steps, data_share, windows_scanned (-1: none yet); steps.StepStats's fields of those names.
@@ -40,6 +42,35 @@ CONFIG_FIELDS = (
     "straggler_windows",
 )
 MAX_CONFIG_VALUE = 1 << 20
+
+
+class Settings(Protocol):
+    """What the step statistics read of a config: CONFIG_FIELDS (the coordinator's
+    ``DetectorConfig`` has them; an agent makes ``SummarySettings`` from a reply)."""
+
+    @property
+    def warmup_steps(self) -> int: ...
+    @property
+    def history_steps(self) -> int: ...
+    @property
+    def starvation_window_steps(self) -> int: ...
+    @property
+    def straggler_window_steps(self) -> int: ...
+    @property
+    def straggler_windows(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SummarySettings:
+    """The settings a coordinator's reply gives, in CONFIG_FIELDS order."""
+
+    warmup_steps: int
+    history_steps: int
+    starvation_window_steps: int
+    straggler_window_steps: int
+    straggler_windows: int
+
+
 _EXACT = float(1 << 53)  # counts and step numbers above this are not exact as doubles
 _MAX_SECONDS = 1e9  # report.MAX_SECONDS (not imported: report imports this module)
 _FLOATS = {float}

@@ -26,6 +26,7 @@ from ..contracts.journal.lifecycle import CoordinatorStalledRecord
 from ..contracts.journal.performance import VerdictRecord
 from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, LauncherExitedRecord
 from ..report import HostReport
+from ..stepstats import stats
 from .analysis import health
 from .config import Config
 from .control import budget, fingerprint, relaunch
@@ -51,7 +52,7 @@ from .journal.jsonl import Journal, iter_records
 from .metrics import CoordinatorMetrics
 from .own_stall import StallGuard
 from .performance import cadence, goodput, verdict
-from .view import columns, stats, unjudged
+from .view import columns, unjudged
 from .view.cluster import ClusterView, Folder, LauncherExit, empty
 
 

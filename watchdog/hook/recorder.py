@@ -102,7 +102,7 @@ NEVER = 1 << 62  # a step number never reached: "no control request due"
 # loader's data-wait marks and the patched collectives, cannot be swapped: they
 # ask ``quiet`` (one slot read) instead.
 # Phases in which the job does no training: a step that had one open is recorded in it,
-# so the others' wait for this rank in that step reads as the pause's (coordinator/view/steps.py).
+# so the others' wait for this rank in that step reads as the pause's (stepstats/steps.py).
 _PAUSES = frozenset({int(Phase.CHECKPOINT), int(Phase.EVAL)})
 _QUIET_METHODS = (
     "step", "loss", "scope_enter", "set_step", "set_batch", "phase_enter", "phase_exit", "set_pg",

@@ -28,8 +28,8 @@ import math
 import re
 
 from watchdog.agent import metrics as am
-from watchdog.coordinator.view.stats import median
 from watchdog.promquery import Endpoint, PromError, query
+from watchdog.stepstats.stats import median
 
 from .runs import Run, RunError
 

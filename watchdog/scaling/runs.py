@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal
-from watchdog.coordinator.view.stats import median
+from watchdog.stepstats.stats import median
 
 
 class RunError(ValueError):

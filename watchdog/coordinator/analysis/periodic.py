@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from ..view import stats
+from ...stepstats import stats
 
 MIN_OCCURRENCES = 3  # the first one, and two more at the same interval
 TOLERANCE = 0.1  # of the period, at least one step: an interval counts as "the same"

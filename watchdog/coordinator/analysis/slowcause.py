@@ -36,7 +36,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from ..view import columns, stats
+from ...stepstats import stats
+from ..view import columns
 from ..view.cluster import ClusterView
 
 MIN_EXTRA_S = 0.001  # a step's loss to a slow rank below this is scheduler noise

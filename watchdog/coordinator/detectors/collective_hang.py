@@ -36,6 +36,9 @@ from operator import and_, ge, is_not
 from typing import Any
 
 from ...contracts.finding import Finding, group_name, ranks_phrase, seconds
+from ...stepstats import stats
+from ...stepstats.history import Steps
+from ...stepstats.steps import P99_SAMPLES, PAUSE_PHASES
 from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
 from ..analysis.intermittent_stalls import Stalls, expected_s
 from ..analysis.silence import SLOW_PHASES
@@ -43,10 +46,8 @@ from ..analysis.tick_memo import per_tick
 from ..analysis.wedge import frozen_together
 from ..config import DetectorConfig
 from ..metrics import HANG_DEADLINE_SECONDS, HANG_SECONDS, GaugeValues
-from ..view import columns, stats
+from ..view import columns
 from ..view.cluster import ClusterView, FoldedRank
-from ..view.stephistory import Steps
-from ..view.steps import P99_SAMPLES, PAUSE_PHASES
 from .phrases import heartbeat, where, who
 
 _STATUS = {

@@ -14,13 +14,13 @@ in 25 steps, for a second) is named from the goodput ledger's steps instead
 from __future__ import annotations
 
 from ...contracts.finding import Finding, ranks_phrase, seconds
+from ...stepstats.stats import median
 from ..analysis import intermittent_stalls as stalls
 from ..analysis.health import OK, classify_all
 from ..analysis.intermittent_stalls import Stalling, Stalls
 from ..config import DetectorConfig
 from ..view import columns
 from ..view.cluster import ClusterView, FoldedRank
-from ..view.stats import median
 
 ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one loader
 

@@ -16,13 +16,13 @@ from itertools import repeat
 from operator import attrgetter, is_, itemgetter, sub, truediv
 from typing import TypeVar, cast
 
+from ...stepstats.stats import median
+from ...stepstats.steps import WindowStat
 from ..analysis.health import OK, classify_all
 from ..analysis.tick_memo import per_tick
 from ..config import DetectorConfig
 from ..view import columns
 from ..view.cluster import ClusterView
-from ..view.stats import median
-from ..view.steps import WindowStat
 
 Cut = tuple[float, float, float, float, float]  # _baselines: two cut points and three baselines
 # A rank's score without the job-wide thresholds: the values of FIELDS, in order.

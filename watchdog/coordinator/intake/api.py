@@ -26,8 +26,8 @@ from ...report import (
     ReportError,
     rank_problem,
 )
+from ...stepstats.steps import summary_config
 from ..service import Coordinator, WrongJob
-from ..view.steps import summary_config
 from . import jsonbody
 
 __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]

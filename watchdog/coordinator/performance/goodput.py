@@ -36,15 +36,15 @@ from typing import Any, cast
 
 from watchdog.report import StepSample
 
+from ...stepstats.median import median
+from ...stepstats.stats import quantile
+from ...stepstats.steps import FLAT_FIELDS, PAUSE_PHASES
 from ..analysis.intermittent_stalls import SplitStep, Stalls
 from ..journal import event_names as je
 from ..view import columns
 from ..view.cluster import ClusterView
 from ..view.columns import RankColumns
-from ..view.median import median
-from ..view.stats import quantile
 from ..view.stepcolumns import StepColumns
-from ..view.steps import FLAT_FIELDS, PAUSE_PHASES
 
 PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = (
     "productive",

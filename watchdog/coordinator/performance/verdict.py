@@ -32,11 +32,12 @@ from operator import add, attrgetter, itemgetter, sub
 from typing import Any, NamedTuple
 
 from ...contracts.finding import seconds
+from ...stepstats import stats
+from ...stepstats.stats import median
 from ..analysis.health import OK, classify_all
 from ..config import DetectorConfig
-from ..view import columns, stats
+from ..view import columns
 from ..view.cluster import ClusterView, StepSample
-from ..view.stats import median
 
 DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
     "data",

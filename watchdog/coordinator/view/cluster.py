@@ -20,11 +20,11 @@ from typing import Any, cast
 
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, made, twinned
 
+from ...stepstats.history import Steps
+from ...stepstats.steps import StepStats, WindowStat, add_samples, summary_config, with_summary
 from ..config import DetectorConfig
 from ..journal import event_names as je
 from . import columns, loss_screen
-from .stephistory import Steps
-from .steps import StepStats, WindowStat, add_samples, summary_config, with_summary
 
 _EMPTY: Mapping = MappingProxyType({})
 LOSS_HISTORY = 64
@@ -46,7 +46,7 @@ class FoldedRank:
     progress_at: float  # last evidence of progress: a step completed or a collective moved
     last_alive_at: float  # latest report that said the process exists
     heartbeat_moved: bool = False  # the hook's heartbeat was seen to beat at least once
-    step_stats: StepStats = StepStats()  # what its step samples say (view/steps.py)
+    step_stats: StepStats = StepStats()  # what its step samples say (watchdog/stepstats/steps.py)
     died_at: float | None = None  # estimate, set by the first report that said the process is gone
     died_precise: bool = False  # from the agent's gone_age_s (poll resolution), not a bound
     dead_seen_at: float | None = None

@@ -29,13 +29,13 @@ from struct import Struct
 from struct import error as StructError
 from typing import TYPE_CHECKING, Any
 
-from .steps import FLAT_FIELDS
+from ...stepstats.steps import FLAT_FIELDS
 
 if TYPE_CHECKING:
     from watchdog.report import StepSample
 
+    from ...stepstats.steps import WindowStat
     from .cluster import ClusterView, FoldedRank
-    from .steps import WindowStat
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ from math import floor, inf
 from watchdog.contracts import stepsummary as sm
 from watchdog.report import StepSample, made, twinned
 
-from ..config import DetectorConfig
 from . import stats
-from .stephistory import History, Steps, appendable, snapshot
+from .history import History, Steps, appendable, snapshot
 
 P99_SAMPLES = 100
 assert P99_SAMPLES <= 101, "_Running.p99 interpolates between the two largest: true of 101 values at most"
@@ -77,7 +76,7 @@ class StepStats:
     unkept_step: int = field(default=-1, compare=False, repr=False)
 
 
-def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> StepStats:
+def add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: sm.Settings) -> StepStats:
     """``st`` with ``samples`` added (those not newer than its history are ignored).
 
     O(new samples x log window): the p99 over the last ``P99_SAMPLES`` steps and
@@ -138,7 +137,7 @@ assert tuple(f.name for f in fields(StepStats)) == (
 Grown = tuple[int, list[StepSample], Sequence[StepSample], int, int, Steps]
 
 
-def _grown(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) -> Grown | StepStats:
+def _grown(st: StepStats, samples: tuple[StepSample, ...], cfg: sm.Settings) -> Grown | StepStats:
     """The history with ``samples`` added, as ``add_samples`` and ``with_summary``
     both need it: (steps seen, the new samples kept, the buffer ``seq`` of the old
     history then the new samples from ``origin`` on, ``start`` of the new ones in
@@ -176,7 +175,7 @@ def _grown(st: StepStats, samples: tuple[StepSample, ...], cfg: DetectorConfig) 
 
 
 def with_summary(
-    st: StepStats, samples: tuple[StepSample, ...], summary: tuple[float, ...], cfg: DetectorConfig
+    st: StepStats, samples: tuple[StepSample, ...], summary: tuple[float, ...], cfg: sm.Settings
 ) -> StepStats | None:
     """``add_samples(st, samples, cfg)`` with the statistics read from ``summary``
     (``watchdog.contracts.stepsummary``: the agent's ``add_samples`` of the same samples under
@@ -219,7 +218,7 @@ def with_summary(
     )
 
 
-def summary_config(cfg: DetectorConfig) -> tuple[int, ...]:
+def summary_config(cfg: sm.Settings) -> tuple[int, ...]:
     """The settings a step summary depends on (``stepsummary.CONFIG_FIELDS``): what
     replies give agents and what their reports say they used."""
     return tuple(getattr(cfg, name) for name in sm.CONFIG_FIELDS)
@@ -269,7 +268,7 @@ def _encode(samples: tuple[StepSample, ...] | list[StepSample]) -> array | None:
     return array("d", out)
 
 
-def _recomputed(st: StepStats, history: Steps, seen: int, cfg: DetectorConfig) -> StepStats:
+def _recomputed(st: StepStats, history: Steps, seen: int, cfg: sm.Settings) -> StepStats:
     """The plain definitions, from the history's tail."""
     train = [x for x in history[-2 * cfg.starvation_window_steps :] if x.phase == "train"][
         -cfg.starvation_window_steps :
@@ -326,7 +325,7 @@ class _Running:
         "tip",
     )
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: sm.Settings) -> None:
         self.tip: Steps | None = ()  # the history this describes (None: unusable)
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0  # samples pushed
@@ -339,11 +338,11 @@ class _Running:
         self._s_data = array("d")  # their data_s, sorted (ties: oldest first)
         self._s_step = array("d")  # their step_s, in the same order
 
-    def fits(self, cfg: DetectorConfig) -> bool:
+    def fits(self, cfg: sm.Settings) -> bool:
         return self._cfg == (cfg.history_steps, cfg.starvation_window_steps)
 
     @classmethod
-    def build(cls, history: Steps, cfg: DetectorConfig) -> _Running | None:
+    def build(cls, history: Steps, cfg: sm.Settings) -> _Running | None:
         """From a history's tail; None if a duration in it is not finite."""
         run = cls(cfg)
         if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else (), 0):
@@ -430,7 +429,7 @@ def _two_largest(values: list[float]) -> tuple[float, float]:
 
 
 def _close_windows(
-    windows: tuple[WindowStat, ...], scanned: int, history: Steps, cfg: DetectorConfig, last: StepSample | None = None
+    windows: tuple[WindowStat, ...], scanned: int, history: Steps, cfg: sm.Settings, last: StepSample | None = None
 ) -> tuple[tuple[WindowStat, ...], int]:
     """Summarise every window that the newest sample has moved past; returns the
     windows and the new ``StepStats.windows_scanned``. A window's samples are all
