@@ -35,13 +35,8 @@ from .control.action_metrics import ActionMetrics
 from .control.loop import JobController
 from .control.policy import JobState
 from .detectors import build, tracker
-from .detectors.collective_hang import CollectiveHang
 from .detectors.dead_rank import DeadRank
-from .detectors.extra_work import ExtraWork
-from .detectors.loader_starvation import LoaderStarvation
-from .detectors.periodic_stall import PeriodicStall
 from .detectors.runner import DetectorRun, Runner
-from .detectors.straggler import Straggler
 from .evidence import plan as evidence_plan
 from .evidence import stack_gather, stack_plan, triggers
 from .evidence.dispatch import Dispatch, DispatchConfig
@@ -81,11 +76,14 @@ class Coordinator:
         self._wall_clock = wall_clock
         self.journal = journal
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.detectors = build(cfg.detectors)
+        self.goodput = goodput.Ledger()
+        self._cadence = cadence.Cadence(cfg.performance_ranks_per_tick)
+        # The ledger's steps name the ranks that stall now and then (intermittent_stalls.py); the
+        # straggler's rescoring keeps off the verdict's turn; dead_rank says which deaths it waits on.
+        self._dead_rank = DeadRank(cfg.detectors)
+        self.detectors = build(cfg.detectors, self.goodput.stalls, self._cadence.upcoming, self._dead_rank)
         self.metrics = CoordinatorMetrics(self.registry, tuple(d.name for d in self.detectors))
         self.runner = Runner(self.detectors)
-        self._straggler = next((d for d in self.detectors if isinstance(d, Straggler)), None)
-        self._dead_rank = next((d for d in self.detectors if isinstance(d, DeadRank)), None)
         self.log = logs.get("watchdog.coordinator")
         self._lock = threading.Lock()
         self._spent = budget.Spent()  # the restarts the launcher made by itself (control/budget.py); under _lock
@@ -116,15 +114,8 @@ class Coordinator:
         self.metrics.ranks_expected.set(cfg.world_size)
         self.verdict = verdict.Verdict()
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
-        self.goodput = goodput.Ledger()
-        for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (intermittent_stalls.py)
-            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall | CollectiveHang):
-                det.stalls = self.goodput.stalls
-            if isinstance(det, ExtraWork):  # rank 0's slowness, from the straggler's scores
-                det.straggler = self._straggler
         self._goodput_exported = dict.fromkeys(goodput.CATEGORIES, 0.0)
         self._goodput_journaled_at: float | None = None
-        self._cadence = cadence.Cadence(cfg.performance_ranks_per_tick)
         self._performance_failed = logs.RateLimited(every_s=600.0)
 
     @property
@@ -261,8 +252,6 @@ class Coordinator:
         if self.stall_guard.holding(now, view):  # every host looks silent for as long as we were stopped
             return TickResult((), (), ())
         self._hosts(view, now)
-        if self._straggler is not None:
-            self._straggler.hold = self._cadence.upcoming(len(view.ranks))
         outcomes = self.runner.run(now, view)
         self._judged(view, now, outcomes)
         findings = [
@@ -324,7 +313,7 @@ class Coordinator:
         dead = self._dead_rank
         ran = any(o.name == DeadRank.name and o.ok for o in outcomes)
         try:
-            judged = dead is None or (ran and not dead.waiting(now, view))
+            judged = ran and not dead.waiting(now, view)
         except Exception:  # noqa: BLE001 - as the detector's own check: never raised into the tick
             first, suppressed = self._judge_failed.should_log("waiting", now)
             if first:

@@ -10,9 +10,11 @@ exports what it returns: nothing outside a detector computes its internals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ...contracts.finding import Finding
+from ..analysis.intermittent_stalls import Stalls
 from ..config import DetectorConfig
 from ..metrics import GaugeValues
 from ..view.cluster import ClusterView
@@ -60,5 +62,24 @@ DETECTORS = (
 )
 
 
-def build(cfg: DetectorConfig) -> tuple[Detector, ...]:
-    return tuple(cls(cfg) for cls in DETECTORS)
+def build(
+    cfg: DetectorConfig,
+    stalls: Stalls | None = None,
+    hold: Callable[[int], bool] | None = None,
+    dead_rank: DeadRank | None = None,
+) -> tuple[Detector, ...]:
+    """``DETECTORS``, made with what some read beside the view: ``stalls``, the goodput
+    ledger's split steps (the ranks that stall now and then); ``hold``, whether a tick of
+    a job of so many ranks is another heavy part's (the straggler's rescoring waits);
+    ``dead_rank``, one made already (the coordinator asks it what it waits for).
+    extra_work reads the straggler's scores. Alone, a detector names no stalls."""
+    straggler = Straggler(cfg, stalls=stalls, hold=hold)
+    made: dict[type, Detector] = {
+        DeadRank: dead_rank if dead_rank is not None else DeadRank(cfg),
+        CollectiveHang: CollectiveHang(cfg, stalls=stalls),
+        Straggler: straggler,
+        LoaderStarvation: LoaderStarvation(cfg, stalls=stalls),
+        PeriodicStall: PeriodicStall(cfg, stalls=stalls),
+        ExtraWork: ExtraWork(cfg, straggler=straggler),
+    }
+    return tuple(made[cls] if cls in made else cls(cfg) for cls in DETECTORS)

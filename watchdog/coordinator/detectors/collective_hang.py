@@ -249,11 +249,11 @@ def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, 
 class CollectiveHang:
     name = "collective_hang"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, stalls: Stalls | None = None) -> None:
         self.cfg = cfg
         # The goodput ledger's stalls (the coordinator hands them over): a stall that recurs
         # where one was seen before gets the time it took then (expected_stall_s).
-        self.stalls: Stalls | None = None
+        self.stalls = stalls
 
     def _deadline(self, view: ClusterView, st: HangState) -> float:
         """The state's deadline; once a rank's unmarked stalls were seen in a frame,

@@ -27,9 +27,9 @@ from .straggler import Straggler
 class ExtraWork:
     name = "extra_work"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, straggler: Straggler | None = None) -> None:
         self.cfg = cfg
-        self.straggler: Straggler | None = None
+        self.straggler = straggler
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         if self.straggler is None:

@@ -28,11 +28,11 @@ ALL_RANKS_SHARE = 0.75  # this share of ranks starving = the pipeline, not one l
 class LoaderStarvation:
     name = "loader_starvation"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, stalls: Stalls | None = None) -> None:
         self.cfg = cfg
         # The train steps the goodput ledger split, for the ranks whose loader stalls now and
         # then (analysis/intermittent_stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
-        self.stalls: Stalls | None = None
+        self.stalls = stalls
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         found = self._starving(now, view)

@@ -27,9 +27,9 @@ from ..view.cluster import ClusterView
 class PeriodicStall:
     name = "periodic_stall"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, stalls: Stalls | None = None) -> None:
         self.cfg = cfg
-        self.stalls: Stalls | None = None
+        self.stalls = stalls
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         if self.stalls is None:

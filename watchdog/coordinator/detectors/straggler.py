@@ -65,7 +65,13 @@ GAUGE_RANKS = 64  # straggler-score series exported: the slowest ranks (and ever
 class Straggler:
     name = "straggler"
 
-    def __init__(self, cfg: DetectorConfig, tick_budget_s: float | None = TICK_BUDGET_S) -> None:
+    def __init__(
+        self,
+        cfg: DetectorConfig,
+        tick_budget_s: float | None = TICK_BUDGET_S,
+        stalls: Stalls | None = None,
+        hold: Callable[[int], bool] | None = None,
+    ) -> None:
         self.cfg = cfg
         # Derived from one scores answer, which stays the answer between window
         # closings (most ticks): at 16,384 ranks sorting and filtering every rank's
@@ -74,24 +80,27 @@ class Straggler:
         self._flagged: tuple[Scores, list[int]] | None = None
         self._gauge: tuple[Scores, GaugeValues] | None = None
         self.scorer = Scorer(cfg, tick_budget_s)
-        # Set by the coordinator for a tick that another heavy part has (the verdict's turn,
-        # cadence.py): the scores stay the last answer and no rescoring step runs on it.
-        self.hold = False
+        # Whether a tick of a job of so many ranks is another heavy part's (the verdict's turn,
+        # cadence.py; the coordinator's): the scores stay the last answer and no rescoring step runs on it.
+        self.hold = hold
         # check and gauges ask for one tick's. The view is held by a weak reference: the
         # last holder of the previous tick's view pays for freeing it (~0.1 s of
         # deallocation at 16,384 ranks), which is not this detector's work.
         self._last: tuple[weakref.ref[ClusterView], float, Scores] | None = None
         # The train steps the goodput ledger split, for the ranks that stall now and then
         # (analysis/intermittent_stalls.py): the coordinator gives its ledger's; None (a detector alone) names none.
-        self.stalls: Stalls | None = None
+        self.stalls = stalls
         self._contention: tuple[weakref.ref[ClusterView], Contentions] | None = None
 
     def scores(self, now: float, view: ClusterView) -> Scores:
         """The scores as of this tick: a rescoring is spread over ticks at scale
         (``Scorer.advance``), so they can be a few ticks behind the view."""
         if self._last is None or self._last[0]() is not view or self._last[1] != now:
-            self._last = (weakref.ref(view), now, self.scorer.scores(view, now, hold=self.hold))
+            self._last = (weakref.ref(view), now, self.scorer.scores(view, now, hold=self._held(view)))
         return self._last[2]
+
+    def _held(self, view: ClusterView) -> bool:
+        return self.hold is not None and self.hold(len(view.ranks))
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:
         """The slowdown factor of the ``GAUGE_RANKS`` slowest scored ranks (and of
