@@ -77,7 +77,7 @@ def run(m: SimpleNamespace, ranks: int, named: str, tmp: str) -> dict:
     else:
         found = [m.testing.finding("frozen_rank", sorted(view.ranks) if named == "all" else [0])]
     t = time.thread_time()
-    coord._collect(found, view, 102.0)
+    coord.evidence.collect(found, view, 102.0)
     plan = time.thread_time() - t
     if named == "each":
         return {"plain": plain, "plan": plan, "commands": len(coord.dispatch.pending()), "bytes": {}, "lines": {}}
@@ -86,7 +86,7 @@ def run(m: SimpleNamespace, ranks: int, named: str, tmp: str) -> dict:
     acks = {host: [_ack(c, host) for c in cmds] for host, cmds in replies.items()}
     answer, _ = round_(103.0, acks)
     t = time.thread_time()
-    coord._stack_groups(103.5)
+    coord.commands.groups(103.5)
     gather = time.thread_time() - t
     coord.journal.close()
     by_event: Counter[str] = Counter()

@@ -13,7 +13,7 @@ from watchdog.contracts import commands
 from watchdog.contracts.evidence import SlotEvidence, StackDump
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.evidence import triggers
+from watchdog.coordinator.evidence import collect, triggers
 from watchdog.coordinator.evidence.dispatch import GIVE_UP, SEND, WAIT, Dispatch, DispatchConfig, Pending, decide
 from watchdog.coordinator.evidence.plan import CommandRequest, plan
 from watchdog.coordinator.journal import event_names as je
@@ -490,7 +490,7 @@ def test_each_part_of_the_context_is_shared_only_with_findings_opened_soon_after
 
     def asked(f, now):
         before = {id(p) for p in c.dispatch.pending()}
-        c._collect([f], view, now)
+        c.evidence.collect([f], view, now)
         return sorted((p.req.type, p.req.host) for p in c.dispatch.pending() if id(p) not in before)
 
     snapshots = [("snapshot_slots", "host0"), ("snapshot_slots", "host1")]
@@ -511,4 +511,4 @@ def test_each_part_of_the_context_is_shared_only_with_findings_opened_soon_after
         ("dump_stacks", "host1"),
         ("snapshot_slots", "host1"),
     ]
-    assert asked(t.finding("frozen_rank", [6], wants=[6]), 101.0 + c.CONTEXT_SHARED_S) == every
+    assert asked(t.finding("frozen_rank", [6], wants=[6]), 101.0 + collect.CONTEXT_SHARED_S) == every

@@ -92,7 +92,7 @@ def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
     stepped: list[float] = []
     at = [0.0]
     straggler = next(d for d in c.detectors if d.name == "straggler")
-    verdict, scores, scorer = c._verdict, straggler.scores, straggler.scorer
+    verdict, scores, scorer = c.performance._verdict, straggler.scores, straggler.scorer
     rescoring = scorer._rescoring
 
     def _verdict(view, now):
@@ -114,7 +114,7 @@ def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
             except StopIteration as done:
                 return done.value
 
-    c._verdict, straggler.scores, scorer._rescoring = _verdict, _scores, _rescoring
+    c.performance._verdict, straggler.scores, scorer._rescoring = _verdict, _scores, _rescoring
     sim = SimJob(jitter=0.1, seed=3)
     sim.slow(5, 1.5)
     sim.run_until(40.0, coordinator=c, tick_s=0.5)

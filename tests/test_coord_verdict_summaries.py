@@ -32,7 +32,7 @@ def test_kept_summaries_measure_what_a_fresh_summary_measures(tmp_path):
     kept = V.measure(now, view, summaries=V.Summaries())
     assert kept == exact and kept.evidence == exact.evidence
     # The coordinator's own, refreshed tick after tick as reports came in, agrees too.
-    assert V.measure(now, view, summaries=c._summaries) == exact
+    assert V.measure(now, view, summaries=c.performance._summaries) == exact
 
 
 def test_a_budget_refreshes_the_longest_waiting_ranks_and_catches_up(tmp_path):
