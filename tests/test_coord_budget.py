@@ -11,7 +11,7 @@ from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
-from watchdog.timeline import actions as timeline_actions
+from watchdog.timeline import action_story as timeline_actions
 
 WALL0 = 1.7e9
 RESTART = (je.ACTION, {"action": "restart"})

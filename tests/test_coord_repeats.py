@@ -202,7 +202,7 @@ def test_policy_file_repeats_section():
 
 
 def test_the_timeline_tells_the_escalation_with_its_action():
-    from watchdog.timeline import actions as tl
+    from watchdog.timeline import action_story as tl
 
     rec = {
         "event": je.REPEAT_FAILURE,

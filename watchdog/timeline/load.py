@@ -23,7 +23,7 @@ from watchdog.contracts.journal.ranks import RankRestartedRecord
 from watchdog.coordinator.finding import ranks_phrase
 from watchdog.evidence import SlotEvidence, StackDump
 
-from . import actions, known, lanes, stacksets
+from . import action_story, journal_ranks, lanes, stacksets
 from .model import ClockNote, Lane, Section, Stack, Timeline
 from .sections import SECTION_REDUCERS, wall_of
 
@@ -134,7 +134,7 @@ def _follow_actions(raws: list[_Raw]) -> None:
     for i, raw in enumerate(raws):
         keep = []
         for rec, d in raw.records:
-            aid = actions.action_id(d) if actions.is_action(d) else None
+            aid = action_story.action_id(d) if action_story.is_action(d) else None
             if rec.event == je.ACTION and aid:
                 origin.setdefault(aid, i)
             if aid in origin and origin[aid] < i:
@@ -183,7 +183,7 @@ def _owner(raws: list[_Raw], i: int, rank: int, pid: int) -> int:
 
 def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack]) -> Section:
     sec = raw.section
-    view = known.KnownView()
+    view = journal_ranks.KnownView()
     for rec, d in raw.records:
         if not any(pair in raw.older for pair in _pids(d)):
             view.add(d)
@@ -200,7 +200,7 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             sec.lanes[rank] = view.lane(rank)
     for rank in range(min(sec.world_size, 4096)):
         if rank not in sec.lanes:  # expected but never registered: never_joined's culprits
-            sec.lanes[rank] = Lane(rank=rank, now=known.never_registered())
+            sec.lanes[rank] = Lane(rank=rank, now=journal_ranks.never_registered())
     for st in stacks:
         lane = sec.lanes.setdefault(st.rank, Lane(rank=st.rank, host=st.host, pid=st.pid))
         lane.stacks.append(st)
