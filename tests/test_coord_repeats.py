@@ -6,6 +6,7 @@ import pytest
 
 from watchdog.coordinator import fingerprint as fpm
 from watchdog.coordinator import journal_events as je
+from watchdog.coordinator import testing as T
 from watchdog.coordinator.control import JobController
 from watchdog.coordinator.finding import Finding
 from watchdog.coordinator.policy import JobControl, Policy, PolicyError, parse_policy, plan
@@ -172,7 +173,7 @@ def test_plan_escalates_a_repeat_instead_of_restarting_again():
 def test_controller_remembers_completes_and_journals_the_escalation():
     c = JobController(POL)
     view = empty("j", 4)
-    _, events = c.tick([hang(hosts=("h1",))], view, 200.0)
+    _, events = T.with_lines(c.tick([hang(hosts=("h1",))], view, 200.0))
     started = next(p for n, p in events if n == je.ACTION)
     assert started["action"] == "restart" and started["fingerprint"]["step"] == 12
     assert c.job.history[0].frames == ()
@@ -180,7 +181,7 @@ def test_controller_remembers_completes_and_journals_the_escalation():
     assert c.job.history[0].frames == FRAMES
     c.op = None  # the restart is over (its own module's business)
     c.job = JobControl(restarts=c.job.restarts, history=c.job.history)
-    _, events = c.tick([hang(hosts=("h2",), detected=300.0)], view, 400.0)
+    _, events = T.with_lines(c.tick([hang(hosts=("h2",), detected=300.0)], view, 400.0))
     names = [n for n, _ in events]
     assert je.REPEAT_FAILURE in names and names.index(je.REPEAT_FAILURE) < names.index(je.ACTION)
     rep = dict(events)[je.REPEAT_FAILURE]

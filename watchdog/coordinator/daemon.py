@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs, webconfig
 from ..contracts.journal.lifecycle import ConfigRecord, StartRecord, StopRecord
-from . import journal_events as je
+from ..contracts.journal.performance import GoodputRecord
 from . import journallock
 from .config import Config, loggable
 from .gcpolicy import GcPolicy
@@ -183,7 +183,7 @@ class Daemon:
             t.join(timeout=5.0)
         active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
         try:  # where the run's time went, once more at the end
-            self.journal.write(je.GOODPUT, self.coordinator.goodput_record(final=True))
+            self.journal.write(GoodputRecord(extra=self.coordinator.goodput_record(final=True)))
         except Exception as exc:  # the stop record matters more
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(StopRecord(reason=reason, active_findings=active))

@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry
 
 from .. import commands, logs
 from ..contracts.journal import Record
-from ..contracts.journal.actions import LauncherRestartRecord
+from ..contracts.journal.actions import LauncherRestartRecord, ResumedRecord
 from ..contracts.journal.findings import ExpectedFindingRecord, FindingRecord, ResolvedRecord
 from ..contracts.journal.lifecycle import CoordinatorStalledRecord
-from ..contracts.journal.performance import VerdictRecord
-from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, LauncherExitedRecord
+from ..contracts.journal.performance import GoodputRecord, VerdictRecord
+from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, HostSeenRecord, LauncherExitedRecord, StateRecord
 from ..report import HostReport
 from . import (
     budget,
@@ -195,8 +195,8 @@ class Coordinator:
         self.control.restore(rec, now)
         self.metrics.set_job_state(self.control.state)
         for outcome in rec.interrupted:
-            self.log.warning(je.ACTION_OUTCOME, **outcome)
-            self._record(je.ACTION_OUTCOME, outcome)
+            self.log.warning(je.ACTION_OUTCOME, **outcome.payload())
+            self._record(outcome)
         summary = rec.record(now)
         self.log.warning(je.RECOVERED, **summary.payload())
         self._record(summary)
@@ -235,13 +235,20 @@ class Coordinator:
                 self.metrics.step_summaries.labels("computed").inc(tally[1] - computed)
             if self._wall_clock is not None:
                 self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
-            for name, payload in events:
-                if name == je.STATE and payload.get("changed", {}).get("alive") == [True, False]:
-                    self._unjudged.died(payload["rank"], payload["pid"], now)
-                if name == je.HOST_SEEN and not payload.get("agent_restarted"):
+            for rec in events:
+                name, payload = rec.event, rec.payload()
+                if (
+                    isinstance(rec, StateRecord)
+                    and rec.changed
+                    and rec.changed.get("alive") == [True, False]
+                    and rec.rank is not None
+                    and rec.pid is not None
+                ):
+                    self._unjudged.died(rec.rank, rec.pid, now)
+                if isinstance(rec, HostSeenRecord) and not rec.agent_restarted:
                     self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
-                self._record(name, payload)
+                self._record(rec)
                 self._spent = budget.fold(self._spent, name, payload, now)
         self.metrics.received.inc()
         # Outside the lock: evidence lines can be large. Fsync'd with the next tick's
@@ -438,7 +445,7 @@ class Coordinator:
             self._goodput_journaled_at is None or now - self._goodput_journaled_at >= self.GOODPUT_EVERY_S
         ):
             self._goodput_journaled_at = now
-            self._record(je.GOODPUT, self.goodput_record(final=False))
+            self._record(GoodputRecord(extra=self.goodput_record(final=False)))
 
     def goodput_record(self, final: bool) -> dict[str, Any]:
         """The journal's goodput record: the ledger so far, and the verdict."""
@@ -531,14 +538,15 @@ class Coordinator:
         if reqs:
             self._expect_stacks(reqs, now)
             self.dispatch.request(reqs, now)
-        for name, payload in events:
+        for rec in events:
+            name, payload = rec.event, rec.payload()
             (self.log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else self.log.info)(name, **payload)
-            self._record(name, payload)
+            self._record(rec)
             self._action_metrics.note(name, payload)
             with self._lock:
                 self._spent = budget.fold(self._spent, name, payload, now)
-            if name == je.RESUMED and isinstance(payload.get("steps_lost"), int):
-                self.metrics.steps_lost.inc(payload["steps_lost"])
+            if isinstance(rec, ResumedRecord) and isinstance(rec.steps_lost, int):
+                self.metrics.steps_lost.inc(rec.steps_lost)
 
     def _launcher_resumed(self, view: ClusterView, now: float, spent: budget.Spent) -> None:
         """The steps a restart the launcher made on its own cost, once its group resumed (relaunch.py)."""
@@ -572,18 +580,14 @@ class Coordinator:
 
     def _stack_groups(self, now: float) -> None:
         for rec in self.stacks.due(now):
+            trig = rec.trigger or {}
             self.log.warning(
-                je.STACK_GROUPS,
-                trigger=rec["trigger"],
-                ranks=rec["ranks"],
-                groups=len(rec["groups"]),
-                summary=rec["summary"],
+                je.STACK_GROUPS, trigger=trig, ranks=rec.ranks, groups=len(rec.groups or ()), summary=rec.summary
             )
-            self._record(je.STACK_GROUPS, rec)
-            trig = rec["trigger"]
+            self._record(rec)
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
-            self._stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
-            self.control.stacks(trig, fingerprint.culprit_frames(rec))
+            self._stack_summary[(str(trig.get("kind")), ranks)] = rec.summary or ""
+            self.control.stacks(trig, fingerprint.culprit_frames(rec.payload()))
             while len(self._stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self._stack_summary[next(iter(self._stack_summary))]
 

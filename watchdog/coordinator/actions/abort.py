@@ -15,8 +15,8 @@ Done when no worker of the job is alive; the job state becomes ``failed``.
 from __future__ import annotations
 
 from watchdog import commands
+from watchdog.contracts.journal.actions import ActionOutcomeRecord, ActionProgressRecord
 
-from .. import journal_events as je
 from ..evidence_plan import CommandRequest
 from ..finding import ranks_phrase
 from ..stack_plan import MAX_PER_HOST
@@ -62,16 +62,13 @@ def _term(op: Operation, view: ClusterView, now: float) -> Step:
         op,
         signals(op, "SIGTERM", live, op.launchers),
         (
-            (
-                je.ACTION_PROGRESS,
-                brief(
-                    op,
-                    phase="term",
-                    signal="SIGTERM",
-                    workers=[r for r, _ in live],
-                    launchers=[p for p, _, _ in op.launchers],
-                    idents=idents(op),
-                ),
+            ActionProgressRecord(
+                **brief(op),
+                phase="term",
+                signal="SIGTERM",
+                workers=[r for r, _ in live],
+                launchers=[p for p, _, _ in op.launchers],
+                idents=idents(op),
             ),
         ),
     )
@@ -88,15 +85,12 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             op,
             (),
             (
-                (
-                    je.ACTION_OUTCOME,
-                    brief(
-                        op,
-                        ok=True,
-                        result="aborted: every worker is gone",
-                        seconds=round(now - op.started, 3),
-                        kill_rounds=op.kills,
-                    ),
+                ActionOutcomeRecord(
+                    **brief(op),
+                    ok=True,
+                    result="aborted: every worker is gone",
+                    seconds=round(now - op.started, 3),
+                    kill_rounds=op.kills,
                 ),
             ),
             done=True,
@@ -119,7 +113,11 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         return Step(
             op,
             (),
-            ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable)),),
+            (
+                ActionOutcomeRecord(
+                    **brief(op), ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable
+                ),
+            ),
             done=True,
             ok=False,
             state_event="aborted",
@@ -128,5 +126,5 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
     return Step(
         op,
         signals(op, "SIGKILL", live, op.launchers),
-        ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
+        (ActionProgressRecord(**brief(op), phase="kill", signal="SIGKILL", workers=[r for r, _ in live]),),
     )

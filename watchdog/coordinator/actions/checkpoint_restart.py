@@ -18,8 +18,8 @@ import math
 import statistics
 
 from watchdog import commands
+from watchdog.contracts.journal.actions import ActionProgressRecord, CheckpointedRecord, CheckpointFailedRecord
 
-from .. import journal_events as je
 from ..evidence_plan import CommandRequest
 from ..view import ClusterView
 from . import restart
@@ -52,7 +52,9 @@ def start(op: Operation, view: ClusterView, now: float) -> Step:
         for h, ts in sorted(by_host.items())
     )
     op = op.at("checkpoint", now, extra={**op.extra, "step": step, "ranks": [r for r, _ in alive]})
-    return Step(op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),))
+    return Step(
+        op, reqs, (ActionProgressRecord(**brief(op), phase="checkpoint", step=step, workers=op.extra["ranks"]),)
+    )
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> Step:
@@ -77,7 +79,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
             nxt.op,
             nxt.requests,
             (
-                (je.CHECKPOINTED, brief(op, step=step, ranks=sorted(acks), seconds=round(now - op.phase_at, 3))),
+                CheckpointedRecord(**brief(op, ranks=sorted(acks)), step=step, seconds=round(now - op.phase_at, 3)),
                 *nxt.events,
             ),
             state_event="checkpoint_done",
@@ -92,7 +94,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> Step:
         return Step(
             nxt.op,
             nxt.requests,
-            ((je.CHECKPOINT_FAILED, brief(op, step=step, error=why)), *nxt.events),
+            (CheckpointFailedRecord(**brief(op), step=step, error=why), *nxt.events),
             state_event="checkpoint_timeout",
         )
     return Step(op)
