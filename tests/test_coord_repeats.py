@@ -203,17 +203,20 @@ def test_policy_file_repeats_section():
 
 
 def test_the_timeline_tells_the_escalation_with_its_action():
+    from watchdog.contracts.journal import parse
     from watchdog.timeline import action_story as tl
 
-    rec = {
-        "event": je.REPEAT_FAILURE,
-        "t_wall": 10.0,
-        "action_id": "a-2",
-        "rule": "same_place",
-        "occurrences": 2,
-        "action": "abort",
-        "reason": "deterministic: the same failure at the same place after 1 restart(s): x",
-    }
+    rec = parse(
+        {
+            "event": je.REPEAT_FAILURE,
+            "t_wall": 10.0,
+            "action_id": "a-2",
+            "rule": "same_place",
+            "occurrences": 2,
+            "action": "abort",
+            "reason": "deterministic: the same failure at the same place after 1 restart(s): x",
+        }
+    )
     assert tl.is_action(rec)
     ((_, indent, text),) = tl.lines([rec])
     assert indent == 1 and text.startswith("repeat (same_place, occurrence 2): escalated to abort: deterministic")

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from watchdog.agent import frdump
+from watchdog.contracts.journal import Record, parse
 from watchdog.evidence import MAX_FR_ENTRIES, FlightRecorderDump
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 from watchdog.timeline import flight_recorder
@@ -154,14 +155,16 @@ def test_only_the_newest_entries_are_kept():
 # -- the timeline's files, read by PyTorch's own analyzer ------------------------------
 
 
-def evidence(dumps: list[FlightRecorderDump]) -> dict:
-    return {
-        "event": "evidence",
-        "t_wall": 10.0,
-        "trigger": {"kind": "collective_hang", "ranks": [1]},
-        "host": "h",
-        "flight_recorder": [d.to_dict() for d in dumps],
-    }
+def evidence(dumps: list[FlightRecorderDump]) -> Record:
+    return parse(
+        {
+            "event": "evidence",
+            "t_wall": 10.0,
+            "trigger": {"kind": "collective_hang", "ranks": [1]},
+            "host": "h",
+            "flight_recorder": [d.to_dict() for d in dumps],
+        }
+    )
 
 
 def test_gloos_unnamed_default_group_is_named_for_the_analyzer():

@@ -13,13 +13,31 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog import commands
+from watchdog.contracts.journal import Record
 from watchdog.contracts.journal import names as je
+from watchdog.contracts.journal.actions import (
+    ActionOutcomeRecord,
+    ActionProgressRecord,
+    ActionRecord,
+    LauncherRestartRecord,
+    RepeatFailureRecord,
+    RestartRecord,
+    ResumedRecord,
+)
+from watchdog.contracts.journal.commands import (
+    CommandDoneRecord,
+    CommandExpiredRecord,
+    CommandRecord,
+    CommandRefusedRecord,
+    CommandUnknownAckRecord,
+)
 from watchdog.coordinator.finding import rank_ranges, ranks_phrase, seconds
 
 # An action's steps and the policy holding back. Not checkpoint_restart's
 # je.CHECKPOINT_STEPS: the timeline does not tell them (the demo prints them).
 ACTION_EVENTS = (*je.ACTION_STEPS, *je.POLICY_HELD)
 COMMAND_EVENTS = je.COMMAND_EVENTS
+COMMANDS = (CommandRecord, CommandDoneRecord, CommandRefusedRecord, CommandExpiredRecord, CommandUnknownAckRecord)
 DRAWN = (
     je.ACTION,
     je.RESTART,
@@ -29,63 +47,69 @@ DRAWN = (
 )  # lines on the lanes; the rest is listed
 
 
-def is_action(rec: dict) -> bool:
-    ev = rec["event"]
-    return ev in ACTION_EVENTS or (ev in COMMAND_EVENTS and rec.get("type") not in commands.EVIDENCE)
+def is_action(rec: Record) -> bool:
+    return rec.event in ACTION_EVENTS or (isinstance(rec, COMMANDS) and rec.type not in commands.EVIDENCE)
 
 
-def action_id(rec: dict) -> str | None:
-    trig = rec.get("trigger")
-    aid = rec.get("action_id") or (trig.get("action") if isinstance(trig, dict) else None)
+def action_id(rec: Record) -> str | None:
+    """The action a record belongs to: its own id, or the one its command's trigger names."""
+    trig = getattr(rec, "trigger", None)  # the command records'
+    aid = getattr(rec, "action_id", None) or (trig.get("action") if isinstance(trig, dict) else None)
     return str(aid) if aid else None
 
 
-def label(rec: dict) -> str:
+def _or(value: Any, unknown: str = "?") -> Any:
+    return unknown if value is None else value
+
+
+def label(rec: Record) -> str:
     """One line for a record of any shape: the policy's actions are younger than this reader."""
-    ev = rec["event"]
-    ranks = rec.get("ranks") or rec.get("workers") or []
-    if ev == je.ACTION:
-        dry = " (dry run)" if rec.get("dry_run") else ""
-        cause = f" for {rec['kind']}" if rec.get("kind") else ""
-        escalated = f" (escalated from {rec['escalated_from']})" if rec.get("escalated_from") else ""
-        return f"{rec.get('action')}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip() + escalated
-    if ev == je.RESTART:
-        return f"restart {rec.get('restart', '?')}: workers {_ranks(rec.get('stopped'))} stopped" + _took(rec)
-    if ev == je.LAUNCHER_RESTART and "gone" not in rec:  # no action of the monitor's in flight
-        return f"restart {rec.get('restart', '?')} by the launcher on its own: ranks back as new processes"
-    if ev == je.LAUNCHER_RESTART:
-        return f"restart {rec.get('restart', '?')} by the launcher: workers {_ranks(rec.get('gone'))} already gone"
-    if ev == je.RESUMED:
-        lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
-        if rec.get("by") == "launcher" and "action_id" not in rec:  # after the launcher's restart on its own
-            s = rec.get("seconds")
-            took = f", {seconds(float(s))} after its restart" if isinstance(s, (int, float)) else ""
-            return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}{took}"
-        return f"resumed from step {rec.get('step', '?')} with {rec.get('world_size', '?')} ranks{lost}" + _took(rec)
-    if ev == je.ACTION_OUTCOME:
-        return f"outcome {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result') or rec.get('error') or ''}".rstrip()
-    if ev == je.REPEAT_FAILURE:
+    ranks = getattr(rec, "ranks", None) or getattr(rec, "workers", None) or []
+    if isinstance(rec, ActionRecord):
+        dry = " (dry run)" if rec.dry_run else ""
+        cause = f" for {rec.kind}" if rec.kind else ""
+        escalated = f" (escalated from {rec.escalated_from})" if rec.escalated_from else ""
+        return f"{rec.action}{dry}{cause} {ranks_phrase(ranks) if ranks else ''}".rstrip() + escalated
+    if isinstance(rec, RestartRecord):
+        return f"restart {_or(rec.restart)}: workers {_ranks(rec.stopped)} stopped" + _took(rec.seconds)
+    if isinstance(rec, LauncherRestartRecord) and not rec.has("gone"):  # no action of the monitor's in flight
+        return f"restart {_or(rec.restart)} by the launcher on its own: ranks back as new processes"
+    if isinstance(rec, LauncherRestartRecord):
+        return f"restart {_or(rec.restart)} by the launcher: workers {_ranks(rec.gone)} already gone"
+    if isinstance(rec, ResumedRecord):
+        lost = f", {rec.steps_lost} steps lost" if rec.steps_lost is not None else ""
+        back = f"resumed from step {_or(rec.step)} with {_or(rec.world_size)} ranks{lost}"
+        if rec.by == "launcher" and not rec.has("action_id"):  # after the launcher's restart on its own
+            return back + (f", {seconds(float(rec.seconds))} after its restart" if rec.seconds is not None else "")
+        return back + _took(rec.seconds)
+    if isinstance(rec, ActionOutcomeRecord):
+        return f"outcome {'ok' if rec.ok else 'FAILED'}: {rec.result or rec.extra.get('error') or ''}".rstrip()
+    if isinstance(rec, RepeatFailureRecord):
         return (
-            f"repeat ({rec.get('rule', '?')}, occurrence {rec.get('occurrences', '?')}): escalated to "
-            f"{rec.get('action', '?')}: {rec.get('reason', '')}"
+            f"repeat ({_or(rec.rule)}, occurrence {_or(rec.occurrences)}): escalated to "
+            f"{_or(rec.action)}: {_or(rec.reason, '')}"
         )
-    if ev == je.ACTION_PROGRESS and rec.get("phase") == "launcher":
-        return (
-            f"waiting up to {rec.get('waiting_s', '?')} s for the launcher to stop workers {_ranks(rec.get('workers'))}"
+    if isinstance(rec, ActionProgressRecord) and rec.phase == "launcher":
+        return f"waiting up to {_or(rec.waiting_s)} s for the launcher to stop workers {_ranks(rec.workers)}"
+    if isinstance(rec, ActionProgressRecord):
+        return f"{_or(rec.phase)}: {_or(rec.signal)} to workers {_ranks(rec.workers)}" + (
+            f", launchers {rec.launchers}" if rec.launchers else ""
         )
-    if ev == je.ACTION_PROGRESS:
-        return f"{rec.get('phase', '?')}: {rec.get('signal', '?')} to workers {_ranks(rec.get('workers'))}" + (
-            f", launchers {rec['launchers']}" if rec.get("launchers") else ""
-        )
-    name = next((str(rec[k]) for k in ("action", "command", "name", "kind", "type") if rec.get(k)), "")
-    parts = [ev.replace("_", " ")] + ([name] if name else [])
+    return _fields(rec, ranks)
+
+
+def _fields(rec: Record, ranks: Any) -> str:
+    """A record this reader has no sentence for, by the fields its line holds."""
+    d = rec.to_dict()
+    name = next((str(d[k]) for k in ("action", "command", "name", "kind", "type") if d.get(k)), "")
+    parts = [rec.event.replace("_", " ")] + ([name] if name else [])
     if ranks:
         parts.append(ranks_phrase(ranks))
-    if rec.get("hosts"):
-        parts.append("host " + ",".join(map(str, rec["hosts"])))
+    if d.get("hosts"):
+        parts.append("host " + ",".join(map(str, d["hosts"])))
     for key in ("outcome", "result", "status", "state", "ok", "error", "reason", "waited_s"):
-        if key in rec and rec[key] not in (None, ""):
-            parts.append(f"{key}={rec[key]}")
+        if key in d and d[key] not in (None, ""):
+            parts.append(f"{key}={d[key]}")
     return " ".join(parts)
 
 
@@ -93,33 +117,34 @@ def _ranks(ranks: Any) -> str:
     return rank_ranges(ranks) if isinstance(ranks, list) and ranks else "?"
 
 
-def _took(rec: dict) -> str:
-    s = rec.get("seconds")
-    return f", {seconds(float(s))} after the action" if isinstance(s, (int, float)) else ""
+def _took(s: float | None) -> str:
+    return f", {seconds(float(s))} after the action" if s is not None else ""
 
 
-def lines(actions: list[dict]) -> list[tuple[float, int, str]]:
+def lines(actions: list[Record]) -> list[tuple[float, int, str]]:
     """(t_wall, indent, text): each action, then its steps; signals sent to many
     processes collapse into one line; the policy holding back collapses too."""
     out: list[tuple[float, int, str]] = []
-    sent: dict[str, dict] = {}  # command id -> its command record
+    sent: dict[str, CommandRecord] = {}  # command id -> its command record
     groups: dict[tuple, dict] = {}  # (action id, type, signal) -> tally
-    held: list[dict] = []
+    held: list[Record] = []
     for rec in actions:
-        ev, t = rec["event"], float(rec.get("t_wall") or 0.0)
+        ev, t = rec.event, float(rec.t_wall or 0.0)
         aid = action_id(rec)
         if ev == je.ACTION_HELD:
             held.append(rec)
-        elif ev in COMMAND_EVENTS:
-            cmd = rec if ev == je.COMMAND else sent.get(str(rec.get("command_id")), rec)
-            if ev == je.COMMAND:
-                sent[str(rec.get("id"))] = rec
-            sig = (cmd.get("args") or {}).get("signal", "") if isinstance(cmd.get("args"), dict) else ""
-            g = groups.setdefault((aid, rec.get("type"), sig), {"t": t, "ranks": [], "tally": {}, "aid": aid})
-            if ev == je.COMMAND:
-                g["ranks"] += list(rec.get("ranks") or [])
+        elif isinstance(rec, COMMANDS):
+            answered = getattr(rec, "command_id", None)
+            cmd = rec if isinstance(rec, CommandRecord) else sent.get(str(answered), rec)
+            if isinstance(rec, CommandRecord):
+                sent[str(rec.id)] = rec
+            args = cmd.args if isinstance(cmd, CommandRecord) else None
+            sig = (args or {}).get("signal", "")
+            g = groups.setdefault((aid, rec.type, sig), {"t": t, "ranks": [], "tally": {}, "aid": aid})
+            if isinstance(rec, CommandRecord):
+                g["ranks"] += list(rec.ranks or [])
             else:
-                outcome = ev[8:] + (" ok" if rec.get("ok") else " failed") if ev == je.COMMAND_DONE else ev[8:]
+                outcome = ev[8:] + (" ok" if rec.ok else " failed") if isinstance(rec, CommandDoneRecord) else ev[8:]
                 g["tally"][outcome] = g["tally"].get(outcome, 0) + 1
         else:
             out.append((t, 0 if ev == je.ACTION or aid is None else 1, label(rec)))
@@ -129,6 +154,6 @@ def lines(actions: list[dict]) -> list[tuple[float, int, str]]:
         text = f"{typ} {sig}".strip() + f" sent to {target}: {tally or 'no answer journaled'}"
         out.append((g["t"], 0 if aid is None else 1, text))
     if held:
-        first = float(held[0].get("t_wall") or 0.0)
-        out.append((first, 0, f"held {len(held)} time(s) from here: {held[-1].get('reason', '')}"))
+        first = float(held[0].t_wall or 0.0)
+        out.append((first, 0, f"held {len(held)} time(s) from here: {_or(getattr(held[-1], 'reason', None), '')}"))
     return sorted(out, key=lambda x: x[0])

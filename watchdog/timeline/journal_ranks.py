@@ -9,11 +9,33 @@ dead or frozen rank's last step).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from watchdog.contracts.journal import names as je
+from watchdog.contracts.journal.findings import FindingRecord
+from watchdog.contracts.journal.ranks import RankJoinedRecord, RankRestartedRecord, StateRecord
+from watchdog.contracts.journal.record import Record
 
 from .model import Lane, RankNow
+
+
+@dataclass
+class _Known:
+    """What the journal said about one rank, last first."""
+
+    t: float | None = None
+    host: str = ""
+    pid: int = 0
+    alive: bool | None = None
+    status: str = ""
+    pg_state: str = ""
+    step: Any = None  # as journaled (a finding's evidence may hold anything)
+    phase: str = ""
+    coll_seq: Any = None
+    coll_outstanding: Any = 0
+    heartbeat_age_s: Any = None
+    where: str = ""
+    gone_t: float | None = None  # when the coordinator journaled the process gone (wall)
 
 
 def never_registered() -> RankNow:
@@ -22,124 +44,116 @@ def never_registered() -> RankNow:
 
 class KnownView:
     def __init__(self) -> None:
-        self._r: dict[int, dict[str, Any]] = {}
+        self._r: dict[int, _Known] = {}
 
     def ranks(self) -> list[int]:
         return sorted(self._r)
 
     def alive(self, rank: int) -> bool | None:
-        return self._r.get(rank, {}).get("alive")
+        k = self._r.get(rank)
+        return k.alive if k is not None else None
 
     def gone_seen(self, rank: int) -> float | None:
         """When the coordinator journaled the process gone (wall), if it did."""
-        t = self._r.get(rank, {}).get("gone_t")
-        return float(t) if isinstance(t, (int, float)) else None
+        k = self._r.get(rank)
+        return float(k.gone_t) if k is not None and isinstance(k.gone_t, (int, float)) else None
 
-    def _get(self, rank: Any) -> dict[str, Any] | None:
+    def _get(self, rank: Any) -> _Known | None:
         try:
-            return self._r.setdefault(int(rank), {})
+            return self._r.setdefault(int(rank), _Known())
         except (TypeError, ValueError):
             return None
 
-    def add(self, rec: dict) -> None:
-        ev, t = rec["event"], rec.get("t_wall")
-        if ev in (je.RANK_JOINED, je.RANK_RESTARTED):
-            d = self._get(rec.get("rank"))
-            if d is not None:
-                d.clear()  # a restarted rank starts over
-                d.update(
-                    t=t,
-                    host=rec.get("host", ""),
-                    pid=rec.get("pid", 0),
-                    alive=True,
-                    status=rec.get("status", ""),
-                    pg_state=rec.get("pg_state", ""),
+    def add(self, rec: Record) -> None:
+        t = rec.t_wall
+        if isinstance(rec, (RankJoinedRecord, RankRestartedRecord)):
+            if rec.rank is not None:  # a restarted rank starts over
+                status = rec.status if isinstance(rec, RankJoinedRecord) else None
+                pg_state = rec.pg_state if isinstance(rec, RankJoinedRecord) else None
+                self._r[rec.rank] = _Known(
+                    t=t, host=rec.host or "", pid=rec.pid or 0, alive=True, status=status or "", pg_state=pg_state or ""
                 )
-        elif ev == je.STATE:
-            d = self._get(rec.get("rank"))
-            if d is not None:
-                d.update(t=t, step=rec.get("step", d.get("step")))
-                for name, change in (rec.get("changed") or {}).items():
+        elif isinstance(rec, StateRecord):
+            k = self._get(rec.rank)
+            if k is not None:
+                k.t = t
+                if rec.step is not None:
+                    k.step = rec.step
+                for name, change in (rec.changed or {}).items():
                     if isinstance(change, list) and len(change) == 2:
-                        d[name] = change[1]
-                        if name == "alive" and change[1] is False:
-                            d["gone_t"] = t
-        elif ev == je.FINDING:
+                        if name == "alive":
+                            k.alive = change[1]
+                            if change[1] is False:
+                                k.gone_t = t
+                        elif name in ("status", "pg_state"):
+                            setattr(k, name, change[1])
+        elif type(rec) is FindingRecord:  # not an expected one: an action's effect says nothing of the rank
             self._finding(rec, t)
 
-    def _finding(self, rec: dict, t: Any) -> None:
-        kind, ev = rec.get("kind"), rec.get("evidence") or {}
+    def _finding(self, rec: FindingRecord, t: float | None) -> None:
+        kind, ev = rec.kind, rec.evidence
         for r, c in (ev.get("culprits") or {}).items():  # collective_hang
-            d = self._get(r)
-            if d is None or not isinstance(c, dict):
+            k = self._get(r)
+            if k is None or not isinstance(c, dict):
                 continue
-            d.update(
-                t=t,
-                host=c.get("host", d.get("host", "")),
-                pid=c.get("pid", d.get("pid", 0)),
-                step=c.get("step"),
-                phase=c.get("phase", ""),
-                coll_seq=c.get("coll_seq"),
-                coll_outstanding=c.get("coll_outstanding", 0),
-                heartbeat_age_s=c.get("heartbeat_age_s"),
-            )
+            k.t, k.host, k.pid = t, c.get("host", k.host), c.get("pid", k.pid)
+            k.step, k.phase = c.get("step"), c.get("phase", "")
+            k.coll_seq, k.coll_outstanding = c.get("coll_seq"), c.get("coll_outstanding", 0)
+            k.heartbeat_age_s = c.get("heartbeat_age_s")
             if c.get("in_data_wait"):
-                d["where"] = f"in the data loader at step {c.get('step')}"
+                k.where = f"in the data loader at step {c.get('step')}"
             elif c.get("coll_outstanding"):
-                d["where"] = f"in collective #{c.get('coll_seq')} at step {c.get('step')}"
+                k.where = f"in collective #{c.get('coll_seq')} at step {c.get('step')}"
             else:
                 place = "in training code" if c.get("phase") in ("train", "", None) else f"in {c.get('phase')}"
-                d["where"] = (
+                k.where = (
                     f"{place}, outside collectives and data loading, at step {c.get('step')} "
                     f"(last collective #{c.get('coll_seq')})"
                 )
             if c.get("health") not in (None, "ok"):
-                d["where"] = f"{c['health']}; {d['where']}"
+                k.where = f"{c['health']}; {k.where}"
         for r in ev.get("waiters") or ():
-            d = self._get(r)
-            if d is not None and ev.get("seq") is not None:
-                d.update(
-                    t=t,
-                    coll_seq=ev.get("seq"),
-                    coll_outstanding=1,
-                    where=f"waiting in {ev.get('op', 'a collective')} #{ev.get('seq')}",
-                )
+            k = self._get(r)
+            if k is not None and ev.get("seq") is not None:
+                k.t, k.coll_seq, k.coll_outstanding = t, ev.get("seq"), 1
+                k.where = f"waiting in {ev.get('op', 'a collective')} #{ev.get('seq')}"
         if kind in ("dead_rank", "frozen_rank"):
-            for r in rec.get("ranks") or ():
-                d = self._get(r)
-                if d is None:
+            for r in rec.ranks:
+                k = self._get(r)
+                if k is None:
                     continue
-                d.update(t=t, step=ev.get("step", d.get("step")), phase=ev.get("phase", d.get("phase", "")))
+                k.t, k.step, k.phase = t, ev.get("step", k.step), ev.get("phase", k.phase)
                 if kind == "dead_rank":
-                    d["alive"] = False
-                    d.setdefault("gone_t", t)
-                    d["where"] = f"process gone, last at step {d.get('step')}"
+                    k.alive = False
+                    if k.gone_t is None:
+                        k.gone_t = t
+                    k.where = f"process gone, last at step {k.step}"
                 else:
-                    d["where"] = (
+                    k.where = (
                         f"frozen (heartbeat stale {ev.get('heartbeat_age_s')} s, "
-                        f"{ev.get('proc_status') or 'state unknown'}) at step {d.get('step')}"
+                        f"{ev.get('proc_status') or 'state unknown'}) at step {k.step}"
                     )
 
     def lane(self, rank: int) -> Lane:
-        d = self._r.get(rank, {})
-        alive = d.get("alive")
+        k = self._r.get(rank) or _Known()
+        alive = k.alive
         # The journal holds state changes only: say what it holds, and no more.
-        step = f", at step {d['step']} when last journaled" if d.get("step") is not None else ""
-        where = d.get("where") or (
+        step = f", at step {k.step} when last journaled" if k.step is not None else ""
+        where = k.where or (
             f"no slot snapshot; {'alive' if alive else 'process gone' if alive is False else 'state unknown'}, "
-            f"status {d.get('status') or '?'}, process group {d.get('pg_state') or '?'}{step}"
+            f"status {k.status or '?'}, process group {k.pg_state or '?'}{step}"
         )
         now = RankNow(
-            t=d.get("t"),
+            t=k.t,
             source="coordinator",
-            step=d.get("step"),
-            phase=d.get("phase", ""),
+            step=k.step,
+            phase=k.phase,
             where=where,
             activity="gone" if alive is False else "",
-            coll_seq=d.get("coll_seq"),
-            coll_outstanding=int(d.get("coll_outstanding") or 0),
-            heartbeat_age_s=d.get("heartbeat_age_s"),
+            coll_seq=k.coll_seq,
+            coll_outstanding=int(k.coll_outstanding or 0),
+            heartbeat_age_s=k.heartbeat_age_s,
             alive=alive,
-            status=str(d.get("status", "")),
+            status=str(k.status),
         )
-        return Lane(rank=rank, host=str(d.get("host", "")), pid=int(d.get("pid") or 0), now=now)
+        return Lane(rank=rank, host=str(k.host), pid=int(k.pid or 0), now=now)

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from watchdog.contracts.journal import reader
+from watchdog.contracts.journal import parse, reader
 
 from . import flight_recorder, html, load, perfetto, stacksets, text
 
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not files:
             print("no stacks in the journal: nothing written", file=sys.stderr)
-    fr_sets = flight_recorder.collect(reader.read(args.journal))
+    fr_sets = flight_recorder.collect(parse(d) for d in reader.read(args.journal))
     if args.fr_dump:
         try:
             dirs = flight_recorder.write_dirs(fr_sets, args.fr_dump)

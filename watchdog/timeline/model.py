@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.contracts.journal.record import Record
 from watchdog.coordinator.finding import ADVISORY_KINDS
 
 
@@ -178,7 +179,7 @@ class Section:
     world_size: int = 0
     findings: list[dict] = field(default_factory=list)  # journal records, in order
     events: list[Event] = field(default_factory=list)
-    actions: list[dict] = field(default_factory=list)  # journal "action" / "command" records
+    actions: list[Record] = field(default_factory=list)  # journal "action" / "command" records
     lanes: dict[int, Lane] = field(default_factory=dict)
     evidence_events: int = 0
     clocks: list[ClockNote] = field(default_factory=list)

@@ -57,18 +57,18 @@ def _resolved(sec: Section, rec: ResolvedRecord, d: dict) -> None:
 
 
 def _action(sec: Section, rec: Record, d: dict) -> None:
-    sec.actions.append(d)
+    sec.actions.append(rec)
     kind = "action" if rec.event in action_story.DRAWN else "action_step"
-    sec.events.append(Event(wall_of(rec), kind, action_story.label(d), tuple(getattr(rec, "ranks", None) or ()), d))
+    sec.events.append(Event(wall_of(rec), kind, action_story.label(rec), tuple(getattr(rec, "ranks", None) or ()), d))
 
 
 def _command(sec: Section, rec: Command, d: dict) -> None:
-    if action_story.is_action(d):  # a signal the policy's action sent
+    if action_story.is_action(rec):  # a signal the policy's action sent
         _action(sec, rec, d)
         return
     # evidence collection's own bookkeeping: listed, not drawn
     sec.events.append(
-        Event(wall_of(rec), "evidence_request", action_story.label(d), tuple(getattr(rec, "ranks", None) or ()), d)
+        Event(wall_of(rec), "evidence_request", action_story.label(rec), tuple(getattr(rec, "ranks", None) or ()), d)
     )
     if rec.event in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
         why = (rec.reason or rec.error) if isinstance(rec, CommandRefusedRecord) else None
