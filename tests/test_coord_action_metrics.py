@@ -9,6 +9,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 from test_coord_actions import RESTART, coordinator, finding, gone, old_view, stuck_in_init
 
+from watchdog.coordinator import testing as T
 from watchdog.coordinator.control.action_metrics import ActionMetrics
 from watchdog.coordinator.control.loop import JobController
 from watchdog.coordinator.control.policy import JobState
@@ -32,7 +33,7 @@ def test_a_failed_restart_and_the_abort_it_escalates_to():
     c, v = JobController(replace(RESTART, resume_timeout_s=60)), old_view()
 
     def tick(findings, view, now):
-        reqs, events = c.tick(findings, view, now)
+        reqs, events = T.with_lines(c.tick(findings, view, now))
         for name, payload in events:
             m.note(name, payload)
         return reqs
@@ -51,7 +52,6 @@ def test_a_failed_restart_and_the_abort_it_escalates_to():
     assert value(reg, "watchdog_coordinator_actions_total", action="abort", outcome="started") == 1
     assert one_hot(reg) == "aborting"
     tick([], v, 162.5 + abort.STACKS_WAIT_S)
-    from watchdog.coordinator import testing as T
 
     v = T.view([replace(v.ranks[r].state, alive=False) for r in range(4)], 180.0, base=v, seq=5)
     tick([], v, 180.0)
@@ -64,7 +64,7 @@ def test_a_dry_run_is_counted_as_one_and_never_as_a_success():
     reg = CollectorRegistry()
     m = ActionMetrics(CoordinatorMetrics(reg))
     c = JobController(replace(RESTART, dry_run=True))
-    for name, payload in c.tick([finding()], old_view(), 101.0)[1]:
+    for name, payload in T.lines(c.tick([finding()], old_view(), 101.0)[1]):
         m.note(name, payload)
     assert value(reg, "watchdog_coordinator_actions_total", action="restart", outcome="dry_run") == 1
     for outcome in ("started", "succeeded", "failed"):

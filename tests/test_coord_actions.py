@@ -69,9 +69,9 @@ ABORT = replace(RESTART, actions={"collective_hang": "abort"})
 
 def test_default_policy_never_acts():
     c = JobController()
-    reqs, events = c.tick([finding()], old_view(), 200.0)
+    reqs, events = T.with_lines(c.tick([finding()], old_view(), 200.0))
     assert reqs == [] and names(events) == ["state"] and c.state is S.DEGRADED
-    reqs, events = c.tick([], old_view(), 201.0)
+    reqs, events = T.with_lines(c.tick([], old_view(), 201.0))
     assert reqs == [] and events == [(je.STATE, {"job_state": "running", "from": "degraded", "on": "findings_clear"})]
 
 
@@ -79,15 +79,15 @@ def test_advice_leaves_the_job_running():
     # periodic_stall, batch_changed: nothing is broken, so the job is not degraded by them
     c = JobController(Policy(actions={"collective_hang": "alert"}))
     for kind in ("periodic_stall", "batch_changed"):
-        reqs, events = c.tick([finding(kind, ranks=(0,))], old_view(), 200.0)
+        reqs, events = T.with_lines(c.tick([finding(kind, ranks=(0,))], old_view(), 200.0))
         assert reqs == [] and events == [] and c.state is S.RUNNING
-    reqs, events = c.tick([finding("periodic_stall", ranks=(0,)), finding()], old_view(), 201.0)
+    reqs, events = T.with_lines(c.tick([finding("periodic_stall", ranks=(0,)), finding()], old_view(), 201.0))
     assert names(events) == ["state"] and c.state is S.DEGRADED
 
 
 def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     c, v = JobController(RESTART), old_view()
-    reqs, events = c.tick([finding()], v, 101.0)
+    reqs, events = T.with_lines(c.tick([finding()], v, 101.0))
     assert names(events) == [je.STATE, je.ACTION, je.STATE, je.ACTION_PROGRESS]
     assert events[1][1]["action"] == "restart" and events[1][1]["restart"] == 1
     assert events[1][1]["reason"].startswith("collective_hang:")
@@ -95,20 +95,20 @@ def test_restart_stops_the_old_workers_then_sees_the_group_resume():
     assert c.state is S.RESTARTING
     # Nothing new before the grace period; the finding is still open but held.
     assert c.tick([finding()], v, 103.0) == ([], [])
-    reqs, events = c.tick([finding()], v, 106.5)
+    reqs, events = T.with_lines(c.tick([finding()], v, 106.5))
     assert signals(reqs) == [("SIGKILL", r, 1000 + r) for r in range(4)]
     v = gone(v, 107.0)
-    reqs, events = c.tick([], v, 107.0)
+    reqs, events = T.with_lines(c.tick([], v, 107.0))
     assert reqs == [] and names(events) == ["restart"] and events[0][1]["restart"] == 1
     v = resumed(v, 110.0, at_step=30)
-    reqs, events = c.tick([], v, 110.0)
+    reqs, events = T.with_lines(c.tick([], v, 110.0))
     assert names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert (events[0][1]["restart"], events[0][1]["step"]) == (1, 30)
     # The job had reached step 100 when the hang stopped it: 70 steps to do again.
     assert events[0][1]["steps_lost"] == 70 and events[1][1]["result"].endswith("resumed from step 30 (70 steps lost)")
     assert events[1][1]["ok"] is True and c.state is S.RUNNING and c.op is None
     # The cooldown counts from the end of the action.
-    reqs, events = c.tick([finding(detected=111.0)], v, 120.0)
+    reqs, events = T.with_lines(c.tick([finding(detected=111.0)], v, 120.0))
     assert reqs == [] and je.ACTION not in names(events)
 
 
@@ -116,7 +116,7 @@ def test_a_rank_that_registered_after_the_finding_is_never_signalled():
     v = old_view(now=100.0)
     v = T.view([T.rank(1, world_size=4, pid=3001, **LAUNCHER)], 102.0, base=v, seq=2)  # torchrun restarted it
     c = JobController(RESTART)
-    reqs, events = c.tick([finding("dead_rank", (1,), detected=101.0)], v, 103.0)
+    reqs, events = T.with_lines(c.tick([finding("dead_rank", (1,), detected=101.0)], v, 103.0))
     # rank 1 is gone: its launcher gets the grace period to stop the rest itself
     assert reqs == [] and [p["phase"] for n, p in events if n == je.ACTION_PROGRESS] == ["launcher"]
     reqs, _ = c.tick([], v, 103.0 + restart.LAUNCHER_GRACE_S)
@@ -126,15 +126,15 @@ def test_a_rank_that_registered_after_the_finding_is_never_signalled():
 def test_workers_all_gone_are_the_launchers_restart_and_never_restarted_again():
     v = old_view(now=100.0, alive=False)
     c = JobController(RESTART)
-    reqs, events = c.tick([finding("dead_rank", (1,))], v, 101.0)
+    reqs, events = T.with_lines(c.tick([finding("dead_rank", (1,))], v, 101.0))
     assert signals(reqs) == []
     (launcher,) = [p for n, p in events if n == je.LAUNCHER_RESTART]
     assert launcher["restart"] == 1 and launcher["gone"] == [0, 1, 2, 3], launcher
     assert je.RESTART not in names(events) and je.ACTION_PROGRESS not in names(events)
-    reqs, events = c.tick([finding("dead_rank", (1,))], v, 101.5)
+    reqs, events = T.with_lines(c.tick([finding("dead_rank", (1,))], v, 101.5))
     assert reqs == [] and events == []
     v = resumed(v, 110.0, at_step=30)
-    reqs, events = c.tick([], v, 110.0)
+    reqs, events = T.with_lines(c.tick([], v, 110.0))
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 30 (70 steps lost)"
 
@@ -166,7 +166,7 @@ def test_restart_that_never_resumes_is_an_outcome_and_escalates_to_an_abort_with
     c.tick([], v, 102.0)
     v = stuck_in_init(v, 110.0)
     assert c.tick([], v, 161.0) == ([], [])  # within the resume timeout: still waiting
-    reqs, events = c.tick([], v, 162.5)
+    reqs, events = T.with_lines(c.tick([], v, 162.5))
     assert names(events) == [je.ACTION_OUTCOME, je.ACTION, je.STATE]
     outcome, action = events[0][1], events[1][1]
     assert outcome["ok"] is False and outcome["action_id"] == "a-1"
@@ -181,10 +181,10 @@ def test_restart_that_never_resumes_is_an_outcome_and_escalates_to_an_abort_with
     (dump,) = [r for r in reqs if r.type == commands.DUMP_STACKS]
     assert [(t["rank"], t["pid"]) for t in dump.targets] == [(r, 2000 + r) for r in range(4)]
     # Then it stops them and the job has failed, with the reason on record.
-    reqs, events = c.tick([], v, 162.5 + abort.STACKS_WAIT_S)
+    reqs, events = T.with_lines(c.tick([], v, 162.5 + abort.STACKS_WAIT_S))
     assert ("SIGTERM", -1, 500) in signals(reqs) and ("SIGTERM", 2, 2002) in signals(reqs)
     v = T.view([replace(v.ranks[r].state, alive=False) for r in range(4)], 180.0, base=v, seq=5)
-    _, events = c.tick([], v, 180.0)
+    _, events = T.with_lines(c.tick([], v, 180.0))
     assert names(events) == [je.ACTION_OUTCOME, je.STATE] and c.state is S.FAILED
     assert c.tick([finding(detected=500.0)], v, 1000.0) == ([], [])  # a failed job gets nothing more
 
@@ -201,7 +201,7 @@ def test_restart_failed_says_which_ranks_never_came_back_and_which_died_again():
         base=v,
         seq=4,
     )
-    _, events = c.tick([], v, 133.0)
+    _, events = T.with_lines(c.tick([], v, 133.0))
     assert events[0][1]["result"] == (
         "restart failed: rank 0 stuck inside init_process_group; rank 1 died again: "
         "ValueError: bad shard at data.py:9, exit 1; ranks 2-3 never came back (no new "
@@ -221,7 +221,7 @@ def test_an_abort_says_which_ranks_no_signal_can_stop():
     )
     reqs, _ = c.tick([], v, 120.0)
     assert signals(reqs) == [("SIGKILL", -1, 500), ("SIGKILL", 2, 1002)]
-    _, events = c.tick([], v, 123.5)  # one round later, still in D state: reported, not waited on forever
+    _, events = T.with_lines(c.tick([], v, 123.5))  # one round later, still in D state: reported, not waited on forever
     assert names(events) == [je.ACTION_OUTCOME, je.STATE] and c.state is S.FAILED
     assert events[0][1]["d_state"] == [2] and "rank 2 in uninterruptible sleep (D state)" in events[0][1]["result"]
 
@@ -229,7 +229,7 @@ def test_an_abort_says_which_ranks_no_signal_can_stop():
 def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_workers():
     v = T.view([T.rank(r, world_size=8, launcher_pid=500 + r // 4, launcher_start_us=77) for r in range(8)], 100.0)
     c = JobController(ABORT)
-    reqs, events = c.tick([finding()], v, 101.0)
+    reqs, events = T.with_lines(c.tick([finding()], v, 101.0))
     assert c.state is S.ABORTING
     assert [(r.type, r.host, r.ranks) for r in reqs] == [
         ("dump_stacks", "host0", [0, 1, 2, 3]),
@@ -242,7 +242,7 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     c.note(je.EVIDENCE, {"type": "dump_stacks", "host": "host1", "trigger": {"action": "a-other"}})
     assert c.tick([finding()], v, 102.5) == ([], [])  # host1 has not answered this action
     c.note(je.COMMAND_EXPIRED, {"type": "dump_stacks", "host": "host1", "trigger": {"action": aid}})
-    reqs, events = c.tick([finding()], v, 103.0)
+    reqs, events = T.with_lines(c.tick([finding()], v, 103.0))
     sig = signals(reqs)
     assert sig[:2] == [("SIGTERM", -1, 500), ("SIGTERM", -1, 501)]  # one launcher per host, first
     assert sorted(s[1] for s in sig[2:]) == list(range(8))
@@ -250,7 +250,7 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     reqs, _ = c.tick([finding()], gone(v, 108.5, ranks=range(4)), 108.5)  # grace over, host1's ranks live on
     assert ("SIGKILL", -1, 500) in signals(reqs) and sorted(s[1] for s in signals(reqs) if s[1] >= 0) == [4, 5, 6, 7]
     v = T.view([replace(s.state, alive=False) for s in v.ranks.values()], 109.0, base=v, seq=3)
-    reqs, events = c.tick([finding()], v, 109.0)
+    reqs, events = T.with_lines(c.tick([finding()], v, 109.0))
     assert names(events) == [je.ACTION_OUTCOME, je.STATE] and events[0][1]["ok"] is True
     assert c.state is S.FAILED
 
@@ -264,7 +264,7 @@ def test_abort_does_not_wait_forever_for_stacks():
 
 def test_exhausted_budget_aborts_with_the_reason():
     c = JobController(replace(RESTART, max_restarts=0))
-    reqs, events = c.tick([finding()], old_view(), 101.0)
+    reqs, events = T.with_lines(c.tick([finding()], old_view(), 101.0))
     action = dict(events)["action"]
     assert action["action"] == "abort" and "restart budget exhausted" in action["reason"]
     assert all(r.type == "dump_stacks" for r in reqs) and c.state is S.ABORTING
@@ -272,7 +272,7 @@ def test_exhausted_budget_aborts_with_the_reason():
 
 def test_dry_run_journals_and_does_nothing():
     c = JobController(replace(RESTART, dry_run=True))
-    reqs, events = c.tick([finding()], old_view(), 101.0)
+    reqs, events = T.with_lines(c.tick([finding()], old_view(), 101.0))
     assert reqs == [] and names(events) == [je.STATE, je.ACTION, je.ACTION_OUTCOME]
     assert dict(events)["action"]["dry_run"] is True and c.state is S.DEGRADED
     assert c.tick([finding()], old_view(), 102.0)[0] == []  # cooldown: not every tick
@@ -363,33 +363,33 @@ def acked(view, now, step, ok=True, ranks=range(4), at=None):
 
 def test_checkpoint_restart_asks_every_rank_for_one_step_ahead_then_restarts_when_all_saved():
     c, v = JobController(CKPT), old_view(last_step_s=0.1)  # every rank at step 100
-    reqs, events = c.tick([finding("straggler", (2,))], v, 101.0)
+    reqs, events = T.with_lines(c.tick([finding("straggler", (2,))], v, 101.0))
     assert c.state is S.CHECKPOINTING
     (req,) = reqs
     step = req.args["step"]
     assert req.type == commands.CHECKPOINT and [t["rank"] for t in req.args["ranks"]] == [0, 1, 2, 3]
     assert step == 100 + 40  # LEAD_S (4 s) of 0.1 s steps ahead of the fastest rank
     assert c.tick([], acked(v, 102.0, step, ranks=(0, 1, 2)), 102.0)[0] == []  # rank 3 not yet
-    reqs, events = c.tick([], acked(v, 103.0, step), 103.0)
+    reqs, events = T.with_lines(c.tick([], acked(v, 103.0, step), 103.0))
     assert names(events)[:3] == [je.CHECKPOINTED, je.ACTION_PROGRESS, je.STATE] and c.state is S.RESTARTING
     assert dict(events)["checkpointed"]["step"] == step
     assert signals(reqs) == [("SIGTERM", r, 1000 + r) for r in range(4)]
     v = resumed(gone(v, 104.0), 106.0, at_step=step)
     c.tick([], gone(v, 104.0), 104.0)
-    _, events = c.tick([], v, 106.0)
+    _, events = T.with_lines(c.tick([], v, 106.0))
     assert dict(events)["resumed"]["step"] == step and c.state is S.RUNNING
 
 
 def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_never():
     c, v = JobController(CKPT), old_view(last_step_s=0.1)
     step = c.tick([finding("straggler", (2,))], v, 101.0)[0][0].args["step"]
-    reqs, events = c.tick([], acked(v, 102.0, step, at=step + 3, ranks=(1,)), 102.0)
+    reqs, events = T.with_lines(c.tick([], acked(v, 102.0, step, at=step + 3, ranks=(1,)), 102.0))
     assert names(events)[0] == je.CHECKPOINT_FAILED and "rank 1 saved at" in events[0][1]["error"]
     assert signals(reqs) and c.state is S.RESTARTING
     c2 = JobController(CKPT)
     c2.tick([finding("straggler", (2,))], v, 101.0)
     assert c2.tick([], v, 150.0)[0] == []
-    reqs, events = c2.tick([], v, 161.0)
+    reqs, events = T.with_lines(c2.tick([], v, 161.0))
     assert names(events)[0] == je.CHECKPOINT_FAILED and "within 60 s" in events[0][1]["error"] and signals(reqs)
 
 
@@ -404,7 +404,9 @@ def test_findings_about_the_workers_an_action_stopped_name_the_action():
 
 def test_held_actions_are_journaled_once_per_reason_not_every_tick():
     c, v = JobController(replace(RESTART, min_finding_age_s=5)), old_view()
-    held = [e for t in (101.0, 101.5, 102.0, 103.0) for e in c.tick([finding()], v, t)[1] if e[0] == je.ACTION_HELD]
+    held = [
+        e for t in (101.0, 101.5, 102.0, 103.0) for e in T.lines(c.tick([finding()], v, t)[1]) if e[0] == je.ACTION_HELD
+    ]
     assert len(held) == 1 and "finding is 1.0 s old" in held[0][1]["reason"]
 
 
@@ -419,7 +421,7 @@ def test_a_restarted_group_that_died_again_fails_without_waiting_out_the_resume_
         [replace(v.ranks[r].state, alive=False, gone_age_s=0.5, death=crash) for r in range(4)], 111.0, base=v, seq=4
     )
     assert c.tick([], v, 125.0) == ([], [])  # torchrun may still start another attempt
-    _, events = c.tick([], v, 131.0)
+    _, events = T.with_lines(c.tick([], v, 131.0))
     assert events[0][1]["result"].startswith(
         "restart failed: ranks 0-3 died again: RuntimeError: Gloo connectFullMesh"
     ), events[0][1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from watchdog.contracts.journal import parse
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.control import budget, policy, relaunch
@@ -12,7 +13,7 @@ from watchdog.coordinator.control import replay as recover
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal.jsonl import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
-from watchdog.timeline import actions as timeline_actions
+from watchdog.timeline import action_story as timeline_actions
 
 WALL0 = 1.7e9
 RESTART = (je.ACTION, {"action": "restart"})
@@ -92,7 +93,7 @@ def test_the_coordinator_counts_a_launcher_restart_it_sees_in_the_reports(tmp_pa
     # journaled as the launcher's restart, with no action of the monitor's, once
     recs = [r for r in iter_records(path) if r["event"] == je.LAUNCHER_RESTART]
     assert [(r["restart"], r["by"]) for r in recs] == [(1, "launcher")]
-    assert "by the launcher on its own" in timeline_actions.label(recs[0])
+    assert "by the launcher on its own" in timeline_actions.label(parse(recs[0]))
 
 
 def _old(r: int, step: int) -> tuple[str, dict]:
@@ -161,7 +162,9 @@ def test_the_steps_a_launcher_restart_cost_are_journaled_counted_and_told(tmp_pa
     assert (rec["by"], rec["restart"], rec["step"], rec["world_size"], rec["steps_lost"]) == ("launcher", 1, 50, 2, 7)
     assert "action_id" not in rec  # no action of the monitor's
     assert c.registry.get_sample_value("watchdog_coordinator_steps_lost_total") == 7.0
-    assert timeline_actions.label(rec) == "resumed from step 50 with 2 ranks, 7 steps lost, 2.1 s after its restart"
+    assert (
+        timeline_actions.label(parse(rec)) == "resumed from step 50 with 2 ranks, 7 steps lost, 2.1 s after its restart"
+    )
 
 
 def test_a_group_that_died_at_init_then_resumed_is_measured_from_where_the_fault_stopped_the_job(tmp_path):

@@ -528,7 +528,7 @@ def test_the_folder_folds_random_streams_as_the_code_before():
             ev_ref: list[Event] = []
             if not _already_folded(hosts, rep):
                 world = ref_fold_into(hosts, ranks, world, world0 > 0, rep, now, cfg, ev_ref)
-            assert folder.fold(rep, now, cfg) == ev_ref, (seed, n)
+            assert t.lines(folder.fold(rep, now, cfg)) == ev_ref, (seed, n)
             snap = folder.snapshot()
             if n % 10 == 9:
                 assert_same_ranks(ranks, snap.ranks)
@@ -559,14 +559,14 @@ def test_the_pure_fold_into_older_views_matches_the_code_before():
             now, rep = stream.next()
             if past and rng.random() < 0.2:  # a branch off an older view, not kept
                 old_view, old_hosts, old_ranks, old_world = rng.choice(past)
-                got, events = fold(old_view, rep, now, cfg)
+                got, events = t.with_lines(fold(old_view, rep, now, cfg))
                 h, r, ev = dict(old_hosts), dict(old_ranks), []
                 if not _already_folded(h, rep):
                     w = ref_fold_into(h, r, old_world, False, rep, now, cfg, ev)
                     assert got.world_size == w
                 assert events == ev
                 assert_same_ranks(r, got.ranks)
-            view, events = fold(view, rep, now, cfg)
+            view, events = t.with_lines(fold(view, rep, now, cfg))
             ev = []
             if not _already_folded(hosts, rep):
                 world = ref_fold_into(hosts, ranks, world, False, rep, now, cfg, ev)
@@ -589,7 +589,7 @@ def test_the_streams_reach_what_they_are_meant_to():
     nan = gpu = colls = loss = dead = windows = 0
     for _ in range(400):
         now, rep = stream.next()
-        events += folder.fold(rep, now, DetectorConfig(warmup_steps=0, straggler_window_steps=2))
+        events += t.lines(folder.fold(rep, now, DetectorConfig(warmup_steps=0, straggler_window_steps=2)))
         for s in rep.ranks:
             nan += any(math.isnan(x.step_s) for x in s.recent_steps)
         for rv in folder.snapshot().ranks.values():

@@ -76,7 +76,7 @@ class Journaled:
         self.records += [{"event": name, "t_wall": WALL0 + now, **payload} for name, payload in events]
 
     def tick(self, c: JobController, findings, view, now):
-        reqs, events = c.tick(findings, view, now)
+        reqs, events = T.with_lines(c.tick(findings, view, now))
         self.add(now, events)
         return reqs, events
 
@@ -117,14 +117,14 @@ def test_killed_after_the_old_workers_were_gone_it_sees_the_resume_and_never_res
     }
     assert c2.tick([finding(detected=122.0)], T.view([], 122.0), 122.0) == ([], [])  # no agent heard yet: wait
     v = new_view(123.0)
-    reqs, events = c2.tick([], v, 123.0)
+    reqs, events = T.with_lines(c2.tick([], v, 123.0))
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["action_id"] == "a-1" and events[1][1]["ok"] is True
     assert events[0][1]["steps_lost"] == 100 - events[0][1]["step"]  # the step reached, from the journal
     # The budget and the failure it was spent on survived: the next dead rank, after
     # the cooldown, aborts instead of restarting; it is a dead rank on the same host
     # again, which the repeat breaker names first.
-    reqs, events = c2.tick([finding(ranks=(2,), detected=190.0)], v, 190.0)
+    reqs, events = T.with_lines(c2.tick([finding(ranks=(2,), detected=190.0)], v, 190.0))
     action = dict(events)[je.ACTION]
     assert (action["action_id"], action["action"]) == ("a-2", "abort")
     assert "the same failure at the same place after 1 restart(s)" in action["reason"]
@@ -149,7 +149,7 @@ def test_killed_while_the_old_workers_were_stopping_it_signals_only_those_proces
         104.0,
     )
     assert c2.tick([], v, 104.0) == ([], [])  # within the grace period of the rebuilt action
-    reqs, events = c2.tick([], v, 108.5)
+    reqs, events = T.with_lines(c2.tick([], v, 108.5))
     assert sigs(reqs) == [("SIGKILL", 1, 1001), ("SIGKILL", 3, 1003)]  # never the new pid 2000
     assert all(p.get("action_id") == "a-1" for _, p in events)
 
@@ -196,7 +196,7 @@ def test_a_restart_that_had_stopped_nothing_is_closed_as_interrupted_and_stays_c
         {"event": je.STATE, "t_wall": WALL0 + 101.0, "job_state": "restarting", "from": "degraded", "on": "restart"},
     ]
     c2, rec = restarted(records, 105.0)
-    assert [o["action_id"] for o in rec.interrupted] == ["a-1"] and "interrupted" in rec.interrupted[0]["result"]
+    assert [o.action_id for o in rec.interrupted] == ["a-1"] and "interrupted" in rec.interrupted[0].result
     assert c2.op is None and c2.state is S.DEGRADED and len(c2.job.restarts) == 1
     assert list(rec.active) == [("dead_rank", (1,))]
 
@@ -312,7 +312,7 @@ def test_an_action_this_module_cannot_carry_on_is_closed_saying_so():
     ]
     rec = recover.replay(records, 10.0, WALL0 + 10.0, "job", POLICY)
     assert rec.op is None and rec.job.state is S.RUNNING
-    assert rec.interrupted[0]["result"].startswith(
+    assert rec.interrupted[0].result.startswith(
         "interrupted: the coordinator restarted and cannot carry this action on"
     )
 
@@ -384,14 +384,14 @@ def test_a_recovered_finding_not_seen_again_starts_nothing_once_the_restart_it_c
     c2, rec = restarted(j.records + [{"event": je.FINDING, "t_wall": WALL0 + 100.0, **finding().to_dict()}], 103.0, pol)
     assert rec.op is not None and list(rec.active) == [("dead_rank", (1,))]
     held_open = [a.first for a in rec.active.values()]
-    _, events = c2.tick(held_open, new_view(104.0), 104.0, seen=set())
+    _, events = T.with_lines(c2.tick(held_open, new_view(104.0), 104.0, seen=set()))
     assert names(events) == [je.RESTART]  # the old workers gone; torchrun started the new ones
-    reqs, events = c2.tick(held_open, new_view(105.0, seq=2, step=23), 105.0, seen=set())
+    reqs, events = T.with_lines(c2.tick(held_open, new_view(105.0, seq=2, step=23), 105.0, seen=set()))
     assert names(events)[:2] == [je.RESUMED, je.ACTION_OUTCOME] and je.ACTION not in names(events) and reqs == []
     assert c2.state is S.DEGRADED and c2.op is None  # the finding is open: degraded, not aborting
     # Reported again (the new incarnation of rank 1 died too): that one is acted on, a repeat.
     again = finding(detected=110.0)
-    _, events = c2.tick([again], new_view(110.0), 110.0, seen={again.key})
+    _, events = T.with_lines(c2.tick([again], new_view(110.0), 110.0, seen={again.key}))
     action = dict(events)[je.ACTION]
     assert (action["action_id"], action["action"]) == ("a-2", "abort")
 
@@ -441,7 +441,7 @@ def test_a_launchers_restart_survives_a_coordinator_restart_and_is_never_done_ag
     # -- killed again after the launcher's restart: the resume is all that is left --
     c3, rec = restarted(j.records, 104.0)
     assert rec.summary(104.0)["in_flight"]["phase"] == "resume"
-    reqs, events = c3.tick([], new_view(105.0), 105.0)
+    reqs, events = T.with_lines(c3.tick([], new_view(105.0), 105.0))
     assert reqs == [] and names(events) == [je.RESUMED, je.ACTION_OUTCOME, je.STATE]
     assert events[1][1]["result"] == "restart 1 (by the launcher), resumed from step 20 (80 steps lost)", events[1][1]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from watchdog.contracts.finding import Finding
+from watchdog.coordinator import testing as T
 from watchdog.coordinator.control import fingerprint as fpm
 from watchdog.coordinator.control.loop import JobController
 from watchdog.coordinator.control.policy import JobControl, Policy, PolicyError, parse_policy, plan
@@ -172,7 +173,7 @@ def test_plan_escalates_a_repeat_instead_of_restarting_again():
 def test_controller_remembers_completes_and_journals_the_escalation():
     c = JobController(POL)
     view = empty("j", 4)
-    _, events = c.tick([hang(hosts=("h1",))], view, 200.0)
+    _, events = T.with_lines(c.tick([hang(hosts=("h1",))], view, 200.0))
     started = next(p for n, p in events if n == je.ACTION)
     assert started["action"] == "restart" and started["fingerprint"]["step"] == 12
     assert c.job.history[0].frames == ()
@@ -180,7 +181,7 @@ def test_controller_remembers_completes_and_journals_the_escalation():
     assert c.job.history[0].frames == FRAMES
     c.op = None  # the restart is over (its own module's business)
     c.job = JobControl(restarts=c.job.restarts, history=c.job.history)
-    _, events = c.tick([hang(hosts=("h2",), detected=300.0)], view, 400.0)
+    _, events = T.with_lines(c.tick([hang(hosts=("h2",), detected=300.0)], view, 400.0))
     names = [n for n, _ in events]
     assert je.REPEAT_FAILURE in names and names.index(je.REPEAT_FAILURE) < names.index(je.ACTION)
     rep = dict(events)[je.REPEAT_FAILURE]
@@ -202,17 +203,20 @@ def test_policy_file_repeats_section():
 
 
 def test_the_timeline_tells_the_escalation_with_its_action():
-    from watchdog.timeline import actions as tl
+    from watchdog.contracts.journal import parse
+    from watchdog.timeline import action_story as tl
 
-    rec = {
-        "event": je.REPEAT_FAILURE,
-        "t_wall": 10.0,
-        "action_id": "a-2",
-        "rule": "same_place",
-        "occurrences": 2,
-        "action": "abort",
-        "reason": "deterministic: the same failure at the same place after 1 restart(s): x",
-    }
+    rec = parse(
+        {
+            "event": je.REPEAT_FAILURE,
+            "t_wall": 10.0,
+            "action_id": "a-2",
+            "rule": "same_place",
+            "occurrences": 2,
+            "action": "abort",
+            "reason": "deterministic: the same failure at the same place after 1 restart(s): x",
+        }
+    )
     assert tl.is_action(rec)
     ((_, indent, text),) = tl.lines([rec])
     assert indent == 1 and text.startswith("repeat (same_place, occurrence 2): escalated to abort: deterministic")

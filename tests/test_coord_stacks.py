@@ -29,8 +29,8 @@ def test_the_record_waits_for_every_host_then_groups_across_hosts():
     assert g.due(5.0) == []  # host b has not answered
     g.note(je.EVIDENCE, evidence("b", [stack(2, 220), stack(3, 212), {"rank": "x"}, "junk"]))
     [rec] = g.due(6.0)
-    assert rec["hosts_answered"] == 2 and rec["hosts_missing"] == [] and rec["late_ranks"] == 1
-    assert [(x["ranks"], x["culprit"]) for x in rec["groups"]] == [([[2, 2]], True), ([[0, 1], [3, 3]], False)]
+    assert rec.hosts_answered == 2 and rec.hosts_missing == [] and rec.late_ranks == 1
+    assert [(x["ranks"], x["culprit"]) for x in rec.groups] == [([[2, 2]], True), ([[0, 1], [3, 3]], False)]
     assert g.due(7.0) == []  # once
 
 
@@ -40,10 +40,10 @@ def test_a_refused_or_silent_host_ends_the_wait_and_is_named():
     g.note(je.EVIDENCE, evidence("a", [stack(0, 212)]))
     g.note(je.COMMAND_REFUSED, {"type": "dump_stacks", "host": "b", "trigger": dict(TRIGGER)})
     [rec] = g.due(1.0)
-    assert rec["hosts_missing"] == ["b"] and rec["ranks"] == 1
+    assert rec.hosts_missing == ["b"] and rec.ranks == 1
     g.expect(TRIGGER, {"a": [0], "b": [1]}, now=10.0)
     g.note(je.EVIDENCE, evidence("a", [stack(0, 212)]))
-    assert g.due(99.0) == [] and g.due(100.0)[0]["hosts_missing"] == ["b"]
+    assert g.due(99.0) == [] and g.due(100.0)[0].hosts_missing == ["b"]
 
 
 def test_other_triggers_types_and_hosts_are_ignored_and_a_later_failure_never_hides_a_stack():
@@ -54,7 +54,7 @@ def test_other_triggers_types_and_hosts_are_ignored_and_a_later_failure_never_hi
     g.note(je.EVIDENCE, evidence("zz", [stack(0, 1)]))
     g.note(je.EVIDENCE, evidence("a", [stack(0, 212), stack(0, 0, ok=False)]))
     [rec] = g.due(0.0)
-    assert [x["brief"] for x in rec["groups"]] == ["main (train.py:212)"]
+    assert [x["brief"] for x in rec.groups] == ["main (train.py:212)"]
 
 
 def test_the_agents_bound_is_journaled_as_numbers_only():

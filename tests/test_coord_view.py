@@ -24,7 +24,7 @@ def test_age_is_age_at_send_plus_time_since_receipt():
 
 
 def test_first_report_emits_host_seen_and_rank_joined():
-    v, events = fold(empty(), t.report("a", [t.rank(0), t.rank(1)]), 10.0, CFG)
+    v, events = t.with_lines(fold(empty(), t.report("a", [t.rank(0), t.rank(1)]), 10.0, CFG))
     names = [e for e, _ in events]
     assert names == [je.HOST_SEEN, je.RANK_JOINED, je.RANK_JOINED]
     assert v.world_size == 8  # learned from the reports
@@ -38,19 +38,19 @@ def test_configured_world_size_is_kept():
 
 def test_unchanged_rank_emits_no_events():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], seq=1), 10.0, CFG)
-    v, events = fold(v, t.report("a", [t.rank(0)], seq=2), 11.0, CFG)
+    v, events = t.with_lines(fold(v, t.report("a", [t.rank(0)], seq=2), 11.0, CFG))
     assert events == []
 
 
 def test_retried_report_is_folded_once():
     v, _ = fold(empty(), t.report("a", [t.rank(0, recent_steps=t.steps(1, 5))], seq=3), 10.0, CFG)
-    v2, events = fold(v, t.report("a", [t.rank(0, recent_steps=t.steps(1, 5))], seq=3), 10.5, CFG)
+    v2, events = t.with_lines(fold(v, t.report("a", [t.rank(0, recent_steps=t.steps(1, 5))], seq=3), 10.5, CFG))
     assert v2 is v and events == []
 
 
 def test_state_changes_are_events():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], seq=1), 10.0, CFG)
-    _, events = fold(v, t.report("a", [t.rank(0, alive=False, status="running")], seq=2), 11.0, CFG)
+    _, events = t.with_lines(fold(v, t.report("a", [t.rank(0, alive=False, status="running")], seq=2), 11.0, CFG))
     assert events == [
         (
             je.STATE,
@@ -61,7 +61,7 @@ def test_state_changes_are_events():
 
 def test_new_agent_id_is_an_agent_restart():
     v, _ = fold(empty(), t.report("a", [t.rank(0)], agent_id="x", seq=7), 10.0, CFG)
-    v, events = fold(v, t.report("a", [t.rank(0)], agent_id="y", seq=1), 11.0, CFG)
+    v, events = t.with_lines(fold(v, t.report("a", [t.rank(0)], agent_id="y", seq=1), 11.0, CFG))
     assert events[0][0] == je.HOST_SEEN and events[0][1]["agent_restarted"] is True
     assert v.hosts["a"].agent_id == "y" and 0 in v.ranks  # seq restarted at 1 and was accepted
 
@@ -70,7 +70,7 @@ def test_new_pid_is_a_restart_that_resets_rank_state():
     v = t.view([t.rank(0, recent_steps=t.steps(1, 60))], now=10.0)
     assert v.ranks[0].windows and v.ranks[0].history
     new = t.rank(0, pid=4242, proc_start_us=1_700_000_100_000_000, step=0)
-    v, events = fold(v, t.report("host0", [new], seq=2), 20.0, CFG)
+    v, events = t.with_lines(fold(v, t.report("host0", [new], seq=2), 20.0, CFG))
     assert (
         je.RANK_RESTARTED,
         {
@@ -89,7 +89,7 @@ def test_new_pid_is_a_restart_that_resets_rank_state():
 
 def test_older_incarnation_is_ignored():
     v = t.view([t.rank(0, pid=2, proc_start_us=2_000)], now=10.0)
-    v2, events = fold(v, t.report("other", [t.rank(0, pid=1, proc_start_us=1_000)]), 11.0, CFG)
+    v2, events = t.with_lines(fold(v, t.report("other", [t.rank(0, pid=1, proc_start_us=1_000)]), 11.0, CFG))
     assert v2.ranks[0].state.pid == 2 and not any(e == je.RANK_RESTARTED for e, _ in events)
 
 
@@ -143,9 +143,9 @@ def test_a_death_is_journaled_with_its_cause_before_the_launchers_replacement():
     v = t.view([t.rank(1)], now=10.0)
     death = {"summary": "ValueError: bad batch at train.py:12, exit 1 by sys.exit(1)", "exit_code": 1}
     dead = t.rank(1, alive=False, status="failed", death=death)
-    v, events = fold(v, t.report("host0", [dead], seq=2), 11.0, CFG)
+    v, events = t.with_lines(fold(v, t.report("host0", [dead], seq=2), 11.0, CFG))
     new = t.rank(1, pid=4242, proc_start_us=1_700_000_100_000_000, step=0)
-    v, later = fold(v, t.report("host0", [new], seq=3), 12.0, CFG)
+    v, later = t.with_lines(fold(v, t.report("host0", [new], seq=3), 12.0, CFG))
     (state,) = [p for e, p in events if e == je.STATE]
     assert state["changed"]["alive"] == [True, False] and state["cause"] == death["summary"], state
     assert [e for e, _ in later] == [je.RANK_RESTARTED]

@@ -3,8 +3,15 @@ tails from the journal decides when that is (pure, from journal records)."""
 
 from __future__ import annotations
 
+from watchdog.contracts.journal import parse
 from watchdog.coordinator.journal import event_names as je
 from watchdog.dev.demo import EvidenceWait
+
+
+def see(w: EvidenceWait, line: dict) -> None:
+    """A journal line as the demo's tail hands it over: parsed into its record."""
+    w.see(parse(line))
+
 
 TRIGGER = {"kind": "frozen_rank", "ranks": [3]}
 
@@ -16,34 +23,35 @@ def _cmd(kind: str, host: str = "vm", trigger: dict = TRIGGER) -> dict:
 def test_complete_once_every_command_for_the_first_finding_is_answered():
     w = EvidenceWait()
     assert not w.complete  # nothing found yet
-    w.see({"event": je.FINDING, "kind": "frozen_rank", "ranks": [3]})
+    see(w, {"event": je.FINDING, "kind": "frozen_rank", "ranks": [3]})
     assert not w.complete  # found, nothing asked yet: the commands follow on the next tick
     for kind in ("snapshot_slots", "dump_stacks"):
-        w.see(_cmd(kind))
-    w.see({"event": je.EVIDENCE, "type": "snapshot_slots", "host": "vm", "trigger": TRIGGER})
+        see(w, _cmd(kind))
+    see(w, {"event": je.EVIDENCE, "type": "snapshot_slots", "host": "vm", "trigger": TRIGGER})
     assert not w.complete  # the stacks are still out
     # Evidence for a later finding does not answer the first one's request.
-    w.see({"event": je.FINDING, "kind": "collective_hang", "ranks": [3]})
-    w.see(_cmd("dump_stacks", trigger={"kind": "collective_hang", "ranks": [3]}))
-    w.see(
+    see(w, {"event": je.FINDING, "kind": "collective_hang", "ranks": [3]})
+    see(w, _cmd("dump_stacks", trigger={"kind": "collective_hang", "ranks": [3]}))
+    see(
+        w,
         {
             "event": je.EVIDENCE,
             "type": "dump_stacks",
             "host": "vm",
             "trigger": {"kind": "collective_hang", "ranks": [3]},
-        }
+        },
     )
     assert not w.complete
-    w.see({"event": je.COMMAND_EXPIRED, "type": "dump_stacks", "host": "vm", "trigger": TRIGGER, "ids": ["c-1"]})
+    see(w, {"event": je.COMMAND_EXPIRED, "type": "dump_stacks", "host": "vm", "trigger": TRIGGER, "ids": ["c-1"]})
     assert w.complete  # an expired request is an answer too: the demo does not wait for it
 
 
 def test_every_host_answers_for_its_own_ranks():
     w = EvidenceWait()
-    w.see({"event": je.FINDING, **TRIGGER})
-    w.see(_cmd("dump_stacks", host="a"))
-    w.see(_cmd("dump_stacks", host="b"))
-    w.see({"event": je.EVIDENCE, "type": "dump_stacks", "host": "a", "trigger": TRIGGER})
+    see(w, {"event": je.FINDING, **TRIGGER})
+    see(w, _cmd("dump_stacks", host="a"))
+    see(w, _cmd("dump_stacks", host="b"))
+    see(w, {"event": je.EVIDENCE, "type": "dump_stacks", "host": "a", "trigger": TRIGGER})
     assert not w.complete
-    w.see({"event": je.COMMAND_REFUSED, "type": "dump_stacks", "host": "b", "trigger": TRIGGER})
+    see(w, {"event": je.COMMAND_REFUSED, "type": "dump_stacks", "host": "b", "trigger": TRIGGER})
     assert w.complete

@@ -10,8 +10,9 @@ import pytest
 
 from watchdog.agent import frdump
 from watchdog.contracts.evidence import MAX_FR_ENTRIES, FlightRecorderDump
+from watchdog.contracts.journal import Record, parse
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
-from watchdog.timeline import flightrec
+from watchdog.timeline import flight_recorder
 
 
 def entry(seq: int, size: int = 4, **kw) -> dict:
@@ -154,26 +155,30 @@ def test_only_the_newest_entries_are_kept():
 # -- the timeline's files, read by PyTorch's own analyzer ------------------------------
 
 
-def evidence(dumps: list[FlightRecorderDump]) -> dict:
-    return {
-        "event": "evidence",
-        "t_wall": 10.0,
-        "trigger": {"kind": "collective_hang", "ranks": [1]},
-        "host": "h",
-        "flight_recorder": [d.to_dict() for d in dumps],
-    }
+def evidence(dumps: list[FlightRecorderDump]) -> Record:
+    return parse(
+        {
+            "event": "evidence",
+            "t_wall": 10.0,
+            "trigger": {"kind": "collective_hang", "ranks": [1]},
+            "host": "h",
+            "flight_recorder": [d.to_dict() for d in dumps],
+        }
+    )
 
 
 def test_gloos_unnamed_default_group_is_named_for_the_analyzer():
     d = FlightRecorderDump.from_json(dump_json(3), "h", 0, 1, 0.0)
-    assert flightrec.analyzer_dump(d)["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    assert flight_recorder.analyzer_dump(d)["pg_config"] == {
+        "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
+    }
 
 
 def test_text_marks_the_rank_whose_last_collective_differs():
-    sets = flightrec.collect(
+    sets = flight_recorder.collect(
         [evidence([FlightRecorderDump.from_json(dump_json(n, 3), "h", r, r, 0.0) for r, n in enumerate((5, 4, 5))])]
     )
-    out = "\n".join(flightrec.lines(sets))
+    out = "\n".join(flight_recorder.lines(sets))
     assert "rank 1 (host h): last #4 gloo:all_reduce [[4]] Float scheduled (4 entries) <- differs" in out
     assert (
         "rank 0 (host h): last #5" in out
@@ -185,9 +190,9 @@ def test_pytorchs_analyzer_reads_what_we_write(tmp_path, caplog):
     fr_trace = pytest.importorskip("torch.distributed.flight_recorder.fr_trace")
     # rank 1 never issued collective #5: the analyzer must say so from our files
     dumps = [FlightRecorderDump.from_json(dump_json(n), "h", r, 100 + r, 0.0) for r, n in ((0, 5), (1, 4))]
-    (d,) = flightrec.write_dirs(flightrec.collect([evidence(dumps)]), str(tmp_path))
+    (d,) = flight_recorder.write_dirs(flight_recorder.collect([evidence(dumps)]), str(tmp_path))
     with caplog.at_level(logging.INFO, logger="Flight Recorder"):
-        fr_trace.main([d, "-p", flightrec.PREFIX])
+        fr_trace.main([d, "-p", flight_recorder.PREFIX])
     out = caplog.text
     assert "Not all ranks joining collective, sequence number: 5" in out
     assert "missing ranks: {1}" in out

@@ -197,3 +197,44 @@ def test_records_built_by_writers_are_the_lines_main_writes(tmp_path):
     old.close()
     new.close()
     assert (tmp_path / "new.jsonl").read_bytes() == (tmp_path / "old.jsonl").read_bytes()
+
+
+def test_records_the_view_and_the_actions_build_are_the_lines_they_wrote_as_dicts(tmp_path):
+    """The view's and the actions' records: every shape they write, explicit nulls
+    included, is the line their payload dicts gave (an ``absent()`` field tells a
+    field left out from one written as null)."""
+
+    def clock():
+        return (1_700_000_000.5, 42.25)
+
+    brief = {"action_id": "a-1", "action": "restart", "kind": "dead_rank", "ranks": [1]}
+    shapes = [json.loads(LINES[e]) for e in (*names.ACTION_STEPS, *names.CHECKPOINT_STEPS, *names.POLICY_HELD)]
+    shapes += [json.loads(LINES[e]) for e in (names.HOST_SEEN, names.RANK_JOINED, names.RANK_RESTARTED, names.STATE)]
+    shapes += [
+        {"event": names.STATE, "job_state": "restarting", "from": "degraded", "on": "restart"},
+        {"event": names.ACTION_OUTCOME, **brief, "ok": False, "result": "x", "restart": 1, "resume_timeout_s": 60.0, "seconds": 61.0},
+        {"event": names.ACTION_OUTCOME, **brief, "ok": True, "result": "aborted", "seconds": 3.0, "kill_rounds": 1},
+        {"event": names.ACTION_OUTCOME, **brief, "ok": False, "result": "alive", "alive": [2], "d_state": [2]},
+        {"event": names.ACTION_OUTCOME, "action_id": "a-1", "action": "abort", "ok": True, "result": "dry run"},
+        {"event": names.ACTION_PROGRESS, **brief, "phase": "rollback", "error": "no anomaly step"},
+        {"event": names.ACTION_PROGRESS, **brief, "phase": "rollback", "before_step": 7, "hosts": ["h"]},
+        {"event": names.ACTION, "action_id": "a-2", "action": "abort", "reason": "r", "kind": "dead_rank", "ranks": [1], "hosts": ["h"], "dry_run": False, "job_state": "degraded", "escalated_from": "a-0", "restart": 2},
+        {"event": names.REPEAT_FAILURE, "action_id": "a-2", "kind": "dead_rank", "ranks": [1], "hosts": ["h"], "dry_run": False, "fingerprint": None, "action": "abort", "rule": "same_failure", "reason": "again", "occurrences": 2, "earlier": []},
+    ]  # fmt: skip
+    old = journal.Journal(str(tmp_path / "old.jsonl"), clock)
+    new = journal.Journal(str(tmp_path / "new.jsonl"), clock)
+    for shape in shapes:
+        payload = {k: v for k, v in shape.items() if k not in ("event", "t_wall", "t_mono")}
+        old.write(shape["event"], payload)
+        fields = {("from_state" if k == "from" else k): v for k, v in payload.items()}
+        rec = cj.RECORDS[shape["event"]](**fields)
+        assert not rec.extra, shape  # every field declared, in the order written
+        new.write(rec)
+    old.close()
+    new.close()
+    assert (tmp_path / "new.jsonl").read_bytes() == (tmp_path / "old.jsonl").read_bytes()
+    # Read back, a null stays a null and a field left out stays left out.
+    nulls = cj.parse({"event": names.REPEAT_FAILURE, "fingerprint": None})
+    assert nulls.fingerprint is None and nulls.has("fingerprint") and "fingerprint" in nulls.to_dict()
+    left_out = cj.parse({"event": names.REPEAT_FAILURE})
+    assert not left_out.fingerprint and not left_out.has("fingerprint") and "fingerprint" not in left_out.to_dict()

@@ -35,7 +35,7 @@ def nan_finding(step=120):
 def test_rollback_restart_tells_every_host_first_then_stops_the_workers():
     v = T.view([T.rank(r, world_size=8, launcher_pid=500, launcher_start_us=7) for r in range(8)], 100.0)
     c = JobController(POLICY)
-    reqs, events = c.tick([nan_finding()], v, 101.0)
+    reqs, events = T.with_lines(c.tick([nan_finding()], v, 101.0))
     kinds = [r.type for r in reqs]
     assert kinds[:2] == [commands.ROLLBACK, commands.ROLLBACK] and set(kinds[2:]) == {commands.SIGNAL}
     assert {r.host for r in reqs[:2]} == {"host0", "host1"}
@@ -47,7 +47,7 @@ def test_rollback_restart_tells_every_host_first_then_stops_the_workers():
 
 def test_without_an_anomaly_step_it_is_a_plain_restart_that_says_so():
     v = T.view([T.rank(r, world_size=4) for r in range(4)], 100.0)
-    reqs, events = JobController(POLICY).tick([nan_finding(step=0)], v, 101.0)
+    reqs, events = T.with_lines(JobController(POLICY).tick([nan_finding(step=0)], v, 101.0))
     assert commands.ROLLBACK not in [r.type for r in reqs]
     assert "names no anomaly step" in next(p for n, p in events if n == je.ACTION_PROGRESS)["error"]
 

@@ -167,7 +167,7 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
     assert all(lane.now.where.startswith("never registered") for lane in s3.lanes.values())
     assert not any("disagree" in n for n in s1.notes + s2.notes)
     assert [lane.steps[-1].step for lane in s1.lanes.values()] == [4, 4]
-    assert s1.actions and s1.actions[0]["action"] == "restart"
+    assert s1.actions and s1.actions[0].action == "restart"
     out = text.render(tl)
     assert out.count("== section ") == 3 and "section 2 of 3: ranks restarted" in out
     assert "restart ranks 0-1" in out

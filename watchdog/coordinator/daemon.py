@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from .. import logs, webconfig
 from ..contracts.journal.lifecycle import ConfigRecord, StartRecord, StopRecord
+from ..contracts.journal.performance import GoodputRecord
 from .config import Config, loggable
 from .gcpolicy import GcPolicy
 from .intake.server import bound_address, make_server
-from .journal import event_names as je
 from .journal import lock as journallock
 from .journal.jsonl import Journal
 from .own_stall import is_stall
@@ -183,7 +183,7 @@ class Daemon:
             t.join(timeout=5.0)
         active = [{"kind": k, "ranks": list(r)} for k, r in self.coordinator.active]
         try:  # where the run's time went, once more at the end
-            self.journal.write(je.GOODPUT, self.coordinator.goodput_record(final=True))
+            self.journal.write(GoodputRecord(extra=self.coordinator.goodput_record(final=True)))
         except Exception as exc:  # the stop record matters more
             self.log.error("goodput_summary_failed", error=f"{type(exc).__name__}: {exc}")
         self.journal.write(StopRecord(reason=reason, active_findings=active))

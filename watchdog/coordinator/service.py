@@ -22,7 +22,7 @@ from ..contracts.finding import BLAMELESS_KINDS, Finding
 from ..contracts.journal import Record
 from ..contracts.journal.findings import ExpectedFindingRecord, FindingRecord
 from ..contracts.journal.lifecycle import CoordinatorStalledRecord
-from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, LauncherExitedRecord
+from ..contracts.journal.ranks import HostBackRecord, HostLostRecord, HostSeenRecord, LauncherExitedRecord, StateRecord
 from ..report import HostReport
 from ..stepstats import stats
 from .analysis import health
@@ -194,8 +194,8 @@ class Coordinator:
         self.control.restore(rec, now)
         self.metrics.set_job_state(self.control.state)
         for outcome in rec.interrupted:
-            self.log.warning(je.ACTION_OUTCOME, **outcome)
-            self._record(je.ACTION_OUTCOME, outcome)
+            self.log.warning(je.ACTION_OUTCOME, **outcome.payload())
+            self._record(outcome)
         summary = rec.record(now)
         self.log.warning(je.RECOVERED, **summary.payload())
         self._record(summary)
@@ -234,13 +234,20 @@ class Coordinator:
                 self.metrics.step_summaries.labels("computed").inc(tally[1] - computed)
             if self._wall_clock is not None:
                 self.backpressure.note_delay(report.host, self._wall_clock() - report.sent_wall, now)
-            for name, payload in events:
-                if name == je.STATE and payload.get("changed", {}).get("alive") == [True, False]:
-                    self._unjudged.died(payload["rank"], payload["pid"], now)
-                if name == je.HOST_SEEN and not payload.get("agent_restarted"):
+            for rec in events:
+                name, payload = rec.event, rec.payload()
+                if (
+                    isinstance(rec, StateRecord)
+                    and rec.changed
+                    and rec.changed.get("alive") == [True, False]
+                    and rec.rank is not None
+                    and rec.pid is not None
+                ):
+                    self._unjudged.died(rec.rank, rec.pid, now)
+                if isinstance(rec, HostSeenRecord) and not rec.agent_restarted:
                     self.metrics.host_culprits.seen(view.job, report.host)  # at 0 from the start
                 self.log.info(name, **payload)
-                self._record(name, payload)
+                self._record(rec)
                 self.steering.fold(name, payload, now)
         self.metrics.received.inc()
         # Outside the lock: evidence lines can be large. Fsync'd with the next tick's

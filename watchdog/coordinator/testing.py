@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from watchdog.contracts.journal.record import Record
 from watchdog.report import CollectiveState, CollSig, GpuStep, HostReport, RankState, StepSample
 
 from ..contracts.finding import Finding
@@ -158,6 +159,16 @@ def finding(kind: str, ranks: Iterable[int], wants: Iterable[int] = (), **eviden
         evidence=evidence,
         wants_stacks=tuple(wants),
     )
+
+
+def lines(events: Iterable[Record]) -> list[tuple[str, dict[str, Any]]]:
+    """Records as the journal writes them: (event, the line's fields after its stamps)."""
+    return [(r.event, r.payload()) for r in events]
+
+
+def with_lines(result: tuple[Any, Iterable[Record]]) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
+    """A ``(view or requests, records)`` result with its records as ``lines``."""
+    return result[0], lines(result[1])
 
 
 def host_of(r: int, ranks_per_host: int = 4) -> str:

@@ -17,8 +17,22 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from watchdog.contracts.finding import ACTIONABLE_KINDS
+from watchdog.contracts.journal import Record, parse
+from watchdog.contracts.journal.actions import (
+    ActionOutcomeRecord,
+    ActionProgressRecord,
+    ActionRecord,
+    CheckpointedRecord,
+    CheckpointFailedRecord,
+    LauncherRestartRecord,
+    RestartRecord,
+    ResumedRecord,
+)
+from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
+from watchdog.contracts.journal.ranks import StateRecord
 from watchdog.coordinator.control.policy import ACTIONS, load_policy
 from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
@@ -89,28 +103,22 @@ class Printer:
         else:
             print(f"demo: {text}", flush=True)
 
-    def finding(self, rec: dict) -> None:
-        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
+    def finding(self, rec: FindingRecord) -> None:
+        t = round(_wall(rec) - self.t0_wall, 2)
         if self.as_json:
-            out = {
-                "event": je.FINDING,
-                "kind": rec.get("kind"),
-                "ranks": rec.get("ranks", []),
-                "t": t,
-                "reason": rec.get("reason", ""),
-            }
-            if isinstance(rec.get("evidence"), dict):
-                out["evidence"] = rec["evidence"]
-            if isinstance(rec.get("onset_wall"), (int, float)):
-                out["onset_t"] = round(rec["onset_wall"] - self.t0_wall, 3)
+            out: dict[str, Any] = {"event": je.FINDING, "kind": rec.kind, "ranks": rec.ranks, "t": t}
+            out.update(reason=rec.reason, evidence=rec.evidence)
+            if rec.onset_wall:  # 0: not known
+                out["onset_t"] = round(rec.onset_wall - self.t0_wall, 3)
             print(json.dumps(out), flush=True)
         else:
-            print(f"[t+{t:6.2f}s] FINDING {rec.get('kind')}: {rec.get('reason', '')}", flush=True)
+            print(f"[t+{t:6.2f}s] FINDING {rec.kind}: {rec.reason}", flush=True)
 
-    def action(self, rec: dict) -> None:
+    def action(self, rec: Record) -> None:
         """action / action_outcome / restart / resumed / job state lines."""
-        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
-        ev = rec.get("event")
+        t = round(_wall(rec) - self.t0_wall, 2)
+        ev = rec.event
+        d = rec.to_dict()
         keep = (
             "action_id",
             "action",
@@ -136,51 +144,53 @@ class Printer:
             "error",
         )
         if self.as_json:
-            print(json.dumps({"event": ev, "t": t, **{k: rec[k] for k in keep if k in rec}}), flush=True)
+            print(json.dumps({"event": ev, "t": t, **{k: d[k] for k in keep if k in d}}), flush=True)
             return
-        if ev == je.ACTION:
-            text = f"ACTION {rec.get('action')} ({rec.get('action_id')}{', dry run' if rec.get('dry_run') else ''}): {rec.get('reason')}"
-        elif ev == je.ACTION_PROGRESS:
+        if isinstance(rec, ActionRecord):
+            text = f"ACTION {rec.action} ({rec.action_id}{', dry run' if rec.dry_run else ''}): {rec.reason}"
+        elif isinstance(rec, ActionProgressRecord):
             text = (
-                f"  checkpoint at step {rec.get('step')} requested from ranks {rec.get('workers')}"
-                if rec.get("phase") == "checkpoint"
-                else f"  waiting up to {rec.get('waiting_s')} s for the launcher to stop workers {rec.get('workers', [])}"
-                if rec.get("phase") == "launcher"
-                else f"  {rec.get('signal')} -> launchers {rec.get('launchers', [])}, workers {rec.get('workers', [])}"
-                if rec.get("workers") or rec.get("launchers")
+                f"  checkpoint at step {rec.step} requested from ranks {rec.workers}"
+                if rec.phase == "checkpoint"
+                else f"  waiting up to {rec.waiting_s} s for the launcher to stop workers {rec.workers or []}"
+                if rec.phase == "launcher"
+                else f"  {rec.signal} -> launchers {rec.launchers or []}, workers {rec.workers or []}"
+                if rec.workers or rec.launchers
                 else "  no worker left to stop (torchrun tore the group down)"
             )
-        elif ev == je.ACTION_OUTCOME:
-            text = f"OUTCOME {rec.get('action')} {'ok' if rec.get('ok') else 'FAILED'}: {rec.get('result')}"
-        elif ev == je.CHECKPOINTED:
-            text = f"CHECKPOINTED at step {rec.get('step')} on ranks {rec.get('ranks')}"
-        elif ev == je.CHECKPOINT_FAILED:
+        elif isinstance(rec, ActionOutcomeRecord):
+            text = f"OUTCOME {rec.action} {'ok' if rec.ok else 'FAILED'}: {rec.result}"
+        elif isinstance(rec, CheckpointedRecord):
+            text = f"CHECKPOINTED at step {rec.step} on ranks {rec.ranks}"
+        elif isinstance(rec, CheckpointFailedRecord):
+            text = f"CHECKPOINT FAILED (step {rec.step}): {rec.error}; restarting from the last checkpoint"
+        elif isinstance(rec, RestartRecord):
+            text = f"RESTART {rec.restart}: workers {rec.stopped} stopped, torchrun restarts the group"
+        elif isinstance(rec, LauncherRestartRecord):
             text = (
-                f"CHECKPOINT FAILED (step {rec.get('step')}): {rec.get('error')}; restarting from the last checkpoint"
+                f"RESTART {rec.restart} by the launcher: workers {rec.gone} already gone, torchrun restarts the group"
             )
-        elif ev == je.RESTART:
-            text = f"RESTART {rec.get('restart')}: workers {rec.get('stopped')} stopped, torchrun restarts the group"
-        elif ev == je.LAUNCHER_RESTART:
-            text = f"RESTART {rec.get('restart')} by the launcher: workers {rec.get('gone')} already gone, torchrun restarts the group"
-        elif ev == je.RESUMED:
-            lost = f", {rec['steps_lost']} steps lost" if isinstance(rec.get("steps_lost"), int) else ""
+        elif isinstance(rec, ResumedRecord):
+            lost = f", {rec.steps_lost} steps lost" if rec.steps_lost is not None else ""
             text = (
-                f"RESUMED restart {rec.get('restart')}, resumed from step {rec.get('step')}{lost} "
-                f"({rec.get('seconds')} s after the action)"
+                f"RESUMED restart {rec.restart}, resumed from step {rec.step}{lost} ({rec.seconds} s after the action)"
             )
+        elif isinstance(rec, StateRecord):
+            text = f"job state {rec.from_state} -> {rec.job_state} ({rec.on})"
         else:
-            text = f"job state {rec.get('from')} -> {rec.get('job_state')} ({rec.get('on')})"
+            text = f"{ev}: {d}"
         print(f"[t+{t:6.2f}s] {text}", flush=True)
 
-    def resolved(self, rec: dict) -> None:
-        t = round(float(rec.get("t_wall", time.time())) - self.t0_wall, 2)
+    def resolved(self, rec: ResolvedRecord) -> None:
+        t = round(_wall(rec) - self.t0_wall, 2)
         if self.as_json:
-            print(
-                json.dumps({"event": je.RESOLVED, "kind": rec.get("kind"), "ranks": rec.get("ranks", []), "t": t}),
-                flush=True,
-            )
+            print(json.dumps({"event": je.RESOLVED, "kind": rec.kind, "ranks": rec.ranks, "t": t}), flush=True)
         else:
-            print(f"[t+{t:6.2f}s] resolved {rec.get('kind')} ranks {rec.get('ranks')}", flush=True)
+            print(f"[t+{t:6.2f}s] resolved {rec.kind} ranks {rec.ranks}", flush=True)
+
+
+def _wall(rec: Record) -> float:
+    return rec.t_wall if rec.t_wall is not None else time.time()
 
 
 class JournalTail:
@@ -189,7 +199,7 @@ class JournalTail:
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.buf = path, 0, b""
 
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[Record]:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -202,9 +212,11 @@ class JournalTail:
         out = []
         for line in lines:
             try:
-                out.append(json.loads(line))
+                obj = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(obj, dict):
+                out.append(parse(_flat(obj)))
         return out
 
 
@@ -222,35 +234,41 @@ class EvidenceWait:
         self.pending: set[tuple[str, str]] = set()  # (type, host)
         self.asked = False
 
-    def see(self, rec: dict) -> None:
-        event = rec.get("event")
-        if event == je.FINDING and self.trigger is None:
-            self.trigger = {"kind": rec.get("kind"), "ranks": rec.get("ranks")}
-        elif self.trigger is None or rec.get("trigger") != self.trigger:
+    def see(self, rec: Record) -> None:
+        if type(rec) is FindingRecord and self.trigger is None:
+            self.trigger = {"kind": rec.kind, "ranks": rec.ranks}
+        elif self.trigger is None or getattr(rec, "trigger", None) != self.trigger:
             return
-        elif event == je.COMMAND:
-            self.pending.add((str(rec.get("type")), str(rec.get("host"))))
-            self.asked = True
-        elif event in self.OUTCOMES:
-            self.pending.discard((str(rec.get("type")), str(rec.get("host"))))
+        elif rec.event == je.COMMAND or rec.event in self.OUTCOMES:
+            asked = (str(getattr(rec, "type", None)), str(getattr(rec, "host", None)))
+            if rec.event == je.COMMAND:
+                self.pending.add(asked)
+                self.asked = True
+            else:
+                self.pending.discard(asked)
 
     @property
     def complete(self) -> bool:
         return self.asked and not self.pending
 
 
-def _finding_fields(rec: dict) -> dict:
+def _flat(obj: dict) -> dict:
     """Journal records may nest the finding; flatten what the printer needs."""
-    inner = rec.get("finding")
-    inner = inner if isinstance(inner, dict) else {}
-    merged = {**inner, **{k: v for k, v in rec.items() if k != "finding"}}
-    return merged
+    inner = obj.get("finding")
+    if not isinstance(inner, dict):
+        return obj
+    return {**inner, **{k: v for k, v in obj.items() if k != "finding"}}
 
 
 # Printed as action lines: an action's steps, checkpoint_restart's save, and the
 # job's state changes (je.STATE records with a job_state; a rank's are not shown).
 # The timeline's group differs: it lists the policy holding back, not the save.
 ACTION_EVENTS = (*je.ACTION_STEPS, *je.CHECKPOINT_STEPS, je.STATE)
+
+
+def _told(rec: Record) -> bool:
+    """An action's line, or the job's state change (not a rank's)."""
+    return rec.event in ACTION_EVENTS and (not isinstance(rec, StateRecord) or rec.has("job_state"))
 
 
 def _write_policy(path: Path, action: str) -> Path:
@@ -314,8 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
         torchrun_args=torchrun_args,
     )
-    actions: list[dict] = []
-    findings: list[dict] = []
+    actions: list[Record] = []
+    findings: list[FindingRecord] = []
     exit_code = None
     try:
         coordinator = localjob.start_coordinator(
@@ -346,26 +364,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         deadline = time.monotonic() + args.timeout_seconds
         while time.monotonic() < deadline:
             for rec in tail.poll():
-                event = rec.get("event")
                 evidence.see(rec)
-                if event == je.FINDING:
-                    flat = _finding_fields(rec)
-                    findings.append(flat)
-                    out.finding(flat)
+                if type(rec) is FindingRecord:
+                    findings.append(rec)
+                    out.finding(rec)
                     first_finding_at = first_finding_at or time.monotonic()
-                elif event == je.RESOLVED:
-                    out.resolved(_finding_fields(rec))
-                elif event in ACTION_EVENTS and (event != je.STATE or "job_state" in rec):
+                elif isinstance(rec, ResolvedRecord):
+                    out.resolved(rec)
+                elif _told(rec):
                     actions.append(rec)
                     out.action(rec)
             exit_code = torchrun.proc.popen.poll() if torchrun.proc else None
             if exit_code is not None:
                 time.sleep(1.0)  # let the last report and tick land in the journal
                 for rec in tail.poll():
-                    if rec.get("event") == je.FINDING:
-                        findings.append(_finding_fields(rec))
-                        out.finding(findings[-1])
-                    elif rec.get("event") in ACTION_EVENTS and (rec.get("event") != je.STATE or "job_state" in rec):
+                    if type(rec) is FindingRecord:
+                        findings.append(rec)
+                        out.finding(rec)
+                    elif _told(rec):
                         actions.append(rec)
                         out.action(rec)
                 break
@@ -392,14 +408,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "faults": args.fault,
         "job": job,
         "job_exit_code": exit_code,
-        "findings": [{"kind": f.get("kind"), "ranks": f.get("ranks", [])} for f in findings],
+        "findings": [{"kind": f.kind, "ranks": f.ranks} for f in findings],
         "actions": [
             {
-                k: a[k]
+                k: d[k]
                 for k in ("event", "action_id", "action", "ok", "result", "restart", "step", "job_state", "reason")
-                if k in a
+                if k in d
             }
-            for a in actions
+            for d in (a.to_dict() for a in actions)
         ],
         "journal": str(journal),
         "work_dir": str(work),

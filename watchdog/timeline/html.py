@@ -10,8 +10,8 @@ from html import escape
 
 from watchdog.contracts.finding import ranks_phrase
 
-from . import actions, assets, matrix, stacksets, stacktree, svg
-from .fmt import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
+from . import action_story, assets, matrix, stacksets, stacktree, svg
+from .formatting import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, Timeline, brief
 
 
@@ -223,7 +223,7 @@ def _events(sec: Section) -> str:
     if sec.actions:
         steps = "".join(
             f'<li style="margin-left:{18 * indent}px"><span class="mute">{clock(t)}</span> {escape(text)}</li>'
-            for t, indent, text in actions.lines(sec.actions)
+            for t, indent, text in action_story.lines(sec.actions)
         )
         done = f'<h3>What was done</h3><ul class="events actions">{steps}</ul>'
     else:

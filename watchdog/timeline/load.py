@@ -12,6 +12,7 @@ a restart can be journaled after the new processes were seen.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +21,11 @@ from watchdog.contracts.finding import ranks_phrase
 from watchdog.contracts.journal import Record, parse, reader
 from watchdog.contracts.journal import names as je
 from watchdog.contracts.journal.commands import EvidenceRecord
+from watchdog.contracts.journal.findings import FindingRecord
 from watchdog.contracts.journal.lifecycle import StartRecord
-from watchdog.contracts.journal.ranks import RankRestartedRecord
+from watchdog.contracts.journal.ranks import RankJoinedRecord, RankRestartedRecord, StateRecord
 
-from . import actions, known, lanes, stacksets
+from . import action_story, journal_ranks, lanes, stacksets
 from .model import ClockNote, Lane, Section, Stack, Timeline
 from .sections import SECTION_REDUCERS, wall_of
 
@@ -54,7 +56,7 @@ def load(path: str) -> Timeline:
     _follow_actions(raws)
     slots: list[list[tuple[dict, SlotEvidence]]] = [[] for _ in raws]
     stacks: list[list[Stack]] = [[] for _ in raws]
-    triggered: list[list[tuple[dict, Stack]]] = [[] for _ in raws]  # (evidence record, stack), for stack sets
+    triggered: list[list[tuple[EvidenceRecord, Stack]]] = [[] for _ in raws]  # (evidence record, stack), for stack sets
     for i, raw in enumerate(raws):
         for rec, d in raw.records:
             if isinstance(rec, EvidenceRecord):
@@ -78,11 +80,11 @@ def load(path: str) -> Timeline:
                         )
                         owner = _owner(raws, i, st.rank, st.pid)
                         stacks[owner].append(stack)
-                        triggered[owner].append((d, stack))
+                        triggered[owner].append((rec, stack))
     sections = [_build(raw, slots[i], stacks[i]) for i, raw in enumerate(raws)]
     for i, sec in enumerate(sections):
         sec.stack_sets, notes = stacksets.build(
-            triggered[i], [d for rec, d in raws[i].records if rec.event in stacksets.EVENTS]
+            triggered[i], [rec for rec, _ in raws[i].records if rec.event in stacksets.EVENTS]
         )
         sec.notes += notes
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
@@ -115,7 +117,7 @@ def _split(records: list[Read]) -> list[_Raw]:
                 first_restart_t = t
             cur.restarted.add(rank)
         cur.records.append((rec, d))
-        for rank, pid in _pids(d):
+        for rank, pid in _pids(rec):
             if (rank, pid) not in cur.older:
                 cur.pids.setdefault(rank, set()).add(pid)
     for i, raw in enumerate(raws):
@@ -134,7 +136,7 @@ def _follow_actions(raws: list[_Raw]) -> None:
     for i, raw in enumerate(raws):
         keep = []
         for rec, d in raw.records:
-            aid = actions.action_id(d) if actions.is_action(d) else None
+            aid = action_story.action_id(rec) if action_story.is_action(rec) else None
             if rec.event == je.ACTION and aid:
                 origin.setdefault(aid, i)
             if aid in origin and origin[aid] < i:
@@ -160,12 +162,12 @@ def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | 
     return raw
 
 
-def _pids(rec: dict):
+def _pids(rec: Record) -> Iterator[tuple[Any, Any]]:
     """(rank, pid) pairs a record names, so evidence can find its section."""
-    if rec["event"] in (je.RANK_JOINED, je.RANK_RESTARTED, je.STATE) and isinstance(rec.get("pid"), int):
-        yield rec.get("rank"), rec["pid"]
-    ev = rec.get("evidence") if rec["event"] == je.FINDING else None
-    if isinstance(ev, dict):
+    if isinstance(rec, (RankJoinedRecord, RankRestartedRecord, StateRecord)) and rec.pid is not None:
+        yield rec.rank, rec.pid
+    if type(rec) is FindingRecord:
+        ev = rec.evidence
         for r, pid in (ev.get("pids") or {}).items():
             yield int(r), pid
         for r, c in (ev.get("culprits") or {}).items():
@@ -183,10 +185,10 @@ def _owner(raws: list[_Raw], i: int, rank: int, pid: int) -> int:
 
 def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack]) -> Section:
     sec = raw.section
-    view = known.KnownView()
+    view = journal_ranks.KnownView()
     for rec, d in raw.records:
-        if not any(pair in raw.older for pair in _pids(d)):
-            view.add(d)
+        if not any(pair in raw.older for pair in _pids(rec)):
+            view.add(rec)
         reduce = SECTION_REDUCERS.get(rec.event)
         if reduce is not None:
             reduce(sec, rec, d)
@@ -200,7 +202,7 @@ def _build(raw: _Raw, slots: list[tuple[dict, SlotEvidence]], stacks: list[Stack
             sec.lanes[rank] = view.lane(rank)
     for rank in range(min(sec.world_size, 4096)):
         if rank not in sec.lanes:  # expected but never registered: never_joined's culprits
-            sec.lanes[rank] = Lane(rank=rank, now=known.never_registered())
+            sec.lanes[rank] = Lane(rank=rank, now=journal_ranks.never_registered())
     for st in stacks:
         lane = sec.lanes.setdefault(st.rank, Lane(rank=st.rank, host=st.host, pid=st.pid))
         lane.stacks.append(st)

@@ -18,9 +18,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from watchdog.contracts.journal import reader
+from watchdog.contracts.journal import parse, reader
 
-from . import flightrec, html, load, perfetto, stacksets, text
+from . import flight_recorder, html, load, perfetto, stacksets, text
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -40,7 +40,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fr-dump",
         metavar="DIR",
         help="write the ranks' Flight Recorder dumps, one directory per fault, as the per-rank files PyTorch's "
-        f"analyzer reads (python -m torch.distributed.flight_recorder.fr_trace DIR/01-... -p {flightrec.PREFIX})",
+        f"analyzer reads (python -m torch.distributed.flight_recorder.fr_trace DIR/01-... -p {flight_recorder.PREFIX})",
     )
     p.add_argument(
         "--text",
@@ -89,16 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not files:
             print("no stacks in the journal: nothing written", file=sys.stderr)
-    fr_sets = flightrec.collect(reader.read(args.journal))
+    fr_sets = flight_recorder.collect(parse(d) for d in reader.read(args.journal))
     if args.fr_dump:
         try:
-            dirs = flightrec.write_dirs(fr_sets, args.fr_dump)
+            dirs = flight_recorder.write_dirs(fr_sets, args.fr_dump)
         except OSError as exc:
             print(f"watchdog timeline: cannot write {args.fr_dump}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         for d in dirs:
             print(
-                f"wrote {d} (python -m torch.distributed.flight_recorder.fr_trace {d} -p {flightrec.PREFIX})",
+                f"wrote {d} (python -m torch.distributed.flight_recorder.fr_trace {d} -p {flight_recorder.PREFIX})",
                 file=sys.stderr,
             )
         if not dirs:
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.text or not (args.html or args.perfetto or args.stacks or args.fr_dump):
         sys.stdout.write(text.render(tl, steps=args.text_steps, max_ranks=args.max_ranks))
         if fr_sets:
-            sys.stdout.write("\n" + "\n".join(flightrec.lines(fr_sets)) + "\n")
+            sys.stdout.write("\n" + "\n".join(flight_recorder.lines(fr_sets)) + "\n")
     return 0 if tl.sections else 1
 
 

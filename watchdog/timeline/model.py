@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.contracts.finding import ADVISORY_KINDS
+from watchdog.contracts.journal.record import Record
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ class Section:
     world_size: int = 0
     findings: list[dict] = field(default_factory=list)  # journal records, in order
     events: list[Event] = field(default_factory=list)
-    actions: list[dict] = field(default_factory=list)  # journal "action" / "command" records
+    actions: list[Record] = field(default_factory=list)  # journal "action" / "command" records
     lanes: dict[int, Lane] = field(default_factory=dict)
     evidence_events: int = 0
     clocks: list[ClockNote] = field(default_factory=list)

@@ -24,7 +24,7 @@ from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord, S
 from watchdog.contracts.journal.performance import VerdictRecord
 from watchdog.contracts.journal.ranks import HostBackRecord, HostLostRecord, RankRestartedRecord, StateRecord
 
-from . import actions
+from . import action_story
 from .model import Event, Section
 
 Command = CommandRecord | CommandDoneRecord | CommandRefusedRecord | CommandExpiredRecord | CommandUnknownAckRecord
@@ -57,18 +57,18 @@ def _resolved(sec: Section, rec: ResolvedRecord, d: dict) -> None:
 
 
 def _action(sec: Section, rec: Record, d: dict) -> None:
-    sec.actions.append(d)
-    kind = "action" if rec.event in actions.DRAWN else "action_step"
-    sec.events.append(Event(wall_of(rec), kind, actions.label(d), tuple(getattr(rec, "ranks", None) or ()), d))
+    sec.actions.append(rec)
+    kind = "action" if rec.event in action_story.DRAWN else "action_step"
+    sec.events.append(Event(wall_of(rec), kind, action_story.label(rec), tuple(getattr(rec, "ranks", None) or ()), d))
 
 
 def _command(sec: Section, rec: Command, d: dict) -> None:
-    if actions.is_action(d):  # a signal the policy's action sent
+    if action_story.is_action(rec):  # a signal the policy's action sent
         _action(sec, rec, d)
         return
     # evidence collection's own bookkeeping: listed, not drawn
     sec.events.append(
-        Event(wall_of(rec), "evidence_request", actions.label(d), tuple(getattr(rec, "ranks", None) or ()), d)
+        Event(wall_of(rec), "evidence_request", action_story.label(rec), tuple(getattr(rec, "ranks", None) or ()), d)
     )
     if rec.event in (je.COMMAND_REFUSED, je.COMMAND_EXPIRED):
         why = (rec.reason or rec.error) if isinstance(rec, CommandRefusedRecord) else None
@@ -138,8 +138,8 @@ SECTION_REDUCERS: dict[str, Callable[[Section, Any, dict], None]] = {
     je.GOODPUT: _goodput,
     je.FINDING: _finding,
     je.RESOLVED: _resolved,
-    **dict.fromkeys(actions.ACTION_EVENTS, _action),
-    **dict.fromkeys(actions.COMMAND_EVENTS, _command),
+    **dict.fromkeys(action_story.ACTION_EVENTS, _action),
+    **dict.fromkeys(action_story.COMMAND_EVENTS, _command),
     je.EVIDENCE: _evidence,
     je.HOST_LOST: _host,
     je.HOST_BACK: _host,

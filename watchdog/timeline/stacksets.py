@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog import stackgroups
+from watchdog.contracts.journal import Record
+from watchdog.contracts.journal.commands import EvidenceRecord, StackGroupsRecord, StacksCappedRecord
 from watchdog.contracts.journal.names import STACK_GROUPS, STACKS_CAPPED
 from watchdog.coordinator.evidence import triggers
 
@@ -23,15 +25,15 @@ EVENTS = (STACK_GROUPS, STACKS_CAPPED)  # the journal records build() reads besi
 MIN_RANKS = 3  # a set of one or two stacks (culprit + a waiter) is shown as the stacks themselves
 
 
-def build(stacks: list[tuple[dict, Stack]], records: list[dict]) -> tuple[list[StackSet], list[str]]:
+def build(stacks: list[tuple[EvidenceRecord, Stack]], records: list[Record]) -> tuple[list[StackSet], list[str]]:
     """(stack sets in time order, notes about malformed records)."""
     # The evidence lines of a finding naming many ranks carry a brief trigger
     # (coordinator.triggers); its stack_groups record the full one, for culprits and label.
-    full = {_key(_trigger(r)): _trigger(r) for r in records if r.get("event") == STACK_GROUPS}
+    full = {_key(_trigger(r)): _trigger(r) for r in records if isinstance(r, StackGroupsRecord)}
     by_key: dict[str, tuple[dict, list[Stack]]] = {}
-    for rec, st in stacks:
-        key = _key(_trigger(rec))
-        by_key.setdefault(key, (full.get(key) or _trigger(rec), []))[1].append(st)
+    for answer, st in stacks:
+        key = _key(_trigger(answer))
+        by_key.setdefault(key, (full.get(key) or _trigger(answer), []))[1].append(st)
     made: dict[str, StackSet] = {}
     for key, (trigger, sts) in by_key.items():
         culprits = _culprits(trigger)
@@ -44,37 +46,39 @@ def build(stacks: list[tuple[dict, Stack]], records: list[dict]) -> tuple[list[S
     for rec in records:
         trigger = _trigger(rec)
         key = _key(trigger)
-        if rec.get("event") == STACKS_CAPPED:
+        if isinstance(rec, StacksCappedRecord):
             if key in made:
                 made[key].notes.append(
-                    f"{rec.get('ranks_left_out', '?')} rank(s) on {rec.get('hosts_capped', '?')} "
-                    f"host(s) not asked: at most {rec.get('max_per_host', '?')} per host"
+                    f"{_or(rec.ranks_left_out)} rank(s) on {_or(rec.hosts_capped)} "
+                    f"host(s) not asked: at most {_or(rec.max_per_host)} per host"
                 )
+            continue
+        if not isinstance(rec, StackGroupsRecord):
             continue
         if key not in made:  # no stacks in the journal: the coordinator's groups are all there is
             try:
-                g = stackgroups.Grouping.from_dict(rec)
+                g = stackgroups.Grouping.from_dict(rec.to_dict())
             except (ValueError, TypeError, AttributeError) as exc:
-                notes.append(f"stack_groups record at {rec.get('t_wall')} unreadable: {exc}")
+                notes.append(f"stack_groups record at {rec.t_wall} unreadable: {exc}")
                 continue
             made[key] = StackSet(
                 trigger=trigger,
                 label=label(trigger),
-                taken=_num(rec.get("t_wall")),
+                taken=rec.t_wall or 0.0,
                 grouping=g,
                 culprits=_culprits(trigger),
                 source="record",
             )
         s = made[key]
-        missing = rec.get("hosts_missing") or []
-        if isinstance(missing, list) and missing:
+        missing = rec.hosts_missing or []
+        if missing:
             s.notes.append(
                 f"no stacks from host(s) {', '.join(str(h) for h in missing[:8])}"
                 + (" and more" if len(missing) > 8 else "")
                 + " (refused or no answer in time)"
             )
-        late = rec.get("late_ranks")
-        if isinstance(late, int) and late > 0:
+        late = rec.late_ranks
+        if late is not None and late > 0:
             s.notes.append(f"{late} rank(s) not dumped within their host's deadline")
     return sorted(made.values(), key=lambda s: s.taken), notes
 
@@ -93,8 +97,8 @@ def _culprits(trigger: dict[str, Any]) -> tuple[int, ...]:
     return tuple(r for r in ranks if isinstance(r, int)) if isinstance(ranks, list) else ()
 
 
-def _trigger(rec: dict) -> dict[str, Any]:
-    t = rec.get("trigger")
+def _trigger(rec: Record) -> dict[str, Any]:
+    t = getattr(rec, "trigger", None)  # the evidence's, stack groups' and cap's records hold one
     return t if isinstance(t, dict) else {}
 
 
@@ -102,8 +106,8 @@ def _key(trigger: dict[str, Any]) -> str:
     return triggers.key(trigger)
 
 
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) else 0.0
+def _or(value: Any) -> Any:
+    return "?" if value is None else value
 
 
 def folded_files(sections: list[Any]) -> list[tuple[str, str]]:

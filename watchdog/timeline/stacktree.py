@@ -14,7 +14,7 @@ from html import escape
 
 from watchdog.stackgroups import Group, short_phrase
 
-from .fmt import clock
+from .formatting import clock
 from .model import StackSet
 
 MAX_NODES = 2000

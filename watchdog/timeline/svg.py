@@ -11,7 +11,7 @@ import math
 import time
 from html import escape
 
-from .fmt import clock, seconds
+from .formatting import clock, seconds
 from .model import Event, Lane, Section, Span, StepSpan, brief
 
 W = 1200  # viewBox width; the SVG scales to the page width

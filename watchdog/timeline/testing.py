@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +139,8 @@ def hang_journal(
         gather.note(je.EVIDENCE, ev)
         recs.append(ev)
     if with_record:
-        [rec] = gather.due(63.0)
-        recs.append({"event": je.STACK_GROUPS, "t_wall": t0 + 63, "t_mono": 63.0, **rec})
+        [grouped] = gather.due(63.0)
+        recs.append(replace(grouped, t_wall=t0 + 63, t_mono=63.0).to_dict())
     recs.append({"event": je.STOP, "t_wall": t0 + 70, "t_mono": 70.0, "reason": "SIGTERM"})
     with open(path, "w", encoding="utf-8") as fh:
         for rec in recs:

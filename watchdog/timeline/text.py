@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from watchdog.contracts.finding import ranks_phrase
 from watchdog.stackgroups import short_phrase
 
-from . import actions, stacksets
-from .fmt import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
+from . import action_story, stacksets
+from .formatting import clock, date, finding_times, latest_split, ordered_lanes, seconds, step_summary
 from .model import Lane, Section, Stack, StackSet, Timeline, brief
 
 STACK_LINES = 14  # of the main thread: enough for the training loop's frames
@@ -222,4 +222,6 @@ def _actions(sec: Section) -> list[str]:
         return ["actions: none in this section (it began with the restart told in the section before)"]
     if not sec.actions:
         return ["actions: none journaled (detection only: the policy alerts and takes no action)"]
-    return ["actions:"] + [f"  {clock(t)} {'    ' * indent}{text}" for t, indent, text in actions.lines(sec.actions)]
+    return ["actions:"] + [
+        f"  {clock(t)} {'    ' * indent}{text}" for t, indent, text in action_story.lines(sec.actions)
+    ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from .record import Record, optional
+from .record import Absent, Record, absent, optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +115,12 @@ class ActionOutcomeRecord(_Brief):
     EVENT = names.ACTION_OUTCOME
     ok: bool | None = optional()
     result: str | None = optional()
+    restart: int | None = optional()  # a restart that failed: which one, and how long it waited to resume
+    resume_timeout_s: float | None = optional()
     seconds: float | None = optional()
+    kill_rounds: int | None = optional()  # an abort: its SIGKILL rounds, and the ranks no signal ended
+    alive: list[Any] | None = optional()
+    d_state: list[Any] | None = optional()  # of those, the ranks in uninterruptible sleep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +148,7 @@ class RepeatFailureRecord(Record):
     ranks: list[Any] | None = optional()
     hosts: list[Any] | None = optional()
     dry_run: bool = False
-    fingerprint: dict[str, Any] | None = optional()
+    fingerprint: dict[str, Any] | Absent | None = absent()  # null: the action had none
     action: str | None = optional()  # the escalation (control/repeats.py): the action it calls for, and why
     rule: str | None = optional()
     reason: str | None = optional()

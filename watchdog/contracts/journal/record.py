@@ -5,7 +5,10 @@ order they are written: ``to_dict`` is ``event``, ``t_wall``, ``t_mono``, the
 fields, then ``extra`` (what this version does not know), so a record built by a
 writer gives the line the journal has always had. A field made with
 ``optional(...)`` is left out of the line while it holds its default (a field
-written only when it says something).
+written only when it says something); a field made with ``absent()`` is left out
+while it is ``ABSENT`` and written otherwise, ``null`` included (a field a writer
+sometimes leaves out and sometimes writes as ``null``: the line tells the two apart,
+and so does the record).
 
 ``from_dict`` reads any line, old or hostile, without raising: a field missing
 takes its default; a field of the wrong type takes its default too and keeps its
@@ -20,7 +23,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 R = TypeVar("R", bound="Record")
 
@@ -30,11 +33,40 @@ _KEY = "key"
 
 def optional(default: Any = None, *, key: str = "") -> Any:
     """A field written only when it is not ``default`` (``key``: its name in the line).
-    A field a writer writes as ``null`` is not one of these: it would be left out."""
+    A field a writer writes as ``null`` is not one of these (it would be left out): ``absent()`` is."""
     meta = {_OMIT: True, **({_KEY: key} if key else {})}
     if isinstance(default, (list, dict)):
         return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+class Absent:
+    """The value of an ``absent()`` field the line does not hold: falsy, and one instance."""
+
+    _one: ClassVar[Absent | None] = None
+
+    def __new__(cls) -> Absent:
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
+
+    def __bool__(self) -> Literal[False]:
+        return False
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = Absent()
+
+
+def absent(*, key: str = "") -> Any:
+    """A field left out of the line while it is ``ABSENT`` and written otherwise: a
+    writer's ``None`` is the line's ``null``, and a line's ``null`` reads as ``None``."""
+    return field(default=ABSENT, metadata={_OMIT: True, **({_KEY: key} if key else {})})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,15 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 from typing import Any
 
+from watchdog.contracts.journal.actions import (
+    ActionErrorRecord,
+    ActionHeldRecord,
+    ActionOutcomeRecord,
+    ActionRecord,
+    RepeatFailureRecord,
+)
+from watchdog.contracts.journal.ranks import StateRecord
+
 from ...contracts.finding import ADVISORY_KINDS, Finding, seconds
 from ..evidence.plan import CommandRequest
 from ..journal import event_names as je
@@ -97,11 +106,11 @@ class JobController:
             new = P.transition(old, event)
         except P.PolicyError as exc:  # a bug, not a reason to stop: say so and stay
             self.errors += 1
-            events.append((je.ACTION_ERROR, {"error": str(exc)}))
+            events.append(ActionErrorRecord(error=str(exc)))
             return
         if new != old:
             self.job = replace(self.job, state=new)
-            events.append((je.STATE, {"job_state": new.value, "from": old.value, "on": event}))
+            events.append(StateRecord(job_state=new.value, from_state=old.value, on=event))
 
     def tick(
         self,
@@ -146,7 +155,7 @@ class JobController:
                 else ""
             )
             if held and held != self._held and self.job.state in P.IDLE:
-                events.append((je.ACTION_HELD, {"reason": p.reason, "kind": p.finding.kind if p.finding else ""}))
+                events.append(ActionHeldRecord(reason=p.reason, kind=p.finding.kind if p.finding else ""))
             self._held = held
             return reqs, events
         self._held = ""
@@ -154,46 +163,46 @@ class JobController:
         return reqs, events
 
     def _start(
-        self, p: P.Plan, view: ClusterView, now: float, reqs: list[CommandRequest], events: list[Event], **extra: Any
+        self,
+        p: P.Plan,
+        view: ClusterView,
+        now: float,
+        reqs: list[CommandRequest],
+        events: list[Event],
+        escalated_from: str | None = None,
     ) -> None:
         assert p.finding is not None
         self._count += 1
         op_id = f"a-{self._count}"
-        started = {
-            "action_id": op_id,
-            "action": p.action,
-            "reason": p.reason,
-            "kind": p.finding.kind,
-            "ranks": list(p.finding.ranks),
-            "hosts": list(p.finding.hosts),
-            "dry_run": p.dry_run,
-            "job_state": self.job.state.value,
-            **extra,
-        }
-        if p.fingerprint is not None:
-            started["fingerprint"] = p.fingerprint.to_dict()
+        fp = p.fingerprint.to_dict() if p.fingerprint is not None else None
+        started = ActionRecord(
+            action_id=op_id,
+            action=p.action,
+            reason=p.reason,
+            kind=p.finding.kind,
+            ranks=list(p.finding.ranks),
+            hosts=list(p.finding.hosts),
+            dry_run=p.dry_run,
+            job_state=self.job.state.value,
+            escalated_from=escalated_from,
+            fingerprint=fp,
+        )
         if p.escalation is not None:
             events.append(
-                (
-                    je.REPEAT_FAILURE,
-                    {
-                        "action_id": op_id,
-                        "kind": p.finding.kind,
-                        "ranks": list(p.finding.ranks),
-                        "hosts": list(p.finding.hosts),
-                        "dry_run": p.dry_run,
-                        "fingerprint": started.get("fingerprint"),
-                        **p.escalation.to_dict(),
-                    },
+                RepeatFailureRecord(
+                    action_id=op_id,
+                    kind=p.finding.kind,
+                    ranks=list(p.finding.ranks),
+                    hosts=list(p.finding.hosts),
+                    dry_run=p.dry_run,
+                    fingerprint=fp,
+                    **p.escalation.to_dict(),
                 )
             )
         if p.dry_run:
-            events.append((je.ACTION, started))
+            events.append(started)
             events.append(
-                (
-                    je.ACTION_OUTCOME,
-                    {"action_id": op_id, "action": p.action, "ok": True, "result": "dry run: nothing done"},
-                )
+                ActionOutcomeRecord(action_id=op_id, action=p.action, ok=True, result="dry run: nothing done")
             )
             self.job = replace(self.job, last_action_at=now)
             return
@@ -203,10 +212,10 @@ class JobController:
             if p.fingerprint is not None:
                 self.job = self.job.remember(p.fingerprint)
             restart_n = len(self.job.restarts)
-            started["restart"] = restart_n
+            started = replace(started, restart=restart_n)
         else:
             self.job = replace(self.job, last_action_at=now)
-        events.append((je.ACTION, started))
+        events.append(started)
         self._move(p.action, events)
         self.op = Operation(
             id=op_id,
@@ -232,7 +241,7 @@ class JobController:
         if step.state_event == "restart_failed":
             # Not a silence and not the end: the policy's escalation (abort with stacks)
             # starts now, on the incarnations there are now.
-            result = next((pl.get("result", "") for name, pl in step.events if name == je.ACTION_OUTCOME), "")
+            result = next((rec.result or "" for rec in step.events if isinstance(rec, ActionOutcomeRecord)), "")
             finding = replace(step.op.finding, detected_mono=now)
             self._start(
                 P.after_failed_restart(finding, result or "restart failed", self.policy),

@@ -46,6 +46,7 @@ from typing import Any
 
 from watchdog.contracts.journal import parse
 from watchdog.contracts.journal.actions import (
+    ActionOutcomeRecord,
     ActionProgressRecord,
     ActionRecord,
     LauncherRestartRecord,
@@ -77,7 +78,7 @@ class Recovered:
     count: int = 0  # the highest action number used
     op: Operation | None = None  # the action in flight, rebuilt
     restart_op: bool = False  # op must be started again (an abort that had sent nothing)
-    interrupted: tuple[dict[str, Any], ...] = ()  # action_outcome payloads to journal: actions closed here
+    interrupted: tuple[ActionOutcomeRecord, ...] = ()  # to journal: the actions closed here
     active: dict[tracker.Key, tracker.Active] = field(default_factory=dict)
     records: int = 0  # of this job's decision records (DECISIONS), read
     spent: budget.Spent = field(default_factory=budget.Spent)  # the restarts the launcher made (control/budget.py)
@@ -111,7 +112,7 @@ class Recovered:
                 if self.op is not None
                 else None
             ),
-            interrupted=[o["action_id"] for o in self.interrupted],
+            interrupted=[o.action_id for o in self.interrupted],
             open_findings=[{"kind": k, "ranks": list(r)} for k, r in self.active],
         )
 
@@ -314,19 +315,19 @@ def _recovered(r: _Replay, pol: P.Policy) -> Recovered:
             state = P.JobState.ABORTING if op.action == "abort" else P.JobState.RESTARTING
             continue
         interrupted.append(
-            {
-                "action_id": aid,
-                "action": rec.action,
-                "kind": rec.kind,
-                "ranks": rec.ranks or [],
-                "ok": False,
-                "result": (
+            ActionOutcomeRecord(
+                action_id=aid,
+                action=rec.action,
+                kind=rec.kind,
+                ranks=rec.ranks or [],
+                ok=False,
+                result=(
                     "interrupted: the coordinator restarted before this action stopped anything; nothing was done"
                     if rec.action in RECOVERABLE and aid not in r.progress
                     else "interrupted: the coordinator restarted and cannot carry this action on"
                 )
                 + " (a restart stays counted)",
-            }
+            )
         )
     if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
         state = P.JobState.DEGRADED if active else P.JobState.RUNNING

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from ... import logs
-from ...contracts.journal.actions import LauncherRestartRecord
+from ...contracts.journal.actions import LauncherRestartRecord, ResumedRecord
 from ..evidence.collect import expect_stacks
 from ..evidence.dispatch import Dispatch
 from ..evidence.stack_gather import StackGather
@@ -76,15 +76,16 @@ class Steering:
         if reqs:
             expect_stacks(self.stacks, reqs, now)
             self.dispatch.request(reqs, now)
-        for name, payload in events:
+        for rec in events:
+            name, payload = rec.event, rec.payload()
             log = self.out.log
             (log.warning if name in (je.ACTION, je.ACTION_OUTCOME, je.STATE) else log.info)(name, **payload)
-            self.out.record(name, payload)
+            self.out.record(rec)
             self._action_metrics.note(name, payload)
             with self._lock:
                 self.spent = budget.fold(self.spent, name, payload, now)
-            if name == je.RESUMED and isinstance(payload.get("steps_lost"), int):
-                self.metrics.steps_lost.inc(payload["steps_lost"])
+            if isinstance(rec, ResumedRecord) and isinstance(rec.steps_lost, int):
+                self.metrics.steps_lost.inc(rec.steps_lost)
 
     def _launcher_resumed(self, view: ClusterView, now: float, spent: budget.Spent) -> None:
         """The steps a restart the launcher made on its own cost, once its group resumed (control/relaunch.py)."""

@@ -44,18 +44,14 @@ class CommandLog:
 
     def groups(self, now: float) -> None:
         for rec in self.stacks.due(now):
+            trig = rec.trigger or {}
             self.out.log.warning(
-                je.STACK_GROUPS,
-                trigger=rec["trigger"],
-                ranks=rec["ranks"],
-                groups=len(rec["groups"]),
-                summary=rec["summary"],
+                je.STACK_GROUPS, trigger=trig, ranks=rec.ranks, groups=len(rec.groups or ()), summary=rec.summary
             )
-            self.out.record(je.STACK_GROUPS, rec)
-            trig = rec["trigger"]
+            self.out.record(rec)
             ranks = tuple(r for r in trig.get("ranks") or () if isinstance(r, int))
-            self.stack_summary[(str(trig.get("kind")), ranks)] = rec["summary"]
-            self._stack_groups(trig, rec)
+            self.stack_summary[(str(trig.get("kind")), ranks)] = rec.summary or ""
+            self._stack_groups(trig, rec.payload())
             while len(self.stack_summary) > 64:  # findings are few; a flapping job must not grow this
                 del self.stack_summary[next(iter(self.stack_summary))]
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from watchdog import stackgroups
 from watchdog.contracts import commands
+from watchdog.contracts.journal.commands import StackGroupsRecord
 
 from ..journal import event_names as je
 from . import triggers
@@ -92,8 +93,8 @@ class StackGather:
             return  # keep the first good dump of a rank
         p.by_rank[rank] = self._keys.setdefault(key, key)
 
-    def due(self, now: float) -> list[dict[str, Any]]:
-        """``stack_groups`` payloads for the triggers that are complete (or waited long enough)."""
+    def due(self, now: float) -> list[StackGroupsRecord]:
+        """``stack_groups`` records for the triggers that are complete (or waited long enough)."""
         out = []
         for k, p in list(self._pending.items()):
             if p.answered | p.missing >= p.hosts or now - p.created >= self.wait_s:
@@ -104,21 +105,21 @@ class StackGather:
         return out
 
     @staticmethod
-    def _record(p: _Pending) -> dict[str, Any]:
+    def _record(p: _Pending) -> StackGroupsRecord:
         members: dict[tuple, list[int]] = {}
         for rank, key in p.by_rank.items():
             members.setdefault(key, []).append(rank)
         g = stackgroups.from_members(members, p.culprits)
         unanswered = sorted(p.hosts - p.answered)
-        return {
-            "trigger": p.trigger,
-            "asked": p.asked,
-            "hosts_asked": len(p.hosts),
-            "hosts_answered": len(p.answered),
-            "hosts_missing": unanswered[:64],
-            "late_ranks": len(p.late),
+        return StackGroupsRecord(
+            trigger=p.trigger,
+            asked=p.asked,
+            hosts_asked=len(p.hosts),
+            hosts_answered=len(p.answered),
+            hosts_missing=unanswered[:64],
+            late_ranks=len(p.late),
             **g.to_dict(),
-        }
+        )
 
 
 def _key(trigger: dict[str, Any]) -> str:

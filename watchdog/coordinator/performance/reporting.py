@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import logs
-from ...contracts.journal.performance import VerdictRecord
+from ...contracts.journal.performance import GoodputRecord, VerdictRecord
 from ..config import Config
 from ..control.loop import JobController
 from ..control.policy import JobState
@@ -102,7 +102,7 @@ class Performance:
             self._goodput_journaled_at is None or now - self._goodput_journaled_at >= GOODPUT_EVERY_S
         ):
             self._goodput_journaled_at = now
-            self.out.record(je.GOODPUT, self.goodput_record(final=False))
+            self.out.record(GoodputRecord(extra=self.goodput_record(final=False)))
 
     def goodput_record(self, final: bool) -> dict[str, Any]:
         """The journal's goodput record: the ledger so far, and the verdict."""

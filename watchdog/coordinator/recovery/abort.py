@@ -15,11 +15,11 @@ Done when no worker of the job is alive; the job state becomes ``failed``.
 from __future__ import annotations
 
 from watchdog.contracts import commands
+from watchdog.contracts.journal.actions import ActionOutcomeRecord, ActionProgressRecord
 
 from ...contracts.finding import ranks_phrase
 from ..evidence.plan import CommandRequest
 from ..evidence.stack_plan import MAX_PER_HOST
-from ..journal import event_names as je
 from ..view.cluster import ClusterView
 from .operation import ActionStep, Operation, brief, idents, launchers_of, live_workers, old_workers, signals
 
@@ -62,16 +62,13 @@ def _term(op: Operation, view: ClusterView, now: float) -> ActionStep:
         op,
         signals(op, "SIGTERM", live, op.launchers),
         (
-            (
-                je.ACTION_PROGRESS,
-                brief(
-                    op,
-                    phase="term",
-                    signal="SIGTERM",
-                    workers=[r for r, _ in live],
-                    launchers=[p for p, _, _ in op.launchers],
-                    idents=idents(op),
-                ),
+            ActionProgressRecord(
+                **brief(op),
+                phase="term",
+                signal="SIGTERM",
+                workers=[r for r, _ in live],
+                launchers=[p for p, _, _ in op.launchers],
+                idents=idents(op),
             ),
         ),
     )
@@ -88,15 +85,12 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
             op,
             (),
             (
-                (
-                    je.ACTION_OUTCOME,
-                    brief(
-                        op,
-                        ok=True,
-                        result="aborted: every worker is gone",
-                        seconds=round(now - op.started, 3),
-                        kill_rounds=op.kills,
-                    ),
+                ActionOutcomeRecord(
+                    **brief(op),
+                    ok=True,
+                    result="aborted: every worker is gone",
+                    seconds=round(now - op.started, 3),
+                    kill_rounds=op.kills,
                 ),
             ),
             done=True,
@@ -119,7 +113,11 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
         return ActionStep(
             op,
             (),
-            ((je.ACTION_OUTCOME, brief(op, ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable)),),
+            (
+                ActionOutcomeRecord(
+                    **brief(op), ok=False, result=result, alive=[r for r, _ in live], d_state=unkillable
+                ),
+            ),
             done=True,
             ok=False,
             state_event="aborted",
@@ -128,5 +126,5 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
     return ActionStep(
         op,
         signals(op, "SIGKILL", live, op.launchers),
-        ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
+        (ActionProgressRecord(**brief(op), phase="kill", signal="SIGKILL", workers=[r for r, _ in live]),),
     )

@@ -18,9 +18,9 @@ import math
 import statistics
 
 from watchdog.contracts import commands
+from watchdog.contracts.journal.actions import ActionProgressRecord, CheckpointedRecord, CheckpointFailedRecord
 
 from ..evidence.plan import CommandRequest
-from ..journal import event_names as je
 from ..view.cluster import ClusterView
 from . import restart
 from .operation import ActionStep, Operation, brief, live, live_workers, old_workers
@@ -53,7 +53,7 @@ def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     )
     op = op.at("checkpoint", now, extra={**op.extra, "step": step, "ranks": [r for r, _ in alive]})
     return ActionStep(
-        op, reqs, ((je.ACTION_PROGRESS, brief(op, phase="checkpoint", step=step, workers=op.extra["ranks"])),)
+        op, reqs, (ActionProgressRecord(**brief(op), phase="checkpoint", step=step, workers=op.extra["ranks"]),)
     )
 
 
@@ -79,7 +79,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
             nxt.op,
             nxt.requests,
             (
-                (je.CHECKPOINTED, brief(op, step=step, ranks=sorted(acks), seconds=round(now - op.phase_at, 3))),
+                CheckpointedRecord(**brief(op, ranks=sorted(acks)), step=step, seconds=round(now - op.phase_at, 3)),
                 *nxt.events,
             ),
             state_event="checkpoint_done",
@@ -94,7 +94,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
         return ActionStep(
             nxt.op,
             nxt.requests,
-            ((je.CHECKPOINT_FAILED, brief(op, step=step, error=why)), *nxt.events),
+            (CheckpointFailedRecord(**brief(op), step=step, error=why), *nxt.events),
             state_event="checkpoint_timeout",
         )
     return ActionStep(op)

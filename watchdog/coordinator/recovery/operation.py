@@ -6,12 +6,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from watchdog.contracts import commands
+from watchdog.contracts.journal.record import Record
 
 from ...contracts.finding import Finding
 from ..evidence.plan import CommandRequest
 from ..view.cluster import ClusterView
 
-Event = tuple[str, dict[str, Any]]
+Event = Record  # what an action journals (contracts/journal/actions.py)
 Ident = tuple[int, int, str]  # (pid, start us, host)
 
 
@@ -125,4 +126,5 @@ def idents(op: Operation) -> list[list[Any]]:
 
 
 def brief(op: Operation, **kw: Any) -> dict[str, Any]:
+    """The fields every record of an action starts with (``kw`` overrides one in place)."""
     return {"action_id": op.id, "action": op.action, "kind": op.finding.kind, "ranks": list(op.finding.ranks), **kw}

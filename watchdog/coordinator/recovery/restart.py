@@ -29,8 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from watchdog.contracts.journal.actions import (
+    ActionOutcomeRecord,
+    ActionProgressRecord,
+    LauncherRestartRecord,
+    RestartRecord,
+    ResumedRecord,
+)
+
 from ...contracts.finding import ranks_phrase, seconds
-from ..journal import event_names as je
 from ..view.cluster import ClusterView, FoldedRank
 from .operation import ActionStep, Operation, brief, idents, launchers_of, live, live_workers, old_workers, signals
 
@@ -63,16 +70,13 @@ def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
             op,
             (),
             (
-                (
-                    je.ACTION_PROGRESS,
-                    brief(
-                        op,
-                        phase="launcher",
-                        waiting_s=LAUNCHER_GRACE_S,
-                        workers=[r for r, _ in live],
-                        idents=idents(op),
-                        reached_step=reached,
-                    ),
+                ActionProgressRecord(
+                    **brief(op),
+                    phase="launcher",
+                    waiting_s=LAUNCHER_GRACE_S,
+                    workers=[r for r, _ in live],
+                    idents=idents(op),
+                    reached_step=reached,
                 ),
             ),
         )
@@ -80,17 +84,14 @@ def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
         op,
         signals(op, "SIGTERM", live, launchers),
         (
-            (
-                je.ACTION_PROGRESS,
-                brief(
-                    op,
-                    phase="term",
-                    signal="SIGTERM",
-                    workers=[r for r, _ in live],
-                    launchers=[p for p, _, _ in launchers],
-                    idents=idents(op),
-                    reached_step=reached,
-                ),
+            ActionProgressRecord(
+                **brief(op),
+                phase="term",
+                signal="SIGTERM",
+                workers=[r for r, _ in live],
+                launchers=[p for p, _, _ in launchers],
+                idents=idents(op),
+                reached_step=reached,
             ),
         ),
     )
@@ -109,7 +110,7 @@ def launcher_restart(op: Operation, now: float) -> ActionStep:
     """No worker left to stop: the launcher restarts the group (see the module doc)."""
     op = op.at("resume", now, extra={**op.extra, "by": "launcher"})
     gone = [r for r, _ in op.workers]
-    return ActionStep(op, (), ((je.LAUNCHER_RESTART, brief(op, restart=op.restart_n, gone=gone, idents=idents(op))),))
+    return ActionStep(op, (), (LauncherRestartRecord(**brief(op), restart=op.restart_n, gone=gone, idents=idents(op)),))
 
 
 def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
@@ -123,7 +124,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
         return ActionStep(
             op,
             signals(op, "SIGTERM", still),
-            ((je.ACTION_PROGRESS, brief(op, phase="term", signal="SIGTERM", workers=[r for r, _ in still])),),
+            (ActionProgressRecord(**brief(op), phase="term", signal="SIGTERM", workers=[r for r, _ in still]),),
         )
     if op.phase in ("term", "kill"):
         live = live_workers(op, view)
@@ -133,14 +134,11 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
                 op,
                 (),
                 (
-                    (
-                        je.RESTART,
-                        brief(
-                            op,
-                            restart=op.restart_n,
-                            stopped=[r for r, _ in op.workers],
-                            seconds=round(now - op.started, 3),
-                        ),
+                    RestartRecord(
+                        **brief(op),
+                        restart=op.restart_n,
+                        stopped=[r for r, _ in op.workers],
+                        seconds=round(now - op.started, 3),
                     ),
                 ),
             )
@@ -150,7 +148,7 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
         return ActionStep(
             op,
             signals(op, "SIGKILL", live, op.launchers),
-            ((je.ACTION_PROGRESS, brief(op, phase="kill", signal="SIGKILL", workers=[r for r, _ in live])),),
+            (ActionProgressRecord(**brief(op), phase="kill", signal="SIGKILL", workers=[r for r, _ in live]),),
         )
     resumed = resumed_step(op, view)
     if resumed is not None:
@@ -160,26 +158,20 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
             op,
             (),
             (
-                (
-                    je.RESUMED,
-                    brief(
-                        op,
-                        restart=op.restart_n,
-                        step=step,
-                        world_size=world,
-                        seconds=round(now - op.started, 3),
-                        **({"steps_lost": lost} if lost is not None else {}),
-                    ),
+                ResumedRecord(
+                    **brief(op),
+                    restart=op.restart_n,
+                    step=step,
+                    world_size=world,
+                    seconds=round(now - op.started, 3),
+                    steps_lost=lost,
                 ),
-                (
-                    je.ACTION_OUTCOME,
-                    brief(
-                        op,
-                        ok=True,
-                        result=f"restart {op.restart_n}{by_whom(op)}, resumed from step {step}"
-                        + (f" ({lost} steps lost)" if lost is not None else ""),
-                        seconds=round(now - op.started, 3),
-                    ),
+                ActionOutcomeRecord(
+                    **brief(op),
+                    ok=True,
+                    result=f"restart {op.restart_n}{by_whom(op)}, resumed from step {step}"
+                    + (f" ({lost} steps lost)" if lost is not None else ""),
+                    seconds=round(now - op.started, 3),
                 ),
             ),
             done=True,
@@ -192,16 +184,13 @@ def advance(op: Operation, view: ClusterView, now: float) -> ActionStep:
             op,
             (),
             (
-                (
-                    je.ACTION_OUTCOME,
-                    brief(
-                        op,
-                        ok=False,
-                        result=f"restart failed: {why}",
-                        restart=op.restart_n,
-                        resume_timeout_s=limit,
-                        seconds=round(now - op.started, 3),
-                    ),
+                ActionOutcomeRecord(
+                    **brief(op),
+                    ok=False,
+                    result=f"restart failed: {why}",
+                    restart=op.restart_n,
+                    resume_timeout_s=limit,
+                    seconds=round(now - op.started, 3),
                 ),
             ),
             done=True,

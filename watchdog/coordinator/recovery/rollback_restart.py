@@ -14,9 +14,9 @@ checkpoint, and says so.
 from __future__ import annotations
 
 from watchdog.contracts import commands
+from watchdog.contracts.journal.actions import ActionProgressRecord
 
 from ..evidence.plan import CommandRequest
-from ..journal import event_names as je
 from ..view.cluster import ClusterView
 from . import restart
 from .operation import ActionStep, Operation, brief, old_workers
@@ -31,11 +31,10 @@ def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
     step = before_step(op)
     nxt = restart.start(op, view, now)
     if step is None:
-        note = (
-            je.ACTION_PROGRESS,
-            brief(
-                op, phase="rollback", error="the finding names no anomaly step: restarting from the newest checkpoint"
-            ),
+        note = ActionProgressRecord(
+            **brief(op),
+            phase="rollback",
+            error="the finding names no anomaly step: restarting from the newest checkpoint",
         )
         return ActionStep(nxt.op, nxt.requests, (note, *nxt.events))
     hosts = sorted({host for _, (_, _, host) in old_workers(view, op.finding)})
@@ -49,7 +48,7 @@ def start(op: Operation, view: ClusterView, now: float) -> ActionStep:
         )
         for h in hosts
     )
-    note = (je.ACTION_PROGRESS, brief(op, phase="rollback", before_step=step, hosts=hosts))
+    note = ActionProgressRecord(**brief(op), phase="rollback", before_step=step, hosts=hosts)
     return ActionStep(nxt.op, reqs + nxt.requests, (note, *nxt.events))
 
 

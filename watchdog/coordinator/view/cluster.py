@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, cast
 
+from watchdog.contracts.journal.ranks import HostSeenRecord, RankJoinedRecord, RankRestartedRecord, StateRecord
+from watchdog.contracts.journal.record import Record
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample, made, twinned
 
 from ...stepstats.history import Steps
 from ...stepstats.steps import StepStats, WindowStat, add_samples, summary_config, with_summary
 from ..config import DetectorConfig
-from ..journal import event_names as je
 from . import columns, loss_screen
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -209,7 +210,7 @@ def empty(job: str = "", world_size: int = 0) -> ClusterView:
     return ClusterView(job=job, world_size=world_size, world_size_fixed=world_size > 0)
 
 
-Event = tuple[str, dict[str, Any]]
+Event = Record  # a rank's or host's change, as journaled (contracts/journal/ranks.py)
 
 
 def fold(
@@ -329,14 +330,11 @@ def _fold_into(
     prev_host = hosts.get(report.host)
     if prev_host is None or prev_host.agent_id != report.agent_id:
         events.append(
-            (
-                je.HOST_SEEN,
-                {
-                    "host": report.host,
-                    "agent_id": report.agent_id,
-                    "agent_restarted": prev_host is not None,
-                    "previous_agent_id": prev_host.agent_id if prev_host else None,
-                },
+            HostSeenRecord(
+                host=report.host,
+                agent_id=report.agent_id,
+                agent_restarted=prev_host is not None,
+                previous_agent_id=prev_host.agent_id if prev_host else None,
             )
         )
     hosts[report.host] = HostView(
@@ -375,9 +373,14 @@ def _fold_rank(
         if s.proc_start_us < prev.state.proc_start_us:
             return None  # an older incarnation still reported somewhere: the newer one wins
         events.append(
-            (
-                je.RANK_RESTARTED,
-                {**_ident(s, host), "old_pid": prev.state.pid, "old_host": prev.host, "old_step": prev.state.step},
+            RankRestartedRecord(
+                rank=s.rank,
+                host=host,
+                pid=s.pid,
+                local_rank=s.local_rank,
+                old_pid=prev.state.pid,
+                old_host=prev.host,
+                old_step=prev.state.step,
             )
         )
         replaced_death = prev.died_at
@@ -386,9 +389,14 @@ def _fold_rank(
         prev = None  # a restarted rank starts over: no detector state carries across
     elif prev is None:
         events.append(
-            (
-                je.RANK_JOINED,
-                {**_ident(s, host), "world_size": s.world_size, "status": s.status, "pg_state": s.pg_state},
+            RankJoinedRecord(
+                rank=s.rank,
+                host=host,
+                pid=s.pid,
+                local_rank=s.local_rank,
+                world_size=s.world_size,
+                status=s.status,
+                pg_state=s.pg_state,
             )
         )
     step_start = now - s.step_age_s
@@ -398,7 +406,7 @@ def _fold_rank(
     # __init__ sets its 19 fields one call each, and the fold builds one per rank per report).
     old = prev.state
     if s.alive != old.alive or s.status != old.status or s.pg_state != old.pg_state:
-        _state_changes(old, s, _ident(s, host), events)
+        _state_changes(old, s, host, events)
     progress = max(prev.progress_at, step_start)
     c, pc = s.coll, old.coll
     if c.group != pc.group or c.seq != pc.seq or c.done_seq != pc.done_seq:
@@ -545,10 +553,6 @@ def gpu_samples(gpu: tuple[GpuStep, ...], cpu: Steps) -> tuple[StepSample, ...]:
     return tuple(out)
 
 
-def _ident(s: RankState, host: str) -> dict[str, Any]:
-    return {"rank": s.rank, "host": host, "pid": s.pid, "local_rank": s.local_rank}
-
-
 _FOLDED_FIELDS = tuple(f.name for f in fields(FoldedRank))
 # _fold_rank builds a FoldedRank from its values in this order (positional: cheaper).
 assert _FOLDED_FIELDS == (
@@ -609,7 +613,7 @@ def _fold_colls(
     return tuple(items[-COLL_HISTORY:])
 
 
-def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Event]) -> None:
+def _state_changes(old: RankState, new: RankState, host: str, events: list[Event]) -> None:
     changed = {
         name: [getattr(old, name), getattr(new, name)]
         for name in ("alive", "status", "pg_state")
@@ -619,5 +623,13 @@ def _state_changes(old: RankState, new: RankState, ident: dict, events: list[Eve
         # Why it died, with the death itself: a launcher may replace it before any finding is made.
         cause = new.death.get("summary") if old.alive and not new.alive else None
         events.append(
-            (je.STATE, {**ident, "step": new.step, "changed": changed, **({"cause": cause} if cause else {})})
+            StateRecord(
+                rank=new.rank,
+                host=host,
+                pid=new.pid,
+                local_rank=new.local_rank,
+                step=new.step,
+                changed=changed,
+                cause=cause or None,
+            )
         )

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.contracts.evidence import FlightRecorderDump
-from watchdog.contracts.journal import names as je
+from watchdog.contracts.journal import Record
+from watchdog.contracts.journal.commands import EvidenceRecord
 from watchdog.coordinator.evidence import triggers
 
 PREFIX = "rank_"
@@ -42,16 +43,15 @@ class FrSet:
         return f"{self.trigger.get('kind', '?')} naming {triggers.named(self.trigger) or 'no rank'}"
 
 
-def collect(records: Iterable[dict]) -> list[FrSet]:
+def collect(records: Iterable[Record]) -> list[FrSet]:
     sets: dict[str, FrSet] = {}
     for rec in records:
-        if rec.get("event") != je.EVIDENCE or not rec.get("flight_recorder"):
+        if not isinstance(rec, EvidenceRecord) or not rec.flight_recorder:
             continue
-        raw = rec.get("trigger")
-        trigger: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        trigger: dict[str, Any] = rec.trigger or {}
         key = triggers.key(trigger)
-        fs = sets.setdefault(key, FrSet(trigger=trigger, t_wall=float(rec.get("t_wall") or 0.0)))
-        for d in rec["flight_recorder"]:
+        fs = sets.setdefault(key, FrSet(trigger=trigger, t_wall=rec.t_wall or 0.0))
+        for d in rec.flight_recorder:
             try:
                 dump = FlightRecorderDump.from_dict(d)
             except (TypeError, ValueError):
