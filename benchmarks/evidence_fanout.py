@@ -8,7 +8,7 @@ drops) is one finding naming all ranks. Its evidence plan asks each of the
 2,048 hosts for stacks, Flight Recorder dumps and slot snapshots; every request
 and every answer is one journal line. This drives a real ``Coordinator``: one
 report per host to build the view, the finding's evidence collected as a tick
-does (``_collect``), then one report per host that picks up its commands and
+does (``Collector.collect``), then one report per host that picks up its commands and
 one that answers them (stacks of its ranks), then the grouped ``stack_groups``
 record. Prints the journal bytes by event and the CPU of each round next to a
 round of plain reports. ``--named each``: a frozen_rank finding per rank, all

@@ -284,7 +284,7 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 
 
-_CADENCED = ("verdict.measure", "goodput.tick", "_performance")
+_CADENCED = ("verdict.measure", "goodput.tick", "Performance")
 
 
 def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
@@ -300,8 +300,10 @@ def _time_parts(coord: Coordinator, parts: dict[str, list[float]]) -> None:
 
         return wrapper
 
-    for name in ("view_at", "_hosts", "_collect", "_act", "_gauges", "_performance"):
+    for name in ("view_at", "_hosts"):
         setattr(coord, name, timed(name, getattr(coord, name)))
+    for sub in coord.subsystems:  # Collector (evidence), Steering (actions), Gauges, Performance, ...
+        sub.on_tick = timed(type(sub).__name__, sub.on_tick)  # type: ignore[method-assign]
     coord.runner.run = timed("detectors (all)", coord.runner.run)
     coord.metrics.set_detector_gauges = timed("set_detector_gauges", coord.metrics.set_detector_gauges)
     coord.goodput.tick = timed("goodput.tick", coord.goodput.tick)

@@ -36,7 +36,7 @@ from .detectors.dead_rank import DeadRank
 from .detectors.runner import DetectorRun, Runner
 from .evidence import stack_gather
 from .evidence.collect import Collector
-from .evidence.commands import CommandLog
+from .evidence.command_log import CommandLog
 from .evidence.dispatch import Dispatch, DispatchConfig
 from .exports import DetectorHealth, Gauges, Resolutions
 from .intake import status

@@ -19,7 +19,7 @@ One request per (host, type): an agent answers for its own ranks.
 The context (the other ranks' snapshots, every rank's stacks and Flight
 Recorder buffers) is the job's, not the finding's: findings
 opened together share it (``context``: the parts that no finding opened just
-before asked for; the coordinator's ``_collect``). A whole job stopped at once
+before asked for; ``collect.Collector``). A whole job stopped at once
 (a Slurm suspend, a shared filesystem hung) opened a frozen_rank finding per
 rank: with a context each, 96 ranks asked every rank's stack 96 times (3,140
 commands, 97 stack records), and at 16,384 ranks it would be ~10^8 commands
