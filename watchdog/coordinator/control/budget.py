@@ -33,6 +33,8 @@ SAME_RESTART_S = 10.0
 # After the coordinator's own action ends, the ranks it restarted may still be
 # registering: their incarnations are its restart's, not the launcher's.
 SETTLE_S = 10.0
+# The records ``fold`` reads; any other leaves the budget as it was.
+FOLDED = frozenset({je.ACTION, je.ACTION_OUTCOME, *LAUNCHER_RESTART_EVENTS})
 
 
 @dataclass(frozen=True)

@@ -271,8 +271,14 @@ def replay(
         if (
             not isinstance(event, str) or event not in _READ
         ):  # a record only the budget folds: not parsed (journals run to millions of lines)
+            if ours and isinstance(event, str) and event in budget.FOLDED:  # a name, not a hostile list
+                r.spent = budget.fold(r.spent, event, raw, r.mono(raw.get("t_wall")))
+            continue
+        if event == je.STATE and "job_state" not in raw:
+            # A rank's state change (most of a journal's decisions): counted, never parsed
+            # (it cannot be the job's state: ``_state``), and no budget's business.
             if ours:
-                r.spent = budget.fold(r.spent, str(event), raw, r.mono(raw.get("t_wall")))
+                r.n += 1
             continue
         rec = parse(raw)
         if isinstance(rec, StartRecord):
@@ -288,8 +294,8 @@ def replay(
                 if frames and isinstance(rec.trigger.get("kind"), str):
                     r.control = r.control.complete(rec.trigger["kind"], ranks, frames)
             continue
-        if ours:
-            r.spent = budget.fold(r.spent, rec.event, raw, r.mono(rec.t_wall))
+        if ours and event in budget.FOLDED:
+            r.spent = budget.fold(r.spent, event, raw, r.mono(rec.t_wall))
         reduce = REDUCERS.get(event)
         if ours and reduce is not None:
             r.n += 1
