@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, getitem, itemgetter, lt, not_
+from operator import add, attrgetter, getitem, gt, itemgetter, lt, not_
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -40,7 +40,7 @@ from . import columns
 from . import journal_events as je
 from .columns import RankColumns
 from .median import median
-from .stalls import Stalls, Step
+from .stalls import FREEZE_MIN_S, Stalls, Step
 from .stats import quantile
 from .stepcolumns import StepColumns
 from .steps import FLAT_FIELDS, PAUSE_PHASES
@@ -114,6 +114,7 @@ class Ledger:
         self.ended = False
         live, changed, pausing = self._scan(view, track=not restarting, batched=batched)
         self._frames(view)
+        self._beats(view)
         if restarting or changed:
             self.restarting = True
         ready = self._ready_steps(live)
@@ -150,6 +151,47 @@ class Ledger:
         for i in compress(range(len(c.frame)), c.frame):
             if c.frame_step[i] == c.step[i] + 1:
                 self.stalls.saw_frame(c.rank[i], c.frame_step[i], c.frame[i])
+
+    def _beats(self, view: ClusterView) -> None:
+        """Note the heartbeat freezes of running ranks (``Stalls.beat``): the ranks
+        whose agent read their heartbeat stale, found by one C-level pass over the
+        column, and those that were at the last tick."""
+        c = columns.of(view)
+        stalls = self.stalls
+        stale = list(compress(range(len(c.rank)), map(gt, c.heartbeat_age_s, repeat(FREEZE_MIN_S))))
+        if not stale and not stalls.freezing:
+            return
+        seen = set()
+        for i in stale:
+            seen.add(c.rank[i])
+            _beat(
+                stalls,
+                c.rank[i],
+                c.step[i],
+                c.received_at[i],
+                c.heartbeat_age_s[i],
+                c.alive[i],
+                c.status[i],
+                c.proc_status[i],
+                c.heartbeat_moved[i],
+            )
+        for r in [r for r in stalls.freezing if r not in seen]:
+            rv = view.ranks.get(r)
+            if rv is None:
+                stalls.lost(r)
+                continue
+            s = rv.state
+            _beat(
+                stalls,
+                r,
+                s.step,
+                rv.received_at,
+                s.heartbeat_age_s,
+                s.alive,
+                s.status,
+                s.proc_status,
+                rv.heartbeat_moved,
+            )
 
     def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
         """The ranks whose process lives (the ones whose steps the job waits on),
@@ -453,3 +495,22 @@ def job_span(records: list[dict[str, Any]]) -> float | None:
         if r.get("event") == je.STATE and (r.get("changed") or {}).get("status", [""])[-1] == "exited"
     ]
     return max(ends) - start if start is not None and ends else None
+
+
+def _beat(
+    stalls: Stalls,
+    rank: int,
+    step: int,
+    received_at: float,
+    age_s: float,
+    alive: bool,
+    status: str,
+    proc: str,
+    moved: bool,
+) -> None:
+    """One rank's heartbeat reading for ``Stalls.beat``: a rank not running (dead,
+    exited, failing, before its first beat) ends no freeze by itself."""
+    if not (alive and moved and status == "running"):
+        stalls.lost(rank)
+        return
+    stalls.beat(rank, step + 1, received_at - age_s, age_s, proc == "stopped")

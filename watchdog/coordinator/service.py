@@ -52,6 +52,7 @@ from .detectors import build
 from .detectors.collective_hang import CollectiveHang
 from .detectors.dead_rank import DeadRank
 from .detectors.extra_work import ExtraWork
+from .detectors.frozen_rank import FrozenRank
 from .detectors.loader_starvation import LoaderStarvation
 from .detectors.periodic_stall import PeriodicStall
 from .detectors.straggler import Straggler
@@ -127,7 +128,7 @@ class Coordinator:
         self._summaries = verdict.Summaries()  # per-rank step summaries, refreshed within a budget per tick
         self.goodput = goodput.Ledger()
         for det in self.detectors:  # the ledger's steps name the ranks that stall now and then (stalls.py)
-            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall | CollectiveHang):
+            if isinstance(det, Straggler | LoaderStarvation | PeriodicStall | CollectiveHang | FrozenRank):
                 det.stalls = self.goodput.stalls
             if isinstance(det, ExtraWork):  # rank 0's slowness, from the straggler's scores
                 det.straggler = self._straggler
