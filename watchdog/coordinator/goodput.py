@@ -155,42 +155,19 @@ class Ledger:
     def _beats(self, view: ClusterView) -> None:
         """Note the heartbeat freezes of running ranks (``Stalls.beat``): the ranks
         whose agent read their heartbeat stale, found by one C-level pass over the
-        column, and those that were at the last tick."""
+        column, and those that were at the last tick. A rank not running (dead,
+        exited, failing, before its first beat) ends no freeze by itself."""
         c = columns.of(view)
         stalls = self.stalls
-        stale = list(compress(range(len(c.rank)), map(gt, c.heartbeat_age_s, repeat(FREEZE_MIN_S))))
-        if not stale and not stalls.freezing:
-            return
-        seen = set()
-        for i in stale:
-            seen.add(c.rank[i])
-            _beat(
-                stalls,
-                c.rank[i],
-                c.step[i],
-                c.received_at[i],
-                c.heartbeat_age_s[i],
-                c.alive[i],
-                c.status[i],
-                c.proc_status[i],
-                c.heartbeat_moved[i],
-            )
-        for r in [r for r in stalls.freezing if r not in seen]:
+        stale = set(compress(c.rank, map(gt, c.heartbeat_age_s, repeat(FREEZE_MIN_S))))
+        for r in stale.union(stalls.freezing):
             rv = view.ranks.get(r)
-            if rv is None:
+            s = rv.state if rv is not None else None
+            if rv is None or s is None or not (s.alive and rv.heartbeat_moved and s.status == "running"):
                 stalls.lost(r)
                 continue
-            s = rv.state
-            _beat(
-                stalls,
-                r,
-                s.step,
-                rv.received_at,
-                s.heartbeat_age_s,
-                s.alive,
-                s.status,
-                s.proc_status,
-                rv.heartbeat_moved,
+            stalls.beat(
+                r, s.step + 1, rv.received_at - s.heartbeat_age_s, s.heartbeat_age_s, s.proc_status == "stopped"
             )
 
     def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
@@ -495,22 +472,3 @@ def job_span(records: list[dict[str, Any]]) -> float | None:
         if r.get("event") == je.STATE and (r.get("changed") or {}).get("status", [""])[-1] == "exited"
     ]
     return max(ends) - start if start is not None and ends else None
-
-
-def _beat(
-    stalls: Stalls,
-    rank: int,
-    step: int,
-    received_at: float,
-    age_s: float,
-    alive: bool,
-    status: str,
-    proc: str,
-    moved: bool,
-) -> None:
-    """One rank's heartbeat reading for ``Stalls.beat``: a rank not running (dead,
-    exited, failing, before its first beat) ends no freeze by itself."""
-    if not (alive and moved and status == "running"):
-        stalls.lost(rank)
-        return
-    stalls.beat(rank, step + 1, received_at - age_s, age_s, proc == "stopped")
