@@ -348,3 +348,29 @@ def test_a_freeze_that_recurs_is_said_once_and_never_paged_again(tmp_path, name,
         else:  # past what the freezes took before, and no later than that
             allowed = stalls_mod.expected_freeze_s(c.goodput.stalls, 0)
             assert allowed is not None and allowed - sim.heartbeat_s <= latency <= allowed + seen_s, (latency, allowed)
+
+
+@pytest.mark.parametrize(
+    "step,changes,noted",
+    [
+        (5, {}, [(0, 6)]),  # rank 0 froze 1.5 s in step 6 and beat again: noted
+        (0, {}, []),  # before its first step: starting up (imports, init), not a pattern's
+        (5, {"proc_status": "stopped"}, []),  # stopped at the reading: a SIGSTOP's, named at once
+        (5, {"status": "failed"}, []),  # failing: shutting down
+    ],
+)
+def test_the_ledger_notes_a_running_ranks_freeze_once_it_beats_again(step, changes, noted):
+    from watchdog.coordinator import testing as t
+    from watchdog.coordinator.goodput import Ledger
+
+    ledger, view = Ledger(), None
+    for seq, (now, age) in enumerate(((100.0, 0.2), (101.0, 1.2), (101.5, 1.7), (102.0, 0.1)), start=1):
+        frozen = changes if age > 1.0 else {}
+        states = [
+            t.rank(r, world_size=2, step=step, step_age_s=30.0, **(dict(frozen, heartbeat_age_s=age) if r == 0 else {}))
+            for r in range(2)
+        ]
+        view = t.view(states, now=now, ranks_per_host=2, base=view, seq=seq)
+        ledger.tick(now, view)
+    assert [(o.rank, o.step) for o in ledger.stalls.froze] == noted
+    assert not ledger.stalls.freezing

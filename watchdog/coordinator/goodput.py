@@ -156,14 +156,16 @@ class Ledger:
         """Note the heartbeat freezes of running ranks (``Stalls.beat``): the ranks
         whose agent read their heartbeat stale, found by one C-level pass over the
         column, and those that were at the last tick. A rank not running (dead,
-        exited, failing, before its first beat) ends no freeze by itself."""
+        exited, failing, before its first beat) ends no freeze by itself, and one
+        before its first step is starting up (imports, init: a real job's rank 0
+        froze 1-1.5 s there, which made a pattern of its first recurring freeze)."""
         c = columns.of(view)
         stalls = self.stalls
         stale = set(compress(c.rank, map(gt, c.heartbeat_age_s, repeat(FREEZE_MIN_S))))
         for r in stale.union(stalls.freezing):
             rv = view.ranks.get(r)
             s = rv.state if rv is not None else None
-            if rv is None or s is None or not (s.alive and rv.heartbeat_moved and s.status == "running"):
+            if rv is None or s is None or not (s.alive and rv.heartbeat_moved and s.status == "running" and s.step):
                 stalls.lost(r)
                 continue
             stalls.beat(
