@@ -22,7 +22,8 @@ slow rank; the answers are here, once.
   up to 0.16 (rank 0's own threads and loader workers compete with it). A rank is
   starved when its contention exceeds the median of the others' by
   ``CONTENTION_EXCESS`` and the wait costs it ``RUNQ_EXCESS_S`` a second more than
-  theirs. That is a slow host (a finding): it holds when DDP's all-reduce makes
+  theirs, while theirs is under ``HOST_BUSY`` (below). That is a slow host (a
+  finding): it holds when DDP's all-reduce makes
   every rank's step equal, and when the hook sees no collective at all.
 - **Can the host's load tell us anything?** Where the other ranks themselves wait
   for a CPU as long as they run (the median of their contention is ``HOST_BUSY``
@@ -32,9 +33,12 @@ slow rank; the answers are here, once.
   core on the shared 2-core host at load 7-10, the host's other load went to
   rank 0's core: its compute ran 1.13-1.26x rank 1's and it was named (DDP
   tutorial, nanoGPT), while both ranks' contention read 0.5-0.85 and differed by
-  at most 0.14 over 10 s. There, compute names nobody (``cannot_tell``); a rank
-  starved beyond the others (above) is still named. Healthy ranks on a quiet
-  host read 0.08 (Lightning) to 0.37 (the DDP tutorial's 1 ms steps).
+  at most 0.14 over 10 s. With three hogs at load 25-30, rank 0's core drew so
+  much of it that rank 0 read 0.86 against rank 1's 0.61 and was named starved.
+  There, neither compute nor contention names anyone (``cannot_tell``): "cannot
+  tell" rather than a healthy rank. Healthy ranks on a quiet host read 0.08
+  (Lightning) to 0.37 (the DDP tutorial's 1 ms steps); a hog's victim there was
+  named against 0.08-0.37.
 - **Is it rank 0 doing work the others do not?** Scripts log, print, sync a loss
   (``loss.item()``) and write metrics on rank 0 alone, every step. Rank 0 slower
   than its peers while its host leaves it its CPU (not starved) is that: said as
@@ -92,7 +96,11 @@ class Contention:
 
     @property
     def starved(self) -> bool:
-        return self.ratio - self.baseline_ratio >= CONTENTION_EXCESS and self.excess_s >= RUNQ_EXCESS_S
+        return (
+            self.baseline_ratio < HOST_BUSY
+            and self.ratio - self.baseline_ratio >= CONTENTION_EXCESS
+            and self.excess_s >= RUNQ_EXCESS_S
+        )
 
     def describe(self) -> str:
         return (
@@ -169,9 +177,9 @@ def starved(view: ClusterView) -> list[Contention]:
 
 
 def cannot_tell(cont: Contention | None) -> bool:
-    """A slow rank's compute says nothing of it: the other ranks wait for a CPU as
-    long as they run (``HOST_BUSY``), and it is not starved beyond them."""
-    return cont is not None and cont.baseline_ratio >= HOST_BUSY and not cont.starved
+    """A slow rank's compute, and its own wait for a CPU, say nothing of it: the
+    other ranks wait for a CPU as long as they run (``HOST_BUSY``)."""
+    return cont is not None and cont.baseline_ratio >= HOST_BUSY
 
 
 def lone_work(rank: int, cont: Contention | None) -> bool:
