@@ -327,3 +327,25 @@ def test_sim_whole_job_stopped_at_once_is_one_wedge_and_no_rank():
                 found.setdefault(f.key, now)
     assert list(found) == [("wedged", ())]
     assert found["wedged", ()] - sim.steps[40].start < CFG.frozen_heartbeat_s + 1.5
+
+
+@pytest.mark.parametrize(
+    "proc,want",
+    [
+        # rank 0 holds the GIL in its own code; rank 1, waiting in the all-reduce rank 0 never
+        # entered, froze 0.5 s later (a DDP waiter of an unmodified script does): rank 0's
+        ("sleeping", [("frozen_rank", (0,))]),
+        # both stopped (a scheduler's suspend), wherever they were: nobody's
+        ("stopped", [("wedged", ())]),
+    ],
+)
+def test_a_rank_frozen_running_outside_the_collective_its_peer_froze_in_is_no_wedge(proc, want):
+    states = [  # heartbeats stopped 0.4 s apart: together, by the heartbeat's 0.5 s
+        t.rank(0, world_size=2, heartbeat_age_s=3.6, collective=IDLE, cpu_percent=0.0, proc_status=proc),
+        t.rank(
+            1, world_size=2, heartbeat_age_s=3.2, collective=WAIT, step_age_s=2.5, cpu_percent=0.0, proc_status=proc
+        ),
+    ]
+    v = t.view(states, now=100.0, ranks_per_host=2)
+    found = [f for det in (FrozenRank(CFG), Wedged(CFG)) for f in det.check(100.0, v)]
+    assert keys(found) == want

@@ -197,3 +197,46 @@ def test_stalls_now_and_then_on_rank_0_alone_are_advice(rank, kind):
     assert found and {(f.kind, f.ranks) for f in found} == {(kind, (rank,))}
     assert "every 25 steps" in found[0].reason
     assert ("stalls alone" in found[0].reason) == (kind == "extra_work")
+
+
+# (what, world, slow rank, factor, each rank's (on-CPU, wait) s/s, findings)
+LOADED = [
+    # a CPU hog on rank 1's core, the host's other load on rank 0's (2 cores at load 7-10):
+    # rank 2 of 4 computes 1.2x while every rank waits for a CPU more than it runs: nobody
+    ("the host's load decides who is slower", 4, 2, 1.2, [(0.25, 0.45), (0.2, 0.5), (0.25, 0.5), (0.3, 0.4)], []),
+    # the same slowness where the others run freely: named
+    ("a slow rank on a quiet host", 4, 2, 1.2, [(0.9, 0.02), (0.9, 0.05), (0.9, 0.02), (0.9, 0.03)], [(2,)]),
+    # starved beyond the others, who wait a third of the time: named, by its contention
+    ("starved beyond the others", 4, 2, 1.2, [(0.5, 0.25), (0.5, 0.25), (0.05, 0.9), (0.5, 0.2)], [(2,)]),
+    # starved beyond others who themselves wait more than they run (three hogs on rank 1's
+    # core at load 25-30 put the host's load on rank 0's: 0.86 against 0.61): nobody
+    ("starved on a busy host", 4, 2, 1.2, [(0.3, 0.45), (0.3, 0.5), (0.07, 0.5), (0.3, 0.5)], []),
+    # 2 ranks, the hog on rank 0's core and the host's load on rank 1's: rank 1 computes slower
+    ("the innocent rank 1 of 2", 2, 1, 1.2, [(0.25, 0.55), (0.3, 0.5)], []),
+]
+
+
+@pytest.mark.parametrize("what,world,slow,factor,sched,findings", LOADED, ids=[c[0] for c in LOADED])
+def test_on_a_host_that_makes_every_rank_wait_compute_names_nobody(what, world, slow, factor, sched, findings):
+    states = [
+        t.rank(
+            r,
+            world_size=world,
+            recent_steps=_compute(r, slow, factor, 0.02, 0.05),
+            oncpu_share=sched[r][0],
+            runq_share=sched[r][1],
+        )
+        for r in range(world)
+    ]
+    found, _ = _detect(states)
+    assert [f.ranks for f in found] == findings, what
+
+
+@pytest.mark.parametrize(
+    "ratio,baseline_ratio,tell",
+    [(0.7, 0.5, False), (0.7, 0.49, True), (0.9, 0.6, False), (0.2, 0.8, False), (0.5, 0.3, True)],
+)
+def test_compute_cannot_tell_where_the_others_wait_as_long_as_they_run(ratio, baseline_ratio, tell):
+    c = slowcause.Contention(1, ratio, ratio, baseline_ratio * 0.5, baseline_ratio)  # (its wait: ratio s/s)
+    assert slowcause.cannot_tell(c) is not tell
+    assert slowcause.cannot_tell(None) is False

@@ -155,7 +155,12 @@ def cpu_percent(prev: ProcSample | None, cur: ProcSample) -> float:
     return max(0.0, 100.0 * (cur.cpu_seconds - prev.cpu_seconds) / ((cur.sampled_ns - prev.sampled_ns) / 1e9))
 
 
-RUNQ_WINDOW_S = 20.0  # the run-queue shares are over this much of the rank's recent life
+# The run-queue shares are over this much of the rank's recent life: a CPU hog shows in
+# full one window after it started. Two ranks' contention on a shared 2-core host at load
+# 7-10 (the corpus scripts, benchmarks/corpus.py, whose hog that load hid) differed by at
+# most 0.14 over 10 s windows (0.11 over 20 s), against the 0.25 that names a starved rank
+# (analysis/slowcause.py); a hog on a quiet host was named 50.9 s after it started with 20 s.
+RUNQ_WINDOW_S = 10.0
 RUNQ_MIN_SPAN_S = 5.0  # and say nothing (0.0) until they cover this much
 
 

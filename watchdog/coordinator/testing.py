@@ -274,6 +274,7 @@ class SimJob:
         self.rank_data: dict[int, float] = {}
         self.stalls: dict[int, tuple[int, float, int, bool]] = {}  # rank -> (every, extra seconds, from step, on data)
         self.frame_of: dict[int, str] = {}  # rank -> where its stalls are, as its hook samples it
+        self.gil: set[int] = set()  # ranks whose stalls hold the GIL: their heartbeat freezes meanwhile
         self.hang_frame: dict[int, str] = {}  # rank -> where it hangs
         self.pause: tuple[float, float] = (0.0, 0.0)  # (chance per rank and step, extra seconds)
         self.faults: dict[int, tuple[str, int]] = {}  # rank -> (kind, step)
@@ -294,14 +295,24 @@ class SimJob:
         self.rank_data[rank] = data_s
 
     def stall(
-        self, rank: int, every: int, extra_s: float, from_step: int = 0, on_data: bool = False, frame: str = ""
+        self,
+        rank: int,
+        every: int,
+        extra_s: float,
+        from_step: int = 0,
+        on_data: bool = False,
+        frame: str = "",
+        gil: bool = False,
     ) -> None:
         """``extra_s`` more compute (``on_data``: data wait) on every ``every``-th step from
         ``from_step`` on (a periodic save, a GC pause; a shard opened from cold storage).
-        ``frame``: where the rank is meanwhile, as its hook samples it (hook/frames.py)."""
+        ``frame``: where the rank is meanwhile, as its hook samples it (hook/frames.py);
+        ``gil``: the stall's compute holds the GIL (its heartbeat is frozen meanwhile)."""
         self.stalls[rank] = (every, extra_s, from_step, on_data)
         if frame:
             self.frame_of[rank] = frame
+        if gil:
+            self.gil.add(rank)
 
     def pauses(self, chance: float, extra_s: float) -> None:
         """Every rank, on each step with probability ``chance``, computes ``extra_s`` longer (pauses all over the job)."""
@@ -313,6 +324,11 @@ class SimJob:
         self.faults[rank] = ("hang", at_step)
         if frame:
             self.hang_frame[rank] = frame
+
+    def freeze(self, rank: int, at_step: int) -> None:
+        """Holds the GIL for good (its heartbeat frozen, the process running) just
+        before the all-reduce of ``at_step``."""
+        self.faults[rank] = ("freeze", at_step)
 
     def kill(self, rank: int, at_step: int, victims_die_after: float | None = None) -> None:
         """SIGKILL at the start of ``at_step``; optionally the others die this long after (gloo error)."""
@@ -431,6 +447,11 @@ class SimJob:
             for s in itertools.takewhile(lambda s: s.end is not None and s.end <= view_t, self.steps[lo:])
         )
         where = self._frame(r, cur, view_t, t, prev)
+        beat_s = t % self.heartbeat_s
+        if (faulted and kind in ("stop", "kill", "exit")) or victim_dead:
+            beat_s = t - hb_last
+        elif (held := self._gil_since(r, cur, view_t, fault_t if faulted and kind == "freeze" else None)) is not None:
+            beat_s, where = t - (held - held % self.heartbeat_s), ""
         dead = (faulted and kind in ("kill", "exit")) or victim_dead
         gone_age = 0.0
         if dead and self.agent_poll_s:
@@ -442,9 +463,7 @@ class SimJob:
             pid=self._pids[r],
             step=k,
             step_age_s=t - cur.start,
-            heartbeat_age_s=t - hb_last
-            if (faulted and kind in ("stop", "kill", "exit")) or victim_dead
-            else t % self.heartbeat_s,
+            heartbeat_age_s=beat_s,
             alive=not dead,
             status="exited" if faulted and kind == "exit" else "running",
             phase=phase,
@@ -461,6 +480,18 @@ class SimJob:
             frame=where,
             frame_step=k + 1 if where else 0,
         )
+
+    def _gil_since(self, r: int, cur: _Step, view_t: float, frozen_at: float | None) -> float | None:
+        """When rank ``r``'s main thread took the GIL it still holds at ``view_t``
+        (a ``freeze`` from ``frozen_at`` on, or a stall of a ``gil`` rank), or None."""
+        if frozen_at is not None:
+            return frozen_at
+        every, _extra, since, on_data = self.stalls.get(r, (0, 0.0, 0, False))
+        enter = cur.enter.get(r)
+        if r not in self.gil or not every or on_data or cur.k < since or cur.k % every or enter is None:
+            return None
+        held = cur.start + cur.data[r]
+        return held if held <= view_t < enter else None
 
     def _frame(self, r: int, cur: _Step, view_t: float, t: float, prev: _Step | None) -> str:
         """Rank ``r``'s frame as its hook samples it (frames.should_sample): in a step of

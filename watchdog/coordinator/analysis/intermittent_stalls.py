@@ -40,11 +40,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...contracts.finding import Finding
-from .periodic import Occurrence, Pattern, frame_key, patterns
+from .periodic import FREEZE_WHERE, Occurrence, Pattern, frame_key, frame_line, patterns
 
 if TYPE_CHECKING:
     from ..config import DetectorConfig
@@ -59,7 +59,15 @@ MAJORITY = 0.5  # of all the stalls in the steps noted
 INTERMITTENT = 0.5  # stalls on at most this share of the steps from a rank's first
 PAUSES_KEPT = 64  # steps in which a minority of ranks was in a checkpoint or eval phase
 PAUSE_WHERE = "a checkpoint or eval phase"
-FRAMES_KEPT = 1024  # (rank, step) -> the frame its hook sampled in that step, newest
+FRAMES_KEPT = 1024  # (rank, step) -> the frames its hook sampled in that step
+FRAMES_PER_STEP = 16  # distinct frames kept of one step, newest
+# A stall is where one was seen before when its frame is in the same function and within
+# this many lines of the lines sampled there before: a loop's body samples at a few lines
+# (nanoGPT's estimate_loss: 222, 224, 225), another stall in a big ``main`` is elsewhere.
+LINE_SLACK = 2
+# A running rank's heartbeat stale this long, then beating again, ended a freeze by itself
+# (its agent's reading; a third of the default frozen_rank threshold: a beat every 0.5 s).
+FREEZE_MIN_S = 1.0
 # A stall where one was seen before on the rank, in the same frame, is expected to last
 # as long again: the hang deadline allows the longest seen so far times this, plus this.
 EXPECTED_FACTOR = 1.25
@@ -92,15 +100,42 @@ class Stalls:
         # Unmarked stalls whose rank's hook sampled its frame during the step (hook/frames.py):
         # where the rank held the job, so a recurrence in the same place is recognised.
         self.framed: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
-        self.frames: dict[tuple[int, int], str] = {}  # (rank, step) -> frame, insertion ordered
+        self.frames: dict[tuple[int, int], tuple[str, ...]] = {}  # (rank, step) -> frames, oldest first
+        # Heartbeat freezes of a running rank that ended by themselves (a call holding the
+        # GIL: its heartbeat and frame sampler cannot run), and the ones still open.
+        self.froze: deque[Occurrence] = deque(maxlen=PAUSES_KEPT)
+        self.freezing: dict[int, _Freezing] = {}
 
     def saw_frame(self, rank: int, step: int, frame: str) -> None:
-        """Rank ``rank``'s hook sampled ``frame`` during step ``step`` (the newest sample wins)."""
+        """Rank ``rank``'s hook sampled ``frame`` during step ``step``."""
         key = (rank, step)
-        self.frames.pop(key, None)
-        self.frames[key] = frame
+        seen = self.frames.pop(key, ())
+        self.frames[key] = (*(f for f in seen if f != frame), frame)[-FRAMES_PER_STEP:]
         if len(self.frames) > FRAMES_KEPT:
             del self.frames[next(iter(self.frames))]
+
+    def beat(self, rank: int, step: int, last_beat: float, age_s: float, stopped: bool) -> None:
+        """A reading of rank ``rank``'s heartbeat while it was or is stale (``age_s``
+        over ``FREEZE_MIN_S``, as its agent read it; ``last_beat``: when it last beat),
+        in step ``step`` (the one in progress), ``stopped`` by a signal or not. A freeze
+        that ends with the rank never seen stopped is an occurrence (``froze``): how
+        long the heartbeat was stale, where its hook sampled that step if it did."""
+        open_ = self.freezing.get(rank)
+        if age_s > FREEZE_MIN_S:
+            if open_ is None or last_beat > open_.last_beat + FREEZE_MIN_S:  # (a new freeze: the old one ended unseen)
+                self.freezing[rank] = _Freezing(step, last_beat, stopped)
+            elif stopped and not open_.stopped:
+                self.freezing[rank] = open_._replace(stopped=True)
+            return
+        if open_ is None:
+            return
+        del self.freezing[rank]
+        if not open_.stopped and last_beat > open_.last_beat:
+            self.froze.append(Occurrence(rank, open_.step, last_beat - open_.last_beat, FREEZE_WHERE))
+
+    def lost(self, rank: int) -> None:
+        """Rank ``rank`` died or exited: a freeze it was in did not end by itself."""
+        self.freezing.pop(rank, None)
 
     def add(self, step: SplitStep, cost_s: float | None = None) -> None:
         """``cost_s``: the job's wall time the step took beyond a typical one (the
@@ -108,10 +143,10 @@ class Stalls:
         self.steps.append(step)
         own = step.data_s <= 0.5 * step.excess_s  # its own work, not its loader (Stalling.on_data)
         if own and step.excess_s > 0.0 and step.excess_s >= EVENT_SHARE * step.step_s:
-            frame = self.frames.get((step.rank, step.step))
-            if frame:
+            frames = self.frames.get((step.rank, step.step))
+            if frames:
                 cost = step.excess_s if cost_s is None else cost_s
-                self.framed.append(Occurrence(step.rank, step.step, cost, frame_key(frame), frame))
+                self.framed.append(_occurrence(step.rank, step.step, cost, frames))
 
     def pause(self, step: int, cost_s: float, ranks: Sequence[int]) -> None:
         """Step ``step`` held the job ``cost_s`` beyond a train step while ``ranks``
@@ -125,6 +160,24 @@ class Stalls:
         self.pauses.clear()
         self.framed.clear()
         self.frames.clear()
+        self.froze.clear()
+        self.freezing.clear()
+
+
+class _Freezing(NamedTuple):
+    step: int
+    last_beat: float
+    stopped: bool
+
+
+def _occurrence(rank: int, step: int, cost_s: float, frames: Sequence[str]) -> Occurrence:
+    """An unmarked stall whose step's hook sampled ``frames`` (oldest first): where the
+    most of them were (the newest such on a tie), with the lines sampled there."""
+    keys = [frame_key(f) for f in frames]
+    where = max(reversed(keys), key=keys.count)  # max keeps the first of equals: the newest
+    mine = [f for f, k in zip(frames, keys) if k == where]
+    lines = sorted({line for f in mine if (line := frame_line(f)) is not None})
+    return Occurrence(rank, step, cost_s, where, mine[-1], tuple(lines))
 
 
 def stall_events(steps: Sequence[SplitStep]) -> list[SplitStep]:
@@ -134,28 +187,57 @@ def stall_events(steps: Sequence[SplitStep]) -> list[SplitStep]:
 
 def periodic(stalls: Stalls) -> list[Pattern]:
     """The periodic patterns of the pauses noted (a rank in a checkpoint or eval
-    phase alone, marked or opened by the hook from its eval forwards) and of the
+    phase alone, marked or opened by the hook from its eval forwards), of the
     unmarked stalls whose frame the rank's hook sampled (a metrics upload, a log
-    flush), on a schedule. An unmarked stall without a frame stays the
+    flush), and of the heartbeat freezes that ended by themselves (a call holding
+    the GIL), on a schedule. An unmarked stall without a frame stays the
     straggler's evidence even when regular: without where the rank was, nothing
-    says it is its own work rather than a neighbour's cron job."""
-    return patterns(stalls.pauses) + patterns(stalls.framed)
+    says it is its own work rather than a neighbour's cron job. A freeze's step
+    is the freeze's pattern, not also a frame's (its frame, sampled after the
+    GIL came back, says where that step was)."""
+    froze = _froze(stalls)
+    steps = {(o.rank, o.step) for o in froze}
+    framed = [o for o in stalls.framed if (o.rank, o.step) not in steps]
+    return patterns(stalls.pauses) + patterns(framed) + patterns(froze)
+
+
+def _froze(stalls: Stalls) -> list[Occurrence]:
+    """The freezes, each with the newest frame its step's hook sampled (after the freeze, if at all)."""
+    return [replace(o, frame=stalls.frames.get((o.rank, o.step), ("",))[-1]) for o in stalls.froze]
 
 
 def expected_steps(stalls: Stalls) -> frozenset[tuple[int, int]]:
-    """(rank, step) of the unmarked stalls that are a periodic pattern's: the
-    periodic_stall advisory's, no straggler's evidence."""
-    found = {(p.rank, p.where) for p in patterns(stalls.framed)}
-    return frozenset((o.rank, o.step) for o in stalls.framed if (o.rank, o.where) in found)
+    """(rank, step) of the unmarked stalls and freezes that are a periodic
+    pattern's: the periodic_stall advisory's, no straggler's evidence."""
+    out: set[tuple[int, int]] = set()
+    for seen in (stalls.framed, stalls.froze):
+        found = {(p.rank, p.where) for p in patterns(seen)}
+        out.update((o.rank, o.step) for o in seen if (o.rank, o.where) in found)
+    return frozenset(out)
 
 
 def expected_s(stalls: Stalls, rank: int, frame: str) -> float | None:
     """How long a stall of ``rank`` in ``frame`` may last before it is more than
     the ones seen there before (the longest, with a margin), or None: none seen.
-    One occurrence is enough: the first may be named (nothing was known yet), a
-    recurrence that lasts no longer is expected."""
-    key = frame_key(frame)
-    seen = [o.cost_s for o in stalls.framed if o.rank == rank and o.where == key]
+    There means the same function, at a line within ``LINE_SLACK`` of the lines
+    sampled in it during those stalls: a stall elsewhere in a big function (a
+    script's ``main``) is not the one seen before. One occurrence is enough: the
+    first may be named (nothing was known yet), a recurrence that lasts no longer
+    is expected."""
+    key, line = frame_key(frame), frame_line(frame)
+    seen = [o for o in stalls.framed if o.rank == rank and o.where == key]
+    lines = [x for o in seen for x in o.lines]
+    if line is not None and lines and not min(lines) - LINE_SLACK <= line <= max(lines) + LINE_SLACK:
+        return None
+    return EXPECTED_FACTOR * max(o.cost_s for o in seen) + EXPECTED_MARGIN_S if seen else None
+
+
+def expected_freeze_s(stalls: Stalls, rank: int) -> float | None:
+    """How long a heartbeat freeze of running ``rank`` may last before it is more
+    than the ones it ended by itself before (the longest, with a margin), or None:
+    none seen. By rank, not by place: its hook cannot sample where it is while
+    its heartbeat is frozen."""
+    seen = [o.cost_s for o in stalls.froze if o.rank == rank]
     return EXPECTED_FACTOR * max(seen) + EXPECTED_MARGIN_S if seen else None
 
 
@@ -247,7 +329,7 @@ def findings(
     if stalls is None:
         return []
     steps: Sequence[SplitStep] = stalls.steps
-    expected = expected_steps(stalls) if stalls.framed else frozenset()
+    expected = expected_steps(stalls) if stalls.framed or stalls.froze else frozenset()
     if expected:
         steps = [s for s in steps if (s.rank, s.step) not in expected]
     out = []

@@ -25,6 +25,9 @@ MIN_PERIOD = 4  # steps: a rank stalling more often than that is slow, not on a 
 # seconds one occurrence costs the job (median): a tiny model's torch.save every 5 steps
 # "held the job ~0.0 s" and was said, on a healthy run; under this it is a step's jitter
 MIN_COST_S = 0.1
+# Where a heartbeat freeze is (stalls.Stalls.beat): the rank's main thread held the GIL, so
+# neither its heartbeat nor its frame sampler could run.
+FREEZE_WHERE = "with its heartbeat frozen (a call that holds the GIL)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Occurrence:
     cost_s: float  # the job's wall time it cost (the others' wait)
     where: str  # the phase or frame it was in ("eval", "estimate_loss (train.py)"): what groups them
     frame: str = ""  # the frame as sampled, line included ("estimate_loss (train.py:41)"), for people
+    lines: tuple[int, ...] = ()  # the lines of ``where`` sampled during it (a loop's body shows several)
 
 
 def frame_key(frame: str) -> str:
@@ -42,6 +46,12 @@ def frame_key(frame: str) -> str:
     samples at different lines)."""
     head, colon, tail = frame.rpartition(":")
     return f"{head})" if colon and tail.endswith(")") and tail[:-1].isdigit() else frame
+
+
+def frame_line(frame: str) -> int | None:
+    """The line of ``function (file.py:line)``; None for a phase or an odd text."""
+    _, colon, tail = frame.rpartition(":")
+    return int(tail[:-1]) if colon and tail.endswith(")") and tail[:-1].isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,12 @@ class Pattern:
     frame: str = ""  # the newest occurrence's frame as sampled, when it was a frame
 
     def describe(self) -> str:
+        if self.where == FREEZE_WHERE:  # its hook could not sample it: the frame is the step's, if any
+            where = FREEZE_WHERE + (f", in the step it spent in {self.frame}" if self.frame else "")
+        else:
+            where = f"in {self.frame or self.where}"
         return (
-            f"rank {self.rank} holds the job ~{self.cost_s:.1f} s every {self.period:,} steps in "
-            f"{self.frame or self.where} "
+            f"rank {self.rank} holds the job ~{self.cost_s:.1f} s every {self.period:,} steps {where} "
             f"({self.occurrences} times since step {self.first_step}): expected work it does alone; "
             "mark it (mon.phase) or raise the allowance"
         )

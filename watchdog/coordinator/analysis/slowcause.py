@@ -17,13 +17,28 @@ slow rank; the answers are here, once.
   rank's main thread (/proc schedstat): time it was runnable but not running. Its
   *contention*, wait / (wait + on-CPU), is what a CPU hog sharing its core raises
   (to 1/2 with one hog) while the ranks on other cores keep theirs. Measured healthy
-  on that shared host, over the agent's 20 s windows, two ranks' contention differed
-  by at most 0.06 while both sat at 0.2-0.6, and their wait in seconds per second by
+  on that shared host, over 20 s windows, two ranks' contention differed
+  by at most 0.06 while both sat at 0.2-0.6 (0.14 over the agent's 10 s at 0.5-0.85), and their wait in seconds per second by
   up to 0.16 (rank 0's own threads and loader workers compete with it). A rank is
   starved when its contention exceeds the median of the others' by
   ``CONTENTION_EXCESS`` and the wait costs it ``RUNQ_EXCESS_S`` a second more than
-  theirs. That is a slow host (a finding): it holds when DDP's all-reduce makes
+  theirs, while theirs is under ``HOST_BUSY`` (below). That is a slow host (a
+  finding): it holds when DDP's all-reduce makes
   every rank's step equal, and when the hook sees no collective at all.
+- **Can the host's load tell us anything?** Where the other ranks themselves wait
+  for a CPU as long as they run (the median of their contention is ``HOST_BUSY``
+  or more), every rank's compute is the scheduler's to share out: which rank's
+  core drew more of the host's load decides which computes slower, window after
+  window, and the rank named was a healthy one. With a CPU hog pinned to rank 1's
+  core on the shared 2-core host at load 7-10, the host's other load went to
+  rank 0's core: its compute ran 1.13-1.26x rank 1's and it was named (DDP
+  tutorial, nanoGPT), while both ranks' contention read 0.5-0.85 and differed by
+  at most 0.14 over 10 s. With three hogs at load 25-30, rank 0's core drew so
+  much of it that rank 0 read 0.86 against rank 1's 0.61 and was named starved.
+  There, neither compute nor contention names anyone (``cannot_tell``): "cannot
+  tell" rather than a healthy rank. Healthy ranks on a quiet host read 0.08
+  (Lightning) to 0.37 (the DDP tutorial's 1 ms steps); a hog's victim there was
+  named against 0.08-0.37.
 - **Is it rank 0 doing work the others do not?** Scripts log, print, sync a loss
   (``loss.item()``) and write metrics on rank 0 alone, every step. Rank 0 slower
   than its peers while its host leaves it its CPU (not starved) is that: said as
@@ -45,6 +60,7 @@ MIN_COST_SHARE = 0.02  # of the job's time: 1.2 s a minute
 CONTENTION_EXCESS = 0.25  # run-queue wait / runnable time, beyond the median of the other ranks'
 RUNQ_EXCESS_S = 0.1  # seconds per second waited for a CPU beyond theirs: 6 s a minute
 MAX_CONTENTION = 0.95  # the noise floor stops at 20x MIN_EXTRA_S
+HOST_BUSY = 0.5  # the other ranks' contention (median) from which compute cannot tell a slow rank
 LONE_WORKER = 0  # the rank scripts give the work no other rank does
 
 
@@ -81,7 +97,11 @@ class Contention:
 
     @property
     def starved(self) -> bool:
-        return self.ratio - self.baseline_ratio >= CONTENTION_EXCESS and self.excess_s >= RUNQ_EXCESS_S
+        return (
+            self.baseline_ratio < HOST_BUSY
+            and self.ratio - self.baseline_ratio >= CONTENTION_EXCESS
+            and self.excess_s >= RUNQ_EXCESS_S
+        )
 
     def describe(self) -> str:
         return (
@@ -155,6 +175,12 @@ def contention(view: ClusterView) -> Contentions:
 def starved(view: ClusterView) -> list[Contention]:
     """The ranks whose host takes their CPU (see the module docstring), in rank order."""
     return contention(view).starved()
+
+
+def cannot_tell(cont: Contention | None) -> bool:
+    """A slow rank's compute, and its own wait for a CPU, say nothing of it: the
+    other ranks wait for a CPU as long as they run (``HOST_BUSY``)."""
+    return cont is not None and cont.baseline_ratio >= HOST_BUSY
 
 
 def lone_work(rank: int, cont: Contention | None) -> bool:

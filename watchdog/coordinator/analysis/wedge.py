@@ -45,7 +45,12 @@ def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Froze
     since: else None. A dead or lost rank, or one still beating, is someone
     missing: then it is not a wedge. A rank that runs again after a stop that began
     in the same instant (``FoldedRank.resumed``) is the wedge ending, seen from a host
-    whose agent reported first: it is not a rank that kept going."""
+    whose agent reported first: it is not a rank that kept going. A rank frozen
+    while running (not stopped) outside the collective other ranks wait in is
+    missing from it, not wedged with them: a call that keeps the GIL freezes its
+    heartbeat, and a peer waiting in DDP's all-reduce of an unmodified script
+    froze its own within half a second (tests/test_e2e_periodic.py); frozen_rank
+    names the first and spares the waiters."""
     health = classify_all(view, now, cfg)
     if FROZEN not in health.values():
         return None  # nearly every tick: no frozen rank at all
@@ -53,9 +58,13 @@ def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Froze
     if len(live) < 2 or quiet_hosts(view, now):
         return None
     stops = []
+    waiting = any(view.ranks[r].state.coll.outstanding for r in live)
     for r in live:
         rv = view.ranks[r]
         if health[r] == FROZEN:
+            s = rv.state
+            if waiting and not s.coll.outstanding and s.proc_status != "stopped":
+                return None  # it froze running, outside the collective the others wait in: it holds them
             stops.append(rv.last_heartbeat())
         elif rv.resumed is not None and now - rv.resumed[1] <= RESUMED_S:
             stops.append(rv.resumed[0])

@@ -77,6 +77,7 @@ def build(
     made: dict[type, Detector] = {
         DeadRank: dead_rank if dead_rank is not None else DeadRank(cfg),
         CollectiveHang: CollectiveHang(cfg, stalls=stalls),
+        FrozenRank: FrozenRank(cfg, stalls=stalls),
         Straggler: straggler,
         LoaderStarvation: LoaderStarvation(cfg, stalls=stalls),
         PeriodicStall: PeriodicStall(cfg, stalls=stalls),

@@ -40,7 +40,7 @@ from ...stepstats import stats
 from ...stepstats.history import Steps
 from ...stepstats.steps import P99_SAMPLES, PAUSE_PHASES
 from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, waiting, waiting_since
-from ..analysis.intermittent_stalls import Stalls, expected_s
+from ..analysis.intermittent_stalls import Stalls, expected_freeze_s, expected_s
 from ..analysis.silence import SLOW_PHASES
 from ..analysis.tick_memo import per_tick
 from ..analysis.wedge import frozen_together
@@ -232,10 +232,12 @@ _LAST_ALSO = _Last()
 def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, str]) -> float:
     """The longest a live rank's stall now may last and be one seen before: a rank
     outside any collective whose hook sampled it, in the step it is still in, in a
-    frame where it stalled before (stalls.expected_s); 0 when none is. Its
-    recurrence is work it does alone (a metrics upload every N steps), not a hang,
-    for as long as it took before. A stall that does not end is named past that."""
-    if known is None or not known.framed:
+    frame where it stalled before (stalls.expected_s), or a running rank whose
+    heartbeat is frozen and froze before, then beat again (a call holding the GIL:
+    stalls.expected_freeze_s); 0 when none is. Its recurrence is work it does alone
+    (a metrics upload every N steps), not a hang, for as long as it took before. A
+    stall that does not end is named past that."""
+    if known is None or not (known.framed or known.froze):
         return 0.0
     c = columns.of(view)
     out = 0.0
@@ -243,6 +245,10 @@ def expected_stall_s(view: ClusterView, known: Stalls | None, health: dict[int, 
         rank = c.rank[i]
         if c.frame_step[i] == c.step[i] + 1 and not c.coll_outstanding[i] and health.get(rank) == OK:
             out = max(out, expected_s(known, rank, c.frame[i]) or 0.0)
+    for rank in {o.rank for o in known.froze}:  # a running rank frozen as it was before, and beat again
+        rv = view.ranks.get(rank)
+        if health.get(rank) == FROZEN and rv is not None and rv.state.proc_status != "stopped":
+            out = max(out, expected_freeze_s(known, rank) or 0.0)
     return out
 
 
@@ -260,10 +266,10 @@ class CollectiveHang:
         without their steps in the p99 (a spin elsewhere is named as soon as
         before) but with their recurrence's time (``expected_stall_s``)."""
         known = self.stalls
-        if known is None or not known.framed:
+        if known is None or not (known.framed or known.froze):
             return st.deadline_s
         alive = [h in (OK, FROZEN) for h in st.health.values()]
-        base = deadline(view, alive, self.cfg, frozenset(o.step for o in known.framed))
+        base = deadline(view, alive, self.cfg, frozenset(o.step for o in (*known.framed, *known.froze)))
         return max(base, expected_stall_s(view, known, st.health))
 
     def gauges(self, now: float, view: ClusterView) -> GaugeValues:

@@ -23,6 +23,15 @@ hosts that reported within that instant's window and not since: none at 1 s
 report intervals (other ranks' agents have read them beating after it), up to
 a second at 16,384 ranks with agents slowed to 2-3 s (docs/scale.md). When that
 group is every rank of the job, it is nobody's: the ``wedged`` verdict (analysis/wedge.py).
+
+A running rank (not stopped) whose heartbeat froze before and beat again by
+itself (a call that holds the GIL every N steps: an upload through a C library,
+a big regex) is expected to freeze as long again: its recurrence is named only
+past 1.25x the longest such freeze plus 2 s (``intermittent_stalls.expected_freeze_s``, the
+rule collective_hang gives a stall seen before in the same frame), and the
+periodic_stall advisory says the pattern. A first freeze is named as before
+(nothing was known yet), a stopped rank at once, one that never ends past
+that allowance.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import NamedTuple
 
 from ...contracts.finding import Finding, ranks_phrase, seconds
 from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
+from ..analysis.intermittent_stalls import Stalls, expected_freeze_s
 from ..analysis.wedge import TOGETHER_S, frozen_together
 from ..config import DetectorConfig
 from ..view import columns
@@ -57,8 +67,11 @@ class _Tick(NamedTuple):
 class FrozenRank:
     name = "frozen_rank"
 
-    def __init__(self, cfg: DetectorConfig) -> None:
+    def __init__(self, cfg: DetectorConfig, stalls: Stalls | None = None) -> None:
         self.cfg = cfg
+        # The goodput ledger's stalls (handed in at construction): the freezes each
+        # rank ended by itself before. None (a detector alone): every freeze is named.
+        self.stalls = stalls
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         tick = self._tick(now, view)
@@ -88,9 +101,17 @@ class FrozenRank:
         frozen = [
             view.ranks[r]
             for r in sorted(compress(health.keys(), map(eq, repeat(FROZEN), health.values())))
-            if r not in spared
+            if r not in spared and not self._expected(view.ranks[r], now)
         ]
         return _Tick(frozen, spared, blame, live_waiters)
+
+    def _expected(self, rv: FoldedRank, now: float) -> bool:
+        """A running rank frozen no longer than the freezes it ended by itself before."""
+        known = self.stalls
+        if known is None or not known.froze or rv.state.proc_status == "stopped" or rv.state.status != "running":
+            return False
+        allowed = expected_freeze_s(known, rv.rank)
+        return allowed is not None and rv.heartbeat_age(now) <= allowed
 
     def _waiting(self, ranks: set[int], now: float, tick: _Tick) -> str:
         """The waiters, when ``ranks`` hold up the collective they wait in."""

@@ -35,7 +35,9 @@ leaves it its CPU is work it does alone, the ``extra_work`` advisory's
 no collective wait (DDP's reducer issues its all-reduce from C++, a framework's
 process group it missed): every rank's step is then equal. A rank whose host
 takes its CPU (run-queue contention, ``slowcause.starved``) is named from that,
-by the agents' schedstat reads, whatever its steps say.
+by the agents' schedstat reads, whatever its steps say. Where the other ranks
+themselves wait for a CPU as long as they run, neither names anyone
+(``slowcause.cannot_tell``): the host's load, not the rank, decides who is slower.
 
 At scale the scores are brought up to date over a few ticks (``Scorer.advance``:
 ~40 ms of the work a tick, none on the verdict's turn), so a finding can come a
@@ -160,8 +162,8 @@ class Straggler:
         cont = self.contention(view)
         for r, sc, cost in slow:
             c = cont.get(r)
-            if slowcause.lone_work(r, c):
-                continue  # the extra_work advisory's
+            if slowcause.lone_work(r, c) or slowcause.cannot_tell(c):
+                continue  # the extra_work advisory's; or the host's load, which compute cannot tell from it
             rv = view.ranks[r]
             steps = sc["last_step"] - sc["first_step"] + 1
             host = f"; it {c.describe()}: its host takes its CPU" if c is not None and c.starved else ""
@@ -223,7 +225,12 @@ class Straggler:
         rank 0's own stalls (its host leaving it its CPU) are the ``extra_work`` advisory's."""
         found = self.stalling(self.name, now, view, named, _stall_reason)
         cont = self.contention(view) if found else None
-        return [f for f in found if cont is None or not slowcause.lone_work(f.ranks[0], cont.get(f.ranks[0]))]
+        return [
+            f
+            for f in found
+            if cont is None
+            or not (slowcause.lone_work(f.ranks[0], c := cont.get(f.ranks[0])) or slowcause.cannot_tell(c))
+        ]
 
     def stalling(
         self, kind: str, now: float, view: ClusterView, named: set[int], reason: Callable[[Stalling, FoldedRank], str]

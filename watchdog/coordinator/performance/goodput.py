@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, getitem, itemgetter, lt, not_
+from operator import add, attrgetter, getitem, gt, itemgetter, lt, not_
 from typing import Any, cast
 
 from watchdog.report import StepSample
@@ -39,7 +39,7 @@ from watchdog.report import StepSample
 from ...stepstats.median import median
 from ...stepstats.stats import quantile
 from ...stepstats.steps import FLAT_FIELDS, PAUSE_PHASES
-from ..analysis.intermittent_stalls import SplitStep, Stalls
+from ..analysis.intermittent_stalls import FREEZE_MIN_S, SplitStep, Stalls
 from ..journal import event_names as je
 from ..view import columns
 from ..view.cluster import ClusterView
@@ -114,6 +114,7 @@ class Ledger:
         self.ended = False
         live, changed, pausing = self._scan(view, track=not restarting, batched=batched)
         self._frames(view)
+        self._beats(view)
         if restarting or changed:
             self.restarting = True
         ready = self._ready_steps(live)
@@ -150,6 +151,26 @@ class Ledger:
         for i in compress(range(len(c.frame)), c.frame):
             if c.frame_step[i] == c.step[i] + 1:
                 self.stalls.saw_frame(c.rank[i], c.frame_step[i], c.frame[i])
+
+    def _beats(self, view: ClusterView) -> None:
+        """Note the heartbeat freezes of running ranks (``Stalls.beat``): the ranks
+        whose agent read their heartbeat stale, found by one C-level pass over the
+        column, and those that were at the last tick. A rank not running (dead,
+        exited, failing, before its first beat) ends no freeze by itself, and one
+        before its first step is starting up (imports, init: a real job's rank 0
+        froze 1-1.5 s there, which made a pattern of its first recurring freeze)."""
+        c = columns.of(view)
+        stalls = self.stalls
+        stale = set(compress(c.rank, map(gt, c.heartbeat_age_s, repeat(FREEZE_MIN_S))))
+        for r in stale.union(stalls.freezing):
+            rv = view.ranks.get(r)
+            s = rv.state if rv is not None else None
+            if rv is None or s is None or not (s.alive and rv.heartbeat_moved and s.status == "running" and s.step):
+                stalls.lost(r)
+                continue
+            stalls.beat(
+                r, s.step + 1, rv.received_at - s.heartbeat_age_s, s.heartbeat_age_s, s.proc_status == "stopped"
+            )
 
     def _scan(self, view: ClusterView, track: bool = True, batched: bool = False) -> tuple[list[int], bool, bool]:
         """The ranks whose process lives (the ones whose steps the job waits on),
