@@ -175,7 +175,7 @@ def test_every_frame_sampled_in_a_stall_is_its_place():
     for frame in ("estimate_loss (train.py:222)", "get_batch (train.py:118)", "estimate_loss (train.py:225)"):
         st.saw_frame(0, 100, frame)
     st.saw_frame(0, 100, "estimate_loss (train.py:222)")  # again: kept once, now the newest
-    st.add(stalls_mod.Step(100, 6.1, 0, 6.0, 0.0, 2), 6.0)
+    st.add(stalls_mod.SplitStep(100, 6.1, 0, 6.0, 0.0, 2), 6.0)
     (o,) = st.framed
     assert (o.where, o.frame, o.lines) == ("estimate_loss (train.py)", "estimate_loss (train.py:222)", (222, 225))
     assert stalls_mod.expected_s(st, 0, "estimate_loss (train.py:227)") == 1.25 * 6.0 + 2.0
