@@ -640,11 +640,10 @@ class Coordinator:
 
     # -- journal ---------------------------------------------------------------
 
-    def _record(self, event: str | Record, payload: dict[str, Any] | None = None) -> None:
-        """Journals a typed record, or an event name and its payload (the events the
-        view, dispatch and actions hand the tick)."""
+    def _record(self, rec: Record) -> None:
+        """Journals a record (the view's, the dispatch's, the actions' and the tick's own)."""
         try:
-            self.journal.write(event, payload)
+            self.journal.write(rec)
         except OSError as exc:  # a full disk must not stop detection; count it, log it rarely
             self.metrics.journal_errors.inc()
             first, suppressed = self._journal_failed.should_log("journal", time.monotonic())
