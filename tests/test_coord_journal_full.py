@@ -15,6 +15,7 @@ import textwrap
 import pytest
 from prometheus_client import CollectorRegistry
 
+from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal
@@ -92,10 +93,10 @@ def test_the_coordinator_counts_a_short_write_and_keeps_going(tmp_path):
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
     c = Coordinator(Config(journal=j.path), j, registry)
     j._fh = _DiskFillsUp(j._fh, room=10)
-    c._record(je.FINDING, {"kind": "dead_rank"})
+    c._record(FindingRecord(kind="dead_rank"))
     assert registry.get_sample_value("watchdog_coordinator_journal_errors_total") == 1
     j._fh.free()
-    c._record(je.RESOLVED, {"kind": "dead_rank"})
+    c._record(ResolvedRecord(kind="dead_rank"))
     assert registry.get_sample_value("watchdog_coordinator_journal_errors_total") == 1
     j.close()
     assert [r["event"] for r in journal.read(j.path)][-2:] == [je.JOURNAL_GAP, je.RESOLVED]
