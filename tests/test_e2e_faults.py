@@ -40,7 +40,17 @@ def test_fault_is_named(fault, kind, culprits, bound, fault_run):
     res = fault_run(fault)  # one run per fault, shared with the evidence and timeline tests
     assert res.findings, f"no finding for {fault}:\n{res.output[-2000:]}"
     first = res.findings[0]
-    assert (first["kind"], first["ranks"]) == (kind, culprits), res.findings
+    if fault.startswith("exit:") and first["kind"] == "collective_hang":
+        # The rank that left is alive until its interpreter has torn gloo down, and its peers fail only
+        # then. Under load that took 8 s after the hook recorded the exit: the peers still waited at the
+        # hang deadline, and by design (dead_rank._left_early) the hang names who left, knowing it
+        # exited (dead_rank names it once they fail of it). Either way: the rank that left, nobody else.
+        assert first["ranks"] == culprits, res.findings
+        assert {r: c["health"] for r, c in first["evidence"]["culprits"].items()} == {
+            str(r): "exited" for r in culprits
+        }
+    else:
+        assert (first["kind"], first["ranks"]) == (kind, culprits), res.findings
     # Root cause only: no later finding may blame a rank that is not a culprit.
     blamed = {r for f in res.findings for r in f["ranks"]}
     assert blamed <= set(culprits), res.findings

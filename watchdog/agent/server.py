@@ -79,7 +79,10 @@ class Server:
             self._httpd.socket = web.ssl_context.wrap_socket(
                 self._httpd.socket, server_side=True, do_handshake_on_connect=False
             )
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="watchdog-agent-http", daemon=True)
+        # Polled for shutdown every 0.1 s (socketserver's default 0.5 s added a quarter second to each stop).
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="watchdog-agent-http", daemon=True
+        )
 
     @property
     def address(self) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,12 +62,15 @@ class Process:
         except OSError:
             return ""
 
-    def stop(self, grace_s: float = 5.0, group: bool = False) -> int | None:
+    def stop(self, grace_s: float = 5.0, group: bool = False, done: Callable[[], bool] | None = None) -> int | None:
+        """SIGTERM, and SIGKILL after ``grace_s``, or as soon as ``done()`` says
+        what the SIGTERM was for has happened (a launcher's workers gone)."""
         if self.popen.poll() is None:
             self._signal(signal.SIGTERM, group)
-            try:
-                self.popen.wait(grace_s)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + grace_s
+            while self.popen.poll() is None and time.monotonic() < deadline and not (done and done()):
+                time.sleep(0.05)
+            if self.popen.poll() is None:
                 self._signal(signal.SIGKILL, group)
                 self.popen.wait(grace_s)
         if group:  # workers can outlive a launcher that was SIGKILLed
@@ -234,7 +237,12 @@ class TorchrunJob:
         workers = self.worker_identities()
         for pid, start in workers:
             _signal_if_same(pid, start, signal.SIGCONT)
-        self.proc.stop(grace_s=3.0, group=True)
+        # Once the workers it forwarded the SIGTERM to are gone, the launcher's own shutdown (its
+        # store, its interpreter's teardown: 1-3 s, past the grace on a busy machine) serves nobody.
+        self.proc.stop(
+            grace_s=3.0, group=True, done=lambda: bool(workers) and not any(_running(p, s) for p, s in workers)
+        )
+        workers = sorted({*workers, *self.worker_identities()})  # any a restart was starting meanwhile
         for pid, start in workers:
             _signal_if_same(pid, start, signal.SIGCONT)
             _signal_if_same(pid, start, signal.SIGKILL)
