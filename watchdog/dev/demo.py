@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator.finding import ACTIONABLE_KINDS
@@ -83,7 +84,7 @@ class Printer:
     def __init__(self, as_json: bool, t0_wall: float) -> None:
         self.as_json, self.t0_wall = as_json, t0_wall
 
-    def info(self, text: str, **fields) -> None:
+    def info(self, text: str, **fields: Any) -> None:
         if self.as_json:
             print(json.dumps({"event": INFO, "message": text, **fields}), flush=True)
         else:

@@ -12,8 +12,9 @@ a restart can be journaled after the new processes were seen.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from watchdog.contracts.journal import Record, parse, reader
 from watchdog.contracts.journal import names as je
@@ -88,7 +89,14 @@ def load(path: str) -> Timeline:
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
 
 
-def _parse(cls, d: Any):
+T = TypeVar("T", covariant=True)
+
+
+class _FromDict(Protocol[T]):
+    def from_dict(self, d: Any) -> T: ...
+
+
+def _parse(cls: _FromDict[T], d: Any) -> T | None:
     try:
         return cls.from_dict(d)
     except (TypeError, KeyError, AttributeError):
@@ -160,7 +168,7 @@ def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | 
     return raw
 
 
-def _pids(rec: dict):
+def _pids(rec: dict) -> Iterator[tuple[Any, Any]]:
     """(rank, pid) pairs a record names, so evidence can find its section."""
     if rec["event"] in (je.RANK_JOINED, je.RANK_RESTARTED, je.STATE) and isinstance(rec.get("pid"), int):
         yield rec.get("rank"), rec["pid"]

@@ -159,7 +159,7 @@ class SyntheticRegression(Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.delay_s:
             time.sleep(self.delay_s)
         gen = torch.Generator().manual_seed(i)
@@ -177,7 +177,7 @@ class BlockingAt(Dataset):
     def __len__(self) -> int:
         return len(self.inner)  # type: ignore[arg-type]
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if i >= self.at:
             announce("loader-hang", self.rank, self.step)
             while True:
@@ -220,7 +220,7 @@ def latest_checkpoint(ckpt_dir: str | None, before: int | None = None) -> tuple[
     return best, os.path.join(ckpt_dir, f"step-{best:08d}.pt")
 
 
-def honour_rollback(mon, ckpt_dir: str | None) -> tuple[int, str | None]:
+def honour_rollback(mon: object, ckpt_dir: str | None) -> tuple[int, str | None]:
     """The checkpoint to resume from: the newest, or after a rollback_restart the
     newest before the anomaly, once per rollback. Every rank decides before any
     rank marks the rollback done (the barrier), so they all load the same one."""
