@@ -13,9 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.test_e2e_zero_code import Stack, records
-from tests.waiting import wait_for
+from test_e2e_zero_code import Stack, records
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

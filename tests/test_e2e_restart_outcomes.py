@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
 from watchdog.dev import localjob

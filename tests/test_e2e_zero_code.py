@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog import wire
 from watchdog.coordinator import journal
 from watchdog.coordinator import journal_events as je
