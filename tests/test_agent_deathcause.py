@@ -13,8 +13,8 @@ import sys
 import time
 
 import psutil
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.agent import deathcause
 from watchdog.agent.procs import ProcessTable
 

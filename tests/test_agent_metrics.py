@@ -106,7 +106,7 @@ def test_series_per_rank_is_the_documented_count(exposition):
 
 
 def test_step_parts_add_up_to_the_step(exposition):
-    by = {}
+    by: dict[str, dict[str | None, float]] = {}
     for s in per_rank_samples(exposition):
         by.setdefault(s.name, {})[s.labels.get("part")] = s.value
     last = by["watchdog_rank_last_step_part_seconds"]

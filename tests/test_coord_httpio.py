@@ -75,7 +75,8 @@ def connect(srv) -> socket.socket:
 
 def replies(s: socket.socket, n: int) -> list[tuple[int, bytes]]:
     """The next ``n`` replies on ``s``: (status, body)."""
-    out, buf = [], b""
+    out: list[tuple[int, bytes]] = []
+    buf = b""
     while len(out) < n:
         while b"\r\n\r\n" not in buf:
             chunk = s.recv(65536)

@@ -82,7 +82,8 @@ def test_most_drastic_action_wins_then_root_cause_first():
     )
     later_dead, earlier_dead = finding(ranks=(2,), onset=50.0), finding(ranks=(1,), onset=40.0)
     p = plan([finding("straggler", (3,)), later_dead, earlier_dead], JobControl(), 200.0, pol)
-    assert p.action == "restart" and p.finding.ranks == (1,)  # the earliest death is the root cause
+    assert p.action == "restart" and p.finding is not None
+    assert p.finding.ranks == (1,)  # the earliest death is the root cause
     p = plan([later_dead, finding("collective_hang", (2,))], JobControl(), 200.0, pol)
     assert p.action == "abort"
 

@@ -18,7 +18,7 @@ from watchdog.coordinator.testing import SimJob
 
 @pytest.fixture
 def make(tmp_path):
-    made = []
+    made: list[Coordinator] = []
 
     def _make(**kw):
         path = str(tmp_path / f"journal{len(made)}.jsonl")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from watchdog.contracts.finding import Finding, rank_ranges
@@ -109,7 +111,8 @@ class UnlabelledScores(Gauged):
 
 
 def test_runner_hands_out_gauges_and_isolates_them_like_check():
-    dets = [Gauged(), BadGauges(), UnknownGauge(), UnlabelledScores(), Fine()]
+    # some break the Detector protocol on purpose
+    dets: list[Any] = [Gauged(), BadGauges(), UnknownGauge(), UnlabelledScores(), Fine()]
     outcomes = Runner(dets).run(7.0, t.view(t.healthy()))
     assert [(o.ok, dict(o.gauges)) for o in outcomes] == [
         (True, {HANG_SECONDS: 7.0}),

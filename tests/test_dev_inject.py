@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.dev import inject
 
 

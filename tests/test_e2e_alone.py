@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 
 import pytest
+from test_e2e_zero_code import Stack, records
+from waiting import wait_for
 
-from tests.test_e2e_zero_code import Stack, records
-from tests.waiting import wait_for
 from watchdog.contracts import slot as wire
 from watchdog.hook.testing import records_of
 

@@ -17,9 +17,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from test_e2e_zero_code import Stack, records
+from waiting import wait_for
 
-from tests.test_e2e_zero_code import Stack, records
-from tests.waiting import wait_for
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.journal import event_names as je
 from watchdog.hook.testing import records_of, step_splits

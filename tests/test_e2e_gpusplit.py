@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.dev import localjob
 
 pytestmark = pytest.mark.integration

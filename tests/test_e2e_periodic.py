@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_e2e_zero_code import Stack, records
+from waiting import wait_for
 
-from tests.test_e2e_zero_code import Stack, records
-from tests.waiting import wait_for
 from watchdog.coordinator.analysis import intermittent_stalls as stalls
 
 pytestmark = pytest.mark.integration

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob

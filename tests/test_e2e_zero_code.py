@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
-from tests.waiting import wait_for
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal

@@ -49,6 +49,7 @@ def test_the_scoped_call_joins_a_real_group_on_the_agents_store_under_the_attemp
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("WORLD_SIZE", "1")
     planned = initstore.plan(INIT, ("gloo",), {"timeout": timedelta(seconds=20)}, os.environ)
+    assert planned is not None
     kwargs = initstore.rendezvous(planned)
     assert (kwargs["rank"], kwargs["world_size"], kwargs["backend"]) == (0, 1, "gloo")
     INIT(**kwargs)

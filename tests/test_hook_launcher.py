@@ -102,7 +102,7 @@ def test_ranks_of_one_job_agree_through_the_store_and_two_jobs_do_not():
         env = {**NONE_RUN, "TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1"}
         env["MASTER_PORT"] = str(server.port)
         ranks = {jobid.agree(env) for _rank in range(3)}  # each rank proposes its own
-        assert len(ranks) == 1 and next(iter(ranks)).startswith("torchrun-")
+        assert len(ranks) == 1 and str(next(iter(ranks))).startswith("torchrun-")
         ids.append(ranks.pop())
         del server
     assert ids[0] != ids[1]

@@ -39,7 +39,8 @@ def test_a_nan_loss_is_remembered_after_finite_ones(tmp_path):
         mon.step(loss=float("nan"))
         rep = _loss(read_monitor(mon).header)
         assert rep["loss_finite"] is False and rep["loss"] == 0.0 and rep["loss_step"] == 5
-        assert math.isnan(read_monitor(mon).header.loss)
+        loss = read_monitor(mon).header.loss
+        assert loss is not None and math.isnan(loss)
 
 
 def test_a_loss_that_is_not_a_number_is_ignored_never_raised(tmp_path):

@@ -376,7 +376,7 @@ def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch
             seq = new
         elif dynamic.intersection(touched):
             assert seq is not None and seq % 2 == 1, f"store to words {touched} outside a bracket"
-    assert seq % 2 == 0 and brackets >= 11
+    assert seq is not None and seq % 2 == 0 and brackets >= 11
     assert read_monitor(mon).header[wire.H_SEQ] == seq
 
 

@@ -107,7 +107,7 @@ def test_joined_poll_table(word, initialized, after):
     from watchdog.hook.collectives import joined_poll
 
     words = {wire.H_PG_STATE: int(word)}
-    said = []
+    said: list[PgState] = []
     joined_poll(lambda: initialized, words, said.append)()
     assert said == ([] if after is None else [after])
 

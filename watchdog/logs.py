@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -19,7 +21,7 @@ LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("json", "logfmt")
 
 
-def _choice(options: tuple[str, ...]):
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def convert(text: str) -> str:
         low = text.strip().lower()
         if low not in options:
@@ -41,7 +43,7 @@ def format_flag() -> Flag:
     return Flag("log.format", "json", f"log line format: {' or '.join(FORMATS)}", parse_format, field="log_format")
 
 
-def _renderer(fmt: str):
+def _renderer(fmt: str) -> structlog.typing.Processor:
     if fmt == "logfmt":
         return structlog.processors.LogfmtRenderer(
             key_order=["timestamp", "level", "event"], drop_missing=True, bool_as_flag=False
@@ -64,7 +66,7 @@ def configure(level: str = "info", fmt: str = "json") -> None:
     )
 
 
-def get(name: str):
+def get(name: str) -> Any:
     return structlog.get_logger(name)
 
 

@@ -147,7 +147,7 @@ class Actions:
         targets = cmd["args"]["ranks"]
         refusals: list[str] = []
 
-        def job(t: dict[str, int]):
+        def job(t: dict[str, int]) -> Callable[[float], StackDump]:
             def run(left_s: float) -> StackDump:
                 return self._dump_one(cmd["job"], t, left_s, refusals)
 

@@ -105,7 +105,7 @@ class Discovery:
     """``url_of(job, ranks)`` for the sender: the job's coordinator base URL, or "";
     ``token_of(job)``: the token that goes with it ("" = the agent's own)."""
 
-    def __init__(self, run_dir: str, *, lstat: Callable = os.lstat, read: Callable = _read, log=None) -> None:
+    def __init__(self, run_dir: str, *, lstat: Callable = os.lstat, read: Callable = _read, log: Any = None) -> None:
         self._run_dir, self._lstat, self._read = run_dir, lstat, read
         self._log = log or logs.get("watchdog.agent.discovery")
         self._last: dict[str, Found] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
@@ -24,7 +24,7 @@ class Collector(Protocol):
 
 class Exporter:
     def __init__(
-        self, collectors: Sequence[Collector], *, log=None, timer: Callable[[], float] = time.perf_counter
+        self, collectors: Sequence[Collector], *, log: Any = None, timer: Callable[[], float] = time.perf_counter
     ) -> None:
         names = [c.name for c in collectors]
         if len(set(names)) != len(names):

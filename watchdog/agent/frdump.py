@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from watchdog import sharedfile
 from watchdog.contracts import slot as wire
@@ -87,7 +88,9 @@ def collect(
     return [out[r] for r in sorted(out)]
 
 
-def _answer(host: str, rank: int, pid: int, path: str, result: int, now: float, read) -> FlightRecorderDump:
+def _answer(
+    host: str, rank: int, pid: int, path: str, result: int, now: float, read: Callable[[str], Any]
+) -> FlightRecorderDump:
     if result == ACK_NO_HANDLER:
         return FlightRecorderDump(host, rank, pid, False, "this rank's torch has no Flight Recorder (or it is off)")
     if result != ACK_OK:

@@ -50,7 +50,9 @@ class AccelSnapshot:
 
 
 class Accelerators:
-    def __init__(self, nvml: Any = None, *, retry_s: float = 60.0, min_interval_s: float = 0.5, log=None) -> None:
+    def __init__(
+        self, nvml: Any = None, *, retry_s: float = 60.0, min_interval_s: float = 0.5, log: Any = None
+    ) -> None:
         self._nvml = nvml
         self._retry_s, self._min_interval_s = retry_s, min_interval_s
         self._log = log or logs.get("watchdog.agent.nvml")

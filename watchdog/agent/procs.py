@@ -126,6 +126,25 @@ class ProcessTable:
                 if key is not None:
                     self._exited.add(key)
 
+    def _open(self, key: Key, start_us: int, start_ticks: int) -> Any:
+        """A process seen for the first time: pinned, and kept where its start is the
+        rank's; None where the pid now belongs to another process (psutil's errors
+        propagate to ``check``)."""
+        host = self._resolve(key, start_ticks)
+        self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
+        proc = self._factory(host)
+        # A real process: its start as first read, whatever the clock did since (steadystart).
+        real = self._factory is psutil.Process
+        started = steadystart.start_us(host) if real else None
+        if started is None:
+            started = int(proc.create_time() * 1e6)
+        if abs(started - start_us) > self._tolerance_us and not (
+            real and start_ticks > 0 and procstart.start_ticks(host) == start_ticks
+        ):
+            return None
+        self._procs[key] = proc
+        return proc
+
     def check(self, pid: int, start_us: int, now_ns: int, *, resources: bool, start_ticks: int = 0) -> ProcSample:
         """Aliveness on every call; status, CPU seconds and RSS read from /proc only
         with ``resources`` (about once a second) for pinned processes, and the status
@@ -148,19 +167,9 @@ class ProcessTable:
         try:
             proc = self._procs.get(key)
             if proc is None:
-                host = self._resolve(key, start_ticks)
-                self._pin(key, host)  # before the start-time check: then a match proves the pidfd is ours
-                proc = self._factory(host)
-                # A real process: its start as first read, whatever the clock did since (steadystart).
-                real = self._factory is psutil.Process
-                started = steadystart.start_us(host) if real else None
-                if started is None:
-                    started = int(proc.create_time() * 1e6)
-                if abs(started - start_us) > self._tolerance_us and not (
-                    real and start_ticks > 0 and procstart.start_ticks(host) == start_ticks
-                ):
+                proc = self._open(key, start_us, start_ticks)
+                if proc is None:
                     return self._bury(key, now_ns, prev, "reused")
-                self._procs[key] = proc
             elif resources and not pinned and not proc.is_running():  # re-reads the start time
                 return self._bury(key, now_ns, prev, "gone")
             with proc.oneshot():

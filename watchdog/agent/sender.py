@@ -215,7 +215,7 @@ class Sender:
         outbox: Any = None,
         url_of: Callable[[str, Sequence[LocalRank]], str] | None = None,
         token_of: Callable[[str], str] = lambda job: "",
-        log=None,
+        log: Any = None,
         mono_ns: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,

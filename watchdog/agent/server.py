@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -20,7 +21,9 @@ INDEX = b"""<html><head><title>rank-watchdog agent</title></head><body>
 """
 
 
-def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]], web: webconfig.WebConfig):
+def make_handler(
+    registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]], web: webconfig.WebConfig
+) -> type[httpguard.GuardedHandler]:
     class Handler(httpguard.GuardedHandler):
         server_version = "rank-watchdog-agent"
         timeout = 10.0  # per read; the request as a whole has the server's deadline
@@ -54,7 +57,7 @@ def make_handler(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, 
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 - a request per scrape is a tick
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - a request per scrape is a tick
             pass
 
     return Handler

@@ -21,6 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -183,7 +184,7 @@ class SlotTracker:
         lister: Callable[[str, int], dict[str, int]] | None = None,
         resource_interval_s: float = 1.0,
         stat: Callable = os.lstat,
-        log=None,
+        log: Any = None,
         parent: Callable[[int], tuple[int, int]] | None = None,
         owner: Callable[[int], frozenset[int] | None] | None = None,
         trusted_uids: frozenset[int] = frozenset(),

@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -67,7 +68,7 @@ def snapshot(
     wall_ns: int = 1_000_000_000_000,
     mono_ns: int = 1_000_000_000,
     path: str = "/run/x.slot",
-    records=(),
+    records: Iterable[wire.Record] = (),
     torn: bool = False,
     status: wire.Status = wire.Status.RUNNING,
 ) -> wire.SlotSnapshot:
@@ -180,18 +181,18 @@ class FakeProcess:
         return self.running
 
     @contextlib.contextmanager
-    def oneshot(self):
+    def oneshot(self) -> Iterator[None]:
         yield
 
     def status(self) -> str:
         self._tick()
         return self.status_
 
-    def cpu_times(self):
+    def cpu_times(self) -> SimpleNamespace:
         self._tick()
         return SimpleNamespace(user=self.cpu[0], system=self.cpu[1])
 
-    def memory_info(self):
+    def memory_info(self) -> SimpleNamespace:
         self._tick()
         return SimpleNamespace(rss=self.rss)
 
@@ -260,45 +261,45 @@ class FakeNvml:
         self._call(name)
         return self.gpus[h][key]
 
-    def nvmlDeviceGetName(self, h):
+    def nvmlDeviceGetName(self, h: int) -> Any:
         return self._get("nvmlDeviceGetName", h, "name")
 
-    def nvmlDeviceGetUUID(self, h):
+    def nvmlDeviceGetUUID(self, h: int) -> Any:
         return self._get("nvmlDeviceGetUUID", h, "uuid")
 
-    def nvmlDeviceGetTemperature(self, h, sensor):
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> Any:
         return self._get("nvmlDeviceGetTemperature", h, "temp")
 
-    def nvmlDeviceGetPowerUsage(self, h):
+    def nvmlDeviceGetPowerUsage(self, h: int) -> Any:
         return self._get("nvmlDeviceGetPowerUsage", h, "power_mw")
 
-    def nvmlDeviceGetClockInfo(self, h, clk):
+    def nvmlDeviceGetClockInfo(self, h: int, clk: int) -> Any:
         return self._get("nvmlDeviceGetClockInfo", h, "sm_mhz")
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> Any:
         return self._get("nvmlDeviceGetCurrentClocksEventReasons", h, "throttle")
 
-    def nvmlDeviceGetUtilizationRates(self, h):
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         self._call("nvmlDeviceGetUtilizationRates")
         return SimpleNamespace(gpu=self.gpus[h]["util"], memory=self.gpus[h]["mem_util"])
 
-    def nvmlDeviceGetMemoryInfo(self, h):
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
         self._call("nvmlDeviceGetMemoryInfo")
         return SimpleNamespace(used=self.gpus[h]["mem_used"], total=self.gpus[h]["mem_total"], free=0)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h):
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
         self._call("nvmlDeviceGetComputeRunningProcesses")
         return [SimpleNamespace(pid=p, usedGpuMemory=0) for p in self.gpus[h].get("pids", ())]
 
-    def nvmlEventSetCreate(self):
+    def nvmlEventSetCreate(self) -> dict[str, list[int]]:
         self._call("nvmlEventSetCreate")
         return {"devices": []}
 
-    def nvmlDeviceRegisterEvents(self, h, types, es) -> None:
+    def nvmlDeviceRegisterEvents(self, h: int, types: int, es: dict[str, list[int]]) -> None:
         self._call("nvmlDeviceRegisterEvents")
         es["devices"].append(h)
 
-    def nvmlEventSetWait_v2(self, es, timeout_ms):
+    def nvmlEventSetWait_v2(self, es: dict[str, list[int]], timeout_ms: int) -> SimpleNamespace:
         self._call("nvmlEventSetWait_v2")
         for h in es["devices"]:
             if self.xid.get(h):
@@ -307,7 +308,7 @@ class FakeNvml:
                 )
         raise self._p.NVMLError(self._p.NVML_ERROR_TIMEOUT)
 
-    def nvmlEventSetFree(self, es) -> None:
+    def nvmlEventSetFree(self, es: dict[str, list[int]]) -> None:
         self._call("nvmlEventSetFree")
 
 

@@ -46,6 +46,10 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import mmap
 
 MAGIC = int.from_bytes(b"RWDSLOT\x00", "little")
 VERSION = 2
@@ -393,7 +397,7 @@ SHAPE_MAX_DIMS = 3
 _SHAPE_UNPACKED = 7  # ndim field value: the shape did not fit in one word
 
 
-def pack_shape(dims) -> int:
+def pack_shape(dims: Iterable[int]) -> int:
     """A shape of up to three dims, each < 2**20, in one int64 word (ndim in bits
     60..62); anything else packs as "not packed" (unpack_shape returns None)."""
     dims = tuple(dims)
@@ -470,7 +474,9 @@ class Identity:
     proc_start_ticks: int = 0  # H_PROC_START_TICKS; 0: not known (an older hook, or not Linux)
 
 
-def init_slot(buf, identity: Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> None:
+def init_slot(
+    buf: mmap.mmap | bytearray, identity: Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int
+) -> None:
     """Format ``buf`` (a writable buffer of slot_size(ring_capacity) bytes) as a
     fresh version-2 slot. Used by the hook at install and by tests."""
     if not 1 <= ring_capacity <= MAX_RING_CAPACITY:

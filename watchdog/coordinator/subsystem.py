@@ -60,6 +60,7 @@ class Out:
             self.journal.write(event, payload)
         except OSError as exc:  # a full disk must not stop detection; count it, log it rarely
             self._errors.inc()
-            first, suppressed = self._failed.should_log("journal", time.monotonic())
+            # the clock only spaces an error log line out; no decision reads it
+            first, suppressed = self._failed.should_log("journal", time.monotonic())  # noqa: TID251
             if first:
                 self.log.error("journal_write_failed", path=self.journal.path, error=str(exc), suppressed=suppressed)

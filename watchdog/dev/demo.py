@@ -97,7 +97,7 @@ class Printer:
     def __init__(self, as_json: bool, t0_wall: float) -> None:
         self.as_json, self.t0_wall = as_json, t0_wall
 
-    def info(self, text: str, **fields) -> None:
+    def info(self, text: str, **fields: Any) -> None:
         if self.as_json:
             print(json.dumps({"event": INFO, "message": text, **fields}), flush=True)
         else:
@@ -308,30 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     coordinator = agent = None
     policy_file = args.policy or (_write_policy(work / "policy.toml", args.action) if args.action else None)
     acting = policy_file is not None
-    script_args = list(args.script_args)
-    torchrun_args: list[str] = []
-    if acting:
-        torchrun_args = [f"--max-restarts={args.max_restarts}"]
-        if "--ckpt-dir" not in script_args:  # a restart resumes from the latest checkpoint
-            # checkpoint_restart saves on request: periodic saves after S would move the resume point.
-            every = "0" if args.action == "checkpoint_restart" else "10"
-            script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", every]
-    torchrun = localjob.TorchrunJob(
-        nproc=args.ranks,
-        run_dir=run_dir,
-        job=job,
-        work_dir=work,
-        script=Path(args.script),
-        script_args=[
-            "--steps",
-            str(args.steps),
-            "--compute-ms",
-            str(args.compute_ms),
-            *[f"--fault={f}" for f in args.fault],
-            *script_args,
-        ],
-        torchrun_args=torchrun_args,
-    )
+    torchrun = _torchrun_job(args, job, work, run_dir, acting)
     actions: list[Record] = []
     findings: list[FindingRecord] = []
     exit_code = None
@@ -426,21 +403,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
-        kinds = ", ".join(f"{f['kind']} {f['ranks']}" for f in summary["findings"]) or "none"
-        print(f"\nsummary: {len(findings)} finding(s): {kinds}")
-        for a in summary["actions"]:
-            if a["event"] in (je.ACTION, je.ACTION_OUTCOME, je.RESUMED):
-                text = (
-                    f"restart {a.get('restart')}, resumed from step {a.get('step')}"
-                    if a["event"] == je.RESUMED
-                    else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}"
-                )
-                print(f"{a['event']}: {text}".rstrip())
-        print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
-        print(f"journal: {journal}")
-        print(f"logs:    {work}")
-        print(f"post-mortem: {summary['timeline']}   (--html timeline.html for the swim lanes)")
+        _print_summary(summary)
     return 0
+
+
+def _torchrun_job(args: argparse.Namespace, job: str, work: Path, run_dir: Path, acting: bool) -> localjob.TorchrunJob:
+    """The demo's torchrun job; with an action policy, torchrun may restart it and
+    the script checkpoints so a restart resumes."""
+    script_args = list(args.script_args)
+    torchrun_args: list[str] = []
+    if acting:
+        torchrun_args = [f"--max-restarts={args.max_restarts}"]
+        if "--ckpt-dir" not in script_args:  # a restart resumes from the latest checkpoint
+            # checkpoint_restart saves on request: periodic saves after S would move the resume point.
+            every = "0" if args.action == "checkpoint_restart" else "10"
+            script_args += ["--ckpt-dir", str(work / "ckpt"), "--ckpt-every", every]
+    return localjob.TorchrunJob(
+        nproc=args.ranks,
+        run_dir=run_dir,
+        job=job,
+        work_dir=work,
+        script=Path(args.script),
+        script_args=[
+            "--steps",
+            str(args.steps),
+            "--compute-ms",
+            str(args.compute_ms),
+            *[f"--fault={f}" for f in args.fault],
+            *script_args,
+        ],
+        torchrun_args=torchrun_args,
+    )
+
+
+def _print_summary(summary: dict) -> None:
+    """The summary for a reader (``--json`` prints the dict itself)."""
+    kinds = ", ".join(f"{f['kind']} {f['ranks']}" for f in summary["findings"]) or "none"
+    print(f"\nsummary: {len(summary['findings'])} finding(s): {kinds}")
+    for a in summary["actions"]:
+        if a["event"] in (je.ACTION, je.ACTION_OUTCOME, je.RESUMED):
+            text = (
+                f"restart {a.get('restart')}, resumed from step {a.get('step')}"
+                if a["event"] == je.RESUMED
+                else f"{a.get('action', '')} {a.get('result') or a.get('reason') or ''}"
+            )
+            print(f"{a['event']}: {text}".rstrip())
+    exit_code = summary["job_exit_code"]
+    print(f"job exit code: {exit_code if exit_code is not None else 'stopped by the demo'}")
+    print(f"journal: {summary['journal']}")
+    print(f"logs:    {summary['work_dir']}")
+    print(f"post-mortem: {summary['timeline']}   (--html timeline.html for the swim lanes)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -107,7 +107,7 @@ class CollectiveMarks:
         for name in ("enter", "exit", "exit_failed", "reset_groups"):
             setattr(self, name, nop)
 
-    def enter(self, op: int, group: Any, nbytes: int):
+    def enter(self, op: int, group: Any, nbytes: int) -> tuple[Any, int] | None:
         """Mark a collective entered; returns the token for exit(), or None if
         the mark failed (reported; the caller then skips the exit)."""
         try:

@@ -115,7 +115,7 @@ def make_collective_wrapper(
     get_ident = threading.get_ident
     op = int(op)
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         m = sink.marks
         if m is None or m.quiet or (m.suppress_tid and m.suppress_tid == get_ident()):
             return orig(*args, **kwargs)
@@ -211,7 +211,9 @@ def make_collective_wrapper(
     return wrapper
 
 
-def make_wrapper(orig: Callable, op: CollOp, size_arg: str | None, is_list: bool, sink: Sink, work_type: type | None):
+def make_wrapper(
+    orig: Callable, op: CollOp, size_arg: str | None, is_list: bool, sink: Sink, work_type: type | None
+) -> Callable[..., Any]:
     """The wrapper for one collective (the marking is the recorder's). Public so
     the benchmark can wrap a no-op exactly as install() wraps all_reduce."""
     group_pos, size_pos = _positions(orig, "group", size_arg)
@@ -317,7 +319,7 @@ def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callab
     the restart attempt (``initstore``); a failure to plan that is the hook's
     (counted, and the call goes through as given)."""
 
-    def init_process_group(*args, **kwargs):
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
         r = sink.recorder
         if r is None:
             return orig(*args, **kwargs)
@@ -343,7 +345,7 @@ def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callab
 
 
 def _wrap_destroy(orig: Callable, sink: Sink, dist: Any) -> Callable:
-    def destroy_process_group(*args, **kwargs):
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         group = args[0] if args else kwargs.get("group")
         ret = orig(*args, **kwargs)
         r = sink.recorder

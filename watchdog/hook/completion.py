@@ -183,11 +183,11 @@ class CudaEventSource:
 
 def with_completion(
     wrapper: Callable, marks_of: Callable[[], Any], tracker: CompletionTracker, steps: Callable[[], int]
-):
+) -> Callable[..., Any]:
     """A patched collective that also queues completion markers before and after
     the call (used only when a source exists: on CPU the plain wrapper is installed)."""
 
-    def collective(*args, **kwargs):
+    def collective(*args: Any, **kwargs: Any) -> Any:
         before = tracker.mark()
         ret = wrapper(*args, **kwargs)
         m = marks_of()

@@ -12,6 +12,7 @@ and _NS first, H_CTRL_ACK_SEQ last, with one of the ACK_* result codes below.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from watchdog.contracts.slot import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
@@ -33,7 +34,7 @@ class ControlRequest:
     arg: int
 
 
-def read_request(words, last_seen: int) -> ControlRequest | None:
+def read_request(words: Sequence[int], last_seen: int) -> ControlRequest | None:
     """A new request, or None. ``words`` is the slot as int64 words."""
     seq = words[H_CTRL_SEQ]
     if seq == last_seen:

@@ -42,7 +42,7 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
 
     # No annotations: DDP inspects the hook's signature and accepts only an empty
     # or a dist.GradBucket annotation on a parameter named "bucket".
-    def watchdog_comm_hook(st, bucket):
+    def watchdog_comm_hook(st, bucket):  # type: ignore[no-untyped-def]
         try:
             nbytes = bucket.buffer().nbytes
         except Exception:
@@ -60,7 +60,7 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
         finally:
             marks.suppress_tid = prev
 
-        def done(f: Any):
+        def done(f: Any) -> Any:
             try:
                 value = f.value()
             except BaseException:  # re-raised into DDP, as without us; the rank failed inside the bucket

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from watchdog.contracts import slot as wire
@@ -288,7 +289,7 @@ def _chain_excepthook() -> None:
     The user's (or torch's) excepthook still runs, first, unchanged."""
     previous = sys.excepthook
 
-    def watchdog_excepthook(exc_type, exc, tb):
+    def watchdog_excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         global _pending_exit
         try:
             previous(exc_type, exc, tb)
@@ -312,7 +313,7 @@ def _chain_threading_excepthook() -> None:
     first, unchanged."""
     previous = threading.excepthook
 
-    def watchdog_thread_excepthook(args) -> None:
+    def watchdog_thread_excepthook(args: threading.ExceptHookArgs) -> None:
         try:
             previous(args)
         finally:

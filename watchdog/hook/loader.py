@@ -64,7 +64,7 @@ class DeviceIterator:
     def __iter__(self) -> DeviceIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         batch = next(self._it)
         r = self._rec
         if r.quiet:
@@ -108,7 +108,7 @@ class TimedIterator:
     def __len__(self) -> int:
         return len(self._next.__self__)  # type: ignore[attr-defined]
 
-    def __next__(self):
+    def __next__(self) -> Any:
         # Callables kept in slots are bound to locals before calling: CPython 3.11
         # does not specialise ``obj.slot_attr()`` and takes a generic lookup each time.
         r = self._rec
@@ -205,7 +205,7 @@ def _size_first(nxt: Any, timed: TimedIterator, rec: Recorder) -> Any:
     """A ``next`` that sizes the first batch, then puts the plain one back: later
     batches pay nothing for it."""
 
-    def first():
+    def first() -> Any:
         batch = nxt()
         timed._next = nxt
         try:

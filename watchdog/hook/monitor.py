@@ -39,6 +39,7 @@ from watchdog.contracts.slot import (
     Status,
 )
 from watchdog.hook import completion, control, flightrecorder, frames, progress
+from watchdog.hook.config import HookConfig
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -91,7 +92,7 @@ class Monitor:
 
     def __init__(
         self,
-        config,
+        config: HookConfig,
         slot: SlotWriter,
         identity: wire.Identity,
         *,

@@ -28,7 +28,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from watchdog import flags, jobtoken, launcherexit
@@ -70,7 +70,11 @@ def exit_target(env: dict[str, str]) -> tuple[str, str, str, str] | None:
     return url, token, job, host
 
 
-def supervise(args: list[str], target: tuple[str, str, str, str], send=launcherexit.send) -> int:
+def supervise(
+    args: list[str],
+    target: tuple[str, str, str, str],
+    send: Callable[[str, str, launcherexit.Exit], None] = launcherexit.send,
+) -> int:
     """Run ``args`` as a child, tell the coordinator how it ended, end the same way."""
     url, token, job, host = target
     child = [0]

@@ -8,6 +8,7 @@ recorder and looks its methods up per use: a quiet recorder's are no-ops.
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 from watchdog.contracts.slot import CollOp, Phase
@@ -48,7 +49,9 @@ class StepScope:
     def __enter__(self) -> None:
         self._rec.scope_enter()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:  # a step that raised did not complete
             self._rec.step()
 
@@ -63,7 +66,9 @@ class PhaseScope:
     def __enter__(self) -> None:
         self._rec.phase_enter(self._phase)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._rec.phase_exit()
 
 
@@ -78,7 +83,9 @@ class CollScope:
     def __enter__(self) -> None:
         self._token = self._marks.enter(*self._args)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._token is not None:
             if exc_type is None:
                 self._marks.exit(self._token)

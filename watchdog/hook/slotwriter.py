@@ -35,6 +35,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import (
@@ -66,7 +67,7 @@ class SlotWriter:
 
     __slots__ = ("_buf", "_cap", "_ev0", "_ev_cap", "_ev_head", "_head", "_ring0", "_seq", "_words", "lock")
 
-    def __init__(self, buf, ring_capacity: int) -> None:
+    def __init__(self, buf: Any, ring_capacity: int) -> None:
         self.lock = threading.RLock()
         self._buf = buf
         self._words = memoryview(buf).cast("q")
@@ -80,19 +81,19 @@ class SlotWriter:
         self._ev_head = 0
 
     @classmethod
-    def format(cls, buf, identity: wire.Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> SlotWriter:
+    def format(cls, buf: Any, identity: wire.Identity, ring_capacity: int, *, wall_ns: int, mono_ns: int) -> SlotWriter:
         """Format ``buf`` as a fresh slot for ``identity`` and return its writer."""
         wire.init_slot(buf, identity, ring_capacity, wall_ns=wall_ns, mono_ns=mono_ns)
         return cls(buf, ring_capacity)
 
     @property
-    def words(self):
+    def words(self) -> memoryview:
         """The slot as int64 words, for reading the agent's control block."""
         return self._words
 
     # -- the seqlock bracket ------------------------------------------------------
 
-    def begin(self):
+    def begin(self) -> memoryview:
         """Take the lock and make H_SEQ odd; returns the int64 view to store into
         (``view[i] = v``, or a struct pack at a byte offset). Always followed by
         ``end()``, in a ``finally``."""
@@ -121,18 +122,18 @@ class SlotWriter:
         kind: int,
         t_ns: int,
         step: int,
-        a=0,
-        b=0,
-        c=0,
-        d=0,
-        e=0,
-        f=0,
-        g=0,
-        h=0,
-        i=0,
-        j=0,
-        k=0,
-        l=0,  # noqa: E741
+        a: int = 0,
+        b: int = 0,
+        c: int = 0,
+        d: int = 0,
+        e: int = 0,
+        f: int = 0,
+        g: int = 0,
+        h: int = 0,
+        i: int = 0,
+        j: int = 0,
+        k: int = 0,
+        l: int = 0,  # noqa: E741
     ) -> None:
         """Inside a bracket: write the next ring record (payload words R_A .. R_L)
         and advance H_RING_HEAD past it."""

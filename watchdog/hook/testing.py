@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +76,7 @@ class FakeStream:
 
     clock = wire.Clock.GPU_EVENT
 
-    def __init__(self, clock=time.monotonic_ns) -> None:
+    def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self._clock = clock
         self._end = 0  # when the work queued so far is done
 
@@ -200,7 +200,7 @@ class RankSlot:
         self._beats = 0
 
     @property
-    def words(self):
+    def words(self) -> memoryview:
         """The slot as int64 words (read them; write through the methods)."""
         return self.slot.words
 

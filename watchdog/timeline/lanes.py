@@ -9,6 +9,9 @@ monotonic times to wall time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
+
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence
 from watchdog.contracts.finding import group_name, seconds
@@ -16,7 +19,7 @@ from watchdog.contracts.finding import group_name, seconds
 from .model import Lane, Mark, RankNow, Span, StepSpan
 
 
-def _label(enum, value: int) -> str:
+def _label(enum: Callable[[int], Enum], value: int) -> str:
     try:
         return enum(value).name.lower()
     except ValueError:
@@ -56,35 +59,7 @@ def build(slots: list[SlotEvidence], alive: bool | None = None, gone_seen: float
         incarnations=len({(s.pid, s.proc_start_us) for s in slots}),
     )
     wall = latest.to_wall
-    phase_changes: list[tuple[float, str]] = []
-    for index in sorted(records):
-        w = records[index]
-        kind, t = w[wire.R_KIND], wall(w[wire.R_T_NS])
-        if kind == wire.RecordKind.STEP_END:
-            step_s = w[wire.R_A] / 1e9
-            lane.steps.append(
-                StepSpan(
-                    step=w[wire.R_STEP],
-                    start=t - step_s,
-                    end=t,
-                    data_s=w[wire.R_B] / 1e9,
-                    coll_s=w[wire.R_C] / 1e9,
-                    n_coll=w[wire.R_D],
-                    last_seq=w[wire.R_E],
-                    phase=_label(wire.Phase, w[wire.R_F]),
-                )
-            )
-        elif kind == wire.RecordKind.PHASE:
-            phase_changes.append((t, _label(wire.Phase, w[wire.R_A])))
-        elif kind == wire.RecordKind.PG:
-            lane.marks.append(Mark(t, "pg", f"process group {_label(wire.PgState, w[wire.R_A])}"))
-        elif kind == wire.RecordKind.CONTROL:
-            result = "ok" if w[wire.R_C] == 0 else f"failed ({w[wire.R_C]})"
-            lane.marks.append(
-                Mark(t, "control", f"control #{w[wire.R_A]} {_label(wire.Command, w[wire.R_B])}: {result}")
-            )
-        elif kind == wire.RecordKind.ERROR:
-            lane.marks.append(Mark(t, "error", f"hook errors: {w[wire.R_A]}"))
+    phase_changes = _read_records(lane, records, wall)
     h = latest.header
     t_end = wall(latest.taken_mono_ns)
     for snap in same:  # every snapshot saw one heartbeat: a frozen rank's stop moving
@@ -118,6 +93,41 @@ def build(slots: list[SlotEvidence], alive: bool | None = None, gone_seen: float
     return lane
 
 
+def _read_records(lane: Lane, records: dict[int, list[int]], wall: Callable[[int], float]) -> list[tuple[float, str]]:
+    """The slot's event records in order: steps and marks into ``lane``; the phase
+    changes (wall time, phase) returned."""
+    phase_changes: list[tuple[float, str]] = []
+    for index in sorted(records):
+        w = records[index]
+        kind, t = w[wire.R_KIND], wall(w[wire.R_T_NS])
+        if kind == wire.RecordKind.STEP_END:
+            step_s = w[wire.R_A] / 1e9
+            lane.steps.append(
+                StepSpan(
+                    step=w[wire.R_STEP],
+                    start=t - step_s,
+                    end=t,
+                    data_s=w[wire.R_B] / 1e9,
+                    coll_s=w[wire.R_C] / 1e9,
+                    n_coll=w[wire.R_D],
+                    last_seq=w[wire.R_E],
+                    phase=_label(wire.Phase, w[wire.R_F]),
+                )
+            )
+        elif kind == wire.RecordKind.PHASE:
+            phase_changes.append((t, _label(wire.Phase, w[wire.R_A])))
+        elif kind == wire.RecordKind.PG:
+            lane.marks.append(Mark(t, "pg", f"process group {_label(wire.PgState, w[wire.R_A])}"))
+        elif kind == wire.RecordKind.CONTROL:
+            result = "ok" if w[wire.R_C] == 0 else f"failed ({w[wire.R_C]})"
+            lane.marks.append(
+                Mark(t, "control", f"control #{w[wire.R_A]} {_label(wire.Command, w[wire.R_B])}: {result}")
+            )
+        elif kind == wire.RecordKind.ERROR:
+            lane.marks.append(Mark(t, "error", f"hook errors: {w[wire.R_A]}"))
+    return phase_changes
+
+
 def _before_init(h: dict) -> bool:
     """In or before init_process_group. A rank that steps or runs collectives is
     past it even when PG state was never recorded (no torch.distributed patching)."""
@@ -126,7 +136,7 @@ def _before_init(h: dict) -> bool:
     return h.get("pg_state") == wire.PgState.NONE and not h.get("step") and not h.get("coll_seq")
 
 
-def _in_flight(h: dict, wall, t_end: float) -> list[Span]:
+def _in_flight(h: dict, wall: Callable[[int], float], t_end: float) -> list[Span]:
     """The step in progress when the slot was read, and what the rank was doing in it."""
     if h.get("status") == wire.Status.EXITED or _before_init(h):
         return []
@@ -160,7 +170,7 @@ def _in_flight(h: dict, wall, t_end: float) -> list[Span]:
     return out
 
 
-def _now(snap: SlotEvidence, h: dict, wall, t_end: float, alive: bool | None) -> RankNow:
+def _now(snap: SlotEvidence, h: dict, wall: Callable[[int], float], t_end: float, alive: bool | None) -> RankNow:
     mono = snap.taken_mono_ns
     step, phase = h.get("step", 0), _label(wire.Phase, h.get("phase", 0))
     op = _label(wire.CollOp, h.get("coll_op", 0))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from watchdog.contracts.evidence import SlotEvidence, StackDump
 from watchdog.contracts.finding import ranks_phrase
@@ -90,7 +90,14 @@ def load(path: str) -> Timeline:
     return Timeline(path=path, sections=sections, skipped_lines=max(0, nonblank - len(records)))
 
 
-def _parse(cls, d: Any):
+T = TypeVar("T", covariant=True)
+
+
+class _FromDict(Protocol[T]):
+    def from_dict(self, d: Any) -> T: ...
+
+
+def _parse(cls: _FromDict[T], d: Any) -> T | None:
     try:
         return cls.from_dict(d)
     except (TypeError, KeyError, AttributeError):

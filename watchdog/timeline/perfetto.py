@@ -9,6 +9,7 @@ children are clamped inside their step so every track nests cleanly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .model import Lane, Section, Span, StepSpan, Timeline
@@ -77,7 +78,7 @@ def _i(name: str, cat: str, ts: int, pid: int, tid: int, scope: str = "t", args:
     return {"ph": "i", "name": name, "cat": cat, "ts": ts, "s": scope, "pid": pid, "tid": tid, "args": args or {}}
 
 
-def _lane(sec: Section, lane: Lane, pid: int, us, culprit: bool) -> list[dict]:
+def _lane(sec: Section, lane: Lane, pid: int, us: Callable[[float], int], culprit: bool) -> list[dict]:
     out: list[dict] = []
     last_end = None
     for st in lane.steps:
@@ -168,7 +169,7 @@ def _step(st: StepSpan, t0: int, t1: int, pid: int, tid: int, section: int) -> l
     return out
 
 
-def _section_events(sec: Section, coord: int, us) -> list[dict]:
+def _section_events(sec: Section, coord: int, us: Callable[[float], int]) -> list[dict]:
     out = [
         _i(
             f"section {sec.index + 1}: {sec.opened_by}",

@@ -207,7 +207,7 @@ def _ranks(sec: Section, steps: int, max_ranks: int) -> list[str]:
     return out
 
 
-def _s(v) -> str:
+def _s(v: float | None) -> str:
     return "?" if v is None else str(v)
 
 

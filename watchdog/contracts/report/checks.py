@@ -69,6 +69,11 @@ def rank_problem(r: RankState) -> str:
         problem = _PROBLEMS[f.range.kind](f.name, getattr(r, f.name), f.range) if f.range is not None else ""
         if problem:
             return problem
+    return _coll_problem(r) or _history_problem(r)
+
+
+def _coll_problem(r: RankState) -> str:
+    """``rank_problem`` for the rank's collective fields."""
     c = r.coll
     for name in COLL_COUNTS:
         if not count_ok(getattr(c, name)):
@@ -79,6 +84,11 @@ def rank_problem(r: RankState) -> str:
     for name in COLL_SECONDS:
         if not seconds_ok(getattr(c, name)):
             return f"coll.{name} must be a finite number of seconds >= 0, got {getattr(c, name)!r}"
+    return ""
+
+
+def _history_problem(r: RankState) -> str:
+    """``rank_problem`` for the rank's recent steps, GPU times and step summary."""
     for j, x in enumerate(r.recent_steps):
         if not all(count_ok(getattr(x, k)) for k in STEP_COUNTS):
             return f"recent_steps[{j}]: {' and '.join(STEP_COUNTS)} must be integers in 0..2^62"

@@ -58,23 +58,10 @@ def fast_rank(raw: dict) -> RankState | None:
     if plan:  # an older agent's missing fields, ints where floats go
         for name, default in plan:
             kw[name] = float(kw[name]) if default is float else default
-    coll = raw.get("coll")
-    if type(coll) is not dict:
+    coll = _fast_coll(raw.get("coll"))
+    if coll is None:
         return None
-    if len(coll) == len(COLL_NAMES) and COLL_NAMES[0] in coll:
-        try:
-            cvals = _coll_of(coll)
-        except KeyError:
-            return None
-        if tuple(map(type, cvals)) == COLL_EXACT:
-            kw["coll"] = built(CollectiveState, dict(zip(COLL_NAMES, cvals)))
-    if "coll" not in kw:
-        if not all(type(v) in _COLL_TYPES.get(k, ()) for k, v in coll.items()):
-            return None
-        try:
-            kw["coll"] = CollectiveState(**coll)
-        except TypeError:
-            return None
+    kw["coll"] = coll
     steps = raw.get("recent_steps", [])
     if type(steps) is not list or len(steps) > MAX_STEPS_PER_RANK:
         return None
@@ -103,6 +90,26 @@ def fast_rank(raw: dict) -> RankState | None:
     kw["step_summary"] = summary
     kw["death"] = {}
     return built(RankState, kw)  # every field set: the plan filled in what an older agent leaves out
+
+
+def _fast_coll(coll: Any) -> CollectiveState | None:
+    """``fast_rank``'s collective state: every field of exactly its JSON type (or
+    a number where a float goes); None for anything else."""
+    if type(coll) is not dict:
+        return None
+    if len(coll) == len(COLL_NAMES) and COLL_NAMES[0] in coll:
+        try:
+            cvals = _coll_of(coll)
+        except KeyError:
+            return None
+        if tuple(map(type, cvals)) == COLL_EXACT:
+            return built(CollectiveState, dict(zip(COLL_NAMES, cvals)))
+    if not all(type(v) in _COLL_TYPES.get(k, ()) for k, v in coll.items()):
+        return None
+    try:
+        return CollectiveState(**coll)
+    except TypeError:
+        return None
 
 
 def _exact_step(x: dict) -> StepSample | None:

@@ -26,7 +26,7 @@ def summary_config(obj: dict) -> tuple[int, ...]:
     return tuple(val)
 
 
-def get(obj: dict, key: str, typ, where: str):
+def get(obj: dict, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
         raise ReportError(f"{where}: missing field {key!r}")
     val = obj[key]
@@ -38,7 +38,7 @@ def get(obj: dict, key: str, typ, where: str):
     return val
 
 
-def _tname(typ) -> str:
+def _tname(typ: type | tuple[type, ...]) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
     return typ.__name__

@@ -77,27 +77,10 @@ def plain_ranks(lay: Any, rows: list, n: int) -> tuple[RankState, ...] | None:
         cvals = list(map(lay.coll_of, cvals))
     if list(map(type, chain.from_iterable(cvals))) != _COLL_EXACT_LIST * n:
         return None
-    samples: Any = repeat(NO_STEPS, n)
-    step_counts: tuple = ()
-    step_secs: tuple = ()
-    if lay.steps_at is not None:
-        steps = list(map(lay.steps_at, rows))
-        if set(map(type, steps)) != _LIST:
-            return None
-        gots = list(chain.from_iterable(steps))
-        if gots:
-            lens = list(map(len, steps))
-            if lay.step_of is None or max(lens) > MAX_STEPS_PER_RANK:
-                return None
-            if set(map(type, gots)) != _LIST or set(map(len, gots)) != {lay.step_width}:
-                return None
-            if not lay.steps_as_is:
-                gots = list(map(lay.step_of, gots))
-            if list(map(type, chain.from_iterable(gots))) != lay.step_types * len(gots):
-                return None
-            cols = tuple(zip(*gots))
-            step_counts, step_secs = lay.step_cols(cols)
-            samples = samples_of(cols, lens)
+    stepped = steps_of(lay, rows, n)
+    if stepped is None:
+        return None
+    samples, step_counts, step_secs = stepped
     got = nested_of(lay, rows, n)
     if got is None or not no_deaths(lay, rows):
         return None
@@ -109,6 +92,32 @@ def plain_ranks(lay: Any, rows: list, n: int) -> tuple[RankState, ...] | None:
         return None
     # GPU-side steps need no rank_problem: gpu_from_dict refused what it would find in them.
     return ranks_of(vals, cvals, samples, colls, gpus, sums)
+
+
+def steps_of(lay: Any, rows: list, n: int) -> tuple[Any, tuple, tuple] | None:
+    """The rows' step samples (an iterable of one tuple a row) and the columns
+    ``all_in_range`` checks (counts, seconds); None where a row's are not each of
+    exactly their JSON type."""
+    if lay.steps_at is None:
+        return repeat(NO_STEPS, n), (), ()
+    steps = list(map(lay.steps_at, rows))
+    if set(map(type, steps)) != _LIST:
+        return None
+    gots = list(chain.from_iterable(steps))
+    if not gots:
+        return repeat(NO_STEPS, n), (), ()
+    lens = list(map(len, steps))
+    if lay.step_of is None or max(lens) > MAX_STEPS_PER_RANK:
+        return None
+    if set(map(type, gots)) != _LIST or set(map(len, gots)) != {lay.step_width}:
+        return None
+    if not lay.steps_as_is:
+        gots = list(map(lay.step_of, gots))
+    if list(map(type, chain.from_iterable(gots))) != lay.step_types * len(gots):
+        return None
+    cols = tuple(zip(*gots))
+    step_counts, step_secs = lay.step_cols(cols)
+    return samples_of(cols, lens), step_counts, step_secs
 
 
 def nested_of(lay: Any, rows: list, n: int) -> tuple[Any, Any] | None:
@@ -169,30 +178,15 @@ def fast_row(lay: Any, row: list) -> tuple[RankState, bool] | None:
         return None
     kw["coll"] = built(CollectiveState, dict(zip(COLL_NAMES, cvals)))
     steps = row[lay.steps_i] if lay.steps_i >= 0 else NO_STEPS
-    step_counts: tuple = ()
-    step_secs: tuple = ()
-    samples: tuple = ()
-    if steps:  # all at once in C: their shapes, then their values' types
-        if type(steps) is not list or lay.step_of is None or len(steps) > MAX_STEPS_PER_RANK:
+    if steps:
+        stepped = row_steps(lay, steps)
+        if stepped is None:
             return None
-        if set(map(type, steps)) != _LIST or set(map(len, steps)) != {lay.step_width}:
-            return None
-        gots = list(map(lay.step_of, steps))
-        if lay.step_full:
-            step_counts = tuple(chain.from_iterable(map(_full_counts_at, gots)))
-            step_secs = tuple(chain.from_iterable(map(_full_secs_at, gots)))
-        else:
-            step_counts = tuple(chain.from_iterable(map(_short_counts_at, gots)))
-            step_secs = tuple(chain.from_iterable(map(_short_secs_at, gots)))
-        if (
-            set(map(type, step_counts)) != _INT
-            or set(map(type, step_secs)) != _FLOAT
-            or set(map(type, map(_phase_at, gots))) != _STR
-        ):
-            return None  # ints where floats go, say: the checking path converts them
-        samples = tuple(starmap(StepSample, gots))
+        samples, step_counts, step_secs = stepped
     elif type(steps) is not list and steps is not NO_STEPS:
         return None
+    else:
+        samples = step_counts = step_secs = ()
     got = nested(row[lay.colls_i] if lay.colls_i >= 0 else [], row[lay.gpu_i] if lay.gpu_i >= 0 else [])
     if got is None:
         return None
@@ -213,6 +207,30 @@ def fast_row(lay: Any, row: list) -> tuple[RankState, bool] | None:
         vals = tuple(map(kw.__getitem__, FAST_NAMES))
     fine = not gpu and in_range(vals, cvals, step_counts, step_secs)
     return built(RankState, kw), fine
+
+
+def row_steps(lay: Any, steps: Any) -> tuple[tuple, tuple, tuple] | None:
+    """One row's step samples (not none) and the columns ``in_range`` checks
+    (counts, seconds); None where they are not each of exactly their JSON type.
+    All at once in C: their shapes, then their values' types."""
+    if type(steps) is not list or lay.step_of is None or len(steps) > MAX_STEPS_PER_RANK:
+        return None
+    if set(map(type, steps)) != _LIST or set(map(len, steps)) != {lay.step_width}:
+        return None
+    gots = list(map(lay.step_of, steps))
+    if lay.step_full:
+        step_counts = tuple(chain.from_iterable(map(_full_counts_at, gots)))
+        step_secs = tuple(chain.from_iterable(map(_full_secs_at, gots)))
+    else:
+        step_counts = tuple(chain.from_iterable(map(_short_counts_at, gots)))
+        step_secs = tuple(chain.from_iterable(map(_short_secs_at, gots)))
+    if (
+        set(map(type, step_counts)) != _INT
+        or set(map(type, step_secs)) != _FLOAT
+        or set(map(type, map(_phase_at, gots))) != _STR
+    ):
+        return None  # ints where floats go, say: the checking path converts them
+    return tuple(starmap(StepSample, gots)), step_counts, step_secs
 
 
 def samples_of(cols: tuple, lens: list[int]) -> list[tuple[StepSample, ...]]:

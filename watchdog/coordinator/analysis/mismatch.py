@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 
@@ -146,7 +146,7 @@ def _judge(key: tuple[int, int], at_key: dict[int, Entry], source: str, group_si
     )
 
 
-def _group_sizes(view: ClusterView, keys) -> dict[int, int]:
+def _group_sizes(view: ClusterView, keys: Iterable[tuple[tuple[int, int], Iterable[int]]]) -> dict[int, int]:
     """The default group is the world; another group's size is not reported, so
     it is taken as the ranks seen using it (a lower bound)."""
     members: dict[int, set[int]] = {}

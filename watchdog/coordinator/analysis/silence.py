@@ -114,7 +114,18 @@ def signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _one(host, since, ranks, peers, live, done, now, limit, waiting, phase_allowance_s) -> Silence:
+def _one(
+    host: str,
+    since: float,
+    ranks: list[FoldedRank],
+    peers: list[FoldedRank],
+    live: list[FoldedRank],
+    done: Mapping[int, tuple[int, float]],
+    now: float,
+    limit: float,
+    waiting: Callable[[FoldedRank], bool],
+    phase_allowance_s: float,
+) -> Silence:
     names = tuple(sorted(rv.rank for rv in ranks))
     proofs = [_proof(rv, done) for rv in ranks]
     alive_until = min(t for t in proofs) if all(t is not None for t in proofs) else None  # type: ignore[type-var]

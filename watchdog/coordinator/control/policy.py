@@ -290,7 +290,7 @@ def _repeat(
     policy: Policy,
     frames: Mapping[tuple[str, tuple[int, ...]], tuple[str, ...]],
     hosts_in_job: int,
-):
+) -> tuple[str, str, fingerprint.Fingerprint, Escalation | None]:
     """The restart-loop breaker (control/repeats.py): a failure seen before a restart
     already escalates instead of spending the budget again."""
     fp = fingerprint.of(f, frames.get(f.key, ()))

@@ -390,7 +390,7 @@ class CollectiveHang:
             wants_stacks=st.stuck,
         )
 
-    def _culprit(self, rv, st: HangState, now: float) -> dict:
+    def _culprit(self, rv: FoldedRank, st: HangState, now: float) -> dict:
         s = rv.state
         return {
             "host": rv.host,

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections import Counter
 from itertools import compress, repeat
 from operator import eq
+from typing import cast
 
 from ...contracts.finding import Finding, group_name, ranks_phrase, seconds
 from ..analysis.health import (
@@ -250,10 +251,21 @@ class DeadRank:
             )
         ]
 
-    def _dead(self, now, view, cluster, followers, spared, blame) -> list[Finding]:
+    def _dead(
+        self,
+        now: float,
+        view: ClusterView,
+        cluster: list[int],
+        followers: list[int],
+        spared: set[int],
+        blame: Blame | None,
+    ) -> list[Finding]:
         rvs = [view.ranks[r] for r in sorted(cluster)]
-        first = min(rv.died_at for rv in rvs)
-        if self._patient(now, view, first, min(rv.dead_seen_at for rv in rvs), lost_hosts(view, now, self.cfg)):
+        # dead ranks only: each has when it died and when its agent saw that
+        died = [cast(float, rv.died_at) for rv in rvs]
+        first = min(died)
+        seen = min(cast(float, rv.dead_seen_at) for rv in rvs)
+        if self._patient(now, view, first, seen, lost_hosts(view, now, self.cfg)):
             return []  # wait for the other hosts: one of them may hold an earlier death
         after = sorted(set(followers) | {v for v in spared if v not in cluster})
         then = f"; {ranks_phrase(after)} failed after it" if after else ""
@@ -271,7 +283,7 @@ class DeadRank:
             head = f"{who(rv)} died: {cause}, last seen {where(rv, now)}"
         else:
             hosts = sorted({x.host for x in rvs})
-            span = max(x.died_at for x in rvs) - first
+            span = max(died) - first
             head = (
                 f"{ranks_phrase(cluster)} (host {', '.join(hosts)}) died within {seconds(span)} of each other, "
                 f"order unknown: processes gone, rank {rv.rank} last seen {where(rv, now)}"

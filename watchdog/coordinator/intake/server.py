@@ -75,18 +75,7 @@ def make_server(
 
     def check_post(req: Request) -> Response | None:
         """Before the body is read: path, token, length. None: read the body."""
-        if req.path not in (REPORT_PATH, launcherexit.PATH):
-            return _json(404, {"error": f"no such endpoint: POST {req.target}"}, close=True)
-        if not authorized(token, req.headers):
-            return reject(req, 401, "unauthorized", "missing or wrong bearer token")
-        if req.headers.get("transfer-encoding"):
-            return reject(req, 411, "no_length", "chunked bodies are not accepted; send Content-Length")
-        raw = req.headers.get("content-length")
-        if raw is None or not raw.strip().isdigit():
-            return reject(req, 411, "no_length", "Content-Length header required")
-        if int(raw) > max_body:
-            return reject(req, 413, "too_large", f"report is {int(raw)} bytes, limit {max_body}")
-        return None
+        return _check_post(req, token, max_body, reject)
 
     def on_body_error(req: Request, got: int | None) -> Response:
         if got is None:
@@ -96,12 +85,7 @@ def make_server(
     def post(req: Request, body: bytes) -> Response:
         now = time.monotonic()
         if req.path == launcherexit.PATH:
-            try:
-                status, reply, _ = reports.handle_launcher_exit(req.headers, body, now, req.peer)
-            except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
-                log.error("launcher_exit_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
-                status, reply, _ = reports.reject(500, "internal", "internal error", time.monotonic())
-            return _json(status, reply, close=status >= 400)
+            return _launcher_exit(req, body, now, reports, log)
         try:
             status, reply, _ = reports.handle(req.headers, body, now, req.peer)
         except Exception as exc:  # noqa: BLE001 - a bug must cost one report, not the daemon
@@ -115,26 +99,11 @@ def make_server(
 
     def get(req: Request) -> Response:
         if req.path == "/metrics":
-            if not web.allowed(req.headers.get("authorization", "")):
-                return Response(401, b"unauthorized\n", "text/plain", extra={"WWW-Authenticate": "Basic"})
-            body = coordinator.metrics.exposition()
-            if httpgzip.wanted(req.headers.get("accept-encoding", "")):
-                return Response(200, httpgzip.compress(body), CONTENT_TYPE_LATEST, extra={"Content-Encoding": "gzip"})
-            return Response(200, body, CONTENT_TYPE_LATEST)
+            return _metrics(req, coordinator, web)
         if req.path == "/healthz":
-            why = unhealthy()
-            return (
-                Response(503, f"unhealthy: {why}\n".encode(), "text/plain")
-                if why
-                else Response(200, b"ok\n", "text/plain")
-            )
+            return _probe(unhealthy(), "unhealthy", "ok")
         if req.path == "/readyz":
-            why = unready()
-            return (
-                Response(503, f"not ready: {why}\n".encode(), "text/plain")
-                if why
-                else Response(200, b"ready\n", "text/plain")
-            )
+            return _probe(unready(), "not ready", "ready")
         if req.path == STATUS_PATH:
             if not authorized(token, req.headers):
                 return _json(401, {"error": "missing or wrong bearer token"})
@@ -158,6 +127,52 @@ def make_server(
         event_loop=event_loop,
         ssl_context=web.ssl_context,
     )
+
+
+def _check_post(
+    req: Request, token: str, max_body: int, reject: Callable[[Request, int, str, str], Response]
+) -> Response | None:
+    """``make_server``'s ``check_post``: path, token, length; ``reject`` answers
+    (and counts) a refused report."""
+    if req.path not in (REPORT_PATH, launcherexit.PATH):
+        return _json(404, {"error": f"no such endpoint: POST {req.target}"}, close=True)
+    if not authorized(token, req.headers):
+        return reject(req, 401, "unauthorized", "missing or wrong bearer token")
+    if req.headers.get("transfer-encoding"):
+        return reject(req, 411, "no_length", "chunked bodies are not accepted; send Content-Length")
+    raw = req.headers.get("content-length")
+    if raw is None or not raw.strip().isdigit():
+        return reject(req, 411, "no_length", "Content-Length header required")
+    if int(raw) > max_body:
+        return reject(req, 413, "too_large", f"report is {int(raw)} bytes, limit {max_body}")
+    return None
+
+
+def _launcher_exit(req: Request, body: bytes, now: float, reports: ReportHandler, log: Any) -> Response:
+    """POST of a launcher's exit status (``launcherexit.PATH``)."""
+    try:
+        status, reply, _ = reports.handle_launcher_exit(req.headers, body, now, req.peer)
+    except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
+        log.error("launcher_exit_failed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
+        status, reply, _ = reports.reject(500, "internal", "internal error", time.monotonic())
+    return _json(status, reply, close=status >= 400)
+
+
+def _metrics(req: Request, coordinator: Coordinator, web: webconfig.WebConfig) -> Response:
+    """GET /metrics: basic auth where ``--web.config.file`` asks for it, gzip where the scraper accepts it."""
+    if not web.allowed(req.headers.get("authorization", "")):
+        return Response(401, b"unauthorized\n", "text/plain", extra={"WWW-Authenticate": "Basic"})
+    body = coordinator.metrics.exposition()
+    if httpgzip.wanted(req.headers.get("accept-encoding", "")):
+        return Response(200, httpgzip.compress(body), CONTENT_TYPE_LATEST, extra={"Content-Encoding": "gzip"})
+    return Response(200, body, CONTENT_TYPE_LATEST)
+
+
+def _probe(why: str, bad: str, good: str) -> Response:
+    """/healthz or /readyz: 503 and why, or 200."""
+    if why:
+        return Response(503, f"{bad}: {why}\n".encode(), "text/plain")
+    return Response(200, f"{good}\n".encode(), "text/plain")
 
 
 def bound_address(server: LoopServer) -> str:

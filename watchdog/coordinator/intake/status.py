@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from watchdog.report import GpuStep
+
 from ..analysis import health
 from ..config import Config
 from ..detectors.tracker import Active, Key
 from ..view.cluster import ClusterView
 
 
-def _gpu_split(g) -> dict[str, Any]:
+def _gpu_split(g: GpuStep) -> dict[str, Any]:
     """The last step the accelerator finished, split on its clock."""
     return {
         "clock": "gpu",

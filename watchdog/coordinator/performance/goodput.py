@@ -267,22 +267,7 @@ class Ledger:
             for r, hist in zip(live, hists):
                 self._take_from_history(r, hist, slow)
             lasts = []
-        # Runs keyed by (last step taken, newest step) as one complex number, exact
-        # below 2^53: a key the collector does not track and that hashes in C.
-        runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
-        # Only the rows with a step newer than the last taken (a C-level filter): the
-        # others add nothing, and between their host's reports (back-pressure spaces them
-        # 2-3 s apart at 16,384 ranks) most ranks have none. The same runs, rows and
-        # order: a run's key says whether it has new steps, so a run is kept or left whole.
-        fresh = list(map(lt, lasts, newests))  # type: ignore[arg-type]
-        keys = map(complex, compress(lasts, fresh), compress(newests, fresh))  # type: ignore[arg-type]
-        for i, run in zip(compress(range(len(fresh)), fresh), keys):
-            got = runs.get(run)
-            if got is None:
-                runs[run] = [i]
-            else:
-                got.append(i)
-        for run, rows in runs.items():
+        for run, rows in _runs(cast(list[int], lasts), newests).items():
             last, newest = int(run.real), run.imag
             if newest <= last:
                 continue  # nothing new
@@ -474,3 +459,23 @@ def job_span(records: list[dict[str, Any]]) -> float | None:
         if r.get("event") == je.STATE and (r.get("changed") or {}).get("status", [""])[-1] == "exited"
     ]
     return max(ends) - start if start is not None and ends else None
+
+
+def _runs(lasts: list[int], newests: list[float]) -> dict[complex, list[int]]:
+    """The rows (indices of ``lasts``) by run: ranks whose last step taken and newest
+    step are the same. Runs keyed by (last step taken, newest step) as one complex
+    number, exact below 2^53: a key the collector does not track and that hashes in C."""
+    runs: dict[complex, list[int]] = {}  # key -> the rows (in ``live``) of its ranks
+    # Only the rows with a step newer than the last taken (a C-level filter): the
+    # others add nothing, and between their host's reports (back-pressure spaces them
+    # 2-3 s apart at 16,384 ranks) most ranks have none. The same runs, rows and
+    # order: a run's key says whether it has new steps, so a run is kept or left whole.
+    fresh = list(map(lt, lasts, newests))
+    keys = map(complex, compress(lasts, fresh), compress(newests, fresh))
+    for i, run in zip(compress(range(len(fresh)), fresh), keys):
+        got = runs.get(run)
+        if got is None:
+            runs[run] = [i]
+        else:
+            got.append(i)
+    return runs

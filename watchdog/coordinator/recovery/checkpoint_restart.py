@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 
 from watchdog.contracts import commands
 from watchdog.contracts.journal.actions import ActionProgressRecord, CheckpointedRecord, CheckpointFailedRecord
@@ -23,13 +24,13 @@ from watchdog.contracts.journal.actions import ActionProgressRecord, Checkpointe
 from ..evidence.plan import CommandRequest
 from ..view.cluster import ClusterView
 from . import restart
-from .operation import ActionStep, Operation, brief, live, live_workers, old_workers
+from .operation import ActionStep, Ident, Operation, brief, live, live_workers, old_workers
 
 LEAD_S = 4.0
 MIN_AHEAD = 5
 
 
-def target_step(view: ClusterView, workers) -> int:
+def target_step(view: ClusterView, workers: Sequence[tuple[int, Ident]]) -> int:
     states = [view.ranks[r] for r, _ in workers]
     step_s = statistics.median([rv.p99_step_s or rv.state.last_step_s or 0.1 for rv in states]) or 0.1
     return max(rv.state.step for rv in states) + max(MIN_AHEAD, math.ceil(LEAD_S / step_s))

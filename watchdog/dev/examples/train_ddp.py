@@ -159,7 +159,7 @@ class SyntheticRegression(Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.delay_s:
             time.sleep(self.delay_s)
         gen = torch.Generator().manual_seed(i)
@@ -177,7 +177,7 @@ class BlockingAt(Dataset):
     def __len__(self) -> int:
         return len(self.inner)  # type: ignore[arg-type]
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if i >= self.at:
             announce("loader-hang", self.rank, self.step)
             while True:
@@ -199,12 +199,18 @@ def init_process_group(timeout_s: float, plain: bool = False) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-        is_master=False, timeout=timedelta(seconds=timeout_s),
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
     )
     dist.init_process_group(
-        "gloo", store=dist.PrefixStore(f"attempt{attempt}", store),
-        rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
+        "gloo",
+        store=dist.PrefixStore(f"attempt{attempt}", store),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
     )
 
 
@@ -220,7 +226,7 @@ def latest_checkpoint(ckpt_dir: str | None, before: int | None = None) -> tuple[
     return best, os.path.join(ckpt_dir, f"step-{best:08d}.pt")
 
 
-def honour_rollback(mon, ckpt_dir: str | None) -> tuple[int, str | None]:
+def honour_rollback(mon: object, ckpt_dir: str | None) -> tuple[int, str | None]:
     """The checkpoint to resume from: the newest, or after a rollback_restart the
     newest before the anomaly, once per rollback. Every rank decides before any
     rank marks the rollback done (the barrier), so they all load the same one."""
@@ -258,26 +264,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--compute-ms", type=float, default=50.0, help="simulated extra compute per step")
     p.add_argument("--jitter", type=float, default=0.0, help="random +-fraction on each rank's compute per step")
-    p.add_argument("--starve-ms", type=float, default=0.0,
-                   help="data delay per sample for starve faults (default: 4x compute per batch)")
-    p.add_argument("--comm-mb", type=float, default=0.0,
-                   help="an extra all-reduce of this many MB every step (a communication-bound job)")
-    p.add_argument("--until-file", default=None,
-                   help="stop cleanly once this file exists, every rank at the same step (tests)")
+    p.add_argument(
+        "--starve-ms",
+        type=float,
+        default=0.0,
+        help="data delay per sample for starve faults (default: 4x compute per batch)",
+    )
+    p.add_argument(
+        "--comm-mb",
+        type=float,
+        default=0.0,
+        help="an extra all-reduce of this many MB every step (a communication-bound job)",
+    )
+    p.add_argument(
+        "--until-file", default=None, help="stop cleanly once this file exists, every rank at the same step (tests)"
+    )
     p.add_argument("--ckpt-dir", default=None, help="save/resume checkpoints here")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0 = never)")
     p.add_argument("--ckpt-pause-s", type=float, default=0.0, help="extra time a checkpoint takes (tests)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pg-timeout-s", type=float, default=1800.0, help="gloo timeout (default: gloo's 30 min)")
     p.add_argument("--fault", action="append", default=[], help="inject a fault (see above)")
-    p.add_argument("--faults-every-attempt", action="store_true",
-                   help="inject the faults after a restart too (a deterministic failure)")
-    p.add_argument("--plain-init", action="store_true",
-                   help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin")
-    p.add_argument("--buffers", action="store_true",
-                   help="a BatchNorm in the model: DDP broadcasts its buffers in every forward, from C++")
-    p.add_argument("--final-params", default=None,
-                   help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)")
+    p.add_argument(
+        "--faults-every-attempt",
+        action="store_true",
+        help="inject the faults after a restart too (a deterministic failure)",
+    )
+    p.add_argument(
+        "--plain-init",
+        action="store_true",
+        help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin",
+    )
+    p.add_argument(
+        "--buffers",
+        action="store_true",
+        help="a BatchNorm in the model: DDP broadcasts its buffers in every forward, from C++",
+    )
+    p.add_argument(
+        "--final-params",
+        default=None,
+        help="rank 0 saves the final parameters here (torch.save of a name -> tensor dict)",
+    )
     args = p.parse_args(argv)
     faults = parse_faults(args.fault)
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not args.faults_every_attempt:
@@ -305,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     norm = [nn.BatchNorm1d(128)] if args.buffers else []
     model = DDP(nn.Sequential(nn.Linear(args.dim, 128), *norm, nn.ReLU(), nn.Linear(128, 1)))
     mon.watch_ddp(model)  # watchdog: times DDP's gradient all-reduce
-    mon.watch_model(model, opt := torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))  # watchdog: forward/backward/optimizer
+    mon.watch_model(
+        model, opt := torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    )  # watchdog: forward/backward/optimizer
 
     with mon.phase("init"):
         start_step, path = honour_rollback(mon, args.ckpt_dir)
@@ -352,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     # A large all-reduce on a small compute: what a big model on a slow interconnect looks like.
     comm = torch.zeros(int(args.comm_mb * (1 << 20)) // 4) if args.comm_mb > 0 else None
     step = start_step
-    for x, y in mon.wrap_loader(loader, device="cpu"):  # watchdog: times the data wait (and the copy to the device: ~0 on CPU)
+    for x, y in mon.wrap_loader(
+        loader, device="cpu"
+    ):  # watchdog: times the data wait (and the copy to the device: ~0 on CPU)
         if faults.kill.get(rank) == step:
             announce("kill", rank, step)
             os.kill(os.getpid(), signal.SIGKILL)
