@@ -23,8 +23,8 @@ slow rank; the answers are here, once.
   starved when its contention exceeds the median of the others' by
   ``CONTENTION_EXCESS`` and the wait costs it ``RUNQ_EXCESS_S`` a second more than
   theirs, while theirs is under ``HOST_BUSY`` (below). That is a slow host (a
-  finding): it holds when DDP's all-reduce makes
-  every rank's step equal, and when the hook sees no collective at all.
+  finding): it holds when DDP's all-reduce makes every rank's step equal, and
+  when the hook sees no collective at all.
 - **Can the host's load tell us anything?** Where the other ranks themselves wait
   for a CPU as long as they run (the median of their contention is ``HOST_BUSY``
   or more), every rank's compute is the scheduler's to share out: which rank's
