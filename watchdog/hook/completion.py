@@ -199,7 +199,7 @@ def with_completion(
                 pass
         return ret
 
-    for attr in ("__name__", "__qualname__", "__doc__", "__wrapped__", "_watchdog_wrapper"):
+    for attr in ("__name__", "__qualname__", "__doc__", "__wrapped__", "watchdog_wrapper"):
         if hasattr(wrapper, attr):
             setattr(collective, attr, getattr(wrapper, attr))
     return collective
