@@ -4,11 +4,11 @@ Every store is made inside the SlotWriter's seqlock bracket (slotwriter.py).
 
 Hot paths. ``step`` (and the collective marks' ``enter`` and ``exit``, the
 patched collectives' copy of them, and the loader's data-wait marks) run once
-per step or per event and open the writer's bracket inline (lock, odd H_SEQ,
-stores, even H_SEQ, unlock: ``SlotWriter.begin``/``end`` written out) instead
-of calling it: each call costs ~50 ns here, and calling begin/end/append made a
-step 30% dearer (benchmarks/hook_overhead.py --against). They are the writer's
-only friends; tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove
+per step or per event and hold the writer's bracket inline (the lock, then
+``with seqlocked(slot) as w:``, spliced in at import by ``inline_seqlock``:
+slotwriter.py) instead of calling the writer: each call costs ~50 ns here, and
+calling a bracket and append made a step 30% dearer
+(benchmarks/hook_overhead.py --against). They are the writer's only friends; tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove
 they leave the same bytes as the same events written through
 ``SlotWriter.write``. Everything else calls the writer.
 

@@ -1,33 +1,35 @@
 """The one writer of a rank's slot: every store into the mapping goes through here.
 
 Seqlock. Words H_STEP .. H_LAST_DYNAMIC (and the ring) change only between an
-odd and an even store of H_SEQ: ``begin()`` makes it odd, ``end()`` makes it
-even, and nothing else in the process stores H_SEQ. ``self._seq`` is our own
-copy: the slot is never read back, so garbage written into it by someone else
-cannot steer us. The lock makes each bracket safe against the other writers in
-this process (DDP comm-hook callbacks and async collectives complete on the
-backend's thread) and is held only for the stores; it is reentrant so that a
-signal handler marking a phase while the main thread is inside a bracket cannot
-deadlock (the reader may then accept that one header early: the price of never
-blocking).
+odd and an even store of H_SEQ: the bracket ``with seqlocked(slot) as w:``,
+defined once below, and nothing else in the process stores H_SEQ.
+``self._seq`` is our own copy: the slot is never read back, so garbage written
+into it by someone else cannot steer us. The lock makes each bracket safe
+against the other writers in this process (DDP comm-hook callbacks and async
+collectives complete on the backend's thread) and is held only for the stores;
+it is reentrant so that a signal handler marking a phase while the main thread
+is inside a bracket cannot deadlock (the reader may then accept that one header
+early: the price of never blocking).
 
-What goes between ``begin()`` and ``end()`` is the caller's (the recorder knows
-what the words mean; this class knows how they may change). Why a begin/end
-pair rather than one method taking the words: the hot paths store a few
-contiguous words with one precompiled struct pack, and passing those values
-through a generic call (a tuple, then ``*args``) costs ~200 ns, four times what
-the two calls cost (benchmarks/hook_overhead.py).
+What goes inside the bracket is the caller's (the recorder knows what the
+words mean; this module knows how they may change). Why a bracket rather than
+one method taking the words: the hot paths store a few contiguous words with
+one precompiled struct pack, and passing those values through a generic call
+(a tuple, then ``*args``) costs ~200 ns (benchmarks/hook_overhead.py).
+
+The bracket written once, at no cost. The hot paths, ``Recorder.step``
+(recorder.py), ``CollectiveMarks.enter``/``exit`` (collective_marks.py), their
+copy in the patched collectives (collectives.py) and the loader's data-wait
+marks (loader.py), are decorated with ``inline_seqlock``: at import it splices
+``seqlocked``'s statements into them, on this object's ``_words`` and ``_seq``,
+because any call costs more than the stores it brackets. ``Recorder.step`` also
+appends its ring record itself (``_head``, ``_ring0``, ``_cap``: ``append``
+written out). Nothing else touches those; tests/test_hook_slotwriter.py plays
+the hot paths spliced and through the generator, and with
+tests/test_hook_inline.py proves they leave the bytes ``write`` would.
 
 Single-writer words (status, heartbeat, control acks) sit outside the seqlock
 and are stored alone with ``put``.
-
-Friends: the hot paths open this same bracket inline, on this object's lock,
-``_words``, ``_seq`` and ``_head``, because a call costs more than the stores it
-brackets: ``Recorder.step`` (recorder.py), ``CollectiveMarks.enter``/``exit``
-(collective_marks.py), their copy in the patched collectives (collectives.py)
-and the loader's data-wait marks (loader.py). Nothing else touches those;
-tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove they leave
-the bytes ``write`` would.
 """
 
 from __future__ import annotations
