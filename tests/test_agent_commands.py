@@ -12,8 +12,8 @@ import pytest
 
 from watchdog import commands as c
 from watchdog import wire
-from watchdog.agent import actions as act
-from watchdog.agent import testing, track
+from watchdog.agent import command_handlers as act
+from watchdog.agent import slot_states, testing
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
@@ -249,7 +249,7 @@ def view_of(path, ident, alive=True, launcher=(0, 0)):
         0,
         False,
         ProcSample(alive, "running" if alive else "gone"),
-        track.ALIVE if alive else track.DEAD,
+        slot_states.ALIVE if alive else slot_states.DEAD,
         0.0,
         (),
         launcher,

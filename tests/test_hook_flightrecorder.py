@@ -10,8 +10,8 @@ import types
 import pytest
 
 from watchdog import wire
-from watchdog.hook import control, flightrecorder
-from watchdog.hook.flightrecorder import FlightRecorderSource, entry, op_of, parse
+from watchdog.hook import control, flight_recorder
+from watchdog.hook.flight_recorder import FlightRecorderSource, entry, op_of, parse
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
 from watchdog.wire import CollOp, CollState, Command, RecordKind
 
@@ -178,8 +178,8 @@ def test_a_dump_that_raises_now_and_then_is_retried_and_one_that_keeps_raising_i
 
 def test_absent_flight_recorder_is_looked_for_quietly(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", types.ModuleType("old_c10d"))
-    assert flightrecorder.json_dumper() is None
-    src = FlightRecorderSource(flightrecorder.json_dumper, Sink(), FakeClock(), lambda: 0)
+    assert flight_recorder.json_dumper() is None
+    src = FlightRecorderSource(flight_recorder.json_dumper, Sink(), FakeClock(), lambda: 0)
     assert src.poll() == 0 and not src.broken  # torch may still be imported later
 
 
@@ -252,11 +252,11 @@ def test_reads_are_held_to_a_share_of_wall_time():
 
     src = FlightRecorderSource(lambda: dump, Sink(), clock, lambda: 0)
     src.poll()
-    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9) - 1_000)
+    clock.advance(int(0.010 / flight_recorder.DUTY * 1e9) - 1_000)
     assert src.poll() == 0 and len(calls) == 1  # still inside the budget
     src.poll(force=True)
     assert len(calls) == 2
-    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9))
+    clock.advance(int(0.010 / flight_recorder.DUTY * 1e9))
     src.poll()
     assert len(calls) == 3
 

@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 from watchdog import commands, wire
-from watchdog.agent.actions import Actions
+from watchdog.agent.command_handlers import Actions
 from watchdog.coordinator import journal_events as je
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control import JobController

@@ -22,7 +22,7 @@ from typing import Any
 
 from watchdog import commands as c
 from watchdog import logs
-from watchdog.agent.actions import Actions, ack
+from watchdog.agent.command_handlers import Actions, ack
 from watchdog.agent.outbox import Outbox
 
 MAX_PER_REPLY = 32

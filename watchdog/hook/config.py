@@ -47,7 +47,7 @@ class HookConfig:
     patch_collectives: bool = True
     # torchrun: init_process_group on the elastic agent's store scoped to the restart attempt
     restart_safe_init: bool = True
-    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flightrecorder)
+    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flight_recorder)
     flight_recorder: bool = True
     # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion)
     gpu_completion: bool = True

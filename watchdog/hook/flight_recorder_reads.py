@@ -2,7 +2,7 @@
 
 ``FlightRecorderReads.poll`` is what the monitor hands the heartbeat (a no-op
 instead when the Flight Recorder is off by configuration). A read costs the
-process a dump of FR's ring, so it stays within flightrecorder.DUTY, except once
+process a dump of FR's ring, so it stays within flight_recorder.DUTY, except once
 per wait in a collective that lasts STUCK_READ_NS and once per stall outside one
 (STALL_READ_BEATS): a hang is when the ranks' Flight Recorders matter, and a
 training thread that is blocked loses nothing to the read.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import wire
-from watchdog.hook import flightrecorder
+from watchdog.hook import flight_recorder
 
 # A collective wait this long gets a Flight Recorder read at once.
 STUCK_READ_NS = 1_000_000_000
@@ -31,7 +31,7 @@ class FlightRecorderReads:
 
     def __init__(
         self,
-        source: flightrecorder.FlightRecorderSource,
+        source: flight_recorder.FlightRecorderSource,
         recorder: Any,
         words: Any,
         clock: Callable[[], int],

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog import wire
-from watchdog.hook import completion, control, flight_recorder_reads, flightrecorder, frames, progress
+from watchdog.hook import completion, control, flight_recorder, flight_recorder_reads, frames, progress
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
 from watchdog.hook.loader import TimedLoader
@@ -113,10 +113,10 @@ class Monitor:
         self._failed = False  # an uncaught exception is ending the process
         self._undo: list[Callable[[], None]] = []  # unpatch / unregister, run at close
         self._auto_off: dict[str, Callable[[], None]] = {}  # automatic source -> switch it off (hand_over)
-        # The Flight Recorder, read on the heartbeat thread only (flightrecorder.py);
+        # The Flight Recorder, read on the heartbeat thread only (flight_recorder.py);
         # off by configuration, it is a no-op decided here.
-        self.flight = flightrecorder.FlightRecorderSource(
-            flightrecorder.json_dumper,
+        self.flight = flight_recorder.FlightRecorderSource(
+            flight_recorder.json_dumper,
             slot.write_events,
             clock,
             lambda: self.recorder.steps,
@@ -344,11 +344,11 @@ class Monitor:
         """Heartbeat thread, asked by the agent (Command.DUMP_FLIGHT_RECORDER): write
         this rank's FR dump (JSON: the agent never unpickles a rank's file) next to
         the slot, whole or not at all, for the agent to collect as evidence."""
-        dump = flightrecorder.json_dumper()
+        dump = flight_recorder.json_dumper()
         if dump is None or self.slot_path is None or not getattr(self.config, "flight_recorder", True):
             return control.ACK_NO_HANDLER
         try:
-            flightrecorder.write_dump(wire.fr_dump_filename(self.slot_path), dump())
+            flight_recorder.write_dump(wire.fr_dump_filename(self.slot_path), dump())
         except Exception as exc:
             log.warning("watchdog.hook flight recorder dump failed: %s", exc)
             return control.ACK_SAVE_FAILED
