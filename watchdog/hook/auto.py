@@ -115,7 +115,7 @@ def bootstrap(env: Mapping[str, str] | None = None, argv: Sequence[str] | None =
 def enable(mon: Any) -> None:
     """Turn every automatic source on for ``mon``; each one alone, so one that
     fails (a torch API that moved) is counted and the others still work."""
-    mon.mark_zero_code()
+    mon.zero_code = True
     sources = (
         ("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves),
         ("auto_trainers", _trainers),

@@ -13,7 +13,7 @@ recorder's method at construction: composition costs it no extra frame.
 The seam. What installs the monitor and patches around it (lifecycle.py,
 auto.py, collectives.py, the framework callbacks) uses the public methods below
 the API: ``report_error``, ``add_undo``, ``add_automatic`` / ``hand_over``,
-``mark_zero_code``, ``mark_failed``, ``after_fork_in_child`` and ``heartbeat``.
+``zero_code``, ``mark_failed``, ``after_fork_in_child`` and ``heartbeat``.
 
 Failure policy. Every hooked path catches Exception and reports it here: counted
 (``errors``, and H_HOOK_ERRORS in the slot), logged once per place, an ERROR
@@ -74,7 +74,7 @@ class Monitor:
     """The live monitor of one rank. Create it with ``watchdog.hook.install()``."""
 
     enabled = True
-    _zero_code = False  # installed by `watchdog run` (watchdog.hook.auto): a script's install() returns it
+    zero_code = False  # instrumented by `watchdog run` (watchdog.hook.auto): a script's install() returns it
 
     def __init__(
         self,
@@ -355,14 +355,6 @@ class Monitor:
         return control.ACK_OK
 
     # -- the seam: install, zero-code sources, framework callbacks, process hooks ----
-
-    @property
-    def zero_code(self) -> bool:
-        """Installed by ``watchdog run`` (watchdog.hook.auto): a script's install() returns it."""
-        return self._zero_code
-
-    def mark_zero_code(self) -> None:
-        self._zero_code = True
 
     @property
     def disabled(self) -> bool:
