@@ -13,6 +13,7 @@ import pytest
 from waiting import wait_for
 
 from watchdog import wire
+from watchdog.contracts import control_block
 from watchdog.hook import control
 from watchdog.hook import recorder as recorder_mod
 from watchdog.hook.heartbeat import THREAD_NAME
@@ -135,10 +136,10 @@ def test_half_written_request_waits_for_the_next_poll():
             return value
 
     words = Words({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7})
-    assert control.read_request(words, last_seen=0) is None
+    assert control_block.read_request(words, last_seen=0) is None
     steady = {wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}
-    assert control.read_request(steady, 0) == control.ControlRequest(5, 1, 7)
-    assert control.read_request(steady, 5) is None
+    assert control_block.read_request(steady, 0) == control_block.ControlRequest(5, 1, 7)
+    assert control_block.read_request(steady, 5) is None
 
 
 def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):

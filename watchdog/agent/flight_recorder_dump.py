@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from watchdog import sharedfile, wire
+from watchdog.contracts.control_block import ACK_NO_HANDLER, ACK_OK
 from watchdog.evidence import FlightRecorderDump
-from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 
 DEADLINE_S = 3.0  # six heartbeats at the hook's default 0.5 s
 POLL_S = 0.05
