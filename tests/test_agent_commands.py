@@ -388,7 +388,6 @@ def test_metrics_export_refusals_and_executions(tmp_path):
 
 
 def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_check(tmp_path):
-
     wrs = [testing.RankSlot(str(tmp_path), testing.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
     views = [view_of(w.path, wire.read_slot(w.path).header.identity) for w in wrs]
     a = actions_for(views, {500: 9, 501: 99_999_999}.get)  # rank 1's pid was reused
