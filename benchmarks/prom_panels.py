@@ -47,7 +47,10 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 
 from watchdog import logs  # noqa: E402
-from watchdog.agent import testing, track  # noqa: E402
+from watchdog.agent import (  # noqa: E402
+    slot_states,
+    testing,
+)
 from watchdog.agent.accelmetrics import AcceleratorCollector  # noqa: E402
 from watchdog.agent.exporter import Exporter  # noqa: E402
 from watchdog.agent.nvml import Accelerators  # noqa: E402
@@ -142,7 +145,9 @@ class SimHost:
             hb = now_ns - (now_ns % (S // 2))
             w[wire.H_HEARTBEAT_NS] = hb
             h = dataclasses.replace(header, words=tuple(w))
-            out.append(LocalRank(path, h, hb, False, ProcSample(True, "running", 100.0, 8 << 30), track.ALIVE, 0.0, ()))
+            out.append(
+                LocalRank(path, h, hb, False, ProcSample(True, "running", 100.0, 8 << 30), slot_states.ALIVE, 0.0, ())
+            )
         return out
 
 

@@ -10,13 +10,14 @@ import threading
 
 import pytest
 
-from watchdog.agent import actions as act
-from watchdog.agent import testing, track
+from watchdog.agent import command_handlers as act
+from watchdog.agent import slot_states, testing
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.slots import LocalRank
 from watchdog.contracts import commands as c
+from watchdog.contracts import control_block
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence, StackDump
 
@@ -249,7 +250,7 @@ def view_of(path, ident, alive=True, launcher=(0, 0)):
         0,
         False,
         ProcSample(alive, "running" if alive else "gone"),
-        track.ALIVE if alive else track.DEAD,
+        slot_states.ALIVE if alive else slot_states.DEAD,
         0.0,
         (),
         launcher,
@@ -387,8 +388,6 @@ def test_metrics_export_refusals_and_executions(tmp_path):
 
 
 def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_check(tmp_path):
-    from watchdog.hook import control
-
     wrs = [testing.RankSlot(str(tmp_path), testing.identity("job", r, 2, pid=500 + r, proc_start_us=9)) for r in (0, 1)]
     views = [view_of(w.path, wire.read_slot(w.path).header.identity) for w in wrs]
     a = actions_for(views, {500: 9, 501: 99_999_999}.get)  # rank 1's pid was reused
@@ -396,7 +395,7 @@ def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_ch
     assert c.verify(cmd, TOKEN, "job", "node-a", NOW, set())[0]
     out, refusals = a.run(cmd)
     assert out["ranks"] == [0] and not out["ok"] and "rank 1:" in out["error"] and refusals == []
-    req = control.read_request(wire.read_slot(wrs[0].path).header.words, 0)
+    req = control_block.read_request(wire.read_slot(wrs[0].path).header.words, 0)
     assert (req.command, req.arg) == (int(wire.Command.CHECKPOINT_AT_STEP), 140)
     assert wire.read_slot(wrs[1].path).header.words[wire.H_CTRL_SEQ] == 0  # untouched
     for w in wrs:

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from watchdog.agent import actions as act
-from watchdog.agent import testing, track
+from watchdog.agent import command_handlers as act
+from watchdog.agent import slot_states, testing
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.procs import ProcSample
@@ -137,7 +137,7 @@ def test_signal_through_pidfd_checks_identity_first(sleeper):
     p = sleeper()
     ident = testing.identity("job", 0, 1, pid=p.pid)
     snap = testing.snapshot(ident)
-    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
+    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), slot_states.ALIVE, 0.0, ())
     a = act.Actions("node-a", lambda job: (view,), StackDumper(""))
     wrong = c.target(0, p.pid, ident.proc_start_us + 5_000_000)  # as if the pid had been reused
     out, refusals = a.run(

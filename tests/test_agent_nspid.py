@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from watchdog.agent import actions as act
-from watchdog.agent import testing, track
+from watchdog.agent import command_handlers as act
+from watchdog.agent import slot_states, testing
 from watchdog.agent.nspid import PidMap, parse_nspid
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.agent.slots import LocalRank, SlotTracker
@@ -186,14 +186,23 @@ def test_tracker_records_the_host_pid_and_finds_the_launcher_by_it(proc, tmp_pat
     )
     t.poll(5 * 10**9, time.time_ns())
     (v,) = t.views()
-    assert v.state == track.ALIVE and v.identity.pid == 7 and v.host_pid == 5001 and v.pid_here == 5001
+    assert v.state == slot_states.ALIVE and v.identity.pid == 7 and v.host_pid == 5001 and v.pid_here == 5001
     assert parents == [5001]
 
 
 def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_one():
     ident = testing.identity("job", 1, 2, pid=7, proc_start_us=7_000_000)
     view = LocalRank(
-        "", testing.snapshot(ident).header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5), 5001
+        "",
+        testing.snapshot(ident).header,
+        0,
+        False,
+        ProcSample(True, "running"),
+        slot_states.ALIVE,
+        0.0,
+        (),
+        (4000, 5),
+        5001,
     )
     sent, dumped = [], []
 
@@ -279,14 +288,14 @@ def test_a_rank_in_its_own_pid_namespace_is_alive_then_dead_under_its_host_pid(t
         t = SlotTracker(str(run))
         t.poll(time.monotonic_ns(), time.time_ns())
         (v,) = t.views()
-        assert v.identity.pid == 1 and v.state == track.ALIVE
+        assert v.identity.pid == 1 and v.state == slot_states.ALIVE
         host = psutil.Process(p.pid).children()[0].pid  # unshare's child: the python in the namespace
         assert v.pid_here == host != 1
         assert t.procs._pids.scans == 1
         os.killpg(p.pid, signal.SIGKILL)
         p.wait(10)
         deadline = time.monotonic() + 10
-        while t.views()[0].state != track.DEAD:
+        while t.views()[0].state != slot_states.DEAD:
             assert time.monotonic() < deadline, "death not seen"
             time.sleep(0.05)
             t.poll(time.monotonic_ns(), time.time_ns())

@@ -143,13 +143,13 @@ def test_xid_code_is_a_label_on_the_xid_counter():
 def test_each_rank_is_joined_to_the_gpu_its_process_runs_on():
     """NVML lists pid 4242 on GPU 1: rank 3 (that pid) gets the info series naming
     GPU 1 and its uuid; a rank on no GPU gets none."""
-    from watchdog.agent import track
+    from watchdog.agent import slot_states
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.slots import LocalRank
 
     def rank(r, pid):
         snap = testing.snapshot(testing.identity("train", r, 4, pid=pid, proc_start_us=7, local_rank=r), {})
-        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), slot_states.ALIVE, 0.0, ())
 
     nv = testing.FakeNvml([gpu(0, pids=[]), gpu(1, pids=[4242])])
     snap = Accelerators(nv, log=Log()).sample(0.0)

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.core import Metric
 
 from watchdog import flags
-from watchdog.agent import config, rankmetrics, testing, track
+from watchdog.agent import config, rankmetrics, slot_states, testing
 from watchdog.agent import metrics as m
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.slots import LocalRank
@@ -19,7 +19,7 @@ MS = 1_000_000
 NOW = 10_000 * MS
 
 
-def rank(r: int, compute_ms: int, *, alive=True, status="running", state=track.ALIVE, step=100) -> LocalRank:
+def rank(r: int, compute_ms: int, *, alive=True, status="running", state=slot_states.ALIVE, step=100) -> LocalRank:
     ident = testing.identity("train", r, 16, pid=1000 + r, proc_start_us=1)
     words = {
         wire.H_STEP: step,
@@ -46,9 +46,9 @@ def host_job() -> list[LocalRank]:
     views = [rank(r, 100 + r % 3) for r in range(8)]  # healthy, computing 100-102 ms
     views[5] = rank(5, 130)  # the slowest
     views[6] = rank(6, 120)  # the second slowest
-    views[1] = rank(1, 100, alive=False, state=track.DEAD)
+    views[1] = rank(1, 100, alive=False, state=slot_states.DEAD)
     views[2] = rank(2, 100, status="stopped")
-    views[3] = rank(3, 100, state=track.EXITED, step=80)
+    views[3] = rank(3, 100, state=slot_states.EXITED, step=80)
     return views
 
 
@@ -108,7 +108,7 @@ def test_the_flags_choose_the_detail_and_refuse_others():
         rankmetrics.RanksCollector(lambda: (), "h", detail="some")
 
 
-def slot(r: int, world: int, created_s: int, *, alive=True, state=track.ALIVE, job="train") -> LocalRank:
+def slot(r: int, world: int, created_s: int, *, alive=True, state=slot_states.ALIVE, job="train") -> LocalRank:
     ident = testing.identity(job, r, world, pid=2000 + r + 10 * world, proc_start_us=created_s)
     snap = testing.snapshot(ident, wall_ns=created_s * 1_000_000_000, path=f"/run/{job}.{world}.{r}.slot")
     return LocalRank(snap.path, snap.header, NOW, False, ProcSample(alive, "running"), state, 0.0, ())
@@ -118,15 +118,15 @@ def slot(r: int, world: int, created_s: int, *, alive=True, state=track.ALIVE, j
 def test_the_world_size_is_the_newest_live_incarnations(detail):
     # An elastic shrink 4 -> 2: this host's old ranks 2-3 were retired (one exited,
     # one killed by the launcher) and it now runs rank 1 of the new world.
-    retired = [slot(2, 4, 100, state=track.EXITED), slot(3, 4, 100, alive=False, state=track.DEAD)]
+    retired = [slot(2, 4, 100, state=slot_states.EXITED), slot(3, 4, 100, alive=False, state=slot_states.DEAD)]
     fams = rankmetrics.rank_families([*retired, slot(1, 2, 200)], "h1", NOW, detail)
     assert [(s.labels["training_job"], s.value) for s in samples(fams, "watchdog_job_world_size")] == [("train", 2)]
     # A newer slot whose process is gone does not outrank a live one (a rank of a
     # later attempt that died at once; the live rank is still the job's world).
-    fams = rankmetrics.rank_families([slot(1, 2, 200), slot(0, 8, 300, alive=False, state=track.DEAD)], "h1", NOW)
+    fams = rankmetrics.rank_families([slot(1, 2, 200), slot(0, 8, 300, alive=False, state=slot_states.DEAD)], "h1", NOW)
     assert [s.value for s in samples(fams, "watchdog_job_world_size")] == [2]
     # No live rank (the job ended here): the newest slot's, whatever the order read.
-    fams = rankmetrics.rank_families([slot(1, 2, 200, state=track.EXITED), *retired], "h1", NOW)
+    fams = rankmetrics.rank_families([slot(1, 2, 200, state=slot_states.EXITED), *retired], "h1", NOW)
     assert [s.value for s in samples(fams, "watchdog_job_world_size")] == [2]
     # One series per job.
     fams = rankmetrics.rank_families([slot(0, 4, 100), slot(0, 3, 100, job="eval")], "h1", NOW)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from watchdog import report as wire_report
-from watchdog.agent import testing, track
+from watchdog.agent import slot_states, testing
 from watchdog.agent.procs import GONE, ProcSample
 from watchdog.agent.report import build_report, marks
 from watchdog.agent.slots import LocalRank
@@ -21,7 +21,7 @@ def view(
     job="j",
     *,
     proc=None,
-    state=track.ALIVE,
+    state=slot_states.ALIVE,
     words=None,
     records=(),
     hb=NOW - S // 2,
@@ -126,8 +126,8 @@ def test_recent_steps_are_those_since_the_previous_report_and_capped():
 
 def test_one_job_per_report_and_dead_and_exited_ranks():
     views = [
-        view(0, "a", proc=GONE, state=track.DEAD),
-        view(1, "a", proc=GONE, state=track.EXITED, status=wire.Status.EXITED),
+        view(0, "a", proc=GONE, state=slot_states.DEAD),
+        view(1, "a", proc=GONE, state=slot_states.EXITED, status=wire.Status.EXITED),
         view(0, "b"),
     ]
     rep = build_report("a", "h", "x", 1, views, NOW, 0.0, 1.0)
@@ -157,7 +157,7 @@ def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
         },
         "traceback": "Traceback ...",
     }
-    dead = replace(view(rank=1, proc=GONE, state=track.DEAD), death=death)
+    dead = replace(view(rank=1, proc=GONE, state=slot_states.DEAD), death=death)
     rep = build_report("j", "h", "a", 1, [dead], NOW, 1.8e9, 1.0)
     again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert again.ranks[0].death == death

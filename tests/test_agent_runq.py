@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from watchdog.agent import procs, track
+from watchdog.agent import procs, slot_states
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.dev import inject
 
@@ -33,7 +33,7 @@ def _s(t_s: float, oncpu: float, runq: float) -> ProcSample:
     ],
 )
 def test_shares_over_the_window(window, shares):
-    assert track.runq_shares(window) == pytest.approx(shares)
+    assert slot_states.runq_shares(window) == pytest.approx(shares)
 
 
 def test_schedstat_of_a_process_that_is_not_there_is_nothing(tmp_path):
@@ -62,7 +62,7 @@ def test_a_hog_on_the_rank_core_shows_as_its_run_queue_wait():
         while time.monotonic() < t_end:
             window.append(table.check(rank.pid, start_us, time.monotonic_ns(), resources=True))
             time.sleep(0.5)
-        oncpu, runq = track.runq_shares(window)
+        oncpu, runq = slot_states.runq_shares(window)
         assert oncpu > 0 and runq / (runq + oncpu) >= 0.4, (oncpu, runq)
     finally:
         hog.stop()

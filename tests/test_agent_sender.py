@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from watchdog import jobtoken
 from watchdog import report as wire_report
-from watchdog.agent import testing, track
+from watchdog.agent import slot_states, testing
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
@@ -26,7 +26,9 @@ S = 1_000_000_000
 def view(job, rank, records=()):
     ident = testing.identity(job, rank, 2, pid=100 + rank, proc_start_us=1)
     snap = testing.snapshot(ident, path=f"/run/{job}.{rank}.slot")
-    return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, tuple(records))
+    return LocalRank(
+        snap.path, snap.header, 0, False, ProcSample(True, "running"), slot_states.ALIVE, 0.0, tuple(records)
+    )
 
 
 class Log:
@@ -215,7 +217,7 @@ def test_a_rank_with_out_of_range_slot_values_is_dropped_the_rest_sent():
     sent, log = [], Log()
     bad_ident = testing.identity("a", 1, 2, pid=101, proc_start_us=1)
     snap = testing.snapshot(bad_ident, {wire.H_STEP: -7}, path="/run/a.1.slot")
-    bad = LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+    bad = LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), slot_states.ALIVE, 0.0, ())
 
     def post(url, payload, token, timeout):
         sent.append(payload)
@@ -251,7 +253,7 @@ def test_a_death_torchrun_replaced_between_two_reports_is_reported_once_before_t
     # coordinator (told to report every 2 s) only ever saw the new processes: no dead_rank.
     import dataclasses
 
-    old = dataclasses.replace(view("j", 1), proc=ProcSample(False, "gone"), state=track.DEAD, path="/run/j.1.old")
+    old = dataclasses.replace(view("j", 1), proc=ProcSample(False, "gone"), state=slot_states.DEAD, path="/run/j.1.old")
     new = view("j", 1)
     sent, ok = [], [False]
 
@@ -296,7 +298,7 @@ def test_a_slowed_agent_reports_a_death_at_its_own_pace():
     s.send_once()
     assert s.interval_s == 10.0
     assert s._sleep_until(10 * S) == 10 * S  # nothing happened: the advised pace holds
-    ranks[1] = dataclasses.replace(ranks[1], proc=ProcSample(False, "gone"), state=track.DEAD)
+    ranks[1] = dataclasses.replace(ranks[1], proc=ProcSample(False, "gone"), state=slot_states.DEAD)
     t.ns = 10 * S
     assert s._sleep_until(20 * S) == 11 * S  # the death goes after one own interval
     s.send_once()
@@ -374,7 +376,7 @@ def test_step_summaries_follow_the_reports_the_coordinator_accepted():
     assert summaries[0] == []  # no reply has given the settings yet
     assert [p["step_summary_config"] for p in sent] == [[], settings, settings, settings]
     # The samples of the accepted reports (1, 2 and 4: the failed one's came again), summarised.
-    samples = [track.step_sample(r) for r in recs]
+    samples = [slot_states.step_sample(r) for r in recs]
     want = add_samples(
         add_samples(add_samples(StepStats(), tuple(samples[:4]), cfg), tuple(samples[4:10]), cfg),
         tuple(samples[10:]),
@@ -474,7 +476,7 @@ def test_held_step_samples_go_at_once_on_a_death_a_failure_or_too_many_waiting()
     views[0] = view("j", 0, recs)
     s.send_once()  # held
     t.ns = 2 * S
-    views[1] = dataclasses.replace(view("j", 1, recs), proc=ProcSample(False, "gone"), state=track.DEAD)
+    views[1] = dataclasses.replace(view("j", 1, recs), proc=ProcSample(False, "gone"), state=slot_states.DEAD)
     s.send_once()  # a rank died: the samples go now
     t.ns = 3 * S  # still dead, nothing of it waiting: no reason to send rank 0's new sample yet
     replies.append(ConnectionRefusedError("down"))

@@ -12,7 +12,7 @@ import pytest
 
 from watchdog import report as wire_report
 from watchdog.agent import report as agent_report
-from watchdog.agent import testing, track
+from watchdog.agent import slot_states, testing
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
@@ -110,9 +110,9 @@ def test_live_rank_is_exported():
     t, log = tracker(w, proc())
     t.poll(T0, W0)
     (v,) = t.views()
-    assert v.state == track.ALIVE and v.proc.alive and v.identity.rank == 0
+    assert v.state == slot_states.ALIVE and v.proc.alive and v.identity.rank == 0
     assert log.named("rank appeared")[0]["state"] == "alive"
-    assert t.state_counts()[track.ALIVE] == 1
+    assert t.state_counts()[slot_states.ALIVE] == 1
 
 
 def test_stale_at_first_sight_is_ignored_and_logged_once():
@@ -122,7 +122,7 @@ def test_stale_at_first_sight_is_ignored_and_logged_once():
     for i in range(3):
         t.poll(T0 + i * S // 10, W0 + i * S // 10)
     assert t.views() == ()
-    assert t.state_counts()[track.STALE] == 1
+    assert t.state_counts()[slot_states.STALE] == 1
     assert len(log.named("slot stale")) == 1
     assert len(w.reads) == 1  # not re-read every poll
 
@@ -133,7 +133,7 @@ def test_dead_at_first_sight_with_fresh_heartbeat_is_a_post_mortem():
     t, _ = tracker(w)
     t.poll(T0, W0)
     (v,) = t.views()
-    assert v.state == track.DEAD and not v.proc.alive
+    assert v.state == slot_states.DEAD and not v.proc.alive
 
 
 def test_pid_reuse_is_not_alive():
@@ -142,7 +142,7 @@ def test_pid_reuse_is_not_alive():
     t, _ = tracker(w, FakeProcess(100, 1000.0 + 5.0))  # pid 100 now belongs to a later process
     t.poll(T0, W0)
     (v,) = t.views()
-    assert not v.proc.alive and v.proc.status == "reused" and v.state == track.DEAD
+    assert not v.proc.alive and v.proc.status == "reused" and v.state == slot_states.DEAD
 
 
 def test_newest_wins_and_older_becomes_history():
@@ -153,7 +153,7 @@ def test_newest_wins_and_older_becomes_history():
     t.poll(T0, W0)
     (v,) = t.views()
     assert v.path == "/run/new.slot"
-    assert t.state_counts()[track.SUPERSEDED] == 1
+    assert t.state_counts()[slot_states.SUPERSEDED] == 1
     assert log.named("slot superseded")[0]["path"] == "/run/old.slot"
     w.remove("/run/new.slot")  # its file goes: the older one speaks for the rank again
     t.poll(T0 + S, W0 + S)
@@ -171,14 +171,14 @@ def test_dead_after_alive_stays_dead_until_a_newer_slot():
     for i in range(1, 5):
         t.poll(T0 + i * S, W0 + i * S)  # long after --stale.after-seconds: still exported
     (v,) = t.views()
-    assert v.state == track.DEAD and not v.proc.alive
+    assert v.state == slot_states.DEAD and not v.proc.alive
     assert v.header[wire.H_STEP] == 42  # the read after the death shows the final state
     assert len(log.named("rank died")) == 1
     assert len([r for r in w.reads if r[0] == "/run/a.slot"]) == 2  # frozen after the final read
     w.put("/run/b.slot", slot("/run/b.slot", pid=200, hb=T0 + 5 * S, created_wall=W0 + 5 * S))
     t.poll(T0 + 5 * S, W0 + 5 * S)
     (v,) = t.views()
-    assert v.path == "/run/b.slot" and v.state == track.ALIVE
+    assert v.path == "/run/b.slot" and v.state == slot_states.ALIVE
 
 
 def test_clean_exit_is_exited_not_dead():
@@ -191,7 +191,7 @@ def test_clean_exit_is_exited_not_dead():
     p.running = False
     t.poll(T0 + S, W0 + S)
     (v,) = t.views()
-    assert v.state == track.EXITED and not v.proc.alive
+    assert v.state == slot_states.EXITED and not v.proc.alive
     assert log.named("rank exited") and not log.named("rank died")
 
 
@@ -230,7 +230,7 @@ def test_other_jobs_are_filtered_and_not_reread():
     t.poll(T0, W0)
     t.poll(T0 + S, W0)
     assert [v.identity.job for v in t.views()] == ["mine"]
-    assert t.state_counts()[track.OTHER_JOB] == 1
+    assert t.state_counts()[slot_states.OTHER_JOB] == 1
     assert [r for r in w.reads if r[0] == "/run/b.slot"] == [("/run/b.slot", 0)]
 
 
@@ -257,7 +257,7 @@ def test_bad_files_are_counted_once_per_episode_and_good_ranks_survive():
         "job_owner": 0,
     }
     assert sorted(kw["reason"] for kw in log.named("slot rejected")) == ["corrupt", "io", "version"]
-    assert t.state_counts()[track.INVALID] == 3
+    assert t.state_counts()[slot_states.INVALID] == 3
     w.put("/run/garbage.slot", slot("/run/garbage.slot", rank=1, pid=100))  # formatted later: recovers
     t.poll(T0 + S, W0 + S)
     assert [v.identity.rank for v in t.views()] == [0, 1]
@@ -286,8 +286,8 @@ def test_process_vanishing_mid_read_keeps_the_loop_going(fail_at):
     for i in range(3):
         t.poll(T0 + i * S, W0 + i * S)
     a, b = t.views()
-    assert not a.proc.alive and a.state == track.DEAD
-    assert b.proc.alive and b.state == track.ALIVE
+    assert not a.proc.alive and a.state == slot_states.DEAD
+    assert b.proc.alive and b.state == slot_states.ALIVE
 
 
 def test_replaced_file_is_a_new_slot():
@@ -337,7 +337,7 @@ def test_real_garbage_files_and_a_live_writer(tmp_path):
     assert t.read_errors == {**none, "version": 1}
     t.poll(mono + 3 * S, wall + 3 * S)
     assert t.read_errors == {**none, "corrupt": 3, "version": 1}
-    assert t.state_counts()[track.INVALID] == 4
+    assert t.state_counts()[slot_states.INVALID] == 4
     wr.close()
 
 
@@ -355,7 +355,7 @@ def test_a_slot_being_formatted_is_not_an_error():
         stat=lambda p: SimpleNamespace(st_mtime_ns=mtime[p]),
     )
     t.poll(T0, W0)
-    assert t.read_errors["corrupt"] == 0 and not log.events and t.state_counts()[track.INVALID] == 0
+    assert t.read_errors["corrupt"] == 0 and not log.events and t.state_counts()[slot_states.INVALID] == 0
     w.put("/run/new.slot", slot("/run/new.slot"))  # formatted now
     t.poll(T0 + S // 10, W0 + S // 10)
     assert len(t.views()) == 1 and t.read_errors["corrupt"] == 0 and not log.named("slot rejected")
@@ -417,7 +417,7 @@ def test_abandoned_job_expires_after_the_stated_time_and_is_logged_once():
     w = World()
     t, log = tracker(w, job_expiry_s=900.0)
     _dead_job(w, t)  # processes 600, 601 do not exist: dead, post-mortem kept
-    assert {v.state for v in t.views()} == {track.DEAD}
+    assert {v.state for v in t.views()} == {slot_states.DEAD}
     t.poll(T0 + 899 * S, W0 + 899 * S)
     assert len(t.views()) == 2 and not log.named("job expired")  # the alert keeps firing until then
     reads = len(w.reads)
@@ -426,7 +426,7 @@ def test_abandoned_job_expires_after_the_stated_time_and_is_logged_once():
     assert t.views() == ()  # their series leave /metrics: RankWatchdogRankDead resolves
     (ev,) = log.named("job expired")
     assert (ev["job"], ev["slots"], ev["after_s"]) == ("gone", 2, 900.0) and ev["gone_for_s"] >= 900
-    assert t.state_counts()[track.EXPIRED] == 2
+    assert t.state_counts()[slot_states.EXPIRED] == 2
     assert len(w.reads) == reads  # expired files are not read again
 
 
@@ -437,7 +437,7 @@ def test_a_dead_rank_of_a_job_with_a_live_rank_never_expires():
     t, log = tracker(w, proc(100), job_expiry_s=60.0)
     t.poll(T0, W0)
     t.poll(T0 + 3600 * S, W0 + 3600 * S)
-    assert sorted(v.state for v in t.views()) == [track.ALIVE, track.DEAD]
+    assert sorted(v.state for v in t.views()) == [slot_states.ALIVE, slot_states.DEAD]
     assert not log.named("job expired")
 
 
@@ -460,7 +460,7 @@ def test_a_restarted_job_after_expiry_is_tracked_again():
     w.put("/run/j0-new.slot", slot("/run/j0-new.slot", rank=0, pid=100, job="j", hb=T0 + 62 * S))
     t.poll(T0 + 62 * S, W0 + 62 * S)
     (v,) = t.views()
-    assert v.state == track.ALIVE and v.path == "/run/j0-new.slot"
+    assert v.state == slot_states.ALIVE and v.path == "/run/j0-new.slot"
 
 
 def test_no_slots_for_a_minute_says_where_it_looks_once_and_when_they_come():
@@ -579,7 +579,9 @@ class ExitStatusTable(ProcessTable):
         return self.statuses.get(pid)
 
 
-@pytest.mark.parametrize("wait,state", [(1 << 8, track.DEAD), (0, track.EXITED), (None, track.EXITED)])
+@pytest.mark.parametrize(
+    "wait,state", [(1 << 8, slot_states.DEAD), (0, slot_states.EXITED), (None, slot_states.EXITED)]
+)
 def test_a_clean_looking_exit_with_a_nonzero_status_is_a_death_reported_before_its_successor(wait, state):
     # raise SystemExit(1) after the hook's atexit said "exited": the exit status decides
     w = World()
@@ -600,13 +602,13 @@ def test_a_clean_looking_exit_with_a_nonzero_status_is_a_death_reported_before_i
     (v,) = t.views()
     assert v.state == state
     rep = agent_report.build_report("j", "h", "a", 1, [v], T0 + S, (W0 + S) / 1e9, 1.0).ranks[0]
-    assert rep.status == ("failed" if state == track.DEAD else "exited")
-    if state == track.DEAD:
+    assert rep.status == ("failed" if state == slot_states.DEAD else "exited")
+    if state == slot_states.DEAD:
         assert v.death["exit_code"] == 1 and v.death["summary"].startswith("exit 1 (a SystemExit"), v.death
     # torchrun restarts the rank before the next report: the death stays to be told
     w.put("/run/b.slot", slot("/run/b.slot", pid=200, hb=T0 + 2 * S, created_wall=W0 + 2 * S))
     t.poll(T0 + 2 * S, W0 + 2 * S)
-    assert [d.path for d in t.replaced_deaths()] == (["/run/a.slot"] if state == track.DEAD else [])
+    assert [d.path for d in t.replaced_deaths()] == (["/run/a.slot"] if state == slot_states.DEAD else [])
 
 
 def _owned(snap, uid):
@@ -626,8 +628,8 @@ def test_another_users_slot_cannot_take_a_rank_of_a_job_with_a_live_rank():
     for i in range(1, 4):
         t.poll(T0 + i * S, W0 + i * S)
     assert [(v.identity.rank, v.path, v.state) for v in t.views()] == [
-        (0, "/run/real0.slot", track.ALIVE),
-        (1, "/run/real1.slot", track.ALIVE),
+        (0, "/run/real0.slot", slot_states.ALIVE),
+        (1, "/run/real1.slot", slot_states.ALIVE),
     ]
     assert t.read_errors["job_owner"] == 1  # once per file, not per poll
     (refused,) = log.named("slot refused")
@@ -643,7 +645,7 @@ def test_a_dead_slot_taken_before_the_job_had_an_owner_goes_when_its_live_rank_c
     assert [v.path for v in t.views()] == ["/run/planted.slot"]  # dead, unowned job: reported, never acted on
     w.put("/run/real0.slot", _owned(slot("/run/real0.slot", rank=0, pid=100, hb=T0 + S), 0))
     t.poll(T0 + S, W0 + S)
-    assert [(v.path, v.state) for v in t.views()] == [("/run/real0.slot", track.ALIVE)]
+    assert [(v.path, v.state) for v in t.views()] == [("/run/real0.slot", slot_states.ALIVE)]
     assert t.read_errors["job_owner"] == 1
     assert [v.path for v in t.incarnations("j")] == ["/run/real0.slot"]
 
@@ -658,4 +660,4 @@ def test_a_slot_never_seen_alive_cannot_supersede_a_live_rank_of_the_same_user()
     )
     t.poll(T0 + S, W0 + S)
     (v,) = t.views()
-    assert v.path == "/run/real0.slot" and v.state == track.ALIVE
+    assert v.path == "/run/real0.slot" and v.state == slot_states.ALIVE

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from watchdog import procstart
-from watchdog.agent import actions, steadystart, track
+from watchdog.agent import command_handlers, slot_states, steadystart
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import SlotTracker, parent_identity
 from watchdog.contracts import commands
@@ -65,7 +65,7 @@ def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monk
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        first = actions.process_start_us(child.pid)
+        first = command_handlers.process_start_us(child.pid)
         launcher = parent_identity(child.pid)
         assert first is not None and launcher[0] > 1
         assert abs(first - int(psutil.Process(child.pid).create_time() * 1e6)) <= START_TOLERANCE_US
@@ -76,12 +76,15 @@ def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monk
         assert procstart.start_us(child.pid) == first + 10_000_000  # what a fresh reading says now
         assert abs(int(psutil.Process(child.pid).create_time() * 1e6) - first - 10_000_000) <= START_TOLERANCE_US
         target = {"pid": child.pid, "proc_start_us": first}
-        assert commands.identity_ok(target, actions.process_start_us(child.pid), START_TOLERANCE_US) == (True, "")
+        assert commands.identity_ok(target, command_handlers.process_start_us(child.pid), START_TOLERANCE_US) == (
+            True,
+            "",
+        )
         assert parent_identity(child.pid) == launcher
     finally:
         child.kill()
         child.wait()
-    assert actions.process_start_us(child.pid) is None  # gone: no reading, as before
+    assert command_handlers.process_start_us(child.pid) is None  # gone: no reading, as before
 
 
 def test_a_zombie_is_its_rank_after_a_step_of_the_clock(tmp_path):
@@ -132,11 +135,14 @@ def test_an_agent_first_reading_a_rank_after_a_clock_step_knows_it_by_its_ticks(
         t = SlotTracker(str(tmp_path))
         t.poll(time.monotonic_ns(), time.time_ns())
         by_rank = {v.identity.rank: v for v in t.views()}
-        assert by_rank[0].proc.alive and by_rank[0].state == track.ALIVE
+        assert by_rank[0].proc.alive and by_rank[0].state == slot_states.ALIVE
         assert by_rank[1].proc.status == "reused"  # an older hook's rank: the limit that remains
-        assert actions.process_start_us(new.pid) == recorded  # the hook's reading, vouched for
+        assert command_handlers.process_start_us(new.pid) == recorded  # the hook's reading, vouched for
         target = {"pid": new.pid, "proc_start_us": recorded}
-        assert commands.identity_ok(target, actions.process_start_us(new.pid), START_TOLERANCE_US) == (True, "")
+        assert commands.identity_ok(target, command_handlers.process_start_us(new.pid), START_TOLERANCE_US) == (
+            True,
+            "",
+        )
     finally:
         for slot in slots:
             slot.close()

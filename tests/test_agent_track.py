@@ -2,7 +2,7 @@
 
 import pytest
 
-from watchdog.agent import testing, track
+from watchdog.agent import slot_states, testing
 from watchdog.agent.procs import GONE, ProcSample
 from watchdog.contracts import slot as wire
 
@@ -39,19 +39,19 @@ def header(hb_mono, *, created_mono=None, created_wall=None, status=wire.Status.
 )
 def test_stale_at_first_sight(proc, hb_age_s, kw, stale):
     h = header(NOW_MONO - hb_age_s * S, **kw)
-    reason = track.stale_reason(h, proc, NOW_MONO, NOW_WALL, stale_after_s=30)
+    reason = slot_states.stale_reason(h, proc, NOW_MONO, NOW_WALL, stale_after_s=30)
     assert bool(reason) is stale, reason
 
 
 def test_rank_state_exited_is_not_dead():
-    assert track.rank_state(wire.Status.EXITED, GONE) == track.EXITED
-    assert track.rank_state(wire.Status.RUNNING, GONE) == track.DEAD
-    assert track.rank_state(wire.Status.RUNNING, ALIVE) == track.ALIVE
-    assert track.rank_state(wire.Status.DISABLED, ALIVE) == track.ALIVE
+    assert slot_states.rank_state(wire.Status.EXITED, GONE) == slot_states.EXITED
+    assert slot_states.rank_state(wire.Status.RUNNING, GONE) == slot_states.DEAD
+    assert slot_states.rank_state(wire.Status.RUNNING, ALIVE) == slot_states.ALIVE
+    assert slot_states.rank_state(wire.Status.DISABLED, ALIVE) == slot_states.ALIVE
 
 
 def claim(first_seen, seen_alive, alive, created=0, path="/x"):
-    return track.Claim(first_seen, seen_alive, alive, (created, 0), path)
+    return slot_states.Claim(first_seen, seen_alive, alive, (created, 0), path)
 
 
 @pytest.mark.parametrize(
@@ -72,14 +72,14 @@ def claim(first_seen, seen_alive, alive, created=0, path="/x"):
     ],
 )
 def test_speaker_is_the_latest_first_seen_and_never_a_never_alive_over_a_live(claims, winner):
-    won = track.speakers(claims, lambda name: ("j", 0), claims.__getitem__)
+    won = slot_states.speakers(claims, lambda name: ("j", 0), claims.__getitem__)
     assert won == {("j", 0): winner}
 
 
 def test_speakers_are_per_job_and_rank():
     claims = {"r0": claim(1, True, True), "r1": claim(2, True, True), "r0b": claim(3, True, True)}
     ranks = {"r0": ("j", 0), "r1": ("j", 1), "r0b": ("j", 0)}
-    assert track.speakers(claims, ranks.__getitem__, claims.__getitem__) == {("j", 0): "r0b", ("j", 1): "r1"}
+    assert slot_states.speakers(claims, ranks.__getitem__, claims.__getitem__) == {("j", 0): "r0b", ("j", 1): "r1"}
 
 
 TRUSTED = frozenset({7})
@@ -98,7 +98,7 @@ TRUSTED = frozenset({7})
     ],
 )
 def test_job_admits_only_its_owner_and_trusted_uids(owner, uid, admitted):
-    assert track.job_admits(owner, uid, TRUSTED) is admitted
+    assert slot_states.job_admits(owner, uid, TRUSTED) is admitted
 
 
 @pytest.mark.parametrize(
@@ -112,31 +112,31 @@ def test_job_admits_only_its_owner_and_trusted_uids(owner, uid, admitted):
     ],
 )
 def test_job_owner_is_fixed_by_the_first_live_rank(owner, uid, alive, after):
-    assert track.job_owner(owner, uid, alive, TRUSTED) == after
+    assert slot_states.job_owner(owner, uid, alive, TRUSTED) == after
 
 
 def test_window_mean_uses_last_32_steps():
     recs = [testing.step_record(i, i + 1, step_ns=(1 if i < 8 else 2) * S // 10) for i in range(40)]
-    assert track.window_mean_s(recs) == pytest.approx(0.2)
-    assert track.window_mean_s(recs[:4]) == pytest.approx(0.1)
-    assert track.window_mean_s([]) == 0.0
+    assert slot_states.window_mean_s(recs) == pytest.approx(0.2)
+    assert slot_states.window_mean_s(recs[:4]) == pytest.approx(0.1)
+    assert slot_states.window_mean_s([]) == 0.0
 
 
 def test_cpu_percent_between_samples():
     a = ProcSample(True, "running", cpu_seconds=10.0, sampled_ns=100 * S)
     b = ProcSample(True, "running", cpu_seconds=10.5, sampled_ns=101 * S)
-    assert track.cpu_percent(a, b) == pytest.approx(50.0)
-    assert track.cpu_percent(None, b) == 0.0
-    assert track.cpu_percent(b, a) == 0.0
+    assert slot_states.cpu_percent(a, b) == pytest.approx(50.0)
+    assert slot_states.cpu_percent(None, b) == 0.0
+    assert slot_states.cpu_percent(b, a) == 0.0
 
 
 def test_labels_are_bounded():
-    assert track.label(wire.Phase, 2, "other") == "checkpoint"
-    assert track.label(wire.Phase, 99, "other") == "other"
-    assert track.step_sample(testing.step_record(0, 7, S, S // 4, S // 2, phase=wire.Phase.EVAL)).phase == "eval"
+    assert slot_states.label(wire.Phase, 2, "other") == "checkpoint"
+    assert slot_states.label(wire.Phase, 99, "other") == "other"
+    assert slot_states.step_sample(testing.step_record(0, 7, S, S // 4, S // 2, phase=wire.Phase.EVAL)).phase == "eval"
 
 
 def test_age_never_negative_and_zero_for_never():
-    assert track.age_s(10 * S, 0) == 0.0
-    assert track.age_s(10 * S, 11 * S) == 0.0
-    assert track.age_s(10 * S, 8 * S) == 2.0
+    assert slot_states.age_s(10 * S, 0) == 0.0
+    assert slot_states.age_s(10 * S, 11 * S) == 0.0
+    assert slot_states.age_s(10 * S, 8 * S) == 2.0

@@ -248,13 +248,13 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
     real slot); the agent reads the slots into one host report."""
     import json
 
+    from watchdog.agent import slot_states
     from watchdog.agent import testing as at
-    from watchdog.agent import track
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.report import build_report
     from watchdog.agent.slots import LocalRank
     from watchdog.contracts import slot as wire
-    from watchdog.hook.flightrecorder import FlightRecorderSource
+    from watchdog.hook.flight_recorder import FlightRecorderSource
     from watchdog.hook.slotwriter import SlotWriter
 
     started = mono_ns - 20 * 10**9  # the slots were created (and the step began) 20 s ago
@@ -273,7 +273,15 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
         proc = ProcSample(True, "running", cpu_seconds=1.0, rss_bytes=1 << 20, sampled_ns=mono_ns)
         ranks.append(
             LocalRank(
-                f"/run/{r}.slot", header, mono_ns - 10**8, False, proc, track.ALIVE, 50.0, (), coll_records=tuple(recs)
+                f"/run/{r}.slot",
+                header,
+                mono_ns - 10**8,
+                False,
+                proc,
+                slot_states.ALIVE,
+                50.0,
+                (),
+                coll_records=tuple(recs),
             )
         )
     return build_report("job", "host0", "agent", 1, ranks, mono_ns, wall_s, 1.0)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 
+from watchdog.agent import slot_states
 from watchdog.agent import testing as agent_testing
-from watchdog.agent import track
 from watchdog.agent.procs import ProcSample
 from watchdog.agent.sender import Sender
 from watchdog.agent.slots import LocalRank
@@ -137,7 +137,7 @@ def test_an_agent_sends_version_2_once_the_coordinator_says_it_reads_it(daemon):
     def view(rank):
         ident = agent_testing.identity("job", rank, 8, pid=100 + rank, proc_start_us=1)
         snap = agent_testing.snapshot(ident, path=f"/run/job.{rank}.slot")
-        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, ())
+        return LocalRank(snap.path, snap.header, 0, False, ProcSample(True, "running"), slot_states.ALIVE, 0.0, ())
 
     sent = []
     sender = Sender(

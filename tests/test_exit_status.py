@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from watchdog.agent import deathcause, track
+from watchdog.agent import deathcause, slot_states
 from watchdog.agent.procs import ProcSample
 from watchdog.contracts import slot as wire
 from watchdog.hook import crashrecord, exitcall
@@ -77,33 +77,33 @@ def test_an_exception_held_by_the_code_that_exits_is_the_cause():
 @pytest.mark.parametrize(
     "hook,proc,exit_code,state",
     [
-        (EXITED, GONE, None, track.EXITED),  # status not read: the hook's clean exit stands
-        (EXITED, GONE, 0, track.EXITED),
-        (EXITED, GONE, 1, track.DEAD),  # raise SystemExit(1): the hook saw a normal shutdown
-        (EXITED, GONE, -9, track.DEAD),  # killed after atexit
-        (EXITED, ALIVE, None, track.EXITED),  # shutting down
-        (FAILED, GONE, 1, track.DEAD),
-        (FAILED, GONE, None, track.DEAD),
-        (RUNNING, GONE, None, track.DEAD),
-        (RUNNING, ALIVE, None, track.ALIVE),
+        (EXITED, GONE, None, slot_states.EXITED),  # status not read: the hook's clean exit stands
+        (EXITED, GONE, 0, slot_states.EXITED),
+        (EXITED, GONE, 1, slot_states.DEAD),  # raise SystemExit(1): the hook saw a normal shutdown
+        (EXITED, GONE, -9, slot_states.DEAD),  # killed after atexit
+        (EXITED, ALIVE, None, slot_states.EXITED),  # shutting down
+        (FAILED, GONE, 1, slot_states.DEAD),
+        (FAILED, GONE, None, slot_states.DEAD),
+        (RUNNING, GONE, None, slot_states.DEAD),
+        (RUNNING, ALIVE, None, slot_states.ALIVE),
     ],
 )
 def test_a_rank_is_dead_when_gone_unless_it_exited_cleanly_with_status_zero(hook, proc, exit_code, state):
-    assert track.rank_state(hook, proc, exit_code) == state
+    assert slot_states.rank_state(hook, proc, exit_code) == state
 
 
 @pytest.mark.parametrize(
     "hook,state,reported",
     [
-        (EXITED, track.EXITED, "exited"),
-        (EXITED, track.DEAD, "failed"),  # the exit status overrules the hook
-        (FAILED, track.DEAD, "failed"),
-        (RUNNING, track.DEAD, "running"),  # SIGKILLed: the coordinator sees alive=false
-        (RUNNING, track.ALIVE, "running"),
+        (EXITED, slot_states.EXITED, "exited"),
+        (EXITED, slot_states.DEAD, "failed"),  # the exit status overrules the hook
+        (FAILED, slot_states.DEAD, "failed"),
+        (RUNNING, slot_states.DEAD, "running"),  # SIGKILLed: the coordinator sees alive=false
+        (RUNNING, slot_states.ALIVE, "running"),
     ],
 )
 def test_the_reported_status_is_exited_only_for_a_clean_exit(hook, state, reported):
-    assert track.reported_status(hook, state) == reported
+    assert slot_states.reported_status(hook, state) == reported
 
 
 def exit_wait(code: int) -> int:

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from watchdog.agent import frdump
+from watchdog.agent import flight_recorder_dump
 from watchdog.contracts.evidence import MAX_FR_ENTRIES, FlightRecorderDump
 from watchdog.contracts.journal import Record, parse
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
@@ -80,17 +80,19 @@ def test_collect_asks_everyone_then_reads_each_answer(tmp_path):
         (1, 101, "/s1", answer_later("/s1", 3, ACK_OK)),
         (2, 102, "/s2", lambda: 9),  # never acknowledged
     ]
-    got = frdump.collect(
+    got = flight_recorder_dump.collect(
         asks, "h", ack_of=acks.__getitem__, clock=clock, sleep=clock.sleep, read=files.__getitem__, wall=lambda: 5.0
     )
     assert [(d.rank, d.ok, len(d.entries)) for d in got] == [(0, True, 5), (1, True, 4), (2, False, 0)]
     assert "no answer from the hook within 3 s" in got[2].error
-    assert clock.t == pytest.approx(frdump.DEADLINE_S, abs=frdump.POLL_S * 2)  # one shared deadline
+    assert clock.t == pytest.approx(
+        flight_recorder_dump.DEADLINE_S, abs=flight_recorder_dump.POLL_S * 2
+    )  # one shared deadline
 
 
 def test_collect_reports_a_rank_without_flight_recorder_and_a_bad_file():
     acks = {"/a": (1, ACK_NO_HANDLER), "/b": (1, ACK_OK)}
-    got = frdump.collect(
+    got = flight_recorder_dump.collect(
         [(0, 1, "/a", lambda: 1), (1, 2, "/b", lambda: 1)],
         "h",
         ack_of=acks.__getitem__,
@@ -104,7 +106,7 @@ def test_a_request_that_cannot_be_written_is_an_error_not_a_wait():
     def refuse():
         raise OSError("read-only")
 
-    (d,) = frdump.collect([(0, 1, "/a", refuse)], "h", ack_of=lambda p: (0, 0))
+    (d,) = flight_recorder_dump.collect([(0, 1, "/a", refuse)], "h", ack_of=lambda p: (0, 0))
     assert not d.ok and "read-only" in d.error
 
 
@@ -113,12 +115,12 @@ def test_the_dump_file_is_never_followed_through_a_symlink(tmp_path):
     target.write_text("x")
     (tmp_path / "s.slot.fr").symlink_to(target)
     with pytest.raises(OSError):
-        frdump.read_dump_file(str(tmp_path / "s.slot.fr"))
+        flight_recorder_dump.read_dump_file(str(tmp_path / "s.slot.fr"))
 
 
 def test_fit_halves_entries_keeping_the_newest():
     dumps = [FlightRecorderDump.from_json(dump_json(64), "h", r, r, 0.0) for r in range(4)]
-    small = frdump.fit(dumps, 40_000)
+    small = flight_recorder_dump.fit(dumps, 40_000)
     assert len(json.dumps([d.to_dict() for d in small])) <= 40_000
     assert small[0].entries[-1]["collective_seq_id"] == 64 and small[0].entries_dropped > 0
 

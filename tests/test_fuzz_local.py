@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from watchdog.agent import report as agent_report
-from watchdog.agent.actions import ack
+from watchdog.agent.command_handlers import ack
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.slots import SlotTracker

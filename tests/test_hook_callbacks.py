@@ -212,7 +212,7 @@ def test_lightning_a_requested_checkpoint_is_a_real_one_acked_after_the_save(mon
     def request(trainer, pl_module):  # the agent's request, before training starts
         orig_fit_start(trainer, pl_module)
         wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 2)
-        mon._poll_control()
+        mon.control.poll()
 
     cb.on_fit_start = request
     plain = type(trainer).save_checkpoint
@@ -309,7 +309,7 @@ def test_hf_a_requested_checkpoint_is_the_trainers_own_and_acked_after_it(mon, t
     class Request(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 3)
-            mon._poll_control()
+            mon.control.poll()
 
     trainer.add_callback(Request())
     watch(trainer, monitor=mon)
@@ -373,7 +373,7 @@ def test_under_zero_code_the_trainer_still_takes_its_settings_from_the_environme
     monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
     monkeypatch.setenv("PL_TRAINER_LIMIT_VAL_BATCHES", "3")
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
-    assert getattr(L.Trainer.__init__, "_watchdog_trainer", False)  # the patched constructor ran
+    assert getattr(L.Trainer.__init__, "watchdog_trainer", False)  # the patched constructor ran
     assert inspect.signature(L.Trainer) == plain
     assert (trainer.max_steps, trainer.limit_val_batches) == (7, 3)
     assert mon.errors == 0

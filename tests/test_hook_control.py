@@ -12,6 +12,7 @@ import time
 import pytest
 from waiting import wait_for
 
+from watchdog.contracts import control_block
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Command, Phase, RecordKind
 from watchdog.hook import control
@@ -46,7 +47,7 @@ def test_checkpoint_at_step_runs_after_that_step(mon):
 
     mon.register_checkpoint(save)
     wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 3)
-    mon._poll_control()
+    mon.control.poll()
     mon.step()
     mon.step()
     assert calls == [] and ack(mon)[0] == 0
@@ -56,7 +57,7 @@ def test_checkpoint_at_step_runs_after_that_step(mon):
     (rec,) = records_of(read_monitor(mon), RecordKind.CONTROL)
     assert rec.payload[:3] == (1, Command.CHECKPOINT_AT_STEP, control.ACK_OK)
     mon.step()
-    mon._poll_control()  # same seq: nothing new
+    mon.control.poll()  # same seq: nothing new
     assert len(calls) == 1
     assert mon.stats()["ctrl_done"] == 1
 
@@ -67,7 +68,7 @@ def test_a_step_already_past_acts_at_the_next_boundary(mon):
     for _ in range(5):
         mon.step()
     wire.write_control(mon.slot_path, 9, Command.CHECKPOINT_AT_STEP, 2)
-    mon._poll_control()
+    mon.control.poll()
     mon.step()
     assert calls == [6] and ack(mon) == (9, control.ACK_OK, 6)
 
@@ -78,7 +79,7 @@ def test_raising_save_function_is_reported_not_raised(mon, caplog):
 
     mon.register_checkpoint(save)
     wire.write_control(mon.slot_path, 2, Command.CHECKPOINT_AT_STEP, 1)
-    mon._poll_control()
+    mon.control.poll()
     mon.step()  # must not raise
     assert ack(mon) == (2, control.ACK_SAVE_FAILED, 1)
     assert mon.stats()["save_failures"] == 1
@@ -90,7 +91,7 @@ def test_raising_save_function_is_reported_not_raised(mon, caplog):
 
 def test_no_registered_function_is_acknowledged_as_such(mon):
     wire.write_control(mon.slot_path, 3, Command.CHECKPOINT_AT_STEP, 0)
-    mon._poll_control()
+    mon.control.poll()
     mon.step()
     assert ack(mon) == (3, control.ACK_NO_HANDLER, 1)
 
@@ -102,7 +103,7 @@ def test_invalid_requests_are_rejected_counted_and_ignored(mon, command, arg):
     calls = []
     mon.register_checkpoint(calls.append)
     wire.write_control(mon.slot_path, 4, command, arg)
-    mon._poll_control()
+    mon.control.poll()
     assert ack(mon) == (4, control.ACK_REJECTED, 0)
     for _ in range(3):
         mon.step()
@@ -115,9 +116,9 @@ def test_a_new_request_supersedes_the_pending_one(mon):
     calls = []
     mon.register_checkpoint(calls.append)
     wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 2)
-    mon._poll_control()
+    mon.control.poll()
     wire.write_control(mon.slot_path, 2, Command.NONE, 0)  # cancel
-    mon._poll_control()
+    mon.control.poll()
     assert ack(mon) == (2, control.ACK_OK, 0)
     for _ in range(4):
         mon.step()
@@ -135,10 +136,10 @@ def test_half_written_request_waits_for_the_next_poll():
             return value
 
     words = Words({wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7})
-    assert control.read_request(words, last_seen=0) is None
+    assert control_block.read_request(words, last_seen=0) is None
     steady = {wire.H_CTRL_SEQ: 5, wire.H_CTRL_CMD: 1, wire.H_CTRL_ARG: 7}
-    assert control.read_request(steady, 0) == control.ControlRequest(5, 1, 7)
-    assert control.read_request(steady, 5) is None
+    assert control_block.read_request(steady, 0) == control_block.ControlRequest(5, 1, 7)
+    assert control_block.read_request(steady, 5) is None
 
 
 def test_checking_for_requests_costs_the_step_one_comparison(mon, monkeypatch):

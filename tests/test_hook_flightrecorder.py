@@ -11,8 +11,8 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, CollState, Command, RecordKind
-from watchdog.hook import control, flightrecorder
-from watchdog.hook.flightrecorder import FlightRecorderSource, entry, op_of, parse
+from watchdog.hook import control, flight_recorder
+from watchdog.hook.flight_recorder import FlightRecorderSource, entry, op_of, parse
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
 
 # Two entries as torch 2.13 wrote them on a real 2-rank gloo job (DDP's parameter broadcast, then an all-reduce).
@@ -178,8 +178,8 @@ def test_a_dump_that_raises_now_and_then_is_retried_and_one_that_keeps_raising_i
 
 def test_absent_flight_recorder_is_looked_for_quietly(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", types.ModuleType("old_c10d"))
-    assert flightrecorder.json_dumper() is None
-    src = FlightRecorderSource(flightrecorder.json_dumper, Sink(), FakeClock(), lambda: 0)
+    assert flight_recorder.json_dumper() is None
+    src = FlightRecorderSource(flight_recorder.json_dumper, Sink(), FakeClock(), lambda: 0)
     assert src.poll() == 0 and not src.broken  # torch may still be imported later
 
 
@@ -252,11 +252,11 @@ def test_reads_are_held_to_a_share_of_wall_time():
 
     src = FlightRecorderSource(lambda: dump, Sink(), clock, lambda: 0)
     src.poll()
-    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9) - 1_000)
+    clock.advance(int(0.010 / flight_recorder.DUTY * 1e9) - 1_000)
     assert src.poll() == 0 and len(calls) == 1  # still inside the budget
     src.poll(force=True)
     assert len(calls) == 2
-    clock.advance(int(0.010 / flightrecorder.DUTY * 1e9))
+    clock.advance(int(0.010 / flight_recorder.DUTY * 1e9))
     src.poll()
     assert len(calls) == 3
 
@@ -264,7 +264,7 @@ def test_reads_are_held_to_a_share_of_wall_time():
 def test_a_rank_waiting_in_a_collective_reads_at_once_within_the_budget(tmp_path, monkeypatch):
     """Once per wait longer than STUCK_READ_NS, whatever the budget says: that
     is the hang the coordinator will want the Flight Recorder for."""
-    from watchdog.hook import monitor
+    from watchdog.hook import flight_recorder_reads
 
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -281,13 +281,13 @@ def test_a_rank_waiting_in_a_collective_reads_at_once_within_the_budget(tmp_path
         mon._poll_background()
         n = len(calls)
         with mon.collective("all_reduce"):
-            clock.advance(monitor.STUCK_READ_NS // 2)
+            clock.advance(flight_recorder_reads.STUCK_READ_NS // 2)
             mon._poll_background()
             assert len(calls) == n  # a short wait: the budget rules
-            clock.advance(monitor.STUCK_READ_NS)
+            clock.advance(flight_recorder_reads.STUCK_READ_NS)
             mon._poll_background()
             assert len(calls) == n + 1  # stuck: read now
-            clock.advance(monitor.STUCK_READ_NS)
+            clock.advance(flight_recorder_reads.STUCK_READ_NS)
             mon._poll_background()
             assert len(calls) == n + 1  # once per wait
 
@@ -318,7 +318,7 @@ def test_a_rank_stalled_outside_any_collective_it_sees_reads_once_per_stall(tmp_
     rank stuck in its data loader that they wait for, looks like "in training
     code" to the marks: after STALL_READ_BEATS beats without a step or a new
     entry it reads at once, whatever the budget says, and only once."""
-    from watchdog.hook import monitor
+    from watchdog.hook import flight_recorder_reads
 
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -334,7 +334,7 @@ def test_a_rank_stalled_outside_any_collective_it_sees_reads_once_per_stall(tmp_
     with installed(tmp_path, clock=clock, patch_collectives=False, heartbeat_interval_s=3600) as mon:
         mon.flight._find, mon.flight._dump = (lambda: dump), None
         beat = 500_000_000  # the beats are driven here: the monitor is told they come every 0.5 s
-        mon._fr_still_ns = monitor.STALL_READ_BEATS * beat
+        mon.flight_reads.still_ns = flight_recorder_reads.STALL_READ_BEATS * beat
         mon.flight._since = 0  # REAL's entries predate this monitor
 
         def beats(n):
@@ -344,13 +344,13 @@ def test_a_rank_stalled_outside_any_collective_it_sees_reads_once_per_stall(tmp_
 
         mon._poll_background()  # reads (the budget allows it) and sees the newest entry: a stall starts
         n = len(calls)
-        beats(monitor.STALL_READ_BEATS - 1)
+        beats(flight_recorder_reads.STALL_READ_BEATS - 1)
         assert len(calls) == n  # not yet a stall: the budget rules
         beats(1)
         assert len(calls) == n + 1  # stalled: read now
         beats(8)
         assert len(calls) == n + 1  # once per stall
         mon.step()  # progress: a new stall may get its own read later
-        beats(monitor.STALL_READ_BEATS + 2)
+        beats(flight_recorder_reads.STALL_READ_BEATS + 2)
         assert len(calls) == n + 2
         assert read_monitor(mon).header[wire.H_FR_READ_NS] == calls[-1]

@@ -354,10 +354,10 @@ def test_wrappers_and_iterators_made_before_the_monitor_stopped_write_nothing(tm
         if how == "closed":
             mon.close()
         elif how == "disabled":
-            mon._fail("test", RuntimeError("the one error max_errors=1 allows"))
+            mon.report_error("test", RuntimeError("the one error max_errors=1 allows"))
         else:
             lifecycle._after_fork_in_child()  # what os.register_at_fork runs in a child
-            mon._heartbeat.stop()  # a real child has no such thread; this test's process does
+            mon.heartbeat.stop()  # a real child has no such thread; this test's process does
         with open(path, "rb") as f:
             stopped = f.read()
         assert next(batches) == 1

@@ -332,7 +332,7 @@ class RecordingWords:
 def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch):
     # The heartbeat's first beat may read the Flight Recorder and mark the read (a bracket):
     # let it finish, and count from where it left the seqlock.
-    mon._heartbeat.stop()
+    mon.heartbeat.stop()
     start = mon.slot._seq
     log: list = []
     words = RecordingWords(mon.slot._words, log)
@@ -357,10 +357,10 @@ def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch
     patched(b"12345678")  # the patched-torch path
     mon.set_step(10)
     mon.recorder.set_pg(wire.PgState.JOINED)
-    mon._fail("test", RuntimeError("counted"))
+    mon.report_error("test", RuntimeError("counted"))
     from watchdog.hook import control
 
-    mon._ack(control.ControlRequest(1, wire.Command.NONE, 0), control.ACK_OK)
+    mon.control.ack(control.ControlRequest(1, wire.Command.NONE, 0), control.ACK_OK)
     assert mon.errors == 1  # the one reported above: every path wrote
 
     seq = start or None

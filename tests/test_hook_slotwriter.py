@@ -9,9 +9,11 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, Phase, RecordKind
+from watchdog.hook import collectives
+from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.loader import TimedIterator
 from watchdog.hook.recorder import Recorder
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slotwriter import SlotWriter, inline_seqlock, seqlocked
 from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
 
 IDENT = wire.Identity(job="j", host="h", rank=1, local_rank=1, world_size=4, pid=4321, proc_start_us=77, run_id="r:0")
@@ -40,10 +42,9 @@ def test_one_bracket_writes_what_the_reader_decodes(tmp_path):
 
 def test_a_writer_stopped_inside_a_bracket_reads_as_torn_and_then_whole(tmp_path):
     wr, path = file_writer(tmp_path)
-    w = wr.begin()
-    w[wire.H_STEP] = 9
-    assert wire.read_slot(path).torn  # H_SEQ odd: a reader never takes this header as consistent
-    wr.end()
+    with wr.lock, seqlocked(wr) as w:
+        w[wire.H_STEP] = 9
+        assert wire.read_slot(path).torn  # H_SEQ odd: a reader never takes this header as consistent
     snap = wire.read_slot(path)
     assert not snap.torn and snap.header[wire.H_STEP] == 9
     wr.detach()
@@ -89,12 +90,57 @@ def test_late_writes_after_detach_land_in_scratch_memory(tmp_path):
     assert wire.read_slot(path).header[wire.H_STEP] == 1
 
 
-def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket():
+SPLICED = (
+    (SlotWriter, "write"), (SlotWriter, "write_wide"), (SlotWriter, "write_events"), (Recorder, "step"),
+    (Recorder, "scope_enter"), (Recorder, "set_step"), (CollectiveMarks, "enter"), (CollectiveMarks, "exit"),
+    (TimedIterator, "__next__"), (collectives, "make_collective_wrapper"),
+)  # fmt: skip
+
+
+def names_in(code) -> set[str]:
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out |= names_in(const)
+    return out
+
+
+def test_the_hot_paths_hold_the_bracket_spliced_not_a_call():
+    """inline_seqlock replaced each ``with seqlocked(slot) as w:`` by the generator's own
+    statements: no call to it is left (a ``with`` on a generator costs more than the stores)."""
+    for owner, name in SPLICED:
+        fn = getattr(owner, name)
+        assert fn.__seqlock_inlined__ and "seqlocked" not in names_in(fn.__code__), name
+        assert "seqlocked" in names_in(fn.__wrapped__.__code__)  # the source's with, kept for the plain run
+    assert "H_SEQ" not in names_in(Recorder.step.__code__)  # the bracket's word index: a constant
+
+
+def test_a_bracket_inline_seqlock_cannot_splice_fails_at_import():
+    with pytest.raises(ImportError, match="seqlocked"):
+
+        @inline_seqlock
+        def no_bracket(slot):
+            return slot
+
+    with pytest.raises(ImportError, match="as <name>"):
+
+        @inline_seqlock
+        def not_a_name(slot):
+            with seqlocked(slot.inner) as w:
+                w[0] = 1
+
+
+@pytest.mark.parametrize("spliced", [True, False], ids=["spliced", "generator"])
+def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket(spliced, monkeypatch):
     """The recorder's step, the loader's data-wait marks and the collective marks' enter / exit
     open the writer's bracket inline for speed (the patched collectives' copy of enter / exit:
     tests/test_hook_inline.py). Replaying the same events through
     SlotWriter.write, one bracket each, must leave a byte-identical slot: the
-    same seq counts, header words, ring records and head."""
+    same seq counts, header words, ring records and head. Played once with the
+    bracket spliced in, once through the ``seqlocked`` generator itself."""
+    if not spliced:
+        for owner, name in SPLICED:
+            monkeypatch.setattr(owner, name, getattr(owner, name).__wrapped__)
 
     def fresh() -> SlotWriter:
         return SlotWriter.format(bytearray(wire.slot_size(4)), IDENT, 4, wall_ns=5, mono_ns=T0)

@@ -91,7 +91,7 @@ def test_garbage_written_into_the_live_slot_does_not_break_the_hook(tmp_path):
             os.pwrite(fd, rng.randbytes(size), 0)  # someone scribbles over everything
         finally:
             os.close(fd)
-        mon._poll_control()  # garbage control words: validated, rejected
+        mon.control.poll()  # garbage control words: validated, rejected
         assert train(mon, 3) == [0, 1, 2]
         assert mon.errors == 0
         w = words_of(mon)

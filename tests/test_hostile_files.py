@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from watchdog import rundir
-from watchdog.agent import actions as act
+from watchdog.agent import command_handlers as act
 from watchdog.agent import testing as atesting
 from watchdog.agent.slots import SlotTracker
 from watchdog.contracts import commands as c
@@ -302,7 +302,7 @@ def orphan():
 
 
 def test_an_orphaned_ranks_parent_is_never_signalled(orphan):
-    from watchdog.agent import track
+    from watchdog.agent import slot_states
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.slots import LocalRank
 
@@ -310,7 +310,7 @@ def test_an_orphaned_ranks_parent_is_never_signalled(orphan):
     ident = atesting.identity("job", 0, 2, pid=orphan, proc_start_us=_start_us(orphan))
     snap = atesting.snapshot(ident)
     # Its launcher died before it registered: no launcher was recorded.
-    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
+    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), slot_states.ALIVE, 0.0, ())
     a, sent = _signal_actions(view, {orphan: ident.proc_start_us, parent: _start_us(parent)})
     out, refusals = a.run(
         c.make(
@@ -344,14 +344,14 @@ def test_a_parent_not_recorded_at_registration_is_not_signalled(sleeper):
     """The launcher must be the one recorded (and verified) when the rank
     registered, not whatever the rank's parent is when the command comes (here:
     the test process itself)."""
-    from watchdog.agent import track
+    from watchdog.agent import slot_states
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.slots import LocalRank
 
     p = sleeper()
     ident = atesting.identity("job", 0, 2, pid=p.pid, proc_start_us=_start_us(p.pid))
     snap = atesting.snapshot(ident)
-    recorded = LocalRank("", snap.header, 0, False, ProcSample(True, "running"), track.ALIVE, 0.0, (), (4000, 5))
+    recorded = LocalRank("", snap.header, 0, False, ProcSample(True, "running"), slot_states.ALIVE, 0.0, (), (4000, 5))
     me = os.getpid()
     a, sent = _signal_actions(recorded, {p.pid: ident.proc_start_us, 4000: 5, me: _start_us(me)})
     out, _ = a.run(
@@ -387,14 +387,14 @@ def test_a_dump_of_a_process_that_exited_meanwhile_is_discarded(sleeper):
     """Between the identity check and py-spy attaching, the rank can die and its pid
     go to another process: the dump would be of that one. Pinned by pidfd, an exit
     during the dump discards the result."""
-    from watchdog.agent import track
+    from watchdog.agent import slot_states
     from watchdog.agent.procs import ProcSample
     from watchdog.agent.slots import LocalRank
 
     p = sleeper()
     ident = ident_of(p.pid)
     snap = atesting.snapshot(ident)
-    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), track.ALIVE, 0.0, ())
+    view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), slot_states.ALIVE, 0.0, ())
 
     class DyingDumper:  # the rank dies while py-spy runs
         def dump(self, host, rank, pid, timeout_s=None):

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from watchdog import sharedfile
-from watchdog.agent.actions import Actions
+from watchdog.agent.command_handlers import Actions
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.hook import rollback
@@ -85,8 +85,8 @@ def test_sharedfile_read_says_why_it_does_not_believe_a_file(tmp_path, make, why
 
 
 def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from_the_slots_owner(tmp_path, shared):
-    from watchdog.agent import frdump
-    from watchdog.hook import flightrecorder
+    from watchdog.agent import flight_recorder_dump
+    from watchdog.hook import flight_recorder
 
     secret = tmp_path / "root-only"
     secret.write_text("root's")
@@ -94,11 +94,11 @@ def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from
     slot.write_bytes(b"")
     dump = wire.fr_dump_filename(str(slot))
     os.symlink(secret, dump + f".tmp{os.getpid()}")  # the temporary name the hook used
-    flightrecorder.write_dump(dump, b"entries")
-    assert secret.read_text() == "root's" and frdump.read_dump_file(dump) == b"entries"
+    flight_recorder.write_dump(dump, b"entries")
+    assert secret.read_text() == "root's" and flight_recorder_dump.read_dump_file(dump) == b"entries"
     os.chown(dump, OTHER, OTHER)  # planted by another user before the hook wrote it
     with pytest.raises(sharedfile.Untrusted, match="owned by uid 65534"):
-        frdump.read_dump_file(dump)
+        flight_recorder_dump.read_dump_file(dump)
 
 
 def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fifo_or_another_user(tmp_path, shared):

@@ -117,7 +117,7 @@ class GuardedServer(ThreadingHTTPServer):
             victim = min(self._waiting, key=self._waiting.__getitem__)
             del self._waiting[victim]
         self.evicted_idle += 1
-        self._once(
+        self.log_once(
             "evict",
             "idle connection closed: the connection cap was reached and a new client came",
             max_connections=self.max_connections,
@@ -157,7 +157,7 @@ class GuardedServer(ThreadingHTTPServer):
                     del self._deadlines[s]
             for s in late:
                 self.deadline_closed += 1
-                self._once(
+                self.log_once(
                     "deadline",
                     "connection closed: request not completed within its deadline",
                     deadline_s=self.request_deadline_s,
@@ -176,7 +176,7 @@ class GuardedServer(ThreadingHTTPServer):
         except OSError as exc:
             if exc.errno in OUT_OF_FDS:
                 self.accept_errors += 1
-                self._once(
+                self.log_once(
                     "accept",
                     "accept failed: out of file descriptors or memory; pausing the accept loop",
                     error=str(exc),
@@ -192,7 +192,7 @@ class GuardedServer(ThreadingHTTPServer):
         peer = client_address[0] if isinstance(client_address, tuple) and client_address else ""
         if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
             self.client_errors += 1
-            self._once(
+            self.log_once(
                 "client",
                 "client disconnected mid-request",
                 peer=peer,
@@ -207,7 +207,7 @@ class GuardedServer(ThreadingHTTPServer):
                 "request handler failed", peer=peer, error=repr(exc)[:300], suppressed=suppressed, exc_info=exc
             )
 
-    def _once(self, key: str, event: str, **kw: Any) -> None:
+    def log_once(self, key: str, event: str, **kw: Any) -> None:
         first, suppressed = self._limit.should_log(key, time.monotonic())
         if first:
             self._log.warning(event, suppressed=suppressed, **kw)
@@ -280,10 +280,10 @@ def server_class(host: str) -> type[GuardedServer]:
 def refuse_busy(server: Any, conn: Any, peer: str) -> None:
     """One connection past ``server.max_connections``: answered 503 without being
     read or served, counted (``server.refused_busy``) and logged once a minute
-    (``server._once``). The caller closes it. Shared by the thread-per-connection
+    (``server.log_once``). The caller closes it. Shared by the thread-per-connection
     servers here and the coordinator's event loop (``coordinator.httpio``)."""
     server.refused_busy += 1
-    server._once(
+    server.log_once(
         "busy",
         "connection refused: too many open connections",
         peer=peer,

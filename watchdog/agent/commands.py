@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import logs
-from watchdog.agent.actions import Actions, ack
+from watchdog.agent.command_handlers import Actions, ack
 from watchdog.agent.outbox import Outbox
 from watchdog.contracts import commands as c
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from watchdog.agent import track
+from watchdog.agent import slot_states
 from watchdog.contracts import slot as wire
 from watchdog.report import GpuStep
 
@@ -106,7 +106,7 @@ class GpuFold:
             data_s=data_ns / 1e9,
             coll_s=coll_ns / 1e9,
             lag_s=max(0, done - enq) / 1e9 if done - enq <= MAX_SPAN_NS else 0.0,
-            phase=track.label(wire.Phase, phase, "other"),
+            phase=slot_states.label(wire.Phase, phase, "other"),
         )
 
 

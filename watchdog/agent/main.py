@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from watchdog import jobtoken, logs, webconfig
 from watchdog.agent import config
 from watchdog.agent.accelmetrics import AcceleratorCollector
-from watchdog.agent.actions import Actions
 from watchdog.agent.agentmetrics import AgentCollector, LoopStats
+from watchdog.agent.command_handlers import Actions
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.discovery import Discovery
 from watchdog.agent.exporter import Exporter

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import Metric
 
 from watchdog.agent import metrics as m
-from watchdog.agent import track
+from watchdog.agent import slot_states
 from watchdog.agent.slots import LocalRank
 from watchdog.contracts import slot as wire
 
@@ -39,7 +39,7 @@ def _compute_s(v: LocalRank) -> float:
 
 
 def _running(v: LocalRank) -> bool:
-    return v.state == track.ALIVE and v.proc.alive and not v.proc.stopped
+    return v.state == slot_states.ALIVE and v.proc.alive and not v.proc.stopped
 
 
 # A heartbeat older than this keeps the rank's series at summary detail: the hook
@@ -55,7 +55,7 @@ def shown(views: Sequence[LocalRank], detail: str = FULL, slowest: int = 1, now_
         return list(views)
     running = [v for v in views if _running(v)]
     keep = {id(v) for v in sorted(running, key=_compute_s, reverse=True)[:slowest]}
-    keep |= {id(v) for v in running if track.age_s(now_ns, v.heartbeat_ns) > STALE_HEARTBEAT_S}
+    keep |= {id(v) for v in running if slot_states.age_s(now_ns, v.heartbeat_ns) > STALE_HEARTBEAT_S}
     return [v for v in views if id(v) in keep or not _running(v)]
 
 
@@ -71,7 +71,7 @@ def host_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
         lab = [job, host]
         states = dict.fromkeys(m.HOST_RANK_STATES, 0)
         for v in vs:
-            if v.state == track.EXITED:
+            if v.state == slot_states.EXITED:
                 states["exited"] += 1
             elif not v.proc.alive:
                 states["dead"] += 1
@@ -88,10 +88,10 @@ def host_families(views: Sequence[LocalRank], host: str, now_ns: int) -> list[Me
         steps = [v.header[wire.H_STEP] for v in vs]
         fams[m.HOST_STEP_MIN].add_metric(lab, min(steps))
         fams[m.HOST_STEP_MAX].add_metric(lab, max(steps))
-        live = [v for v in vs if v.proc.alive and v.state != track.EXITED]
-        hb = max((track.age_s(now_ns, v.heartbeat_ns) for v in live), default=0.0)
+        live = [v for v in vs if v.proc.alive and v.state != slot_states.EXITED]
+        hb = max((slot_states.age_s(now_ns, v.heartbeat_ns) for v in live), default=0.0)
         fams[m.HOST_HEARTBEAT_AGE_MAX].add_metric(lab, hb)
-        coll = [track.age_s(now_ns, v.header[wire.H_COLL_ENTER_NS]) for v in vs if v.header.in_collective]
+        coll = [slot_states.age_s(now_ns, v.header[wire.H_COLL_ENTER_NS]) for v in vs if v.header.in_collective]
         fams[m.HOST_COLL_AGE_MAX].add_metric(lab, max(coll, default=0.0))
         fams[m.HOST_LAST_COMPUTE_MAX].add_metric(lab, max((_compute_s(v) for v in vs), default=0.0))
     return list(fams.values())
@@ -104,7 +104,7 @@ def declared_world(views: Sequence[LocalRank]) -> dict[str, int]:
     launcher) stay until they expire, still declaring the old size."""
     newest: dict[str, tuple[bool, int, int]] = {}
     for v in views:
-        key = (v.state == track.ALIVE and v.proc.alive, v.header.created_wall_ns, v.identity.world_size)
+        key = (v.state == slot_states.ALIVE and v.proc.alive, v.header.created_wall_ns, v.identity.world_size)
         job = v.identity.job
         if job not in newest or key > newest[job]:
             newest[job] = key
@@ -127,25 +127,25 @@ def rank_families(
 
         put(m.RANK_ALIVE, float(v.proc.alive))
         put(m.RANK_STOPPED, float(v.proc.stopped))
-        put(m.RANK_EXITED, float(v.state == track.EXITED))
-        put(m.RANK_HEARTBEAT_AGE, track.age_s(now_ns, v.heartbeat_ns))
+        put(m.RANK_EXITED, float(v.state == slot_states.EXITED))
+        put(m.RANK_HEARTBEAT_AGE, slot_states.age_s(now_ns, v.heartbeat_ns))
         put(m.RANK_STEPS, h[wire.H_STEP])
         put(m.RANK_STEP, h[wire.H_STEP])
-        put(m.RANK_STEP_AGE, track.age_s(now_ns, h[wire.H_STEP_START_NS]))
+        put(m.RANK_STEP_AGE, slot_states.age_s(now_ns, h[wire.H_STEP_START_NS]))
         put(m.RANK_LAST_STEP, h[wire.H_LAST_STEP_NS] / 1e9)
-        put(m.RANK_WINDOW_STEP, track.window_mean_s(v.step_records))
+        put(m.RANK_WINDOW_STEP, slot_states.window_mean_s(v.step_records))
         last = step_split_s(h, wire.H_LAST_STEP_NS, wire.H_LAST_DATA_NS, wire.H_LAST_COLL_NS)
         total = step_split_s(h, wire.H_TOTAL_STEP_NS, wire.H_TOTAL_DATA_NS, wire.H_TOTAL_COLL_NS)
         for part, lv, tv in zip(m.PARTS, last, total):
             put(m.RANK_LAST_PART, lv, part)
             put(m.RANK_PART_TOTAL, tv, part)
-        phase = track.label(wire.Phase, h[wire.H_PHASE], "other")
+        phase = slot_states.label(wire.Phase, h[wire.H_PHASE], "other")
         for p in m.PHASES:
             put(m.RANK_PHASE, float(p == phase), p)
         put(m.RANK_IN_DATA, float(h.in_data_wait))
         put(m.RANK_IN_COLL, float(h.in_collective))
         put(m.RANK_COLL_SEQ, h[wire.H_COLL_SEQ])
-        put(m.RANK_COLL_AGE, track.age_s(now_ns, h[wire.H_COLL_ENTER_NS]) if h.in_collective else 0.0)
+        put(m.RANK_COLL_AGE, slot_states.age_s(now_ns, h[wire.H_COLL_ENTER_NS]) if h.in_collective else 0.0)
         put(m.RANK_PG_JOINED, float(h[wire.H_PG_STATE] == wire.PgState.JOINED))
         put(m.RANK_COLL_BYTES, h[wire.H_TOTAL_COLL_BYTES])
         if h[wire.H_BATCH_PER_RANK] > 0:

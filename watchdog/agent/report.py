@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from watchdog.agent import track
+from watchdog.agent import slot_states
 from watchdog.agent.slots import LocalRank
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import R_A, R_K, Clock
@@ -23,14 +23,14 @@ def coll_sig(rec: wire.Record, now_mono_ns: int, now_wall_ns: int) -> CollSig:
     return CollSig(
         group=group,
         seq=seq,
-        op=track.label(wire.CollOp, op, "other"),
+        op=slot_states.label(wire.CollOp, op, "other"),
         elements=elements,
         dtype=wire.DTYPES[dtype] if 0 <= dtype < len(wire.DTYPES) else "unknown",
         shape=wire.unpack_shape(shape),
         inputs=inputs,
-        state=track.label(wire.CollState, state, "unknown"),
-        age_s=track.age_s(now, created) if created > 0 and now > 0 else 0.0,
-        clock=track.label(Clock, clock, "none"),
+        state=slot_states.label(wire.CollState, state, "unknown"),
+        age_s=slot_states.age_s(now, created) if created > 0 and now > 0 else 0.0,
+        clock=slot_states.label(Clock, clock, "none"),
     )
 
 
@@ -50,12 +50,12 @@ def rank_state(
     since, events_since = _pair(since)
     colls_since, colls_events_since = _pair(colls_since)
     colls_from, colls_events_from = max(since, colls_since), max(events_since, colls_events_since)
-    h, ident, age = v.header, v.identity, lambda w: track.age_s(now_ns, h[w])
+    h, ident, age = v.header, v.identity, lambda w: slot_states.age_s(now_ns, h[w])
     coll = CollectiveState(
         group=h[wire.H_COLL_GROUP],
         seq=h[wire.H_COLL_SEQ],
         done_seq=h[wire.H_COLL_DONE_SEQ],
-        op=track.label(wire.CollOp, h[wire.H_COLL_OP], "other"),
+        op=slot_states.label(wire.CollOp, h[wire.H_COLL_OP], "other"),
         bytes=h[wire.H_COLL_BYTES],
         outstanding=h[wire.H_COLL_OUTSTANDING],
         since_s=age(wire.H_COLL_ENTER_NS),
@@ -72,13 +72,13 @@ def rank_state(
         pid=ident.pid,
         proc_start_us=ident.proc_start_us,
         alive=v.proc.alive,
-        status=track.reported_status(h.status, v.state),
+        status=slot_states.reported_status(h.status, v.state),
         step=h[wire.H_STEP],
         step_age_s=age(wire.H_STEP_START_NS),
-        heartbeat_age_s=track.age_s(now_ns, v.heartbeat_ns),
-        phase=track.label(wire.Phase, h[wire.H_PHASE], "other"),
+        heartbeat_age_s=slot_states.age_s(now_ns, v.heartbeat_ns),
+        phase=slot_states.label(wire.Phase, h[wire.H_PHASE], "other"),
         phase_age_s=age(wire.H_PHASE_SINCE_NS),
-        pg_state=track.label(wire.PgState, h[wire.H_PG_STATE], "none"),
+        pg_state=slot_states.label(wire.PgState, h[wire.H_PG_STATE], "none"),
         pg_age_s=age(wire.H_PG_CHANGE_NS),
         in_data_wait=h.in_data_wait,
         data_wait_age_s=age(wire.H_DATA_ENTER_NS) if h.in_data_wait else 0.0,
@@ -93,13 +93,13 @@ def rank_state(
         rss_bytes=v.proc.rss_bytes,
         torn=v.torn,
         created_wall=h.created_wall_ns / 1e9,
-        recent_steps=tuple(track.step_sample(r) for r in fresh),
+        recent_steps=tuple(slot_states.step_sample(r) for r in fresh),
         recent_colls=tuple(c for c in colls if c.seq > 0),
         recent_gpu=tuple(gpu),
         gpu_clock=v.gpu_clock,
         proc_status=v.proc.status,
         # > 0 marks the time as measured (the coordinator orders deaths by it).
-        gone_age_s=max(1e-6, track.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
+        gone_age_s=max(1e-6, slot_states.age_s(now_ns, v.proc.gone_ns)) if not v.proc.alive and v.proc.gone_ns else 0.0,
         launcher_pid=v.launcher[0],
         launcher_start_us=v.launcher[1],
         ctrl_ack_seq=h[wire.H_CTRL_ACK_SEQ],
@@ -129,7 +129,7 @@ def _fr_read(h: wire.SlotHeader, now_ns: int) -> dict:
     if h[wire.H_FR_READ_NS] <= 0:
         return {}  # never read (or an older hook): the defaults say so
     return {
-        "fr_read_age_s": track.age_s(now_ns, h[wire.H_FR_READ_NS]),
+        "fr_read_age_s": slot_states.age_s(now_ns, h[wire.H_FR_READ_NS]),
         "fr_newest_group": h[wire.H_FR_NEWEST_GROUP],
         "fr_newest_seq": h[wire.H_FR_NEWEST_SEQ],
     }

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from watchdog import jobtoken, logs
-from watchdog.agent import report, track
+from watchdog.agent import report, slot_states
 from watchdog.agent.slots import LocalRank
 from watchdog.agent.stepsummaries import StepSummaries
 from watchdog.report import MAX_STEPS_PER_RANK, REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
@@ -326,7 +326,7 @@ class Sender:
                 self._steps_sent[job] = now_s
             else:  # its samples go in a later report
                 self.reports_without_steps += 1
-            self._told_dead.update(v.path for v in mine if v.state == track.DEAD)
+            self._told_dead.update(v.path for v in mine if v.state == slot_states.DEAD)
             self.advised_interval_s = _advised(reply)
             self._follow_steps_advice(job, advised_steps(reply), now_s)
             if acks:
@@ -355,7 +355,7 @@ class Sender:
             return True
         for v in mine:
             waiting = report.pending_steps(v, self._since.get(v.path, 0))
-            if waiting > MAX_STEPS_PER_RANK // 2 or (waiting and v.state != track.ALIVE):
+            if waiting > MAX_STEPS_PER_RANK // 2 or (waiting and v.state != slot_states.ALIVE):
                 return True
         return False
 
@@ -448,7 +448,7 @@ class Sender:
                 return min(deadline_ns, self._mono_ns())
 
     def _untold_death(self) -> bool:
-        return any(v.state == track.DEAD and v.path not in self._told_dead for v in self._views()) or any(
+        return any(v.state == slot_states.DEAD and v.path not in self._told_dead for v in self._views()) or any(
             d.path not in self._told_dead for d in self._replaced_deaths()
         )
 

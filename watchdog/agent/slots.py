@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from watchdog import flags, logs, rundir
-from watchdog.agent import deathcause, gpusteps, steadystart, track
+from watchdog.agent import deathcause, gpusteps, slot_states, steadystart
 from watchdog.agent.listing import CachedLister
 from watchdog.agent.procs import ProcessTable, ProcSample
 from watchdog.contracts import slot as wire
@@ -39,7 +39,11 @@ from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 # job_owner: the file's owner is not the user whose live rank first claimed the job here
 # (nor a trusted uid): another user's slot cannot speak for, or hide, someone else's rank.
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record", "job_owner")
-_SETTLED = (track.STALE, track.OTHER_JOB, track.EXPIRED)  # skipped files not read again while their inode lasts
+_SETTLED = (
+    slot_states.STALE,
+    slot_states.OTHER_JOB,
+    slot_states.EXPIRED,
+)  # skipped files not read again while their inode lasts
 _NOT_AGAIN = (*_SETTLED, "owner", "job_owner")  # a forged owner does not change while the inode lasts either
 _STEP_END = int(wire.RecordKind.STEP_END)
 _COLL_SIG = int(wire.RecordKind.COLL_SIG)
@@ -61,7 +65,7 @@ class LocalRank:
     heartbeat_ns: int  # from the latest read, torn or not
     torn: bool
     proc: ProcSample
-    state: str  # track.ALIVE / DEAD / EXITED
+    state: str  # slot_states.ALIVE / DEAD / EXITED
     cpu_percent: float
     step_records: tuple[wire.Record, ...]  # STEP_END records, oldest first, at most MAX_STEPS_PER_RANK
     # (pid, start us) of the rank's parent when first seen: under torchrun the
@@ -86,8 +90,8 @@ class LocalRank:
     gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
     gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
     gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
-    speaks: bool = True  # the slot that speaks for its (job, rank) (track.speakers); False: superseded
-    # Seconds per second its main thread lately ran on a CPU, and waited for one (track.runq_shares).
+    speaks: bool = True  # the slot that speaks for its (job, rank) (slot_states.speakers); False: superseded
+    # Seconds per second its main thread lately ran on a CPU, and waited for one (slot_states.runq_shares).
     oncpu_share: float = 0.0
     runq_share: float = 0.0
 
@@ -109,7 +113,7 @@ class _Slot:
     status: int
     heartbeat_ns: int
     proc: ProcSample
-    state: str = track.ALIVE
+    state: str = slot_states.ALIVE
     torn: bool = False
     since: int = 0  # next ring index to ask for
     events_since: int = 0  # the same for the event ring (version-2 slots)
@@ -120,7 +124,7 @@ class _Slot:
     gpu_fold: gpusteps.GpuFold | None = None  # made at the first COMPLETION record
     res_prev: ProcSample | None = None
     cpu_pct: float = 0.0
-    runq: deque = field(default_factory=deque)  # resource samples over track.RUNQ_WINDOW_S, oldest first
+    runq: deque = field(default_factory=deque)  # resource samples over slot_states.RUNQ_WINDOW_S, oldest first
     oncpu_share: float = 0.0
     runq_share: float = 0.0
     final: bool = False  # read after its process was seen dead: never changes again
@@ -144,9 +148,9 @@ def _rank_key(s: _Slot) -> tuple[str, int]:
     return (s.header.identity.job, s.header.identity.rank)
 
 
-def _claim(s: _Slot) -> track.Claim:
+def _claim(s: _Slot) -> slot_states.Claim:
     h = s.header
-    return track.Claim(s.first_seen, s.seen_alive, s.proc.alive, (h.created_wall_ns, h.created_mono_ns), s.path)
+    return slot_states.Claim(s.first_seen, s.seen_alive, s.proc.alive, (h.created_wall_ns, h.created_mono_ns), s.path)
 
 
 def process_uids(pid: int) -> frozenset[int] | None:
@@ -209,7 +213,7 @@ class SlotTracker:
         self._log = log or logs.get("watchdog.agent.slots")
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
-        self._job_uid: dict[str, int] = {}  # job -> uid of its first live rank here (track.job_owner)
+        self._job_uid: dict[str, int] = {}  # job -> uid of its first live rank here (slot_states.job_owner)
         self._skipped: dict[str, tuple[int, str]] = {}  # path -> (inode, STALE / OTHER_JOB / INVALID reason)
         self._dir_missing = False
         self._entries_seen: dict[str, int] | None = None
@@ -328,7 +332,7 @@ class SlotTracker:
         self._skipped.pop(path, None)
         ident = snap.header.identity
         if self.job and ident.job != self.job:
-            self._skipped[path] = (inode, track.OTHER_JOB)
+            self._skipped[path] = (inode, slot_states.OTHER_JOB)
             return
         proc = self.procs.check(
             ident.pid, ident.proc_start_us, now_mono_ns, resources=True, start_ticks=ident.proc_start_ticks
@@ -339,9 +343,9 @@ class SlotTracker:
         if not self._admitted(path, inode, snap, proc.alive, prev_error):
             self.procs.forget(ident.pid, ident.proc_start_us)
             return
-        reason = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, self.stale_after_s)
+        reason = slot_states.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, self.stale_after_s)
         if reason:
-            self._skipped[path] = (inode, track.STALE)
+            self._skipped[path] = (inode, slot_states.STALE)
             self.procs.forget(ident.pid, ident.proc_start_us)
             self._log.info("slot stale", path=path, job=ident.job, rank=ident.rank, pid=ident.pid, reason=reason)
             return
@@ -364,7 +368,7 @@ class SlotTracker:
             seen_alive=proc.alive,
         )
         self._absorb(slot, snap)
-        slot.state = track.rank_state(slot.status, proc)
+        slot.state = slot_states.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
         self._claim_job(ident.job, snap.uid, proc.alive)
@@ -419,20 +423,20 @@ class SlotTracker:
         (it cannot be acted on); it goes when a live rank of another user claims the job."""
         job = snap.header.identity.job
         owner = self._job_uid.get(job)
-        if track.job_admits(owner, snap.uid, self._trusted):
+        if slot_states.job_admits(owner, snap.uid, self._trusted):
             return True
         self._refuse_for_job(path, inode, snap.header.identity, snap.uid, owner, count=prev_error != "job_owner")
         return False
 
     def _claim_job(self, job: str, uid: int, alive: bool) -> None:
         owner = self._job_uid.get(job)
-        new = track.job_owner(owner, uid, alive, self._trusted)
+        new = slot_states.job_owner(owner, uid, alive, self._trusted)
         if new is None or new == owner:
             return
         self._job_uid[job] = new
         self._log.info("job owner", job=job, uid=new)
         for path, s in list(self._slots.items()):  # dead slots taken before the job had an owner
-            if s.header.identity.job == job and not track.job_admits(new, s.uid, self._trusted):
+            if s.header.identity.job == job and not slot_states.job_admits(new, s.uid, self._trusted):
                 del self._slots[path]
                 self.procs.forget(s.header.identity.pid, s.header.identity.proc_start_us)
                 self._refuse_for_job(path, s.inode, s.header.identity, s.uid, new, count=True)
@@ -492,11 +496,11 @@ class SlotTracker:
             self._absorb(slot, snap)
         if proc is not prev:  # the process table hands back the same sample when nothing was read
             if resources and proc.alive:
-                slot.cpu_pct, slot.res_prev = track.cpu_percent(slot.res_prev, proc), proc
+                slot.cpu_pct, slot.res_prev = slot_states.cpu_percent(slot.res_prev, proc), proc
                 slot.runq.append(proc)
-                while proc.sampled_ns - slot.runq[0].sampled_ns > track.RUNQ_WINDOW_S * 1e9:
+                while proc.sampled_ns - slot.runq[0].sampled_ns > slot_states.RUNQ_WINDOW_S * 1e9:
                     slot.runq.popleft()
-                slot.oncpu_share, slot.runq_share = track.runq_shares(slot.runq)
+                slot.oncpu_share, slot.runq_share = slot_states.runq_shares(slot.runq)
             if proc.stopped != prev.stopped:
                 self._log.info(
                     "rank stopped" if proc.stopped else "rank resumed", job=ident.job, rank=ident.rank, pid=ident.pid
@@ -504,15 +508,15 @@ class SlotTracker:
             slot.proc = proc
         # Gone after its hook said "exited": the exit status decides (a nonzero one is a failure).
         code = self._exit_code(slot) if not proc.alive and slot.status == wire.Status.EXITED else None
-        state = track.rank_state(slot.status, proc, code)
+        state = slot_states.rank_state(slot.status, proc, code)
         if slot.status == wire.Status.FAILED and proc.alive and not slot.death and self._causes:
             # Crashing but not gone yet (interpreter shutdown, a process group's teardown can
             # take seconds): its heartbeat stops now, so say why before it is called frozen.
             slot.death = deathcause.explain(wait_status=None, hook_status="failed", slot_path=slot.path)
         if state != slot.state:
-            event = {track.DEAD: "rank died", track.EXITED: "rank exited"}.get(state, "rank alive")
-            if state == track.DEAD:
-                slot.died_here = slot.state == track.ALIVE
+            event = {slot_states.DEAD: "rank died", slot_states.EXITED: "rank exited"}.get(state, "rank alive")
+            if state == slot_states.DEAD:
+                slot.died_here = slot.state == slot_states.ALIVE
                 if self._causes:
                     slot.death = self._death(slot)
             self._log.info(
@@ -550,7 +554,7 @@ class SlotTracker:
             exit_status = getattr(self.procs, "exit_status", None)
             return deathcause.explain(
                 wait_status=exit_status(ident.pid, ident.proc_start_us) if exit_status else None,
-                hook_status=track.label(wire.Status, slot.status, "unknown"),
+                hook_status=slot_states.label(wire.Status, slot.status, "unknown"),
                 slot_path=slot.path,
                 oom=slot.oom,
                 host_pid=slot.host_pid or ident.pid,
@@ -615,7 +619,7 @@ class SlotTracker:
 
     def _resolve(self) -> None:
         self._release_jobs()
-        winners = set(map(id, track.speakers(self._slots.values(), _rank_key, _claim).values()))
+        winners = set(map(id, slot_states.speakers(self._slots.values(), _rank_key, _claim).values()))
         for slot in self._slots.values():
             now_superseded = id(slot) not in winners
             if now_superseded and not slot.superseded:
@@ -654,14 +658,14 @@ class SlotTracker:
     def _expire(self, now_mono_ns: int) -> None:
         """Stop exporting the slots of jobs whose processes here all ended long ago.
         The files stay (a post-mortem may want them); they are not read again."""
-        expired = track.expired_jobs(
+        expired = slot_states.expired_jobs(
             ((s.header.identity.job, s.proc) for s in self._slots.values()), now_mono_ns, self.job_expiry_s
         )
         for job, gone_for_s in expired.items():
             paths = sorted(p for p, s in self._slots.items() if s.header.identity.job == job)
             for path in paths:
                 slot = self._slots.pop(path)
-                self._skipped[path] = (slot.inode, track.EXPIRED)
+                self._skipped[path] = (slot.inode, slot_states.EXPIRED)
                 ident = slot.header.identity
                 self.procs.forget(ident.pid, ident.proc_start_us)
             self._membership_changed = True
@@ -700,7 +704,9 @@ class SlotTracker:
             # Only deaths seen happen: a restarted agent finds earlier incarnations dead,
             # which the coordinator knew of before (and a stale one would be news to it).
             return tuple(
-                self._local(s) for s in self._slots.values() if s.superseded and s.state == track.DEAD and s.died_here
+                self._local(s)
+                for s in self._slots.values()
+                if s.superseded and s.state == slot_states.DEAD and s.died_here
             )
 
     def incarnations(self, job: str) -> tuple[LocalRank, ...]:
@@ -740,10 +746,10 @@ class SlotTracker:
             return self._counts_locked()
 
     def _counts_locked(self) -> dict[str, int]:
-        counts = dict.fromkeys(track.SLOT_STATES, 0)
+        counts = dict.fromkeys(slot_states.SLOT_STATES, 0)
         for s in self._slots.values():
-            counts[track.SUPERSEDED if s.superseded else s.state] += 1
+            counts[slot_states.SUPERSEDED if s.superseded else s.state] += 1
         for _, why in self._skipped.values():
             if why != _PENDING:
-                counts[why if why in _SETTLED else track.INVALID] += 1
+                counts[why if why in _SETTLED else slot_states.INVALID] += 1
         return counts

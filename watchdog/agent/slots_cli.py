@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from watchdog import flags, rundir
-from watchdog.agent import report, track
+from watchdog.agent import report, slot_states
 from watchdog.agent.procs import ProcessTable
 from watchdog.agent.slots import LocalRank
 from watchdog.contracts import slot as wire
@@ -56,17 +56,17 @@ def collect(
         proc = procs.check(
             ident.pid, ident.proc_start_us, now_mono_ns, resources=True, start_ticks=ident.proc_start_ticks
         )
-        stale = track.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, stale_after_s)
+        stale = slot_states.stale_reason(snap.header, proc, now_mono_ns, now_wall_ns, stale_after_s)
         found.append((snap, proc, stale))
     live = [f for f in found if not f[2]]
     # One listing, no history: every file is first seen now; a live process wins over a dead one.
-    winners = {id(f) for f in track.speakers(live, _rank_key, _claim).values()}
+    winners = {id(f) for f in slot_states.speakers(live, _rank_key, _claim).values()}
     rows = []
     for f in found:
         snap, proc, stale = f
-        state = track.STALE if stale else track.rank_state(snap.header.status, proc)
+        state = slot_states.STALE if stale else slot_states.rank_state(snap.header.status, proc)
         if not stale and id(f) not in winners:
-            state = track.SUPERSEDED
+            state = slot_states.SUPERSEDED
         steps = tuple(r for r in snap.records if r.kind == wire.RecordKind.STEP_END)
         view = LocalRank(snap.path, snap.header, snap.header.heartbeat_ns, snap.torn, proc, state, 0.0, steps)
         rs = report.rank_state(view, now_mono_ns)
@@ -99,9 +99,9 @@ def _rank_key(f: tuple) -> tuple[str, int]:
     return (f[0].header.identity.job, f[0].header.identity.rank)
 
 
-def _claim(f: tuple) -> track.Claim:
+def _claim(f: tuple) -> slot_states.Claim:
     h, alive = f[0].header, f[1].alive
-    return track.Claim(0, alive, alive, (h.created_wall_ns, h.created_mono_ns), f[0].path)
+    return slot_states.Claim(0, alive, alive, (h.created_wall_ns, h.created_mono_ns), f[0].path)
 
 
 def _cells(r: dict) -> tuple[str, ...]:

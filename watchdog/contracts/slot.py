@@ -272,7 +272,7 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # CONTROL payload:  A ctrl seq, B command, C result
 # ERROR payload:    A total hook errors
 # COLL_SIG payload: one collective as PyTorch's Flight Recorder saw it (hook's
-#                   background thread, watchdog.hook.flightrecorder): A group key,
+#                   background thread, watchdog.hook.flight_recorder): A group key,
 #                   B seq (FR collective_seq_id, counts collectives issued from C++
 #                   too), C CollOp, D elements over all inputs, E DType, F CollState,
 #                   G first input's shape (pack_shape), H created, I started,

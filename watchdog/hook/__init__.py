@@ -24,7 +24,7 @@ Lightning and Transformers callbacks: ``watchdog.hook.lightning``, ``watchdog.ho
 Slot contents worth knowing on the reading side:
   * identity ``run_id`` is ``"<TORCHELASTIC_RUN_ID>:<TORCHELASTIC_RESTART_COUNT>"``
     (``rpartition(":")``); ``proc_start_us`` is round(psutil create_time * 1e6).
-  * control acks: ``H_CTRL_ACK_RESULT`` is one of ``watchdog.hook.control.ACK_*``
+  * control acks: ``H_CTRL_ACK_RESULT`` is one of ``watchdog.contracts.control_block.ACK_*``
     (0 ok, -1 save raised, -2 rejected, -3 no checkpoint function registered).
   * a CHECKPOINT_AT_STEP for a step already past runs at the next boundary.
 

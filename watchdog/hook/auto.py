@@ -115,8 +115,7 @@ def bootstrap(env: Mapping[str, str] | None = None, argv: Sequence[str] | None =
 def enable(mon: Any) -> None:
     """Turn every automatic source on for ``mon``; each one alone, so one that
     fails (a torch API that moved) is counted and the others still work."""
-    mon._zero_code = True
-    mon._auto_off = {}  # source -> switch it off for good (hand_over)
+    mon.zero_code = True
     sources = (
         ("auto_step", _steps), ("auto_data", _data), ("auto_ddp", _ddp), ("auto_save", _saves),
         ("auto_trainers", _trainers),
@@ -127,21 +126,16 @@ def enable(mon: Any) -> None:
         except ImportError:
             log.debug("watchdog.hook %s: torch part not importable", name)
         except Exception as exc:
-            mon._fail(name, exc)
+            mon.report_error(name, exc)
 
 
 def hand_over(mon: Any, *sources: str) -> None:
     """Switch the automatic ``sources`` ("step", "data", "save") off now: a
     framework callback marks them itself from here on. Nothing to do on a
     monitor ``watchdog run`` did not instrument, or for a source already off."""
-    off = getattr(mon, "_auto_off", None) or {}
-    for source in sources:
-        fn = off.pop(source, None)
-        if fn is not None:
-            try:
-                fn()
-            except Exception as exc:
-                mon._fail("hand_over", exc)
+    fn = getattr(mon, "hand_over", None)  # the no-op monitor has none: nothing is automatic there
+    if fn is not None:
+        fn(*sources)
 
 
 def _explicit_wins(mon: Any, name: str, first: Callable[..., Any]) -> Callable[[], None]:
@@ -173,7 +167,7 @@ def _steps(mon: Any) -> None:
         rec.step()  # looked up per call: a quiet recorder's step is a no-op
 
     handle = register_optimizer_step_post_hook(watchdog_auto_step)
-    mon._undo.append(handle.remove)
+    mon.add_undo(handle.remove)
 
     def first_explicit_step(plain: Callable, *args: Any, **kwargs: Any) -> None:
         handle.remove()
@@ -188,7 +182,7 @@ def _steps(mon: Any) -> None:
         handle.remove()
         restore()
 
-    mon._auto_off["step"] = off
+    mon.add_automatic("step", off)
 
 
 def _data(mon: Any) -> None:
@@ -213,7 +207,7 @@ def _data(mon: Any) -> None:
         if DataLoader.__iter__ is __iter__:
             DataLoader.__iter__ = orig  # type: ignore[method-assign]
 
-    mon._undo.append(undo)
+    mon.add_undo(undo)
 
     def first_explicit_wrap(plain: Callable, *args: Any, **kwargs: Any) -> Any:
         undo()  # the script times its own loader (or marks its waits): ours would count every wait twice
@@ -226,7 +220,7 @@ def _data(mon: Any) -> None:
         for restore in restores:
             restore()
 
-    mon._auto_off["data"] = off
+    mon.add_automatic("data", off)
 
 
 def _ddp(mon: Any) -> None:
@@ -236,10 +230,12 @@ def _ddp(mon: Any) -> None:
 
     marks = mon.recorder.collectives
     hooked: weakref.WeakSet = weakref.WeakSet()  # DDP models whose reducer has a hook (ours or a builtin)
-    orig_init, orig_register, orig_builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
+    # torch's private builtin-hook registration: a model with one must not get ours too
+    orig_builtin = DDP._register_builtin_comm_hook  # noqa: SLF001 - torch's, patched
+    orig_init, orig_register = DDP.__init__, DDP.register_comm_hook
 
     def register_comm_hook(self: Any, state: Any, hook: Callable) -> None:
-        if getattr(hook, "_watchdog_comm_hook", False) or marks.quiet:
+        if getattr(hook, "watchdog_comm_hook", False) or marks.quiet:
             orig_register(self, state, hook)
         else:  # the script's own hook: time it (ours wraps it and comes back through here)
             ddp.register(marks, self, hook=hook, state=state)
@@ -260,15 +256,15 @@ def _ddp(mon: Any) -> None:
                     try:
                         ddp.register(marks, module)
                     except Exception as exc:
-                        mon._fail("auto_ddp", exc)
+                        mon.report_error("auto_ddp", exc)
 
             holder.append(self.register_forward_pre_hook(first_forward))
         except Exception as exc:
-            mon._fail("auto_ddp", exc)
+            mon.report_error("auto_ddp", exc)
 
     DDP.__init__ = __init__  # type: ignore[method-assign]
     DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
-    DDP._register_builtin_comm_hook = _register_builtin_comm_hook  # type: ignore[method-assign]
+    DDP._register_builtin_comm_hook = _register_builtin_comm_hook  # type: ignore[method-assign]  # noqa: SLF001
 
     def undo() -> None:
         for name, orig, ours in (
@@ -279,7 +275,7 @@ def _ddp(mon: Any) -> None:
             if getattr(DDP, name) is ours:
                 setattr(DDP, name, orig)
 
-    mon._undo.append(undo)
+    mon.add_undo(undo)
 
     def explicit_watch_ddp(plain: Callable, model: Any, **kwargs: Any) -> None:
         _explicit_wins(mon, "watch_ddp", explicit_watch_ddp)  # every call: the model decides
@@ -304,7 +300,7 @@ def _saves(mon: Any) -> None:
     def as_checkpoint(orig: Callable) -> Callable:
         def save(*args: Any, **kwargs: Any) -> Any:
             # a phase is open (the script's own): it wins; inside the automatic eval, the save nests
-            if rec.quiet or (rec._phase_stack and not only_auto()):
+            if rec.quiet or (rec.phase_depth and not only_auto()):
                 return orig(*args, **kwargs)
             rec.phase_enter(_CHECKPOINT)
             try:
@@ -318,9 +314,9 @@ def _saves(mon: Any) -> None:
 
     def patch(module: Any, name: str) -> None:
         orig = getattr(module, name, None)
-        if orig is not None and not hasattr(orig, "_watchdog_save"):
+        if orig is not None and not hasattr(orig, "watchdog_save"):
             ours = as_checkpoint(orig)
-            ours._watchdog_save = True  # type: ignore[attr-defined]
+            ours.watchdog_save = True  # type: ignore[attr-defined]
             setattr(module, name, ours)
             patched.append((module, name, orig, ours))
 
@@ -341,7 +337,7 @@ def _saves(mon: Any) -> None:
             if getattr(module, name, None) is ours:
                 setattr(module, name, orig)
 
-    mon._undo.append(undo)
+    mon.add_undo(undo)
 
     def first_explicit_phase(plain: Callable, *args: Any, **kwargs: Any) -> Any:
         undo()  # the script marks its own phases: exactly those
@@ -353,7 +349,7 @@ def _saves(mon: Any) -> None:
         undo()
         restore()
 
-    mon._auto_off["save"] = off
+    mon.add_automatic("save", off)
 
 
 # module -> (Trainer class name, attach): the frameworks whose Trainer gets our callback
@@ -385,7 +381,7 @@ def _trainers(mon: Any) -> None:
 
     def patch(module: Any) -> None:
         cls = getattr(module, "Trainer", None)
-        if cls is None or getattr(cls.__init__, "_watchdog_trainer", False):
+        if cls is None or getattr(cls.__init__, "watchdog_trainer", False):
             return
         orig, attach = cls.__init__, globals()[TRAINERS[module.__name__]]
 
@@ -399,9 +395,9 @@ def _trainers(mon: Any) -> None:
                 try:
                     attach(self, mon)
                 except Exception as exc:
-                    mon._fail("auto_trainers", exc)
+                    mon.report_error("auto_trainers", exc)
 
-        __init__._watchdog_trainer = True  # type: ignore[attr-defined]
+        __init__.watchdog_trainer = True  # type: ignore[attr-defined]
         cls.__init__ = __init__
         patched.append((cls, orig, __init__))
 
@@ -414,7 +410,7 @@ def _trainers(mon: Any) -> None:
             if cls.__init__ is ours:
                 cls.__init__ = orig
 
-    mon._undo.append(undo)
+    mon.add_undo(undo)
 
 
 def after_import(name: str, then: Callable[[Any], None]) -> Callable[[], None]:

@@ -37,12 +37,11 @@ from watchdog.contracts.slot import (
     H_COLL_OP,
     H_COLL_OUTSTANDING,
     H_COLL_SEQ,
-    H_SEQ,
     WORD,
 )
 from watchdog.hook.groups import GroupCounters, GroupTable
 from watchdog.hook.noop import nop
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slotwriter import SlotWriter, inline_seqlock, seqlocked
 
 # H_COLL_GROUP, _SEQ, _OP, _BYTES, _ENTER_NS, _EXIT_NS, _OUTSTANDING, _DONE_SEQ
 # are contiguous: one pack at enter; the last three at exit (native order: see
@@ -107,6 +106,7 @@ class CollectiveMarks:
         for name in ("enter", "exit", "exit_failed", "reset_groups"):
             setattr(self, name, nop)
 
+    @inline_seqlock
     def enter(self, op: int, group: Any, nbytes: int) -> tuple[Any, int] | None:
         """Mark a collective entered; returns the token for exit(), or None if
         the mark failed (reported; the caller then skips the exit)."""
@@ -129,15 +129,8 @@ class CollectiveMarks:
                 self.this_step_count += 1
                 self.this_step_bytes += nbytes
                 self.current = st
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     _pack_coll(w, _COLL_OFF, st.key, seq, op, nbytes, now, self._last_exit, out, st.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
             finally:
                 lock.release()
             return st, seq
@@ -145,6 +138,7 @@ class CollectiveMarks:
             self.on_error("collective", exc)
             return None
 
+    @inline_seqlock
     def exit(self, token: tuple[GroupCounters, int]) -> None:
         """Mark a collective completed. May run on another thread (async work)."""
         try:
@@ -164,16 +158,9 @@ class CollectiveMarks:
                 if seq > st.done:
                     st.done = seq
                 self._last_exit = now
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     # DONE_SEQ describes H_COLL_GROUP: rewrite it with that group's value
                     _pack_exit(w, _EXIT_OFF, now, out, self.current.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
             finally:
                 lock.release()
         except Exception as exc:

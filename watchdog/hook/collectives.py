@@ -26,9 +26,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.contracts.slot import H_PG_STATE, H_SEQ, CollOp, PgState
+from watchdog.contracts.slot import H_PG_STATE, CollOp, PgState
 from watchdog.hook import initstore
 from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
+from watchdog.hook.slotwriter import inline_seqlock, seqlocked
 
 log = logging.getLogger("watchdog.hook")
 
@@ -86,6 +87,7 @@ def _positions(fn: Callable, *names: str | None) -> list[int]:
     return [params.index(n) if n in params else 1 << 30 for n in names]
 
 
+@inline_seqlock
 def make_collective_wrapper(
     orig: Callable,
     op: int,
@@ -127,12 +129,8 @@ def make_collective_wrapper(
             else:
                 group = args[group_pos] if n > group_pos else None
                 t = args[size_pos] if n > size_pos else None
-            if t is None:
-                nbytes = 0
-            elif is_list:
-                nbytes = sum(getattr(x, "nbytes", 0) for x in t)
-            else:
-                nbytes = getattr(t, "nbytes", 0)
+            # no payload (barrier, a missing argument), a list of tensors, or one tensor
+            nbytes = 0 if t is None else sum(getattr(x, "nbytes", 0) for x in t) if is_list else getattr(t, "nbytes", 0)
             # -- CollectiveMarks.enter, written out ---------------------------------
             clock = m._clock  # callables kept in slots are called through a local (3.11 specialises that)
             now = clock()
@@ -152,15 +150,8 @@ def make_collective_wrapper(
                 m.this_step_count += 1
                 m.this_step_bytes += nbytes
                 m.current = st
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     _pack_coll(w, _COLL_OFF, st.key, seq, op, nbytes, now, m._last_exit, out, st.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
             finally:
                 lock.release()
         except Exception as exc:
@@ -175,8 +166,7 @@ def make_collective_wrapper(
             m.exit_on_completion(ret, (st, seq))
             return ret
         # Closed or disabled while the collective ran: like the generic exit, now a no-op.
-        # (A close racing past this check finds ``w`` released: a ValueError, reported
-        # to a closed monitor, which ignores it.)
+        # (A close racing past this check stores into the slot writer's scratch memory.)
         if m.quiet:
             return ret
         # -- CollectiveMarks.exit, written out --------------------------------------
@@ -193,15 +183,9 @@ def make_collective_wrapper(
                 if seq > st.done:
                     st.done = seq
                 m._last_exit = now
-                s = slot._seq + 1  # w as at enter: see the note on quiet above
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     # DONE_SEQ describes H_COLL_GROUP: rewrite it with that group's value
                     _pack_exit(w, _EXIT_OFF, now, out, m.current.done)
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
             finally:
                 lock.release()
         except Exception as exc:
@@ -219,7 +203,7 @@ def make_wrapper(
     group_pos, size_pos = _positions(orig, "group", size_arg)
     wrapper = make_collective_wrapper(orig, op, group_pos, size_pos, size_arg, is_list, work_type, sink)
     functools.update_wrapper(wrapper, orig)
-    wrapper._watchdog_wrapper = True  # type: ignore[attr-defined]
+    wrapper.watchdog_wrapper = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -235,8 +219,18 @@ def _group_name_fn(c10d: Any) -> Callable[[Any], str]:
     return name
 
 
+def _work_type(dist: Any) -> Any:
+    """What ``async_op=True`` returns (None: unknown)."""
+    try:
+        from torch._C._distributed_c10d import Work
+
+        return Work
+    except ImportError:  # pragma: no cover - very old or stripped builds
+        return getattr(dist, "Work", None)
+
+
 def patch(mon: Any) -> None:
-    """Install wrappers feeding ``mon.recorder``; registers their removal in ``mon._undo``."""
+    """Install wrappers feeding ``mon.recorder``; registers their removal with ``mon.add_undo``."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -247,13 +241,7 @@ def patch(mon: Any) -> None:
     sink = Sink()
     sink.recorder = rec
     sink.marks = rec.collectives
-    work_type: Any
-    try:
-        from torch._C._distributed_c10d import Work
-
-        work_type = Work
-    except ImportError:  # pragma: no cover - very old or stripped builds
-        work_type = getattr(dist, "Work", None)
+    work_type = _work_type(dist)
     rec.collectives.groups.name_of = _group_name_fn(c10d)
 
     replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, wrapper)
@@ -267,7 +255,7 @@ def patch(mon: Any) -> None:
     tracker = getattr(mon, "completions", None)  # decided at install: None on a CPU-only machine
     for name, (op, size_arg, is_list) in SPECS.items():
         orig = getattr(c10d, name, None) or getattr(dist, name, None)
-        if orig is None or getattr(orig, "_watchdog_wrapper", False) or delegates(orig, name, c10d):
+        if orig is None or getattr(orig, "watchdog_wrapper", False) or delegates(orig, name, c10d):
             continue
         wrapper = make_wrapper(orig, op, size_arg, is_list, sink, work_type)
         if tracker is not None:
@@ -277,11 +265,11 @@ def patch(mon: Any) -> None:
         install(name, wrapper, orig)
 
     init = getattr(c10d, "init_process_group", None)
-    if init is not None and not getattr(init, "_watchdog_wrapper", False):
+    if init is not None and not getattr(init, "watchdog_wrapper", False):
         restart_safe = bool(getattr(getattr(mon, "config", None), "restart_safe_init", False))
         install("init_process_group", _wrap_init(init, sink, restart_safe), init)
     destroy = getattr(c10d, "destroy_process_group", None)
-    if destroy is not None and not getattr(destroy, "_watchdog_wrapper", False):
+    if destroy is not None and not getattr(destroy, "watchdog_wrapper", False):
         install("destroy_process_group", _wrap_destroy(destroy, sink, dist), destroy)
 
     def unpatch() -> None:
@@ -290,7 +278,7 @@ def patch(mon: Any) -> None:
             if getattr(module, name, None) is wrapper:  # someone re-wrapped us: leave theirs
                 setattr(module, name, orig)
 
-    mon._undo.append(unpatch)
+    mon.add_undo(unpatch)
     if dist.is_initialized():
         rec.set_pg(PgState.JOINED)
     watch = getattr(mon, "watch_pg", None)
@@ -340,7 +328,7 @@ def _wrap_init(orig: Callable, sink: Sink, restart_safe: bool = False) -> Callab
         return ret
 
     functools.update_wrapper(init_process_group, orig)
-    init_process_group._watchdog_wrapper = True  # type: ignore[attr-defined]
+    init_process_group.watchdog_wrapper = True  # type: ignore[attr-defined]
     return init_process_group
 
 
@@ -362,5 +350,5 @@ def _wrap_destroy(orig: Callable, sink: Sink, dist: Any) -> Callable:
         return ret
 
     functools.update_wrapper(destroy_process_group, orig)
-    destroy_process_group._watchdog_wrapper = True  # type: ignore[attr-defined]
+    destroy_process_group.watchdog_wrapper = True  # type: ignore[attr-defined]
     return destroy_process_group

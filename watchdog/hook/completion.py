@@ -29,7 +29,7 @@ marker still unresolved after the others behind it resolved is the GPU-side
 Sources: ``CudaEventSource`` (CUDA events placed on the host's monotonic clock
 through an anchor event; built only when ``torch.cuda.is_available()``, so a
 CPU-only machine never initialises CUDA), the Flight Recorder's own times
-(COLL_SIG records carry started/completed on NCCL, ``flightrecorder.py``), and
+(COLL_SIG records carry started/completed on NCCL, ``flight_recorder.py``), and
 ``watchdog.hook.testing.FakeCompletionSource`` for tests.
 """
 
@@ -199,7 +199,7 @@ def with_completion(
                 pass
         return ret
 
-    for attr in ("__name__", "__qualname__", "__doc__", "__wrapped__", "_watchdog_wrapper"):
+    for attr in ("__name__", "__qualname__", "__doc__", "__wrapped__", "watchdog_wrapper"):
         if hasattr(wrapper, attr):
             setattr(collective, attr, getattr(wrapper, attr))
     return collective

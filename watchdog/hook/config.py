@@ -48,7 +48,7 @@ class HookConfig:
     patch_collectives: bool = True
     # torchrun: init_process_group on the elastic agent's store scoped to the restart attempt
     restart_safe_init: bool = True
-    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flightrecorder)
+    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flight_recorder)
     flight_recorder: bool = True
     # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion)
     gpu_completion: bool = True
@@ -204,10 +204,18 @@ def load_config(
     raw = _raw_values(env, overrides or {})
     d = HookConfig()
     v = {name: _convert(raw, name, getattr(d, name)) for name in FIELDS}
+    _fill_in(v, raw, env, agree)
+    _check(v, lambda name: raw[name][1] if name in raw else name)
+    return HookConfig(**v)
 
-    def blame(name: str) -> str:
-        return raw[name][1] if name in raw else name
 
+def _fill_in(
+    v: dict[str, Any],
+    raw: Mapping[str, Any],
+    env: Mapping[str, str],
+    agree: Callable[[Mapping[str, str]], str | None] | None,
+) -> None:
+    """What the environment decides when no setting says: the job, the run dir, the host."""
     if "job" not in raw:  # the launcher's job id names the job unless WATCHDOG_JOB_NAME does
         found = launcher.job_id(env)
         if found is None and agree is not None and launcher.needs_agreement(env):
@@ -224,6 +232,9 @@ def load_config(
     if not v["host"]:
         v["host"] = socket.gethostname()
 
+
+def _check(v: Mapping[str, Any], blame: Callable[[str], str]) -> None:
+    """Misuse fails at install: ``blame(name)`` says which setting gave the value."""
     if v["world_size"] < 1:
         raise ValueError(f"{blame('world_size')}={v['world_size']}: world size must be >= 1")
     if not 0 <= v["rank"] < v["world_size"]:
@@ -249,4 +260,3 @@ def load_config(
         raise ValueError(f"{blame('max_errors')}={v['max_errors']}: must be >= 1")
     if not v["job"].strip():
         raise ValueError(f"{blame('job')}={v['job']!r}: job name must not be empty")
-    return HookConfig(**v)

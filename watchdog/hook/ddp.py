@@ -76,5 +76,5 @@ def register(marks: Any, model: Any, *, hook: Callable | None = None, state: Any
             marks.on_error("ddp", exc)
             return fut
 
-    watchdog_comm_hook._watchdog_comm_hook = True  # type: ignore[attr-defined]  # zero-code mode: ours, not the user's
+    watchdog_comm_hook.watchdog_comm_hook = True  # type: ignore[attr-defined]  # zero-code mode: ours, not the user's
     model.register_comm_hook(state, watchdog_comm_hook)

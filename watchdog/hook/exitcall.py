@@ -80,7 +80,7 @@ def handled() -> tuple[Any, Any, Any]:
     if info[0] is not None and issubclass(info[0], SystemExit):
         return (None, None, None)
     if info[0] is None:
-        return held(sys._getframe(1))
+        return held(sys._getframe(1))  # noqa: SLF001 - CPython API, the caller's frame
     return info
 
 

@@ -130,7 +130,7 @@ class FrameSampler:
             return
         if not self._main:
             self._main = main_file()
-        frame = sys._current_frames().get(self._thread)
+        frame = sys._current_frames().get(self._thread)  # noqa: SLF001 - CPython API, no public one
         text = user_frame(frame, self._main, self._libs, self._realpath)
         del frame  # hold no reference to the training thread's frames
         if not text:

@@ -57,9 +57,7 @@ class HfMarks:
             from watchdog.hook import install
 
             monitor = install()
-        from watchdog.hook.auto import hand_over
-
-        hand_over(monitor, "step", "data", "save")
+        monitor.hand_over("step", "data", "save")  # under `watchdog run`: the callback marks these itself
         self.marks = CallbackMarks(monitor)
         self._eval = False  # our eval phase is open
         self._ckpt = False  # our checkpoint phase is open
@@ -78,7 +76,7 @@ class HfMarks:
         """A real Trainer checkpoint (what save_strategy writes), on every rank:
         the Trainer's save synchronises the ranks itself."""
         trainer = self.trainer
-        trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+        trainer._save_checkpoint(trainer.model_wrapped, trial=None)  # noqa: SLF001 - the save save_strategy runs
 
     # -- training ---------------------------------------------------------------------
 

@@ -68,7 +68,9 @@ def rendezvous(planned: dict) -> dict:
     a.pop("init_method", None)
     timeout = a.get("timeout")
     if timeout is None:
-        timeout = c10d._get_default_timeout(dist.Backend(a.get("backend") or "undefined"))
+        timeout = c10d._get_default_timeout(  # noqa: SLF001 - torch's default, as init_process_group reads it
+            dist.Backend(a.get("backend") or "undefined")
+        )
     store, rank, world_size = next(
         dist.rendezvous("env://", a.get("rank", -1), a.get("world_size", -1), timeout=timeout)
     )

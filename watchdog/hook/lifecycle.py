@@ -56,7 +56,7 @@ def install(
     level. Call it before init_process_group to see the group being joined."""
     global _active
     running = _active
-    if running is not None and running._zero_code:
+    if running is not None and running.zero_code:
         # under `watchdog run` the script's own install() gets the running monitor
         # (explicit calls on it then win over the automatic ones: watchdog.hook.auto)
         if overrides:
@@ -139,9 +139,25 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
     slot = SlotWriter.format(mapping.mm, identity, cfg.ring_capacity, wall_ns=time.time_ns(), mono_ns=start_ns)
     mon = Monitor(cfg, slot, identity, slot_path=mapping.path, start_ns=start_ns, clock=clock, on_close=forget)
     if mapping.error is not None:
-        mon._fail("slot_file", mapping.error)  # warns once; the monitor runs on anonymous memory
+        mon.report_error("slot_file", mapping.error)  # warns once; the monitor runs on anonymous memory
     if start_err is not None:
-        mon._fail("proc_start_time", start_err)
+        mon.report_error("proc_start_time", start_err)
+    _sources(mon, cfg, clock, completion_source)
+    try:
+        mon.heartbeat.start()
+    except Exception as exc:  # e.g. "can't start new thread": run without a heartbeat
+        mon.report_error("heartbeat_start", exc)
+    if not mon.disabled:
+        mon.recorder.set_status(Status.RUNNING)
+        if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
+            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
+            _fatal.enable(mon.slot_path)
+    return mon
+
+
+def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], completion_source: Any) -> None:
+    """What the configuration turns on, each alone: one that fails (a torch API
+    that moved) is counted by the monitor and the others still start."""
     if cfg.gpu_completion:
         try:
             from watchdog.hook import completion
@@ -150,7 +166,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
             if source is not None:
                 mon.use_completions(source)
         except Exception as exc:
-            mon._fail("gpu_completion", exc)
+            mon.report_error("gpu_completion", exc)
     if cfg.patch_collectives:
         try:
             from watchdog.hook import collectives
@@ -159,35 +175,25 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
         except ImportError:
             log.debug("watchdog.hook torch not importable; collectives not patched")
         except Exception as exc:
-            mon._fail("patch_collectives", exc)
+            mon.report_error("patch_collectives", exc)
     if cfg.progress:
         try:
             mon.use_progress()
         except ImportError:
             log.debug("watchdog.hook torch not importable; progress not counted")
         except Exception as exc:
-            mon._fail("progress", exc)
+            mon.report_error("progress", exc)
         try:
             mon.use_frames()
         except Exception as exc:
-            mon._fail("frames", exc)
+            mon.report_error("frames", exc)
     if cfg.auto_step:
         try:
             from watchdog.hook import optim
 
             optim.register(mon)
         except Exception as exc:
-            mon._fail("auto_step", exc)
-    try:
-        mon._heartbeat.start()
-    except Exception as exc:  # e.g. "can't start new thread": run without a heartbeat
-        mon._fail("heartbeat_start", exc)
-    if not mon._disabled:
-        mon.recorder.set_status(Status.RUNNING)
-        if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
-            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
-            _fatal.enable(mon.slot_path)
-    return mon
+            mon.report_error("auto_step", exc)
 
 
 def current() -> Monitor | NullMonitor:
@@ -268,7 +274,7 @@ def _exit_record(ex: exitcall.ExitCall) -> dict[str, Any]:
 
 
 def _exit_failed(mon: Monitor, record: dict[str, Any]) -> None:
-    mon._mark_failed()
+    mon.mark_failed()
     crashrecord.write_record(mon.slot_path, record)
 
 
@@ -280,7 +286,7 @@ def _after_fork_in_child() -> None:
     _pending_exit = None
     _fatal.forget_in_child()
     if mon is not None:
-        mon._after_fork_in_child()
+        mon.after_fork_in_child()
 
 
 def _chain_excepthook() -> None:
@@ -298,7 +304,7 @@ def _chain_excepthook() -> None:
             mon = _active
             if mon is not None and not issubclass(exc_type, KeyboardInterrupt):
                 try:
-                    mon._mark_failed()
+                    mon.mark_failed()
                 except Exception:
                     pass
                 crashrecord.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)

@@ -75,9 +75,7 @@ class LightningMarks:
             monitor = install()
         if checkpoint_path is not None and not callable(checkpoint_path):
             raise ValueError(f"WatchdogCallback(checkpoint_path=...): {checkpoint_path!r} is not callable")
-        from watchdog.hook.auto import hand_over
-
-        hand_over(monitor, "step", "data", "save")
+        monitor.hand_over("step", "data", "save")  # under `watchdog run`: the callback marks these itself
         self.marks = CallbackMarks(monitor)
         self.checkpoint_path = checkpoint_path or default_checkpoint_path
         self.sigterm_exit_code = sigterm_exit_code

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from watchdog.contracts.slot import H_DATA_ENTER_NS, H_DATA_EXIT_NS, H_SEQ
+from watchdog.contracts.slot import H_DATA_ENTER_NS, H_DATA_EXIT_NS
 from watchdog.hook.recorder import Recorder
+from watchdog.hook.slotwriter import inline_seqlock, seqlocked
 
 
 def batch_len(batch: Any) -> int:
@@ -108,6 +109,7 @@ class TimedIterator:
     def __len__(self) -> int:
         return len(self._next.__self__)  # type: ignore[attr-defined]
 
+    @inline_seqlock
     def __next__(self) -> Any:
         # Callables kept in slots are bound to locals before calling: CPython 3.11
         # does not specialise ``obj.slot_attr()`` and takes a generic lookup each time.
@@ -122,15 +124,8 @@ class TimedIterator:
             lock = slot.lock
             lock.acquire()
             try:
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     w[H_DATA_ENTER_NS] = t0
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
             finally:
                 lock.release()
         except Exception as exc:
@@ -145,16 +140,9 @@ class TimedIterator:
                 try:
                     r._acc_data += now - t0
                     r._n_data += 1
-                    # w as at enter: if the monitor closed meanwhile, the slot writer released
-                    # it and this store raises, reported to a closed monitor (a no-op)
-                    s = slot._seq + 1
-                    w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                    try:
+                    # if the monitor closed meanwhile, these stores land in the slot writer's scratch memory
+                    with seqlocked(slot) as w:
                         w[H_DATA_EXIT_NS] = now
-                    finally:
-                        s += 1
-                        w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                        slot._seq = s
                 finally:
                     lock.release()
             except Exception as exc:

@@ -5,8 +5,15 @@ SlotWriter (slotwriter.py: how the slot may change); it is neither. Composition
 rather than a base class: the recorder is handed the two behaviours it needs from
 here as callables (``on_error``, ``on_control_due``), as the heartbeat is, so
 each piece can be built and tested alone, and nothing waits for a subclass to
-fill a method in. The user's hottest call, ``step``, is bound straight to the
+fill a method in. So are the control block (control.ControlBlock) and the
+Flight Recorder reads (flight_recorder_reads.py): the heartbeat gets their
+``poll`` as callables. The user's hottest call, ``step``, is bound straight to the
 recorder's method at construction: composition costs it no extra frame.
+
+The seam. What installs the monitor and patches around it (lifecycle.py,
+auto.py, collectives.py, the framework callbacks) uses the public methods below
+the API: ``report_error``, ``add_undo``, ``add_automatic`` / ``hand_over``,
+``zero_code``, ``mark_failed``, ``after_fork_in_child`` and ``heartbeat``.
 
 Failure policy. Every hooked path catches Exception and reports it here: counted
 (``errors``, and H_HOOK_ERRORS in the slot), logged once per place, an ERROR
@@ -21,24 +28,18 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import (
-    H_CTRL_ACK_NS,
-    H_CTRL_ACK_RESULT,
-    H_CTRL_ACK_SEQ,
-    H_CTRL_ACK_STEP,
     H_HOOK_ERRORS,
-    Command,
     Phase,
     RecordKind,
     Status,
 )
-from watchdog.hook import completion, control, flightrecorder, frames, progress
+from watchdog.hook import completion, control, flight_recorder, flight_recorder_reads, frames, progress
 from watchdog.hook.config import HookConfig
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.heartbeat import Heartbeat
@@ -50,15 +51,6 @@ from watchdog.hook.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")
-
-# A collective wait this long gets a Flight Recorder read at once (see _read_flight_recorder).
-STUCK_READ_NS = 1_000_000_000
-# So does a rank that looks stalled outside any collective the hook sees (no step, no
-# new Flight Recorder entry) for this many heartbeats, or two of its last steps if
-# longer: it may be waiting in one issued from C++ (DDP's _pre_forward, FSDP), or be
-# the rank the others wait for. Either way the coordinator needs a reading of its
-# Flight Recorder made after the stall began, and the duty budget may be 35 s away.
-STALL_READ_BEATS = 4
 
 # Methods replaced when the monitor goes quiet (closed, disabled, forked child).
 _QUIET = {
@@ -88,7 +80,7 @@ class Monitor:
     """The live monitor of one rank. Create it with ``watchdog.hook.install()``."""
 
     enabled = True
-    _zero_code = False  # installed by `watchdog run` (watchdog.hook.auto): a script's install() returns it
+    zero_code = False  # instrumented by `watchdog run` (watchdog.hook.auto): a script's install() returns it
 
     def __init__(
         self,
@@ -105,7 +97,7 @@ class Monitor:
         self.identity = identity
         self.slot_path = slot_path
         self.slot = slot
-        self.recorder = Recorder(slot, clock, start_ns, on_error=self._fail, on_control_due=self._run_control)
+        self.recorder = Recorder(slot, clock, start_ns, on_error=self.report_error, on_control_due=nop)
         # the recorder's own bound step (see the module docstring): no extra frame per step
         self.step = self.recorder.step  # type: ignore[method-assign]
         self._clock = clock
@@ -113,40 +105,36 @@ class Monitor:
         self._owner_pid = os.getpid()
         self._phase_scopes = {int(p): PhaseScope(self.recorder, int(p)) for p in Phase}
         self._step_scope = StepScope(self.recorder)
-        # control (agent -> hook)
-        self._ctrl_lock = threading.Lock()
-        self._ctrl_seen = 0
-        self._ctrl_pending: control.ControlRequest | None = None
-        self._checkpoint_fn: Callable[[int], Any] | None = None
+        # control (agent -> hook): polled by the heartbeat, run by the recorder at the step due
+        self.control = control.ControlBlock(
+            slot, self.recorder, clock, lambda: self.phase(Phase.CHECKPOINT), self._dump_flight_recorder, NEVER
+        )
+        self.recorder.on_control_due = self.control.run
+        self._poll_control: Callable[[], object] = self.control.poll
         # health
         self._errors = 0
         self._errlog = ErrorLog()
-        self._counters = {"ctrl_rejected": 0, "ctrl_done": 0, "save_failures": 0, "fr_dumps": 0}
         self._closed = False
         self._disabled = False
         self._failed = False  # an uncaught exception is ending the process
         self._undo: list[Callable[[], None]] = []  # unpatch / unregister, run at close
-        # The Flight Recorder, read on the heartbeat thread only (flightrecorder.py);
+        self._auto_off: dict[str, Callable[[], None]] = {}  # automatic source -> switch it off (hand_over)
+        # The Flight Recorder, read on the heartbeat thread only (flight_recorder.py);
         # off by configuration, it is a no-op decided here.
-        self.flight = flightrecorder.FlightRecorderSource(
-            flightrecorder.json_dumper,
+        self.flight = flight_recorder.FlightRecorderSource(
+            flight_recorder.json_dumper,
             slot.write_events,
             clock,
             lambda: self.recorder.steps,
             since_wall_ns=time.time_ns(),
             mark=slot.write,
         )
-        self._poll_flight: Callable[[], object] = (
-            self._read_flight_recorder if getattr(config, "flight_recorder", True) else nop
+        self.flight_reads = flight_recorder_reads.FlightRecorderReads(
+            self.flight, self.recorder, slot.words, clock, config.heartbeat_interval_s
         )
-        self._fr_forced_for = -1  # the collective wait a read was already forced for
-        # What "no progress" is compared against (steps, newest FR entry), since when, and whether the
-        # one read such a stall gets was made: a read that finds new entries is progress, so a stall
-        # gets one forced read, and a slow step at most one.
-        self._fr_still: tuple = ()
-        self._fr_still_since = 0
-        self._fr_still_forced = False
-        self._fr_still_ns = int(STALL_READ_BEATS * config.heartbeat_interval_s * 1e9)
+        self._poll_flight: Callable[[], object] = (
+            self.flight_reads.poll if getattr(config, "flight_recorder", True) else nop
+        )
         # GPU-side completion times: None (and no cost anywhere) unless use_completions() is called
         self.completions: completion.CompletionTracker | None = None
         self._poll_completions: Callable[[], object] = nop
@@ -158,7 +146,9 @@ class Monitor:
         self._poll_frame: Callable[[], object] = nop
         # A process group made where the init wrapper could not see it (collectives.joined_poll)
         self._poll_pg: Callable[[], object] = nop
-        self._heartbeat = Heartbeat(slot.put, config.heartbeat_interval_s, clock, self._poll_background, self._fail)
+        self.heartbeat = Heartbeat(
+            slot.put, config.heartbeat_interval_s, clock, self._poll_background, self.report_error
+        )
 
     # -- public API ----------------------------------------------------------------
 
@@ -173,7 +163,7 @@ class Monitor:
 
     def stats(self) -> dict[str, int]:
         fr = {"fr_written": self.flight.written, "fr_skipped": self.flight.skipped}
-        return {"errors": self._errors, "steps": self.recorder.steps, **self._counters, **fr}
+        return {"errors": self._errors, "steps": self.recorder.steps, **self.control.counters, **fr}
 
     def step(
         self, loss: float | None = None
@@ -248,7 +238,7 @@ class Monitor:
         from watchdog.hook.model_split import ModelSplit
 
         rec = self.recorder
-        split = ModelSplit(rec._clock, rec.split).watch(model, optimizer)
+        split = ModelSplit(self._clock, rec.split).watch(model, optimizer)
         rec.split_on = True
         return split
 
@@ -258,7 +248,7 @@ class Monitor:
         after the requested step completes, inside Phase.CHECKPOINT."""
         if not callable(fn):
             raise ValueError(f"register_checkpoint: {fn!r} is not callable")
-        self._checkpoint_fn = fn
+        self.control.checkpoint_fn = fn
 
     def set_step(self, step: int) -> None:
         """Set the completed-step count (a job resumed at step S calls set_step(S)),
@@ -268,13 +258,7 @@ class Monitor:
         try:
             self.recorder.set_step(step)
         except Exception as exc:
-            self._fail("set_step", exc)
-
-    def _mark_failed(self) -> None:
-        """Called by the excepthook: the rank is crashing (see lifecycle)."""
-        if not self._closed and not self._disabled:
-            self._failed = True
-            self.recorder.set_status(Status.FAILED)
+            self.report_error("set_step", exc)
 
     def close(self) -> None:
         """Stop the heartbeat, undo patches, mark the slot EXITED. Idempotent; also
@@ -286,7 +270,7 @@ class Monitor:
             self._go_quiet()
             return
         self._run_undo()
-        self._heartbeat.stop()
+        self.heartbeat.stop()
         self._final_flight_read()
         self._final_completions()
         if not self._disabled and not self._failed:
@@ -318,34 +302,6 @@ class Monitor:
 
     # -- background (heartbeat thread) ---------------------------------------------
 
-    def _read_flight_recorder(self) -> None:
-        """Within the read budget (flightrecorder.DUTY), except once per wait in a
-        collective that lasts STUCK_READ_NS, and once per stall outside one (see
-        STALL_READ_BEATS): a hang is when the ranks' Flight Recorders matter, and a
-        training thread that is blocked loses nothing to the read."""
-        m = self.recorder.collectives
-        since = m.span_start
-        now = self._clock()
-        if m.outstanding and since != self._fr_forced_for and now - since > STUCK_READ_NS:
-            self._fr_forced_for = since
-            self.flight.poll(force=True)
-        elif not m.outstanding and self._stalled_outside_collectives(now):
-            self._fr_still_forced = True
-            self.flight.poll(force=True)
-        else:
-            self.flight.poll()
-        still = (self.recorder.steps, self.flight.newest)  # after the read: what it found is not a stall
-        if still != self._fr_still:
-            self._fr_still, self._fr_still_since, self._fr_still_forced = still, now, False
-
-    def _stalled_outside_collectives(self, now: int) -> bool:
-        """No step and no new Flight Recorder entry for the stall threshold, and no
-        read forced for this stall yet."""
-        if self._fr_still_forced or not self._fr_still or self.recorder.steps != self._fr_still[0]:
-            return False
-        limit = max(self._fr_still_ns, 2 * self.slot.words[wire.H_LAST_STEP_NS])
-        return now - self._fr_still_since >= limit
-
     def use_completions(self, source: completion.CompletionSource) -> None:
         """Track when the accelerator reaches each collective and step boundary
         (install: a CUDA event source when a GPU is there; tests: a fake). Before
@@ -361,7 +317,7 @@ class Monitor:
             try:
                 tracker.submit(completion.STEP, 0, rec.steps, rec.steps)
             except Exception as exc:
-                self._fail("completion", exc)
+                self.report_error("completion", exc)
 
         self.step = step_and_mark  # type: ignore[method-assign]
 
@@ -390,89 +346,64 @@ class Monitor:
         self._poll_frame()
         self._poll_pg()
 
-    # -- control (agent -> hook) -------------------------------------------------
-
-    def _poll_control(self) -> None:
-        """Heartbeat thread: notice a new request; the training thread acts on it
-        at its next step boundary (step() compares one int: ``recorder.control_due``)."""
-        req = control.read_request(self.slot.words, self._ctrl_seen)
-        if req is None:
-            return
-        self._ctrl_seen = req.seq
-        why = control.rejection(req)
-        rec = self.recorder
-        with self._ctrl_lock:
-            self._ctrl_pending = None  # a new request supersedes the pending one
-            rec.control_due = NEVER
-            if why is None and req.command == Command.CHECKPOINT_AT_STEP:
-                self._ctrl_pending = req
-                rec.control_due = req.arg
-                log.info("watchdog.hook control=checkpoint_at_step step=%d seq=%d", req.arg, req.seq)
-                return
-        if why is None and req.command == Command.DUMP_FLIGHT_RECORDER:
-            self._ack(req, self._dump_flight_recorder())
-            return
-        if why is None:  # Command.NONE: cancelled
-            self._ack(req, control.ACK_OK)
-            return
-        self._counters["ctrl_rejected"] += 1
-        log.warning("watchdog.hook control rejected seq=%d reason=%s", req.seq, why)
-        self._ack(req, control.ACK_REJECTED)
-
     def _dump_flight_recorder(self) -> int:
-        """Heartbeat thread: write this rank's FR dump (JSON: the agent never
-        unpickles a rank's file) next to the slot, whole or not at all, for the
-        agent to collect as evidence."""
-        dump = flightrecorder.json_dumper()
+        """Heartbeat thread, asked by the agent (Command.DUMP_FLIGHT_RECORDER): write
+        this rank's FR dump (JSON: the agent never unpickles a rank's file) next to
+        the slot, whole or not at all, for the agent to collect as evidence."""
+        dump = flight_recorder.json_dumper()
         if dump is None or self.slot_path is None or not getattr(self.config, "flight_recorder", True):
             return control.ACK_NO_HANDLER
         try:
-            flightrecorder.write_dump(wire.fr_dump_filename(self.slot_path), dump())
+            flight_recorder.write_dump(wire.fr_dump_filename(self.slot_path), dump())
         except Exception as exc:
             log.warning("watchdog.hook flight recorder dump failed: %s", exc)
             return control.ACK_SAVE_FAILED
-        self._counters["fr_dumps"] += 1
         return control.ACK_OK
 
-    def _run_control(self, step: int) -> None:
-        """Training thread, at a step boundary at or past the requested step."""
-        with self._ctrl_lock:
-            req, self._ctrl_pending = self._ctrl_pending, None
-            self.recorder.control_due = NEVER
-        if req is None:
-            return
-        fn = self._checkpoint_fn
-        if fn is None:
-            log.warning("watchdog.hook checkpoint requested at step=%d but no function registered", step)
-            self._ack(req, control.ACK_NO_HANDLER)
-            return
-        result = control.ACK_OK
-        with self.phase(Phase.CHECKPOINT):
-            try:
-                fn(step)
-            except Exception as exc:  # the user's save failed: report it, keep training
-                result = control.ACK_SAVE_FAILED
-                self._counters["save_failures"] += 1
-                exc_info = (type(exc), exc, exc.__traceback__)
-                log.warning("watchdog.hook requested checkpoint failed step=%d", step, exc_info=exc_info)
-        self._counters["ctrl_done"] += 1
-        self._ack(req, result)
+    # -- the seam: install, zero-code sources, framework callbacks, process hooks ----
 
-    def _ack(self, req: control.ControlRequest, result: int) -> None:
-        now = self._clock()
-        slot = self.slot
-        with slot.lock:
-            step = self.recorder.steps
-            slot.put(H_CTRL_ACK_RESULT, result)
-            slot.put(H_CTRL_ACK_STEP, step)
-            slot.put(H_CTRL_ACK_NS, now)
-            slot.put(H_CTRL_ACK_SEQ, req.seq)  # last: the agent trusts the ack words once this matches
-            slot.write((), (RecordKind.CONTROL, now, step, req.seq, req.command, result))
+    @property
+    def disabled(self) -> bool:
+        """Turned off by its own errors (max_errors): training goes on unmonitored."""
+        return self._disabled
+
+    def add_undo(self, fn: Callable[[], None]) -> None:
+        """``fn`` unpatches or unregisters something installed for this monitor; run
+        at close or disable, newest first, each alone (one that raises is logged)."""
+        self._undo.append(fn)
+
+    def add_automatic(self, source: str, off: Callable[[], None]) -> None:
+        """An automatic source (``"step"``, ``"data"``, ``"save"``) is on; ``off``
+        switches it off for good (``hand_over``)."""
+        self._auto_off[source] = off
+
+    def hand_over(self, *sources: str) -> None:
+        """Switch the automatic ``sources`` off now: a framework callback marks them
+        itself from here on. Nothing to do for a source not on (or already off)."""
+        for source in sources:
+            fn = self._auto_off.pop(source, None)
+            if fn is not None:
+                try:
+                    fn()
+                except Exception as exc:
+                    self.report_error("hand_over", exc)
+
+    def mark_failed(self) -> None:
+        """The rank is crashing (the excepthook, a failing exit: see lifecycle)."""
+        if not self._closed and not self._disabled:
+            self._failed = True
+            self.recorder.set_status(Status.FAILED)
+
+    def after_fork_in_child(self) -> None:
+        """The child shares our mapping but is not this rank: never write to it."""
+        self._closed = True
+        self._go_quiet()
 
     # -- failure handling --------------------------------------------------------
 
-    def _fail(self, where: str, exc: BaseException) -> None:
-        """Count, log (rate-limited), record; disable at max_errors. Never raises."""
+    def report_error(self, where: str, exc: BaseException) -> None:
+        """An error the hook caught at ``where``: count, log (rate-limited), record;
+        disable at max_errors. Never raises."""
         if self._closed or self._disabled:
             return
         try:
@@ -497,7 +428,7 @@ class Monitor:
         self.recorder.set_status(Status.DISABLED)
         log.warning("watchdog.hook disabled reason=%r: training continues unmonitored", reason)
         self._run_undo()
-        self._heartbeat.stop(timeout_s=0.5)
+        self.heartbeat.stop(timeout_s=0.5)
         self._go_quiet()
 
     def _go_quiet(self) -> None:
@@ -512,11 +443,6 @@ class Monitor:
                 fn()
             except Exception:
                 log.debug("watchdog.hook undo failed", exc_info=True)
-
-    def _after_fork_in_child(self) -> None:
-        """The child shares our mapping but is not this rank: never write to it."""
-        self._closed = True
-        self._go_quiet()
 
 
 def _checked_device(device: Any) -> Any:

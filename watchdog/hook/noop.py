@@ -74,6 +74,9 @@ class NullMonitor:
     def set_step(self, step: int) -> None:
         pass
 
+    def hand_over(self, *sources: str) -> None:
+        pass
+
     def stats(self) -> dict[str, int]:
         return {}
 

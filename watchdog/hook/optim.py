@@ -17,4 +17,4 @@ def register(mon: Any) -> None:
         mon.step()  # looked up per call: a quiet monitor's step is a no-op
 
     handle = register_optimizer_step_post_hook(watchdog_step_hook)
-    mon._undo.append(handle.remove)
+    mon.add_undo(handle.remove)

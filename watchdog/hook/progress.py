@@ -195,7 +195,7 @@ class Progress:
 
     def only_auto_open(self) -> bool:
         """The one open phase is the automatic eval (a save inside it nests its checkpoint phase)."""
-        return self._opened is not None and len(self._rec._phase_stack) == 1
+        return self._opened is not None and self._rec.phase_depth == 1
 
     # -- heartbeat thread ------------------------------------------------------------
 
@@ -241,12 +241,11 @@ class Progress:
     def _phase(self, prev: Beat, cur: Beat, now: int) -> None:
         rec, slot = self._rec, self._slot
         with slot.lock:  # the training thread opens and closes phases under it too
-            stack = rec._phase_stack
             # Not again in the step it entered a collective in: ranks that evaluate together
             # (all-reducing metrics per batch) would open and close it every beat.
             can_open = (
-                rec._phase == _TRAIN
-                and not stack
+                rec.current_phase == _TRAIN
+                and not rec.phase_depth
                 and rec.status == int(wire.Status.RUNNING)
                 and cur.steps != self._joined_at_step
             )
@@ -259,7 +258,7 @@ class Progress:
                 slot.put(wire.P_AUTO_SINCE_NS, now)
                 slot.put(wire.P_AUTO_COUNT, self._auto_count)
                 slot.put(wire.P_AUTO_PHASE, _EVAL)
-            elif action == CLOSE and rec._phase == _EVAL and len(stack) == 1:
+            elif action == CLOSE and rec.current_phase == _EVAL and rec.phase_depth == 1:
                 # Closed on a collective within the step it opened in: ranks evaluating together.
                 # Steps that ended since say the rank went back to training (seen a beat late, when
                 # steps are fast): the step it is in now may be its next evaluation's.
@@ -269,6 +268,6 @@ class Progress:
                 rec.phase_exit()
                 self._opened = None
                 slot.put(wire.P_AUTO_PHASE, 0)
-            elif action == CLOSE and not stack:  # closed under us (the phase API's exit of ours): forget it
+            elif action == CLOSE and not rec.phase_depth:  # closed under us (the phase API's exit of ours): forget it
                 self._opened = None
                 slot.put(wire.P_AUTO_PHASE, 0)

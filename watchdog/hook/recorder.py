@@ -4,11 +4,11 @@ Every store is made inside the SlotWriter's seqlock bracket (slotwriter.py).
 
 Hot paths. ``step`` (and the collective marks' ``enter`` and ``exit``, the
 patched collectives' copy of them, and the loader's data-wait marks) run once
-per step or per event and open the writer's bracket inline (lock, odd H_SEQ,
-stores, even H_SEQ, unlock: ``SlotWriter.begin``/``end`` written out) instead
-of calling it: each call costs ~50 ns here, and calling begin/end/append made a
-step 30% dearer (benchmarks/hook_overhead.py --against). They are the writer's
-only friends; tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove
+per step or per event and hold the writer's bracket inline (the lock, then
+``with seqlocked(slot) as w:``, spliced in at import by ``inline_seqlock``:
+slotwriter.py) instead of calling the writer: each call costs ~50 ns here, and
+calling a bracket and append made a step 30% dearer
+(benchmarks/hook_overhead.py --against). They are the writer's only friends; tests/test_hook_slotwriter.py and tests/test_hook_inline.py prove
 they leave the same bytes as the same events written through
 ``SlotWriter.write``. Everything else calls the writer.
 
@@ -48,7 +48,6 @@ from watchdog.contracts.slot import (
     H_PHASE,
     H_PHASE_SINCE_NS,
     H_RING_HEAD,
-    H_SEQ,
     H_STATUS,
     H_STEP,
     H_STEP_START_NS,
@@ -68,7 +67,7 @@ from watchdog.contracts.slot import (
 )
 from watchdog.hook.collective_marks import CollectiveMarks
 from watchdog.hook.noop import nop
-from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, pack_record
+from watchdog.hook.slotwriter import REC_BYTES, SlotWriter, inline_seqlock, pack_record, seqlocked
 
 _INF = float("inf")
 
@@ -190,6 +189,15 @@ class Recorder:
     def status(self) -> int:
         return self._status
 
+    @property
+    def current_phase(self) -> int:
+        return self._phase
+
+    @property
+    def phase_depth(self) -> int:
+        """Phases open (nested ``phase_enter`` not yet exited); 0 in plain training."""
+        return len(self._phase_stack)
+
     def go_quiet(self) -> None:
         self.quiet = True
         for name in _QUIET_METHODS:
@@ -198,6 +206,7 @@ class Recorder:
 
     # -- steps ---------------------------------------------------------------------
 
+    @inline_seqlock
     def step(self, loss: float | None = None) -> None:
         """Mark the end of the step in progress (and the start of the next);
         ``loss``, when given, is stored first (``loss``: a cold path of its own)."""
@@ -225,10 +234,7 @@ class Recorder:
                 tot_coll = self._tot_coll + coll
                 nbytes = c.this_step_bytes
                 tot_bytes = self._tot_bytes + nbytes
-                w = slot._words
-                s = slot._seq + 1
-                w[H_SEQ] = s  # bracket opens (SlotWriter.begin)
-                try:
+                with seqlocked(slot) as w:
                     _pack_step(w, _STEP_OFF, n, now, step_ns, data, coll, tot_step, tot_data, tot_coll)
                     w[H_TOTAL_COLL_BYTES] = tot_bytes
                     if self.split_on:
@@ -251,10 +257,6 @@ class Recorder:
                     head += 1
                     w[H_RING_HEAD] = head
                     slot._head = head
-                finally:
-                    s += 1
-                    w[H_SEQ] = s  # bracket closes (SlotWriter.end)
-                    slot._seq = s
                 self._step = n
                 self._step_phase = self._phase
                 self._step_start = now
@@ -293,6 +295,7 @@ class Recorder:
         except Exception as exc:
             self.on_error("loss", exc)
 
+    @inline_seqlock
     def scope_enter(self) -> None:
         """A step_scope block starts the step, unless waits were already recorded
         for it (a wrapped loader's fetch just before the block)."""
@@ -301,12 +304,10 @@ class Recorder:
             return
         try:
             now = self._clock()
-            w = self._slot.begin()
-            try:
+            slot = self._slot
+            with slot.lock, seqlocked(slot) as w:
                 w[H_STEP_START_NS] = now
                 self._step_start = now
-            finally:
-                self._slot.end()
         except Exception as exc:
             self.on_error("step_scope", exc)
 
@@ -347,14 +348,13 @@ class Recorder:
         except Exception as exc:
             self.on_error("batch_size", exc)
 
+    @inline_seqlock
     def set_step(self, step: int) -> None:
         """Set the completed-step count (validated by the caller)."""
-        w = self._slot.begin()
-        try:
+        slot = self._slot
+        with slot.lock, seqlocked(slot) as w:
             w[H_STEP] = step
             self._step = step
-        finally:
-            self._slot.end()
 
     # -- phases, process group, status -------------------------------------------------
 

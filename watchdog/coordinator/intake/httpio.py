@@ -36,6 +36,10 @@ for the threaded servers (issue #14), with the same counters:
   with their traceback, and cost their connection only.
 """
 
+# _Connection is LoopServer's own other half (asyncio's Protocol API splits one server in two
+# objects): it reads the server's private state and calls its handlers, as a method would.
+# ruff: noqa: SLF001
+
 from __future__ import annotations
 
 import asyncio
@@ -191,7 +195,7 @@ class LoopServer:
                     self.note_handler_error(exc, "")
                     return
                 self.accept_errors += 1
-                self._once(
+                self.log_once(
                     "accept",
                     "accept failed: out of file descriptors or memory; pausing the accept loop",
                     error=str(exc),
@@ -243,7 +247,7 @@ class LoopServer:
         self._conns.discard(victim)
         victim.abort()
         self.evicted_idle += 1
-        self._once(
+        self.log_once(
             "evict",
             "idle connection closed: the connection cap was reached and a new client came",
             max_connections=self.max_connections,
@@ -268,7 +272,7 @@ class LoopServer:
 
     def _past_deadline(self) -> bool:
         self.deadline_closed += 1
-        self._once(
+        self.log_once(
             "deadline",
             "connection closed: request not completed within its deadline",
             deadline_s=self.request_deadline_s,
@@ -278,7 +282,7 @@ class LoopServer:
 
     def note_client_error(self, exc: BaseException, peer: str) -> None:
         self.client_errors += 1
-        self._once(
+        self.log_once(
             "client", "client disconnected mid-request", peer=peer, error=type(exc).__name__, total=self.client_errors
         )
 
@@ -299,9 +303,9 @@ class LoopServer:
         elif exc is not None:
             self.note_handler_error(exc, "")
         else:
-            self._once("loop", "event loop error", message=str(context.get("message", ""))[:300])
+            self.log_once("loop", "event loop error", message=str(context.get("message", ""))[:300])
 
-    def _once(self, key: str, event: str, **kw: Any) -> None:
+    def log_once(self, key: str, event: str, **kw: Any) -> None:
         first, suppressed = self._limit.should_log(key, time.monotonic())
         if first:
             self._log.warning(event, suppressed=suppressed, **kw)

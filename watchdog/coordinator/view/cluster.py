@@ -90,14 +90,14 @@ class FoldedRank:
         """The step split detectors read: the GPU clock's when the rank has one
         that keeps up (a completion source that failed mid-run stops it: its old
         windows must not stand for the rank's present)."""
-        return self.gpu_stats if self._gpu_current() else self.step_stats
+        return self.gpu_stats if self.gpu_current() else self.step_stats
 
     @property
     def split_clock(self) -> str:
         """Which clock ``split_stats`` (``history``, ``windows``) came from: "gpu" or "cpu"."""
-        return "gpu" if self._gpu_current() else "cpu"
+        return "gpu" if self.gpu_current() else "cpu"
 
-    def _gpu_current(self) -> bool:
+    def gpu_current(self) -> bool:
         g, c = self.gpu_stats.history, self.step_stats.history
         if not self.gpu_stats.steps_seen:
             return False

@@ -117,7 +117,7 @@ def _row(rv: FoldedRank) -> tuple:
     st = rv.step_stats
     at = rv.received_at
     g = rv.gpu_stats
-    gpu = bool(g.steps_seen) and rv._gpu_current()  # FoldedRank.split_stats, without a property call per rank
+    gpu = bool(g.steps_seen) and rv.gpu_current()  # FoldedRank.split_stats, without a property call per rank
     flat = st.flat if st.flat_of is st.history else _NO_FLAT
     sp = g if gpu else st
     return (

@@ -23,8 +23,8 @@ from typing import Any
 
 from watchdog import sharedfile
 from watchdog.contracts import slot as wire
+from watchdog.contracts.control_block import ACK_NO_HANDLER, ACK_OK
 from watchdog.contracts.evidence import FlightRecorderDump
-from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
 
 DEADLINE_S = 3.0  # six heartbeats at the hook's default 0.5 s
 POLL_S = 0.05

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from watchdog import sharedfile
-from watchdog.agent import dumpall, frdump, steadystart
+from watchdog.agent import dumpall, flight_recorder_dump, steadystart
 from watchdog.agent.pidpin import Pin
 from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import LocalRank
@@ -227,7 +227,7 @@ class Actions:
 
     def dump_flight_recorder(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """Ask each target's hook for its Flight Recorder through the slot, then
-        collect the files (``frdump``). Identity is checked as for a checkpoint."""
+        collect the files (``flight_recorder_dump``). Identity is checked as for a checkpoint."""
         asks: list[tuple[int, int, str, Callable[[], int]]] = []
         errors: list[str] = []
         refusals: list[str] = []
@@ -248,8 +248,8 @@ class Actions:
             )
 
             asks.append((t["rank"], t["pid"], view.path, functools.partial(_request_fr_dump, view.path, expect)))
-        dumps = frdump.collect(asks, self.host, ack_of=self._ack_of, wall=self._wall)
-        dumps = frdump.fit(dumps, self._max_ack_bytes)
+        dumps = flight_recorder_dump.collect(asks, self.host, ack_of=self._ack_of, wall=self._wall)
+        dumps = flight_recorder_dump.fit(dumps, self._max_ack_bytes)
         errors += [f"rank {d.rank}: {d.error}" for d in dumps if not d.ok]
         out = ack(cmd, any(d.ok for d in dumps), "; ".join(errors))
         out["flight_recorder"] = [d.to_dict() for d in dumps]
