@@ -161,7 +161,8 @@ def test_the_hook_installs_and_records_without_any_dependency(tmp_path, wheel):
     # the console script is there too, and tells the version without the agent's dependencies
     assert _every_console_script_tells_the_version(env_dir, tmp_path)
     # a daemon's command names the extra to install instead of a traceback
-    for command, extra in (("agent", "agent"), ("coordinator", "coordinator"), ("slots", "agent")):
+    # (the demo starts both daemons, so it names the extra that brings both)
+    for command, extra in (("agent", "agent"), ("coordinator", "coordinator"), ("slots", "agent"), ("demo", "all")):
         got = subprocess.run(
             [str(env_dir / "bin" / "watchdog"), command], capture_output=True, text=True, cwd=tmp_path, timeout=60
         )

@@ -77,6 +77,10 @@ def test_commands_name_extras_that_exist():
     assert set(cli.EXTRA_OF) <= set(cli.SUBCOMMANDS)
     assert set(cli.EXTRA_OF.values()) <= set(EXTRAS)
     assert cli.EXTRA_OF["agent"] == "agent" and cli.EXTRA_OF["coordinator"] == "coordinator"
+    # a command that starts others as children names an extra that brings each of theirs
+    for name, children in cli.STARTS.items():
+        assert children and set(children) <= set(cli.SUBCOMMANDS)
+        assert all(modules_of(cli.EXTRA_OF[c]) <= modules_of(cli.EXTRA_OF[name]) for c in children), name
 
 
 def test_ci_installs_every_role():

@@ -55,6 +55,10 @@ EXTRA_OF: dict[str, str] = {
     "doctor": "agent",  # structlog, through the daemons' own modules it reads its checks from
 }
 
+# Commands that start other commands as child processes. Their modules are imported up
+# front, so a missing extra is named here rather than as a child's traceback mid-run.
+STARTS: dict[str, tuple[str, ...]] = {"demo": ("agent", "coordinator")}
+
 
 def package_version() -> str:
     """The installed distribution's version (``watchdog --version``, the build-info metric)."""
@@ -90,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
+        for child in STARTS.get(name, ()):
+            importlib.import_module(SUBCOMMANDS[child][0])
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").split(".")[0]
         if name not in EXTRA_OF or missing in ("", "watchdog"):
