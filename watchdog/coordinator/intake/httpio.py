@@ -56,7 +56,7 @@ from http import HTTPStatus
 from typing import Any, cast
 
 from ... import httpguard, logs
-from . import event_loops
+from .. import event_loops
 
 HEADER_LIMIT = 64 * 1024  # request line + headers; more is refused (431) and the connection closed
 ACCEPT_BATCH = 64  # accepts per readiness event, so a connection storm cannot starve the requests
