@@ -29,35 +29,36 @@ PACKAGE = Path(__file__).resolve().parent.parent / "watchdog"
 COORDINATOR = "watchdog.coordinator"
 
 # Who may import whom inside the coordinator. A room (a subpackage) is one node,
-# a root module is its own node. Rooms in the order a report goes through them,
-# then the root: the service wiring them, the process around it, and the leaves
-# below everything (settings, label vocabularies, the metrics).
+# a root module is its own node. Each row: the rooms it imports | the root modules
+# it imports. Rooms in the order a report goes through them, then the root: the
+# service wiring them, the process around it, and the leaves below everything
+# (settings, the value sets the rooms share, the metrics).
 ROOM_EDGES: dict[str, frozenset[str]] = {
-    name: frozenset(targets.split())
+    name: frozenset(targets.replace("|", " ").split())
     for name, targets in {
         # rooms
-        "intake": "view analysis detectors   config event_loops metrics",
-        "view": "config",
-        "analysis": "view   config",
-        "detectors": "view analysis   config metrics",
-        "performance": "view analysis control intake journal   config metrics subsystem vocabularies",
-        "control": "view detectors evidence recovery journal   metrics policy_file subsystem vocabularies",
+        "intake": "view analysis detectors | config event_loops metrics",
+        "view": "| config",
+        "analysis": "view | config",
+        "detectors": "view analysis | config metrics",
+        "performance": "view analysis control intake journal | config metrics subsystem vocabularies",
+        "control": "view detectors evidence recovery journal | metrics policy_file subsystem vocabularies",
         "recovery": "view evidence",
-        "evidence": "view detectors journal   config metrics subsystem",
+        "evidence": "view detectors journal | config metrics subsystem",
         "journal": "",
-        "cli": "intake performance   config daemon metrics",
+        "cli": "intake performance | config daemon metrics",
         # root: the wiring and the process
-        "service": "intake view analysis detectors performance control evidence journal   "
+        "service": "intake view analysis detectors performance control evidence journal | "
         "config exports metrics own_stall subsystem",
-        "daemon": "intake journal   config gcpolicy own_stall service",
+        "daemon": "intake journal | config gcpolicy own_stall service",
         "subsystem": "view detectors journal",
-        "exports": "analysis journal   config metrics subsystem",
-        "own_stall": "view   config",
-        "testing": "view   config",
+        "exports": "analysis journal | config metrics subsystem",
+        "own_stall": "view | config",
+        "testing": "view | config",
         # root: leaves
-        "config": "event_loops policy_file",
-        "policy_file": "vocabularies",
-        "metrics": "host_culprits vocabularies",
+        "config": "| event_loops policy_file",
+        "policy_file": "| vocabularies",
+        "metrics": "| host_culprits vocabularies",
         "event_loops": "",
         "gcpolicy": "",
         "host_culprits": "",
@@ -125,17 +126,31 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -
         yield sub if sub in known else prefix
 
 
+def _imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, however deeply nested in functions, classes and blocks
+    (statements only: an import is never inside an expression)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, name, ()):
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    yield from _imports(child.body)
+                elif isinstance(child, ast.stmt):
+                    yield from _imports([child])
+
+
 @functools.cache
 def edges() -> tuple[Edge, ...]:
     """Every import of a watchdog module by a watchdog module."""
     out = []
     for module, (path, is_package) in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for target in _targets(node, module, is_package):
-                    if target == "watchdog" or target.startswith("watchdog."):
-                        where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
-                        out.append(Edge(module, target, where))
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path)).body):
+            for target in _targets(node, module, is_package):
+                if target == "watchdog" or target.startswith("watchdog."):
+                    where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+                    out.append(Edge(module, target, where))
     return tuple(dict.fromkeys(out))  # ``from m import a, b``: one edge
 
 
