@@ -24,12 +24,12 @@ _CHILD = "--child"
 def _measure(paths: list[str], rounds: int) -> dict[str, float]:
     from watchdog.contracts import journal as cj  # imported here: from the tree under test
     from watchdog.contracts.journal import reader
-    from watchdog.coordinator.control import policy
+    from watchdog.coordinator import policy_file
     from watchdog.coordinator.control import replay as recover
 
     journals = [reader.read(p) for p in paths]
     n = sum(len(j) for j in journals)
-    pol = policy.Policy()
+    pol = policy_file.Policy()
     best_replay = best_parse = float("inf")
     for _ in range(rounds):
         t0 = time.process_time()

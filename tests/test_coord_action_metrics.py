@@ -12,9 +12,9 @@ from test_coord_actions import RESTART, coordinator, finding, gone, old_view, st
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control.action_metrics import ActionMetrics
 from watchdog.coordinator.control.loop import JobController
-from watchdog.coordinator.control.policy import JobState
 from watchdog.coordinator.metrics import CoordinatorMetrics
 from watchdog.coordinator.recovery import abort
+from watchdog.coordinator.vocabularies import JobState
 
 
 def value(registry, name, **labels):

@@ -9,9 +9,10 @@ from watchdog.contracts import commands
 from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control.loop import JobController
-from watchdog.coordinator.control.policy import JobState, Policy
 from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.policy_file import Policy
 from watchdog.coordinator.recovery import abort, restart
+from watchdog.coordinator.vocabularies import JobState
 
 S = JobState
 LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}

@@ -9,8 +9,8 @@ import pytest
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
-from watchdog.coordinator.control.policy import PolicyError, parse_policy
 from watchdog.coordinator.detectors.batch_changed import BatchChanged
+from watchdog.coordinator.policy_file import PolicyError, parse_policy
 
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "rules" / "watchdog-alerts.rules.yml"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from watchdog.contracts.journal import parse
+from watchdog.coordinator import policy_file
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.control import budget, policy, relaunch
@@ -53,7 +54,7 @@ def test_launcher_restarts_from_journaled_facts(name, records, want):
 
 
 def test_the_launchers_restarts_spend_the_budget_nothing_bypasses():
-    pol = policy.parse_policy(
+    pol = policy_file.parse_policy(
         '[actions]\ndead_rank = "restart"\n[limits]\nmin_finding_age_seconds = 0\nmax_restarts = 2'
     )
     f = t.finding("dead_rank", [1])
@@ -72,9 +73,9 @@ def test_a_coordinator_restarted_on_its_journal_still_counts_the_launchers_resta
         {"event": je.RANK_RESTARTED, "rank": 0, "t_wall": WALL0 + 85.0},  # that action's: not the launcher's
         {"event": je.ACTION_OUTCOME, "action_id": "a-1", "ok": True, "t_wall": WALL0 + 90.0},
     ]
-    rec = recover.replay(records, 100.0, WALL0 + 100.0, "job", policy.Policy())
+    rec = recover.replay(records, 100.0, WALL0 + 100.0, "job", policy_file.Policy())
     assert rec.job.by_launcher == 1 and rec.job.restarts == pytest.approx((50.0, 80.0))
-    only_launcher = recover.replay(records[:5], 100.0, WALL0 + 100.0, "job", policy.Policy())
+    only_launcher = recover.replay(records[:5], 100.0, WALL0 + 100.0, "job", policy_file.Policy())
     assert not only_launcher.empty and only_launcher.job.restarts == pytest.approx((50.0,))
 
 

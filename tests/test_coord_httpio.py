@@ -13,7 +13,8 @@ import time
 import pytest
 from waiting import wait_for
 
-from watchdog.coordinator.intake import event_loops, httpio
+from watchdog.coordinator import event_loops
+from watchdog.coordinator.intake import httpio
 from watchdog.coordinator.intake.httpio import LoopServer, Request, Response
 
 BIG = b"m" * (8 << 20)  # more than a socket's buffers hold: a client that does not read fills them

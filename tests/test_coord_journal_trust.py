@@ -12,11 +12,12 @@ import pytest
 from watchdog.contracts.journal import line as journal_line
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.control import replay as recover
-from watchdog.coordinator.control.policy import JobState, Policy
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal
 from watchdog.coordinator.journal.jsonl import Journal, JournalRefused
+from watchdog.coordinator.policy_file import Policy
 from watchdog.coordinator.service import Coordinator
+from watchdog.coordinator.vocabularies import JobState
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 KEY = TOKEN.encode()

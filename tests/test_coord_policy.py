@@ -7,17 +7,9 @@ from dataclasses import replace
 import pytest
 
 from watchdog.contracts.finding import Finding
-from watchdog.coordinator.control.policy import (
-    IDLE,
-    TRANSITIONS,
-    JobControl,
-    JobState,
-    Policy,
-    PolicyError,
-    parse_policy,
-    plan,
-    transition,
-)
+from watchdog.coordinator.control.policy import IDLE, TRANSITIONS, JobControl, plan, transition
+from watchdog.coordinator.policy_file import Policy, PolicyError, parse_policy
+from watchdog.coordinator.vocabularies import JobState
 
 S = JobState
 

@@ -14,9 +14,10 @@ from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control import replay as recover
 from watchdog.coordinator.control.loop import JobController
-from watchdog.coordinator.control.policy import JobState, Policy
 from watchdog.coordinator.detectors import tracker
 from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.policy_file import Policy
+from watchdog.coordinator.vocabularies import JobState
 
 S = JobState
 WALL0 = 1_700_000_000.0

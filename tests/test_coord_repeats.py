@@ -8,9 +8,10 @@ from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control import fingerprint as fpm
 from watchdog.coordinator.control.loop import JobController
-from watchdog.coordinator.control.policy import JobControl, Policy, PolicyError, parse_policy, plan
-from watchdog.coordinator.control.repeats import Repeats, escalate
+from watchdog.coordinator.control.policy import JobControl, plan
+from watchdog.coordinator.control.repeats import escalate
 from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.policy_file import Policy, PolicyError, Repeats, parse_policy
 from watchdog.coordinator.view.cluster import empty
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from watchdog.coordinator import policy_file
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config, DetectorConfig
 from watchdog.coordinator.control import policy
@@ -97,7 +98,7 @@ def test_the_collective_wedge_names_the_group():
 
 
 def test_a_policy_may_restart_on_a_wedge_and_it_is_nobodys_repeat():
-    p = policy.parse_policy(
+    p = policy_file.parse_policy(
         '[actions]\nwedged = "restart"\n[limits]\nmin_finding_age_seconds = 0\ncooldown_seconds = 0'
     )
     (w,) = Wedged(CFG).check(100.0, t.view([waiting(r) for r in range(8)], now=100.0))
@@ -107,13 +108,13 @@ def test_a_policy_may_restart_on_a_wedge_and_it_is_nobodys_repeat():
         assert (plan.action, plan.fingerprint, plan.escalation) == ("restart", None, None)
         job = job.restarted(50.0)
     # exclude_host_restart on a wedge names every host: a plain restart instead
-    p = policy.parse_policy('[actions]\nwedged = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0')
+    p = policy_file.parse_policy('[actions]\nwedged = "exclude_host_restart"\n[limits]\nmin_finding_age_seconds = 0')
     assert policy.plan([w], policy.JobControl(), 100.0, p, hosts_in_job=2).action == "restart"
 
 
 def test_host_unobserved_can_only_alert():
-    with pytest.raises(policy.PolicyError, match="advisory"):
-        policy.parse_policy('[actions]\nhost_unobserved = "restart"')
+    with pytest.raises(policy_file.PolicyError, match="advisory"):
+        policy_file.parse_policy('[actions]\nhost_unobserved = "restart"')
 
 
 def test_a_wedge_counts_against_no_host(tmp_path):

@@ -284,8 +284,8 @@ def test_a_death_replaced_before_every_host_reported_is_still_named(tmp_path):
 
 
 def test_the_policy_does_not_restart_a_group_its_launcher_restarted(tmp_path):
-    from watchdog.coordinator.control.policy import Policy
     from watchdog.coordinator.journal import event_names as je
+    from watchdog.coordinator.policy_file import Policy
 
     pol = Policy(actions={"dead_rank": "restart"}, min_finding_age_s=0, cooldown_s=0, abort_grace_s=3)
     recs, _ = _replaced_before_judged(tmp_path, pol)

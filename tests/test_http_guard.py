@@ -22,9 +22,10 @@ from waiting import wait_for
 
 from watchdog import httpguard
 from watchdog.agent.server import Server as AgentServer
+from watchdog.coordinator import event_loops
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
-from watchdog.coordinator.intake import event_loops, server
+from watchdog.coordinator.intake import server
 from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 

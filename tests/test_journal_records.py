@@ -17,7 +17,7 @@ from watchdog.contracts.journal import names
 from watchdog.contracts.journal.actions import LauncherRestartRecord, ResumedRecord
 from watchdog.contracts.journal.commands import CommandDoneRecord, EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
-from watchdog.coordinator.control import policy
+from watchdog.coordinator import policy_file
 from watchdog.coordinator.control import replay as recover
 from watchdog.coordinator.journal import jsonl as journal
 from watchdog.timeline import load
@@ -131,7 +131,7 @@ def test_old_and_odd_journals_still_replay_and_load(tmp_path):
         b'{"event":"resolved","t_wall":1796431015.0,"kin',
     ]
     path = _journal(tmp_path, lines)
-    rec = recover.replay(journal.read(path), 100.0, 1796431100.0, "job", policy.Policy())
+    rec = recover.replay(journal.read(path), 100.0, 1796431100.0, "job", policy_file.Policy())
     assert rec.count == 2 and rec.records > 0
     assert ("dead_rank", (2, 3)) in rec.active  # the finding opened and not resolved
     tl = load.load(path)

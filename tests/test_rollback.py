@@ -13,8 +13,8 @@ from watchdog.contracts import slot as wire
 from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as T
 from watchdog.coordinator.control.loop import JobController
-from watchdog.coordinator.control.policy import Policy, parse_policy
 from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.policy_file import Policy, parse_policy
 from watchdog.hook import rollback
 
 POLICY = Policy(actions={"loss_anomaly": "rollback_restart"}, min_finding_age_s=0, cooldown_s=0)

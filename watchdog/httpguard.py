@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from watchdog import logs
 
@@ -174,14 +174,7 @@ class GuardedServer(ThreadingHTTPServer):
         try:
             return super().get_request()
         except OSError as exc:
-            if exc.errno in OUT_OF_FDS:
-                self.accept_errors += 1
-                self.log_once(
-                    "accept",
-                    "accept failed: out of file descriptors or memory; pausing the accept loop",
-                    error=str(exc),
-                    failures=self.accept_errors,
-                )
+            if accept_failed(self, exc):
                 self._sleep(ACCEPT_PAUSE_S)
             raise
 
@@ -191,14 +184,7 @@ class GuardedServer(ThreadingHTTPServer):
         exc = sys.exc_info()[1]
         peer = client_address[0] if isinstance(client_address, tuple) and client_address else ""
         if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
-            self.client_errors += 1
-            self.log_once(
-                "client",
-                "client disconnected mid-request",
-                peer=peer,
-                error=type(exc).__name__,
-                total=self.client_errors,
-            )
+            client_gone(self, exc, peer)
             return
         self.handler_errors += 1
         first, suppressed = self._limit.should_log(f"handler:{type(exc).__name__}", time.monotonic())
@@ -277,11 +263,53 @@ def server_class(host: str) -> type[GuardedServer]:
     return GuardedServer6 if ":" in host else GuardedServer
 
 
-def refuse_busy(server: Any, conn: Any, peer: str) -> None:
+# How a connection fails, the same in the thread-per-connection servers here and the
+# coordinator's event loop (coordinator/intake/httpio.py): each server keeps its own
+# way of pausing and closing, these count and log.
+
+
+class Guarded(Protocol):
+    """What the helpers below need of a server: its counters and its once-a-minute warning."""
+
+    max_connections: int
+    refused_busy: int
+    accept_errors: int
+    client_errors: int
+
+    def log_once(self, key: str, event: str, **kw: Any) -> None: ...
+
+
+def accept_failed(server: Guarded, exc: OSError) -> bool:
+    """An accept that raised. For lack of descriptors or memory (``OUT_OF_FDS``):
+    counted (``accept_errors``), logged once a minute, and True: the caller pauses
+    accepting for ``ACCEPT_PAUSE_S`` (the connections being served free theirs;
+    the listening socket stays readable, so accepting at once would spin). Any
+    other error: False, the caller's to handle."""
+    if exc.errno not in OUT_OF_FDS:
+        return False
+    server.accept_errors += 1
+    server.log_once(
+        "accept",
+        "accept failed: out of file descriptors or memory; pausing the accept loop",
+        error=str(exc),
+        failures=server.accept_errors,
+    )
+    return True
+
+
+def client_gone(server: Guarded, exc: BaseException, peer: str) -> None:
+    """A client that disconnected or reset mid-request: counted (``client_errors``)
+    and logged once a minute, without a traceback (a flood of them would fill the log)."""
+    server.client_errors += 1
+    server.log_once(
+        "client", "client disconnected mid-request", peer=peer, error=type(exc).__name__, total=server.client_errors
+    )
+
+
+def refuse_busy(server: Guarded, conn: Any, peer: str) -> None:
     """One connection past ``server.max_connections``: answered 503 without being
     read or served, counted (``server.refused_busy``) and logged once a minute
-    (``server.log_once``). The caller closes it. Shared by the thread-per-connection
-    servers here and the coordinator's event loop (``coordinator.httpio``)."""
+    (``server.log_once``). The caller closes it."""
     server.refused_busy += 1
     server.log_once(
         "busy",

@@ -13,5 +13,8 @@ per module, their runner and tracker), ``performance`` (goodput, the verdict),
 ``recovery`` (its destructive actions), ``evidence`` (commands to agents and
 what comes back), ``journal`` and ``cli``. ``service.Coordinator`` wires them:
 the view, detection, then its ``subsystems`` in tick order (``subsystem.py``);
-``daemon.py`` runs it with the clock.
+``daemon.py`` runs it with the clock. Below every room, at the root: the
+settings (``config.py``, ``policy_file.py``, ``event_loops.py``), the value sets
+the rooms and the metrics share (``vocabularies.py``) and ``metrics.py``; which
+room may import which is written down in ``tests/test_import_graph.py``.
 """

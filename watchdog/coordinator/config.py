@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from watchdog import flags, jobtoken, logs, webconfig
-from watchdog.coordinator.control.policy import Policy, load_policy
-from watchdog.coordinator.intake import event_loops
+from watchdog.coordinator import event_loops
+from watchdog.coordinator.policy_file import Policy, load_policy
 from watchdog.flags import (
     Flag,
     boolean,
@@ -110,7 +110,7 @@ class Config:
     stacks_max_per_host: int = 64  # at a hang: stacks asked per host (stack_plan.MAX_PER_HOST)
     # The bottleneck verdict every tick up to this many ranks, every ceil(ranks / this) ticks above (performance/cadence.py).
     performance_ranks_per_tick: int = 4096
-    # Which finding earns which action (control/policy.py); the default alerts only.
+    # Which finding earns which action (policy_file.py; control/policy.py acts on it); the default alerts only.
     policy: Policy = Policy()
     policy_file: str = ""
 

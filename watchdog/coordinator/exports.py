@@ -3,6 +3,8 @@ the findings that ended, each detector's run, and the job's gauges."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..contracts.finding import KINDS
 from ..contracts.journal.findings import ResolvedRecord
 from .analysis import health
@@ -12,12 +14,12 @@ from .metrics import CoordinatorMetrics
 from .subsystem import Out, Tick
 
 
+@dataclass(frozen=True)
 class Resolutions:
     """Each finding that ended: counted, logged and journaled."""
 
-    def __init__(self, metrics: CoordinatorMetrics, out: Out) -> None:
-        self.metrics = metrics
-        self.out = out
+    metrics: CoordinatorMetrics
+    out: Out
 
     def on_tick(self, tick: Tick) -> None:
         for r in tick.resolved:
@@ -37,11 +39,11 @@ class Resolutions:
             )
 
 
+@dataclass(frozen=True)
 class DetectorHealth:
     """Each detector's run: success, duration, errors."""
 
-    def __init__(self, metrics: CoordinatorMetrics) -> None:
-        self.metrics = metrics
+    metrics: CoordinatorMetrics
 
     def on_tick(self, tick: Tick) -> None:
         for o in tick.runs:
@@ -51,13 +53,13 @@ class DetectorHealth:
                 self.metrics.det_errors.labels(o.name).inc()
 
 
+@dataclass(frozen=True)
 class Gauges:
     """The ranks and hosts by state, the open findings by kind, and what the
     detectors computed for their gauges under the runner's isolation."""
 
-    def __init__(self, cfg: DetectorConfig, metrics: CoordinatorMetrics) -> None:
-        self.cfg = cfg
-        self.metrics = metrics
+    cfg: DetectorConfig
+    metrics: CoordinatorMetrics
 
     def on_tick(self, tick: Tick) -> None:
         m, cfg, view, now = self.metrics, self.cfg, tick.view, tick.now

@@ -15,13 +15,17 @@ from watchdog.contracts.commands import TYPES as COMMAND_TYPES
 from watchdog.report import MAX_ACKS_PER_REPORT
 
 from ..contracts.finding import KINDS
-from .control.policy import ACTIONS, JobState
-from .evidence.dispatch import OUTCOMES as COMMAND_OUTCOMES
 from .host_culprits import NAME as HOST_CULPRITS
 from .host_culprits import HostCulprits, Without
-from .performance.goodput import CATEGORIES as GOODPUT_CATEGORIES
-from .performance.verdict import SPLIT_CLOCKS, VERDICTS
-from .performance.verdict import THRESHOLDS as VERDICT_SHARES
+from .vocabularies import (
+    ACTIONS,
+    COMMAND_OUTCOMES,
+    GOODPUT_CATEGORIES,
+    SPLIT_CLOCKS,
+    VERDICT_SHARES,
+    VERDICTS,
+    JobState,
+)
 
 # Gauges a detector hands out through its ``gauges(now, view)`` (see detectors/__init__.py),
 # keyed by these names: the detector that computes the value says which gauge it is.

@@ -41,6 +41,7 @@ from .evidence.dispatch import Dispatch, DispatchConfig
 from .exports import DetectorHealth, Gauges, Resolutions
 from .intake import status
 from .intake.backpressure import Backpressure
+from .intake.coordinator_protocol import WrongJob
 from .journal import event_names as je
 from .journal.jsonl import Journal, iter_records
 from .metrics import CoordinatorMetrics
@@ -51,10 +52,6 @@ from .performance.verdict import Verdict
 from .subsystem import Out, Subsystem, Tick
 from .view import columns, unjudged
 from .view.cluster import ClusterView, Folder, LauncherExit, empty
-
-
-class WrongJob(Exception):
-    """A report for another job (409)."""
 
 
 @dataclass(frozen=True)

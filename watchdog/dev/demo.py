@@ -33,8 +33,9 @@ from watchdog.contracts.journal.actions import (
 )
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
 from watchdog.contracts.journal.ranks import StateRecord
-from watchdog.coordinator.control.policy import ACTIONS, load_policy
 from watchdog.coordinator.journal import event_names as je
+from watchdog.coordinator.policy_file import load_policy
+from watchdog.coordinator.vocabularies import ACTIONS
 from watchdog.dev import localjob
 
 # The demo's own --json lines; findings, resolutions and actions keep their journal names.
@@ -78,7 +79,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--policy",
         default=None,
-        help="coordinator policy file (TOML, see watchdog/coordinator/control/policy.py); wins over --action",
+        help="coordinator policy file (TOML, see watchdog/coordinator/policy_file.py); wins over --action",
     )
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")

@@ -30,7 +30,7 @@ from itertools import islice
 from operator import index
 from typing import Any, overload
 
-from watchdog.report import StepSample
+from watchdog.contracts.report import StepSample
 
 
 class History:

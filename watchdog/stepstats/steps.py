@@ -16,7 +16,7 @@ from itertools import chain
 from math import floor, inf
 
 from watchdog.contracts import stepsummary as sm
-from watchdog.report import StepSample, made, twinned
+from watchdog.contracts.report import StepSample, made, twinned
 
 from . import stats
 from .history import History, Steps, appendable, snapshot

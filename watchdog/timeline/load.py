@@ -20,6 +20,7 @@ from watchdog.contracts.evidence import SlotEvidence, StackDump
 from watchdog.contracts.finding import ranks_phrase
 from watchdog.contracts.journal import Record, parse, reader
 from watchdog.contracts.journal import names as je
+from watchdog.contracts.journal.actions import ResumedRecord
 from watchdog.contracts.journal.commands import EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord
 from watchdog.contracts.journal.lifecycle import StartRecord
@@ -111,7 +112,7 @@ def _split(records: list[Read]) -> list[_Raw]:
     for rec, d in records:
         t = wall_of(rec)
         if isinstance(rec, StartRecord) or cur is None:
-            cur = _new(raws, t, "start" if isinstance(rec, StartRecord) else "journal", d)
+            cur = _new(raws, t, "start" if isinstance(rec, StartRecord) else "journal", rec)
         elif isinstance(rec, RankRestartedRecord):
             rank = rec.rank if rec.rank is not None else -1  # a journal is read, never trusted
             same = (
@@ -120,7 +121,7 @@ def _split(records: list[Read]) -> list[_Raw]:
                 and t - first_restart_t <= RESTART_WINDOW_S
             )
             if not same:
-                cur = _new(raws, t, "restart", d, prev=cur.section)
+                cur = _new(raws, t, "restart", rec, prev=cur.section)
                 first_restart_t = t
             cur.restarted.add(rank)
         cur.records.append((rec, d))
@@ -153,20 +154,30 @@ def _follow_actions(raws: list[_Raw]) -> None:
         raw.records = keep
 
 
-def _new(raws: list[_Raw], t: float, opened_by: str, rec: dict, prev: Section | None = None) -> _Raw:
+def _new(raws: list[_Raw], t: float, opened_by: str, rec: Record, prev: Section | None = None) -> _Raw:
+    job, world_size = _job_and_world(rec)
     sec = Section(
         index=len(raws),
         start=t,
         end=t,
         opened_by=opened_by,
-        job=rec.get("job") or (prev.job if prev else ""),
-        world_size=int(rec.get("world_size") or (prev.world_size if prev else 0)),
+        job=job or (prev.job if prev else ""),
+        world_size=world_size or (prev.world_size if prev else 0),
     )
     raw = _Raw(sec)
     if opened_by == "restart":  # a new incarnation: the processes before it are history
         raw.older = {(rank, pid) for r in raws for rank, pids in r.pids.items() for pid in pids}
     raws.append(raw)
     return raw
+
+
+def _job_and_world(rec: Record) -> tuple[str, int]:
+    """The job and world size the record opening a section names, where its type carries them ("" and 0: it does not)."""
+    if isinstance(rec, StartRecord):
+        return rec.job, rec.world_size
+    if isinstance(rec, (RankJoinedRecord, ResumedRecord)):
+        return "", rec.world_size or 0
+    return "", 0
 
 
 def _pids(rec: Record) -> Iterator[tuple[Any, Any]]:

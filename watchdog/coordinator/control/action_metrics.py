@@ -9,7 +9,7 @@ from typing import Any
 
 from ..journal import event_names as je
 from ..metrics import CoordinatorMetrics
-from .policy import JobState
+from ..vocabularies import JobState
 
 
 class ActionMetrics:

@@ -34,15 +34,17 @@ from watchdog.contracts.journal.ranks import StateRecord
 from ...contracts.finding import ADVISORY_KINDS, Finding, seconds
 from ..evidence.plan import CommandRequest
 from ..journal import event_names as je
+from ..policy_file import Policy, PolicyError
 from ..recovery import MODULES
 from ..recovery.operation import ActionStep, Event, Operation
 from ..view.cluster import ClusterView
+from ..vocabularies import JobState
 from . import policy as P
 from .replay import Recovered
 
 
 class JobController:
-    def __init__(self, pol: P.Policy = P.Policy()) -> None:
+    def __init__(self, pol: Policy = Policy()) -> None:
         self.policy = pol
         self.job = P.JobControl()
         self.op: Operation | None = None
@@ -97,14 +99,14 @@ class JobController:
         return False
 
     @property
-    def state(self) -> P.JobState:
+    def state(self) -> JobState:
         return self.job.state
 
     def _move(self, event: str, events: list[Event]) -> None:
         old = self.job.state
         try:
             new = P.transition(old, event)
-        except P.PolicyError as exc:  # a bug, not a reason to stop: say so and stay
+        except PolicyError as exc:  # a bug, not a reason to stop: say so and stay
             self.errors += 1
             events.append(ActionErrorRecord(error=str(exc)))
             return
@@ -137,13 +139,13 @@ class JobController:
             self._apply(MODULES[self.op.action].start(self.op, view, now), reqs, events, now, view)
         elif self.op is not None:
             self._apply(MODULES[self.op.action].advance(self.op, view, now), reqs, events, now, view)
-        if self.job.state is P.JobState.FAILED:
+        if self.job.state is JobState.FAILED:
             return reqs, events
         if self.job.state in P.IDLE:
             broken = [f for f in findings if f.kind not in ADVISORY_KINDS]  # advice says nothing is broken
-            if broken and self.job.state is P.JobState.RUNNING:
+            if broken and self.job.state is JobState.RUNNING:
                 self._move("findings_open", events)
-            elif not broken and self.job.state is P.JobState.DEGRADED:
+            elif not broken and self.job.state is JobState.DEGRADED:
                 self._move("findings_clear", events)
         current = findings if seen is None else [f for f in findings if f.key in seen]
         p = self._restarted_already(P.plan(current, self.job, now, self.policy, self._frames, len(view.hosts)))

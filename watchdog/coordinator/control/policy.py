@@ -1,28 +1,7 @@
 """Policy: which action a finding earns, as a pure function of (findings, job, now).
 
-Alert-only is the default for every kind: a monitor must never become the thing
-that kills healthy jobs, so destructive actions are opt-in through a policy file
-(TOML)::
-
-    [actions]                  # finding kind -> action
-    dead_rank = "restart"
-    collective_hang = "abort"
-    straggler = "checkpoint_restart"
-
-    [limits]
-    dry_run = false            # journal what would be done, do nothing
-    max_restarts = 3           # per job
-    max_restarts_per_hour = 2
-    cooldown_seconds = 60      # after any action, before the next
-    min_finding_age_seconds = 5   # a finding must persist this long first
-    checkpoint_timeout_seconds = 120
-    abort_grace_seconds = 10   # SIGTERM -> SIGKILL
-    resume_timeout_seconds = 300  # a restarted group not stepping by then: restart failed
-
-    [repeats]                  # the restart-loop breaker (control/repeats.py)
-    same_host = "exclude_host_restart"
-    same_place = "abort"
-    after = 1
+The policy file (``policy_file.py``) says which kinds earn which action; alert
+is the default for every kind, destructive actions are opt-in.
 
 The job's own state machine (``JobState`` + ``TRANSITIONS``) says what may
 happen next; ``plan`` never starts an action while another is in flight, and a
@@ -31,39 +10,20 @@ restart that the budget no longer allows becomes an abort, with the reason.
 
 from __future__ import annotations
 
-import enum
-import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from ...contracts.finding import ADVISORY_KINDS, BLAMELESS_KINDS, KINDS, Finding
+from ...contracts.finding import BLAMELESS_KINDS, Finding
+from ..policy_file import Policy, PolicyError
+from ..vocabularies import JobState
 from . import fingerprint
-from .repeats import Escalation, Repeats, escalate, every_host, parse_repeats
+from .repeats import Escalation, escalate, every_host
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-ACTIONS = ("alert", "abort", "restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart")
 # Most drastic first: when several findings want different actions, the most
 # drastic wins (a hang that needs an abort is not fixed by a checkpoint).
 SEVERITY = {"abort": 4, "restart": 3, "exclude_host_restart": 2, "checkpoint_restart": 1, "alert": 0}
 SEVERITY["rollback_restart"] = 3  # a restart that also names the checkpoint (loss_anomaly)
 RESTARTING_ACTIONS = frozenset({"restart", "checkpoint_restart", "exclude_host_restart", "rollback_restart"})
-
-
-class PolicyError(ValueError):
-    pass
-
-
-class JobState(str, enum.Enum):
-    RUNNING = "running"
-    DEGRADED = "degraded"  # findings open, no action taken (alert only)
-    CHECKPOINTING = "checkpointing"
-    RESTARTING = "restarting"
-    ABORTING = "aborting"
-    FAILED = "failed"  # terminal: aborted, or gave up
 
 
 S = JobState
@@ -97,77 +57,6 @@ def transition(state: JobState, event: str) -> JobState:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise PolicyError(f"job state {state.value} does not allow {event!r}") from None
-
-
-@dataclass(frozen=True)
-class Policy:
-    actions: Mapping[str, str] = field(default_factory=dict)  # kind -> action; missing kinds alert
-    dry_run: bool = False
-    max_restarts: int = 3
-    max_restarts_per_hour: int = 2
-    cooldown_s: float = 60.0
-    min_finding_age_s: float = 5.0
-    checkpoint_timeout_s: float = 120.0
-    abort_grace_s: float = 10.0
-    repeats: Repeats = field(default_factory=Repeats)
-    resume_timeout_s: float = 300.0
-
-    def action_for(self, kind: str) -> str:
-        return self.actions.get(kind, "alert")
-
-
-_LIMITS = {
-    "dry_run": ("dry_run", bool),
-    "max_restarts": ("max_restarts", int),
-    "max_restarts_per_hour": ("max_restarts_per_hour", int),
-    "cooldown_seconds": ("cooldown_s", float),
-    "min_finding_age_seconds": ("min_finding_age_s", float),
-    "checkpoint_timeout_seconds": ("checkpoint_timeout_s", float),
-    "abort_grace_seconds": ("abort_grace_s", float),
-    "resume_timeout_seconds": ("resume_timeout_s", float),
-}
-
-
-def parse_policy(text: str, source: str = "policy") -> Policy:
-    """Parse and validate a TOML policy; every mistake is a PolicyError naming it."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"actions", "limits", "repeats"}
-    if unknown:
-        raise PolicyError(f"{source}: unknown section(s) {sorted(unknown)}; expected [actions], [limits], [repeats]")
-    actions = doc.get("actions", {})
-    for kind, action in actions.items():
-        if kind not in KINDS:
-            raise PolicyError(f"{source}: [actions] unknown finding kind {kind!r}; kinds are {', '.join(KINDS)}")
-        if action not in ACTIONS:
-            raise PolicyError(f"{source}: [actions] {kind} = {action!r}; actions are {', '.join(ACTIONS)}")
-        if kind in ADVISORY_KINDS and action != "alert":
-            raise PolicyError(f'{source}: [actions] {kind} is advisory (nothing is broken): it can only be "alert"')
-    kw = {}
-    for key, value in doc.get("limits", {}).items():
-        if key not in _LIMITS:
-            raise PolicyError(f"{source}: [limits] unknown key {key!r}; keys are {', '.join(_LIMITS)}")
-        attr, typ = _LIMITS[key]
-        ok = isinstance(value, bool) if typ is bool else isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or (typ is not bool and value < 0):
-            raise PolicyError(
-                f"{source}: [limits] {key} = {value!r} must be a {'boolean' if typ is bool else 'number >= 0'}"
-            )
-        kw[attr] = typ(value)
-    rep = doc.get("repeats", {})
-    if not isinstance(rep, dict):
-        raise PolicyError(f"{source}: [repeats] must be a table")
-    return Policy(actions=dict(actions), repeats=parse_repeats(rep, source, PolicyError), **kw)
-
-
-def load_policy(path: str) -> Policy:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return parse_policy(f.read(), source=path)
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy file {path}: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The restart-loop breaker: a failure that comes back after a restart is
 escalated instead of spending the restart budget on it again.
 
-Policy file (every key optional; the defaults shown)::
+Policy file (every key optional; the defaults shown; parsed in policy_file.py)::
 
     [repeats]
     same_host = "exclude_host_restart"   # the culprit's host failed the same way before
@@ -29,21 +29,12 @@ The history is the fingerprints of the findings restarts were spent on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..policy_file import OFF, Repeats
 from .fingerprint import Fingerprint, same_host, same_place
-
-OFF = "off"
-ESCALATIONS = ("abort", "exclude_host_restart", OFF)
-
-
-@dataclass(frozen=True)
-class Repeats:
-    same_host: str = "exclude_host_restart"
-    same_place: str = "abort"
-    after: int = 1
 
 
 @dataclass(frozen=True)
@@ -61,26 +52,6 @@ class Escalation:
             "occurrences": len(self.matches) + 1,
             "earlier": [m.to_dict() for m in self.matches],
         }
-
-
-def parse_repeats(doc: Mapping[str, Any], source: str, error: type[Exception]) -> Repeats:
-    """The [repeats] section; every mistake is ``error`` naming it."""
-    known = {"same_host", "same_place", "after"}
-    unknown = set(doc) - known
-    if unknown:
-        raise error(f"{source}: [repeats] unknown key(s) {sorted(unknown)}; keys are {', '.join(sorted(known))}")
-    kw: dict[str, Any] = {}
-    for key in ("same_host", "same_place"):
-        if key in doc:
-            if doc[key] not in ESCALATIONS:
-                raise error(f"{source}: [repeats] {key} = {doc[key]!r}; choose one of {', '.join(ESCALATIONS)}")
-            kw[key] = doc[key]
-    if "after" in doc:
-        v = doc["after"]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise error(f"{source}: [repeats] after = {v!r} must be an integer >= 1")
-        kw["after"] = v
-    return Repeats(**kw)
 
 
 def escalate(

@@ -59,8 +59,10 @@ from watchdog.contracts.journal.lifecycle import RecoveredRecord, StartRecord
 from ...contracts.finding import Finding
 from ..detectors import tracker
 from ..journal import event_names as je
+from ..policy_file import Policy
 from ..recovery import restart
 from ..recovery.operation import Operation
+from ..vocabularies import JobState
 from . import budget, fingerprint
 from . import policy as P
 
@@ -166,7 +168,7 @@ class _Replay:
     now: float
     wall: float
     n: int = 0
-    state: P.JobState = P.JobState.RUNNING
+    state: JobState = JobState.RUNNING
     restarts: list[float] = field(default_factory=list)
     last_action: float | None = None
     count: int = 0
@@ -227,7 +229,7 @@ def _outcome(r: _Replay, rec: Any) -> None:
 def _state(r: _Replay, rec: Any) -> None:
     if rec.of_job:
         try:
-            r.state = P.JobState(rec.job_state)
+            r.state = JobState(rec.job_state)
         except ValueError:
             pass
 
@@ -260,7 +262,7 @@ _READ = DECISIONS | {je.START, je.STACK_GROUPS}  # the records replay parses
 
 
 def replay(
-    records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: P.Policy, run_id: str = ""
+    records: Iterable[dict[str, Any]], now: float, wall: float, job: str, pol: Policy, run_id: str = ""
 ) -> Recovered:
     """The control state the journal's records imply, at (``now``, ``wall``). Pure.
     ``run_id``: only the segments whose ``start`` record names this run count (empty: all)."""
@@ -303,7 +305,7 @@ def replay(
     return _recovered(r, pol)
 
 
-def _recovered(r: _Replay, pol: P.Policy) -> Recovered:
+def _recovered(r: _Replay, pol: Policy) -> Recovered:
     now, state = r.now, r.state
     active = {}
     for key, opened in r.opened.items():
@@ -316,9 +318,9 @@ def _recovered(r: _Replay, pol: P.Policy) -> Recovered:
     for i, (aid, rec) in enumerate(sorted(r.actions.items(), key=lambda kv: kv[1].t_wall or 0)):
         last = i == len(r.actions) - 1
         built = _operation(aid, rec, r.progress.get(aid), r.restarted.get(aid), r.mono, now, pol)
-        if last and built is not None and state is not P.JobState.FAILED:
+        if last and built is not None and state is not JobState.FAILED:
             op, again = built
-            state = P.JobState.ABORTING if op.action == "abort" else P.JobState.RESTARTING
+            state = JobState.ABORTING if op.action == "abort" else JobState.RESTARTING
             continue
         interrupted.append(
             ActionOutcomeRecord(
@@ -335,8 +337,8 @@ def _recovered(r: _Replay, pol: P.Policy) -> Recovered:
                 + " (a restart stays counted)",
             )
         )
-    if interrupted and op is None and state not in P.IDLE and state is not P.JobState.FAILED:
-        state = P.JobState.DEGRADED if active else P.JobState.RUNNING
+    if interrupted and op is None and state not in P.IDLE and state is not JobState.FAILED:
+        state = JobState.DEGRADED if active else JobState.RUNNING
     job_control = replace(
         r.control,
         state=state,
@@ -363,7 +365,7 @@ def _operation(
     restart_rec: Restarted | None,
     mono: Callable[[Any], float],
     now: float,
-    pol: P.Policy,
+    pol: Policy,
 ) -> tuple[Operation, bool] | None:
     """(operation, start it again) for an action still in flight, or None: nothing
     to carry on (a restart that had not stopped anything yet)."""

@@ -38,7 +38,6 @@ from .plan import CommandRequest
 
 Event = Record  # what the dispatch journals: commands sent, their answers, the ones given up on
 SEND, WAIT, GIVE_UP = "send", "wait", "give_up"
-OUTCOMES = ("sent", "done", "failed", "refused", "expired")
 MAX_UNKNOWN_ACK_EVENTS = 4  # per report; the rest are one line with their count
 
 

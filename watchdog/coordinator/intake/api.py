@@ -27,8 +27,8 @@ from ...report import (
     rank_problem,
 )
 from ...stepstats.steps import summary_config
-from ..service import Coordinator, WrongJob
 from . import jsonbody
+from .coordinator_protocol import ServedCoordinator, WrongJob
 
 __all__ = ["MAX_WORLD_SIZE", "ReportHandler", "authorized", "decode", "validate"]
 # request headers: a plain dict in tests, http.server's message on the wire
@@ -83,7 +83,7 @@ def validate(report: HostReport, ranks_checked: bool = False) -> None:
 
 
 class ReportHandler:
-    def __init__(self, coordinator: Coordinator, token: str) -> None:
+    def __init__(self, coordinator: ServedCoordinator, token: str) -> None:
         self.coordinator = coordinator
         self.token = token
         self.log = logs.get("watchdog.coordinator")

@@ -56,7 +56,7 @@ from http import HTTPStatus
 from typing import Any, cast
 
 from ... import httpguard, logs
-from . import event_loops
+from .. import event_loops
 
 HEADER_LIMIT = 64 * 1024  # request line + headers; more is refused (431) and the connection closed
 ACCEPT_BATCH = 64  # accepts per readiness event, so a connection storm cannot starve the requests
@@ -191,16 +191,9 @@ class LoopServer:
             except ConnectionAbortedError:
                 continue
             except OSError as exc:
-                if exc.errno not in httpguard.OUT_OF_FDS:
+                if not httpguard.accept_failed(self, exc):
                     self.note_handler_error(exc, "")
                     return
-                self.accept_errors += 1
-                self.log_once(
-                    "accept",
-                    "accept failed: out of file descriptors or memory; pausing the accept loop",
-                    error=str(exc),
-                    failures=self.accept_errors,
-                )
                 # The connections being served free theirs; the socket stays readable meanwhile.
                 loop.remove_reader(self._sock.fileno())
                 loop.call_later(httpguard.ACCEPT_PAUSE_S, self._resume_accept)
@@ -281,10 +274,7 @@ class LoopServer:
         return False
 
     def note_client_error(self, exc: BaseException, peer: str) -> None:
-        self.client_errors += 1
-        self.log_once(
-            "client", "client disconnected mid-request", peer=peer, error=type(exc).__name__, total=self.client_errors
-        )
+        httpguard.client_gone(self, exc, peer)
 
     def note_handler_error(self, exc: BaseException, peer: str) -> None:
         self.handler_errors += 1

@@ -32,8 +32,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ... import httpguard, httpgzip, launcherexit, logs, webconfig
-from ..service import Coordinator
 from .api import ReportHandler, authorized
+from .coordinator_protocol import ServedCoordinator
 from .httpio import MAX_CONNECTIONS, LoopServer, Request, Response
 
 REPORT_PATH = "/api/v1/report"
@@ -48,7 +48,7 @@ def _json(status: int, obj: Any, close: bool = False) -> Response:
 def make_server(
     host: str,
     port: int,
-    coordinator: Coordinator,
+    coordinator: ServedCoordinator,
     token: str,
     max_body: int,
     *,
@@ -158,7 +158,7 @@ def _launcher_exit(req: Request, body: bytes, now: float, reports: ReportHandler
     return _json(status, reply, close=status >= 400)
 
 
-def _metrics(req: Request, coordinator: Coordinator, web: webconfig.WebConfig) -> Response:
+def _metrics(req: Request, coordinator: ServedCoordinator, web: webconfig.WebConfig) -> Response:
     """GET /metrics: basic auth where ``--web.config.file`` asks for it, gzip where the scraper accepts it."""
     if not web.allowed(req.headers.get("authorization", "")):
         return Response(401, b"unauthorized\n", "text/plain", extra={"WWW-Authenticate": "Basic"})

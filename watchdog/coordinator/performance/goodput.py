@@ -45,18 +45,10 @@ from ..view import columns
 from ..view.cluster import ClusterView
 from ..view.columns import RankColumns
 from ..view.stepcolumns import StepColumns
+from ..vocabularies import GOODPUT_CATEGORIES as CATEGORIES
 
-PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = (
-    "productive",
-    "data_wait",
-    "collective_wait",
-    "straggler",
-    "checkpoint_eval",
-    "restart",
-    "redone",
-    "startup",
-)
-CATEGORIES = (PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP)
+# One name per category, in the vocabulary's order (the metrics label by the same values).
+PRODUCTIVE, DATA_WAIT, COLLECTIVE_WAIT, STRAGGLER, CHECKPOINT_EVAL, RESTART, REDONE, STARTUP = CATEGORIES
 BASELINE_QUANTILE = 0.2  # the job's own collective cost per step: its 20th percentile
 BASELINE_SAMPLES = 512
 _NUMBER = attrgetter("step")

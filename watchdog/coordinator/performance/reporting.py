@@ -12,12 +12,12 @@ from ... import logs
 from ...contracts.journal.performance import GoodputRecord, VerdictRecord
 from ..config import Config
 from ..control.loop import JobController
-from ..control.policy import JobState
 from ..intake.backpressure import Backpressure
 from ..journal import event_names as je
 from ..metrics import CoordinatorMetrics
 from ..subsystem import Out, Tick
 from ..view.cluster import ClusterView
+from ..vocabularies import SPLIT_CLOCKS, VERDICTS, JobState
 from . import cadence, goodput, verdict
 
 GOODPUT_EVERY_S = 60.0  # a goodput record in the journal this often (and one at stop)
@@ -81,12 +81,12 @@ class Performance:
                 )
             )
         self.verdict = new
-        for v in verdict.VERDICTS:
+        for v in VERDICTS:
             self.metrics.bottleneck.labels(v).set(1 if v == new.verdict else 0)
         for cause, share in m.shares.items():
             self.metrics.bottleneck_share.labels(cause).set(round(share, 4))
         if "clock" in m.evidence:
-            for clock in verdict.SPLIT_CLOCKS:
+            for clock in SPLIT_CLOCKS:
                 self.metrics.split_clock.labels(clock).set(1 if clock == m.evidence["clock"] else 0)
 
     def _goodput(self, view: ClusterView, now: float) -> None:

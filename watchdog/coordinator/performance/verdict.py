@@ -38,21 +38,14 @@ from ..analysis.health import OK, classify_all
 from ..config import DetectorConfig
 from ..view import columns
 from ..view.cluster import ClusterView, StepSample
+from ..vocabularies import VERDICTS
 
-DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = (
-    "data",
-    "communication",
-    "straggler",
-    "memory",
-    "compute",
-    "unknown",
-)
-VERDICTS = (DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN)
-SPLIT_CLOCKS = ("gpu", "cpu", "mixed")  # where the split came from (evidence "clock"; FoldedRank.split_clock)
+# One name per verdict, in the vocabulary's order (the metrics label by the same values).
+DATA, COMMUNICATION, STRAGGLER, MEMORY, COMPUTE, UNKNOWN = VERDICTS
 CAUSES = (DATA, COMMUNICATION, STRAGGLER)  # time lost per step, as a share of step time
 
 # Shares of step time (memory: share of accelerator memory) at which a cause is the verdict.
-THRESHOLDS = {DATA: 0.20, COMMUNICATION: 0.30, STRAGGLER: 0.08, MEMORY: 0.90}
+THRESHOLDS = {DATA: 0.20, COMMUNICATION: 0.30, STRAGGLER: 0.08, MEMORY: 0.90}  # one per VERDICT_SHARES
 EXIT = 0.75  # the current verdict holds until its share falls below 75% of its threshold
 CONFIRM = 3  # evaluations a new leader must lead before the verdict changes
 WINDOW_STEPS = 50  # recent train steps per rank the shares are measured over
