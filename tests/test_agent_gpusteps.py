@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.agent.gpusteps import COLLECTIVE, STEP, GpuFold
+from watchdog.agent.slotfiles.gpusteps import COLLECTIVE, STEP, GpuFold
 from watchdog.contracts import slot as wire
 
 MS = 1_000_000

@@ -28,11 +28,12 @@ from dataclasses import replace
 from typing import Any
 
 from watchdog import sharedfile
-from watchdog.agent import dumpall, flight_recorder_dump, steadystart
-from watchdog.agent.pidpin import Pin
-from watchdog.agent.procs import START_TOLERANCE_US
-from watchdog.agent.slots import LocalRank
-from watchdog.agent.stacks import StackDumper
+from watchdog.agent.command_channel import dumpall, flight_recorder_dump
+from watchdog.agent.command_channel.stacks import StackDumper
+from watchdog.agent.processes import steadystart
+from watchdog.agent.processes.pidpin import Pin
+from watchdog.agent.processes.table import START_TOLERANCE_US
+from watchdog.agent.slotfiles.tracker import LocalRank
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence, StackDump

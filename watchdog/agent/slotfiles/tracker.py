@@ -26,9 +26,10 @@ from typing import Any
 import psutil
 
 from watchdog import flags, logs, rundir
-from watchdog.agent import deathcause, gpusteps, slot_states, steadystart
-from watchdog.agent.listing import CachedLister
-from watchdog.agent.procs import ProcessTable, ProcSample
+from watchdog.agent.processes import deathcause, steadystart
+from watchdog.agent.processes.table import ProcessTable, ProcSample
+from watchdog.agent.slotfiles import gpusteps, slot_states
+from watchdog.agent.slotfiles.listing import CachedLister
 from watchdog.contracts import slot as wire
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
