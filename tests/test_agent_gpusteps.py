@@ -1,4 +1,4 @@
-"""The GPU-side step split from COMPLETION records (agent/gpusteps.py): pure,
+"""The GPU-side step split from COMPLETION records (agent/slotfiles/gpusteps.py): pure,
 records written by hand as the hook's completion seam writes them."""
 
 from __future__ import annotations

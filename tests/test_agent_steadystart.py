@@ -1,6 +1,6 @@
 """A step of the wall clock does not turn a rank into "another process": the
 start time the agent first read for a process is the one it reads from then on
-(``agent/steadystart.py``), while a reused pid is read afresh."""
+(``agent/processes/steadystart.py``), while a reused pid is read afresh."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ so they happen here, right before acting).
 
 Targets are checked against the slots this agent tracks: a command can only touch
 a process that wrote a slot for the job (its file owned by that process's user,
-checked when it registered: agent/slots.py) or, for ``signal``, the launcher
+checked when it registered: agent/slotfiles/tracker.py) or, for ``signal``, the launcher
 recorded and verified when such a rank registered -- never an arbitrary pid on
 the host, never pid 1 (an orphaned rank's parent), whoever holds the token.
 Dumps pin the process with a pidfd before the identity check (``pidpin``), as

@@ -1,7 +1,7 @@
 """Scan the run directory, read each slot with ``wire.read_slot`` (pread, never mmap),
 and track every slot across polls.
 
-Per poll and per watched slot: one process check (nearly free: see procs.py),
+Per poll and per watched slot: one process check (nearly free: see processes/table.py),
 then one ``read_slot(path, since)``. Checking the process *before* reading means
 the read that follows a
 confirmed death shows the rank's final state; after it the slot is frozen and no
@@ -36,7 +36,7 @@ from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
 # followed); owner: the file's owner is not the owner of the process it names
 # (a forgery: pid and start time are public in /proc). record: ring records with
-# values no hook writes (counted per record, agent/gpusteps.py), left out of reports.
+# values no hook writes (counted per record, agent/slotfiles/gpusteps.py), left out of reports.
 # job_owner: the file's owner is not the user whose live rank first claimed the job here
 # (nor a trusted uid): another user's slot cannot speak for, or hide, someone else's rank.
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record", "job_owner")
@@ -86,7 +86,7 @@ class LocalRank:
     coll_records: tuple[wire.Record, ...] = ()
     # The same from the event ring of a version-2 slot, numbered on their own (wire.read_slot's events_since).
     event_colls: tuple[wire.Record, ...] = ()
-    # Steps split on the accelerator's clock (agent/gpusteps.py), each with the event-ring
+    # Steps split on the accelerator's clock (agent/slotfiles/gpusteps.py), each with the event-ring
     # index of the completion that ended it, oldest first, at most MAX_STEPS_PER_RANK.
     gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
     gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
