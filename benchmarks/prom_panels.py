@@ -55,7 +55,7 @@ from watchdog.agent.export.rankmetrics import DETAILS, RanksCollector  # noqa: E
 from watchdog.agent.processes.table import ProcSample  # noqa: E402
 from watchdog.agent.server import Server  # noqa: E402
 from watchdog.agent.slotfiles import slot_states  # noqa: E402
-from watchdog.agent.slotfiles.tracker import LocalRank  # noqa: E402
+from watchdog.agent.slotfiles.local_rank import LocalRank  # noqa: E402
 from watchdog.contracts import slot as wire  # noqa: E402
 from watchdog.coordinator import metrics as cm  # noqa: E402
 

@@ -16,7 +16,7 @@ from watchdog.agent.command_channel.inbox import CommandHandler
 from watchdog.agent.command_channel.outbox import Outbox
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import commands as c
 from watchdog.contracts import control_block
 from watchdog.contracts import slot as wire

@@ -22,7 +22,8 @@ from watchdog.agent.command_channel.stacks import BLOCKING, NONBLOCKING, StackDu
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.reporting.sender import Sender
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank, SlotTracker
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts.evidence import StackDump
 

@@ -20,7 +20,8 @@ from watchdog.agent.command_channel import handlers as act
 from watchdog.agent.processes.nspid import PidMap, parse_nspid
 from watchdog.agent.processes.table import ProcessTable, ProcSample
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank, SlotTracker
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire

@@ -145,7 +145,7 @@ def test_each_rank_is_joined_to_the_gpu_its_process_runs_on():
     GPU 1 and its uuid; a rank on no GPU gets none."""
     from watchdog.agent.processes.table import ProcSample
     from watchdog.agent.slotfiles import slot_states
-    from watchdog.agent.slotfiles.tracker import LocalRank
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     def rank(r, pid):
         snap = testing.snapshot(testing.identity("train", r, 4, pid=pid, proc_start_us=7, local_rank=r), {})

@@ -14,7 +14,7 @@ from watchdog.agent.export import metrics as m
 from watchdog.agent.export import rankmetrics
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 MS = 1_000_000

@@ -9,7 +9,7 @@ from watchdog.agent import testing
 from watchdog.agent.processes.table import GONE, ProcSample
 from watchdog.agent.reporting.build import build_report, marks
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 S = 1_000_000_000

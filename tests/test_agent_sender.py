@@ -16,7 +16,8 @@ from watchdog.agent.export.agentmetrics import AgentCollector, LoopStats
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.reporting.sender import HttpRefused, JsonPoster, Sender
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank, SlotTracker
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.stepstats.steps import StepStats, add_samples

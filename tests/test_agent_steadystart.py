@@ -15,9 +15,10 @@ import pytest
 from watchdog import procstart
 from watchdog.agent.command_channel import handlers as command_handlers
 from watchdog.agent.processes import steadystart
+from watchdog.agent.processes.ownership import parent_identity
 from watchdog.agent.processes.table import START_TOLERANCE_US
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import SlotTracker, parent_identity
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.hook import lifecycle

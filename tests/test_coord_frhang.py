@@ -252,7 +252,7 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
     from watchdog.agent.processes.table import ProcSample
     from watchdog.agent.reporting.build import build_report
     from watchdog.agent.slotfiles import slot_states
-    from watchdog.agent.slotfiles.tracker import LocalRank
+    from watchdog.agent.slotfiles.local_rank import LocalRank
     from watchdog.contracts import slot as wire
     from watchdog.hook.flight_recorder import FlightRecorderSource
     from watchdog.hook.slotwriter import SlotWriter

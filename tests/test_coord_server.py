@@ -22,7 +22,7 @@ from watchdog.agent import testing as agent_testing
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.reporting.sender import Sender
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.cli.status import main as status_main
 from watchdog.coordinator.config import Config

@@ -304,7 +304,7 @@ def orphan():
 def test_an_orphaned_ranks_parent_is_never_signalled(orphan):
     from watchdog.agent.processes.table import ProcSample
     from watchdog.agent.slotfiles import slot_states
-    from watchdog.agent.slotfiles.tracker import LocalRank
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     parent = psutil.Process(orphan).ppid()  # 1, or the container's init / a subreaper
     ident = atesting.identity("job", 0, 2, pid=orphan, proc_start_us=_start_us(orphan))
@@ -346,7 +346,7 @@ def test_a_parent_not_recorded_at_registration_is_not_signalled(sleeper):
     the test process itself)."""
     from watchdog.agent.processes.table import ProcSample
     from watchdog.agent.slotfiles import slot_states
-    from watchdog.agent.slotfiles.tracker import LocalRank
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     p = sleeper()
     ident = atesting.identity("job", 0, 2, pid=p.pid, proc_start_us=_start_us(p.pid))
@@ -389,7 +389,7 @@ def test_a_dump_of_a_process_that_exited_meanwhile_is_discarded(sleeper):
     during the dump discards the result."""
     from watchdog.agent.processes.table import ProcSample
     from watchdog.agent.slotfiles import slot_states
-    from watchdog.agent.slotfiles.tracker import LocalRank
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     p = sleeper()
     ident = ident_of(p.pid)

@@ -16,7 +16,7 @@ from watchdog import flags, rundir
 from watchdog.agent.processes.table import ProcessTable
 from watchdog.agent.reporting import build as report
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 from watchdog.flags import Flag, FlagError
 

@@ -33,7 +33,7 @@ from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.agent.processes import steadystart
 from watchdog.agent.processes.pidpin import Pin
 from watchdog.agent.processes.table import START_TOLERANCE_US
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence, StackDump

@@ -9,7 +9,7 @@ from prometheus_client.core import Metric
 
 from watchdog.agent.export import metrics as m
 from watchdog.agent.export.nvml import Accelerators, AccelSnapshot, Disabled
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 
 
 def accelerator_families(snap: AccelSnapshot, host: str, ranks: Iterable[LocalRank] = ()) -> list[Metric]:

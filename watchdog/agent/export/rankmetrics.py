@@ -19,7 +19,7 @@ from prometheus_client.core import Metric
 
 from watchdog.agent.export import metrics as m
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import logs
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 
 SUFFIX = ".coordinator"
 TOKEN_SUFFIX = ".token"

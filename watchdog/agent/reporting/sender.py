@@ -47,7 +47,7 @@ from watchdog import jobtoken, logs
 from watchdog.agent.reporting import build as report
 from watchdog.agent.reporting.stepsummaries import StepSummaries
 from watchdog.agent.slotfiles import slot_states
-from watchdog.agent.slotfiles.tracker import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.report import MAX_STEPS_PER_RANK, REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
 
 REPORT_PATH = "/api/v1/report"
