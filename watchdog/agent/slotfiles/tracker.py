@@ -21,11 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from watchdog import flags, logs, rundir
+from watchdog import logs
 from watchdog.agent.processes import deathcause
 from watchdog.agent.processes.ownership import parent_identity, process_uids
 from watchdog.agent.processes.table import ProcessTable
 from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.directory import SlotDirectory
 from watchdog.agent.slotfiles.listing import CachedLister
 from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.agent.slotfiles.tracked_slot import TrackedSlot, absorb
@@ -47,7 +48,6 @@ _NOT_AGAIN = (*_SETTLED, "owner", "job_owner")  # a forged owner does not change
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
 EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
-NO_SLOTS_AFTER_NS = 60_000_000_000  # this long without a rank to export: say where we look, once
 
 
 def _rank_key(s: TrackedSlot) -> tuple[str, int]:
@@ -81,25 +81,22 @@ class SlotTracker:
     ) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
-        self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
-        self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
         self._owner = owner or process_uids
         self._trusted = frozenset(trusted_uids)
-        self._check_dir = check_dir or (lambda path: rundir.insecure(path, trusted=self._dir_owners()))
-        self._dir_key: tuple[int, int, int] | None = None  # (ino, uid, mode) of the run dir last found safe
-        self._dir_refused = ""
         self._causes = death_causes  # off: no /proc, cgroup or kernel-log reads at a death (tests with fakes)
         self.procs = procs or ProcessTable()
-        self._read, self._list = read, lister or CachedLister()
+        self._read = read
         self._resource_ns = int(resource_interval_s * 1e9)
         self._log = log or logs.get("watchdog.agent.slots")
+        self._dir = SlotDirectory(
+            run_dir, lister=lister or CachedLister(), check_dir=check_dir, trusted=self._trusted, log=self._log
+        )
         self._lock = threading.Lock()
         self._slots: dict[str, TrackedSlot] = {}
         self._job_uid: dict[str, int] = {}  # job -> uid of its first live rank here (slot_states.job_owner)
         self._skipped: dict[str, tuple[int, str]] = {}  # path -> (inode, STALE / OTHER_JOB / INVALID reason)
-        self._dir_missing = False
         self._entries_seen: dict[str, int] | None = None
         self._membership_changed = False  # slots added or removed: who speaks for a rank may change
         self._crashed: set[str] = set()  # paths whose processing raised (logged once each)
@@ -109,7 +106,7 @@ class SlotTracker:
     # -- the poll ------------------------------------------------------------
 
     def poll(self, now_mono_ns: int, now_wall_ns: int) -> None:
-        entries = self._entries(now_mono_ns)
+        entries = self._dir.entries(now_mono_ns)
         with self._lock:
             self.polls += 1
             self.procs.refresh()
@@ -137,52 +134,7 @@ class SlotTracker:
             if self._membership_changed:
                 self._membership_changed = False
                 self._resolve()
-            self._check_empty(now_mono_ns, len(entries))
-
-    def _dir_owners(self) -> frozenset[int]:
-        return frozenset({os.geteuid(), 0}) | self._trusted
-
-    def _dir_safe(self) -> bool:
-        """A run dir anyone could have created or can swap files in is not read: its
-        slots could be anyone's. Checked again whenever the directory itself changes."""
-        try:
-            st = os.stat(self.run_dir)
-        except OSError:
-            return True  # missing: the listing says so
-        key = (st.st_ino, st.st_uid, st.st_mode)
-        if key == self._dir_key:
-            return True
-        why = self._check_dir(self.run_dir)
-        if why:
-            if why != self._dir_refused:
-                self._log.error(
-                    "run dir refused",
-                    run_dir=self.run_dir,
-                    reason=why,
-                    detail="slot files here are not read: anyone able to create or replace them could "
-                    "make this agent report, dump or signal arbitrary processes",
-                )
-            self._dir_refused, self._dir_key = why, None
-            return False
-        if self._dir_refused:
-            self._log.info("run dir accepted", run_dir=self.run_dir)
-        self._dir_refused, self._dir_key = "", key
-        return True
-
-    def _entries(self, now_ns: int) -> dict[str, int]:
-        if not self._dir_safe():
-            return {}
-        try:
-            entries = self._list(self.run_dir, now_ns)
-        except OSError as exc:
-            if not self._dir_missing:
-                self._log.warning("run dir unreadable", run_dir=self.run_dir, error=str(exc))
-            self._dir_missing = True
-            return {}
-        if self._dir_missing:
-            self._log.info("run dir readable", run_dir=self.run_dir)
-        self._dir_missing = False
-        return entries
+            self._dir.check_empty(now_mono_ns, len(entries), len(self._slots), self._counts_locked)
 
     def _read_or_count(
         self, path: str, since: int, current_error: str, events_since: int = 0
@@ -456,34 +408,6 @@ class SlotTracker:
                 ident = slot.header.identity
                 self._log.info("slot superseded", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
             slot.superseded = now_superseded
-
-    def _check_empty(self, now_mono_ns: int, files: int) -> None:
-        """No silent no-data: an agent that has had no rank to export for a while says
-        once where it looks and why ranks may be writing elsewhere."""
-        if self._slots:
-            if self._said_empty:
-                self._log.info("rank slots found", run_dir=self.run_dir, slots=len(self._slots))
-            self._empty_since_ns, self._said_empty = None, False
-            return
-        if self._empty_since_ns is None:
-            self._empty_since_ns = now_mono_ns
-        if self._said_empty or now_mono_ns - self._empty_since_ns < NO_SLOTS_AFTER_NS:
-            return
-        self._said_empty = True
-        skipped = {k: n for k, n in self._counts_locked().items() if n}
-        self._log.warning(
-            "no rank slots found",
-            run_dir=self.run_dir,
-            waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
-            files=files,
-            skipped=skipped,
-            detail=f"ranks write their slot files to {rundir.RUN_DIR_ENV} or, when it is unset, to the default: "
-            f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
-            f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
-            f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
-            f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
-            f"directory; watchdog_agent_slots shows what this agent finds",
-        )
 
     def _expire(self, now_mono_ns: int) -> None:
         """Stop exporting the slots of jobs whose processes here all ended long ago.
