@@ -201,8 +201,8 @@ def check_gloo_cuda(run_dir: str) -> None:
 def check_nvml() -> None:
     import torch
 
-    from watchdog.agent.accelmetrics import accelerator_families
-    from watchdog.agent.nvml import Accelerators
+    from watchdog.agent.export.accelmetrics import accelerator_families
+    from watchdog.agent.export.nvml import Accelerators
 
     class Log:
         def __getattr__(self, level):

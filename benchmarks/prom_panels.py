@@ -47,17 +47,15 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from promserver import Prometheus  # noqa: E402  (the tests' runner: one way to start Prometheus)
 
 from watchdog import logs  # noqa: E402
-from watchdog.agent import (  # noqa: E402
-    slot_states,
-    testing,
-)
-from watchdog.agent.accelmetrics import AcceleratorCollector  # noqa: E402
-from watchdog.agent.exporter import Exporter  # noqa: E402
-from watchdog.agent.nvml import Accelerators  # noqa: E402
-from watchdog.agent.procs import ProcSample  # noqa: E402
-from watchdog.agent.rankmetrics import DETAILS, RanksCollector  # noqa: E402
+from watchdog.agent import testing  # noqa: E402
+from watchdog.agent.export.accelmetrics import AcceleratorCollector  # noqa: E402
+from watchdog.agent.export.exporter import Exporter  # noqa: E402
+from watchdog.agent.export.nvml import Accelerators  # noqa: E402
+from watchdog.agent.export.rankmetrics import DETAILS, RanksCollector  # noqa: E402
+from watchdog.agent.processes.table import ProcSample  # noqa: E402
 from watchdog.agent.server import Server  # noqa: E402
-from watchdog.agent.slots import LocalRank  # noqa: E402
+from watchdog.agent.slotfiles import slot_states  # noqa: E402
+from watchdog.agent.slotfiles.local_rank import LocalRank  # noqa: E402
 from watchdog.contracts import slot as wire  # noqa: E402
 from watchdog.coordinator import metrics as cm  # noqa: E402
 

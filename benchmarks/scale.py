@@ -61,7 +61,7 @@ async def _agent(
     link = scalehttp.Link(addr)
     await link.open()
     next_at = time.time()
-    # The interval in effect, stated in each report as the real agent does (agent/sender.py:
+    # The interval in effect, stated in each report as the real agent does (agent/reporting/sender.py:
     # its own, or the longer one the coordinator advised): stating its own while following
     # the advice made the hosts look short of reports, a deficit of the advice's own making
     # that the coordinator added to every silence limit and kept advising for.

@@ -16,7 +16,7 @@ A host sends version-1 reports (an object per rank) or, with ``version = 2``,
 the same content as rows under field lists (``watchdog.report.as_rows``), as an
 agent does once the coordinator's reply said it reads them. Once a reply gave the
 step-summary settings (``"step_summary_config"``), each rank also carries its step
-statistics, computed by the agent's own code (``watchdog.agent.stepsummaries``)
+statistics, computed by the agent's own code (``watchdog.agent.reporting.stepsummaries``)
 from the samples the coordinator accepted, as an agent does; ``summaries=False``
 sends none (an older agent's reports).
 """
@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.agent.sender import advised_steps, first_batch_mark, reads_rows, steps_due_by_time
-from watchdog.agent.stepsummaries import StepSummaries
+from watchdog.agent.reporting.sender import advised_steps, first_batch_mark, reads_rows, steps_due_by_time
+from watchdog.agent.reporting.stepsummaries import StepSummaries
 from watchdog.report import ROWS_VERSION, StepSample, as_rows
 
 RANKS_PER_HOST = 8

@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from watchdog import stackgroups  # noqa: E402
-from watchdog.agent import dumpall  # noqa: E402
-from watchdog.agent.stacks import StackDumper, find_py_spy, proc_state  # noqa: E402
+from watchdog.agent.command_channel import dumpall  # noqa: E402
+from watchdog.agent.command_channel.stacks import StackDumper, find_py_spy, proc_state  # noqa: E402
 from watchdog.timeline import html, load, stacksets, testing, text  # noqa: E402
 
 # With torch imported, like a rank: py-spy's cost grows with the process's memory maps and threads.

@@ -10,12 +10,13 @@ import threading
 
 import pytest
 
-from watchdog.agent import command_handlers as act
-from watchdog.agent import slot_states, testing
-from watchdog.agent.commands import CommandHandler
-from watchdog.agent.outbox import Outbox
-from watchdog.agent.procs import ProcSample
-from watchdog.agent.slots import LocalRank
+from watchdog.agent import testing
+from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.command_channel.inbox import CommandHandler
+from watchdog.agent.command_channel.outbox import Outbox
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import commands as c
 from watchdog.contracts import control_block
 from watchdog.contracts import slot as wire
@@ -371,9 +372,9 @@ def test_signal_only_reaches_a_rank_or_its_parent_with_a_matching_identity():
 def test_metrics_export_refusals_and_executions(tmp_path):
     from prometheus_client import CollectorRegistry
 
-    from watchdog.agent.agentmetrics import AgentCollector, LoopStats
-    from watchdog.agent.exporter import Exporter
-    from watchdog.agent.slots import SlotTracker
+    from watchdog.agent.export.agentmetrics import AgentCollector, LoopStats
+    from watchdog.agent.export.exporter import Exporter
+    from watchdog.agent.slotfiles.tracker import SlotTracker
 
     h, _ = handler(FakeActions())
     h("job", [command(host="elsewhere"), command()])

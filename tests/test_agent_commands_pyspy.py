@@ -14,14 +14,16 @@ import time
 
 import pytest
 
-from watchdog.agent import command_handlers as act
-from watchdog.agent import slot_states, testing
-from watchdog.agent.commands import CommandHandler
-from watchdog.agent.outbox import Outbox
-from watchdog.agent.procs import ProcSample
-from watchdog.agent.sender import Sender
-from watchdog.agent.slots import LocalRank, SlotTracker
-from watchdog.agent.stacks import BLOCKING, NONBLOCKING, StackDumper, find_py_spy, proc_state
+from watchdog.agent import testing
+from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.command_channel.inbox import CommandHandler
+from watchdog.agent.command_channel.outbox import Outbox
+from watchdog.agent.command_channel.stacks import BLOCKING, NONBLOCKING, StackDumper, find_py_spy, proc_state
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.reporting.sender import Sender
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts.evidence import StackDump
 

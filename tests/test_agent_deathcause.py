@@ -15,8 +15,8 @@ import time
 import psutil
 from waiting import wait_for
 
-from watchdog.agent import deathcause
-from watchdog.agent.procs import ProcessTable
+from watchdog.agent.processes import deathcause
+from watchdog.agent.processes.table import ProcessTable
 
 
 def zombie(code: str) -> subprocess.Popen:

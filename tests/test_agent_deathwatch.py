@@ -12,8 +12,8 @@ import time
 import pytest
 from waiting import wait_for
 
-from watchdog.agent.deathwatch import DeathWatch
-from watchdog.agent.procs import ProcessTable
+from watchdog.agent.processes.deathwatch import DeathWatch
+from watchdog.agent.processes.table import ProcessTable
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux >= 5.3)")
 

@@ -1,5 +1,5 @@
 """One site-wide agent, per-job coordinators: each job's reports go to the coordinator
-its job wrote into ``<run-dir>/<job>.coordinator`` (watchdog/agent/discovery.py).
+its job wrote into ``<run-dir>/<job>.coordinator`` (watchdog/agent/reporting/discovery.py).
 
 Pure tests on a fake tree first (who is believed), then the proof with real
 processes: one agent, started before any job, follows two jobs to their two
@@ -19,8 +19,10 @@ from types import SimpleNamespace
 import pytest
 from waiting import wait_for
 
-from watchdog.agent import config, discovery, listing
-from watchdog.agent.discovery import Discovery, examine
+from watchdog.agent import config
+from watchdog.agent.reporting import discovery
+from watchdog.agent.reporting.discovery import Discovery, examine
+from watchdog.agent.slotfiles import listing
 from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
 from watchdog.flags import FlagError

@@ -1,11 +1,11 @@
-"""A host's dumps run in parallel within one deadline (``watchdog.agent.dumpall``).
+"""A host's dumps run in parallel within one deadline (``watchdog.agent.command_channel.dumpall``).
 Time is a number the jobs move; threads are real, waits are on events."""
 
 from __future__ import annotations
 
 import threading
 
-from watchdog.agent import dumpall
+from watchdog.agent.command_channel import dumpall
 
 
 def late(i, why):

@@ -1,11 +1,11 @@
-"""The GPU-side step split from COMPLETION records (agent/gpusteps.py): pure,
+"""The GPU-side step split from COMPLETION records (agent/slotfiles/gpusteps.py): pure,
 records written by hand as the hook's completion seam writes them."""
 
 from __future__ import annotations
 
 import pytest
 
-from watchdog.agent.gpusteps import COLLECTIVE, STEP, GpuFold
+from watchdog.agent.slotfiles.gpusteps import COLLECTIVE, STEP, GpuFold
 from watchdog.contracts import slot as wire
 
 MS = 1_000_000

@@ -21,8 +21,8 @@ from waiting import wait_for
 
 import watchdog
 from watchdog import jobtoken
-from watchdog.agent import metrics as m
 from watchdog.agent import testing
+from watchdog.agent.export import metrics as m
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog.agent import config, testing
-from watchdog.agent import metrics as m
-from watchdog.agent.exporter import Exporter
+from watchdog.agent.export import metrics as m
+from watchdog.agent.export.exporter import Exporter
+from watchdog.agent.export.nvml import Accelerators
 from watchdog.agent.main import Agent
-from watchdog.agent.nvml import Accelerators
 from watchdog.contracts import slot as wire
 
 GOLDEN = Path(__file__).parent / "golden" / "agent_metrics.txt"
@@ -238,7 +238,7 @@ def test_bytes_batch_and_finer_split_are_exported_where_measured(tmp_path):
 
 
 def test_the_gpu_clock_split_is_exported_with_its_clock_only_where_a_completion_source_runs(tmp_path):
-    from watchdog.agent.gpusteps import COLLECTIVE, STEP
+    from watchdog.agent.slotfiles.gpusteps import COLLECTIVE, STEP
 
     gpu = int(wire.Clock.GPU_EVENT)
     measured = testing.RankSlot(str(tmp_path), testing.identity("train", 0, 2), name="r0.slot")

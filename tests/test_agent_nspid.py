@@ -15,11 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from watchdog.agent import command_handlers as act
-from watchdog.agent import slot_states, testing
-from watchdog.agent.nspid import PidMap, parse_nspid
-from watchdog.agent.procs import ProcessTable, ProcSample
-from watchdog.agent.slots import LocalRank, SlotTracker
+from watchdog.agent import testing
+from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.processes.nspid import PidMap, parse_nspid
+from watchdog.agent.processes.table import ProcessTable, ProcSample
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire

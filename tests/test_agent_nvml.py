@@ -5,8 +5,8 @@ import pynvml
 import pytest
 
 from watchdog.agent import testing
-from watchdog.agent.accelmetrics import accelerator_families
-from watchdog.agent.nvml import Accelerators
+from watchdog.agent.export.accelmetrics import accelerator_families
+from watchdog.agent.export.nvml import Accelerators
 
 
 class Log:
@@ -143,9 +143,9 @@ def test_xid_code_is_a_label_on_the_xid_counter():
 def test_each_rank_is_joined_to_the_gpu_its_process_runs_on():
     """NVML lists pid 4242 on GPU 1: rank 3 (that pid) gets the info series naming
     GPU 1 and its uuid; a rank on no GPU gets none."""
-    from watchdog.agent import slot_states
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.slots import LocalRank
+    from watchdog.agent.processes.table import ProcSample
+    from watchdog.agent.slotfiles import slot_states
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     def rank(r, pid):
         snap = testing.snapshot(testing.identity("train", r, 4, pid=pid, proc_start_us=7, local_rank=r), {})

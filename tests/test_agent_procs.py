@@ -7,7 +7,7 @@ import sys
 import psutil
 import pytest
 
-from watchdog.agent.procs import ProcessTable
+from watchdog.agent.processes.table import ProcessTable
 from watchdog.agent.testing import FakeProcess, FakeProcesses
 
 START_S = 1000.0

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from watchdog.agent.stacks import PTRACE_HINT, StackDumper, find_py_spy, ptrace_denied
+from watchdog.agent.command_channel.stacks import PTRACE_HINT, StackDumper, find_py_spy, ptrace_denied
 
 SETPRIV = shutil.which("setpriv")
 DROP_PTRACE = [SETPRIV or "setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"]
@@ -28,7 +28,7 @@ needs_setpriv = pytest.mark.skipif(
 
 _DUMP = """
 import dataclasses, json, sys
-from watchdog.agent.stacks import StackDumper, ptrace_denied
+from watchdog.agent.command_channel.stacks import StackDumper, ptrace_denied
 pid = int(sys.argv[1])
 print(json.dumps({"denied": ptrace_denied(pid), **dataclasses.asdict(StackDumper().dump("h", 0, pid))}))
 """

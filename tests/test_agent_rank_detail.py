@@ -9,10 +9,12 @@ import pytest
 from prometheus_client.core import Metric
 
 from watchdog import flags
-from watchdog.agent import config, rankmetrics, slot_states, testing
-from watchdog.agent import metrics as m
-from watchdog.agent.procs import ProcSample
-from watchdog.agent.slots import LocalRank
+from watchdog.agent import config, testing
+from watchdog.agent.export import metrics as m
+from watchdog.agent.export import rankmetrics
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 MS = 1_000_000

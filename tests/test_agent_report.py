@@ -5,10 +5,11 @@ import json
 import pytest
 
 from watchdog import report as wire_report
-from watchdog.agent import slot_states, testing
-from watchdog.agent.procs import GONE, ProcSample
-from watchdog.agent.report import build_report, marks
-from watchdog.agent.slots import LocalRank
+from watchdog.agent import testing
+from watchdog.agent.processes.table import GONE, ProcSample
+from watchdog.agent.reporting.build import build_report, marks
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 S = 1_000_000_000

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from watchdog.agent import procs, slot_states
-from watchdog.agent.procs import ProcessTable, ProcSample
+from watchdog.agent.processes import table as procs
+from watchdog.agent.processes.table import ProcessTable, ProcSample
+from watchdog.agent.slotfiles import slot_states
 from watchdog.dev import inject
 
 S = 1_000_000_000

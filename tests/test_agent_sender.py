@@ -11,11 +11,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from watchdog import jobtoken
 from watchdog import report as wire_report
-from watchdog.agent import slot_states, testing
-from watchdog.agent.agentmetrics import AgentCollector, LoopStats
-from watchdog.agent.procs import ProcSample
-from watchdog.agent.sender import HttpRefused, JsonPoster, Sender
-from watchdog.agent.slots import LocalRank, SlotTracker
+from watchdog.agent import testing
+from watchdog.agent.export.agentmetrics import AgentCollector, LoopStats
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.reporting.sender import HttpRefused, JsonPoster, Sender
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.stepstats.steps import StepStats, add_samples
@@ -192,8 +194,8 @@ def test_thread_is_named_daemon_and_stops():
 
 
 def test_plain_is_asdict_for_json():
-    from watchdog.agent.report import build_report
-    from watchdog.agent.sender import plain
+    from watchdog.agent.reporting.build import build_report
+    from watchdog.agent.reporting.sender import plain
 
     recs = [testing.step_record(i, i + 1, S // 10, S // 100, S // 50) for i in range(5)]
     rep = build_report(

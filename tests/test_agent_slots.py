@@ -11,11 +11,12 @@ import psutil
 import pytest
 
 from watchdog import report as wire_report
-from watchdog.agent import report as agent_report
-from watchdog.agent import slot_states, testing
-from watchdog.agent.listing import CachedLister
-from watchdog.agent.procs import ProcessTable
-from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
+from watchdog.agent import testing
+from watchdog.agent.processes.table import ProcessTable
+from watchdog.agent.reporting import build as agent_report
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.listing import CachedLister
+from watchdog.agent.slotfiles.tracker import READ_ERROR_REASONS, SlotTracker
 from watchdog.agent.testing import FakeProcess, FakeProcesses
 from watchdog.contracts import slot as wire
 
@@ -489,7 +490,7 @@ def test_a_burst_of_collective_records_does_not_push_out_unreported_steps(tmp_pa
     """FSDP-like: 600 Flight Recorder signatures between two agent polls, more than
     twice the step ring. The steps written before them still reach the report, the
     signatures too (the newest, capped), and neither is reported twice."""
-    from watchdog.agent.report import build_report, marks
+    from watchdog.agent.reporting.build import build_report, marks
 
     run = str(tmp_path)
     wr = testing.RankSlot(run, testing.identity("j", 0, 2))
@@ -516,8 +517,8 @@ def test_a_burst_of_collective_records_does_not_push_out_unreported_steps(tmp_pa
 
 
 def test_gpu_completions_in_the_slot_become_the_reports_gpu_split_and_hostile_ones_a_counter(tmp_path):
-    from watchdog.agent.gpusteps import COLLECTIVE, STEP
-    from watchdog.agent.report import build_report
+    from watchdog.agent.reporting.build import build_report
+    from watchdog.agent.slotfiles.gpusteps import COLLECTIVE, STEP
 
     gpu, ms = int(wire.Clock.GPU_EVENT), 1_000_000
     wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2))
@@ -544,7 +545,7 @@ def test_gpu_completions_in_the_slot_become_the_reports_gpu_split_and_hostile_on
 def test_an_older_hooks_version_1_slot_is_still_tracked_and_reported(tmp_path):
     """One ring for every kind, no event ring: steps and Flight Recorder
     signatures still reach the report, each once."""
-    from watchdog.agent.report import build_report, marks
+    from watchdog.agent.reporting.build import build_report, marks
 
     wr = testing.RankSlot(str(tmp_path), testing.identity("j", 0, 2), name="new.slot")
     now = wr.words[wire.H_HEARTBEAT_NS]

@@ -1,6 +1,6 @@
 """A step of the wall clock does not turn a rank into "another process": the
 start time the agent first read for a process is the one it reads from then on
-(``agent/steadystart.py``), while a reused pid is read afresh."""
+(``agent/processes/steadystart.py``), while a reused pid is read afresh."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ import psutil
 import pytest
 
 from watchdog import procstart
-from watchdog.agent import command_handlers, slot_states, steadystart
-from watchdog.agent.procs import START_TOLERANCE_US
-from watchdog.agent.slots import SlotTracker, parent_identity
+from watchdog.agent.command_channel import handlers as command_handlers
+from watchdog.agent.processes import steadystart
+from watchdog.agent.processes.ownership import parent_identity
+from watchdog.agent.processes.table import START_TOLERANCE_US
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.hook import lifecycle
@@ -90,7 +93,7 @@ def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monk
 def test_a_zombie_is_its_rank_after_a_step_of_the_clock(tmp_path):
     """The exit status is read from the zombie only if it is the rank's process: by the
     start time first read for it, not one recomputed from a boot time that moved."""
-    from watchdog.agent import deathcause
+    from watchdog.agent.processes import deathcause
 
     hz = procstart.clock_ticks()
     _boot(tmp_path, 1000)

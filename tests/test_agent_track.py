@@ -2,8 +2,9 @@
 
 import pytest
 
-from watchdog.agent import slot_states, testing
-from watchdog.agent.procs import GONE, ProcSample
+from watchdog.agent import testing
+from watchdog.agent.processes.table import GONE, ProcSample
+from watchdog.agent.slotfiles import slot_states
 from watchdog.contracts import slot as wire
 
 S = 1_000_000_000

@@ -248,11 +248,11 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
     real slot); the agent reads the slots into one host report."""
     import json
 
-    from watchdog.agent import slot_states
     from watchdog.agent import testing as at
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.report import build_report
-    from watchdog.agent.slots import LocalRank
+    from watchdog.agent.processes.table import ProcSample
+    from watchdog.agent.reporting.build import build_report
+    from watchdog.agent.slotfiles import slot_states
+    from watchdog.agent.slotfiles.local_rank import LocalRank
     from watchdog.contracts import slot as wire
     from watchdog.hook.flight_recorder import FlightRecorderSource
     from watchdog.hook.slotwriter import SlotWriter

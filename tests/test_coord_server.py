@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 
-from watchdog.agent import slot_states
 from watchdog.agent import testing as agent_testing
-from watchdog.agent.procs import ProcSample
-from watchdog.agent.sender import Sender
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.reporting.sender import Sender
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.cli.status import main as status_main
 from watchdog.coordinator.config import Config

@@ -139,7 +139,7 @@ def test_death_time_from_agent_gone_age_or_last_sign_of_life():
 
 def test_a_death_is_journaled_with_its_cause_before_the_launchers_replacement():
     # The agent tells a replaced incarnation's death once, in place of its successor
-    # (agent/sender.py); the next report brings the successor.
+    # (agent/reporting/sender.py); the next report brings the successor.
     v = t.view([t.rank(1)], now=10.0)
     death = {"summary": "ValueError: bad batch at train.py:12, exit 1 by sys.exit(1)", "exit_code": 1}
     dead = t.rank(1, alive=False, status="failed", death=death)

@@ -36,7 +36,7 @@ import promcheck
 
 from watchdog import flags, rundir
 from watchdog.agent import config as agent_config
-from watchdog.agent.metrics import RANK_LABELS
+from watchdog.agent.export.metrics import RANK_LABELS
 from watchdog.coordinator import config as coord_config
 from watchdog.hook import config as hook_config
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from watchdog.agent.metrics import GPU_LABELS, RANK_LABELS
+from watchdog.agent.export.metrics import GPU_LABELS, RANK_LABELS
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "alerts"))
 import promcheck

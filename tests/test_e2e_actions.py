@@ -23,7 +23,7 @@ import psutil
 import pytest
 import torch
 
-from watchdog.agent.stacks import find_py_spy
+from watchdog.agent.command_channel.stacks import find_py_spy
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal import jsonl as journal
 from watchdog.dev import localjob, scenario

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.agent.stacks import find_py_spy
+from watchdog.agent.command_channel.stacks import find_py_spy
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence, StackDump
 from watchdog.coordinator.journal import event_names as je

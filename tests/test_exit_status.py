@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from watchdog.agent import deathcause, slot_states
-from watchdog.agent.procs import ProcSample
+from watchdog.agent.processes import deathcause
+from watchdog.agent.processes.table import ProcSample
+from watchdog.agent.slotfiles import slot_states
 from watchdog.contracts import slot as wire
 from watchdog.hook import crashrecord, exitcall
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from watchdog.agent import flight_recorder_dump
+from watchdog.agent.command_channel import flight_recorder_dump
 from watchdog.contracts.evidence import MAX_FR_ENTRIES, FlightRecorderDump
 from watchdog.contracts.journal import Record, parse
 from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK

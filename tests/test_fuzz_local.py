@@ -22,11 +22,11 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watchdog.agent import report as agent_report
-from watchdog.agent.command_handlers import ack
-from watchdog.agent.commands import CommandHandler
-from watchdog.agent.outbox import Outbox
-from watchdog.agent.slots import SlotTracker
+from watchdog.agent.command_channel.handlers import ack
+from watchdog.agent.command_channel.inbox import CommandHandler
+from watchdog.agent.command_channel.outbox import Outbox
+from watchdog.agent.reporting import build as agent_report
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.coordinator.intake.api import validate

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from watchdog.agent.report import _loss
+from watchdog.agent.reporting.build import _loss
 from watchdog.contracts import slot as wire
 from watchdog.hook.noop import NULL_MONITOR
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor

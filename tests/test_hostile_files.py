@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from watchdog import rundir
-from watchdog.agent import command_handlers as act
 from watchdog.agent import testing as atesting
-from watchdog.agent.slots import SlotTracker
+from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import StackDump
@@ -302,9 +302,9 @@ def orphan():
 
 
 def test_an_orphaned_ranks_parent_is_never_signalled(orphan):
-    from watchdog.agent import slot_states
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.slots import LocalRank
+    from watchdog.agent.processes.table import ProcSample
+    from watchdog.agent.slotfiles import slot_states
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     parent = psutil.Process(orphan).ppid()  # 1, or the container's init / a subreaper
     ident = atesting.identity("job", 0, 2, pid=orphan, proc_start_us=_start_us(orphan))
@@ -344,9 +344,9 @@ def test_a_parent_not_recorded_at_registration_is_not_signalled(sleeper):
     """The launcher must be the one recorded (and verified) when the rank
     registered, not whatever the rank's parent is when the command comes (here:
     the test process itself)."""
-    from watchdog.agent import slot_states
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.slots import LocalRank
+    from watchdog.agent.processes.table import ProcSample
+    from watchdog.agent.slotfiles import slot_states
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     p = sleeper()
     ident = atesting.identity("job", 0, 2, pid=p.pid, proc_start_us=_start_us(p.pid))
@@ -387,9 +387,9 @@ def test_a_dump_of_a_process_that_exited_meanwhile_is_discarded(sleeper):
     """Between the identity check and py-spy attaching, the rank can die and its pid
     go to another process: the dump would be of that one. Pinned by pidfd, an exit
     during the dump discards the result."""
-    from watchdog.agent import slot_states
-    from watchdog.agent.procs import ProcSample
-    from watchdog.agent.slots import LocalRank
+    from watchdog.agent.processes.table import ProcSample
+    from watchdog.agent.slotfiles import slot_states
+    from watchdog.agent.slotfiles.local_rank import LocalRank
 
     p = sleeper()
     ident = ident_of(p.pid)

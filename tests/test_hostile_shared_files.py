@@ -10,7 +10,7 @@ import os
 import pytest
 
 from watchdog import sharedfile
-from watchdog.agent.command_handlers import Actions
+from watchdog.agent.command_channel.handlers import Actions
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.hook import rollback
@@ -85,7 +85,7 @@ def test_sharedfile_read_says_why_it_does_not_believe_a_file(tmp_path, make, why
 
 
 def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from_the_slots_owner(tmp_path, shared):
-    from watchdog.agent import flight_recorder_dump
+    from watchdog.agent.command_channel import flight_recorder_dump
     from watchdog.hook import flight_recorder
 
     secret = tmp_path / "root-only"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.agent import metrics as m
+from watchdog.agent.export import metrics as m
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]

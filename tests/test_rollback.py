@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from watchdog.agent.command_handlers import Actions
+from watchdog.agent.command_channel.handlers import Actions
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.contracts.finding import Finding

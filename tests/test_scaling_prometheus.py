@@ -15,8 +15,8 @@ from promserver import Prometheus
 from waiting import wait_for
 
 from watchdog.agent import config, testing
+from watchdog.agent.export.nvml import Accelerators
 from watchdog.agent.main import Agent
-from watchdog.agent.nvml import Accelerators
 from watchdog.scaling import main as scaling_main
 from watchdog.scaling import runs
 from watchdog.scaling.prom import read_prometheus

@@ -1,5 +1,5 @@
 """Step summaries: agents compute their ranks' step statistics
-(``watchdog.agent.stepsummaries``) and the coordinator takes them instead of
+(``watchdog.agent.reporting.stepsummaries``) and the coordinator takes them instead of
 computing them (``steps.with_summary``). What a user relies on: the detectors
 read the same numbers either way, whatever the wire does to reports (lost,
 refused, answered but the answer lost, ranks restarted, the coordinator
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.agent.sender import plain
-from watchdog.agent.stepsummaries import StepSummaries
+from watchdog.agent.reporting.sender import plain
+from watchdog.agent.reporting.stepsummaries import StepSummaries
 from watchdog.contracts import stepsummary
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config, DetectorConfig

@@ -3,7 +3,7 @@
 The hook records its own start time (identity = pid + start time, against pid
 reuse) and must not need psutil for it: training images may install this
 package without its dependencies. The agent reads the same field of other
-processes to recognise a rank across pid namespaces (``agent/nspid.py``).
+processes to recognise a rank across pid namespaces (``agent/processes/nspid.py``).
 
 Same formula as psutil's ``create_time``: boot time (``btime`` of /proc/stat)
 plus field 22 of /proc/<pid>/stat (clock ticks after boot). Both are the same in

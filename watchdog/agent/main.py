@@ -19,19 +19,19 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from watchdog import jobtoken, logs, webconfig
 from watchdog.agent import config
-from watchdog.agent.accelmetrics import AcceleratorCollector
-from watchdog.agent.agentmetrics import AgentCollector, LoopStats
-from watchdog.agent.command_handlers import Actions
-from watchdog.agent.commands import CommandHandler
-from watchdog.agent.discovery import Discovery
-from watchdog.agent.exporter import Exporter
-from watchdog.agent.nvml import Accelerators, Disabled
-from watchdog.agent.outbox import Outbox
-from watchdog.agent.rankmetrics import RanksCollector
-from watchdog.agent.sender import JsonPoster, Sender
+from watchdog.agent.command_channel.handlers import Actions
+from watchdog.agent.command_channel.inbox import CommandHandler
+from watchdog.agent.command_channel.outbox import Outbox
+from watchdog.agent.command_channel.stacks import StackDumper, find_py_spy
+from watchdog.agent.export.accelmetrics import AcceleratorCollector
+from watchdog.agent.export.agentmetrics import AgentCollector, LoopStats
+from watchdog.agent.export.exporter import Exporter
+from watchdog.agent.export.nvml import Accelerators, Disabled
+from watchdog.agent.export.rankmetrics import RanksCollector
+from watchdog.agent.reporting.discovery import Discovery
+from watchdog.agent.reporting.sender import JsonPoster, Sender
 from watchdog.agent.server import Server
-from watchdog.agent.slots import SlotTracker
-from watchdog.agent.stacks import StackDumper, find_py_spy
+from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts.commands import is_loopback
 from watchdog.flags import FlagError
 from watchdog.stopsignal import stop_on_signals

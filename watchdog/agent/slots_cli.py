@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from watchdog import flags, rundir
-from watchdog.agent import report, slot_states
-from watchdog.agent.procs import ProcessTable
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.processes.table import ProcessTable
+from watchdog.agent.reporting import build as report
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 from watchdog.flags import Flag, FlagError
 

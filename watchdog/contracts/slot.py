@@ -146,7 +146,7 @@ H_CTRL_ARG = 58
 # Written once at creation (added in place, still version 2: zero in every slot an older
 # hook wrote, and never read by an older agent): the process's start in clock ticks after
 # boot (field 22 of /proc/<pid>/stat), the part of its start time that a step of the wall
-# clock never moves; 0 = not known. See agent/steadystart.py.
+# clock never moves; 0 = not known. See agent/processes/steadystart.py.
 H_PROC_START_TICKS = 59
 H_CTRL_ACK_SEQ = 60  # hook: the CTRL_SEQ it acted on, written last
 H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
@@ -719,7 +719,7 @@ class SlotSnapshot:
     records: tuple[Record, ...]  # the step ring (a version-1 slot: every record)
     torn: bool = False  # header words may be mid-update (writer stopped inside a write)
     # The file as opened (fstat of the fd that was read): who owns it decides
-    # whether its identity is believed (agent/slots.py); -1 = not known.
+    # whether its identity is believed (agent/slotfiles/tracker.py); -1 = not known.
     uid: int = -1
     inode: int = 0
     # The event ring (COLL_SIG, COMPLETION), numbered on its own; () in a version-1 slot.

@@ -3,7 +3,7 @@ namespace or sits above it (the host's: ``hostPID: true``)."""
 
 from __future__ import annotations
 
-from watchdog.agent.nspid import parse_nspid
+from watchdog.agent.processes.nspid import parse_nspid
 
 from .check import AGENT, FIX, OK, WARN, Host, Result
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from watchdog.agent.stacks import find_py_spy
+from watchdog.agent.command_channel.stacks import find_py_spy
 
 from .check import AGENT, FIX, OK, Host, Result
 

@@ -6,7 +6,7 @@ faulthandler's text).
 Why files: only a process's parent learns its exit status, and under torchrun
 that is the elastic agent, not ours. What the rank itself can say before it
 goes, it says here, and the agent reads it once it sees the process gone
-(``watchdog.agent.deathcause``).
+(``watchdog.agent.processes.deathcause``).
 
 Rules: every function here is called from an excepthook or at install and
 never raises; a record is bounded (MAX_TEXT per field, MAX_BYTES per file) and

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 
-from watchdog.agent import metrics as am
+from watchdog.agent.export import metrics as am
 from watchdog.promquery import Endpoint, PromError, query
 from watchdog.stepstats.stats import median
 

@@ -1,6 +1,6 @@
 """The per-host report: what an agent tells the coordinator about once a second.
 
-The agent builds it from its slot snapshots (``watchdog.agent.report.build_report``);
+The agent builds it from its slot snapshots (``watchdog.agent.reporting.build.build_report``);
 the coordinator validates it with ``HostReport.from_dict`` and folds it into its
 cluster view. Ages are computed by the agent against its own monotonic clock at
 send time (monotonic clocks are not comparable across hosts); the coordinator adds

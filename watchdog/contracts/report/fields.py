@@ -86,7 +86,7 @@ def step_samples(rows: Iterable[tuple]) -> list[StepSample]:
 
 @dataclass(frozen=True)
 class GpuStep:
-    """One step's split on the accelerator's clock (agent/gpusteps.py): step time
+    """One step's split on the accelerator's clock (agent/slotfiles/gpusteps.py): step time
     between consecutive GPU step completions, collective wait from the GPU-side
     times of its collectives, data wait from the CPU side. ``lag_s``: how long
     after the CPU ended the step the GPU finished it (its queue's depth)."""
@@ -222,7 +222,7 @@ class RankState:
     # coordinator accepted (watchdog.contracts.stepsummary: the wire form); () when the agent
     # sends none (an older agent, or before a reply gave it the settings).
     step_summary: tuple[float, ...] = ()
-    # Why the process ended, once it has (agent/deathcause.py): exit_code, signal,
+    # Why the process ended, once it has (agent/processes/deathcause.py): exit_code, signal,
     # oom, exception {type, message, where, function, thread}, traceback, fatal,
     # and ``summary``, the line for a person. Empty while alive or when unknown;
     # already set while a crashing rank (hook status failed) is still shutting down.

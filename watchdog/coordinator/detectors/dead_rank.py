@@ -68,7 +68,7 @@ from ..view import columns
 from ..view.cluster import ClusterView
 from .phrases import where, who
 
-TIE_S = 0.003  # agents time exits through pidfds (agent/deathwatch.py) to ~1 ms; closer is a tie
+TIE_S = 0.003  # agents time exits through pidfds (agent/processes/deathwatch.py) to ~1 ms; closer is a tie
 TIE_COARSE_S = 1.0  # without agent timing: one report interval
 CASCADE_S = 10.0  # later deaths this close to a root cause are taken as its consequence
 TEARDOWN_S = 0.05  # a launcher's SIGTERM to its workers: their deaths land within milliseconds

@@ -4,7 +4,7 @@ One culprit's stack and one waiter's are enough at 4 ranks; at 1,000 or 16,000
 the question is "which ranks are where", so a hang (``collective_hang``, and
 ``frozen_rank``: a stopped rank stalls every peer) asks each host for all of its
 live ranks. The agent dumps them in parallel within its own deadline
-(``watchdog.agent.dumpall``); the coordinator never asks one host for more than
+(``watchdog.agent.command_channel.dumpall``); the coordinator never asks one host for more than
 ``max_per_host`` (and never more than a command may carry, ``MAX_TARGETS``).
 What the cap leaves out is returned, so it is journaled (``stacks_capped``)
 instead of silently missing.

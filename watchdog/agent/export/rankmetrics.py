@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import Metric
 
-from watchdog.agent import metrics as m
-from watchdog.agent import slot_states
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.export import metrics as m
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 
 

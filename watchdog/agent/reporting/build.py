@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from watchdog.agent import slot_states
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import R_A, R_K, Clock
 from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, CollectiveState, CollSig, HostReport, RankState

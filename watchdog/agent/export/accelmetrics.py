@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 
-from watchdog.agent import metrics as m
-from watchdog.agent.nvml import Accelerators, AccelSnapshot, Disabled
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.export import metrics as m
+from watchdog.agent.export.nvml import Accelerators, AccelSnapshot, Disabled
+from watchdog.agent.slotfiles.local_rank import LocalRank
 
 
 def accelerator_families(snap: AccelSnapshot, host: str, ranks: Iterable[LocalRank] = ()) -> list[Metric]:

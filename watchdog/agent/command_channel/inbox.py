@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import logs
-from watchdog.agent.command_handlers import Actions, ack
-from watchdog.agent.outbox import Outbox
+from watchdog.agent.command_channel.handlers import Actions, ack
+from watchdog.agent.command_channel.outbox import Outbox
 from watchdog.contracts import commands as c
 
 MAX_PER_REPLY = 32

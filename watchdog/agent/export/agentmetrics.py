@@ -10,9 +10,9 @@ from typing import Any
 import psutil
 from prometheus_client.core import Metric
 
-from watchdog.agent import metrics as m
-from watchdog.agent.commands import RESULTS
-from watchdog.agent.slots import READ_ERROR_REASONS, SlotTracker
+from watchdog.agent.command_channel.inbox import RESULTS
+from watchdog.agent.export import metrics as m
+from watchdog.agent.slotfiles.tracker import READ_ERROR_REASONS, SlotTracker
 from watchdog.cli import package_version
 from watchdog.contracts.commands import REFUSALS, TYPES
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog import procstart
-from watchdog.agent import steadystart
+from watchdog.agent.processes import steadystart
 from watchdog.hook import crashrecord
 
 MAX_KMSG_RECORDS = 20000  # the kernel ring is 128 KiB - a few MiB: bounded either way

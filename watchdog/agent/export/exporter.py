@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from prometheus_client.core import Metric
 
 from watchdog import logs
-from watchdog.agent import metrics as m
+from watchdog.agent.export import metrics as m
 
 
 class Collector(Protocol):

@@ -1,7 +1,7 @@
 """Scan the run directory, read each slot with ``wire.read_slot`` (pread, never mmap),
 and track every slot across polls.
 
-Per poll and per watched slot: one process check (nearly free: see procs.py),
+Per poll and per watched slot: one process check (nearly free: see processes/table.py),
 then one ``read_slot(path, since)``. Checking the process *before* reading means
 the read that follows a
 confirmed death shows the rank's final state; after it the slot is frozen and no
@@ -18,24 +18,24 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
-from watchdog import flags, logs, rundir
-from watchdog.agent import deathcause, gpusteps, slot_states, steadystart
-from watchdog.agent.listing import CachedLister
-from watchdog.agent.procs import ProcessTable, ProcSample
+from watchdog import logs
+from watchdog.agent.processes import deathcause
+from watchdog.agent.processes.ownership import parent_identity, process_uids
+from watchdog.agent.processes.table import ProcessTable
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.directory import SlotDirectory
+from watchdog.agent.slotfiles.listing import CachedLister
+from watchdog.agent.slotfiles.local_rank import LocalRank
+from watchdog.agent.slotfiles.tracked_slot import TrackedSlot, absorb
 from watchdog.contracts import slot as wire
-from watchdog.report import MAX_COLLS_PER_RANK, MAX_STEPS_PER_RANK, GpuStep
 
 # type: not a regular file (a FIFO would block a reader); link: a symlink (never
 # followed); owner: the file's owner is not the owner of the process it names
 # (a forgery: pid and start time are public in /proc). record: ring records with
-# values no hook writes (counted per record, agent/gpusteps.py), left out of reports.
+# values no hook writes (counted per record, agent/slotfiles/gpusteps.py), left out of reports.
 # job_owner: the file's owner is not the user whose live rank first claimed the job here
 # (nor a trusted uid): another user's slot cannot speak for, or hide, someone else's rank.
 READ_ERROR_REASONS = ("corrupt", "version", "torn", "io", "type", "link", "owner", "record", "job_owner")
@@ -45,134 +45,18 @@ _SETTLED = (
     slot_states.EXPIRED,
 )  # skipped files not read again while their inode lasts
 _NOT_AGAIN = (*_SETTLED, "owner", "job_owner")  # a forged owner does not change while the inode lasts either
-_STEP_END = int(wire.RecordKind.STEP_END)
-_COLL_SIG = int(wire.RecordKind.COLL_SIG)
-_COMPLETION = int(wire.RecordKind.COMPLETION)
 _PENDING = "pending"  # a brand-new file that does not parse yet
 NEW_FILE_GRACE_NS = 2_000_000_000
 EXPIRY_CHECK_NS = 1_000_000_000  # abandoned jobs are looked for once a second, not every poll
-NO_SLOTS_AFTER_NS = 60_000_000_000  # this long without a rank to export: say where we look, once
 
 
-@dataclass(frozen=True)
-class LocalRank:
-    """One rank on this host as the agent last read it: its decoded slot and its
-    process. What the exporter and the report builder see; immutable. (The
-    coordinator's cluster-side record of a rank is ``coordinator.view.FoldedRank``.)"""
-
-    path: str
-    header: wire.SlotHeader  # last good (consistent) header
-    heartbeat_ns: int  # from the latest read, torn or not
-    torn: bool
-    proc: ProcSample
-    state: str  # slot_states.ALIVE / DEAD / EXITED
-    cpu_percent: float
-    step_records: tuple[wire.Record, ...]  # STEP_END records, oldest first, at most MAX_STEPS_PER_RANK
-    # (pid, start us) of the rank's parent when first seen: under torchrun the
-    # elastic agent, which abort must stop (or it restarts the workers). (0, 0) = unknown.
-    launcher: tuple[int, int] = (0, 0)
-    # The rank's pid in this agent's pid namespace when it differs from the one it
-    # recorded (a hostPID agent, a training pod without hostPID); 0 = the same.
-    host_pid: int = 0
-    # The file as validated at first sight: a control write goes only to this very
-    # file (wire.write_control's ``expect``). -1 / 0 = unknown (tests, fakes).
-    uid: int = -1
-    inode: int = 0
-    # Why it died (deathcause.explain), once dead; empty while alive or unknown.
-    death: dict = field(default_factory=dict)
-    # COLL_SIG records (the hook's Flight Recorder reads), oldest first, at most MAX_COLLS_PER_RANK:
-    # from the step ring of a version-1 slot (older hooks), numbered with the step records.
-    coll_records: tuple[wire.Record, ...] = ()
-    # The same from the event ring of a version-2 slot, numbered on their own (wire.read_slot's events_since).
-    event_colls: tuple[wire.Record, ...] = ()
-    # Steps split on the accelerator's clock (agent/gpusteps.py), each with the event-ring
-    # index of the completion that ended it, oldest first, at most MAX_STEPS_PER_RANK.
-    gpu_steps: tuple[tuple[int, GpuStep], ...] = ()
-    gpu_clock: str = ""  # "gpu" once the rank's completion source reported a step; "" never
-    gpu_totals_ns: tuple[int, int, int] = (0, 0, 0)  # step, data, collective ns over those steps
-    speaks: bool = True  # the slot that speaks for its (job, rank) (slot_states.speakers); False: superseded
-    # Seconds per second its main thread lately ran on a CPU, and waited for one (slot_states.runq_shares).
-    oncpu_share: float = 0.0
-    runq_share: float = 0.0
-
-    @property
-    def identity(self) -> wire.Identity:
-        return self.header.identity
-
-    @property
-    def pid_here(self) -> int:
-        """The pid to signal, dump or match against NVML's process list on this host."""
-        return self.host_pid or self.header.identity.pid
-
-
-@dataclass(eq=False)
-class _Slot:
-    path: str
-    inode: int
-    snap: wire.SlotSnapshot
-    status: int
-    heartbeat_ns: int
-    proc: ProcSample
-    state: str = slot_states.ALIVE
-    torn: bool = False
-    since: int = 0  # next ring index to ask for
-    events_since: int = 0  # the same for the event ring (version-2 slots)
-    steps: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
-    colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
-    ev_colls: deque = field(default_factory=lambda: deque(maxlen=MAX_COLLS_PER_RANK))
-    gpu: deque = field(default_factory=lambda: deque(maxlen=MAX_STEPS_PER_RANK))
-    gpu_fold: gpusteps.GpuFold | None = None  # made at the first COMPLETION record
-    res_prev: ProcSample | None = None
-    cpu_pct: float = 0.0
-    runq: deque = field(default_factory=deque)  # resource samples over slot_states.RUNQ_WINDOW_S, oldest first
-    oncpu_share: float = 0.0
-    runq_share: float = 0.0
-    final: bool = False  # read after its process was seen dead: never changes again
-    superseded: bool = False
-    died_here: bool = False  # seen alive, then dead, by this agent (not found dead at its start)
-    error: str = ""  # reason of the read-error episode in progress
-    launcher: tuple[int, int] = (0, 0)
-    host_pid: int = 0
-    uid: int = -1
-    oom: deathcause.OomBaseline | None = None
-    death: dict = field(default_factory=dict)
-    first_seen: int = 0  # the poll that first saw it (ordering: never a time the writer chose)
-    seen_alive: bool = False  # its process was alive at first sight
-
-    @property
-    def header(self) -> wire.SlotHeader:
-        return self.snap.header
-
-
-def _rank_key(s: _Slot) -> tuple[str, int]:
+def _rank_key(s: TrackedSlot) -> tuple[str, int]:
     return (s.header.identity.job, s.header.identity.rank)
 
 
-def _claim(s: _Slot) -> slot_states.Claim:
+def _claim(s: TrackedSlot) -> slot_states.Claim:
     h = s.header
     return slot_states.Claim(s.first_seen, s.seen_alive, s.proc.alive, (h.created_wall_ns, h.created_mono_ns), s.path)
-
-
-def process_uids(pid: int) -> frozenset[int] | None:
-    """The real and effective uid of ``pid``; None when unreadable."""
-    try:
-        uids = psutil.Process(pid).uids()
-        return frozenset((uids.real, uids.effective))
-    except (psutil.Error, OSError):
-        return None
-
-
-def parent_identity(pid: int) -> tuple[int, int]:
-    """(pid, start us) of ``pid``'s parent; (0, 0) when unreadable. Read once per
-    rank, while it is alive: a dead rank's parent is init."""
-    try:
-        parent = psutil.Process(pid).parent()
-        if parent is None or parent.pid <= 1:
-            return (0, 0)
-        started = steadystart.start_us(parent.pid)  # not moved by a clock step
-        return (0, 0) if started is None else (parent.pid, started)
-    except (psutil.Error, ValueError, OSError):
-        return (0, 0)
 
 
 class SlotTracker:
@@ -197,25 +81,22 @@ class SlotTracker:
     ) -> None:
         self.run_dir, self.job, self.stale_after_s, self.job_expiry_s = run_dir, job, stale_after_s, job_expiry_s
         self._next_expiry_ns = 0
-        self._empty_since_ns: int | None = None  # start of the current stretch without a rank to export
-        self._said_empty = False
         self._stat = stat
         self._parent = parent or parent_identity
         self._owner = owner or process_uids
         self._trusted = frozenset(trusted_uids)
-        self._check_dir = check_dir or (lambda path: rundir.insecure(path, trusted=self._dir_owners()))
-        self._dir_key: tuple[int, int, int] | None = None  # (ino, uid, mode) of the run dir last found safe
-        self._dir_refused = ""
         self._causes = death_causes  # off: no /proc, cgroup or kernel-log reads at a death (tests with fakes)
         self.procs = procs or ProcessTable()
-        self._read, self._list = read, lister or CachedLister()
+        self._read = read
         self._resource_ns = int(resource_interval_s * 1e9)
         self._log = log or logs.get("watchdog.agent.slots")
+        self._dir = SlotDirectory(
+            run_dir, lister=lister or CachedLister(), check_dir=check_dir, trusted=self._trusted, log=self._log
+        )
         self._lock = threading.Lock()
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, TrackedSlot] = {}
         self._job_uid: dict[str, int] = {}  # job -> uid of its first live rank here (slot_states.job_owner)
         self._skipped: dict[str, tuple[int, str]] = {}  # path -> (inode, STALE / OTHER_JOB / INVALID reason)
-        self._dir_missing = False
         self._entries_seen: dict[str, int] | None = None
         self._membership_changed = False  # slots added or removed: who speaks for a rank may change
         self._crashed: set[str] = set()  # paths whose processing raised (logged once each)
@@ -225,7 +106,7 @@ class SlotTracker:
     # -- the poll ------------------------------------------------------------
 
     def poll(self, now_mono_ns: int, now_wall_ns: int) -> None:
-        entries = self._entries(now_mono_ns)
+        entries = self._dir.entries(now_mono_ns)
         with self._lock:
             self.polls += 1
             self.procs.refresh()
@@ -253,52 +134,7 @@ class SlotTracker:
             if self._membership_changed:
                 self._membership_changed = False
                 self._resolve()
-            self._check_empty(now_mono_ns, len(entries))
-
-    def _dir_owners(self) -> frozenset[int]:
-        return frozenset({os.geteuid(), 0}) | self._trusted
-
-    def _dir_safe(self) -> bool:
-        """A run dir anyone could have created or can swap files in is not read: its
-        slots could be anyone's. Checked again whenever the directory itself changes."""
-        try:
-            st = os.stat(self.run_dir)
-        except OSError:
-            return True  # missing: the listing says so
-        key = (st.st_ino, st.st_uid, st.st_mode)
-        if key == self._dir_key:
-            return True
-        why = self._check_dir(self.run_dir)
-        if why:
-            if why != self._dir_refused:
-                self._log.error(
-                    "run dir refused",
-                    run_dir=self.run_dir,
-                    reason=why,
-                    detail="slot files here are not read: anyone able to create or replace them could "
-                    "make this agent report, dump or signal arbitrary processes",
-                )
-            self._dir_refused, self._dir_key = why, None
-            return False
-        if self._dir_refused:
-            self._log.info("run dir accepted", run_dir=self.run_dir)
-        self._dir_refused, self._dir_key = "", key
-        return True
-
-    def _entries(self, now_ns: int) -> dict[str, int]:
-        if not self._dir_safe():
-            return {}
-        try:
-            entries = self._list(self.run_dir, now_ns)
-        except OSError as exc:
-            if not self._dir_missing:
-                self._log.warning("run dir unreadable", run_dir=self.run_dir, error=str(exc))
-            self._dir_missing = True
-            return {}
-        if self._dir_missing:
-            self._log.info("run dir readable", run_dir=self.run_dir)
-        self._dir_missing = False
-        return entries
+            self._dir.check_empty(now_mono_ns, len(entries), len(self._slots), self._counts_locked)
 
     def _read_or_count(
         self, path: str, since: int, current_error: str, events_since: int = 0
@@ -352,7 +188,7 @@ class SlotTracker:
         if proc.alive and ident.proc_start_ticks:  # believed: its own start reading is the one checked from now on
             self.procs.vouch(ident.pid, ident.proc_start_us, ident.proc_start_ticks)
         here = self.procs.host_pid(ident.pid, ident.proc_start_us)
-        slot = _Slot(
+        slot = TrackedSlot(
             path=path,
             inode=snap.inode or inode,
             snap=snap,
@@ -367,7 +203,7 @@ class SlotTracker:
             first_seen=self.polls,
             seen_alive=proc.alive,
         )
-        self._absorb(slot, snap)
+        absorb(slot, snap, self.read_errors, self._log)
         slot.state = slot_states.rank_state(slot.status, proc)
         self._slots[path] = slot
         self._membership_changed = True
@@ -475,7 +311,7 @@ class SlotTracker:
         except OSError:
             return False
 
-    def _update(self, slot: _Slot, now_ns: int) -> None:
+    def _update(self, slot: TrackedSlot, now_ns: int) -> None:
         # The hot path: every watched rank, every poll. Keep it lean.
         ident, prev = slot.header.identity, slot.proc
         resources = now_ns - prev.sampled_ns >= self._resource_ns
@@ -493,7 +329,7 @@ class SlotTracker:
             slot.error = snap  # keep the last good state
         else:
             slot.error = ""
-            self._absorb(slot, snap)
+            absorb(slot, snap, self.read_errors, self._log)
         if proc is not prev:  # the process table hands back the same sample when nothing was read
             if resources and proc.alive:
                 slot.cpu_pct, slot.res_prev = slot_states.cpu_percent(slot.res_prev, proc), proc
@@ -534,7 +370,7 @@ class SlotTracker:
         # Read after the process was seen gone: that read was its final state.
         slot.final = not proc.alive and not isinstance(snap, str)
 
-    def _exit_code(self, slot: _Slot) -> int | None:
+    def _exit_code(self, slot: TrackedSlot) -> int | None:
         """The exit code of a rank gone after a clean-looking exit, where this host
         read it (deathcause.decode's convention); None: not read."""
         exit_status = getattr(self.procs, "exit_status", None)
@@ -547,7 +383,7 @@ class SlotTracker:
             return None
         return None if status is None else deathcause.decode(status)[0]
 
-    def _death(self, slot: _Slot) -> dict:
+    def _death(self, slot: TrackedSlot) -> dict:
         """Why it died, read once at the death (after the slot's final read)."""
         ident = slot.header.identity
         try:
@@ -563,60 +399,6 @@ class SlotTracker:
             self._log.warning("death cause unreadable", rank=ident.rank, pid=ident.pid, error=str(exc))
             return {}
 
-    def _absorb(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
-        h = snap.header
-        slot.heartbeat_ns, slot.status = h.words[wire.H_HEARTBEAT_NS], h.status  # outside the seqlock: valid torn
-        if snap.torn:  # the writer stopped or died inside a header update
-            if not slot.torn:
-                self.read_errors["torn"] += 1
-                ident = h.identity
-                self._log.info("slot torn", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
-            slot.torn = True  # a first read that is torn is kept: it is all we have
-        else:
-            slot.torn, slot.snap = False, snap
-        since = slot.since
-        if slot.gpu_fold is not None and snap.records:
-            self._fold_gpu(slot, [r for r in snap.records if r.index >= since and r.kind == _STEP_END], [])
-        if snap.records:
-            slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
-            slot.colls.extend(r for r in snap.records if r.index >= since and r.kind == _COLL_SIG)
-            last = snap.records[-1].index + 1
-        else:
-            last = since
-        slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
-        if snap.events:
-            self._absorb_events(slot, snap)
-
-    def _absorb_events(self, slot: _Slot, snap: wire.SlotSnapshot) -> None:
-        """The event ring: Flight Recorder signatures (and GPU completions)."""
-        since = slot.events_since
-        fresh = [r for r in snap.events if r.index >= since]
-        slot.ev_colls.extend(r for r in fresh if r.kind == _COLL_SIG)
-        if slot.gpu_fold is None and any(r.kind == _COMPLETION for r in fresh):
-            # The first completions: the data waits of the steps read so far pair with them.
-            slot.gpu_fold = gpusteps.GpuFold()
-            self._fold_gpu(slot, list(slot.steps), [])
-        if slot.gpu_fold is not None:
-            self._fold_gpu(slot, [], fresh)
-        slot.events_since = max(since, snap.events[-1].index + 1)
-
-    def _fold_gpu(self, slot: _Slot, steps: list[wire.Record], events: list[wire.Record]) -> None:
-        fold = slot.gpu_fold
-        assert fold is not None
-        before = fold.rejected
-        slot.gpu.extend(fold.feed(steps, events))
-        if fold.rejected > before:
-            if not self.read_errors["record"]:
-                ident = slot.header.identity
-                self._log.warning(
-                    "slot records rejected",
-                    path=slot.path,
-                    job=ident.job,
-                    rank=ident.rank,
-                    detail="completion records with values no hook writes: left out of the GPU-side split",
-                )
-            self.read_errors["record"] += fold.rejected - before
-
     def _resolve(self) -> None:
         self._release_jobs()
         winners = set(map(id, slot_states.speakers(self._slots.values(), _rank_key, _claim).values()))
@@ -626,34 +408,6 @@ class SlotTracker:
                 ident = slot.header.identity
                 self._log.info("slot superseded", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
             slot.superseded = now_superseded
-
-    def _check_empty(self, now_mono_ns: int, files: int) -> None:
-        """No silent no-data: an agent that has had no rank to export for a while says
-        once where it looks and why ranks may be writing elsewhere."""
-        if self._slots:
-            if self._said_empty:
-                self._log.info("rank slots found", run_dir=self.run_dir, slots=len(self._slots))
-            self._empty_since_ns, self._said_empty = None, False
-            return
-        if self._empty_since_ns is None:
-            self._empty_since_ns = now_mono_ns
-        if self._said_empty or now_mono_ns - self._empty_since_ns < NO_SLOTS_AFTER_NS:
-            return
-        self._said_empty = True
-        skipped = {k: n for k, n in self._counts_locked().items() if n}
-        self._log.warning(
-            "no rank slots found",
-            run_dir=self.run_dir,
-            waited_s=round((now_mono_ns - self._empty_since_ns) / 1e9),
-            files=files,
-            skipped=skipped,
-            detail=f"ranks write their slot files to {rundir.RUN_DIR_ENV} or, when it is unset, to the default: "
-            f"{rundir.DEFAULT_RULE} (for this agent's user: {rundir.default_run_dir(os.environ)}). A rank with "
-            f"another {rundir.RUN_DIR_ENV}, a container without this directory mounted, a user who cannot "
-            f"write here, or a private /tmp puts its slots where this agent cannot see them; its hook logs "
-            f"the path it writes (logger watchdog.hook). Point --{flags.RUN_DIR} and the ranks at one "
-            f"directory; watchdog_agent_slots shows what this agent finds",
-        )
 
     def _expire(self, now_mono_ns: int) -> None:
         """Stop exporting the slots of jobs whose processes here all ended long ago.
@@ -716,7 +470,7 @@ class SlotTracker:
             return tuple(self._local(s) for s in self._slots.values() if s.header.identity.job == job)
 
     @staticmethod
-    def _local(s: _Slot) -> LocalRank:
+    def _local(s: TrackedSlot) -> LocalRank:
         return LocalRank(
             s.path,
             s.header,

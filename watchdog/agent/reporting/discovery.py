@@ -9,7 +9,7 @@ replies then use that token, not the agent's. A run directory may be shared by
 every user of the node, so the files are believed only when the user that owns
 them owns every slot file of that job here: another user can neither redirect a
 job's reports nor, by joining the job's name with a slot of their own, take them
-(such a slot is refused once a live rank of the job's user is seen, agent/slots.py;
+(such a slot is refused once a live rank of the job's user is seen, agent/slotfiles/tracker.py;
 should it come first, the job goes unreported, and the log says why). A job without a believable
 file is still exported on /metrics; its reports wait until the file appears.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import logs
-from watchdog.agent.slots import LocalRank
+from watchdog.agent.slotfiles.local_rank import LocalRank
 
 SUFFIX = ".coordinator"
 TOKEN_SUFFIX = ".token"

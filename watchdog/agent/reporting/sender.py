@@ -3,7 +3,7 @@ thread: a slow or dead coordinator must never stall the poll loop.
 
 POST {url}/api/v1/report, JSON ``HostReport.to_dict()``, ``Authorization: Bearer
 <job token>``. The reply is ``{"ok": true, "commands": [...]}``; commands go to the
-``handle_commands(job, commands)`` seam (``watchdog.agent.commands``), and their
+``handle_commands(job, commands)`` seam (``watchdog.agent.command_channel.inbox``), and their
 acks come back through ``outbox`` in the next reports. Step records and acks are
 marked reported only once a report carrying them was accepted, so a failed send
 does not lose them (up to the report's cap).
@@ -44,9 +44,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from watchdog import jobtoken, logs
-from watchdog.agent import report, slot_states
-from watchdog.agent.slots import LocalRank
-from watchdog.agent.stepsummaries import StepSummaries
+from watchdog.agent.reporting import build as report
+from watchdog.agent.reporting.stepsummaries import StepSummaries
+from watchdog.agent.slotfiles import slot_states
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.report import MAX_STEPS_PER_RANK, REPORT_VERSION, ROWS_VERSION, as_rows, split_valid
 
 REPORT_PATH = "/api/v1/report"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from watchdog.agent import slot_states
+from watchdog.agent.slotfiles import slot_states
 from watchdog.contracts import slot as wire
 from watchdog.report import GpuStep
 

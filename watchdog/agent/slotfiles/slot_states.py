@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from watchdog.agent.procs import ProcSample
+from watchdog.agent.processes.table import ProcSample
 from watchdog.contracts import slot as wire
 from watchdog.report import StepSample
 

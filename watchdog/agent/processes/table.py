@@ -34,9 +34,9 @@ from typing import Any
 import psutil
 
 from watchdog import procstart
-from watchdog.agent import deathcause, steadystart
-from watchdog.agent.deathwatch import DeathWatch
-from watchdog.agent.nspid import PidMap
+from watchdog.agent.processes import deathcause, steadystart
+from watchdog.agent.processes.deathwatch import DeathWatch
+from watchdog.agent.processes.nspid import PidMap
 
 # psutil's create_time() is derived from /proc/<pid>/stat's start time in clock
 # ticks (10 ms) plus the boot time; two reads of one process agree far closer

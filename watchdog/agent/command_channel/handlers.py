@@ -5,7 +5,7 @@ so they happen here, right before acting).
 
 Targets are checked against the slots this agent tracks: a command can only touch
 a process that wrote a slot for the job (its file owned by that process's user,
-checked when it registered: agent/slots.py) or, for ``signal``, the launcher
+checked when it registered: agent/slotfiles/tracker.py) or, for ``signal``, the launcher
 recorded and verified when such a rank registered -- never an arbitrary pid on
 the host, never pid 1 (an orphaned rank's parent), whoever holds the token.
 Dumps pin the process with a pidfd before the identity check (``pidpin``), as
@@ -28,11 +28,12 @@ from dataclasses import replace
 from typing import Any
 
 from watchdog import sharedfile
-from watchdog.agent import dumpall, flight_recorder_dump, steadystart
-from watchdog.agent.pidpin import Pin
-from watchdog.agent.procs import START_TOLERANCE_US
-from watchdog.agent.slots import LocalRank
-from watchdog.agent.stacks import StackDumper
+from watchdog.agent.command_channel import dumpall, flight_recorder_dump
+from watchdog.agent.command_channel.stacks import StackDumper
+from watchdog.agent.processes import steadystart
+from watchdog.agent.processes.pidpin import Pin
+from watchdog.agent.processes.table import START_TOLERANCE_US
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import SlotEvidence, StackDump
