@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from watchdog import flags, jobtoken, logs, webconfig
-from watchdog.coordinator.control.policy import Policy, load_policy
+from watchdog.coordinator.control.policy import ACTIONS, Policy, load_policy
 from watchdog.coordinator.intake import event_loops
 from watchdog.flags import (
     Flag,
@@ -328,8 +328,7 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag(
         "policy.file",
         "",
-        "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
-        "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)",
+        f"TOML policy: finding kind -> {'/'.join(ACTIONS)}, restart budget, cooldown, dry run (default: alert only)",
         field="policy_file",
     ),
 )
