@@ -17,6 +17,7 @@ from watchdog.agent import config as agent_config
 from watchdog.agent.metrics import SERIES_PER_RANK
 from watchdog.agent.rankmetrics import DETAILS
 from watchdog.coordinator import config as coordinator_config
+from watchdog.coordinator.cli import hosts, status
 from watchdog.coordinator.control.policy import ACTIONS
 from watchdog.coordinator.intake import event_loops
 from watchdog.dev import demo, localjob
@@ -91,3 +92,12 @@ def test_demo_fault_help_lists_exactly_the_faults_the_example_accepts(monkeypatc
         injected |= changed
     kinds = {f.name for f in dataclasses.fields(none)} - {"mismatch_elements"}  # a parameter of mismatch
     assert kinds - injected == set(), "faults the example injects that the demo's help does not list"
+
+
+@pytest.mark.parametrize("command", [status, hosts, doctor], ids=["status", "hosts", "doctor"])
+def test_help_names_every_switch(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        command.main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert re.findall(r"--(\w+) \(", text.split("Switches: ", 1)[1]) == [name for name, _ in command.SWITCHES]

@@ -95,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         default=None,
-        help="coordinator policy file (TOML, see watchdog/coordinator/control/policy.py); wins over --action",
+        help="coordinator policy file (TOML, as the coordinator's --policy.file takes); wins over --action",
     )
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")

@@ -39,6 +39,12 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "scaling": scaling.parser,
     "timeline": timeline.parser,
 }
+# Switches (a bare --name, no value) of commands with flag tables.
+SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
+    "doctor": doctor.SWITCHES,
+    "status": status.SWITCHES,
+    "hosts": hosts.SWITCHES,
+}
 # Commands that take no flags of their own: what they take instead.
 USAGES = {"run": run_cli.USAGE}
 
@@ -122,10 +128,13 @@ def render() -> str:
     for name, (_, summary) in cli.SUBCOMMANDS.items():
         out += [f"## watchdog {name}", "", summary[0].upper() + summary[1:] + ".", ""]
         if name in FLAG_TABLES:
-            for heading, table_flags in FLAG_TABLES[name]:
+            for i, (heading, table_flags) in enumerate(FLAG_TABLES[name]):
                 if heading:
                     out += [f"### {heading}", ""]
-                out += table(("Flag", "Environment", "Type", "Default", "Help"), flag_rows(table_flags))
+                rows = flag_rows(table_flags)
+                if i == 0:
+                    rows += [[code(f"--{switch}"), "", "switch", "", what] for switch, what in SWITCHES.get(name, ())]
+                out += table(("Flag", "Environment", "Type", "Default", "Help"), rows)
                 out.append("")
         elif name in PARSERS:
             out += table(("Flag", "Type", "Default", "Help"), parser_rows(PARSERS[name]()))

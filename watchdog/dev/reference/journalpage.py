@@ -54,6 +54,10 @@ def render() -> str:
         if doc:
             out += [" ".join(doc.split()), ""]
         rows = record_rows(cls)
-        out += table(("Field", "Type", "Written", "Meaning"), rows) if rows else ["No fields besides the stamps."]
+        out += (
+            table(("Field", "Type", "Written", "Meaning"), rows)
+            if rows
+            else ["No declared fields: what the line holds besides the stamps is read as it is."]
+        )
         out.append("")
     return "\n".join(out)

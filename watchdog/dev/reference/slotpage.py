@@ -10,7 +10,7 @@ import inspect
 
 from watchdog.contracts import slot
 
-from .text import code, comments, lines_after, shown, table
+from .text import code, comments, lines_after, shown, table, without_modules
 
 
 def _assigned() -> list[str]:
@@ -53,7 +53,7 @@ def _enums() -> list[type[enum.IntEnum]]:
 
 def _doc() -> list[str]:
     """The module's docstring as Markdown: its indented layout block is a code block."""
-    text = inspect.cleandoc(slot.__doc__ or "").replace("::\n", ":\n").replace("``", "`")
+    text = without_modules(inspect.cleandoc(slot.__doc__ or "")).replace("::\n", ":\n").replace("``", "`")
     return [*text.splitlines(), ""]
 
 
@@ -92,7 +92,17 @@ def render() -> str:
     out += ["", "## Ring records", "", f"Each record is {slot.RECORD_WORDS} words.", ""]
     out += table(("Word", "Name", "Meaning"), [(str(i), code(n), notes[n]) for i, n in _words("R_")])
     last = _words("R_")[-1][1]
-    out += ["", "Payloads by record kind:", "", "```", *lines_after(slot, last), "```", "", "## Enumerations", ""]
+    out += [
+        "",
+        "Payloads by record kind:",
+        "",
+        "```",
+        *map(without_modules, lines_after(slot, last)),
+        "```",
+        "",
+        "## Enumerations",
+        "",
+    ]
     for cls in _enums():
         members = comments(cls)
         out += [f"### {cls.__name__}", ""]

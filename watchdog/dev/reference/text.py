@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 import types
@@ -17,9 +18,28 @@ from typing import Any
 _NOT_NOTES = ("ruff:", "noqa", "type:", "--", "pragma:")
 
 
+# A reference to one of the package's modules inside a comment: "(watchdog.hook.frames)",
+# "(control/replay.py)", "See agent/steadystart.py." The pages name what a user sees,
+# not where it is implemented (modules move; the format does not).
+_MODULE = r"(?:watchdog(?:\.\w+)+|(?:\w+/)*\w+\.py)"
+_MODULE_NOTES = (
+    (re.compile(rf"\s*\((?:see )?{_MODULE}\)"), ""),
+    (re.compile(rf"\s*See {_MODULE}\."), ""),
+    (re.compile(rf"\s*\({_MODULE}: "), " ("),
+    (re.compile(rf" \({_MODULE}, "), " ("),
+)
+
+
+def without_modules(text: str) -> str:
+    """``text`` less its references to the package's modules."""
+    for pattern, replacement in _MODULE_NOTES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def cell(text: object) -> str:
-    """One table cell: a single line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: a single line, pipes escaped, reStructuredText's literals as Markdown's."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("``", "`")
 
 
 def code(value: object) -> str:
@@ -48,13 +68,13 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 
 def first_paragraph(doc: str | None) -> str:
     """A docstring's first paragraph on one line ("" when there is none)."""
-    return " ".join(inspect.cleandoc(doc or "").split("\n\n", 1)[0].split())
+    return without_modules(" ".join(inspect.cleandoc(doc or "").split("\n\n", 1)[0].split()))
 
 
 def own_doc(cls: type) -> str:
     """A class's own docstring: a dataclass without one gets its signature, which says nothing."""
     doc = cls.__doc__ or ""
-    return "" if doc.startswith(cls.__name__ + "(") else inspect.cleandoc(doc)
+    return "" if doc.startswith(cls.__name__ + "(") else without_modules(inspect.cleandoc(doc))
 
 
 def _names(stmt: ast.stmt) -> list[str]:
@@ -110,7 +130,7 @@ def _comments(obj: types.ModuleType | type) -> dict[str, str]:
                 line -= 1
             note = " ".join(above)
         for name in names:
-            out[name] = note
+            out[name] = without_modules(note)
     return out
 
 
