@@ -56,7 +56,7 @@ ROOM_EDGES: dict[str, frozenset[str]] = {
         "own_stall": "view | config",
         "testing": "view | config",
         # root: leaves
-        "config": "| event_loops policy_file",
+        "config": "| event_loops policy_file vocabularies",
         "policy_file": "| vocabularies",
         "metrics": "| host_culprits vocabularies",
         "event_loops": "",

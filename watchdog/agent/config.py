@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import flags, jobtoken, logs, rundir, webconfig
+from watchdog.agent.export.metrics import SERIES_PER_RANK
+from watchdog.agent.export.rankmetrics import DETAILS, FULL, SUMMARY
 from watchdog.flags import Flag
 from watchdog.report import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -46,8 +48,8 @@ def _report_interval(text: str) -> float:
 
 def _rank_detail(text: str) -> str:
     val = text.strip().lower()
-    if val not in ("full", "summary"):
-        raise ValueError("must be full or summary")
+    if val not in DETAILS:
+        raise ValueError(f"must be {' or '.join(DETAILS)}")
     return val
 
 
@@ -191,10 +193,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("collector.accelerator", True, "sample accelerators through NVML", flags.boolean, field="accelerator"),
     Flag(
         "metrics.rank-detail",
-        "full",
-        "per-rank series on /metrics: full (29 per rank) or summary (only ranks not alive and running, and the "
-        "--metrics.slowest-ranks slowest; host aggregates are exported either way): summary for jobs of thousands "
-        "of ranks",
+        FULL,
+        f"per-rank series on /metrics: {FULL} ({SERIES_PER_RANK} per rank) or {SUMMARY} (only ranks not alive and "
+        f"running, and the --metrics.slowest-ranks slowest; host aggregates are exported either way): {SUMMARY} for "
+        "jobs of thousands of ranks",
         _rank_detail,
         field="rank_detail",
     ),
@@ -231,7 +233,7 @@ class AgentConfig:
     coordinator_ca_file: str = ""
     web_config: str = ""  # --web.config.file: TLS and basic auth for /metrics (watchdog.webconfig)
     accelerator: bool = True
-    rank_detail: str = "full"  # rankmetrics.DETAILS
+    rank_detail: str = FULL  # rankmetrics.DETAILS
     slowest_ranks: int = 1
     py_spy: str = ""
     stacks_timeout_s: float = 10.0

@@ -14,6 +14,7 @@ from typing import Any
 from watchdog import flags, jobtoken, logs, webconfig
 from watchdog.coordinator import event_loops
 from watchdog.coordinator.policy_file import Policy, load_policy
+from watchdog.coordinator.vocabularies import ACTIONS
 from watchdog.flags import (
     Flag,
     boolean,
@@ -328,8 +329,7 @@ CONFIG_FLAGS: tuple[Flag, ...] = (
     Flag(
         "policy.file",
         "",
-        "TOML policy: finding kind -> alert/abort/restart/checkpoint_restart/"
-        "exclude_host_restart, restart budget, cooldown, dry run (default: alert only)",
+        f"TOML policy: finding kind -> {'/'.join(ACTIONS)}, restart budget, cooldown, dry run (default: alert only)",
         field="policy_file",
     ),
 )

@@ -9,6 +9,7 @@ runs on 127.0.0.1 with a fresh token; nothing is left running afterwards.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import secrets
@@ -43,9 +44,25 @@ INFO = "info"
 SUMMARY = "summary"
 # Past the linger, how long to wait for the first finding's evidence to come back.
 EVIDENCE_WAIT_S = 20.0
+# The line of the example script's docstring that opens its table of fault forms.
+FAULT_TABLE = "``--fault SPEC`` injects faults"
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def fault_forms(script: Path = localjob.EXAMPLE_SCRIPT) -> tuple[str, ...]:
+    """The ``--fault`` forms the example script accepts, as its docstring's table lists
+    them (``kill:R@S``, ...): read from the file, so the demo's help never imports torch."""
+    doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+    lines = doc.split(FAULT_TABLE, 1)[1].splitlines()[1:] if FAULT_TABLE in doc else []
+    forms: list[str] = []
+    for line in lines:
+        if line.strip() and not line.startswith(" "):
+            break  # the table ends at the next paragraph
+        if line.startswith("    ") and not line.startswith("     "):
+            forms.append(line.split()[0])
+    return tuple(forms)
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="watchdog demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -54,8 +71,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fault",
         action="append",
         default=[],
-        help="fault to inject, e.g. hang:2@30, kill:1@20, exit:2@20, stop:3@25, slow:1:1.5, never-join:3, "
-        "starve:0, starve:all, mismatch:1@20 (see examples/train_ddp.py)",
+        help=f"fault to inject (repeatable), one of {', '.join(fault_forms())} "
+        "(R: a rank, S: a step, F: a slowdown factor, N: elements; see examples/train_ddp.py), e.g. hang:2@30",
     )
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--compute-ms", type=float, default=50.0, help="simulated compute per step (default 50)")
@@ -79,11 +96,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--policy",
         default=None,
-        help="coordinator policy file (TOML, see watchdog/coordinator/policy_file.py); wins over --action",
+        help="coordinator policy file (TOML, as the coordinator's --policy.file takes); wins over --action",
     )
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts when acting (default 3)")
     p.add_argument("--script", default=str(localjob.EXAMPLE_SCRIPT), help="training script (default: the example)")
     p.add_argument("script_args", nargs="*", help="extra arguments for the training script (after --)")
+    return p
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = parser()
     args = p.parse_args(argv)
     if args.ranks < 1:
         p.error("--ranks must be >= 1")

@@ -17,6 +17,9 @@ from .runner import exit_code, run
 
 JOURNAL_FLAG = next(f for f in CONFIG_FLAGS if f.name == "journal")  # the coordinator's own flag
 DESCRIPTION = "Pre-flight checks of this host for an agent, a training job or a coordinator, each with its fix."
+JSON = "json"
+# Switches (no value), beside the flags: (name, what it does).
+SWITCHES = ((JSON, "print a JSON report"),)
 MARK = {"ok": "ok  ", WARN: "warn", FIX: "FIX "}
 
 
@@ -79,10 +82,15 @@ def _token(values: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
+    as_json = f"--{JSON}" in args
+    args = [a for a in args if a != f"--{JSON}"]
     try:
-        values = flags.parse("watchdog doctor", DESCRIPTION + " Add --json for a JSON report.", FLAGS, args)
+        values = flags.parse(
+            "watchdog doctor",
+            DESCRIPTION + " Switches: " + ", ".join(f"--{name} ({what})" for name, what in SWITCHES) + ".",
+            FLAGS,
+            args,
+        )
         host = host_from(values)
     except (flags.FlagError, ValueError) as exc:
         print(f"watchdog doctor: {exc}", file=sys.stderr)

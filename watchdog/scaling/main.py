@@ -25,7 +25,7 @@ from .prom import read_prometheus
 from .runs import RunError, read_run, table
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="watchdog scaling", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -48,6 +48,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with the plots")
     p.add_argument("--png", metavar="OUT.png", help="write the plots as PNG (needs matplotlib: rank-watchdog[plot])")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of the text one")
+    return p
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = parser()
     args = p.parse_args(argv)
     if not 0 < args.threshold <= 1:
         p.error("--threshold must be in (0, 1]")

@@ -23,7 +23,7 @@ from watchdog.contracts.journal import parse, reader
 from . import flight_recorder, html, load, perfetto, stacksets, text
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="watchdog timeline", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -50,6 +50,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="steps per rank shown in the HTML lanes (default 20)")
     p.add_argument("--text-steps", type=int, default=5, help="steps averaged per rank in the text table (default 5)")
     p.add_argument("--max-ranks", type=int, default=64, help="ranks drawn as lanes / listed in full (default 64)")
+    return p
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = parser()
     args = p.parse_args(argv)
     if args.steps < 1 or args.text_steps < 1 or args.max_ranks < 1:
         p.error("--steps, --text-steps and --max-ranks must be >= 1")

@@ -193,6 +193,12 @@ def _layout(cls: type[Record]) -> tuple[tuple[str, str, bool, Any], ...]:
     return got
 
 
+def layout(cls: type[Record]) -> tuple[tuple[str, str, bool, Any], ...]:
+    """(attribute, key in the line, left out at its default, default) per payload
+    field of record class ``cls``, in the order a line holds them (the reference docs)."""
+    return _layout(cls)
+
+
 def _readers(cls: type[Record]) -> dict[str, _Reader]:
     """Key in the line -> (attribute, the types a value read from a line may have, a bool
     refused, left out at its default, default)."""

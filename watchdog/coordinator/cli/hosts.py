@@ -39,6 +39,8 @@ DESCRIPTION = (
     "Print the hosts rank-watchdog coordinators keep blaming, over all jobs, with their evidence and "
     "the Slurm --exclude= / scontrol drain / kubectl taint lines to avoid them (printed, never run)."
 )
+# Switches (no value), beside the flags: (name, what it does).
+SWITCHES = (("json", "print the suspects as JSON"),)
 
 TAINT = "rank-watchdog/suspect=true:NoSchedule"
 _COUNTER = f"{HOST_CULPRITS}_total"
@@ -109,10 +111,12 @@ def render(hosts: list[dict[str, Any]], base: str, min_score: float) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     switches = argparse.ArgumentParser(add_help=False)
-    switches.add_argument("--json", action="store_true")
+    for name, _ in SWITCHES:
+        switches.add_argument(f"--{name}", action="store_true")
     known, rest = switches.parse_known_args(argv)
     try:
-        values = flags.parse("watchdog hosts", DESCRIPTION + " Switches: --json (the suspects as JSON).", FLAGS, rest)
+        described = DESCRIPTION + " Switches: " + ", ".join(f"--{name} ({what})" for name, what in SWITCHES) + "."
+        values = flags.parse("watchdog hosts", described, FLAGS, rest)
     except flags.FlagError as exc:
         print(f"watchdog hosts: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,8 @@ FLAGS = (
     flags.Flag("coordinator.ca-file", "", "CA certificate(s) of an https coordinator (default: the system's)"),
 )
 DESCRIPTION = "Print a per-rank table (step, phase, step time split, heartbeat, findings) from a coordinator."
+# Switches (no value), beside the flags: (name, what it does).
+SWITCHES = (("watch", "refresh until Ctrl-C"), ("json", "print the raw document"))
 
 
 def fetch(url: str, token: str, timeout: float, ca_file: str = "") -> dict[str, Any]:
@@ -114,13 +116,13 @@ def render(doc: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     switches = argparse.ArgumentParser(add_help=False)
-    switches.add_argument("--watch", action="store_true")
-    switches.add_argument("--json", action="store_true")
+    for name, _ in SWITCHES:
+        switches.add_argument(f"--{name}", action="store_true")
     known, rest = switches.parse_known_args(argv)
     try:
         values = flags.parse(
             "watchdog status",
-            DESCRIPTION + " Switches: --watch (refresh until Ctrl-C), --json (raw document).",
+            DESCRIPTION + " Switches: " + ", ".join(f"--{name} ({what})" for name, what in SWITCHES) + ".",
             FLAGS,
             rest,
         )
