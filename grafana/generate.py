@@ -16,7 +16,7 @@ writes, when an expression does not parse (promtool), uses a metric missing from
 tests/golden/, or when grafana-foundation-sdk drops a key of the JSON.
 Plain dicts on purpose: the dashboards stay readable JSON that imports anywhere.
 
-Built for a 16,384-rank job (docs/scale.md, "Prometheus at scale"): the job-wide
+Built for a 16,384-rank job (docs/deploy.md, "Prometheus at scale"): the job-wide
 panels read the recording rules of deploy/prometheus/rules/ (load them: without
 them those panels are empty), mostly the host aggregates' (watchdog-scale.rules.yml),
 which are there at --metrics.rank-detail=summary too; a job-wide panel that shows

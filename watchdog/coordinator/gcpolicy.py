@@ -14,8 +14,8 @@ so now and then everything is unfrozen and collected once: ``FULL_EVERY_S``
 after the start, then twice as long after each that found nothing (up to
 ``FULL_MAX_S``), back to ``FULL_EVERY_S`` after one that found something. That
 collection holds the interpreter (~4.4 s at 16,384 ranks), and a real
-coordinator under load leaves no cycles (measured: docs/scale.md, Sixteenth
-round), so at a fixed 10 minutes it stopped the request loop six times an hour
+coordinator under load leaves no cycles (measured; docs/benchmarks.md has the
+coordinator at 16,384 ranks), so at a fixed 10 minutes it stopped the request loop six times an hour
 for nothing. What the doubling could let pile up is bounded by memory: once
 ``FULL_EVERY_S`` has passed since the last one, a process whose peak RSS grew by
 ``GROWTH`` since then is collected at once, whatever the interval.

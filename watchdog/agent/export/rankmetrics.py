@@ -8,7 +8,7 @@ went stale (frozen with its process running), and the ``slowest`` ranks by their
 last step's compute (where a straggler shows). A 16,384-rank job on
 2,048 hosts is ~504,000 per-rank and host series at full detail (29 a rank, 14
 a host); at summary with the slowest one per host and every rank healthy,
-~88,000 (docs/scale.md)."""
+~88,000 (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ read it), or after 1.5 report intervals, so it opens whole rather than as a
 first few ranks that later findings add to. A lone frozen rank waits only for
 hosts that reported within that instant's window and not since: none at 1 s
 report intervals (other ranks' agents have read them beating after it), up to
-a second at 16,384 ranks with agents slowed to 2-3 s (docs/scale.md). When that
+a second at 16,384 ranks with agents slowed to 2-3 s (docs/benchmarks.md). When that
 group is every rank of the job, it is nobody's: the ``wedged`` verdict (analysis/wedge.py).
 
 A running rank (not stopped) whose heartbeat froze before and beat again by

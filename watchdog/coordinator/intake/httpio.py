@@ -483,7 +483,7 @@ class _Connection(asyncio.Protocol):
     def bytes_waiting(self) -> bool:
         """Bytes in the socket the loop has not read yet. Under uvloop timers run
         before reads within an iteration, and a starved loop can be tens of seconds
-        late (docs/scale.md): a request's first bytes may be in, just not read."""
+        late (docs/benchmarks.md): a request's first bytes may be in, just not read."""
         sock = self._transport.get_extra_info("socket") if self._transport is not None else None
         if sock is None:
             return False

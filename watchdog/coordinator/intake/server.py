@@ -15,7 +15,7 @@ connection: at 2,048 agents each holding a kept-alive connection, threads cost
 a core in switching and GIL hand-offs alone (benchmarks/scale.py measured the
 thread-per-connection server at 0.95 of a core for 512 hosts; the guarded
 threaded server's cap of 256 connections cannot hold 512 agents at all:
-docs/scale.md). Reports are
+docs/benchmarks.md). Reports are
 handled one at a time on the loop, so how late the loop runs *is* how far
 behind the coordinator is: ``Lag`` measures it and the reply asks agents to slow
 down while it is high (``backpressure``).

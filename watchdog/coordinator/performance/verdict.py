@@ -150,7 +150,7 @@ class Summaries:
     ~64 s). The verdict is advisory and has hysteresis, so this lag is all it
     costs; up to ``exact_up_to`` ranks it is exact. (1,024:
     a summary costs ~30 us, so ~30 ms of a tick; 2,048 was ~60-100 ms of the
-    100 ms a tick may take at 16,384 ranks, docs/scale.md.)
+    100 ms a tick may take at 16,384 ranks, docs/benchmarks.md.)
 
     Above ``exact_up_to`` ranks a run refreshes at most one ``spread``-th of them
     (within ``budget``), so each changed rank's summary is at most ``spread`` runs
