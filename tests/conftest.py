@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -313,11 +314,57 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 # -- what each test costs ---------------------------------------------------------------------------------
 # WATCHDOG_TEST_COST=path appends one JSON line per test: its wall seconds, the CPU seconds of the test
-# process (its threads: in-process servers) and of the child processes it reaped (torchrun and its ranks,
-# agents, coordinators, Prometheus; a process reaps its own children, so a rank's CPU reaches the test
-# through torchrun), and the load average at its end. Wall time grows with the machine's load; CPU seconds
-# hardly do: plan the suite's parallelism with them. A session fixture's cost lands on its first reader.
+# process (its threads: in-process servers) and of every process this session started while it ran
+# (torchrun and its ranks, agents, coordinators, Prometheus), and the load average at its end. Those carry
+# SESSION_MARK, so a thread samples their /proc/PID/stat CPU times every SAMPLE_S and keeps each one's last
+# figure (what getrusage(RUSAGE_CHILDREN) would miss: ranks orphaned when their launcher is killed are
+# reaped by init; a process's last SAMPLE_S is missed instead). Wall time grows with the machine's load; CPU
+# seconds hardly do: plan the suite's parallelism with them. A session fixture's cost lands on its first
+# reader; .ci/cost sums a log.
 COST_LOG = "WATCHDOG_TEST_COST"
+SAMPLE_S = 0.25
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+class _TreeCpu(threading.Thread):
+    """CPU seconds of this session's processes (not this one), summed over every one seen."""
+
+    def __init__(self) -> None:
+        super().__init__(name="test-cost-sampler", daemon=True)
+        self._last: dict[int, float] = {}  # pid -> its CPU seconds when last read
+        self._others: set[int] = set()  # pids not ours (pid_max is large: no reuse within a session)
+        self._lock = threading.Lock()
+
+    def total(self) -> float:
+        self.sample()
+        with self._lock:
+            return sum(self._last.values())
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(SAMPLE_S)
+
+    def sample(self) -> None:
+        needle = b"\0" + f"{SESSION_MARK}={_SESSION_VALUE}".encode() + b"\0"
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or (pid := int(name)) in self._others:
+                continue
+            try:
+                if pid not in self._last:
+                    with open(f"/proc/{name}/environ", "rb") as fh:
+                        if pid == os.getpid() or needle not in b"\0" + fh.read():
+                            self._others.add(pid)
+                            continue
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:  # gone, or not ours to read
+                continue
+            with self._lock:
+                self._last[pid] = (int(fields[11]) + int(fields[12])) * _TICK_S  # utime + stime
+
+
+_TREE: list[_TreeCpu] = []
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -326,16 +373,19 @@ def pytest_runtest_protocol(item, nextitem):
     if not path:
         yield
         return
+    if not _TREE:
+        _TREE.append(_TreeCpu())
+        _TREE[0].start()
     t0 = time.monotonic()
-    self0, kids0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    self0, tree0 = resource.getrusage(resource.RUSAGE_SELF), _TREE[0].total()
     yield
-    self1, kids1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    self1, tree1 = resource.getrusage(resource.RUSAGE_SELF), _TREE[0].total()
     line = {
         "test": item.nodeid,
         "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
         "wall_s": round(time.monotonic() - t0, 3),
         "self_cpu_s": round(self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime, 3),
-        "children_cpu_s": round(kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime, 3),
+        "children_cpu_s": round(tree1 - tree0, 3),
         "load1": os.getloadavg()[0],
     }
     with open(path, "a") as fh:  # one short append per line: workers' lines do not interleave
