@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import pickle
+import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,14 +22,60 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory) -> Path:
-    """Our wheel, built once per session from this checkout's files: what users install.
+# -- made once per test session, also across pytest-xdist's workers --------------------------------------
+# A real job behind several tests runs once: the first worker that needs it makes it under an exclusive
+# lock on a file named by its key; a worker needing it meanwhile waits on that lock, then reads the pickled
+# product (or the failure, raised again for every reader without a rerun).
 
-    Built from a copy of the files git knows (edits included), not in place:
+
+def _shared_dir(tmp_path_factory) -> Path:
+    """This session's directory that every xdist worker sees (each worker's basetemp sits in it)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kept"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+def _kept(tmp_path_factory, name: str, make):
+    """``get(*key)``: ``make(work_dir, *key)`` made once per session for that key (``work_dir`` an empty
+    directory of its own) and kept; every caller, in any worker, gets the same product or failure."""
+    shared = _shared_dir(tmp_path_factory)
+    local: dict[tuple, object] = {}
+
+    def get(*key):
+        if key not in local:
+            tag = re.sub(r"[^\w.@-]", "_", "-".join([name, *map(str, key)]))
+            with open(shared / f"{tag}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                kept = shared / f"{tag}.pickle"
+                if kept.exists():
+                    local[key] = pickle.loads(kept.read_bytes())
+                else:
+                    work = shared / tag
+                    work.mkdir()
+                    try:
+                        got = make(work, *key)
+                    except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
+                        got = exc
+                    try:
+                        data = pickle.dumps(got)
+                    except Exception:  # noqa: BLE001 - an exception that does not pickle: its text does
+                        data = pickle.dumps(RuntimeError(f"{name}{key} failed: {got!r}"))
+                    kept.write_bytes(data)
+                    local[key] = got
+        got = local[key]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return get
+
+
+def _make_wheel(out: Path) -> Path:
+    """Built from a copy of the files git knows (edits included), not in place:
     setuptools reuses ./build/lib, where a module deleted since an earlier build
     lingers and would ship in the wheel."""
-    src = tmp_path_factory.mktemp("src")
+    src = out / "src"
     listed = (
         subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -39,14 +91,19 @@ def wheel(tmp_path_factory) -> Path:
         if path.is_symlink() or path.is_file():  # a file deleted but not yet staged is still listed
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, src / rel, follow_symlinks=False)
-    out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out / "wheel"), str(src)],
         check=True,
         timeout=300,
     )
-    (whl,) = out.glob("rank_watchdog-*.whl")
+    (whl,) = (out / "wheel").glob("rank_watchdog-*.whl")
     return whl
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """Our wheel, built once per session from this checkout's files: what users install."""
+    return _kept(tmp_path_factory, "wheel", _make_wheel)()
 
 
 # -- one real run per fault scenario, shared ------------------------------------------------------------
@@ -64,21 +121,7 @@ def fault_run(tmp_path_factory):
     SHARED_RUN), run on first use and kept for the session; a run that failed fails every test reading it."""
     from watchdog.dev import scenario
 
-    runs: dict[str, object] = {}
-
-    def get(fault: str):
-        if fault not in runs:
-            work = tmp_path_factory.mktemp("fault-" + fault.split(":")[0])
-            try:
-                runs[fault] = scenario.run([fault], work_dir=str(work), **SHARED_RUN)
-            except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
-                runs[fault] = exc
-        got = runs[fault]
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    return get
+    return _kept(tmp_path_factory, "fault", lambda work, fault: scenario.run([fault], work_dir=str(work), **SHARED_RUN))
 
 
 # -- the healthy run, shared ---------------------------------------------------------------------------
@@ -87,13 +130,10 @@ def fault_run(tmp_path_factory):
 # 100 ms and three checkpoint pauses of 8 s, under that policy. One run for both.
 
 
-@pytest.fixture(scope="session")
-def healthy_run(tmp_path_factory):
-    """The ScenarioResult of a fault-free 200-step run under a restart-on-every-finding policy."""
+def _make_healthy(tmp: Path):
     from watchdog.contracts.finding import ACTIONABLE_KINDS
     from watchdog.dev import scenario
 
-    tmp = tmp_path_factory.mktemp("healthy")
     policy = tmp / "policy.toml"
     actions = "".join(f'{k} = "restart"\n' for k in ACTIONABLE_KINDS)
     policy.write_text(f"[actions]\n{actions}[limits]\nmin_finding_age_seconds = 0\ncooldown_seconds = 0\n")
@@ -113,33 +153,35 @@ def healthy_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory):
+    """The ScenarioResult of a fault-free 200-step run under a restart-on-every-finding policy."""
+    return _kept(tmp_path_factory, "healthy", _make_healthy)()
+
+
+def _make_reference(tmp: Path, steps: int, ranks: int) -> Path:
+    from watchdog.dev import scenario
+
+    # linger: it runs to the end whatever it finds; only its parameters matter
+    res = scenario.run(
+        [],
+        ranks=ranks,
+        steps=steps,
+        compute_ms=0.0,
+        linger_s=1000,
+        timeout_s=240,
+        work_dir=str(tmp),
+        script_args=["--final-params", str(tmp / "final.pt")],
+    )
+    assert res.summary["job_exit_code"] == 0, res.output[-2000:]
+    return tmp / "final.pt"
+
+
+@pytest.fixture(scope="session")
 def reference_params(tmp_path_factory):
     """``reference_params(steps, ranks)``: the path of the final parameters of a fault-free run of the
     example (its default seed) of that many steps on that many ranks. The simulated compute is a sleep
     that changes no number, so the reference runs without it; run on first use and kept for the session."""
-    from watchdog.dev import scenario
-
-    paths: dict[tuple[int, int], Path] = {}
-
-    def get(steps: int, ranks: int) -> Path:
-        if (steps, ranks) not in paths:
-            tmp = tmp_path_factory.mktemp(f"reference-{steps}x{ranks}")
-            # linger: it runs to the end whatever it finds; only its parameters matter
-            res = scenario.run(
-                [],
-                ranks=ranks,
-                steps=steps,
-                compute_ms=0.0,
-                linger_s=1000,
-                timeout_s=240,
-                work_dir=str(tmp),
-                script_args=["--final-params", str(tmp / "final.pt")],
-            )
-            assert res.summary["job_exit_code"] == 0, res.output[-2000:]
-            paths[steps, ranks] = tmp / "final.pt"
-        return paths[steps, ranks]
-
-    return get
+    return _kept(tmp_path_factory, "reference", _make_reference)
 
 
 # -- a restart, shared ------------------------------------------------------------------------------------
@@ -149,36 +191,26 @@ RESTART_STEPS = 60
 RESTART_RANKS = 3  # the culprit (rank 1 or 2) and peers on both sides of it
 
 
+def _make_restart(work: Path, fault: str):
+    from watchdog.dev import scenario
+
+    return scenario.run(
+        [fault],
+        ranks=RESTART_RANKS,
+        steps=RESTART_STEPS,
+        timeout_s=240,
+        work_dir=str(work),
+        action="restart",
+        script_args=["--final-params", str(work / "final.pt")],
+    )
+
+
 @pytest.fixture(scope="session")
 def restart_run(tmp_path_factory):
     """``restart_run("hang:2@30")``: the ScenarioResult of ``watchdog demo --action restart`` with that
     fault (RESTART_RANKS, RESTART_STEPS, a checkpoint every 10 steps), its final parameters in
     ``res.work_dir.parent / "final.pt"``; run on first use and kept for the session."""
-    from watchdog.dev import scenario
-
-    runs: dict[str, object] = {}
-
-    def get(fault: str):
-        if fault not in runs:
-            work = tmp_path_factory.mktemp("restart-" + fault.split(":")[0])
-            try:
-                runs[fault] = scenario.run(
-                    [fault],
-                    ranks=RESTART_RANKS,
-                    steps=RESTART_STEPS,
-                    timeout_s=240,
-                    work_dir=str(work),
-                    action="restart",
-                    script_args=["--final-params", str(work / "final.pt")],
-                )
-            except Exception as exc:  # noqa: BLE001 - kept to fail the next reader the same way, without a rerun
-                runs[fault] = exc
-        got = runs[fault]
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    return get
+    return _kept(tmp_path_factory, "restart", _make_restart)
 
 
 @pytest.fixture(scope="session")
@@ -227,15 +259,13 @@ def _describe(pid: int) -> str:
         return f"{pid}: (gone)"
 
 
-def pytest_sessionfinish(session, exitstatus) -> None:
-    """Fail the run if a test left a process behind, and end them (SIGCONT first: a stopped
-    process would not act on anything else, and SIGKILL works on it but a stopped parent
-    would not reap it)."""
+def _end_leftovers() -> list[str]:
+    """The processes this session (this xdist worker) left behind, described, then ended (SIGCONT first: a
+    stopped process would not act on anything else, and SIGKILL works on it but a stopped parent would not
+    reap it)."""
     deadline = time.monotonic() + 10.0  # a daemon still handling its SIGTERM is not a leak yet
     while (left := _marked_pids()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if not left:
-        return
     lines = [_describe(pid) for pid in left]
     for pid in left:
         for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -243,8 +273,33 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    text = f"{len(left)} process(es) started by this test session were still running at its end (killed now):"
+    return lines
+
+
+_LEAKED = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: a worker's leftovers (it checked its own tests' processes) fail the run here."""
+    node.config.stash.setdefault(_LEAKED, []).extend(getattr(node, "workeroutput", {}).get("leaked", []))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the run if a test left a process behind, and end them. Under xdist each worker checks its own
+    (the controller runs no test; its workers carry its mark) and hands the list to the controller."""
+    config = session.config
+    if config.pluginmanager.has_plugin("dsession"):
+        lines = config.stash.get(_LEAKED, [])
+    else:
+        lines = _end_leftovers()
+        if hasattr(config, "workeroutput"):
+            config.workeroutput["leaked"] = lines
+            return
+    if not lines:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    text = f"{len(lines)} process(es) started by this test session were still running at its end (killed now):"
     if reporter is not None:
         reporter.ensure_newline()
         reporter.write_sep("=", "processes left behind", red=True)
@@ -255,3 +310,83 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         print(text, *lines, sep="\n  ", file=sys.stderr)
     if session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- what each test costs ---------------------------------------------------------------------------------
+# WATCHDOG_TEST_COST=path appends one JSON line per test: its wall seconds, the CPU seconds of the test
+# process (its threads: in-process servers) and of every process this session started while it ran
+# (torchrun and its ranks, agents, coordinators, Prometheus), and the load average at its end. Those carry
+# SESSION_MARK, so a thread samples their /proc/PID/stat CPU times every SAMPLE_S and keeps each one's last
+# figure (what getrusage(RUSAGE_CHILDREN) would miss: ranks orphaned when their launcher is killed are
+# reaped by init; a process's last SAMPLE_S is missed instead). Wall time grows with the machine's load; CPU
+# seconds hardly do: plan the suite's parallelism with them. A session fixture's cost lands on its first
+# reader; .ci/cost sums a log.
+COST_LOG = "WATCHDOG_TEST_COST"
+SAMPLE_S = 0.25
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+class _TreeCpu(threading.Thread):
+    """CPU seconds of this session's processes (not this one), summed over every one seen."""
+
+    def __init__(self) -> None:
+        super().__init__(name="test-cost-sampler", daemon=True)
+        self._last: dict[int, float] = {}  # pid -> its CPU seconds when last read
+        self._others: set[int] = set()  # pids not ours (pid_max is large: no reuse within a session)
+        self._lock = threading.Lock()
+
+    def total(self) -> float:
+        self.sample()
+        with self._lock:
+            return sum(self._last.values())
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(SAMPLE_S)
+
+    def sample(self) -> None:
+        needle = b"\0" + f"{SESSION_MARK}={_SESSION_VALUE}".encode() + b"\0"
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or (pid := int(name)) in self._others:
+                continue
+            try:
+                if pid not in self._last:
+                    with open(f"/proc/{name}/environ", "rb") as fh:
+                        if pid == os.getpid() or needle not in b"\0" + fh.read():
+                            self._others.add(pid)
+                            continue
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:  # gone, or not ours to read
+                continue
+            with self._lock:
+                self._last[pid] = (int(fields[11]) + int(fields[12])) * _TICK_S  # utime + stime
+
+
+_TREE: list[_TreeCpu] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get(COST_LOG)
+    if not path:
+        yield
+        return
+    if not _TREE:
+        _TREE.append(_TreeCpu())
+        _TREE[0].start()
+    t0 = time.monotonic()
+    self0, tree0 = resource.getrusage(resource.RUSAGE_SELF), _TREE[0].total()
+    yield
+    self1, tree1 = resource.getrusage(resource.RUSAGE_SELF), _TREE[0].total()
+    line = {
+        "test": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+        "wall_s": round(time.monotonic() - t0, 3),
+        "self_cpu_s": round(self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime, 3),
+        "children_cpu_s": round(tree1 - tree0, 3),
+        "load1": os.getloadavg()[0],
+    }
+    with open(path, "a") as fh:  # one short append per line: workers' lines do not interleave
+        fh.write(json.dumps(line) + "\n")

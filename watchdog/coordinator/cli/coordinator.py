@@ -96,19 +96,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     from ..daemon import Daemon  # after the checks: a refused start opens no journal
 
-    try:
-        daemon = Daemon(cfg, own_process=True, web=web).start()
-    except OSError as exc:
-        log.error("start_failed", error=str(exc))
-        print(f"watchdog coordinator: cannot start: {exc}", file=sys.stderr)
-        return 1
     stop = threading.Event()
     reason = ["stopped"]
 
     def stopped_by(name: str) -> None:
         reason[0] = name
 
+    # Before start(): it writes the address file, and a supervisor (or test) that reads it may send
+    # SIGTERM at once; the default action would end the process without its stop record.
     stop_on_signals(stop, stopped_by)
+    try:
+        daemon = Daemon(cfg, own_process=True, web=web).start()
+    except OSError as exc:
+        log.error("start_failed", error=str(exc))
+        print(f"watchdog coordinator: cannot start: {exc}", file=sys.stderr)
+        return 1
     while not stop.wait(1.0):
         pass
     daemon.stop(reason[0])
