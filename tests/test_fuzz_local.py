@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from watchdog.agent import report as agent_report
-from watchdog.agent.command_handlers import ack
+from watchdog.agent.command_handlers import Actions, ack
 from watchdog.agent.commands import CommandHandler
 from watchdog.agent.outbox import Outbox
 from watchdog.agent.slots import SlotTracker
@@ -109,7 +109,7 @@ TOKEN = "a-job-token-of-more-than-16-bytes"
 NOW = 1_800_000_000.0
 
 
-class RecordingActions:
+class RecordingActions(Actions):  # the handler's actions, recorded instead of run
     def __init__(self):
         self.ran: list[dict] = []
 
@@ -120,11 +120,12 @@ class RecordingActions:
 
 def _signed(kind: str, i: int) -> dict:
     tgt = c.target(1, 4242, 7_000_000)
-    args = {
+    by_kind: dict[str, dict] = {
         c.SIGNAL: {"signal": "SIGTERM"},
         c.CHECKPOINT: {"step": 10, "ranks": [tgt]},
         c.ROLLBACK: {"before_step": 10, "action": "a-1"},
-    }.get(kind, {"ranks": [tgt]})
+    }
+    args = by_kind.get(kind, {"ranks": [tgt]})
     return c.sign(
         c.make(
             job="job",
