@@ -224,6 +224,9 @@ def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_
         return ok, why
 
     class Dumper(StackDumper):  # dumps recorded, py-spy never run
+        def __init__(self):
+            pass
+
         def dump(self, host, rank, pid, timeout_s=None):
             dumped.append(pid)
             return StackDump(host=host, rank=rank, pid=pid, ok=True, text="Thread 1\n")
