@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -112,7 +113,13 @@ def wheel(tmp_path_factory) -> Path:
 # The settings are the strictest any of them needs: 400 steps (never the end of the job before the fault
 # is found), 5 s after the first finding (every rank's stack in the evidence, and time for a false finding
 # to show up).
-SHARED_RUN = {"steps": 400, "timeout_s": 150, "linger_s": 5}
+class _SharedRun(TypedDict):
+    steps: int
+    timeout_s: float
+    linger_s: float
+
+
+SHARED_RUN: _SharedRun = {"steps": 400, "timeout_s": 150, "linger_s": 5}
 
 
 @pytest.fixture(scope="session")

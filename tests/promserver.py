@@ -41,10 +41,12 @@ scrape_configs:
         return shutil.which("prometheus")
 
     def start(self, timeout_s: float = 30.0) -> Prometheus:
+        binary = self.binary()
+        assert binary is not None, "prometheus is not on PATH"
         log = open(self.work_dir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
             [
-                self.binary(),
+                binary,
                 f"--config.file={self.work_dir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={self.work_dir / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",

@@ -14,6 +14,7 @@ from watchdog.agent import testing
 from watchdog.agent.command_channel import handlers as act
 from watchdog.agent.command_channel.inbox import CommandHandler
 from watchdog.agent.command_channel.outbox import Outbox
+from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.slotfiles import slot_states
 from watchdog.agent.slotfiles.local_rank import LocalRank
@@ -52,7 +53,7 @@ def command(type=c.DUMP_STACKS, token=TOKEN, **over):
     return c.sign(d, token)
 
 
-class FakeActions:
+class FakeActions(act.Actions):  # the handler's actions, recorded instead of run
     def __init__(self, refusals=()):
         self.ran, self.threads, self.refusals = [], [], list(refusals)
 
@@ -261,7 +262,7 @@ def view_of(path, ident, alive=True, launcher=(0, 0)):
     )
 
 
-class Dumper:
+class Dumper(StackDumper):  # dumps recorded, py-spy never run
     def __init__(self):
         self.pids = []
 
@@ -323,7 +324,8 @@ def test_snapshot_reads_a_dead_ranks_file_and_the_current_slot(tmp_path):
     assert slots[0].header["step"] == 5 and slots[0].taken_wall == NOW
     missing = a.snapshot_slots(command(c.SNAPSHOT_SLOTS, args={"ranks": [c.target(1, 999, 2)]}))
     assert not missing["ok"] and "no slot" in missing["error"]
-    live.close(), dead.close()
+    live.close()
+    dead.close()
 
 
 def test_snapshot_is_trimmed_to_fit_a_report(tmp_path):
@@ -397,6 +399,7 @@ def test_checkpoint_writes_the_request_into_each_ranks_slot_after_an_identity_ch
     out, refusals = a.run(cmd)
     assert out["ranks"] == [0] and not out["ok"] and "rank 1:" in out["error"] and refusals == []
     req = control_block.read_request(wire.read_slot(wrs[0].path).header.words, 0)
+    assert req is not None
     assert (req.command, req.arg) == (int(wire.Command.CHECKPOINT_AT_STEP), 140)
     assert wire.read_slot(wrs[1].path).header.words[wire.H_CTRL_SEQ] == 0  # untouched
     for w in wrs:

@@ -47,6 +47,7 @@ def sleeper():
     def start():
         p = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
         procs.append(p)
+        assert p.stdout is not None
         assert p.stdout.readline().strip() == "ready"
         return p
 

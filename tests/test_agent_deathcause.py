@@ -49,9 +49,13 @@ def test_the_process_table_reads_the_exit_status_at_the_exit_through_the_deathwa
         start = round(psutil.Process(proc.pid).create_time() * 1e6)
         assert table.check(proc.pid, start, time.monotonic_ns(), resources=True).alive
         os.kill(proc.pid, signal.SIGKILL)
-        wait_for(lambda: table._deathwatch.info((proc.pid, start)) is not None, timeout_s=30)
+        watch = table._deathwatch
+        assert watch is not None
+        wait_for(lambda: watch.info((proc.pid, start)) is not None, timeout_s=30)
         proc.wait()  # reaped: only what the deathwatch read at the exit is left
-        assert deathcause.decode(table.exit_status(proc.pid, start)) == (-9, "SIGKILL")
+        status = table.exit_status(proc.pid, start)
+        assert status is not None
+        assert deathcause.decode(status) == (-9, "SIGKILL")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -15,6 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from waiting import wait_for
@@ -23,6 +24,7 @@ from watchdog.agent import config
 from watchdog.agent.reporting import discovery
 from watchdog.agent.reporting.discovery import Discovery, examine
 from watchdog.agent.slotfiles import listing
+from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.coordinator.journal import event_names as je
 from watchdog.dev import localjob
 from watchdog.flags import FlagError
@@ -111,7 +113,8 @@ def test_unusable_job_names_and_state_change_logging():
     assert d("a", ranks(5)) == "http://h:1"
     assert [e for e, kw in events if kw.get("job") == "a"] == ["coordinator found"], "logged once, not per report"
     split = [SimpleNamespace(uid=5, path="/r/x/a.0.slot"), SimpleNamespace(uid=5, path="/r/y/a.1.slot")]
-    assert d("a", split) == "" and "several directories" in events[-1][1]["reason"]
+    split_ranks = cast("list[LocalRank]", split)  # Discovery reads only a rank's uid and path
+    assert d("a", split_ranks) == "" and "several directories" in events[-1][1]["reason"]
     tree.files["/r/a.coordinator"] = (5, FILE, "http://h:2")  # the job's coordinator moved
     assert d("a", ranks(5)) == "http://h:2"
     assert [kw["url"] for e, kw in events if e == "coordinator found"] == ["http://h:1", "http://h:2"]
@@ -138,7 +141,7 @@ def joined(path: Path) -> tuple[str, set[int]]:
     """(the job the coordinator serves, the ranks that joined it)."""
     records = journal(path)
     job = next((r["job"] for r in records if r["event"] == je.START), "")
-    return job, {r.get("rank") for r in records if r["event"] == je.RANK_JOINED}
+    return job, {r["rank"] for r in records if r["event"] == je.RANK_JOINED}
 
 
 @pytest.mark.integration

@@ -41,7 +41,8 @@ class StubCoordinator:
     """Accepts reports like the coordinator's /api/v1/report, keeps them."""
 
     def __init__(self):
-        self.reports, self.auth = [], set()
+        self.reports: list[dict] = []
+        self.auth: set[str | None] = set()  # each report's Authorization header, if it had one
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -134,7 +135,7 @@ def get(url):
 
 def scrape(url):
     text = get(url + "/metrics")[1]
-    vals = {}
+    vals: dict[tuple, float] = {}  # (name, job, rank) per rank, (name, state) for the slot counts
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if (
@@ -154,11 +155,13 @@ def log_events(path):
 
 def test_real_agent_sees_stopped_killed_and_stale_ranks(job, record_property):
     url, (_w0, w1, w2) = job["url"], job["writers"]
-    text, v = wait_for(
+    scraped = wait_for(
         lambda: (r := scrape(url)) and all(r[1].get(("watchdog_rank_alive", "itest", k)) == 1 for k in range(3)) and r,
         10,
         "3 live ranks",
     )
+    assert scraped  # wait_for returns the predicate's truthy value: the scrape
+    text, v = scraped
     assert not any(k[1] == "oldjob" for k in v if len(k) == 3), "stale leftover must not be exported"
     assert v[("watchdog_agent_slots", "stale")] == 1
     assert v[("watchdog_rank_steps_total", "itest", 0)] >= 1

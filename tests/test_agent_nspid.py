@@ -10,14 +10,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
 
 from watchdog.agent import testing
 from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.agent.processes.nspid import PidMap, parse_nspid
+from watchdog.agent.processes.pidpin import Pin
 from watchdog.agent.processes.table import ProcessTable, ProcSample
 from watchdog.agent.slotfiles import slot_states
 from watchdog.agent.slotfiles.local_rank import LocalRank
@@ -81,7 +85,9 @@ def test_parsers_read_what_the_kernel_writes():
 
 
 def test_start_time_from_proc_is_psutils_create_time():
-    assert abs(start_us(os.getpid()) - psutil.Process().create_time() * 1e6) < 1_000
+    ours = start_us(os.getpid())
+    assert ours is not None
+    assert abs(ours - psutil.Process().create_time() * 1e6) < 1_000
     assert start_us(2**22 + 12345) is None  # no such pid
 
 
@@ -178,13 +184,18 @@ def test_tracker_records_the_host_pid_and_finds_the_launcher_by_it(proc, tmp_pat
     snap = testing.snapshot(
         ident, {wire.H_HEARTBEAT_NS: 5 * 10**9}, path="/run/a.slot", mono_ns=4 * 10**9, wall_ns=time.time_ns()
     )
-    parents = []
+    parents: list[int] = []
+
+    def parent(pid):
+        parents.append(pid)
+        return (4000, 1)
+
     t = SlotTracker(
         "/run",
         procs=ProcessTable(FakeProcesses(FakeProcess(5001, us(905) / 1e6)), pidfd=False, pids=pidmap(proc)),
         read=lambda path, since=0: snap,
         lister=lambda d, now: {"/run/a.slot": 1},
-        parent=lambda pid: parents.append(pid) or (4000, 1),
+        parent=parent,
     )
     t.poll(5 * 10**9, time.time_ns())
     (v,) = t.views()
@@ -214,7 +225,10 @@ def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_
             sent.append(pid)
         return ok, why
 
-    class Dumper:
+    class Dumper(StackDumper):  # dumps recorded, py-spy never run
+        def __init__(self):
+            pass
+
         def dump(self, host, rank, pid, timeout_s=None):
             dumped.append(pid)
             return StackDump(host=host, rank=rank, pid=pid, ok=True, text="Thread 1\n")
@@ -226,7 +240,7 @@ def test_signals_and_stack_dumps_target_our_pid_and_evidence_keeps_the_recorded_
         Dumper(),
         start_us=starts.get,
         send_signal=send,
-        pin=testing.NoPin,  # fake pids
+        pin=cast("Callable[[int], Pin]", testing.NoPin),  # fake pids: NoPin is Pin's interface, nothing pinned
         wall=lambda: 1.0,
         mono_ns=lambda: 1,
     )
@@ -285,6 +299,7 @@ def test_a_rank_in_its_own_pid_namespace_is_alive_then_dead_under_its_host_pid(t
         start_new_session=True,
     )
     try:
+        assert p.stdout is not None
         inner_pid = int(p.stdout.readline())
         assert inner_pid == 1  # pid 1 of its namespace: the host's init has that number
         t = SlotTracker(str(run))
@@ -293,7 +308,8 @@ def test_a_rank_in_its_own_pid_namespace_is_alive_then_dead_under_its_host_pid(t
         assert v.identity.pid == 1 and v.state == slot_states.ALIVE
         host = psutil.Process(p.pid).children()[0].pid  # unshare's child: the python in the namespace
         assert v.pid_here == host != 1
-        assert t.procs._pids.scans == 1
+        pids = t.procs._pids
+        assert pids is not None and pids.scans == 1
         os.killpg(p.pid, signal.SIGKILL)
         p.wait(10)
         deadline = time.monotonic() + 10
@@ -301,7 +317,7 @@ def test_a_rank_in_its_own_pid_namespace_is_alive_then_dead_under_its_host_pid(t
             assert time.monotonic() < deadline, "death not seen"
             time.sleep(0.05)
             t.poll(time.monotonic_ns(), time.time_ns())
-        assert t.procs._pids.scans == 1  # no rescan per poll: the mapping is cached, the pidfd saw the death
+        assert pids.scans == 1  # no rescan per poll: the mapping is cached, the pidfd saw the death
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)

@@ -1,6 +1,7 @@
 """build_report: a pure function of hand-made slot snapshots and an explicit now."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -85,8 +86,9 @@ def test_rank_numbers():
     assert (r.phase, r.phase_age_s) == ("checkpoint", pytest.approx(3.0))
     assert (r.pg_state, r.pg_age_s) == ("joined", pytest.approx(90.0))
     assert r.in_data_wait and r.data_wait_age_s == pytest.approx(2.0)
-    assert r.coll == wire_report.CollectiveState(
-        group=0, seq=1234, done_seq=1233, op="barrier", bytes=4096, outstanding=1, since_s=pytest.approx(7.0)
+    assert r.coll.since_s == pytest.approx(7.0)
+    assert replace(r.coll, since_s=7.0) == wire_report.CollectiveState(
+        group=0, seq=1234, done_seq=1233, op="barrier", bytes=4096, outstanding=1, since_s=7.0
     )
     assert (r.last_step_s, r.last_data_s, r.last_coll_s) == (0.4, 0.05, 0.15)
     assert r.last_compute_s == pytest.approx(0.2)
@@ -144,8 +146,6 @@ def test_zero_times_mean_never_not_epoch():
 
 
 def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
-    from dataclasses import replace
-
     death = {
         "summary": "ZeroDivisionError: division by zero at train.py:120, exit 1",
         "exit_code": 1,
@@ -163,6 +163,7 @@ def test_why_a_rank_died_travels_and_hostile_causes_are_refused():
     again = wire_report.HostReport.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert again.ranks[0].death == death
     raw = json.loads(json.dumps(rep.to_dict()))
+    bad: object
     for bad in ([], {"exit_code": "1"}, {"summary": 3}, {"exception": "x"}):
         raw["ranks"][0]["death"] = bad
         with pytest.raises(wire_report.ReportError, match="death"):
@@ -204,7 +205,7 @@ def test_a_negative_split_drops_the_rank_not_the_host():
     rep = build_report("j", "h", "a", 1, [view(words=WORDS, records=[testing.step_record(0, 1, 400 * MS)])], NOW, 0, 1)
     raw = json.loads(json.dumps(rep.to_dict()))
     raw["ranks"][0]["recent_steps"][0]["backward_s"] = -1.0
-    dropped = []
+    dropped: list[tuple[int, object, str]] = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert "durations must be finite" in dropped[0][2]
 
@@ -256,7 +257,7 @@ def test_a_hostile_flight_recorder_read_drops_the_rank_not_the_host(field, value
     rep = build_report("j", "h", "a", 1, [view(words=WORDS)], NOW, 0, 1.0)
     raw = json.loads(json.dumps(rep.to_dict()))
     raw["ranks"][0][field] = value
-    dropped = []
+    dropped: list[tuple[int, object, str]] = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert field in dropped[0][2]
 
@@ -285,7 +286,7 @@ def test_a_hostile_gpu_step_drops_only_its_rank(field, value):
         json.dumps(build_report("j", "h", "a", 1, [replace(view(), gpu_steps=((1, g),))], NOW, 0.0, 1.0).to_dict())
     )
     raw["ranks"][0]["recent_gpu"][0][field] = value
-    dropped = []
+    dropped: list[tuple[int, object, str]] = []
     assert wire_report.HostReport.from_dict(raw, dropped).ranks == ()
     assert "recent_gpu" in dropped[0][2]
 

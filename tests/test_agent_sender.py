@@ -6,6 +6,7 @@ import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -77,8 +78,19 @@ def scripted(replies, sent):
     return post
 
 
+def keeps(sent):
+    """A post that keeps each payload in ``sent`` and answers ok."""
+
+    def post(url, payload, token, timeout):
+        sent.append(payload)
+        return {"ok": True}
+
+    return post
+
+
 def test_one_report_per_job_with_token_and_commands():
-    sent, handled = [], []
+    sent: list[tuple] = []
+    handled: list[dict] = []
 
     def post(url, payload, token, timeout):
         sent.append((url, payload, token, timeout))
@@ -94,8 +106,8 @@ def test_one_report_per_job_with_token_and_commands():
 
 
 def test_job_filter_sends_even_with_no_ranks():
-    sent = []
-    s = make([], lambda u, p, t, to: sent.append(p) or {"ok": True}, job="j")
+    sent: list[dict] = []
+    s = make([], keeps(sent), job="j")
     s.send_once()
     assert [(p["job"], p["ranks"]) for p in sent] == [("j", [])]  # the coordinator still hears the host
 
@@ -103,7 +115,7 @@ def test_job_filter_sends_even_with_no_ranks():
 def test_failures_are_counted_logged_rate_limited_and_steps_kept():
     recs = [testing.step_record(i, i + 1, S // 10) for i in range(3)]
     replies = [ConnectionRefusedError("refused"), {"ok": False, "error": "bad token"}, {"ok": True}, {"ok": True}]
-    sent = []
+    sent: list[dict] = []
     post = scripted(replies, sent)
 
     log = Log()
@@ -117,7 +129,7 @@ def test_failures_are_counted_logged_rate_limited_and_steps_kept():
 
 
 def test_a_real_post_to_a_loopback_server():
-    got = {}
+    got: dict[str, Any] = {}  # what the server saw, one entry per part of the request
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like the coordinator
@@ -365,9 +377,12 @@ def test_step_summaries_follow_the_reports_the_coordinator_accepted():
     cfg = DetectorConfig(**dict(zip(("warmup_steps", "history_steps", "starvation_window_steps"), settings)))
     recs = [testing.step_record(i, i + 1, (i % 3 + 1) * S // 10, data_ns=S // 100) for i in range(30)]
     views = [view("j", 0, recs[:4])]
-    replies = [{"ok": True, "step_summary_config": settings}, {"ok": True, "step_summary_config": settings}]
+    replies: list[object] = [
+        {"ok": True, "step_summary_config": settings},
+        {"ok": True, "step_summary_config": settings},
+    ]
     replies += [ConnectionRefusedError("refused"), {"ok": True, "step_summary_config": settings}]
-    sent = []
+    sent: list[dict] = []
     post = scripted(replies, sent)
 
     s = make(views, post)
@@ -406,7 +421,7 @@ def test_a_summary_out_of_range_is_left_out_counted_and_exported(tmp_path):
     big = 1 << 60
     recs = [testing.step_record(i, big + i, S // 10) for i in range(12)]
     views = [view("j", 0, recs[:6]), view("j", 1, plain_steps(6))]
-    sent = []
+    sent: list[dict] = []
     s = make(views, scripted([{"ok": True, "step_summary_config": settings}] * 2, sent))
     s.send_once()
     views[0], views[1] = view("j", 0, recs), view("j", 1, plain_steps(12))
@@ -463,7 +478,8 @@ def test_held_step_samples_go_at_once_on_a_death_a_failure_or_too_many_waiting()
     t = _VirtualTime()
     recs = [testing.step_record(i, i + 1, S // 4) for i in range(8)]
     views = [view("j", 0, recs[:4]), view("j", 1, recs[:4])]
-    sent, replies = [], []
+    sent: list[int] = []
+    replies: list[object] = []
 
     def post(url, payload, token, timeout):
         sent.append(len(payload["ranks"][0]["recent_steps"]))
@@ -498,7 +514,7 @@ def test_held_step_samples_go_at_once_on_a_death_a_failure_or_too_many_waiting()
 
 
 def test_step_interval_advice_is_bounded_and_ignored_when_malformed():
-    sent = []
+    sent: list[dict] = []
     advice = [None, 4.0, 1e6, "x", True, -1.0]
 
     def post(url, payload, token, timeout):
@@ -520,7 +536,8 @@ def test_agents_given_the_advice_together_send_their_batches_in_different_second
     t = _VirtualTime()
     seconds = {}
     for u in (0.2, 0.4, 0.6, 0.8):
-        views, sent = [view("j", 0)], []
+        views = [view("j", 0)]
+        sent: list[dict] = []
 
         def post(url, payload, token, timeout, sent=sent):
             sent.append(payload)
@@ -566,9 +583,9 @@ def test_a_report_waits_for_a_reading_made_after_the_agent_itself_was_stopped():
     """Resumed after a SIGSTOP (or a starved CPU), the slots were last read before the gap:
     aged across it, every rank would look frozen for as long as the agent was. No report
     goes from such a reading; the next one, after the poll loop read again, does."""
-    sent = []
+    sent: list[dict] = []
     age = [20.0]
-    s = make([view("a", 0)], lambda u, p, t, to: sent.append(p) or {"ok": True}, read_age_s=lambda: age[0])
+    s = make([view("a", 0)], keeps(sent), read_age_s=lambda: age[0])
     s.send_once()
     assert sent == [] and s.stale_skipped == 1
     age[0] = 0.1

@@ -34,6 +34,12 @@ def _boot(root, seconds: int) -> None:
     (root / "stat").write_text(f"cpu 1 2 3\nbtime {seconds}\nprocesses 9\n")
 
 
+def _later(boot_us: int | None) -> int:
+    """The boot time read, 10 s later: the wall clock stepped."""
+    assert boot_us is not None
+    return boot_us + 10_000_000
+
+
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.setattr(steadystart, "_FIRST", {})
@@ -74,7 +80,7 @@ def test_a_rank_and_its_launcher_stay_themselves_across_a_step_of_the_clock(monk
         assert abs(first - int(psutil.Process(child.pid).create_time() * 1e6)) <= START_TOLERANCE_US
         # The step, as every reader of /proc/stat's btime sees it: ours and psutil's.
         real, real_psutil = procstart.boot_time_us, _pslinux.boot_time
-        monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": real(root) + 10_000_000)
+        monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": _later(real(root)))
         monkeypatch.setattr(_pslinux, "boot_time", lambda: real_psutil() + 10.0)
         assert procstart.start_us(child.pid) == first + 10_000_000  # what a fresh reading says now
         assert abs(int(psutil.Process(child.pid).create_time() * 1e6) - first - 10_000_000) <= START_TOLERANCE_US
@@ -99,6 +105,7 @@ def test_a_zombie_is_its_rank_after_a_step_of_the_clock(tmp_path):
     _boot(tmp_path, 1000)
     _stat(tmp_path, 42, 5 * hz)
     start = steadystart.start_us(42, str(tmp_path))  # the process table's first match
+    assert start is not None
     _boot(tmp_path, 1010)  # the wall clock stepped 10 s
     fields = ["Z", "1"] + ["0"] * 17 + [str(5 * hz)] + ["0"] * 29 + ["9"]  # field 22 starttime, field 52 exit_code
     (tmp_path / "42" / "stat").write_text(f"42 (py thon) {' '.join(fields)}\n")
@@ -134,7 +141,7 @@ def test_an_agent_first_reading_a_rank_after_a_clock_step_knows_it_by_its_ticks(
         recorded = ident.proc_start_us
         slots += [RankSlot(str(tmp_path), ident), RankSlot(str(tmp_path), _ident(old.pid, 1, 0))]
         real = procstart.boot_time_us
-        monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": real(root) + 10_000_000)
+        monkeypatch.setattr(procstart, "boot_time_us", lambda root="/proc": _later(real(root)))
         t = SlotTracker(str(tmp_path))
         t.poll(time.monotonic_ns(), time.time_ns())
         by_rank = {v.identity.rank: v for v in t.views()}

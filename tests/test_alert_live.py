@@ -225,6 +225,8 @@ def live(tmp_path_factory):
             script_args=["--steps", "100000", "--compute-ms", "40", "--fault", f"stop:1@{STOP_STEP}"],
         ).start()
         stack.append(torchrun.stop)
+        job_proc = torchrun.proc
+        assert job_proc is not None
         pids = torchrun.wait_for_ranks(90)
 
         def cont_rank1():  # a stopped worker would survive the group's SIGTERM
@@ -241,7 +243,7 @@ def live(tmp_path_factory):
                 return time.monotonic() if psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED else None
             except psutil.NoSuchProcess:
                 # the job's log says why, not psutil's error
-                raise AssertionError("rank 1 died instead of stopping:\n" + torchrun.proc.log()[-2000:]) from None
+                raise AssertionError("rank 1 died instead of stopping:\n" + job_proc.log()[-2000:]) from None
 
         stopped_at = wait_for(stopped, 90, what="rank 1 stopped", interval_s=0.05)
         yield SimpleNamespace(prom=prom, am=am, webhook=webhook, stopped_at=stopped_at, log=tmp_path / "prometheus.log")

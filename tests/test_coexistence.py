@@ -205,6 +205,7 @@ def _agent_runs_without_torch(env_dir: Path, tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 30
+        assert proc.stderr is not None
         while not (addr_file.exists() and addr_file.read_text().strip()):
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline, "agent did not start"

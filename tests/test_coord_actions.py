@@ -4,6 +4,7 @@ by editing numbers; the view is folded from made-up reports."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypedDict
 
 from watchdog.contracts import commands
 from watchdog.contracts.finding import Finding
@@ -15,7 +16,14 @@ from watchdog.coordinator.recovery import abort, restart
 from watchdog.coordinator.vocabularies import JobState
 
 S = JobState
-LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}
+
+
+class Launcher(TypedDict):
+    launcher_pid: int
+    launcher_start_us: int
+
+
+LAUNCHER: Launcher = {"launcher_pid": 500, "launcher_start_us": 77}
 
 
 def finding(kind="collective_hang", ranks=(2,), detected=100.0):
@@ -238,6 +246,7 @@ def test_abort_takes_every_stack_first_then_signals_the_launcher_before_the_work
     ]
     assert reqs[0].trigger["action"] == events[1][1]["action_id"]
     assert c.tick([finding()], v, 102.0) == ([], [])  # waiting for the stacks
+    assert c.op is not None
     aid = c.op.id
     c.note(je.EVIDENCE, {"type": "dump_stacks", "host": "host0", "trigger": {"action": aid}})
     c.note(je.EVIDENCE, {"type": "dump_stacks", "host": "host1", "trigger": {"action": "a-other"}})
@@ -383,7 +392,9 @@ def test_checkpoint_restart_asks_every_rank_for_one_step_ahead_then_restarts_whe
 
 def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_never():
     c, v = JobController(CKPT), old_view(last_step_s=0.1)
-    step = c.tick([finding("straggler", (2,))], v, 101.0)[0][0].args["step"]
+    ask = c.tick([finding("straggler", (2,))], v, 101.0)[0][0]
+    assert ask.args is not None
+    step = ask.args["step"]
     reqs, events = T.with_lines(c.tick([], acked(v, 102.0, step, at=step + 3, ranks=(1,)), 102.0))
     assert names(events)[0] == je.CHECKPOINT_FAILED and "rank 1 saved at" in events[0][1]["error"]
     assert signals(reqs) and c.state is S.RESTARTING
@@ -397,6 +408,7 @@ def test_checkpoint_restart_falls_back_to_a_restart_when_a_rank_saved_late_or_ne
 def test_findings_about_the_workers_an_action_stopped_name_the_action():
     c, v = JobController(RESTART), old_view()
     c.tick([finding()], v, 101.0)
+    assert c.op is not None
     assert c.caused_by(finding("dead_rank", (0, 1, 2, 3), detected=102.0), 102.0) == c.op.id
     assert c.caused_by(finding("straggler", (1,), detected=102.0), 102.0) == ""
     c2 = JobController(RESTART)

@@ -150,7 +150,7 @@ def test_restarted_rank_is_not_dead():
 def test_sim_kill_with_torchrun_teardown_blames_the_killed_rank():
     sim = SimJob(jitter=0.1)
     sim.kill(3, at_step=50, victims_die_after=0.1)
-    found = {}
+    found: dict[tuple[int, ...], float] = {}
     for i in range(1, 41):
         now = i * 0.5
         for f in DeadRank(CFG).check(now, sim.run_until(now)):
@@ -205,7 +205,7 @@ def test_frozen_reason_tells_spinning_from_stopped():
 def test_sim_sigstop_names_the_stopped_rank_only():
     sim = SimJob(jitter=0.1)
     sim.stop(5, at_step=40)
-    found = {}
+    found: dict[tuple[int, ...], float] = {}
     for i in range(1, 61):
         now = i * 0.5
         for f in FrozenRank(CFG).check(now, sim.run_until(now)):
@@ -318,7 +318,7 @@ def test_sim_whole_job_stopped_at_once_is_one_wedge_and_no_rank():
     sim = SimJob(jitter=0.1)
     for r in range(8):
         sim.stop(r, at_step=40)
-    found = {}
+    found: dict[tuple[str, tuple[int, ...]], float] = {}  # (kind, ranks): when first found
     for i in range(1, 61):
         now = i * 0.5
         view = sim.run_until(now)

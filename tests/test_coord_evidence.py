@@ -11,6 +11,12 @@ import pytest
 
 from watchdog.contracts import commands
 from watchdog.contracts.evidence import SlotEvidence, StackDump
+from watchdog.contracts.journal.commands import (
+    CommandExpiredRecord,
+    CommandRecord,
+    CommandRefusedRecord,
+    EvidenceRecord,
+)
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import Config
 from watchdog.coordinator.evidence import collect, triggers
@@ -132,6 +138,7 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
     assert d.outgoing("job", "other-host", 5e8, 1.0, 0.0) == ([], [])
     [cmd], [sent] = d.outgoing("job", "h", agent_wall=5e8, interval_s=1.0, now=0.0)
     assert commands.verify(cmd, TOKEN, "job", "h", 5e8 + 1, set()) == (True, "")
+    assert isinstance(sent, CommandRecord)
     assert cmd["expires_wall"] == 5e8 + CFG.ttl_s and sent.event == je.COMMAND and sent.attempt == 1
     assert d.outgoing("job", "h", 5e8, 1.0, 1.0)[0] == []  # too early to re-send
     [again], _ = d.outgoing("job", "h", 5e8, 1.0, 3.5)  # the reply was lost
@@ -145,7 +152,9 @@ def test_dispatch_signs_for_the_agent_clock_resends_under_a_new_id_and_takes_the
         "slots": [],
     }
     [ev] = d.acked("h", [ack], 4.0)
-    assert ev.event == je.EVIDENCE and ev.command_id == cmd["id"] and ev.stacks[0]["text"] == "main (x.py:1)"
+    assert isinstance(ev, EvidenceRecord)
+    assert ev.event == je.EVIDENCE and ev.command_id == cmd["id"]
+    assert ev.stacks is not None and ev.stacks[0]["text"] == "main (x.py:1)"
     assert d.acked("h", [{**ack, "id": again["id"]}], 5.0) == []  # the second attempt's answer: ignored
     assert d.pending() == [] and d.outgoing("job", "h", 5e8, 1.0, 10.0)[0] == []
 
@@ -157,6 +166,7 @@ def test_running_ack_stops_resends_until_the_result_or_give_up():
     assert d.acked("h", [{"id": cmd["id"], "type": "dump_stacks", "running": True}], 1.0) == []
     assert d.outgoing("job", "h", 0.0, 1.0, 30.0)[0] == []
     [ex] = d.expire(60.0, lambda host: 1.0)
+    assert isinstance(ex, CommandExpiredRecord)
     assert ex.event == je.COMMAND_EXPIRED and ex.ids == [cmd["id"]] and ex.acknowledged is True
     # A result after we gave up is still evidence, marked late.
     [ev] = d.acked(
@@ -164,7 +174,9 @@ def test_running_ack_stops_resends_until_the_result_or_give_up():
         [{"id": cmd["id"], "type": "dump_stacks", "ok": False, "error": "py-spy timed out", "stacks": [], "slots": []}],
         61.0,
     )
-    assert ev.event == je.EVIDENCE and ev.late is True and ev.ok is False and "timed out" in ev.error
+    assert isinstance(ev, EvidenceRecord)
+    assert ev.event == je.EVIDENCE and ev.late is True and ev.ok is False
+    assert ev.error is not None and "timed out" in ev.error
 
 
 def test_refusal_unknown_ack_and_malformed_evidence():
@@ -203,8 +215,11 @@ def test_refusal_unknown_ack_and_malformed_evidence():
         1.0,
     )
     assert [e.event for e in events] == [je.COMMAND_REFUSED, je.EVIDENCE, je.COMMAND_UNKNOWN_ACK]
-    assert events[0].reason == "expired"
-    assert [s["rank"] for s in events[1].slots] == [0] and "2 malformed" in events[1].error
+    refused, evidence = events[:2]
+    assert isinstance(refused, CommandRefusedRecord) and isinstance(evidence, EvidenceRecord)
+    assert refused.reason == "expired"
+    assert evidence.slots is not None and evidence.error is not None
+    assert [s["rank"] for s in evidence.slots] == [0] and "2 malformed" in evidence.error
     assert d.acked("elsewhere", [{"id": b["id"], "ok": True}], 2.0)[0].event == je.COMMAND_UNKNOWN_ACK
 
 
@@ -289,7 +304,7 @@ class FakeAgents:
 
 @pytest.fixture
 def make(tmp_path):
-    made = []
+    made: list[Coordinator] = []
 
     def _make(**kw):
         path = str(tmp_path / f"journal{len(made)}.jsonl")

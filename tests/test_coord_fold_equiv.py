@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import replace
 from math import floor
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, cast
 
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.config import DetectorConfig
@@ -41,7 +41,15 @@ from watchdog.coordinator.view.cluster import (
     gpu_samples,
 )
 from watchdog.report import CollSig, GpuStep, HostReport, RankState, StepSample
-from watchdog.stepstats.steps import FLAT_SAMPLES, P99_SAMPLES, StepStats, _close_windows, _flat, _recomputed
+from watchdog.stepstats.steps import (
+    FLAT_SAMPLES,
+    P99_SAMPLES,
+    Steps,
+    StepStats,
+    _close_windows,
+    _flat,
+    _recomputed,
+)
 
 # -- the code before (main at 22a7c05): steps.add_samples and its _Running ------------------
 
@@ -68,7 +76,7 @@ def ref_add_samples(st: StepStats, samples: tuple[StepSample, ...], cfg: Detecto
             flat_of=history,
             unkept_step=fresh[-1].step,
         )
-    run = st.running
+    run = cast("_RefRunning | None", st.running)  # the reference's: it made every StepStats it is given
     if run is None or run.tip is not st.history or not run.fits(cfg):
         run = _RefRunning.build(st.history, cfg)
     if run is None or not run.extend(seq, len(st.history)):
@@ -94,7 +102,7 @@ class _RefRunning:
     __slots__ = ("_cfg", "_n", "_p_len", "_p_sorted", "_s_cap", "_s_fifo", "_s_len", "_s_sorted", "tip")
 
     def __init__(self, cfg: DetectorConfig) -> None:
-        self.tip: tuple[StepSample, ...] | None = ()
+        self.tip: Steps | None = ()
         self._cfg = (cfg.history_steps, cfg.starvation_window_steps)
         self._n = 0
         self._p_len = min(P99_SAMPLES, cfg.history_steps)
@@ -108,7 +116,7 @@ class _RefRunning:
         return self._cfg == (cfg.history_steps, cfg.starvation_window_steps)
 
     @classmethod
-    def build(cls, history: tuple[StepSample, ...], cfg: DetectorConfig) -> _RefRunning | None:
+    def build(cls, history: Steps, cfg: DetectorConfig) -> _RefRunning | None:
         run = cls(cfg)
         if not run.extend(history[-max(run._p_len, run._s_len, 1) :] if history else (), 0):
             return None
@@ -554,13 +562,16 @@ def test_the_pure_fold_into_older_views_matches_the_code_before():
         cfg = random_config(rng)
         stream = Stream(rng, hosts=2, per_host=3)
         past: list[tuple[ClusterView, dict, dict, int]] = []
-        view, hosts, ranks, world = empty("job", 0), {}, {}, 0
+        hosts: dict[str, HostView] = {}
+        ranks: dict[int, FoldedRank] = {}
+        view, world = empty("job", 0), 0
         for _ in range(60):
             now, rep = stream.next()
             if past and rng.random() < 0.2:  # a branch off an older view, not kept
                 old_view, old_hosts, old_ranks, old_world = rng.choice(past)
                 got, events = t.with_lines(fold(old_view, rep, now, cfg))
-                h, r, ev = dict(old_hosts), dict(old_ranks), []
+                h, r = dict(old_hosts), dict(old_ranks)
+                ev: list[Event] = []
                 if not _already_folded(h, rep):
                     w = ref_fold_into(h, r, old_world, False, rep, now, cfg, ev)
                     assert got.world_size == w

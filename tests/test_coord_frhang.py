@@ -12,6 +12,8 @@ started on the GPU (or whose stream is stuck earlier) are the culprits; gloo's
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 
 import pytest
 
@@ -27,6 +29,11 @@ CFG = DetectorConfig(hang_warmup_allowance_s=0.0)
 DDP_INIT = (t.sig(1, age_s=22.0, op="broadcast"), t.sig(2, age_s=21.5, op="all_gather"), t.sig(3, age_s=21.0))
 # DDP's _pre_forward broadcast (bucket rebuild), entered 10 s ago, invisible to the hook's marks.
 PRE_FORWARD = t.sig(4, age_s=10.0, op="broadcast")
+
+
+def _serve(raw: bytes) -> Callable[[], bytes]:
+    """A dump call, as FlightRecorderSource's ``find`` hands one over, returning ``raw``."""
+    return lambda: raw
 
 
 def rank(r, colls=DDP_INIT, read_age=1.0, **kw):
@@ -264,7 +271,7 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
         slot = SlotWriter.format(bytearray(wire.slot_size(64)), ident, 64, wall_ns=0, mono_ns=started)
         slot.put(wire.H_STATUS, int(wire.Status.RUNNING))
         raw = json.dumps({"version": "2.10", "entries": entries}).encode()
-        src = FlightRecorderSource(lambda raw=raw: lambda: raw, slot.write_wide, lambda: mono_ns - 10**9,
+        src = FlightRecorderSource(functools.partial(_serve, raw), slot.write_wide, lambda: mono_ns - 10**9,
                                    lambda: 30, mark=slot.write)  # fmt: skip
         assert src.poll(force=True) == len(entries)
         data = slot.copy()

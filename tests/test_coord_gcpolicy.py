@@ -36,7 +36,7 @@ def _thresholds():
 
 
 class Node:
-    pass
+    other: Node  # set to make a cycle
 
 
 def test_frozen_cycles_are_collected_by_the_periodic_full_pass():
@@ -65,7 +65,8 @@ def test_after_full_collections_that_found_nothing_the_next_waits_twice_as_long(
     policy = GcPolicy(now=0.0, rss=lambda: 1000)
     try:
         assert policy.after_tick(FULL_EVERY_S - 1.0) is None
-        at, waits = 0.0, []
+        at = 0.0
+        waits: list[float] = []
         for _ in range(7):
             gc.collect()  # the test session's own garbage, not the policy's to find
             at += waits[-1] if waits else FULL_EVERY_S
@@ -162,7 +163,8 @@ def test_the_report_server_calls_after_report_for_accepted_reports_only(tmp_path
         body = json.dumps(t.report("a", t.healthy()).to_dict()).encode()
         statuses = []
         for auth in (token, "wrong"):
-            conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=30)
+            host, port = srv.server_address[:2]
+            conn = http.client.HTTPConnection(str(host), port, timeout=30)
             conn.request("POST", server.REPORT_PATH, body, {"Authorization": f"Bearer {auth}"})
             resp = conn.getresponse()
             resp.read()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import add, attrgetter, sub
 
 import pytest
@@ -27,7 +27,10 @@ class ReferenceLedger(G.Ledger):
     """The ledger before it read columns: a pass over the rank objects, the
     samples themselves buffered and read attribute by attribute in the split."""
 
-    def tick(self, now, view, restarting=False):
+    # step -> its samples themselves, by rank (the ledger keeps columns there)
+    buffer: dict[int, dict[int, StepSample]] = field(default_factory=dict)  # type: ignore[assignment]
+
+    def tick(self, now, view, restarting=False, batched=False):  # batched: the reference never batches
         dt = 0.0 if self.last_tick is None else max(0.0, now - self.last_tick)
         self.last_tick = now
         over = bool(view.ranks) and all(rv.state.status == "exited" for rv in view.ranks.values())
@@ -55,7 +58,7 @@ class ReferenceLedger(G.Ledger):
             self._allocate(self.last_parts or {G.PRODUCTIVE: 1.0})
             self.ended = True
 
-    def _scan(self, view, track=True):
+    def _scan(self, view, track=True, batched=False):
         live = []
         changed = pausing = False
         incarnations, seen, buffer, started = self.incarnations, self.seen, self.buffer, self.started

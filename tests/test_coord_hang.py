@@ -107,6 +107,7 @@ def test_deadline_adapts_to_step_time():
     states = job(waiter_kw={"since": 15.0, "recent_steps": slow}, culprit_kw={"age": 16.0, "recent_steps": slow})
     assert run(states) == []
     st = hang_state(100.0, t.view(states, now=100.0), CFG)
+    assert st is not None
     assert st.deadline_s == pytest.approx(20.0) and st.age_s == pytest.approx(15.05)
 
 
@@ -143,6 +144,7 @@ def test_the_deadline_leaves_out_steps_a_rank_spent_in_a_pause(name, histories, 
     the peers' long wait in that step is the phase's, not a step time."""
     states = [waiting(r, since=4.0, recent_steps=h) for r, h in enumerate(histories)]
     st = hang_state(100.0, t.view(states, now=100.0), CFG)
+    assert st is not None, name
     assert st.deadline_s == pytest.approx(want, rel=0.02), name
 
 

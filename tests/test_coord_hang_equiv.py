@@ -125,7 +125,8 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
     def stalled(rv):
         return rv.progress_at <= latest_enter + STALL_SLACK_S
 
-    missing, unheard = [], []
+    missing: list[int] = []
+    unheard: list[int] = []
     for r, rv in view.ranks.items():
         if r in wait:
             continue
@@ -148,7 +149,8 @@ def ref_analyze(view: ClusterView, now: float, cfg: DetectorConfig) -> Blame | N
     inside = [r for r in wait if health_[r] in FAULTY]
     recorded = find_mismatch(view)
     recorded_odd = [r for r in recorded.odd if r in view.ranks] if recorded is not None else []
-    how, culprits = "unknown", []
+    how = "unknown"
+    culprits: list[int] = []
     for how, culprits in (  # noqa: B007
         ("mismatched", recorded_odd),
         ("missing", missing),
@@ -293,7 +295,8 @@ class RefDeadRank(DeadRank):
         events.sort()
         out = list(lost)
         root_t = None
-        cluster, followers = [], []
+        cluster: list[int] = []
+        followers: list[int] = []
         precise = True
         for at, ranks, exact in events:
             if root_t is not None and at - root_t <= (TIE_S if precise and exact else TIE_COARSE_S):
@@ -433,6 +436,7 @@ def _compare(view: ClusterView, now: float, cfg: DetectorConfig, monkeypatch) ->
     got_state, want_state = ch.hang_state.uncached(now, view, cfg), ref_hang_state(now, view, cfg)
     assert got_state == want_state
     if want_state is not None:  # the blame is read when asked for (not compared with the state)
+        assert got_state is not None
         assert got_state.blame == want_state.blame
         assert health.waiting_since(view, now, cfg) == (blame.waiting_since if blame is not None else None)
     frozen = FrozenRank(cfg).each(now, view)  # per rank, before the grouping (test_coord_dead_frozen.py)
@@ -551,7 +555,8 @@ def _random_view(rng: random.Random) -> tuple[ClusterView, float, DetectorConfig
 
 def test_the_hang_path_on_columns_is_the_plain_code_on_random_views(monkeypatch):
     rng = random.Random(13)
-    seen_blames, seen_health = Counter(), Counter()
+    seen_blames: Counter[tuple | None] = Counter()  # the kinds of blame the random views gave
+    seen_health: Counter[str] = Counter()
     for trial in range(400):
         view, now, cfg = _random_view(rng)
         try:
@@ -572,7 +577,7 @@ def test_the_hang_path_on_columns_is_the_plain_code_on_simulated_faults(monkeypa
     """Jobs that run, then hang in a rank's own code, die (alone, or with victims after
     it), stop, or exit early; each also with a host that goes silent (quiet, then lost)."""
     faults = ("hang", "kill", "cascade", "stop", "exit_early")
-    seen = Counter()
+    seen: Counter[str] = Counter()
     # A host lost for real: its agent silent from when its rank 4 dies, the others failing inside the collective.
     cases = [*((f, s) for f in faults for s in ((), ("host1",))), ("host_loss", ("host1",))]
     for seed, (fault, silent) in enumerate(cases):

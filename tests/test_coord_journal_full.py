@@ -7,10 +7,12 @@ next record was glued onto it: both lost, nothing counted.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import textwrap
+from typing import cast
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -48,6 +50,13 @@ class _DiskFillsUp:
         return getattr(self._fh, name)
 
 
+def _fill_up(j: journal.Journal, room: int) -> _DiskFillsUp:
+    """Put ``j``'s file behind a disk with ``room`` bytes left."""
+    disk = _DiskFillsUp(j._fh, room)
+    j._fh = cast(io.FileIO, disk)  # the file itself but for write() and free()
+    return disk
+
+
 def _lines(path):
     return [json.loads(raw) for raw in path.read_bytes().splitlines()]  # every line must parse
 
@@ -56,7 +65,7 @@ def test_short_write_is_an_error_the_torn_bytes_go_and_the_gap_is_journaled(tmp_
     path = tmp_path / "journal.jsonl"
     j = journal.Journal(str(path), clock)
     j.write(je.START, {})
-    disk = j._fh = _DiskFillsUp(j._fh, room=20)
+    disk = _fill_up(j, room=20)
     with pytest.raises(OSError) as err:
         j.write(je.FINDING, {"kind": "dead_rank", "ranks": [1]})
     assert isinstance(err.value, journal.ShortWrite)
@@ -74,7 +83,7 @@ def test_when_the_torn_bytes_cannot_be_cut_the_next_record_starts_a_fresh_line(t
     path = tmp_path / "journal.jsonl"
     j = journal.Journal(str(path), clock)
     j.write(je.START, {})
-    disk = j._fh = _DiskFillsUp(j._fh, room=20)
+    disk = _fill_up(j, room=20)
 
     def no_truncate(fd, size):
         raise OSError(5, "Input/output error")
@@ -92,10 +101,10 @@ def test_the_coordinator_counts_a_short_write_and_keeps_going(tmp_path):
     registry = CollectorRegistry()
     j = journal.Journal(str(tmp_path / "journal.jsonl"), clock)
     c = Coordinator(Config(journal=j.path), j, registry)
-    j._fh = _DiskFillsUp(j._fh, room=10)
+    disk = _fill_up(j, room=10)
     c._record(FindingRecord(kind="dead_rank"))
     assert registry.get_sample_value("watchdog_coordinator_journal_errors_total") == 1
-    j._fh.free()
+    disk.free()
     c._record(ResolvedRecord(kind="dead_rank"))
     assert registry.get_sample_value("watchdog_coordinator_journal_errors_total") == 1
     j.close()

@@ -76,14 +76,14 @@ def test_a_rank_not_yet_at_that_step_is_waited_for():
 
 
 def test_spike_on_one_rank_names_it_without_a_host():
-    base = [(s, [1.0 + 0.01 * (s % 3)] * 4, {}) for s in range(1, 12)]
+    base: list[tuple[int, list[float], dict]] = [(s, [1.0 + 0.01 * (s % 3)] * 4, {}) for s in range(1, 12)]
     v = fold_series([*base, (12, [1.0, 9.0, 1.0, 1.0], {})])
     (f,) = DET.check(120.0, v)
     assert f.ranks == (1,) and f.hosts == () and f.evidence["cause"] == "spike" and f.evidence["step"] == 12
 
 
 def test_spike_on_every_rank_is_job_wide_and_noise_is_not_a_spike():
-    base = [(s, [1.0 + 0.05 * (s % 4)] * 4, {}) for s in range(1, 12)]
+    base: list[tuple[int, list[float], dict]] = [(s, [1.0 + 0.05 * (s % 4)] * 4, {}) for s in range(1, 12)]
     assert DET.check(120.0, fold_series([*base, (12, [1.3, 1.25, 1.2, 1.3], {})])) == []
     (f,) = DET.check(120.0, fold_series([*base, (12, [8.0, 9.0, 7.0, 8.5], {})]))
     assert f.ranks == () and "every rank" in f.reason

@@ -44,7 +44,8 @@ def test_memoized_analyses_equal_the_uncached_ones():
         assert hang_state(now, view, cfg) == hang_state.uncached(now, view, cfg)
         assert health.analyze(view, now, cfg) == health._analyze.uncached(view, now, cfg)
         assert straggler_scores.scores(view, now, cfg) == straggler_scores.scores.uncached(view, now, cfg)
-    assert hang_state(101.0, view, cfg).blame.culprits == (5,)
+    hang = hang_state(101.0, view, cfg)
+    assert hang is not None and hang.blame is not None and hang.blame.culprits == (5,)
 
 
 def test_the_memos_do_not_keep_the_last_ticks_view_alive():

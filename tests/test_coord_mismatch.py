@@ -4,6 +4,7 @@ dtype; the odd rank is named from the shapes, never whoever died first."""
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 import pytest
 
@@ -15,7 +16,7 @@ from watchdog.coordinator.detectors.collective_hang import CollectiveHang
 from watchdog.coordinator.detectors.collective_mismatch import CollectiveMismatch
 from watchdog.coordinator.detectors.dead_rank import DeadRank
 from watchdog.coordinator.view.cluster import COLL_HISTORY
-from watchdog.report import HostReport, ReportError
+from watchdog.report import CollSig, HostReport, ReportError
 
 CFG = DetectorConfig()
 WORLD = 3
@@ -198,15 +199,24 @@ def test_two_odd_ranks_seen_before_the_usual_ones_are_not_taken_for_the_majority
     assert f.ranks == (1, 3)
 
 
+class _Shape(TypedDict, total=False):
+    """What another shape of a collective differs in (t.sig's arguments)."""
+
+    elements: int
+    dtype: str
+    op: str
+
+
 def _fr_reference(view):
     """mismatch._fr as it was: a pass over every rank object."""
-    first, differ = {}, set()
+    first: dict[tuple, object] = {}
+    differ = set()
     for rv in view.ranks.values():
         for key, sig, _ in rv.coll_keys:
             f = first.setdefault(key, sig)
             if f is not sig and f != sig:
                 differ.add(key)
-    out = {}
+    out: dict[tuple, dict[int, tuple]] = {}
     if not differ:
         return out
     for r, rv in view.ranks.items():
@@ -226,7 +236,7 @@ def test_the_flight_recorder_signatures_read_only_the_ranks_that_hold_some():
     from watchdog.coordinator.analysis import mismatch
 
     rng = random.Random(7)
-    shapes = ({}, {"elements": 6}, {"dtype": "bfloat16"}, {"op": "broadcast"})
+    shapes: tuple[_Shape, ...] = ({}, {"elements": 6}, {"dtype": "bfloat16"}, {"op": "broadcast"})
     differed = 0
     for trial in range(200):
         world = rng.choice((1, 3, 8, 17))
@@ -234,12 +244,13 @@ def test_the_flight_recorder_signatures_read_only_the_ranks_that_hold_some():
         for tick in range(3):
             states = []
             for r in range(world):
+                colls: tuple[CollSig, ...]
                 if rng.random() < 0.4:
                     colls = ()
                 else:
                     lo = rng.randrange(1, 5)
                     colls = tuple(
-                        t.sig(s, age_s=float(10 - s), **(rng.choice(shapes) if rng.random() < 0.1 else {}))
+                        t.sig(s, age_s=float(10 - s), **(rng.choice(shapes) if rng.random() < 0.1 else _Shape()))
                         for s in range(lo, lo + rng.randrange(1, 6))
                     )
                 pid = 1000 + r + (100 if rng.random() < 0.1 else 0)

@@ -6,6 +6,7 @@ same views."""
 from __future__ import annotations
 
 from watchdog.coordinator.config import Config
+from watchdog.coordinator.detectors.straggler import Straggler
 from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.performance import goodput as G
 from watchdog.coordinator.performance import verdict as V
@@ -83,7 +84,7 @@ def test_the_verdict_on_the_cadence_names_the_straggler(tmp_path):
     assert c.verdict.evidence["slowest_rank"] == 5
 
 
-def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
+def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path, monkeypatch):
     """At 16,384 ranks a rescoring (~0.13 s when ranks close windows, spread over
     ticks) and a verdict (60-90 ms) on one tick were the tick's p99: the rescoring
     keeps off the verdict's ticks, and the verdict still runs on its cadence."""
@@ -91,7 +92,7 @@ def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
     ran: list[float] = []
     stepped: list[float] = []
     at = [0.0]
-    straggler = next(d for d in c.detectors if d.name == "straggler")
+    straggler = next(d for d in c.detectors if isinstance(d, Straggler))
     verdict, scores, scorer = c.performance._verdict, straggler.scores, straggler.scorer
     rescoring = scorer._rescoring
 
@@ -114,7 +115,9 @@ def test_the_straggler_rescoring_takes_no_step_on_the_verdicts_turn(tmp_path):
             except StopIteration as done:
                 return done.value
 
-    c.performance._verdict, straggler.scores, scorer._rescoring = _verdict, _scores, _rescoring
+    monkeypatch.setattr(c.performance, "_verdict", _verdict)
+    monkeypatch.setattr(straggler, "scores", _scores)
+    monkeypatch.setattr(scorer, "_rescoring", _rescoring)
     sim = SimJob(jitter=0.1, seed=3)
     sim.slow(5, 1.5)
     sim.run_until(40.0, coordinator=c, tick_s=0.5)

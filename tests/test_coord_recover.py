@@ -8,6 +8,7 @@ time; the second starts later on its own clocks. No sleeps."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypedDict
 
 from watchdog.contracts import commands
 from watchdog.contracts.finding import Finding
@@ -21,7 +22,14 @@ from watchdog.coordinator.vocabularies import JobState
 
 S = JobState
 WALL0 = 1_700_000_000.0
-LAUNCHER = {"launcher_pid": 500, "launcher_start_us": 77}
+
+
+class Launcher(TypedDict):
+    launcher_pid: int
+    launcher_start_us: int
+
+
+LAUNCHER: Launcher = {"launcher_pid": 500, "launcher_start_us": 77}
 POLICY = Policy(
     actions={"dead_rank": "restart", "collective_hang": "abort"},
     min_finding_age_s=0,
@@ -313,6 +321,7 @@ def test_an_action_this_module_cannot_carry_on_is_closed_saying_so():
     ]
     rec = recover.replay(records, 10.0, WALL0 + 10.0, "job", POLICY)
     assert rec.op is None and rec.job.state is S.RUNNING
+    assert rec.interrupted[0].result is not None
     assert rec.interrupted[0].result.startswith(
         "interrupted: the coordinator restarted and cannot carry this action on"
     )

@@ -128,7 +128,8 @@ def test_escalation_rules():
     everywhere = fpm.of(hang(hosts=("h1", "h2")))
     every = escalate(everywhere, (fpm.of(hang(hosts=("h1", "h2")), FRAMES),), rules, hosts_in_job=2)
     assert every is not None and (every.action, every.rule) == ("abort", "same_place")
-    assert escalate(everywhere, (fpm.of(hang(hosts=("h1", "h2")), FRAMES),), rules, hosts_in_job=3).rule == "same_host"
+    same_host = escalate(everywhere, (fpm.of(hang(hosts=("h1", "h2")), FRAMES),), rules, hosts_in_job=3)
+    assert same_host is not None and same_host.rule == "same_host"
     # ... and a repeat elsewhere in the code on that one host is no repeat: restart, within the budget.
     assert escalate(fpm.of(hang(step=50)), (first,), rules, hosts_in_job=1) is None
     # Another place on another host: a new failure, not a repeat.
@@ -231,6 +232,7 @@ def test_the_restarted_group_failing_again_is_a_new_finding_not_the_restarts_eff
     c = JobController(POL)
     v = T.view([T.rank(r, world_size=4) for r in range(4)], 100.0)
     c.tick([hang(hosts=("host0",), detected=100.0)], v, 101.0)
+    assert c.op is not None
     assert [r for r, _ in c.op.workers] == [0, 1, 2, 3]
     # The old rank 2, found dead within the window: the restart's own effect.
     dead_old = _replace(dead(ranks=(2,), hosts=("host0",)), detected_mono=102.0)

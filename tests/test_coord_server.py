@@ -20,7 +20,7 @@ from waiting import wait_for
 
 from watchdog.agent import testing as agent_testing
 from watchdog.agent.processes.table import ProcSample
-from watchdog.agent.reporting.sender import Sender
+from watchdog.agent.reporting.sender import JsonPoster, Sender
 from watchdog.agent.slotfiles import slot_states
 from watchdog.agent.slotfiles.local_rank import LocalRank
 from watchdog.coordinator import testing as t
@@ -151,9 +151,13 @@ def test_an_agent_sends_version_2_once_the_coordinator_says_it_reads_it(daemon):
         views=lambda: [view(r) for r in range(4)],
     )
     real_post = sender._post
-    sender._post = lambda url, payload, token, timeout: (
-        sent.append(payload["v"]) or real_post(url, payload, token, timeout)
-    )
+    assert isinstance(real_post, JsonPoster)
+
+    def post(url, payload, token, timeout):
+        sent.append(payload["v"])
+        return real_post(url, payload, token, timeout)
+
+    sender._post = post
     try:
         for _ in range(3):
             sender.send_once()
@@ -292,6 +296,7 @@ def test_process_start_report_stop(tmp_path):
         deadline = time.monotonic() + 20
         while not addr.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
+        assert proc.stderr is not None
         assert addr.exists(), proc.stderr.read() if proc.poll() is not None else "no address file"
         url = f"http://{addr.read_text().strip()}/api/v1/report"
         body = json.dumps(t.report("h", [t.rank(0, world_size=2)]).to_dict()).encode()

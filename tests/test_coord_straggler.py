@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from watchdog.coordinator import testing as t
@@ -186,6 +188,7 @@ def test_the_score_gauge_exports_the_slowest_ranks_not_every_rank():
     det = Straggler(CFG)
     view = t.view(states, now=100.0, ranks_per_host=8)
     shown = det.gauges(100.0, view)[STRAGGLER_SCORE]
+    assert isinstance(shown, Mapping)  # one score per rank shown
     all_scores = scores(view, 100.0, CFG)
     assert len(all_scores) == world and len(shown) == straggler.GAUGE_RANKS
     slowest = sorted(all_scores, key=lambda r: -all_scores[r]["factor"])[: straggler.GAUGE_RANKS]

@@ -18,6 +18,7 @@ from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors import straggler, straggler_scores
 from watchdog.report import StepSample
 from watchdog.stepstats.stats import median, median_without
+from watchdog.stepstats.steps import WindowStat
 
 
 def reference(view, now, cfg):
@@ -218,9 +219,14 @@ def test_a_rank_whose_new_window_is_no_baseline_yet_keeps_its_score_until_it_is(
     sim = t.SimJob(world_size=12, ranks_per_host=1, jitter=0.1, seed=5, cfg=cfg)
     sim.slow(3, 1.15)
     scorer = straggler_scores.Scorer(cfg)
-    calls = []
+    calls: list[int] = []
     real = straggler_scores._rank_score
-    monkeypatch.setattr(straggler_scores, "_rank_score", lambda *a: calls.append(1) or real(*a))
+
+    def counted(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(straggler_scores, "_rank_score", counted)
     kept = compared = 0
     now = 0.0
     while now < 30.0:
@@ -359,7 +365,7 @@ class _ReferenceScorer(straggler_scores.Scorer):
 
     def _update(self, wins_of):
         prev = self._wins
-        moved = {}
+        moved: dict[int, straggler_scores.Change] = {}
         members, changes, keys, vals = self._members, self._changes, self._keys, self._vals
         for r in [r for r in prev if r not in wins_of]:
             for w in prev.pop(r):
@@ -372,7 +378,7 @@ class _ReferenceScorer(straggler_scores.Scorer):
             if old is wins:
                 continue
             prev[r] = wins
-            dropped = ()
+            dropped: tuple[WindowStat, ...] = ()
             if old is None:
                 added = wins
                 keys[r], vals[r] = tuple(w.index for w in wins), tuple(w.compute_s for w in wins)
@@ -485,6 +491,7 @@ def test_the_scorer_keeps_its_windows_as_the_plain_loop_did(seed):
                 if change is None:
                     assert other is None, where
                 else:
+                    assert other is not None, where
                     assert [[id(w) for w in part] for part in other] == [[id(w) for w in part] for part in change]
                     moved_kinds.add((len(change[0]), len(change[1])))
             assert _state(got_sc) == _state(want_sc), where
@@ -539,6 +546,7 @@ def test_a_rescoring_spread_over_ticks_answers_the_last_scores_until_the_new_one
                 assert scorer.as_of == now
         else:
             assert got is scorer._out and scorer.as_of == began_at
+            assert start is not None
             want = straggler_scores._compute(start, cfg)
             assert list(got) == list(want) and _bits({r: got[r] for r in got}) == _bits(want), now
             spans.append(tick - began)
@@ -571,6 +579,7 @@ def test_scores_a_few_ticks_old_never_name_a_rank_that_is_no_longer_live():
         health = classify_all.uncached(view, now, cfg)
         for f in found:
             assert f.ranks == (3,) and health[3] == OK, now
+            assert det.scorer.as_of is not None
             assert f.evidence["scores_age_s"] == round(now - det.scorer.as_of, 3) >= 0.0
             ages.append(f.evidence["scores_age_s"])
             named += 1

@@ -20,7 +20,7 @@ from watchdog.stepstats import stats
 def test_classify_all_is_classify_for_every_rank():
     cfg = DetectorConfig()
     rng = random.Random(11)
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for trial in range(60):
         states = [
             t.rank(
@@ -32,11 +32,8 @@ def test_classify_all_is_classify_for_every_rank():
                 heartbeat_age_s=rng.choice((0.2, 4.0, 12.0, 40.0)),
                 proc_status=rng.choice(("running", "sleeping", "stopped")),
                 # a lost host takes evidence (analysis/silence.py): ranks failed inside the collective it left
-                **(
-                    {"collective": t.coll(seq=101, outstanding=1, since_s=2.0), "step_age_s": 3.0}
-                    if trial % 3 == 0
-                    else {}
-                ),
+                collective=t.coll(seq=101, outstanding=1, since_s=2.0) if trial % 3 == 0 else None,
+                step_age_s=3.0 if trial % 3 == 0 else 0.05,  # (0.05: t.rank's own)
             )
             for r in range(12)
         ]
@@ -92,7 +89,7 @@ def _history(rng: random.Random, n: int) -> tuple[StepSample, ...]:
 
 def test_summarize_is_the_plain_summary():
     rng = random.Random(5)
-    seen = Counter()
+    seen: Counter[tuple[bool, bool]] = Counter()
     for trial in range(400):
         hist = _history(rng, rng.choice((0, 10, 25, 50, 60, 120, 256)))
         got, want = V.summarize(hist), reference_summarize(hist)
@@ -161,7 +158,7 @@ def test_measure_is_the_plain_measure_on_simulated_jobs():
 
 
 def reference_hook(view):
-    out = {}
+    out: dict[tuple[int, int], dict[int, tuple]] = {}
     for r, rv in view.ranks.items():
         c = rv.state.coll
         if c.seq <= 0:

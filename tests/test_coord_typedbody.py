@@ -102,7 +102,7 @@ def test_the_report_around_the_rows():
     rng = random.Random(4)
     base = agent_body(rng, n=3)
     assert check(raw(base))
-    changes = {
+    changes: dict[str, list[object]] = {
         "v": [1, 2.0, True, "2", 3, None],
         "seq": [True, 1.5, -1, 2**62, 2**64, "1"],
         "sent_wall": [1, -1.0, 1e11, 1e400, True],
@@ -239,11 +239,11 @@ def test_the_handler_accepts_the_same_reports_either_way(monkeypatch, tmp_path):
         outcomes.append((replies, repr(sorted(view.ranks.items())), repr(sorted(view.hosts.items()))))
         coord.journal.close()
         assert len(calls) == len(bodies)
-        read = {
+        read_by_path = {
             path: coord.registry.get_sample_value("watchdog_coordinator_reports_read_total", {"path": path})
             for path in ("one_pass", "checked")
         }
         one_pass = sum(real(body) is not None for body in bodies) if typed else 0
-        assert read == {"one_pass": one_pass, "checked": len(bodies) - one_pass}  # what an operator sees
+        assert read_by_path == {"one_pass": one_pass, "checked": len(bodies) - one_pass}  # what an operator sees
     assert outcomes[0] == outcomes[1]
     assert sum(r[0] == 200 for r in outcomes[0][0]) > 20

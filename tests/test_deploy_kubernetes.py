@@ -505,10 +505,10 @@ def test_environments_load_through_the_real_parsers(tmp_path: Path):
                 seen.add("agent")
             elif args[:1] == ["coordinator"]:
                 assert watchdog_vars <= coord_envs, (owner, watchdog_vars - coord_envs)
-                cfg = coord_config.from_values(
+                coord_cfg = coord_config.from_values(
                     flags.parse("watchdog coordinator", "", coord_config.FLAGS, args[1:], env)
                 )
-                assert cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and cfg.world_size > 0, owner
+                assert coord_cfg.token == "s3cret-of-32-bytes-s3cret-s3cret" and coord_cfg.world_size > 0, owner
                 seen.add("coordinator")
             else:  # a training container or the run dir's init container: the hook's variables only
                 assert watchdog_vars <= hook_envs, (owner, watchdog_vars - hook_envs)

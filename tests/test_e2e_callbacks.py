@@ -119,6 +119,7 @@ def test_lightning_callback_checkpoint_restart_saves_a_lightning_checkpoint_and_
     assert done["step"] == asked and not records(stack.jpath, je.CHECKPOINT_FAILED)
     assert (tmp_path / "checkpoints" / f"watchdog-step={asked}.ckpt").is_file()
     assert records(stack.jpath, je.RESUMED)[0]["step"] == asked
+    assert stack.torchrun.proc is not None
     torchrun_log = stack.torchrun.proc.log()
     assert f"resuming from watchdog-step={asked}.ckpt" in torchrun_log and "done: 260 steps" in torchrun_log
     print(f"\nlightning checkpoint_restart: saved at step {asked}, resumed from it; {action['reason'][:120]}")
@@ -140,9 +141,9 @@ def test_hf_callback_killed_rank_is_named_and_evaluations_and_saves_are_phases(t
     )
     try:
         stack.start()
-        wait_for(
-            lambda: stack.step_of(1) >= 13, timeout_s=150, what="rank 1 past step 13", log=stack.torchrun.proc.log_path
-        )
+        assert stack.torchrun.proc is not None
+        job_log = stack.torchrun.proc.log_path
+        wait_for(lambda: stack.step_of(1) >= 13, timeout_s=150, what="rank 1 past step 13", log=job_log)
         os.kill(stack.torchrun.rank_pids()[1], signal.SIGKILL)
         found = wait_for(
             lambda: [r for r in records(stack.jpath, je.FINDING) if r["kind"] == "dead_rank"],

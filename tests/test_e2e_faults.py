@@ -106,4 +106,5 @@ def test_ranks_stopped_together_are_one_wedged_verdict_and_no_rank_blamed(tmp_pa
     res = scenario.run([f"stop:{r}@25" for r in range(4)], steps=400, timeout_s=150, work_dir=str(tmp_path))
     assert [(f["kind"], f["ranks"]) for f in res.findings] == [("wedged", [])], res.findings
     assert "froze together" in res.findings[0]["reason"], res.findings[0]
-    assert 0 <= res.latency_s(res.findings[0]) <= 10.0  # the single stop's bound
+    latency_s = res.latency_s(res.findings[0])
+    assert latency_s is not None and 0 <= latency_s <= 10.0  # the single stop's bound

@@ -148,6 +148,7 @@ def job(tmp_path_factory):
         j.start_agent()
         j.torchrun.start()
         j.torchrun.wait_for_ranks(120)
+        assert j.coordinator is not None
         wait_for(lambda: len(j.events(je.RANK_JOINED)) >= NPROC, 120, "every rank joined", log=j.coordinator.log_path)
         j.wait_stepping("at the start")
         yield j

@@ -138,6 +138,8 @@ def test_exception_cause_and_a_coordinator_killed_mid_restart_carries_on(tmp_pat
     jpath, job_proc = stack.jpath, stack.torchrun
     try:
         stack.start()
+        proc = job_proc.proc
+        assert proc is not None
         coord = stack.procs[0]
 
         # Kill the coordinator in the middle of the restart: once it journaled which
@@ -147,7 +149,7 @@ def test_exception_cause_and_a_coordinator_killed_mid_restart_carries_on(tmp_pat
         def midway():
             return [r for r in records(jpath, je.ACTION_PROGRESS) if "idents" in r] or records(jpath, je.RESUMED)
 
-        wait_for(lambda: midway() or not job_proc.proc.alive(), timeout_s=150, what="the restart under way")
+        wait_for(lambda: midway() or not proc.alive(), timeout_s=150, what="the restart under way")
         coord.popen.kill()
         coord.popen.wait(10)
         before = records(jpath)
@@ -155,7 +157,7 @@ def test_exception_cause_and_a_coordinator_killed_mid_restart_carries_on(tmp_pat
         assert (action["action"], action["action_id"], action["restart"]) == ("restart", "a-1", 1), action
         resumed_before = [r for r in before if r["event"] == je.RESUMED]
         stack.start_coordinator()
-        assert job_proc.wait(200) == 0, job_proc.proc.log()[-3000:]
+        assert job_proc.wait(200) == 0, proc.log()[-3000:]
         wait_for(lambda: records(jpath, je.ACTION_OUTCOME), timeout_s=30, what="the action's outcome")
     finally:
         stack.stop()

@@ -132,9 +132,9 @@ def test_an_unmodified_script_killed_rank_is_named_and_the_restart_brings_the_jo
     stack = Stack(tmp_path, 4, policy, ["--steps", "50", "--step-ms", "40", "--ckpt-dir", str(ckpt)])
     try:
         stack.start()
-        wait_for(
-            lambda: stack.step_of(1) >= 15, timeout_s=90, what="rank 1 past step 15", log=stack.torchrun.proc.log_path
-        )
+        assert stack.torchrun.proc is not None
+        job_log = stack.torchrun.proc.log_path
+        wait_for(lambda: stack.step_of(1) >= 15, timeout_s=90, what="rank 1 past step 15", log=job_log)
         victim = stack.torchrun.rank_pids()[1]
         os.kill(victim, signal.SIGKILL)
         code = stack.torchrun.wait(150)
@@ -150,6 +150,7 @@ def test_an_unmodified_script_killed_rank_is_named_and_the_restart_brings_the_jo
     actions = [r for r in recs if r["event"] == je.ACTION]
     assert [a["action"] for a in actions] == ["restart"], actions
     assert records(stack.jpath, je.RESUMED), log
+    assert stack.torchrun.proc is not None
     torchrun_log = stack.torchrun.proc.log()
     assert "resumed at step " in torchrun_log and "done: 50 steps of 4 ranks" in torchrun_log, torchrun_log[-3000:]
     assert "connectFullMesh" not in torchrun_log
@@ -212,10 +213,11 @@ def test_the_explicit_api_gives_the_same_slot_data_with_and_without_watchdog_run
         )
         try:
             job.start()
+            assert job.proc is not None
             assert job.wait(120) == 0, job.proc.log()[-3000:]
         finally:
             job.stop()
-        assert len(wire.list_slot_files(str(work / "slots"))) == 2  # one monitor per rank, not two
+        assert len(list(wire.list_slot_files(str(work / "slots")))) == 2  # one monitor per rank, not two
         results.append(_slot_data(work / "slots"))
     plain, run = results
     assert sorted(plain) == [0, 1] and plain[0][3] == 12, plain

@@ -22,7 +22,7 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watchdog.agent.command_channel.handlers import ack
+from watchdog.agent.command_channel.handlers import Actions, ack
 from watchdog.agent.command_channel.inbox import CommandHandler
 from watchdog.agent.command_channel.outbox import Outbox
 from watchdog.agent.reporting import build as agent_report
@@ -109,7 +109,7 @@ TOKEN = "a-job-token-of-more-than-16-bytes"
 NOW = 1_800_000_000.0
 
 
-class RecordingActions:
+class RecordingActions(Actions):  # the handler's actions, recorded instead of run
     def __init__(self):
         self.ran: list[dict] = []
 
@@ -120,11 +120,12 @@ class RecordingActions:
 
 def _signed(kind: str, i: int) -> dict:
     tgt = c.target(1, 4242, 7_000_000)
-    args = {
+    by_kind: dict[str, dict] = {
         c.SIGNAL: {"signal": "SIGTERM"},
         c.CHECKPOINT: {"step": 10, "ranks": [tgt]},
         c.ROLLBACK: {"before_step": 10, "action": "a-1"},
-    }.get(kind, {"ranks": [tgt]})
+    }
+    args = by_kind.get(kind, {"ranks": [tgt]})
     return c.sign(
         c.make(
             job="job",

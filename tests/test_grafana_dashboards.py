@@ -23,6 +23,7 @@ DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 
 def load_generator():
     spec = importlib.util.spec_from_file_location("grafana_generate", GRAFANA / "generate.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

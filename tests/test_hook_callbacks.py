@@ -145,7 +145,8 @@ def _lightning_trainer(tmp_path, callbacks, **kw):
 
 
 def _lightning_model():
-    L = pytest.importorskip("lightning")
+    pytest.importorskip("lightning")
+    import lightning as L
     import torch
     from torch import nn
 

@@ -63,7 +63,7 @@ def test_checkpoint_at_step_runs_after_that_step(mon):
 
 
 def test_a_step_already_past_acts_at_the_next_boundary(mon):
-    calls = []
+    calls: list[int] = []
     mon.register_checkpoint(calls.append)
     for _ in range(5):
         mon.step()
@@ -100,7 +100,7 @@ def test_no_registered_function_is_acknowledged_as_such(mon):
     "command, arg", [(99, 1), (-5, 1), (Command.CHECKPOINT_AT_STEP, -1), (Command.CHECKPOINT_AT_STEP, 2**62)]
 )
 def test_invalid_requests_are_rejected_counted_and_ignored(mon, command, arg):
-    calls = []
+    calls: list[int] = []
     mon.register_checkpoint(calls.append)
     wire.write_control(mon.slot_path, 4, command, arg)
     mon.control.poll()
@@ -113,7 +113,7 @@ def test_invalid_requests_are_rejected_counted_and_ignored(mon, command, arg):
 
 
 def test_a_new_request_supersedes_the_pending_one(mon):
-    calls = []
+    calls: list[int] = []
     mon.register_checkpoint(calls.append)
     wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 2)
     mon.control.poll()
@@ -188,7 +188,7 @@ def test_heartbeat_thread_beats_and_stops_at_close(tmp_path):
 
 def test_heartbeat_thread_picks_up_a_request(tmp_path):
     with installed(tmp_path, patch_collectives=False, heartbeat_interval_s=0.02) as mon:
-        calls = []
+        calls: list[int] = []
         mon.register_checkpoint(calls.append)
         wire.write_control(mon.slot_path, 1, Command.CHECKPOINT_AT_STEP, 0)
 

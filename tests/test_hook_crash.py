@@ -84,6 +84,7 @@ def test_an_exception_in_another_thread_is_recorded_with_the_thread_name(tmp_pat
     out, path = run_recorded(tmp_path, "thread")
     assert out.returncode == 0 and "KeyError" in out.stderr  # threading's own report still printed
     rec = crashrecord.read_crash(path)
+    assert rec is not None
     assert (rec["type"], rec["thread"]) == ("KeyError", "loader-thread"), rec
     assert wire.Status(wire.read_slot(path).header.status) is wire.Status.EXITED  # the rank itself ended cleanly
 
@@ -116,7 +117,8 @@ def test_hostile_crash_files_are_refused(tmp_path):
         (tmp_path / "x.slot.crash").write_bytes(raw)
         assert crashrecord.read_crash(slot) is None, raw
     (tmp_path / "x.slot.crash").write_bytes(b'{"type": "E", "message": ["x"], "pid": true}')
-    assert crashrecord.read_crash(slot)["message"] == "" and crashrecord.read_crash(slot)["pid"] == 0
+    rec = crashrecord.read_crash(slot)
+    assert rec is not None and rec["message"] == "" and rec["pid"] == 0
 
 
 def test_a_crash_record_left_by_an_earlier_process_with_the_same_name_is_cleared_at_install(tmp_path):

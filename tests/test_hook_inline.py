@@ -112,6 +112,13 @@ class Side:
         self.clock.advance(5)
         self.rec.step()
 
+    # What a scenario does, each side its own way (Inline, Generic):
+    def collective(self, took, group=None, nbytes=64, async_op=False, fails=False, during=None):
+        raise NotImplementedError
+
+    def fetch(self, took, outcome):
+        raise NotImplementedError
+
 
 class Inline(Side):
     """Through the copies: the patched collective and the loader's iterator."""

@@ -8,10 +8,12 @@ import itertools
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from watchdog.hook.model_split import ModelSplit  # noqa: E402
-from watchdog.hook.noop import NULL_MONITOR  # noqa: E402
+import torch
+
+from watchdog.hook.model_split import ModelSplit
+from watchdog.hook.noop import NULL_MONITOR
 
 
 def _train(split_model, opt, steps=3):

@@ -53,7 +53,7 @@ def test_a_writer_stopped_inside_a_bracket_reads_as_torn_and_then_whole(tmp_path
 def test_a_failed_store_still_closes_its_bracket(tmp_path):
     wr, path = file_writer(tmp_path)
     with pytest.raises(TypeError):
-        wr.write(((wire.H_STEP, "not a number"),))
+        wr.write(((wire.H_STEP, "not a number"),))  # type: ignore[arg-type]  # the wrong type the test is about
     snap = wire.read_slot(path)
     assert not snap.torn and snap.header[wire.H_SEQ] == 2
     wr.write(((wire.H_STEP, 1),))  # and the lock was released
@@ -163,6 +163,7 @@ def test_hot_paths_leave_the_same_bytes_as_the_generic_bracket(spliced, monkeypa
                        (wire.H_COLL_BYTES, 64), (wire.H_COLL_ENTER_NS, t_in), (wire.H_COLL_EXIT_NS, last_exit),
                        (wire.H_COLL_OUTSTANDING, 1), (wire.H_COLL_DONE_SEQ, n - 1)))  # fmt: skip
         last_exit = clock.advance(200)
+        assert token is not None
         rec.collectives.exit(token)
         generic.write(((wire.H_COLL_EXIT_NS, last_exit), (wire.H_COLL_OUTSTANDING, 0), (wire.H_COLL_DONE_SEQ, n)))
         now = clock.advance(100)

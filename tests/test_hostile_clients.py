@@ -53,7 +53,7 @@ def test_a_short_token_is_refused_on_a_non_loopback_listen(host, refused):
     err = check_exposure(Config(listen=(host, 19401), token="short-token"))
     assert (err is not None) == refused
     if refused:
-        assert "11 bytes" in err and "at least 16" in err
+        assert err is not None and "11 bytes" in err and "at least 16" in err
     assert check_exposure(Config(listen=(host, 19401), token=LONG)) is None
 
 

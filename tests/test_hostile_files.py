@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from watchdog import rundir
 from watchdog.agent import testing as atesting
 from watchdog.agent.command_channel import handlers as act
+from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
@@ -29,6 +31,7 @@ from watchdog.hook import slotfile, testing
 
 S = 1_000_000_000
 OTHER_UID = 4242  # "another user" on this host
+NO_DUMPER = cast(StackDumper, None)  # these commands never dump stacks
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files owned by another user")
 
 
@@ -150,7 +153,7 @@ def test_checkpoint_words_go_only_to_the_file_that_was_validated(tmp_path, sleep
     # After the agent validated the slot, the path becomes a link to the victim.
     os.replace(wr.path, str(tmp_path / "moved.bin"))
     os.symlink(str(victim), wr.path)
-    a = act.Actions("h", lambda job: (view,), None)
+    a = act.Actions("h", lambda job: (view,), NO_DUMPER)
     cmd = c.make(
         job="job",
         type=c.CHECKPOINT,
@@ -242,7 +245,10 @@ def test_a_forged_slot_cannot_get_its_process_dumped_or_signalled(tmp_path, slee
         sent.append(pid)
         return True, ""
 
-    class Dumper:
+    class Dumper(StackDumper):  # dumps recorded, py-spy never run
+        def __init__(self):
+            pass
+
         def dump(self, host, rank, pid, timeout_s=None):
             dumped.append(pid)
             return StackDump(host=host, rank=rank, pid=pid, ok=True, text="x")
@@ -279,7 +285,7 @@ def _signal_actions(view, starts):
             sent.append(pid)
         return ok, why
 
-    return act.Actions("h", lambda job: (view,), None, start_us=starts.get, send_signal=send), sent
+    return act.Actions("h", lambda job: (view,), NO_DUMPER, start_us=starts.get, send_signal=send), sent
 
 
 def _start_us(pid):
@@ -396,7 +402,10 @@ def test_a_dump_of_a_process_that_exited_meanwhile_is_discarded(sleeper):
     snap = atesting.snapshot(ident)
     view = LocalRank("", snap.header, 0, False, ProcSample(True, "sleeping"), slot_states.ALIVE, 0.0, ())
 
-    class DyingDumper:  # the rank dies while py-spy runs
+    class DyingDumper(StackDumper):  # the rank dies while py-spy runs
+        def __init__(self):
+            pass
+
         def dump(self, host, rank, pid, timeout_s=None):
             p.kill()
             p.wait(10)

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+from typing import cast
 
 import pytest
 
 from watchdog import sharedfile
 from watchdog.agent.command_channel.handlers import Actions
+from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.hook import rollback
 
 OTHER = 65534
+NO_DUMPER = cast(StackDumper, None)  # a rollback never dumps stacks
 
 
 @pytest.fixture
@@ -46,7 +49,7 @@ def test_the_agent_never_writes_through_a_link_planted_at_the_rollback_names(tmp
     for planted in (name + ".tmp", f".{name}.tmp", name):  # the old temporary name, a guess, the final name
         os.symlink(secret, shared / planted)
         os.lchown(shared / planted, OTHER, OTHER)
-    out = Actions("h", lambda job: (), None, run_dir=str(shared)).rollback(rollback_cmd())
+    out = Actions("h", lambda job: (), NO_DUMPER, run_dir=str(shared)).rollback(rollback_cmd())
     assert out["ok"], out
     assert secret.read_text() == "root's"  # not followed
     assert not (shared / name).is_symlink() and json.loads((shared / name).read_text())["before_step"] == 120
@@ -69,11 +72,16 @@ def test_a_linked_rollback_file_is_not_believed(tmp_path, shared):
     assert rollback.requested(run_dir=str(shared), job="train") is None
 
 
+def _written_by_another_user(p):
+    p.write_bytes(b"x" * 100)
+    os.chown(p, OTHER, OTHER)
+
+
 @pytest.mark.parametrize(
     "make, why",
     [
         (lambda p: os.mkfifo(p), "not a regular file"),
-        (lambda p: (p.write_bytes(b"x" * 100), os.chown(p, OTHER, OTHER)), "owned by uid 65534"),
+        (_written_by_another_user, "owned by uid 65534"),
         (lambda p: p.write_bytes(b"x" * 100), "over 10"),
     ],
 )
@@ -118,7 +126,8 @@ def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fif
     except RuntimeError as exc:
         assert crashrecord.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
     assert secret.read_text() == "weights"
-    assert crashrecord.read_crash(str(slot))["message"] == "boom"
+    crash = crashrecord.read_crash(str(slot))
+    assert crash is not None and crash["message"] == "boom"
     os.chown(crashrecord.crash_path(str(slot)), OTHER, OTHER)  # another user's record: not the rank's words
     assert crashrecord.read_crash(str(slot)) is None
     os.unlink(crashrecord.fatal_path(str(slot)))

@@ -198,7 +198,7 @@ def test_a_signed_command_replayed_after_the_agent_restarted_is_refused(tmp_path
     flags = ["--coordinator.url", coord.url, "--report.interval-seconds", "0.2", "--host.name", "node-r"]
     agent = localjob.start_agent(tmp_path, run_dir, "rp", env=env, extra=flags)
     try:
-        first = wait_for(lambda: coord.reports and coord.reports[0], 30, "a report")
+        first = wait_for(lambda: coord.reports[0] if coord.reports else None, 30, "a report")
         cmd = commands.make(
             job="rp",
             type=commands.SNAPSHOT_SLOTS,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -14,9 +15,11 @@ from watchdog.contracts import journal as cj
 from watchdog.contracts.finding import Finding
 from watchdog.contracts.journal import line as journal_line
 from watchdog.contracts.journal import names
-from watchdog.contracts.journal.actions import LauncherRestartRecord, ResumedRecord
+from watchdog.contracts.journal.actions import ActionRecord, LauncherRestartRecord, RepeatFailureRecord, ResumedRecord
 from watchdog.contracts.journal.commands import CommandDoneRecord, EvidenceRecord
 from watchdog.contracts.journal.findings import FindingRecord, ResolvedRecord
+from watchdog.contracts.journal.lifecycle import StartRecord
+from watchdog.contracts.journal.ranks import StateRecord
 from watchdog.coordinator import policy_file
 from watchdog.coordinator.control import replay as recover
 from watchdog.coordinator.journal import jsonl as journal
@@ -86,10 +89,13 @@ def test_every_event_as_written_loads_into_its_record_losing_nothing(event):
 
 def test_typed_fields_read_from_lines():
     action = cj.parse(json.loads(LINES[names.ACTION]))
+    assert isinstance(action, ActionRecord)
     assert (action.action_id, action.restart, action.dry_run, action.ranks) == ("a-2", 2, False, [1])
     state = cj.parse(json.loads(LINES[names.STATE]))
+    assert isinstance(state, StateRecord)
     assert state.rank == 1 and state.cause == "exit -9 (SIGKILL)" and not state.of_job
     job = cj.parse({"event": "state", "t_wall": 1.0, "job_state": "restarting", "from": "degraded", "on": "restart"})
+    assert isinstance(job, StateRecord)
     assert job.of_job and (job.job_state, job.from_state, job.on) == ("restarting", "degraded", "restart")
     assert job.to_dict() == {
         "event": "state",
@@ -106,10 +112,12 @@ def test_unknown_events_wrong_types_and_extra_fields_are_kept():
     assert unknown.to_dict() == {"event": "from_the_future", "t_wall": 5.0, "x": [1]}
     odd = {"event": "finding", "t_wall": "yesterday", "kind": 7, "ranks": [1], "new_field": {"a": 1}}
     rec = cj.parse(odd)
+    assert isinstance(rec, FindingRecord)
     assert rec.kind is None and rec.t_wall is None and rec.ranks == [1]  # wrong types read as absent
     assert rec.extra == {"t_wall": "yesterday", "kind": 7, "new_field": {"a": 1}}
     assert {k: v for k, v in rec.to_dict().items() if k in odd} == odd
     old = cj.parse({"event": "start", "t_wall": 1.0, "job": "job"})  # a journal from before run ids
+    assert isinstance(old, StartRecord)
     assert old.run_id is None and old.to_dict()["job"] == "job" and "run_id" not in old.to_dict()
 
 
@@ -159,7 +167,14 @@ def test_records_built_by_writers_are_the_lines_main_writes(tmp_path):
     )
     old = journal.Journal(str(tmp_path / "old.jsonl"), clock)
     new = journal.Journal(str(tmp_path / "new.jsonl"), clock)
-    resolved = {"kind": "dead_rank", "ranks": [1], "hosts": ["h"], "duration_s": 3.0, "reason": "x", "opened_wall": 2.5}
+    resolved: dict[str, Any] = {
+        "kind": "dead_rank",
+        "ranks": [1],
+        "hosts": ["h"],
+        "duration_s": 3.0,
+        "reason": "x",
+        "opened_wall": 2.5,
+    }
     old.write(names.FINDING, f.to_dict())
     new.write(FindingRecord.from_dict(f.to_dict()))
     old.write(names.RESOLVED, resolved)
@@ -235,6 +250,8 @@ def test_records_the_view_and_the_actions_build_are_the_lines_they_wrote_as_dict
     assert (tmp_path / "new.jsonl").read_bytes() == (tmp_path / "old.jsonl").read_bytes()
     # Read back, a null stays a null and a field left out stays left out.
     nulls = cj.parse({"event": names.REPEAT_FAILURE, "fingerprint": None})
+    assert isinstance(nulls, RepeatFailureRecord)
     assert nulls.fingerprint is None and nulls.has("fingerprint") and "fingerprint" in nulls.to_dict()
     left_out = cj.parse({"event": names.REPEAT_FAILURE})
+    assert isinstance(left_out, RepeatFailureRecord)
     assert not left_out.fingerprint and not left_out.has("fingerprint") and "fingerprint" not in left_out.to_dict()

@@ -104,7 +104,7 @@ def checked(r):
         checks.plainly_fine = saved
 
 
-HOSTILE = [0, 1, -1, 0.0, -0.0, 1.5, -1e-9, 1e9, 1e9 - 1, 1e11, 2**62 - 1, 2**62, 2**63, -(2**63) - 1]
+HOSTILE: list[object] = [0, 1, -1, 0.0, -0.0, 1.5, -1e-9, 1e9, 1e9 - 1, 1e11, 2**62 - 1, 2**62, 2**63, -(2**63) - 1]
 HOSTILE += [float("nan"), float("inf"), -float("inf"), True, False, 10**400, "1", None]
 
 
@@ -131,14 +131,14 @@ def test_range_check_fast_path_never_passes_what_the_field_checks_refuse():
             "proc_status",
         ):
             continue
-        cases += [replace(base, **{f.name: v}) for v in HOSTILE]
+        cases += [replace(base, **{f.name: v}) for v in HOSTILE]  # type: ignore[arg-type]  # hostile: any type in any field
     for f in fields(report.CollectiveState):
         if f.name != "op":
-            cases += [replace(base, coll=replace(base.coll, **{f.name: v})) for v in HOSTILE]
+            cases += [replace(base, coll=replace(base.coll, **{f.name: v})) for v in HOSTILE]  # type: ignore[arg-type]  # hostile: any type in any field
     for f in fields(report.StepSample):
         if f.name != "phase":
             cases += [
-                replace(base, recent_steps=(*base.recent_steps[:1], replace(base.recent_steps[1], **{f.name: v})))
+                replace(base, recent_steps=(*base.recent_steps[:1], replace(base.recent_steps[1], **{f.name: v})))  # type: ignore[arg-type]  # hostile: any type in any field
                 for v in HOSTILE
             ]
     for r in cases:

@@ -22,7 +22,23 @@ from watchdog.coordinator import testing as t
 from watchdog.report import HostReport, ReportError, as_rows
 
 OPTIONAL = ("loss", "loss_finite", "loss_step", "coll_bytes_total", "batch_per_rank", "death", "recent_colls")
-HOSTILE = [0, 1, -1, 0.0, -0.0, 1.5, -1e-9, 1e9, 1e9 - 1, 1e11, 2**62 - 1, 2**62, 2**63, -(2**63) - 1, 10**400]
+HOSTILE: list[object] = [
+    0,
+    1,
+    -1,
+    0.0,
+    -0.0,
+    1.5,
+    -1e-9,
+    1e9,
+    1e9 - 1,
+    1e11,
+    2**62 - 1,
+    2**62,
+    2**63,
+    -(2**63) - 1,
+    10**400,
+]
 HOSTILE += [float("nan"), float("inf"), -float("inf"), 1e308, True, False, "1", "x" * 40, None, [], {}, [[]], -1.0]
 
 
@@ -223,7 +239,7 @@ def test_values_at_the_edges_of_their_ranges(monkeypatch):
     """Exactly at and just past each limit the whole-report checks hold: the
     same answer as a row's, whichever side of the limit."""
     rng = random.Random(11)
-    edges = {
+    edges: dict[str, list[object]] = {
         "world_size": [1, 1 << 20, (1 << 20) + 1],
         "rank": [0, -1],
         "pid": [1, 0],
@@ -265,7 +281,7 @@ def test_many_ranks_and_long_step_lists(monkeypatch):
     assert_same(big, monkeypatch)
     for n in (report.MAX_STEPS_PER_RANK, report.MAX_STEPS_PER_RANK + 1):
         long = copy.deepcopy(body)
-        step = [0] * step_width
+        step: list[object] = [0] * step_width
         for k, name in enumerate(long["step_fields"]):
             step[k] = {"step": 1, "phase": "train", "coll_bytes": 0}.get(name, 0.5)
         long["ranks"][0][at] = [list(step) for _ in range(n)]

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -57,7 +58,7 @@ def test_missing_field_is_an_error_as_with_init() -> None:
 
 def test_reports_decode_to_such_samples() -> None:
     """Both report forms give exact StepSamples, equal to those the values make."""
-    steps = [
+    steps: list[dict[str, Any]] = [  # a sample's fields as JSON carries them
         {"step": 7, "step_s": 0.25, "data_s": 0.01, "coll_s": 0.03, "phase": "train"},
         {"step": 8, "step_s": 0.5, "data_s": 0.0, "coll_s": 0.0, "phase": "eval"},
     ]

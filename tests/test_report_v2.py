@@ -9,15 +9,16 @@ import copy
 import json
 import random
 from dataclasses import replace
+from typing import TypedDict
 
 import pytest
 
 from watchdog import report
 from watchdog.contracts.report import rows, table
 from watchdog.coordinator import testing as t
-from watchdog.report import HostReport, ReportError, as_rows
+from watchdog.report import CollSig, GpuStep, HostReport, ReportError, as_rows
 
-HOSTILE = [0, 1, -1, 0.0, 1.5, -1e-9, 1e9, 1e11, 2**62, 2**63, True, False, "1", None, [], {}]
+HOSTILE: list[object] = [0, 1, -1, 0.0, 1.5, -1e-9, 1e9, 1e11, 2**62, 2**63, True, False, "1", None, [], {}]
 OPTIONAL = ("loss", "loss_finite", "loss_step", "coll_bytes_total", "batch_per_rank", "death", "recent_colls")
 
 
@@ -36,13 +37,27 @@ def decoded(body, tolerant=True):
     return rep, [r.death for r in rep.ranks], dropped
 
 
+class _Extra(TypedDict, total=False):
+    """The fields some agents send and others do not."""
+
+    recent_colls: tuple[CollSig, ...]
+    recent_gpu: tuple[GpuStep, ...]
+    gpu_clock: str
+    death: dict[str, object]
+    loss: float
+    loss_step: int
+    fr_read_age_s: float
+    frame: str
+    frame_step: int
+
+
 def random_report(rng: random.Random) -> dict:
     """A version-1 body as some agent might send it: older agents' missing fields,
     Flight Recorder signatures, GPU steps, deaths, and now and then a hostile value."""
     world = rng.choice([1, 8, 16])
     ranks = []
     for r in rng.sample(range(world), rng.randint(0, min(world, 8))):
-        extra = {}
+        extra = _Extra()
         if rng.random() < 0.3:
             extra["recent_colls"] = tuple(t.sig(s, elements=rng.randint(1, 99)) for s in range(1, rng.randint(2, 5)))
         if rng.random() < 0.2:
@@ -51,9 +66,16 @@ def random_report(rng: random.Random) -> dict:
         if rng.random() < 0.2:
             extra["death"] = {"summary": "killed by SIGKILL", "signal": "SIGKILL", "exit_code": -9}
         if rng.random() < 0.3:
-            extra.update(loss=rng.random() * 3, loss_step=rng.randint(1, 99), fr_read_age_s=rng.random())
+            extra["loss"], extra["loss_step"], extra["fr_read_age_s"] = (
+                rng.random() * 3,
+                rng.randint(1, 99),
+                rng.random(),
+            )
         if rng.random() < 0.2:
-            extra.update(frame=rng.choice(("upload_metrics (train.py:21)", "é" * 44)), frame_step=rng.randint(1, 99))
+            extra["frame"], extra["frame_step"] = (
+                rng.choice(("upload_metrics (train.py:21)", "é" * 44)),
+                rng.randint(1, 99),
+            )
         rs = t.rank(
             r,
             world_size=world,
@@ -145,13 +167,13 @@ def test_known_in_range_only_where_rank_problem_finds_nothing():
     for value in HOSTILE + [float("nan"), float("inf")]:
         for f in table.RANK:
             if f.type in (int, float):
-                cases += _check_range(replace(base, **{f.name: value}))
+                cases += _check_range(replace(base, **{f.name: value}))  # type: ignore[arg-type]  # hostile: any type in any field
         for name in report.COLL_FIELDS:
             if name != "op":
-                cases += _check_range(replace(base, coll=replace(base.coll, **{name: value})))
+                cases += _check_range(replace(base, coll=replace(base.coll, **{name: value})))  # type: ignore[arg-type]  # hostile: any type in any field
         for name in report.STEP_FIELDS:
             if name != "phase":
-                steps = (base.recent_steps[0], replace(base.recent_steps[1], **{name: value}))
+                steps = (base.recent_steps[0], replace(base.recent_steps[1], **{name: value}))  # type: ignore[arg-type]  # hostile: any type in any field
                 cases += _check_range(replace(base, recent_steps=steps))
     assert cases > 300
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import cast
 
 from watchdog.agent.command_channel.handlers import Actions
+from watchdog.agent.command_channel.stacks import StackDumper
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
 from watchdog.contracts.finding import Finding
@@ -17,6 +19,7 @@ from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.policy_file import Policy, parse_policy
 from watchdog.hook import rollback
 
+NO_DUMPER = cast(StackDumper, None)  # a rollback never dumps stacks
 POLICY = Policy(actions={"loss_anomaly": "rollback_restart"}, min_finding_age_s=0, cooldown_s=0)
 
 
@@ -57,7 +60,7 @@ def cmd(args, job="train"):
 
 
 def test_the_agent_writes_the_file_the_hook_reads(tmp_path):
-    actions = Actions("h", lambda job: (), None, run_dir=str(tmp_path), wall=lambda: 1234.5)
+    actions = Actions("h", lambda job: (), NO_DUMPER, run_dir=str(tmp_path), wall=lambda: 1234.5)
     out = actions.rollback(cmd({"before_step": 120, "action": "a-3"}))
     assert out["ok"], out
     doc = json.loads((tmp_path / wire.rollback_filename("train")).read_text())
@@ -65,7 +68,7 @@ def test_the_agent_writes_the_file_the_hook_reads(tmp_path):
     mon = SimpleNamespace(config=SimpleNamespace(run_dir=str(tmp_path), job="train"))
     assert rollback.requested(mon) == rollback.Rollback(before_step=120, action="a-3")
     assert rollback.requested(run_dir=str(tmp_path), job="other") is None  # another job's file is not ours
-    assert not Actions("h", lambda job: (), None).rollback(cmd({"before_step": 1}))["ok"]  # no run dir
+    assert not Actions("h", lambda job: (), NO_DUMPER).rollback(cmd({"before_step": 1}))["ok"]  # no run dir
 
 
 def test_a_malformed_file_is_no_rollback(tmp_path):

@@ -25,7 +25,7 @@ from watchdog.coordinator.intake.api import ReportHandler
 from watchdog.coordinator.journal.jsonl import Journal
 from watchdog.coordinator.service import Coordinator
 from watchdog.coordinator.view.cluster import Folder
-from watchdog.report import HostReport, ReportError, StepSample, as_rows
+from watchdog.report import HostReport, RankState, ReportError, StepSample, as_rows
 from watchdog.stepstats.steps import StepStats, add_samples, summary_config
 
 CFG = DetectorConfig(straggler_window_steps=5, starvation_window_steps=8, history_steps=120)
@@ -70,14 +70,15 @@ class Rank:
     report carrying them is accepted (sender.py marks them then)."""
 
     def __init__(self, r: int, pid: int) -> None:
-        self.r, self.pid, self.step, self.unreported = r, pid, 0, []
+        self.r, self.pid, self.step = r, pid, 0
+        self.unreported: list[StepSample] = []
 
     def run(self, rng: random.Random) -> None:
         for _ in range(rng.choice((0, 1, 3, 4, 4, 7))):
             self.step += rng.choice((1, 1, 1, 2))  # a skipped number: a step the ring overwrote
             self.unreported.append(sample(rng, self.step))
 
-    def state(self) -> object:
+    def state(self) -> RankState:
         return t.rank(self.r, pid=self.pid, step=self.step, recent_steps=self.unreported[-256:])
 
 
@@ -268,7 +269,8 @@ def test_the_whole_report_check_agrees_with_the_per_rank_check():
         summaries = [list(rng.choice(heads)) for _ in range(rng.randint(1, 8))]
         if rng.random() < 0.7:
             s = rng.choice(summaries)
-            s[rng.randrange(len(s))] = rng.choice((-2.0, -1.0, 0.5, 1e9, 1e300, float(1 << 53), 3, True, "1", 2.0))
+            # hostile values among them: the checks must refuse a bool or a str where a number belongs
+            s[rng.randrange(len(s))] = rng.choice((-2.0, -1.0, 0.5, 1e9, 1e300, float(1 << 53), 3, True, "1", 2.0))  # type: ignore[assignment]
         assert stepsummary.all_fine(summaries) == (not any(map(stepsummary.problem, summaries))), summaries
 
 

@@ -13,6 +13,7 @@ import pytest
 from timeline_support import check_trace, fake_stack, hang_records, hook_slot, write_journal
 
 from watchdog import cli
+from watchdog.contracts.journal.actions import ActionRecord
 from watchdog.coordinator.journal import event_names as je
 from watchdog.hook.testing import ENV_VARS
 from watchdog.timeline import html, load, main, perfetto, text
@@ -73,7 +74,8 @@ def test_torn_last_line_is_skipped_and_the_rest_still_reads(hang, tmp_path):
     torn.write_bytes(data + b'{"event":"finding","t_wall":1.0,"kind":"dead_ra')
     tl = load.load(str(torn))
     assert tl.skipped_lines == 1
-    assert tl.sections[0].root["ranks"] == [2]
+    root = tl.sections[0].root
+    assert root is not None and root["ranks"] == [2]
     assert "1 unreadable journal line(s) skipped" in text.render(tl)
 
 
@@ -163,11 +165,12 @@ def test_sections_per_coordinator_start_and_per_worker_restart(tmp_path):
     s1, s2, s3 = tl.sections
     assert {r: lane.pid for r, lane in s1.lanes.items()} == {0: 100, 1: 101}
     assert {r: lane.pid for r, lane in s2.lanes.items()} == {0: 200, 1: 201}
-    assert s1.root["kind"] == "dead_rank" and s2.root is None
-    assert all(lane.now.where.startswith("never registered") for lane in s3.lanes.values())
+    root = s1.root
+    assert root is not None and root["kind"] == "dead_rank" and s2.root is None
+    assert all(lane.now is not None and lane.now.where.startswith("never registered") for lane in s3.lanes.values())
     assert not any("disagree" in n for n in s1.notes + s2.notes)
     assert [lane.steps[-1].step for lane in s1.lanes.values()] == [4, 4]
-    assert s1.actions and s1.actions[0].action == "restart"
+    assert s1.actions and isinstance(s1.actions[0], ActionRecord) and s1.actions[0].action == "restart"
     out = text.render(tl)
     assert out.count("== section ") == 3 and "section 2 of 3: ranks restarted" in out
     assert "restart ranks 0-1" in out
@@ -384,7 +387,8 @@ def test_ranks_that_never_registered_get_a_lane(tmp_path):
             r["evidence"]["waiters"].remove(3)
     sec = load.load(str(write_journal(tmp_path / "j.jsonl", recs))).sections[0]
     assert sorted(sec.lanes) == [0, 1, 2, 3]
-    assert sec.lanes[3].now.where.startswith("never registered")
+    now = sec.lanes[3].now
+    assert now is not None and now.where.startswith("never registered")
     assert any("no slot snapshot of rank 3" in n for n in sec.notes)
 
 
@@ -432,6 +436,7 @@ def test_a_gone_rank_ends_at_its_last_sign_of_life(tmp_path):
     ]
     tl = load.load(str(write_journal(tmp_path / "j.jsonl", recs)))
     lane = tl.sections[0].lanes[1]
+    assert lane.now is not None
     assert lane.now.activity == "gone" and lane.now.where.startswith("process gone; last seen in training code")
     assert "5.0 s" not in lane.now.where  # not "for 5 s": it died at an unknown moment after its last sign of life
     gone = next(s for s in lane.spans if s.kind == "gone")

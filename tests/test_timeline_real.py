@@ -19,6 +19,7 @@ from timeline_support import check_trace, torn, without_evidence
 from watchdog.contracts.finding import ranks_phrase
 from watchdog.dev import scenario
 from watchdog.timeline import html, load, perfetto, text
+from watchdog.timeline.model import Lane, RankNow
 
 pytestmark = pytest.mark.integration
 
@@ -58,17 +59,19 @@ def test_text_names_the_culprit_first(runs, fault):
     tl = load.load(str(_journal(res)))
     assert len(tl.sections) == 1 and tl.skipped_lines == 0
     sec = tl.sections[0]
-    ranks = sec.root["ranks"]
+    root = sec.root
+    assert root is not None
+    ranks = root["ranks"]
     if fault.startswith("kill"):
         # torchrun tears the others down within the agent's 0.1 s poll: the coordinator
         # may name the whole cascade ("order unknown"); the culprit must be in it
         assert culprit in ranks
     else:
         assert ranks == [culprit], res.findings
-    assert sec.root["kind"] == kind
+    assert root["kind"] == kind
     lines = [x for x in text.render(tl).splitlines() if x.strip()]
     assert lines[2] == f"ROOT CAUSE: {kind} naming {ranks_phrase(ranks)}"
-    assert lines[4] == f"  {sec.root['reason']}"
+    assert lines[4] == f"  {root['reason']}"
     header = next(i for i, x in enumerate(lines) if x.startswith("  rank  host"))
     first_row = lines[header + 1].split()
     assert first_row[0] == f"{ranks[0]}*"  # culprit rows first
@@ -77,14 +80,22 @@ def test_text_names_the_culprit_first(runs, fault):
     assert f"watchdog timeline {_journal(res)}" == res.summary["timeline"]  # what the demo prints
 
 
+def _now(lane: Lane) -> RankNow:
+    """What ``lane``'s rank was doing at the end (every rank here has a slot snapshot)."""
+    assert lane.now is not None, lane.rank
+    return lane.now
+
+
 def test_the_hang_post_mortem_has_every_rank_and_both_stacks(runs):
     sec = load.load(str(_journal(runs[HANG]))).sections[0]
     assert sec.has_slots and sec.evidence_events >= 1
-    waiting = [r for r in (0, 1, 3) if sec.lanes[r].now.activity == "collective"]
+    now = {r: _now(lane) for r, lane in sec.lanes.items()}
+    waiting = [r for r in (0, 1, 3) if now[r].activity == "collective"]
     assert waiting == [0, 1, 3]
-    seq = sec.lanes[0].now.coll_seq
-    assert {sec.lanes[r].now.coll_seq for r in waiting} == {seq} and sec.lanes[2].now.coll_seq == seq - 1
-    assert sec.lanes[2].now.activity == "code" and sec.lanes[2].steps[-1].step == HANG_STEP
+    seq = now[0].coll_seq
+    assert seq is not None
+    assert {now[r].coll_seq for r in waiting} == {seq} and now[2].coll_seq == seq - 1
+    assert now[2].activity == "code" and sec.lanes[2].steps[-1].step == HANG_STEP
     out = text.render(load.load(str(_journal(runs[HANG]))))
     assert re.search(r"stack of rank 2 \(culprit, py-spy dump[^)]*\):\n +Thread \d+ \(\w+\): \"MainThread\"", out)
     waiter = sec.waiter()
@@ -128,7 +139,8 @@ def test_html_has_the_culprit_lane_and_its_stacks(runs, fault):
 def test_torn_and_evidence_less_journals_of_a_real_run(runs, tmp_path):
     src = _journal(runs[HANG])
     t = load.load(str(torn(src, tmp_path / "torn.jsonl")))
-    assert t.skipped_lines == 1 and t.sections[0].root["ranks"] == [2]
+    root = t.sections[0].root
+    assert t.skipped_lines == 1 and root is not None and root["ranks"] == [2]
     old = load.load(str(without_evidence(src, tmp_path / "old.jsonl")))
     out = text.render(old)
     assert [x for x in out.splitlines() if x.strip()][2] == "ROOT CAUSE: collective_hang naming rank 2"
@@ -141,7 +153,8 @@ def test_a_restarted_job_has_a_section_per_incarnation_and_the_restart_story(res
     tl = load.load(str(restarted))
     first, second = tl.sections[:2]
     assert (first.opened_by, second.opened_by) == ("start", "restart")
-    assert first.root["kind"] == "collective_hang" and first.root["ranks"] == [2]
+    root = first.root
+    assert root is not None and root["kind"] == "collective_hang" and root["ranks"] == [2]
     assert {lane.pid for lane in first.lanes.values()}.isdisjoint({lane.pid for lane in second.lanes.values()})
     assert sorted(second.lanes) == [0, 1, 2]
     out = text.render(tl)

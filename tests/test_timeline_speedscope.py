@@ -57,9 +57,11 @@ def test_speedscope_imports_the_folded_stacks_with_every_frame_and_count(speedsc
         f"{json.dumps(base64.b64encode(folded.read_bytes()).decode())})"
     )
     url = f"{speedscope.as_uri()}#localProfilePath={loader}&view=sandwich"
+    browser = headless.chromium()
+    assert browser is not None  # the fixture skipped without one
     proc = subprocess.run(
         [
-            headless.chromium(),
+            browser,
             *headless.FLAGS,
             f"--user-data-dir={tmp_path / 'profile'}",
             "--virtual-time-budget=10000",

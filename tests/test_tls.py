@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import pytest
 from promserver import Prometheus
@@ -66,7 +67,7 @@ def test_agent_to_coordinator_and_prometheus_to_agent_over_tls(tmp_path):
         tmp_path, "job", 1, tmp_path / "j.jsonl",
         ["--web.config.file", str(tmp_path / "coord-web.yml"), "--job.token-file", str(token)],
     )  # fmt: skip
-    stack = [coord.stop]
+    stack: list[Callable[[], object]] = [coord.stop]  # what to stop, last first
     try:
         coord_url = f"https://{coord.address}"
         agent = localjob.start_agent(

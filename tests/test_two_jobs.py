@@ -87,7 +87,11 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
             return [r for r in journal.read(str(path)) if r["event"] == name and r["t_wall"] >= since]
 
         for job in JOBS:
-            wait_for(lambda j=job: len(events(j, je.RANK_JOINED)) >= 2, 60, f"{job}'s ranks", log=coords[job].log_path)
+
+            def two_joined(j: str = job) -> bool:
+                return len(events(j, je.RANK_JOINED)) >= 2
+
+            wait_for(two_joined, 60, f"{job}'s ranks", log=coords[job].log_path)
         for job in JOBS:  # a few more reports (1.5 s of them): a neighbour's rank would have joined by now
             wait_coordinator(coords[job].url, reports=3, log=coords[job].log_path)
         for job in JOBS:
@@ -163,5 +167,5 @@ def test_two_jobs_on_one_host_stay_apart(tmp_path):
             for r in rs:
                 r.kill()
                 r.wait(10)
-        for p in procs:
-            p.stop()
+        for proc in procs:
+            proc.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 
@@ -13,24 +14,16 @@ from watchdog.contracts import slot as wire
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 # Identity text: no NUL (the field is NUL-terminated), at most 127 UTF-8 bytes.
-TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40).filter(
+TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=40).filter(
     lambda s: len(s.encode("utf-8")) <= wire.IDENTITY_FIELD_BYTES - 1
 )
 
 
 def identity(**kw) -> wire.Identity:
-    base = {
-        "job": "job",
-        "host": "h",
-        "rank": 0,
-        "local_rank": 0,
-        "world_size": 1,
-        "pid": 1234,
-        "proc_start_us": 99,
-        "run_id": "r:0",
-    }
-    base.update(kw)
-    return wire.Identity(**base)
+    base = wire.Identity(
+        job="job", host="h", rank=0, local_rank=0, world_size=1, pid=1234, proc_start_us=99, run_id="r:0"
+    )
+    return dataclasses.replace(base, **kw)
 
 
 def fresh(cap: int = 8, **kw) -> bytearray:

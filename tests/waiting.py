@@ -11,14 +11,14 @@ T = TypeVar("T")
 
 
 def wait_for(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout_s: float = 10.0,
     what: str = "condition",
     interval_s: float = 0.05,
     log: Path | None = None,
 ) -> T:
     """Call ``predicate`` every ``interval_s`` until it returns something truthy,
-    and return that. On timeout, fail with ``what``, the last value and the tail
+    and return that (never None). On timeout, fail with ``what``, the last value and the tail
     of ``log`` (a daemon's log says why it never got there)."""
     deadline = time.monotonic() + timeout_s
     last = None

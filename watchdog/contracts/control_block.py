@@ -14,8 +14,8 @@ ACK_* result codes below, which the agent reads back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from watchdog.contracts.slot import H_CTRL_ARG, H_CTRL_CMD, H_CTRL_SEQ, Command
 
@@ -36,7 +36,13 @@ class ControlRequest:
     arg: int
 
 
-def read_request(words: Sequence[int], last_seen: int) -> ControlRequest | None:
+class Words(Protocol):
+    """What ``read_request`` reads: int64 words by index (the slot's, or any table of them)."""
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+
+def read_request(words: Words, last_seen: int) -> ControlRequest | None:
     """A new request, or None. ``words`` is the slot as int64 words."""
     seq = words[H_CTRL_SEQ]
     if seq == last_seen:

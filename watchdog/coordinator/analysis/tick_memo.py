@@ -20,23 +20,34 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def per_tick(view_arg: int = 0) -> Callable[[F], F]:
+class Memoized(Protocol, Generic[P, R]):
+    """A ``per_tick`` function: callable as the function it wraps, which stays
+    reachable as ``uncached`` (the equivalence tests compare the two)."""
+
+    uncached: Callable[P, R]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+
+def per_tick(view_arg: int = 0) -> Callable[[Callable[P, R]], Memoized[P, R]]:
     """Memoize ``fn(*args)`` on its first three positional arguments, by identity
     for the view (``args[view_arg]``) and the config, by value for ``now``. Calls
     with any further arguments are not memoized."""
 
-    def wrap(fn: F) -> F:
+    def wrap(fn: Callable[P, R]) -> Memoized[P, R]:
         last: list[tuple] = []
+        call: Callable[..., R] = fn  # memo passes its positional arguments on as they came
 
         @functools.wraps(fn)
         def memo(*args: Any) -> Any:
             if len(args) != 3:
-                return fn(*args)
+                return call(*args)
             view = args[view_arg]
             key = tuple(None if i == view_arg else a for i, a in enumerate(args))
             hit = last[0] if last else None
@@ -46,12 +57,13 @@ def per_tick(view_arg: int = 0) -> Callable[[F], F]:
                 and all(a is b or (i != 2 and a == b) for i, (a, b) in enumerate(zip(hit[1], key)))
             ):
                 return hit[2]
-            out = fn(*args)
+            out = call(*args)
             last[:] = [(_weak(view), key, out)]
             return out
 
-        memo.uncached = fn  # type: ignore[attr-defined]
-        return memo  # type: ignore[return-value]
+        memoized = cast("Memoized[P, R]", memo)
+        memoized.uncached = fn
+        return memoized
 
     return wrap
 
