@@ -18,7 +18,7 @@ from watchdog.agent.procs import START_TOLERANCE_US
 from watchdog.agent.slots import SlotTracker, parent_identity
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
-from watchdog.hook import lifecycle
+from watchdog.hook.lifecycle import installer as lifecycle
 from watchdog.hook.testing import RankSlot
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from watchdog.agent import deathcause, slot_states
 from watchdog.agent.procs import ProcSample
+from watchdog.contracts import crash_record as crashrecord
 from watchdog.contracts import slot as wire
-from watchdog.hook import crashrecord, exitcall
+from watchdog.hook.lifecycle import exitcall
 
 GONE = ProcSample(status="gone", alive=False)
 ALIVE = ProcSample(status="running", alive=True)

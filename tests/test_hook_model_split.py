@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from watchdog.hook.model_split import ModelSplit  # noqa: E402
+from watchdog.hook.marks.model_split import ModelSplit  # noqa: E402
 from watchdog.hook.noop import NULL_MONITOR  # noqa: E402
 
 

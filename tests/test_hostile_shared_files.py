@@ -86,7 +86,7 @@ def test_sharedfile_read_says_why_it_does_not_believe_a_file(tmp_path, make, why
 
 def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from_the_slots_owner(tmp_path, shared):
     from watchdog.agent import flight_recorder_dump
-    from watchdog.hook import flight_recorder
+    from watchdog.hook.completion import flight_recorder
 
     secret = tmp_path / "root-only"
     secret.write_text("root's")
@@ -102,7 +102,7 @@ def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from
 
 
 def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fifo_or_another_user(tmp_path, shared):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
 
     secret = tmp_path / "checkpoint.pt"
     secret.write_text("weights")

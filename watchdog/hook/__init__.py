@@ -1,7 +1,7 @@
 """rank-watchdog's in-process hook: what a training rank records about itself.
 
 No code changes: ``watchdog run -- torchrun ... train.py`` instruments every rank
-(``watchdog.hook.auto``). By hand:
+(``watchdog.hook.zero_code.auto``). By hand:
 
     from watchdog.hook import install
     mon = install()                      # reads RANK/WORLD_SIZE/WATCHDOG_* from the env
@@ -34,7 +34,7 @@ patching, DDP comm hook, auto step) do, when used. Test helpers for users live i
 """
 
 from watchdog.hook.config import HookConfig
-from watchdog.hook.lifecycle import current, install
+from watchdog.hook.lifecycle.installer import current, install
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NullMonitor
 

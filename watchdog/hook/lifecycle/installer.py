@@ -19,13 +19,15 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from watchdog.contracts import crash_record as crashrecord
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
 from watchdog.hook import config as _config
-from watchdog.hook import crashrecord, exitcall, jobid, launcher, slotfile
+from watchdog.hook.lifecycle import exitcall, jobid, launcher
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slot import slotfile
+from watchdog.hook.slot.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")
 
@@ -47,7 +49,7 @@ def install(
     WATCHDOG_*), then defaults. Disabled (WATCHDOG_ENABLED=0 or enabled=False):
     returns the shared no-op monitor and touches nothing. ``clock``: a monotonic
     nanosecond clock to use instead of time.monotonic_ns (tests, benchmarks).
-    ``completion_source``: a ``watchdog.hook.completion.CompletionSource`` for
+    ``completion_source``: a ``watchdog.hook.completion.tracker.CompletionSource`` for
     the accelerator's completion times instead of the CUDA event source chosen
     when a GPU is there (another accelerator; tests). Raises ValueError for bad settings.
 
@@ -58,7 +60,7 @@ def install(
     running = _active
     if running is not None and running.zero_code:
         # under `watchdog run` the script's own install() gets the running monitor
-        # (explicit calls on it then win over the automatic ones: watchdog.hook.auto)
+        # (explicit calls on it then win over the automatic ones: watchdog.hook.zero_code.auto)
         if overrides:
             log.info("watchdog.hook install(%s) ignored: already installed by watchdog run", ", ".join(overrides))
         return running
@@ -160,7 +162,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
     that moved) is counted by the monitor and the others still start."""
     if cfg.gpu_completion:
         try:
-            from watchdog.hook import completion
+            from watchdog.hook.completion import tracker as completion
 
             source = completion_source or completion.cuda_source(clock)  # None without a GPU: nothing added anywhere
             if source is not None:
@@ -169,7 +171,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
             mon.report_error("gpu_completion", exc)
     if cfg.patch_collectives:
         try:
-            from watchdog.hook import collectives
+            from watchdog.hook.zero_code import collectives
 
             collectives.patch(mon)
         except ImportError:
@@ -189,7 +191,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
             mon.report_error("frames", exc)
     if cfg.auto_step:
         try:
-            from watchdog.hook import optim
+            from watchdog.hook.marks import optim
 
             optim.register(mon)
         except Exception as exc:

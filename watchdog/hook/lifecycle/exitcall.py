@@ -84,7 +84,7 @@ def handled() -> tuple[Any, Any, Any]:
     return info
 
 
-_OWN = frozenset({__name__, "watchdog.hook.lifecycle"})  # the exit call's own frames, skipped
+_OWN = frozenset({__name__, "watchdog.hook.lifecycle.installer"})  # the exit call's own frames, skipped
 
 
 def held(frame: Any) -> tuple[Any, Any, Any]:
