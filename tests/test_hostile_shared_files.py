@@ -103,6 +103,7 @@ def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from
 
 def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fifo_or_another_user(tmp_path, shared):
     from watchdog.contracts import crash_record as crashrecord
+    from watchdog.hook.lifecycle import crash_writer
 
     secret = tmp_path / "checkpoint.pt"
     secret.write_text("weights")
@@ -111,12 +112,12 @@ def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fif
     for path in (crashrecord.crash_path(str(slot)), crashrecord.fatal_path(str(slot))):
         os.symlink(secret, path)
         os.lchown(path, OTHER, OTHER)
-    fatal = crashrecord.FatalDump()
+    fatal = crash_writer.FatalDump()
     assert not fatal.enable(str(slot))  # not through the link (faulthandler stays off)
     try:
         raise RuntimeError("boom")
     except RuntimeError as exc:
-        assert crashrecord.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
+        assert crash_writer.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
     assert secret.read_text() == "weights"
     assert crashrecord.read_crash(str(slot))["message"] == "boom"
     os.chown(crashrecord.crash_path(str(slot)), OTHER, OTHER)  # another user's record: not the rank's words

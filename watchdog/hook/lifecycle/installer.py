@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from watchdog.contracts import crash_record as crashrecord
+from watchdog.hook.lifecycle import crash_writer
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
 from watchdog.hook import config as _config
@@ -34,7 +34,7 @@ log = logging.getLogger("watchdog.hook")
 _lock = threading.Lock()
 _active: Monitor | None = None
 _process_hooks_registered = False
-_fatal = crashrecord.FatalDump()  # one per process: faulthandler has one target
+_fatal = crash_writer.FatalDump()  # one per process: faulthandler has one target
 # The main thread's last failing sys.exit: (its crash record, the rank's steps then). Decided at atexit.
 _pending_exit: tuple[dict[str, Any], int] | None = None
 
@@ -152,7 +152,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
     if not mon.disabled:
         mon.recorder.set_status(Status.RUNNING)
         if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
-            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
+            crash_writer.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
             _fatal.enable(mon.slot_path)
     return mon
 
@@ -262,7 +262,7 @@ def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
         if not (failed or ex.failed):
             return
         call = exitcall.ExitCall(f"raise {type(exc).__name__}", ex.status, ex.code)
-        record = crashrecord.describe(
+        record = crash_writer.describe(
             type(exc), exc, exc.__traceback__, threading.current_thread().name, call.as_record()
         )
         _pending_exit = (record, mon.recorder.steps)
@@ -272,12 +272,12 @@ def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
 
 def _exit_record(ex: exitcall.ExitCall) -> dict[str, Any]:
     exc_type, exc, tb = exitcall.handled()
-    return crashrecord.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
+    return crash_writer.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
 
 
 def _exit_failed(mon: Monitor, record: dict[str, Any]) -> None:
     mon.mark_failed()
-    crashrecord.write_record(mon.slot_path, record)
+    crash_writer.write_record(mon.slot_path, record)
 
 
 def _after_fork_in_child() -> None:
@@ -309,7 +309,7 @@ def _chain_excepthook() -> None:
                     mon.mark_failed()
                 except Exception:
                     pass
-                crashrecord.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)
+                crash_writer.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)
 
     sys.excepthook = watchdog_excepthook
 
@@ -328,7 +328,7 @@ def _chain_threading_excepthook() -> None:
             mon = _active
             if mon is not None and args.exc_type is not SystemExit:
                 thread = args.thread.name if args.thread is not None else "?"
-                crashrecord.write(mon.slot_path, args.exc_type, args.exc_value, args.exc_traceback, thread)
+                crash_writer.write(mon.slot_path, args.exc_type, args.exc_value, args.exc_traceback, thread)
 
     threading.excepthook = watchdog_thread_excepthook
 
