@@ -219,7 +219,7 @@ def imported_tree(script: str) -> str | None:
     that does not put its own tree first on sys.path, must not stand in for it."""
     cmd = [sys.executable, "-v", script, "--no-gloo", "--steps", "10", "--repeats", "1"]
     err = subprocess.run(cmd, capture_output=True, text=True, check=False).stderr
-    m = re.search(r"(\S+/watchdog/hook/recorder\.py)$", err, re.M)
+    m = re.search(r"(\S+/watchdog/hook/__init__\.py)$", err, re.M)  # the same file in every layout
     return os.path.realpath(os.path.join(os.path.dirname(m[1]), "..", "..")) if m else None
 
 
