@@ -1,17 +1,17 @@
 """The Monitor: the hook's public API, its lifecycle and its failure policy.
 
-A Monitor holds a Recorder (recorder.py: what is recorded) which holds the
-SlotWriter (slotwriter.py: how the slot may change); it is neither. Composition
+A Monitor holds a Recorder (slot/recorder.py: what is recorded) which holds the
+SlotWriter (slot/slotwriter.py: how the slot may change); it is neither. Composition
 rather than a base class: the recorder is handed the two behaviours it needs from
 here as callables (``on_error``, ``on_control_due``), as the heartbeat is, so
 each piece can be built and tested alone, and nothing waits for a subclass to
-fill a method in. So are the control block (control.ControlBlock) and the
-Flight Recorder reads (flight_recorder_reads.py): the heartbeat gets their
+fill a method in. So are the control block (slot/control_block.py) and the
+Flight Recorder reads (completion/flight_recorder_reads.py): the heartbeat gets their
 ``poll`` as callables. The user's hottest call, ``step``, is bound straight to the
 recorder's method at construction: composition costs it no extra frame.
 
-The seam. What installs the monitor and patches around it (lifecycle.py,
-auto.py, collectives.py, the framework callbacks) uses the public methods below
+The seam. What installs the monitor and patches around it (lifecycle/installer.py,
+zero_code/auto.py and collectives.py, the framework callbacks) uses the public methods below
 the API: ``report_error``, ``add_undo``, ``add_automatic`` / ``hand_over``,
 ``zero_code``, ``mark_failed``, ``after_fork_in_child`` and ``heartbeat``.
 
