@@ -19,11 +19,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from watchdog.hook.lifecycle import crash_writer
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
 from watchdog.hook import config as _config
-from watchdog.hook.lifecycle import exitcall, jobid, launcher
+from watchdog.hook.lifecycle import crash_writer, exitcall, jobid, launcher
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
 from watchdog.hook.slot import slotfile
