@@ -1,7 +1,7 @@
 """Zero-code instrumentation: what ``watchdog run`` turns on inside every rank.
 
 Each rank process of a command run by ``watchdog run`` imports our
-sitecustomize (``watchdog/hook/bootstrap``), which calls ``bootstrap()``:
+sitecustomize (``watchdog/hook/zero_code/bootstrap``), which calls ``bootstrap()``:
 decide whether this process is a rank, ``install()``, then ``enable()``:
 
   steps        torch's global optimizer-step post hook (every optimizer.step())
