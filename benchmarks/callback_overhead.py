@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 
-from watchdog.hook.callback_marks import CallbackMarks
+from watchdog.hook.marks.callback_marks import CallbackMarks
 from watchdog.hook.testing import installed
 
 

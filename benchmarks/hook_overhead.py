@@ -16,14 +16,14 @@ one collective, N times; the hook's cost is the difference from the bare loop.
   and a real optimizer (a do-nothing step, so the global step hooks are the
   cost), instrumented three ways: not at all, with the explicit API
   (``wrap_loader`` + ``mon.step()``), and zero-code as ``watchdog run`` does it
-  (``watchdog.hook.auto``: DataLoader patched, optimizer-step hook). The
+  (``watchdog.hook.zero_code.auto``: DataLoader patched, optimizer-step hook). The
   zero-code row's "hook ns" over the explicit row's is the price of no edits.
 
 * "forward": a small model's forward (8 Linear + ReLU pairs in a Sequential:
   17 module calls), bare, with install() in its steady state (progress on, the
   global forward hook not registered: what a job pays between evaluations) and
   with that hook registered, as the heartbeat does during a step much longer
-  than the last (watchdog.hook.progress): hook ns per forward of 17 module calls.
+  than the last (watchdog.hook.marks.progress): hook ns per forward of 17 module calls.
 
 Several interleaved repeats; median and min reported. Budget: step mark + loader wrap + one
 collective <= 3 us per step on the project's CPUs (CPython 3.11).
@@ -53,7 +53,7 @@ import torch.distributed as dist
 
 from watchdog.contracts.slot import CollOp
 from watchdog.hook import install
-from watchdog.hook.collectives import Sink, make_wrapper
+from watchdog.hook.zero_code.collectives import Sink, make_wrapper
 
 BUDGET_NS = 3000
 
@@ -118,7 +118,7 @@ def zero_code_rows(n: int, repeats: int, run_dir: str) -> tuple[dict[str, list[f
     (zero-code mode patches torch's classes, which must not leak into the bare run)."""
     from torch.utils.data import DataLoader
 
-    from watchdog.hook import auto
+    from watchdog.hook.zero_code import auto
 
     loader = DataLoader(list(range(n)), batch_size=1, collate_fn=lambda b: b[0])
     opt = NoopOptimizer()
@@ -219,7 +219,7 @@ def imported_tree(script: str) -> str | None:
     that does not put its own tree first on sys.path, must not stand in for it."""
     cmd = [sys.executable, "-v", script, "--no-gloo", "--steps", "10", "--repeats", "1"]
     err = subprocess.run(cmd, capture_output=True, text=True, check=False).stderr
-    m = re.search(r"(\S+/watchdog/hook/recorder\.py)$", err, re.M)
+    m = re.search(r"(\S+/watchdog/hook/__init__\.py)$", err, re.M)  # the same file in every layout
     return os.path.realpath(os.path.join(os.path.dirname(m[1]), "..", "..")) if m else None
 
 

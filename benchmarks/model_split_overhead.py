@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch
 
-from watchdog.hook.model_split import ModelSplit
+from watchdog.hook.marks.model_split import ModelSplit
 from watchdog.hook.testing import installed
 
 VARIANTS = ("monitor", "+ watch_model", "+ device copy")

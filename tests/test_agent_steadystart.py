@@ -21,7 +21,7 @@ from watchdog.agent.slotfiles import slot_states
 from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands
 from watchdog.contracts import slot as wire
-from watchdog.hook import lifecycle
+from watchdog.hook.lifecycle import installer as lifecycle
 from watchdog.hook.testing import RankSlot
 
 

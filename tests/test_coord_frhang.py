@@ -261,8 +261,8 @@ def _host_report(dumps: dict[int, list[dict]], wall_s: float, mono_ns: int):
     from watchdog.agent.slotfiles import slot_states
     from watchdog.agent.slotfiles.local_rank import LocalRank
     from watchdog.contracts import slot as wire
-    from watchdog.hook.flight_recorder import FlightRecorderSource
-    from watchdog.hook.slotwriter import SlotWriter
+    from watchdog.hook.completion.flight_recorder import FlightRecorderSource
+    from watchdog.hook.slot.slotwriter import SlotWriter
 
     started = mono_ns - 20 * 10**9  # the slots were created (and the step began) 20 s ago
     ranks = []

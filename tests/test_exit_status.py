@@ -11,8 +11,9 @@ import pytest
 from watchdog.agent.processes import deathcause
 from watchdog.agent.processes.table import ProcSample
 from watchdog.agent.slotfiles import slot_states
+from watchdog.contracts import crash_record as crashrecord
 from watchdog.contracts import slot as wire
-from watchdog.hook import crashrecord, exitcall
+from watchdog.hook.lifecycle import crash_writer, exitcall
 
 GONE = ProcSample(status="gone", alive=False)
 ALIVE = ProcSample(status="running", alive=True)
@@ -120,7 +121,7 @@ def crash(tmp_path, exc: BaseException | None, call: str, status: int) -> str:
             raise exc
         except BaseException as e:  # noqa: BLE001 - any exception is a cause
             tb = e.__traceback__
-    assert crashrecord.write(slot, type(exc) if exc else None, exc, tb, "MainThread", {"call": call, "status": status})
+    assert crash_writer.write(slot, type(exc) if exc else None, exc, tb, "MainThread", {"call": call, "status": status})
     return slot
 
 
@@ -166,8 +167,8 @@ def test_without_a_record_the_exit_status_alone_is_said(tmp_path, wait, hook, su
 def test_a_hostile_exit_field_is_dropped_and_the_rest_read(tmp_path):
     slot = str(tmp_path / "r.slot")
     open(slot, "wb").close()
-    rec = crashrecord.describe(None, None, None, "MainThread", {"call": "sys.exit(1)", "status": 999})
-    assert crashrecord.write_record(slot, rec)
+    rec = crash_writer.describe(None, None, None, "MainThread", {"call": "sys.exit(1)", "status": 999})
+    assert crash_writer.write_record(slot, rec)
     got = crashrecord.read_crash(slot)
     assert got is not None and "exit" not in got
 

@@ -11,7 +11,7 @@ import pytest
 from watchdog.agent.command_channel import flight_recorder_dump
 from watchdog.contracts.evidence import MAX_FR_ENTRIES, FlightRecorderDump
 from watchdog.contracts.journal import Record, parse
-from watchdog.hook.control import ACK_NO_HANDLER, ACK_OK
+from watchdog.hook.slot.control_block import ACK_NO_HANDLER, ACK_OK
 from watchdog.timeline import flight_recorder
 
 

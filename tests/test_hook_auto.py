@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from watchdog.hook import auto, run_cli
+from watchdog.hook.zero_code import auto, run_cli
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")

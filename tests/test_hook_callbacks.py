@@ -13,9 +13,9 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Command, Phase, RecordKind
-from watchdog.hook import auto
-from watchdog.hook.callback_marks import CallbackMarks
+from watchdog.hook.marks.callback_marks import CallbackMarks
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
+from watchdog.hook.zero_code import auto
 
 MS = 1_000_000
 
@@ -202,8 +202,8 @@ def test_lightning_a_requested_checkpoint_is_a_real_one_acked_after_the_save(mon
     pytest.importorskip("lightning")
     import torch
 
-    from watchdog.hook import control
     from watchdog.hook.lightning import WatchdogCallback
+    from watchdog.hook.slot import control_block as control
 
     seen = []
     cb = WatchdogCallback(monitor=mon)
@@ -302,8 +302,8 @@ def test_hf_steps_per_optimizer_step_evaluation_is_eval_and_saves_are_checkpoint
 def test_hf_a_requested_checkpoint_is_the_trainers_own_and_acked_after_it(mon, tmp_path):
     from transformers import TrainerCallback
 
-    from watchdog.hook import control
     from watchdog.hook.hf import watch
+    from watchdog.hook.slot import control_block as control
 
     trainer = _hf_trainer(tmp_path, mon, max_steps=4, save_strategy="no")
 

@@ -7,8 +7,8 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Clock, RecordKind
-from watchdog.hook import completion
-from watchdog.hook.completion import COLLECTIVE, STEP, CompletionTracker
+from watchdog.hook.completion import tracker as completion
+from watchdog.hook.completion.tracker import COLLECTIVE, STEP, CompletionTracker
 from watchdog.hook.testing import ENV_VARS, FakeClock, FakeCompletionSource, installed, read_monitor, records_of
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from watchdog.contracts import crash_record as crashrecord
 from watchdog.contracts import slot as wire
-from watchdog.hook import crashrecord
 
 SCRIPT = """
 import sys
@@ -61,7 +61,7 @@ def run_recorded(tmp_path, how):
 
 
 def test_uncaught_exception_is_recorded_beside_the_slot(tmp_path):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
 
     out, path = run_recorded(tmp_path, "raise")
     assert out.returncode == 1 and "ZeroDivisionError: division by zero" in out.stderr  # still printed as usual
@@ -79,7 +79,7 @@ def test_uncaught_exception_is_recorded_beside_the_slot(tmp_path):
 
 
 def test_an_exception_in_another_thread_is_recorded_with_the_thread_name(tmp_path):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
 
     out, path = run_recorded(tmp_path, "thread")
     assert out.returncode == 0 and "KeyError" in out.stderr  # threading's own report still printed
@@ -90,7 +90,7 @@ def test_an_exception_in_another_thread_is_recorded_with_the_thread_name(tmp_pat
 
 
 def test_a_fatal_signal_leaves_every_threads_stack(tmp_path):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
 
     out, path = run_recorded(tmp_path, "segv")
     assert out.returncode == -11
@@ -109,7 +109,7 @@ def test_the_users_faulthandler_is_left_alone(tmp_path):
 
 
 def test_hostile_crash_files_are_refused(tmp_path):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
 
     slot = str(tmp_path / "x.slot")
     (tmp_path / "x.slot").write_bytes(b"")  # its records are believed only from the slot's owner

@@ -11,8 +11,9 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, CollState, Command, RecordKind
-from watchdog.hook import control, flight_recorder
-from watchdog.hook.flight_recorder import FlightRecorderSource, entry, op_of, parse
+from watchdog.hook.completion import flight_recorder
+from watchdog.hook.completion.flight_recorder import FlightRecorderSource, entry, op_of, parse
+from watchdog.hook.slot import control_block as control
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
 
 # Two entries as torch 2.13 wrote them on a real 2-rank gloo job (DDP's parameter broadcast, then an all-reduce).
@@ -264,7 +265,7 @@ def test_reads_are_held_to_a_share_of_wall_time():
 def test_a_rank_waiting_in_a_collective_reads_at_once_within_the_budget(tmp_path, monkeypatch):
     """Once per wait longer than STUCK_READ_NS, whatever the budget says: that
     is the hang the coordinator will want the Flight Recorder for."""
-    from watchdog.hook import flight_recorder_reads
+    from watchdog.hook.completion import flight_recorder_reads
 
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -318,7 +319,7 @@ def test_a_rank_stalled_outside_any_collective_it_sees_reads_once_per_stall(tmp_
     rank stuck in its data loader that they wait for, looks like "in training
     code" to the marks: after STALL_READ_BEATS beats without a step or a new
     entry it reads at once, whatever the budget says, and only once."""
-    from watchdog.hook import flight_recorder_reads
+    from watchdog.hook.completion import flight_recorder_reads
 
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)

@@ -1,4 +1,4 @@
-"""Where the training thread is during a long step (watchdog.hook.frames): when
+"""Where the training thread is during a long step (watchdog.hook.marks.frames): when
 it is sampled, which frame is kept, the slot words it writes, and that the
 sampler never raises into the heartbeat; then a real thread sampled in process."""
 
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from watchdog.contracts import slot as wire
-from watchdog.hook import frames
-from watchdog.hook.frames import FrameSampler, should_sample, user_frame
+from watchdog.hook.marks import frames
+from watchdog.hook.marks.frames import FrameSampler, should_sample, user_frame
 
 S = 1_000_000_000
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from watchdog.hook import initstore
+from watchdog.hook.zero_code import initstore
 
 dist = pytest.importorskip("torch.distributed")
 INIT = dist.distributed_c10d.init_process_group

@@ -21,12 +21,12 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp
-from watchdog.hook import lifecycle
-from watchdog.hook.collectives import Sink, make_wrapper
-from watchdog.hook.loader import TimedIterator
-from watchdog.hook.recorder import Recorder
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.lifecycle import installer as lifecycle
+from watchdog.hook.marks.loader import TimedIterator
+from watchdog.hook.slot.recorder import Recorder
+from watchdog.hook.slot.slotwriter import SlotWriter
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed
+from watchdog.hook.zero_code.collectives import Sink, make_wrapper
 
 IDENT = wire.Identity(job="j", host="h", rank=1, local_rank=1, world_size=4, pid=4321, proc_start_us=77, run_id="r:0")
 T0 = 1_000_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.hook import launcher
 from watchdog.hook.config import load_config
+from watchdog.hook.lifecycle import launcher
 
 TORCHRUN = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "abc", "WATCHDOG_RUN_DIR": "/x"}
 SLURM_STEP = {
@@ -94,7 +94,7 @@ def test_the_store_is_asked_only_when_nothing_else_names_the_job():
 
 def test_ranks_of_one_job_agree_through_the_store_and_two_jobs_do_not():
     torch = pytest.importorskip("torch.distributed")
-    from watchdog.hook import jobid
+    from watchdog.hook.lifecycle import jobid
 
     ids = []
     for _job in range(2):
@@ -109,7 +109,7 @@ def test_ranks_of_one_job_agree_through_the_store_and_two_jobs_do_not():
 
 
 def test_no_agent_store_means_no_agreement_and_no_error():
-    from watchdog.hook import jobid
+    from watchdog.hook.lifecycle import jobid
 
     assert jobid.agree(NONE_RUN) is None
     env = {**NONE_RUN, "TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}

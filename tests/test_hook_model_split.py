@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 import torch
 
-from watchdog.hook.model_split import ModelSplit
+from watchdog.hook.marks.model_split import ModelSplit
 from watchdog.hook.noop import NULL_MONITOR
 
 

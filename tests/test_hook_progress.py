@@ -1,4 +1,4 @@
-"""Progress a rank makes without the script reporting it (watchdog.hook.progress):
+"""Progress a rank makes without the script reporting it (watchdog.hook.marks.progress):
 the pure rules (when the forward hook is armed, when the automatic eval phase
 opens and closes), then the real hooks on a real model in process, the heartbeat
 driven by hand on a clock the test sets."""
@@ -9,7 +9,7 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Phase, RecordKind
-from watchdog.hook.progress import CLOSE, OPEN, STAY, Beat, decide, should_arm
+from watchdog.hook.marks.progress import CLOSE, OPEN, STAY, Beat, decide, should_arm
 
 S = 1_000_000_000
 

@@ -16,12 +16,12 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, Phase, RecordKind
-from watchdog.hook import collective_marks as marks_mod
-from watchdog.hook import collectives
-from watchdog.hook import recorder as recorder_mod
-from watchdog.hook import slotwriter as slotwriter_mod
-from watchdog.hook.groups import GroupCounters
+from watchdog.hook.marks import collective_marks as marks_mod
+from watchdog.hook.marks.groups import GroupCounters
+from watchdog.hook.slot import recorder as recorder_mod
+from watchdog.hook.slot import slotwriter as slotwriter_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
+from watchdog.hook.zero_code import collectives
 
 
 @pytest.fixture(autouse=True)
@@ -358,7 +358,7 @@ def test_every_dynamic_store_is_inside_a_seqlock_bracket(mon, clock, monkeypatch
     mon.set_step(10)
     mon.recorder.set_pg(wire.PgState.JOINED)
     mon.report_error("test", RuntimeError("counted"))
-    from watchdog.hook import control
+    from watchdog.hook.slot import control_block as control
 
     mon.control.ack(control.ControlRequest(1, wire.Command.NONE, 0), control.ACK_OK)
     assert mon.errors == 1  # the one reported above: every path wrote

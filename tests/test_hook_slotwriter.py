@@ -9,12 +9,12 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, Phase, RecordKind
-from watchdog.hook import collectives
-from watchdog.hook.collective_marks import CollectiveMarks
-from watchdog.hook.loader import TimedIterator
-from watchdog.hook.recorder import Recorder
-from watchdog.hook.slotwriter import SlotWriter, inline_seqlock, seqlocked
+from watchdog.hook.marks.collective_marks import CollectiveMarks
+from watchdog.hook.marks.loader import TimedIterator
+from watchdog.hook.slot.recorder import Recorder
+from watchdog.hook.slot.slotwriter import SlotWriter, inline_seqlock, seqlocked
 from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
+from watchdog.hook.zero_code import collectives
 
 IDENT = wire.Identity(job="j", host="h", rank=1, local_rank=1, world_size=4, pid=4321, proc_start_us=77, run_id="r:0")
 T0 = 1_000_000_000

@@ -12,9 +12,9 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
-from watchdog.hook import collectives
-from watchdog.hook import recorder as recorder_mod
+from watchdog.hook.slot import recorder as recorder_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, slot_bytes, step_splits
+from watchdog.hook.zero_code import collectives
 
 
 @pytest.fixture(autouse=True)
@@ -201,7 +201,7 @@ def test_full_disk_is_an_install_time_fallback_not_a_sigbus(tmp_path, monkeypatc
     fails there (then anonymous memory) instead of SIGBUS on a later store."""
     import errno
 
-    from watchdog.hook import slotfile
+    from watchdog.hook.slot import slotfile
 
     def full(fd, data, off):
         raise OSError(errno.ENOSPC, "No space left on device")

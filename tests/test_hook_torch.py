@@ -104,7 +104,7 @@ def test_a_group_made_past_the_wrapper_is_seen_at_the_next_heartbeat(tmp_path):
     ],
 )
 def test_joined_poll_table(word, initialized, after):
-    from watchdog.hook.collectives import joined_poll
+    from watchdog.hook.zero_code.collectives import joined_poll
 
     words = {wire.H_PG_STATE: int(word)}
     said: list[PgState] = []

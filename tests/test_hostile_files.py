@@ -27,7 +27,8 @@ from watchdog.agent.slotfiles.tracker import SlotTracker
 from watchdog.contracts import commands as c
 from watchdog.contracts import slot as wire
 from watchdog.contracts.evidence import StackDump
-from watchdog.hook import slotfile, testing
+from watchdog.hook import testing
+from watchdog.hook.slot import slotfile
 
 S = 1_000_000_000
 OTHER_UID = 4242  # "another user" on this host

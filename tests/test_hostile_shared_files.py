@@ -94,7 +94,7 @@ def test_sharedfile_read_says_why_it_does_not_believe_a_file(tmp_path, make, why
 
 def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from_the_slots_owner(tmp_path, shared):
     from watchdog.agent.command_channel import flight_recorder_dump
-    from watchdog.hook import flight_recorder
+    from watchdog.hook.completion import flight_recorder
 
     secret = tmp_path / "root-only"
     secret.write_text("root's")
@@ -110,7 +110,8 @@ def test_a_flight_recorder_dump_is_written_past_planted_links_and_read_only_from
 
 
 def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fifo_or_another_user(tmp_path, shared):
-    from watchdog.hook import crashrecord
+    from watchdog.contracts import crash_record as crashrecord
+    from watchdog.hook.lifecycle import crash_writer
 
     secret = tmp_path / "checkpoint.pt"
     secret.write_text("weights")
@@ -119,12 +120,12 @@ def test_a_ranks_last_words_are_never_written_through_a_link_nor_read_from_a_fif
     for path in (crashrecord.crash_path(str(slot)), crashrecord.fatal_path(str(slot))):
         os.symlink(secret, path)
         os.lchown(path, OTHER, OTHER)
-    fatal = crashrecord.FatalDump()
+    fatal = crash_writer.FatalDump()
     assert not fatal.enable(str(slot))  # not through the link (faulthandler stays off)
     try:
         raise RuntimeError("boom")
     except RuntimeError as exc:
-        assert crashrecord.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
+        assert crash_writer.write(str(slot), RuntimeError, exc, exc.__traceback__, "MainThread")
     assert secret.read_text() == "weights"
     crash = crashrecord.read_crash(str(slot))
     assert crash is not None and crash["message"] == "boom"

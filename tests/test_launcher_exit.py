@@ -26,7 +26,7 @@ from watchdog.coordinator.intake.api import ReportHandler
 from watchdog.coordinator.journal import event_names as je
 from watchdog.coordinator.journal.jsonl import Journal, iter_records
 from watchdog.coordinator.service import Coordinator
-from watchdog.hook import run_cli
+from watchdog.hook.zero_code import run_cli
 
 TOKEN = "s3cret-token-for-the-launcher"
 AUTH = {"Authorization": f"Bearer {jobtoken.bearer(TOKEN)}"}

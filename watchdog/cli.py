@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("watchdog.agent.main", "per-host agent: reads rank slots, exports /metrics, reports to the coordinator"),
     "coordinator": ("watchdog.coordinator.cli.coordinator", "per-job coordinator: cluster view, detectors, journal"),
     "run": (
-        "watchdog.hook.run_cli",
+        "watchdog.hook.zero_code.run_cli",
         "run any launcher command (torchrun, srun, mpirun, python) with every rank monitored",
     ),
     "doctor": (

@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from watchdog.contracts import slot as wire
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slot.slotwriter import SlotWriter
 from watchdog.hook.testing import RankSlot
 
 __all__ = [

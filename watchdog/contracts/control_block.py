@@ -7,7 +7,7 @@ here is validated; a request the hook does not understand is rejected
 sequence number supersedes a pending request: the block holds one command, so
 the previous one is gone anyway.
 
-Acknowledgement (the hook's, ``watchdog.hook.control.ControlBlock.ack``):
+Acknowledgement (the hook's, ``watchdog.hook.slot.control_block.ControlBlock.ack``):
 H_CTRL_ACK_RESULT, _STEP and _NS first, H_CTRL_ACK_SEQ last, with one of the
 ACK_* result codes below, which the agent reads back.
 """

@@ -153,7 +153,7 @@ H_CTRL_ACK_RESULT = 61  # 0 ok, <0 failed
 H_CTRL_ACK_STEP = 62
 H_CTRL_ACK_NS = 63
 
-# Progress the script does not report (watchdog.hook.progress), added in place,
+# Progress the script does not report (watchdog.hook.marks.progress), added in place,
 # still version 2: 16 words in the identity's reserved field (bytes 896..1023),
 # zero in every slot an older hook wrote (its reserved string is empty) and never
 # read by an older agent, whose identity decoder drops that field. Word indices
@@ -180,7 +180,7 @@ PROGRESS_WORDS = (
     P_AUTO_SINCE_NS,
     P_AUTO_COUNT,
 )
-# Where the training thread was during a long step (watchdog.hook.frames), the
+# Where the training thread was during a long step (watchdog.hook.marks.frames), the
 # progress area's other 8 words, added in place the same way (zero in an older
 # hook's slot: no frame): the step it was in (steps completed + 1), when it was
 # sampled, and ``function (file.py:line)`` as UTF-8 with a CRC-32 of the three
@@ -272,13 +272,13 @@ R_H, R_I, R_J, R_K, R_L = 11, 12, 13, 14, 15
 # CONTROL payload:  A ctrl seq, B command, C result
 # ERROR payload:    A total hook errors
 # COLL_SIG payload: one collective as PyTorch's Flight Recorder saw it (hook's
-#                   background thread, watchdog.hook.flight_recorder): A group key,
+#                   background thread, watchdog.hook.completion.flight_recorder): A group key,
 #                   B seq (FR collective_seq_id, counts collectives issued from C++
 #                   too), C CollOp, D elements over all inputs, E DType, F CollState,
 #                   G first input's shape (pack_shape), H created, I started,
 #                   J completed (0 = not yet), K the Clock of H..J, L inputs
 # COMPLETION payload: when the accelerator reached a marker queued after a
-#                   collective or a step (watchdog.hook.completion): A what (1
+#                   collective or a step (watchdog.hook.completion.tracker): A what (1
 #                   collective, 2 step), B group key, C seq (or step), D enqueued
 #                   (Clock.MONOTONIC), E completed, F the Clock of E and G, G
 #                   started: when the accelerator reached the marker queued just

@@ -1,7 +1,7 @@
 """rank-watchdog's in-process hook: what a training rank records about itself.
 
 No code changes: ``watchdog run -- torchrun ... train.py`` instruments every rank
-(``watchdog.hook.auto``). By hand:
+(``watchdog.hook.zero_code.auto``). By hand:
 
     from watchdog.hook import install
     mon = install()                      # reads RANK/WORLD_SIZE/WATCHDOG_* from the env
@@ -31,10 +31,16 @@ Slot contents worth knowing on the reading side:
 Importing this package never imports torch; only the torch features (collective
 patching, DDP comm hook, auto step) do, when used. Test helpers for users live in
 ``watchdog.hook.testing``.
+
+Layout: this folder holds the API (monitor, config, errors, noop, testing) and the
+modules users import by path (lightning, hf, rollback); behind it, ``slot/`` writes
+the slot, ``marks/`` turns the training thread's events into marks, ``zero_code/``
+instruments what the script does not ask for, ``completion/`` learns what the
+accelerator and c10d really did, and ``lifecycle/`` is install() and the rank's exit.
 """
 
 from watchdog.hook.config import HookConfig
-from watchdog.hook.lifecycle import current, install
+from watchdog.hook.lifecycle.installer import current, install
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NullMonitor
 

@@ -23,7 +23,7 @@ from typing import Any, get_type_hints
 
 from watchdog import flags, rundir
 from watchdog.contracts import slot as wire
-from watchdog.hook import launcher
+from watchdog.hook.lifecycle import launcher
 
 log = logging.getLogger("watchdog.hook")
 
@@ -48,12 +48,12 @@ class HookConfig:
     patch_collectives: bool = True
     # torchrun: init_process_group on the elastic agent's store scoped to the restart attempt
     restart_safe_init: bool = True
-    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.flight_recorder)
+    # Read PyTorch's Flight Recorder from the background thread (watchdog.hook.completion.flight_recorder)
     flight_recorder: bool = True
-    # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion)
+    # GPU-side completion times through CUDA events polled off the training thread (watchdog.hook.completion.tracker)
     gpu_completion: bool = True
     # Progress the script does not report: forwards, backwards, optimizer steps, and the
-    # automatic eval phase they open (watchdog.hook.progress)
+    # automatic eval phase they open (watchdog.hook.marks.progress)
     progress: bool = True
     # An automatic eval phase closes after this long without progress (a rank that stops working alone)
     progress_stale_s: float = 2.0
@@ -198,7 +198,7 @@ def load_config(
     agree: Callable[[Mapping[str, str]], str | None] | None = None,
 ) -> HookConfig:
     """``agree(env)``: asked for a job id only when nothing names the job and
-    torchrun's run id is its shared default ``none`` (``watchdog.hook.jobid.agree``
+    torchrun's run id is its shared default ``none`` (``watchdog.hook.lifecycle.jobid.agree``
     at install; None keeps the default name)."""
     env = os.environ if env is None else env
     raw = _raw_values(env, overrides or {})

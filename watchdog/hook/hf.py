@@ -5,7 +5,7 @@
     watch(trainer)          # adds the callback, with the trainer it needs
     trainer.train()
 
-What it marks (``watchdog.hook.callback_marks`` holds the shared rules):
+What it marks (``watchdog.hook.marks.callback_marks`` holds the shared rules):
 
   steps        ``on_step_end``: once per optimizer step (gradient accumulation's
                micro-batches end in ``on_substep_end`` and are not steps)
@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from watchdog.contracts.slot import Phase
-from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
+from watchdog.hook.marks.callback_marks import CallbackMarks, guarded, lazy_callback
 
 __all__ = ["WatchdogCallback", "watch"]
 
@@ -50,7 +50,7 @@ WatchdogCallback: type  # built on first use: module __getattr__ below
 class HfMarks:
     """The callback's behaviour, without Transformers' base class."""
 
-    automatic = False  # added by `watchdog run` (watchdog.hook.auto), not by the script
+    automatic = False  # added by `watchdog run` (watchdog.hook.zero_code.auto), not by the script
 
     def __init__(self, monitor: Any = None, trainer: Any = None) -> None:
         if monitor is None:

@@ -3,7 +3,7 @@
     from watchdog.hook.lightning import WatchdogCallback
     trainer = L.Trainer(..., callbacks=[WatchdogCallback()])
 
-What it marks (``watchdog.hook.callback_marks`` holds the shared rules):
+What it marks (``watchdog.hook.marks.callback_marks`` holds the shared rules):
 
   steps        when ``trainer.global_step`` advances at a batch's end: one per
                optimizer step, so gradient accumulation counts k batches as one
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.contracts.slot import Phase
-from watchdog.hook.callback_marks import CallbackMarks, guarded, lazy_callback
+from watchdog.hook.marks.callback_marks import CallbackMarks, guarded, lazy_callback
 
 log = logging.getLogger("watchdog.hook")
 
@@ -173,7 +173,7 @@ class LightningMarks:
         if isinstance(exception, SystemExit):
             # Raised, never through sys.exit, and past the excepthook: the rank's end is
             # said here. A SIGTERM is a failure even where Lightning exits with status 0.
-            from watchdog.hook import lifecycle
+            from watchdog.hook.lifecycle import installer as lifecycle
 
             lifecycle.note_system_exit(exception, failed=type(exception).__name__ == "SIGTERMException")
 

@@ -1,17 +1,17 @@
 """The Monitor: the hook's public API, its lifecycle and its failure policy.
 
-A Monitor holds a Recorder (recorder.py: what is recorded) which holds the
-SlotWriter (slotwriter.py: how the slot may change); it is neither. Composition
+A Monitor holds a Recorder (slot/recorder.py: what is recorded) which holds the
+SlotWriter (slot/slotwriter.py: how the slot may change); it is neither. Composition
 rather than a base class: the recorder is handed the two behaviours it needs from
 here as callables (``on_error``, ``on_control_due``), as the heartbeat is, so
 each piece can be built and tested alone, and nothing waits for a subclass to
-fill a method in. So are the control block (control.ControlBlock) and the
-Flight Recorder reads (flight_recorder_reads.py): the heartbeat gets their
+fill a method in. So are the control block (slot/control_block.py) and the
+Flight Recorder reads (completion/flight_recorder_reads.py): the heartbeat gets their
 ``poll`` as callables. The user's hottest call, ``step``, is bound straight to the
 recorder's method at construction: composition costs it no extra frame.
 
-The seam. What installs the monitor and patches around it (lifecycle.py,
-auto.py, collectives.py, the framework callbacks) uses the public methods below
+The seam. What installs the monitor and patches around it (lifecycle/installer.py,
+zero_code/auto.py and collectives.py, the framework callbacks) uses the public methods below
 the API: ``report_error``, ``add_undo``, ``add_automatic`` / ``hand_over``,
 ``zero_code``, ``mark_failed``, ``after_fork_in_child`` and ``heartbeat``.
 
@@ -39,15 +39,18 @@ from watchdog.contracts.slot import (
     RecordKind,
     Status,
 )
-from watchdog.hook import completion, control, flight_recorder, flight_recorder_reads, frames, progress
+from watchdog.hook.completion import flight_recorder, flight_recorder_reads
+from watchdog.hook.completion import tracker as completion
 from watchdog.hook.config import HookConfig
 from watchdog.hook.errors import ErrorLog
-from watchdog.hook.heartbeat import Heartbeat
-from watchdog.hook.loader import TimedLoader
+from watchdog.hook.marks import frames, progress
+from watchdog.hook.marks.loader import TimedLoader
+from watchdog.hook.marks.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
 from watchdog.hook.noop import NULL_MONITOR, nop
-from watchdog.hook.recorder import NEVER, Recorder
-from watchdog.hook.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slot import control_block as control
+from watchdog.hook.slot.heartbeat import Heartbeat
+from watchdog.hook.slot.recorder import NEVER, Recorder
+from watchdog.hook.slot.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")
 T = TypeVar("T")
@@ -80,7 +83,7 @@ class Monitor:
     """The live monitor of one rank. Create it with ``watchdog.hook.install()``."""
 
     enabled = True
-    zero_code = False  # instrumented by `watchdog run` (watchdog.hook.auto): a script's install() returns it
+    zero_code = False  # instrumented by `watchdog run` (watchdog.hook.zero_code.auto): a script's install() returns it
 
     def __init__(
         self,
@@ -228,14 +231,14 @@ class Monitor:
     def watch_ddp(self, model: Any, *, hook: Callable | None = None, state: Any = None) -> None:
         """Register a DDP comm hook that times each gradient bucket's all-reduce.
         ``hook``/``state``: the comm hook to wrap (default: torch's allreduce_hook)."""
-        from watchdog.hook.ddp import register
+        from watchdog.hook.zero_code.ddp import register
 
         register(self.recorder.collectives, model, hook=hook, state=state)
 
     def watch_model(self, model: Any, optimizer: Any) -> Any:
         """Opt-in finer split of compute: forward, backward, optimizer per step
-        (``watchdog.hook.model_split``); returns the ``ModelSplit`` to read."""
-        from watchdog.hook.model_split import ModelSplit
+        (``watchdog.hook.marks.model_split``); returns the ``ModelSplit`` to read."""
+        from watchdog.hook.marks.model_split import ModelSplit
 
         rec = self.recorder
         split = ModelSplit(self._clock, rec.split).watch(model, optimizer)
@@ -323,7 +326,7 @@ class Monitor:
 
     def use_progress(self) -> None:
         """Count forwards, backwards and optimizer steps, and open the automatic
-        eval phase from them (watchdog.hook.progress). Raises ImportError without torch."""
+        eval phase from them (watchdog.hook.marks.progress). Raises ImportError without torch."""
         source = progress.Progress(self.recorder, self.slot, self._clock, self.config.progress_stale_s)
         source.install(self._undo)
         self.progress = source
@@ -331,7 +334,7 @@ class Monitor:
 
     def use_frames(self) -> None:
         """Sample the calling (training) thread's frame in the user's script during
-        long steps, on the heartbeat (watchdog.hook.frames)."""
+        long steps, on the heartbeat (watchdog.hook.marks.frames)."""
         self._poll_frame = frames.FrameSampler(self.slot, self._clock).poll
 
     def watch_pg(self, poll: Callable[[], object]) -> None:

@@ -41,7 +41,7 @@ class NullMonitor:
     ) -> Iterable[T]:
         if device is None:
             return iterable
-        from watchdog.hook.loader import to_device  # the batches must still reach the device
+        from watchdog.hook.marks.loader import to_device  # the batches must still reach the device
 
         return (to_device(b, device, non_blocking) for b in iterable)
 
@@ -64,7 +64,7 @@ class NullMonitor:
         pass
 
     def watch_model(self, model: Any, optimizer: Any) -> Any:
-        from watchdog.hook.model_split import ModelSplit
+        from watchdog.hook.marks.model_split import ModelSplit
 
         return ModelSplit()  # never attached: reads zeros
 

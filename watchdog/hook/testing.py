@@ -19,8 +19,8 @@ from typing import Any
 
 from watchdog.contracts import slot as wire
 from watchdog.hook import config as _config
-from watchdog.hook import launcher
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.lifecycle import launcher
+from watchdog.hook.slot.slotwriter import SlotWriter
 
 # Variables install() reads (deprecated names included); clear them to test in a known environment.
 ENV_VARS = (

@@ -22,7 +22,7 @@ OTHERS = (
     'Thread {t1} (idle): "watchdog-heartbeat"\n'
     "    wait (threading.py:331)\n"
     "    wait (threading.py:629)\n"
-    "    _run (watchdog/hook/heartbeat.py:61)\n"
+    "    _run (watchdog/hook/slot/heartbeat.py:61)\n"
     "    run (threading.py:982)\n"
     "    _bootstrap_inner (threading.py:1045)\n"
     "    _bootstrap (threading.py:1002)\n"

@@ -12,7 +12,7 @@ the elastic agent, not us. What stays observable, each source optional:
   ``memory.events``, v1 ``memory.oom_control``), read at first sight and again
   at death; and the kernel's own line ``Killed process <pid> (...)`` in
   ``/dev/kmsg`` where readable (root, no container restriction).
-- **The hook's last words** (``watchdog.hook.crashrecord``): the uncaught
+- **The hook's last words** (``watchdog.contracts.crash_record``): the uncaught
   exception with its traceback, the fatal-signal stack dump.
 
 ``explain`` composes them into a small dict for the report, with a one-line
@@ -31,7 +31,7 @@ from typing import Any
 
 from watchdog import procstart
 from watchdog.agent.processes import steadystart
-from watchdog.hook import crashrecord
+from watchdog.contracts import crash_record as crashrecord
 
 MAX_KMSG_RECORDS = 20000  # the kernel ring is 128 KiB - a few MiB: bounded either way
 MAX_DETAIL = 2000  # traceback / fatal dump tail carried in every report while the rank is exported

@@ -2,7 +2,7 @@
 
 On NCCL a collective call returns once queued: the hook's CPU-side split reads
 collective wait ~0 and puts the wait in "compute". The hook's completion seam
-(watchdog.hook.completion) records when the accelerator reached a marker queued
+(watchdog.hook.completion.tracker) records when the accelerator reached a marker queued
 before and after each collective, and after each step. Folded per step:
 
 * step time: between the GPU finishing step k - 1 and step k (consecutive step
@@ -29,7 +29,7 @@ from watchdog.report import GpuStep
 
 _COMPLETION = int(wire.RecordKind.COMPLETION)
 _STEP_END = int(wire.RecordKind.STEP_END)
-COLLECTIVE, STEP = 1, 2  # COMPLETION word A (watchdog.hook.completion)
+COLLECTIVE, STEP = 1, 2  # COMPLETION word A (watchdog.hook.completion.tracker)
 # Clocks whose times are CLOCK_MONOTONIC ns on this host: comparable with the hook's marks.
 USABLE_CLOCKS = frozenset({int(wire.Clock.MONOTONIC), int(wire.Clock.GPU_EVENT)})
 MAX_SPAN_NS = 10**9 * 10**6  # ~11.6 days: no step or collective lasts longer (report.MAX_SECONDS is 31 years)

@@ -19,7 +19,7 @@ from watchdog.dev import demo
 from watchdog.doctor import main as doctor
 from watchdog.flags import Flag
 from watchdog.hook import config as hook_config
-from watchdog.hook import run_cli
+from watchdog.hook.zero_code import run_cli
 from watchdog.scaling import main as scaling
 from watchdog.timeline import main as timeline
 

@@ -18,7 +18,7 @@ from typing import Any
 _NOT_NOTES = ("ruff:", "noqa", "type:", "--", "pragma:")
 
 
-# A reference to one of the package's modules inside a comment: "(watchdog.hook.frames)",
+# A reference to one of the package's modules inside a comment: "(watchdog.hook.marks.frames)",
 # "(control/replay.py)", "See agent/steadystart.py." The pages name what a user sees,
 # not where it is implemented (modules move; the format does not).
 _MODULE = r"(?:watchdog(?:\.\w+)+|(?:\w+/)*\w+\.py)"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+import watchdog
 from watchdog.contracts import slot as wire
 
 SAMPLE_MIN_NS = 250_000_000  # a step in progress this long (and FACTOR x the last) is sampled
@@ -47,7 +48,7 @@ def library_dirs() -> tuple[str, ...]:
     packages, this package."""
     paths = sysconfig.get_paths()
     dirs = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # watchdog/
+    dirs.add(os.path.dirname(os.path.abspath(watchdog.__file__)))  # watchdog/, wherever this module sits in it
     return tuple(sorted(os.path.join(os.path.realpath(d), "") for d in dirs if d))
 
 

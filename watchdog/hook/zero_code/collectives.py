@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.contracts.slot import H_PG_STATE, CollOp, PgState
-from watchdog.hook import initstore
-from watchdog.hook.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
-from watchdog.hook.slotwriter import inline_seqlock, seqlocked
+from watchdog.hook.marks.collective_marks import _COLL_OFF, _EXIT_OFF, _pack_coll, _pack_exit
+from watchdog.hook.slot.slotwriter import inline_seqlock, seqlocked
+from watchdog.hook.zero_code import initstore
 
 log = logging.getLogger("watchdog.hook")
 
@@ -259,7 +259,7 @@ def patch(mon: Any) -> None:
             continue
         wrapper = make_wrapper(orig, op, size_arg, is_list, sink, work_type)
         if tracker is not None:
-            from watchdog.hook.completion import with_completion
+            from watchdog.hook.completion.tracker import with_completion
 
             wrapper = with_completion(wrapper, lambda: sink.marks, tracker, lambda: rec.steps)
         install(name, wrapper, orig)

@@ -19,7 +19,7 @@ The job id: what every rank of one job agrees on and no other job has.
 torchrun's run id when it is a real one; its default ``none`` (multi-node
 torchrun without ``--rdzv-id``) is shared by every such job, so it is never used
 as is (``job_id`` returns None and the hook asks the job's rendezvous store,
-``watchdog.hook.jobid``). A Slurm step is ``slurm-<job>.<step>`` (also for
+``watchdog.hook.lifecycle.jobid``). A Slurm step is ``slurm-<job>.<step>`` (also for
 torchrun inside srun, before any store is asked); an MPI job its PMIx namespace
 or Open MPI job id. Pure: a function of the mapping it is given.
 """

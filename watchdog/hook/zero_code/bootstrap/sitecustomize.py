@@ -1,5 +1,5 @@
 """Put first on PYTHONPATH by ``watchdog run``: runs the sitecustomize it shadows, if
-any, then instruments this process if it is a rank (``watchdog.hook.auto``).
+any, then instruments this process if it is a rank (``watchdog.hook.zero_code.auto``).
 
 Nothing here may break the user's program: every failure is swallowed (auto
 prints one line for its own). The directory has no __init__.py: it is not a
@@ -11,7 +11,7 @@ import sys
 
 def _instrument() -> None:
     try:
-        from watchdog.hook import auto
+        from watchdog.hook.zero_code import auto
     except Exception:  # watchdog not importable by this interpreter: run the script as is
         return
     auto.bootstrap()

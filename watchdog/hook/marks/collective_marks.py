@@ -39,9 +39,9 @@ from watchdog.contracts.slot import (
     H_COLL_SEQ,
     WORD,
 )
-from watchdog.hook.groups import GroupCounters, GroupTable
+from watchdog.hook.marks.groups import GroupCounters, GroupTable
 from watchdog.hook.noop import nop
-from watchdog.hook.slotwriter import SlotWriter, inline_seqlock, seqlocked
+from watchdog.hook.slot.slotwriter import SlotWriter, inline_seqlock, seqlocked
 
 # H_COLL_GROUP, _SEQ, _OP, _BYTES, _ENTER_NS, _EXIT_NS, _OUTSTANDING, _DONE_SEQ
 # are contiguous: one pack at enter; the last three at exit (native order: see
@@ -60,7 +60,7 @@ if list(range(H_COLL_GROUP + 1, H_COLL_GROUP + 8)) != [
     H_COLL_OUTSTANDING,
     H_COLL_DONE_SEQ,
 ]:  # pragma: no cover
-    raise ImportError("watchdog.hook.collective_marks: wire layout changed; update the packed stores")
+    raise ImportError("watchdog.hook.marks.collective_marks: wire layout changed; update the packed stores")
 
 
 class CollectiveMarks:

@@ -6,7 +6,7 @@
 
 No edit to the script: the command runs with our bootstrap directory first on
 PYTHONPATH, whose sitecustomize instruments each rank process at interpreter
-start (``watchdog.hook.auto``). The command replaces this process (exec), so its
+start (``watchdog.hook.zero_code.auto``). The command replaces this process (exec), so its
 pid, signals and exit status are the command's own; the pid is left in
 WATCHDOG_RUN_PID so a plain ``python train.py`` knows it is the one rank.
 Settings are the hook's usual WATCHDOG_* variables (job name, run dir, ...).
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from watchdog import flags, jobtoken, launcherexit
-from watchdog.hook import auto
+from watchdog.hook.zero_code import auto
 
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "bootstrap")
 USAGE = "usage: watchdog run [--] <command> [args...]   (e.g. watchdog run -- torchrun --nproc-per-node=4 train.py)"

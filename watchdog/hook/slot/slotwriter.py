@@ -67,7 +67,7 @@ _PAD = (0,) * (wire.RECORD_WORDS - 4)
 pack_record = struct.Struct("16q").pack_into
 
 if (R_INDEX, R_KIND, R_T_NS, R_STEP, R_A, R_L, wire.RECORD_WORDS) != (0, 1, 2, 3, 4, 15, 16):  # pragma: no cover
-    raise ImportError("watchdog.hook.slotwriter: wire record layout changed; update pack_record")
+    raise ImportError("watchdog.hook.slot.slotwriter: wire record layout changed; update pack_record")
 
 # -- the seqlock bracket, written once ------------------------------------------------
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.contracts import slot as wire
-from watchdog.hook import flight_recorder
+from watchdog.hook.completion import flight_recorder
 
 # A collective wait this long gets a Flight Recorder read at once.
 STUCK_READ_NS = 1_000_000_000

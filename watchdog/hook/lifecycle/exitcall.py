@@ -8,7 +8,7 @@ status; the agent reads it from the zombie when it is quick enough. So install()
 wraps both calls (``patch``): the wrapper notes the status asked for and the
 exception being handled at that moment (``sys.exc_info()``: hydra calls
 ``sys.exit(1)`` inside its ``except`` block), then calls the original. The
-lifecycle decides what to do with it (lifecycle.py): at atexit for ``sys.exit``
+lifecycle decides what to do with it (installer.py): at atexit for ``sys.exit``
 (a ``SystemExit`` can still be caught), at once for ``os._exit`` (nothing runs after it).
 
 Not seen here: ``raise SystemExit(n)`` written out (the agent's zombie read is the
@@ -84,7 +84,7 @@ def handled() -> tuple[Any, Any, Any]:
     return info
 
 
-_OWN = frozenset({__name__, "watchdog.hook.lifecycle"})  # the exit call's own frames, skipped
+_OWN = frozenset({__name__, "watchdog.hook.lifecycle.installer"})  # the exit call's own frames, skipped
 
 
 def held(frame: Any) -> tuple[Any, Any, Any]:

@@ -1,7 +1,7 @@
 """Zero-code instrumentation: what ``watchdog run`` turns on inside every rank.
 
 Each rank process of a command run by ``watchdog run`` imports our
-sitecustomize (``watchdog/hook/bootstrap``), which calls ``bootstrap()``:
+sitecustomize (``watchdog/hook/zero_code/bootstrap``), which calls ``bootstrap()``:
 decide whether this process is a rank, ``install()``, then ``enable()``:
 
   steps        torch's global optimizer-step post hook (every optimizer.step())
@@ -28,7 +28,7 @@ model already hooked does nothing. A framework callback (``watchdog.hook.lightni
 its first mark.
 
 Which processes are ranks (``rank_reason``, pure): one that a launcher placed
-(RANK, OMPI_*, PMI_*, a Slurm step: ``watchdog.hook.launcher``), or the command
+(RANK, OMPI_*, PMI_*, a Slurm step: ``watchdog.hook.lifecycle.launcher``), or the command
 itself when it is a plain ``python train.py``; never a launcher process
 (torchrun, accelerate, deepspeed: they would otherwise count as Slurm ranks
 under ``srun torchrun``), and never a child of a rank (spawned DataLoader
@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from watchdog.contracts.slot import Phase
-from watchdog.hook import launcher
+from watchdog.hook.lifecycle import launcher
 
 log = logging.getLogger("watchdog.hook")
 
@@ -98,7 +98,7 @@ def bootstrap(env: Mapping[str, str] | None = None, argv: Sequence[str] | None =
         reason = rank_reason(env, argv, os.getpid())
         if reason is None:
             return None
-        from watchdog.hook import lifecycle
+        from watchdog.hook.lifecycle import installer as lifecycle
 
         mon = lifecycle.install()
         if not mon.enabled:
@@ -188,7 +188,7 @@ def _steps(mon: Any) -> None:
 def _data(mon: Any) -> None:
     from torch.utils.data import DataLoader
 
-    from watchdog.hook.loader import TimedIterator
+    from watchdog.hook.marks.loader import TimedIterator
 
     rec = mon.recorder
     orig = DataLoader.__iter__
@@ -226,7 +226,7 @@ def _data(mon: Any) -> None:
 def _ddp(mon: Any) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from watchdog.hook import ddp
+    from watchdog.hook.zero_code import ddp
 
     marks = mon.recorder.collectives
     hooked: weakref.WeakSet = weakref.WeakSet()  # DDP models whose reducer has a hook (ours or a builtin)

@@ -22,17 +22,18 @@ from typing import Any
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
 from watchdog.hook import config as _config
-from watchdog.hook import crashrecord, exitcall, jobid, launcher, slotfile
+from watchdog.hook.lifecycle import crash_writer, exitcall, jobid, launcher
 from watchdog.hook.monitor import Monitor
 from watchdog.hook.noop import NULL_MONITOR, NullMonitor
-from watchdog.hook.slotwriter import SlotWriter
+from watchdog.hook.slot import slotfile
+from watchdog.hook.slot.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")
 
 _lock = threading.Lock()
 _active: Monitor | None = None
 _process_hooks_registered = False
-_fatal = crashrecord.FatalDump()  # one per process: faulthandler has one target
+_fatal = crash_writer.FatalDump()  # one per process: faulthandler has one target
 # The main thread's last failing sys.exit: (its crash record, the rank's steps then). Decided at atexit.
 _pending_exit: tuple[dict[str, Any], int] | None = None
 
@@ -47,7 +48,7 @@ def install(
     WATCHDOG_*), then defaults. Disabled (WATCHDOG_ENABLED=0 or enabled=False):
     returns the shared no-op monitor and touches nothing. ``clock``: a monotonic
     nanosecond clock to use instead of time.monotonic_ns (tests, benchmarks).
-    ``completion_source``: a ``watchdog.hook.completion.CompletionSource`` for
+    ``completion_source``: a ``watchdog.hook.completion.tracker.CompletionSource`` for
     the accelerator's completion times instead of the CUDA event source chosen
     when a GPU is there (another accelerator; tests). Raises ValueError for bad settings.
 
@@ -58,7 +59,7 @@ def install(
     running = _active
     if running is not None and running.zero_code:
         # under `watchdog run` the script's own install() gets the running monitor
-        # (explicit calls on it then win over the automatic ones: watchdog.hook.auto)
+        # (explicit calls on it then win over the automatic ones: watchdog.hook.zero_code.auto)
         if overrides:
             log.info("watchdog.hook install(%s) ignored: already installed by watchdog run", ", ".join(overrides))
         return running
@@ -150,7 +151,7 @@ def _start(cfg: _config.HookConfig, clock: Callable[[], int], completion_source:
     if not mon.disabled:
         mon.recorder.set_status(Status.RUNNING)
         if mapping.error is None:  # a fatal signal's stacks beside the slot, for the agent's post-mortem
-            crashrecord.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
+            crash_writer.clear(mon.slot_path)  # an earlier process's with this pid and rank is not ours
             _fatal.enable(mon.slot_path)
     return mon
 
@@ -160,7 +161,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
     that moved) is counted by the monitor and the others still start."""
     if cfg.gpu_completion:
         try:
-            from watchdog.hook import completion
+            from watchdog.hook.completion import tracker as completion
 
             source = completion_source or completion.cuda_source(clock)  # None without a GPU: nothing added anywhere
             if source is not None:
@@ -169,7 +170,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
             mon.report_error("gpu_completion", exc)
     if cfg.patch_collectives:
         try:
-            from watchdog.hook import collectives
+            from watchdog.hook.zero_code import collectives
 
             collectives.patch(mon)
         except ImportError:
@@ -189,7 +190,7 @@ def _sources(mon: Monitor, cfg: _config.HookConfig, clock: Callable[[], int], co
             mon.report_error("frames", exc)
     if cfg.auto_step:
         try:
-            from watchdog.hook import optim
+            from watchdog.hook.marks import optim
 
             optim.register(mon)
         except Exception as exc:
@@ -260,7 +261,7 @@ def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
         if not (failed or ex.failed):
             return
         call = exitcall.ExitCall(f"raise {type(exc).__name__}", ex.status, ex.code)
-        record = crashrecord.describe(
+        record = crash_writer.describe(
             type(exc), exc, exc.__traceback__, threading.current_thread().name, call.as_record()
         )
         _pending_exit = (record, mon.recorder.steps)
@@ -270,12 +271,12 @@ def note_system_exit(exc: SystemExit, *, failed: bool) -> None:
 
 def _exit_record(ex: exitcall.ExitCall) -> dict[str, Any]:
     exc_type, exc, tb = exitcall.handled()
-    return crashrecord.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
+    return crash_writer.describe(exc_type, exc, tb, threading.current_thread().name, ex.as_record())
 
 
 def _exit_failed(mon: Monitor, record: dict[str, Any]) -> None:
     mon.mark_failed()
-    crashrecord.write_record(mon.slot_path, record)
+    crash_writer.write_record(mon.slot_path, record)
 
 
 def _after_fork_in_child() -> None:
@@ -307,7 +308,7 @@ def _chain_excepthook() -> None:
                     mon.mark_failed()
                 except Exception:
                     pass
-                crashrecord.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)
+                crash_writer.write(mon.slot_path, exc_type, exc, tb, threading.current_thread().name)
 
     sys.excepthook = watchdog_excepthook
 
@@ -326,7 +327,7 @@ def _chain_threading_excepthook() -> None:
             mon = _active
             if mon is not None and args.exc_type is not SystemExit:
                 thread = args.thread.name if args.thread is not None else "?"
-                crashrecord.write(mon.slot_path, args.exc_type, args.exc_value, args.exc_traceback, thread)
+                crash_writer.write(mon.slot_path, args.exc_type, args.exc_value, args.exc_traceback, thread)
 
     threading.excepthook = watchdog_thread_excepthook
 

@@ -1,0 +1,3 @@
+"""Writing this rank's slot: the file and its mapping, the one writer (its seqlock
+bracket), the recorder that says what the words mean, the heartbeat thread, and
+the hook's side of the agent's control block."""
