@@ -82,6 +82,9 @@ ONLY = {
 EXCEPTIONS = {
     ("watchdog.contracts.commands", "watchdog.jobtoken"): "the command signature's key derivation "
     "(jobtoken.signing_key) lives beside the token flags; it belongs in contracts",
+    ("watchdog.contracts.crash_record", "watchdog.sharedfile"): "the record's readers open a rank's "
+    "file past planted links and other users' files through sharedfile (a stdlib-only leaf); "
+    "the readers belong beside the agent's other shared-file readers",
 }
 
 
