@@ -15,8 +15,8 @@ from waiting import wait_for
 from watchdog.contracts import control_block
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Command, Phase, RecordKind
+from watchdog.hook.marks import recorder as recorder_mod
 from watchdog.hook.slot import control_block as control
-from watchdog.hook.slot import recorder as recorder_mod
 from watchdog.hook.slot.heartbeat import THREAD_NAME
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of
 

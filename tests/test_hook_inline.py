@@ -23,7 +23,7 @@ from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp
 from watchdog.hook.lifecycle import installer as lifecycle
 from watchdog.hook.marks.loader import TimedIterator
-from watchdog.hook.slot.recorder import Recorder
+from watchdog.hook.marks.recorder import Recorder
 from watchdog.hook.slot.slotwriter import SlotWriter
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed
 from watchdog.hook.zero_code.collectives import Sink, make_wrapper

@@ -17,8 +17,8 @@ import pytest
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, Phase, RecordKind
 from watchdog.hook.marks import collective_marks as marks_mod
+from watchdog.hook.marks import recorder as recorder_mod
 from watchdog.hook.marks.groups import GroupCounters
-from watchdog.hook.slot import recorder as recorder_mod
 from watchdog.hook.slot import slotwriter as slotwriter_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, records_of, step_splits
 from watchdog.hook.zero_code import collectives

@@ -11,7 +11,7 @@ from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import CollOp, Phase, RecordKind
 from watchdog.hook.marks.collective_marks import CollectiveMarks
 from watchdog.hook.marks.loader import TimedIterator
-from watchdog.hook.slot.recorder import Recorder
+from watchdog.hook.marks.recorder import Recorder
 from watchdog.hook.slot.slotwriter import SlotWriter, inline_seqlock, seqlocked
 from watchdog.hook.testing import ENV_VARS, FakeClock, RankSlot, installed, read_monitor, records_of
 from watchdog.hook.zero_code import collectives

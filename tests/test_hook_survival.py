@@ -12,7 +12,7 @@ import pytest
 
 from watchdog.contracts import slot as wire
 from watchdog.contracts.slot import Status
-from watchdog.hook.slot import recorder as recorder_mod
+from watchdog.hook.marks import recorder as recorder_mod
 from watchdog.hook.testing import ENV_VARS, FakeClock, installed, read_monitor, slot_bytes, step_splits
 from watchdog.hook.zero_code import collectives
 

@@ -1,6 +1,6 @@
 """The Monitor: the hook's public API, its lifecycle and its failure policy.
 
-A Monitor holds a Recorder (slot/recorder.py: what is recorded) which holds the
+A Monitor holds a Recorder (marks/recorder.py: what is recorded) which holds the
 SlotWriter (slot/slotwriter.py: how the slot may change); it is neither. Composition
 rather than a base class: the recorder is handed the two behaviours it needs from
 here as callables (``on_error``, ``on_control_due``), as the heartbeat is, so
@@ -45,11 +45,11 @@ from watchdog.hook.config import HookConfig
 from watchdog.hook.errors import ErrorLog
 from watchdog.hook.marks import frames, progress
 from watchdog.hook.marks.loader import TimedLoader
+from watchdog.hook.marks.recorder import NEVER, Recorder
 from watchdog.hook.marks.scopes import CollScope, PhaseScope, StepScope, coll_op_of, phase_of
 from watchdog.hook.noop import NULL_MONITOR, nop
 from watchdog.hook.slot import control_block as control
 from watchdog.hook.slot.heartbeat import Heartbeat
-from watchdog.hook.slot.recorder import NEVER, Recorder
 from watchdog.hook.slot.slotwriter import SlotWriter
 
 log = logging.getLogger("watchdog.hook")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from watchdog.contracts.slot import H_DATA_ENTER_NS, H_DATA_EXIT_NS
-from watchdog.hook.slot.recorder import Recorder
+from watchdog.hook.marks.recorder import Recorder
 from watchdog.hook.slot.slotwriter import inline_seqlock, seqlocked
 
 

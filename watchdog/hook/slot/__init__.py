@@ -1,3 +1,2 @@
 """Writing this rank's slot: the file and its mapping, the one writer (its seqlock
-bracket), the recorder that says what the words mean, the heartbeat thread, and
-the hook's side of the agent's control block."""
+bracket), the heartbeat thread, and the hook's side of the agent's control block."""

@@ -90,7 +90,7 @@ if list(range(H_STEP + 1, H_STEP + 8)) != [
     H_TOTAL_DATA_NS,
     H_TOTAL_COLL_NS,
 ] or list(SPLIT_WORDS) != list(range(H_TOTAL_FWD_NS, H_TOTAL_FWD_NS + 4)):  # pragma: no cover
-    raise ImportError("watchdog.hook.slot.recorder: wire layout changed; update the packed stores")
+    raise ImportError("watchdog.hook.marks.recorder: wire layout changed; update the packed stores")
 
 NEVER = 1 << 62  # a step number never reached: "no control request due"
 
