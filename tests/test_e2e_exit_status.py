@@ -233,7 +233,7 @@ def test_a_death_on_one_host_replaced_before_every_host_reported_is_named(tmp_pa
 
     script = (
         str(FIXTURES / "exit_loop.py"),
-        *("--steps", "60", "--step-ms", "100", "--ckpt-every", "5", "--ckpt-dir", str(tmp_path)),
+        *("--steps", "40", "--step-ms", "100", "--ckpt-every", "5", "--ckpt-dir", str(tmp_path)),
         *("--faults", "exit1:2@25", "--round-store"),
     )
     job = TwoHosts(tmp_path, max_restarts=1, policy=POLICY, script=script, intervals={"hosta": 3.0})

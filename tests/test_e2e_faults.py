@@ -100,10 +100,10 @@ def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(healthy_run):
 
 def test_ranks_stopped_together_are_one_wedged_verdict_and_no_rank_blamed(tmp_path):
     """Every rank SIGSTOPs itself at the start of step 25, as a scheduler's suspend
-    stops a whole job: one wedged verdict naming the host and no rank (a frozen_rank
-    finding naming all four before, and a hang naming some), saying they froze
-    together; nothing names a rank."""
-    res = scenario.run([f"stop:{r}@25" for r in range(4)], steps=400, timeout_s=150, work_dir=str(tmp_path))
+    stops a whole job: one wedged verdict naming the host and no rank (not a frozen_rank
+    finding naming them all, nor a hang naming some), saying they froze together;
+    nothing names a rank. Three ranks: a whole job stopped is the claim, a fourth adds nothing."""
+    res = scenario.run([f"stop:{r}@25" for r in range(3)], ranks=3, steps=400, timeout_s=150, work_dir=str(tmp_path))
     assert [(f["kind"], f["ranks"]) for f in res.findings] == [("wedged", [])], res.findings
     assert "froze together" in res.findings[0]["reason"], res.findings[0]
     latency_s = res.latency_s(res.findings[0])
