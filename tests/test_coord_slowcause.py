@@ -99,6 +99,19 @@ CASES = [
 ]
 
 
+def test_a_starved_reading_from_a_host_that_missed_its_reports_names_nobody():
+    """The run-queue wait is a reading of now: on a quiet host (its agent stopped, its
+    link cut) it is stale, and the monitor cannot see the rank; once the host reports
+    again the same reading names it."""
+    states = [
+        t.rank(r, world_size=2, recent_steps=_compute(r, 1, 1.0, 0.05, 0.1), oncpu_share=oncpu, runq_share=runq)
+        for r, (oncpu, runq) in enumerate([(0.9, 0.02), (0.45, 0.5)])
+    ]
+    for received_s_ago, named in ((5.0, []), (0.5, [(1,)])):
+        view = t.view(states, now=100.0, ranks_per_host=1, received={"host1": 100.0 - received_s_ago})
+        assert [f.ranks for f in Straggler(CFG).check(100.0, view)] == named, received_s_ago
+
+
 @pytest.mark.parametrize(
     "what,world,slow,factor,compute_s,step_s,sched,findings,advice", CASES, ids=[c[0] for c in CASES]
 )

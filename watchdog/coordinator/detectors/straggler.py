@@ -53,6 +53,7 @@ from collections.abc import Callable
 from ...contracts.finding import Finding, seconds
 from ..analysis import intermittent_stalls as stalls
 from ..analysis import slowcause
+from ..analysis.health import quiet_hosts
 from ..analysis.intermittent_stalls import Stalling, Stalls
 from ..analysis.slowcause import Contention, Contentions
 from ..config import DetectorConfig
@@ -200,7 +201,12 @@ class Straggler:
                 )
             )
         named = {f.ranks[0] for f in out}
-        out += [self._starved(now, view, c) for c in cont.starved() if c.rank not in named]
+        starved = [c for c in cont.starved() if c.rank not in named]
+        if starved:
+            # A wait for a CPU is a reading of now: on a host that missed its reports it is
+            # what the rank was doing then, and the monitor cannot see it now.
+            quiet = quiet_hosts(view, now)
+            out += [self._starved(now, view, c) for c in starved if view.ranks[c.rank].host not in quiet]
         return out + self._stalling(now, view, {f.ranks[0] for f in out})
 
     def _starved(self, now: float, view: ClusterView, c: Contention) -> Finding:
