@@ -69,6 +69,25 @@ CASES = [
         [("collective_hang", (3,))],
     ),
     (
+        "rank 0 stopped by a signal before the all-reduce, rank 1 frozen running inside it waiting for rank 0"
+        " (DDP's wait keeps the GIL): no wedge, rank 0 alone is named",
+        [
+            frozen(0, 4.0),
+            t.rank(
+                1,
+                heartbeat_age_s=3.7,
+                proc_status="sleeping",
+                cpu_percent=0.0,
+                step=811,
+                step_age_s=3.7,
+                recent_steps=HISTORY,
+                collective=t.coll(seq=812, outstanding=1, since_s=3.8),
+            ),
+        ],
+        None,
+        [("frozen_rank", (0,))],
+    ),
+    (
         "all waiting, under the hang deadline: nothing yet",
         [waiting(r, since=3.0) for r in range(8)],
         None,

@@ -59,17 +59,26 @@ def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Froze
         return None
     stops = []
     waiting = any(view.ranks[r].state.coll.outstanding for r in live)
+    signalled = waits_running = False
     for r in live:
         rv = view.ranks[r]
         if health[r] == FROZEN:
             s = rv.state
             if waiting and not s.coll.outstanding and s.proc_status != "stopped":
                 return None  # it froze running, outside the collective the others wait in: it holds them
+            signalled |= s.proc_status == "stopped" and not s.coll.outstanding
+            waits_running |= s.proc_status != "stopped" and bool(s.coll.outstanding)
             stops.append(rv.last_heartbeat())
         elif rv.resumed is not None and now - rv.resumed[1] <= RESUMED_S:
             stops.append(rv.resumed[0])
         else:
             return None  # it kept going: someone is missing from the stop
+    if signalled and waits_running:
+        # A rank stopped by a signal outside the collective, and peers that froze running
+        # while they wait in it for that rank (a peer in DDP's all-reduce keeps the GIL and
+        # freezes its own heartbeat within half a second): the stop is the stopped rank's, not
+        # one instant's for the whole job. frozen_rank names it and spares the waiters.
+        return None
     first, last = min(stops), max(stops)
     if last - first > TOGETHER_S:
         return None
