@@ -11,7 +11,8 @@ torchrun jobs (3 gloo ranks on CPU, a real agent and coordinator).
   the finding says OOM-killed by the kernel, with the cgroup counter and the
   kernel's line, and SIGKILL when the agent read the zombie before torchrun reaped it. The same run's script uses a plain init_process_group
   with the hook's restart-safe init turned off (WATCHDOG_RESTART_SAFE_INIT=0),
-  so the restarted group fails at init: the restart ends as "restart failed"
+  so the restarted group fails at init (its last rank comes back 3 s late, so its
+  peers surely read the address it left before): the restart ends as "restart failed"
   with each rank's fate and the policy escalates to an abort. Skipped, with the
   reason, where no memory cgroup can be created.
 Bounds are generous: a busy 2-core machine.
@@ -236,6 +237,10 @@ def test_an_oom_killed_rank_is_named_and_a_restart_that_cannot_come_back_escalat
             "--ckpt-every",
             "10",
             "--plain-init",
+            # Without it the failed rejoin is a race: three ranks that come back together may all
+            # write their new addresses before any reads a stale one (the CI run of 648bb41).
+            "--late-rejoin-s",
+            "3",
             "--fault",
             "oom:2@15",
         ],

@@ -296,6 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin",
     )
     p.add_argument(
+        "--late-rejoin-s",
+        type=float,
+        default=0.0,
+        help="after a restart the last rank starts init this much later, as a rank reading a"
+        " large checkpoint would: with --plain-init its peers then surely read the address it"
+        " left in the previous attempt (tests of a restart that fails)",
+    )
+    p.add_argument(
         "--buffers",
         action="store_true",
         help="a BatchNorm in the model: DDP broadcasts its buffers in every forward, from C++",
@@ -322,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             time.sleep(3600)
 
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if restarted and args.late_rejoin_s and rank == int(os.environ.get("WORLD_SIZE", "1")) - 1:
+        time.sleep(args.late_rejoin_s)
     with mon.phase("init"):
         init_process_group(args.pg_timeout_s, plain=args.plain_init)
     world = dist.get_world_size()
