@@ -45,12 +45,16 @@ def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Froze
     since: else None. A dead or lost rank, or one still beating, is someone
     missing: then it is not a wedge. A rank that runs again after a stop that began
     in the same instant (``FoldedRank.resumed``) is the wedge ending, seen from a host
-    whose agent reported first: it is not a rank that kept going. A rank frozen
-    while running (not stopped) outside the collective other ranks wait in is
-    missing from it, not wedged with them: a call that keeps the GIL freezes its
-    heartbeat, and a peer waiting in DDP's all-reduce of an unmodified script
-    froze its own within half a second (tests/test_e2e_periodic.py); frozen_rank
-    names the first and spares the waiters."""
+    whose agent reported first: it is not a rank that kept going.
+
+    While ranks wait in a collective, a frozen rank outside it is missing from it
+    and holds them, not wedged with them, unless every frozen rank was stopped by
+    a signal (a job-wide suspend stops the waiters too). A running rank's freeze
+    is a call that keeps the GIL; a rank stopped alone leaves its waiters frozen
+    *running*, since a peer in DDP's all-reduce of an unmodified script keeps the
+    GIL and froze its heartbeat within half a second of the stop
+    (tests/test_e2e_periodic.py). Either way frozen_rank names the rank outside
+    and spares the waiters."""
     health = classify_all(view, now, cfg)
     if FROZEN not in health.values():
         return None  # nearly every tick: no frozen rank at all
@@ -59,26 +63,20 @@ def frozen_together(now: float, view: ClusterView, cfg: DetectorConfig) -> Froze
         return None
     stops = []
     waiting = any(view.ranks[r].state.coll.outstanding for r in live)
-    signalled = waits_running = False
+    outside = running = False  # of the frozen ranks: one outside the collective, one not stopped
     for r in live:
         rv = view.ranks[r]
         if health[r] == FROZEN:
             s = rv.state
-            if waiting and not s.coll.outstanding and s.proc_status != "stopped":
-                return None  # it froze running, outside the collective the others wait in: it holds them
-            signalled |= s.proc_status == "stopped" and not s.coll.outstanding
-            waits_running |= s.proc_status != "stopped" and bool(s.coll.outstanding)
+            outside |= waiting and not s.coll.outstanding
+            running |= s.proc_status != "stopped"
             stops.append(rv.last_heartbeat())
         elif rv.resumed is not None and now - rv.resumed[1] <= RESUMED_S:
             stops.append(rv.resumed[0])
         else:
             return None  # it kept going: someone is missing from the stop
-    if signalled and waits_running:
-        # A rank stopped by a signal outside the collective, and peers that froze running
-        # while they wait in it for that rank (a peer in DDP's all-reduce keeps the GIL and
-        # freezes its own heartbeat within half a second): the stop is the stopped rank's, not
-        # one instant's for the whole job. frozen_rank names it and spares the waiters.
-        return None
+    if outside and running:
+        return None  # a rank outside the collective holds the others (docstring); not one instant's stop
     first, last = min(stops), max(stops)
     if last - first > TOGETHER_S:
         return None
