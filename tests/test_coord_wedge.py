@@ -172,3 +172,36 @@ def test_a_wedge_that_ends_host_by_host_names_no_rank_on_the_host_heard_last():
     assert others.ranks[5].resumed is None and others.ranks[4].resumed is not None
     assert Wedged(CFG).check(101.2, others) == []
     assert [f.ranks for f in FrozenRank(CFG).check(101.2, others)] == [(0, 1, 2, 3)]
+
+
+def test_a_peer_that_only_beat_late_while_it_waits_has_not_resumed_from_a_stop():
+    """test_e2e_periodic in a fresh-clone run: rank 1 waits in DDP's all-reduce, its heartbeat
+    late by more than a stopped rank's threshold but less than a running rank's, then beating
+    again; rank 0 is SIGSTOPped alone outside the collective in the same instant. Rank 1 was
+    never stopped, so it did not resume from a stop it shared with rank 0: no wedge, and
+    frozen_rank names rank 0 with rank 1 its victim."""
+    run = t.view([t.rank(r, recent_steps=HISTORY) for r in range(2)], now=95.0)
+    late = t.rank(
+        1,
+        heartbeat_age_s=1.2,  # last beat at 98.8: past 1 s (stopped), under 3 s (running)
+        proc_status="sleeping",
+        step=811,
+        step_age_s=1.3,
+        recent_steps=HISTORY,
+        collective=t.coll(seq=812, outstanding=1, since_s=1.1),
+    )
+    first = t.view([t.rank(0, recent_steps=HISTORY), late], now=100.0, base=run, seq=2)
+    beating = t.rank(
+        1,
+        heartbeat_age_s=0.1,
+        proc_status="sleeping",
+        step=811,
+        step_age_s=1.8,
+        recent_steps=HISTORY,
+        collective=t.coll(seq=812, outstanding=1, since_s=1.6),
+    )
+    view = t.view([frozen(0, 1.6), beating], now=100.5, base=first, seq=3)  # rank 0's last beat at 98.9
+    assert view.ranks[1].resumed is None
+    assert Wedged(CFG).check(100.6, view) == []
+    (f,) = FrozenRank(CFG).check(100.6, view)
+    assert f.ranks == (0,) and "stopped by a signal" in f.reason, f.reason

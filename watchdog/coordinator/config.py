@@ -87,6 +87,13 @@ class DetectorConfig:
     # hook's 256-record ring drops more than that anyway).
     history_steps: int = 128
 
+    def frozen_after_s(self, proc_status: str) -> float:
+        """The heartbeat age past which a live rank is frozen. The OS saying "stopped"
+        (SIGSTOP) shortens the wait; a debugger's or py-spy's brief stop does not
+        outlast a third of it. A running rank's heartbeat late by less than the full
+        threshold is a busy rank (a call that holds the GIL a while), not a freeze."""
+        return self.frozen_heartbeat_s / 3 if proc_status == "stopped" else self.frozen_heartbeat_s
+
 
 @dataclass(frozen=True)
 class Config:

@@ -94,13 +94,6 @@ def silences(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[str, si
     return silence.judge(view, now, silent, waiting, cfg.hang_phase_allowance_s) if silent else {}
 
 
-def frozen_after_s(cfg: DetectorConfig, proc_status: str) -> float:
-    """The heartbeat age past which a live rank is frozen. The OS saying "stopped"
-    (SIGSTOP) shortens the wait; a debugger's or py-spy's brief stop does not
-    outlast a third of it."""
-    return cfg.frozen_heartbeat_s / 3 if proc_status == "stopped" else cfg.frozen_heartbeat_s
-
-
 def classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig, lost: set[str] | None = None) -> str:
     h = _classify(rv, view, now, cfg, lost)
     if h in _LIVE:
@@ -121,7 +114,7 @@ def _classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig
     # The agent's own reading of the heartbeat, not one aged by a slow report:
     # a late report is a host problem, not a frozen rank. A hook that gave up
     # (disabled) stops beating without the process being frozen.
-    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > frozen_after_s(cfg, s.proc_status):
+    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > cfg.frozen_after_s(s.proc_status):
         return FROZEN
     return OK
 
@@ -172,7 +165,7 @@ def one_world(c: columns.RankColumns) -> bool:
 def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
     """``_classify`` of every rank."""
     lost, done = lost_hosts(view, now, cfg), finished_hosts(view, now, cfg)
-    frozen_s, stopped_s = frozen_after_s(cfg, ""), frozen_after_s(cfg, "stopped")  # inlined per rank below
+    frozen_s, stopped_s = cfg.frozen_after_s(""), cfg.frozen_after_s("stopped")  # inlined per rank below
     c = columns.of(view)
     rank = c.rank
     # A rank that has not exited, is alive, not on a lost host and has a heartbeat

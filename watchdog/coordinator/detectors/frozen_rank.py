@@ -42,7 +42,7 @@ from operator import and_, eq, itemgetter, le, sub
 from typing import NamedTuple
 
 from ...contracts.finding import Finding, ranks_phrase, seconds
-from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, frozen_after_s, victims
+from ..analysis.health import FROZEN, OK, Blame, analyze, classify_all, victims
 from ..analysis.intermittent_stalls import Stalls, expected_freeze_s
 from ..analysis.wedge import TOGETHER_S, frozen_together
 from ..config import DetectorConfig
@@ -162,7 +162,7 @@ class FrozenRank:
                 break
         else:
             return True
-        shows = cut + min(frozen_after_s(self.cfg, rv.state.proc_status) for rv in group)
+        shows = cut + min(self.cfg.frozen_after_s(rv.state.proc_status) for rv in group)
         patience = PATIENCE_INTERVALS * max(view.reporting_interval(hv) for hv in view.hosts.values())
         return now - shows >= patience
 

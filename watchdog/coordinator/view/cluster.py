@@ -414,8 +414,11 @@ def _fold_rank(
         progress = max(progress, prev.received_at)
     beat, before = now - s.heartbeat_age_s, prev.last_heartbeat()
     moved = prev.heartbeat_moved or beat > before + 0.05
-    # Seen stale by its agent last time (past a stopped rank's frozen threshold), beating now: it resumed.
-    stale = prev.heartbeat_moved and old.heartbeat_age_s > cfg.frozen_heartbeat_s / 3 and beat > before + 0.05
+    # Seen frozen by its agent last time (past the threshold for the state it was in), beating
+    # now: it resumed. A running rank whose beats were only late (a stopped rank's shorter
+    # threshold, not a running one's) was busy, not stopped with anyone: a peer waiting in DDP's
+    # all-reduce beats late while its culprit is SIGSTOPped alone (tests/test_e2e_periodic.py).
+    stale = prev.heartbeat_moved and old.heartbeat_age_s > cfg.frozen_after_s(old.proc_status) and beat > before + 0.05
     resumed = (before, beat) if stale else prev.resumed
     alive = s.alive
     last_alive = now if alive else prev.last_alive_at
