@@ -104,6 +104,31 @@ def test_explain_composes_the_line_a_person_reads(tmp_path):
     assert d["exit_code"] == 1 and d["exception"]["where"] == "train.py:120" and "Traceback" in d["traceback"]
 
 
+def test_an_uncaught_exception_reaped_before_its_status_was_read_says_pythons_exit_1(tmp_path):
+    """torchrun reaps a rank milliseconds after its exit; on a loaded host the agent may read
+    the zombie too late. An uncaught exception in the main thread fixes the status at 1."""
+
+    def unread(hook_status="failed", **rec):
+        fields = {"message": "bad batch", "where": "hf_loop.py:46", "thread": "MainThread", **rec}
+        slot = crash_file(tmp_path, **fields)
+        return deathcause.explain(wait_status=None, hook_status=hook_status, slot_path=slot, kmsg="/nonexistent")
+
+    d = unread()
+    assert d["exit_code"] == 1
+    assert d["summary"] == (
+        "ZeroDivisionError: bad batch at hf_loop.py:46, exit 1 (as Python exits after an uncaught exception;"
+        " its launcher reaped it before this host read the status)"
+    )
+    # What was read wins.
+    slot = crash_file(tmp_path, message="bad batch", where="hf_loop.py:46", thread="MainThread")
+    assert deathcause.explain(wait_status=signal.SIGTERM, hook_status="failed", slot_path=slot)["exit_code"] == -15
+    # Nothing is inferred where Python's status is not fixed by the exception.
+    assert "exit_code" not in unread(thread="worker-2")  # a thread's exception does not end the process
+    assert "exit_code" not in unread(type="KeyboardInterrupt")  # re-raised as SIGINT
+    assert "exit_code" not in unread(hook_status="running")  # the hook did not see it fail
+    assert unread(exit={"call": "os._exit", "status": 3})["exit_code"] == 3  # asked for another
+
+
 def test_explain_an_oom_kill_from_the_cgroup_and_the_kernel(tmp_path):
     events = tmp_path / "memory.events"
     events.write_text("oom_kill 1\n")

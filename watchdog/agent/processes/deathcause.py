@@ -170,6 +170,21 @@ def exit_phrase(code: int, sig: str, call: str, hook_status: str) -> str:
     return f"exit {code}"
 
 
+def uncaught_in_main(crash: dict[str, Any] | None, hook_status: str, fatal: str) -> bool:
+    """The rank ended on an uncaught exception in its main thread and nothing after it
+    chose another status: CPython then exits 1 (a KeyboardInterrupt re-raises SIGINT
+    instead; an exit call or a fatal signal in the shutdown is recorded by the hook)."""
+    return (
+        crash is not None
+        and bool(crash["type"])
+        and crash["type"] != "KeyboardInterrupt"
+        and crash["thread"] in ("", "MainThread")
+        and crash.get("exit") is None
+        and hook_status == "failed"
+        and not fatal
+    )
+
+
 def explain(
     *,
     wait_status: int | None,
@@ -205,11 +220,19 @@ def explain(
         out["exit_call"] = exit_call["call"]
         if code is None:  # the zombie was reaped first: the status the rank asked for
             code = exit_call["status"]
+    inferred = code is None and uncaught_in_main(crash, hook_status, fatal)
+    if inferred:
+        code = 1  # the zombie was reaped first, but the interpreter's status is set by then
     if code is not None:
         out["exit_code"] = code
         if sig:
             out["signal"] = sig
-        parts.append(exit_phrase(code, sig, exit_call["call"] if exit_call else "", hook_status))
+        parts.append(
+            f"exit {code} (as Python exits after an uncaught exception; its launcher reaped it before this"
+            " host read the status)"
+            if inferred
+            else exit_phrase(code, sig, exit_call["call"] if exit_call else "", hook_status)
+        )
     elif hook_status == "failed" and crash is None:
         parts.append("uncaught exception (hook status failed)")
     if code is None or sig == "SIGKILL":  # the OOM killer sends SIGKILL; nothing else needs the look
