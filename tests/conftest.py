@@ -237,6 +237,17 @@ SESSION_MARK = "WATCHDOG_TEST_SESSION"
 _SESSION_VALUE = f"{os.getpid()}-{uuid.uuid4().hex}"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's default (``-n`` alone: ``--dist load``), except that a module whose tests
+    share one job runs on one worker, in order (shared_job_order)."""
+    if config.getvalue("dist") != "load":
+        return None  # a --dist the user chose
+    from shared_job_order import SharedJobScheduling
+
+    return SharedJobScheduling(config, log)
+
+
 def pytest_configure(config) -> None:
     os.environ[SESSION_MARK] = _SESSION_VALUE
 
