@@ -49,6 +49,10 @@ def _ranks(sched: list[tuple[float, float]], **kw):
         ([(0.9, 0.02)], []),  # one rank: nothing to compare with
         ([(0.0, 0.0), (0.0, 0.0)], []),  # not measured (no schedstat, an older agent)
         ([(0.9, 0.02), (0.4, 0.5), (0.4, 0.5), (0.9, 0.02), (0.9, 0.02)], [1, 2]),  # a host's two ranks
+        ([(0.5, 0.01), (0.5, 0.5)], [1]),  # the hog's victim, its peer asleep half of each step waiting for it
+        # test_e2e_alone at -n 3: rank 0 spins alone on a busy host while rank 1 sleeps in DDP's
+        # all-reduce waiting for it (runnable 0.03 s a second against 0.18): no baseline, nobody starved
+        ([(0.0595, 0.1223), (0.0195, 0.0116)], []),
     ],
 )
 def test_a_rank_is_starved_when_its_host_takes_its_cpu(sched, starved):

@@ -61,6 +61,13 @@ CONTENTION_EXCESS = 0.25  # run-queue wait / runnable time, beyond the median of
 RUNQ_EXCESS_S = 0.1  # seconds per second waited for a CPU beyond theirs: 6 s a minute
 MAX_CONTENTION = 0.95  # the noise floor stops at 20x MIN_EXTRA_S
 HOST_BUSY = 0.5  # the other ranks' contention (median) from which compute cannot tell a slow rank
+# The other ranks' runnable time (median), as a share of this rank's, below which their contention
+# is no baseline for its: they barely ran (asleep in a collective, waiting for it). A CPU hog's
+# victim makes its peers wait for it too, but they still run their own compute: at half the
+# victim's speed their runnable time is half of its. A rank spinning alone while its peer slept
+# in DDP's all-reduce read 0.67 against 0.37 on a busy host, its peer runnable 0.17 of its time
+# (tests/test_e2e_alone.py at -n 3): that is the rank's own demand, a hang or compute's to judge.
+BASELINE_RUNNABLE = 0.25
 LONE_WORKER = 0  # the rank scripts give the work no other rank does
 
 
@@ -90,6 +97,8 @@ class Contention:
     ratio: float  # wait / (wait + on-CPU): the share of its runnable time spent waiting
     baseline_wait_s: float  # the median of the other measured ranks'
     baseline_ratio: float
+    runnable_s: float = 1.0  # seconds per second it was runnable (waiting for a CPU or on one)
+    baseline_runnable_s: float = 1.0  # the median of the other measured ranks'
 
     @property
     def excess_s(self) -> float:
@@ -101,6 +110,7 @@ class Contention:
             self.baseline_ratio < HOST_BUSY
             and self.ratio - self.baseline_ratio >= CONTENTION_EXCESS
             and self.excess_s >= RUNQ_EXCESS_S
+            and self.baseline_runnable_s >= BASELINE_RUNNABLE * self.runnable_s
         )
 
     def describe(self) -> str:
@@ -115,6 +125,8 @@ class Contention:
             "runq_contention": round(self.ratio, 4),
             "runq_baseline_wait_share": round(self.baseline_wait_s, 4),
             "runq_baseline_contention": round(self.baseline_ratio, 4),
+            "runnable_share": round(self.runnable_s, 4),
+            "runnable_baseline_share": round(self.baseline_runnable_s, 4),
         }
 
 
@@ -124,23 +136,26 @@ class Contentions:
     view's columns; a rank's ``Contention`` is made when asked for: at 16,384 ranks
     one object each cost ~0.2 s a tick."""
 
-    def __init__(self, measured: dict[int, tuple[float, float]]) -> None:
+    def __init__(self, measured: dict[int, tuple[float, float, float]]) -> None:
         self._measured = measured if len(measured) >= 2 else {}
-        self._waits = sorted(w for w, _ in self._measured.values())
-        self._ratios = sorted(q for _, q in self._measured.values())
+        self._waits = sorted(w for w, _, _ in self._measured.values())
+        self._ratios = sorted(q for _, q, _ in self._measured.values())
+        self._runnables = sorted(u for _, _, u in self._measured.values())
 
     def get(self, rank: int) -> Contention | None:
         m = self._measured.get(rank)
         if m is None:
             return None
-        w, q = m
-        waits, ratios = self._waits, self._ratios
+        w, q, u = m
+        waits, ratios, runnables = self._waits, self._ratios, self._runnables
         return Contention(
             rank,
             w,
             q,
             stats.median_without(waits, bisect_left(waits, w)),
             stats.median_without(ratios, bisect_left(ratios, q)),
+            u,
+            stats.median_without(runnables, bisect_left(runnables, u)),
         )
 
     def starved(self) -> list[Contention]:
@@ -151,7 +166,7 @@ class Contentions:
         # that far above it can be starved.
         least = stats.median_without(self._ratios, len(self._ratios) - 1) + CONTENTION_EXCESS
         out = []
-        for r in sorted(r for r, (_, q) in self._measured.items() if q >= least):
+        for r in sorted(r for r, (_, q, _) in self._measured.items() if q >= least):
             c = self.get(r)
             if c is not None and c.starved:
                 out.append(c)
@@ -163,7 +178,7 @@ def contention(view: ClusterView) -> Contentions:
     cols = columns.of(view)
     return Contentions(
         {
-            r: (runq, runq / (runq + oncpu))
+            r: (runq, runq / (runq + oncpu), runq + oncpu)
             for r, alive, status, proc, oncpu, runq in zip(
                 cols.rank, cols.alive, cols.status, cols.proc_status, cols.oncpu_share, cols.runq_share
             )
