@@ -36,7 +36,7 @@ no collective wait (DDP's reducer issues its all-reduce from C++, a framework's
 process group it missed): every rank's step is then equal. A rank whose host
 takes its CPU (run-queue contention, ``slowcause.starved``) is named from that,
 by the agents' schedstat reads, whatever its steps say. Where the other ranks
-themselves wait for a CPU as long as they run, neither names anyone
+themselves wait for a CPU two-thirds as long as they run, neither names anyone
 (``slowcause.cannot_tell``): the host's load, not the rank, decides who is slower.
 
 At scale the scores are brought up to date over a few ticks (``Scorer.advance``:
