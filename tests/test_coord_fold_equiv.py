@@ -263,7 +263,7 @@ def ref_fold_rank(
         beat = now - s.heartbeat_age_s  # a heartbeat that came back after a stop (analysis/wedge.py)
         gap = (
             prev.heartbeat_moved
-            and prev.state.heartbeat_age_s > cfg.frozen_after_s(prev.state.proc_status)
+            and prev.state.heartbeat_age_s > cfg.frozen_after_s(prev.state.proc_status, prev.state.step == 0)
             and beat > prev.last_heartbeat() + 0.05
         )
         changes: dict[str, Any] = {

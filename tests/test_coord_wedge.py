@@ -205,3 +205,42 @@ def test_a_peer_that_only_beat_late_while_it_waits_has_not_resumed_from_a_stop()
     assert Wedged(CFG).check(100.6, view) == []
     (f,) = FrozenRank(CFG).check(100.6, view)
     assert f.ranks == (0,) and "stopped by a signal" in f.reason, f.reason
+
+
+def test_ranks_that_freeze_together_while_starting_up_are_neither_wedged_nor_frozen_until_the_warmup_allowance():
+    """test_e2e_corpus in a fresh-clone run at load 6: a healthy trl job's two ranks, before
+    either stepped, stopped beating within 39 ms of each other for 3.9 s while their imports
+    held the GIL. Start-up gets the warm-up allowance that collective_hang gives it; a freeze
+    that outlasts it is one, and a stopped rank is named at once, started or not."""
+    from watchdog.coordinator.analysis.health import FROZEN, OK, classify, classify_all
+
+    def starting(r, age, **kw):
+        return t.rank(r, step=0, step_age_s=age, heartbeat_age_s=age, phase="other", pg_state="none", **kw)
+
+    base = t.view([starting(r, 0.1) for r in range(2)], now=96.0, ranks_per_host=2)
+    imports = t.view([starting(0, 3.9), starting(1, 3.861)], now=100.0, base=base, seq=2, ranks_per_host=2)
+    assert list(classify_all(imports, 100.0, CFG).values()) == [OK, OK]
+    assert [classify(imports.ranks[r], imports, 100.0, CFG) for r in range(2)] == [OK, OK]
+    assert [d.check(100.0, imports) for d in (Wedged(CFG), FrozenRank(CFG), CollectiveHang(CFG))] == [[], [], []]
+
+    allowance = CFG.frozen_heartbeat_s + CFG.hang_warmup_allowance_s
+    late = t.view(
+        [starting(0, allowance + 1), starting(1, allowance + 0.96)],
+        now=100.0 + allowance,
+        base=imports,
+        seq=3,
+        ranks_per_host=2,
+    )
+    assert list(classify_all(late, 100.0 + allowance, CFG).values()) == [FROZEN, FROZEN]
+    (w,) = Wedged(CFG).check(100.0 + allowance, late)
+    assert w.evidence["how"] == "frozen_together"
+
+    stopped = t.view(
+        [starting(0, 1.5, proc_status="stopped", cpu_percent=0.0), starting(1, 0.1)],
+        now=100.0,
+        base=base,
+        seq=2,
+        ranks_per_host=2,
+    )
+    (f,) = FrozenRank(CFG).check(100.0, stopped)
+    assert f.ranks == (0,) and "stopped by a signal" in f.reason, f.reason

@@ -87,12 +87,22 @@ class DetectorConfig:
     # hook's 256-record ring drops more than that anyway).
     history_steps: int = 128
 
-    def frozen_after_s(self, proc_status: str) -> float:
+    def frozen_after_s(self, proc_status: str, starting: bool) -> float:
         """The heartbeat age past which a live rank is frozen. The OS saying "stopped"
         (SIGSTOP) shortens the wait; a debugger's or py-spy's brief stop does not
         outlast a third of it. A running rank's heartbeat late by less than the full
-        threshold is a busy rank (a call that holds the GIL a while), not a freeze."""
-        return self.frozen_heartbeat_s / 3 if proc_status == "stopped" else self.frozen_heartbeat_s
+        threshold is a busy rank (a call that holds the GIL a while), not a freeze.
+
+        A running rank ``starting`` (its hook counts no step yet) gets the
+        warm-up allowance on top, as collective_hang gives init and the first steps:
+        its imports hold the GIL while each extension module loads, and every rank of
+        a job imports in the same seconds. On a loaded host the heartbeats of a
+        healthy trl job's two ranks stopped together for 3.9 s before either stepped
+        (fresh-clone run 8 of stop 54). Such a freeze is start-up, not a hang, until
+        it outlasts the allowance; a stopped rank is stopped whenever it is."""
+        if proc_status == "stopped":
+            return self.frozen_heartbeat_s / 3
+        return self.frozen_heartbeat_s + (self.hang_warmup_allowance_s if starting else 0.0)
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,7 @@ DETECTOR_FLAGS: tuple[Flag, ...] = (
     Flag(
         "hang.warmup-allowance-seconds",
         _D.hang_warmup_allowance_s,
-        "extra deadline during init and a rank's first steps",
+        "extra deadline during init and a rank's first steps; a running rank's frozen threshold before its first step",
         non_negative_float,
         field="hang_warmup_allowance_s",
     ),

@@ -114,7 +114,11 @@ def _classify(rv: FoldedRank, view: ClusterView, now: float, cfg: DetectorConfig
     # The agent's own reading of the heartbeat, not one aged by a slow report:
     # a late report is a host problem, not a frozen rank. A hook that gave up
     # (disabled) stops beating without the process being frozen.
-    if s.status != "disabled" and rv.heartbeat_moved and s.heartbeat_age_s > cfg.frozen_after_s(s.proc_status):
+    if (
+        s.status != "disabled"
+        and rv.heartbeat_moved
+        and s.heartbeat_age_s > cfg.frozen_after_s(s.proc_status, s.step == 0)
+    ):
         return FROZEN
     return OK
 
@@ -165,7 +169,8 @@ def one_world(c: columns.RankColumns) -> bool:
 def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[int, str]:
     """``_classify`` of every rank."""
     lost, done = lost_hosts(view, now, cfg), finished_hosts(view, now, cfg)
-    frozen_s, stopped_s = cfg.frozen_after_s(""), cfg.frozen_after_s("stopped")  # inlined per rank below
+    frozen_s, stopped_s = cfg.frozen_after_s("", False), cfg.frozen_after_s("stopped", False)  # inlined per rank below
+    starting_s = cfg.frozen_after_s("", True)
     c = columns.of(view)
     rank = c.rank
     # A rank that has not exited, is alive, not on a lost host and has a heartbeat
@@ -184,13 +189,14 @@ def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[in
     if done:
         odd.update(compress(rows, map(done.__contains__, c.host)))
     out = dict.fromkeys(rank, OK)
-    status, host, alive, moved, hb_age, proc = (
+    status, host, alive, moved, hb_age, proc, step = (
         c.status,
         c.host,
         c.alive,
         c.heartbeat_moved,
         c.heartbeat_age_s,
         c.proc_status,
+        c.step,
     )
     for i in odd:
         if status[i] == "exited" or (done and host[i] in done):
@@ -199,7 +205,11 @@ def _classify_all(view: ClusterView, now: float, cfg: DetectorConfig) -> dict[in
             out[rank[i]] = LOST
         elif not alive[i]:
             out[rank[i]] = DEAD
-        elif status[i] != "disabled" and moved[i] and hb_age[i] > (stopped_s if proc[i] == "stopped" else frozen_s):
+        elif (
+            status[i] != "disabled"
+            and moved[i]
+            and hb_age[i] > (stopped_s if proc[i] == "stopped" else frozen_s if step[i] else starting_s)
+        ):
             out[rank[i]] = FROZEN
     return out
 

@@ -162,7 +162,7 @@ class FrozenRank:
                 break
         else:
             return True
-        shows = cut + min(self.cfg.frozen_after_s(rv.state.proc_status) for rv in group)
+        shows = cut + min(self.cfg.frozen_after_s(rv.state.proc_status, rv.state.step == 0) for rv in group)
         patience = PATIENCE_INTERVALS * max(view.reporting_interval(hv) for hv in view.hosts.values())
         return now - shows >= patience
 

@@ -418,7 +418,8 @@ def _fold_rank(
     # now: it resumed. A running rank whose beats were only late (a stopped rank's shorter
     # threshold, not a running one's) was busy, not stopped with anyone: a peer waiting in DDP's
     # all-reduce beats late while its culprit is SIGSTOPped alone (tests/test_e2e_periodic.py).
-    stale = prev.heartbeat_moved and old.heartbeat_age_s > cfg.frozen_after_s(old.proc_status) and beat > before + 0.05
+    threshold = cfg.frozen_after_s(old.proc_status, old.step == 0)
+    stale = prev.heartbeat_moved and old.heartbeat_age_s > threshold and beat > before + 0.05
     resumed = (before, beat) if stale else prev.resumed
     alive = s.alive
     last_alive = now if alive else prev.last_alive_at
