@@ -25,6 +25,11 @@ SEQUENCES = frozenset(
 )
 
 
+# Modules with a module-scoped fixture whose tests only read what it made (kept session runs,
+# tests/conftest.py's ``_kept``): any worker may run any of them.
+READ_ONLY = frozenset({"tests/test_timeline_real.py"})
+
+
 class SharedJobScheduling(LoadScopeScheduling):
     """xdist's scope scheduling with a listed module as the scope and a test elsewhere:
     units go out as workers run low, the largest first (a module before single tests)."""

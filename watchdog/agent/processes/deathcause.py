@@ -170,6 +170,11 @@ def exit_phrase(code: int, sig: str, call: str, hook_status: str) -> str:
     return f"exit {code}"
 
 
+def in_main_thread(crash: dict[str, Any]) -> bool:
+    """The crash record's exception was raised in the main thread (an old hook's record names none)."""
+    return crash["thread"] in ("", "MainThread")
+
+
 def uncaught_in_main(crash: dict[str, Any] | None, hook_status: str, fatal: str) -> bool:
     """The rank ended on an uncaught exception in its main thread and nothing after it
     chose another status: CPython then exits 1 (a KeyboardInterrupt re-raises SIGINT
@@ -178,7 +183,7 @@ def uncaught_in_main(crash: dict[str, Any] | None, hook_status: str, fatal: str)
         crash is not None
         and bool(crash["type"])
         and crash["type"] != "KeyboardInterrupt"
-        and crash["thread"] in ("", "MainThread")
+        and in_main_thread(crash)
         and crash.get("exit") is None
         and hook_status == "failed"
         and not fatal
@@ -202,7 +207,7 @@ def explain(
     exit_call = crash.get("exit") if crash is not None else None
     if crash is not None and crash["type"]:
         where = f" at {crash['where']}" if crash["where"] else ""
-        thread = "" if crash["thread"] in ("", "MainThread") else f" (in thread {crash['thread']})"
+        thread = "" if in_main_thread(crash) else f" (in thread {crash['thread']})"
         out["exception"] = {k: crash[k] for k in ("type", "message", "where", "function", "thread")}
         out["traceback"] = crash["traceback"][-MAX_DETAIL:]
         line = f"{crash['type']}: {brief(crash['message'])}" if crash["message"] else crash["type"]

@@ -315,10 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     faults = parse_faults(args.fault)
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not args.faults_every_attempt:
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if restarted and not args.faults_every_attempt:
         faults = Faults()  # injected in the first attempt only: a restarted job is the recovered one
 
-    rank = int(os.environ.get("RANK", "0"))
+    rank, launched_world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     torch.set_num_threads(1)  # 4 ranks share 2 cores
     if faults.oom:
         join_fault_cgroup()
@@ -330,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             time.sleep(3600)
 
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    if restarted and args.late_rejoin_s and rank == int(os.environ.get("WORLD_SIZE", "1")) - 1:
+    if restarted and args.late_rejoin_s and rank == launched_world - 1:
         time.sleep(args.late_rejoin_s)
     with mon.phase("init"):
         init_process_group(args.pg_timeout_s, plain=args.plain_init)
