@@ -116,6 +116,28 @@ def test_a_starved_reading_from_a_host_that_missed_its_reports_names_nobody():
         assert [f.ranks for f in Straggler(CFG).check(100.0, view)] == named, received_s_ago
 
 
+@pytest.mark.parametrize("others,named", [((0.3, 0.6), []), ((0.9, 0.02), [(2,)])])
+def test_a_slow_rank_whose_host_has_no_reading_yet_is_judged_by_the_others_wait(others, named):
+    """test_e2e_blind at -n 4 (load 7): host B's agent, back from a 12 s SIGSTOP, had no run-queue
+    reading of its ranks for 5 s (slot_states.RUNQ_MIN_SPAN_S) while the 80 steps it missed arrived at
+    once, rank 2 computing 1.18x its peers over them (37 ms against 32). Where the others wait for a CPU
+    as long as the host makes them (``HOST_BUSY``), compute cannot tell, measured rank or not; on a
+    quiet host the same steps name it, as before."""
+    oncpu, runq = others
+    states = [
+        t.rank(
+            r,
+            world_size=4,
+            recent_steps=_compute(r, 2, 1.18, 0.032, 0.052),
+            oncpu_share=0.0 if r >= 2 else oncpu,  # host B (ranks 2-3): its agent's window restarted
+            runq_share=0.0 if r >= 2 else runq,
+        )
+        for r in range(4)
+    ]
+    found, _ = _detect(states, ranks_per_host=2)
+    assert [f.ranks for f in found] == named
+
+
 @pytest.mark.parametrize(
     "what,world,slow,factor,compute_s,step_s,sched,findings,advice", CASES, ids=[c[0] for c in CASES]
 )
@@ -190,7 +212,11 @@ def test_a_difference_within_the_scheduler_noise_is_not_reported(contention, adv
     "baseline_ratio,floor_s", [(None, 0.001), (0.0, 0.001), (0.5, 0.002), (0.81, 0.001 / 0.19), (0.99, 0.02)]
 )
 def test_the_noise_floor_is_a_millisecond_of_work_in_the_host_wall_time(baseline_ratio, floor_s):
-    cont = None if baseline_ratio is None else slowcause.Contention(1, 0.5, 0.5, 0.5, baseline_ratio)
+    cont = (
+        None
+        if baseline_ratio is None
+        else slowcause.Contention(1, 0.5, 0.5, 0.5, baseline_ratio, runnable_s=1.0, baseline_runnable_s=1.0)
+    )
     assert slowcause.noise_floor_s(cont) == pytest.approx(floor_s)
 
 
@@ -254,6 +280,9 @@ def test_on_a_host_that_makes_every_rank_wait_compute_names_nobody(what, world, 
     [(0.7, 0.5, False), (0.7, 0.44, False), (0.7, 0.39, True), (0.9, 0.6, False), (0.2, 0.8, False), (0.5, 0.3, True)],
 )
 def test_compute_cannot_tell_where_the_others_wait_as_long_as_they_run(ratio, baseline_ratio, tell):
-    c = slowcause.Contention(1, ratio, ratio, baseline_ratio * 0.5, baseline_ratio)  # (its wait: ratio s/s)
+    # (its wait: ratio s/s; every rank runnable all the time, as compute-bound ranks are)
+    c = slowcause.Contention(
+        1, ratio, ratio, baseline_ratio * 0.5, baseline_ratio, runnable_s=1.0, baseline_runnable_s=1.0
+    )
     assert slowcause.cannot_tell(c) is not tell
     assert slowcause.cannot_tell(None) is False

@@ -100,8 +100,8 @@ class Contention:
     ratio: float  # wait / (wait + on-CPU): the share of its runnable time spent waiting
     baseline_wait_s: float  # the median of the other measured ranks'
     baseline_ratio: float
-    runnable_s: float = 1.0  # seconds per second it was runnable (waiting for a CPU or on one)
-    baseline_runnable_s: float = 1.0  # the median of the other measured ranks'
+    runnable_s: float  # seconds per second it was runnable (waiting for a CPU or on one)
+    baseline_runnable_s: float  # the median of the other measured ranks'
 
     @property
     def excess_s(self) -> float:
@@ -160,6 +160,19 @@ class Contentions:
             u,
             stats.median_without(runnables, bisect_left(runnables, u)),
         )
+
+    def cannot_tell(self, rank: int) -> bool:
+        """``cannot_tell`` for ``rank``, from the other ranks' contention whether or not its
+        own was measured. An agent back from a silence (stopped, restarted, cut off) has
+        no reading of its ranks until its samples span ``RUNQ_MIN_SPAN_S`` again, while
+        the steps it missed reach the coordinator at once: at load 7 a healthy rank on
+        such a host computed 1.18x its peers over the windows it missed and was named
+        (tests/test_e2e_blind.py, a fresh-clone run at -n 4). The rule reads only
+        the others' wait; the rank's own adds nothing to it."""
+        c = self.get(rank)
+        if c is not None or not self._ratios:
+            return cannot_tell(c)
+        return stats.median(self._ratios) >= HOST_BUSY  # every measured rank is another
 
     def starved(self) -> list[Contention]:
         """The ranks whose host takes their CPU (see the module docstring), in rank order."""

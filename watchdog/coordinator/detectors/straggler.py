@@ -163,7 +163,7 @@ class Straggler:
         cont = self.contention(view)
         for r, sc, cost in slow:
             c = cont.get(r)
-            if slowcause.lone_work(r, c) or slowcause.cannot_tell(c):
+            if slowcause.lone_work(r, c) or cont.cannot_tell(r):
                 continue  # the extra_work advisory's; or the host's load, which compute cannot tell from it
             rv = view.ranks[r]
             steps = sc["last_step"] - sc["first_step"] + 1
@@ -235,7 +235,7 @@ class Straggler:
             f
             for f in found
             if cont is None
-            or not (slowcause.lone_work(f.ranks[0], c := cont.get(f.ranks[0])) or slowcause.cannot_tell(c))
+            or not (slowcause.lone_work(f.ranks[0], cont.get(f.ranks[0])) or cont.cannot_tell(f.ranks[0]))
         ]
 
     def stalling(
