@@ -76,7 +76,11 @@ def test_never_joined_is_named_by_the_deadline(tmp_path):
     first = res.first()
     assert first is not None and (first["kind"], first["ranks"]) == ("never_joined", [3]), res.findings
     assert {r for f in res.findings for r in f["ranks"]} == {3}
-    assert first["t"] <= deadline + 20.0  # deadline counts from the first registration, after imports
+    # The deadline counts from the first rank's registration (the finding's onset is that plus the
+    # deadline), which comes after the ranks' imports: how long those take is the machine's load, not
+    # the detector's. Named within a few ticks and report intervals of it, and of rank 3's own
+    # registration, which follows the first by the ranks' start-up spread.
+    assert first["t"] - first["onset_t"] <= 8.0, (first["t"], first["onset_t"], first["reason"])
 
 
 def test_healthy_jittery_run_with_checkpoint_pauses_has_no_finding(healthy_run):
