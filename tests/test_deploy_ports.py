@@ -67,7 +67,11 @@ def test_no_file_uses_the_old_ports():
 
 
 def test_deploy_files_use_the_defaults():
-    uses = {p.relative_to(REPO).as_posix(): p.read_text() for p in (REPO / "deploy").rglob("*") if p.is_file()}
+    uses = {
+        p.relative_to(REPO).as_posix(): p.read_text()
+        for p in _tracked_text_files()
+        if p.is_relative_to(REPO / "deploy")
+    }
     assert f":{AGENT_PORT}" in uses["deploy/systemd/agent.env"]
     assert f":{COORD_PORT}" in uses["deploy/systemd/coordinator.env"]
     # On Slurm nodes shared by jobs a fixed port would collide: the sbatch binds port 0
