@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared_job_order import READ_ONLY, SEQUENCES, SharedJobScheduling
+from shared_job_order import READ_ONLY, SEQUENCES, SharedJobScheduling, priority
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,3 +32,8 @@ def test_a_listed_module_is_one_unit_and_any_other_test_is_its_own():
     seq = sorted(SEQUENCES)[0]
     assert split(f"{seq}::test_a") == split(f"{seq}::test_b[x]") == seq
     assert split("tests/test_e2e_faults.py::test_a") != split("tests/test_e2e_faults.py::test_b")
+
+
+def test_units_go_out_listed_modules_first_then_the_real_jobs_then_the_rest():
+    scopes = ["tests/test_prom_panels.py::test_a", "tests/test_e2e_blind.py::test_b", sorted(SEQUENCES)[0]]
+    assert sorted(scopes, key=priority) == [scopes[2], scopes[1], scopes[0]]
