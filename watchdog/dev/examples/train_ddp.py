@@ -189,7 +189,7 @@ def init_process_group(timeout_s: float, plain: bool = False) -> None:
     """gloo init on a store prefixed with torchelastic's restart count: restarted
     workers must not read the peer addresses the previous attempt left in the
     agent's store (otherwise gloo's connectFullMesh is refused after a restart).
-    ``plain``: what an unmodified script does, which cannot restart (tests of a
+    ``plain``: what an unmodified script does, which may not come back from a restart (tests of a
     restart that fails). Without the agent's store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
     the way for multi-node restarts: README) rank 0 hosts a fresh store each attempt,
     and the plain init is the right one."""
@@ -293,15 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--plain-init",
         action="store_true",
-        help="plain init_process_group, as an unmodified script: a restarted group cannot rejoin",
+        help="plain init_process_group, as an unmodified script: a restarted group may read the peer"
+        " addresses of the previous attempt and fail to rejoin (not always: torch's store reads decide)",
     )
     p.add_argument(
         "--late-rejoin-s",
         type=float,
         default=0.0,
-        help="after a restart the last rank starts init this much later, as a rank reading a"
-        " large checkpoint would: with --plain-init its peers then surely read the address it"
-        " left in the previous attempt (tests of a restart that fails)",
+        help="after a restart the last rank starts init this much later, as a rank stuck reading"
+        " its checkpoint would; past the monitor's resume timeout the restart fails (tests of a"
+        " restart that fails)",
     )
     p.add_argument(
         "--buffers",
