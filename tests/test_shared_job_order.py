@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared_job_order import READ_ONLY, SEQUENCES, SharedJobScheduling, priority
+from shared_job_order import LONG_MODULES, READ_ONLY, SEQUENCES, SharedJobScheduling, priority
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,8 +22,9 @@ def _module_scoped_integration_modules() -> set[str]:
 
 
 def test_every_integration_module_with_a_module_scoped_fixture_is_kept_on_one_worker_or_read_only():
-    listed = SEQUENCES | READ_ONLY
+    listed = SEQUENCES | READ_ONLY | LONG_MODULES
     assert all((ROOT / m).is_file() for m in listed), sorted(m for m in listed if not (ROOT / m).is_file())
+    listed = SEQUENCES | READ_ONLY
     assert _module_scoped_integration_modules() <= listed, sorted(_module_scoped_integration_modules() - listed)
 
 
@@ -35,5 +36,10 @@ def test_a_listed_module_is_one_unit_and_any_other_test_is_its_own():
 
 
 def test_units_go_out_listed_modules_first_then_the_real_jobs_then_the_rest():
-    scopes = ["tests/test_prom_panels.py::test_a", "tests/test_e2e_blind.py::test_b", sorted(SEQUENCES)[0]]
-    assert sorted(scopes, key=priority) == [scopes[2], scopes[1], scopes[0]]
+    scopes = [
+        "tests/test_timeline_real.py::test_a",
+        "tests/test_e2e_blind.py::test_b",
+        "tests/test_prom_panels.py::test_c",
+        sorted(SEQUENCES)[0],
+    ]
+    assert sorted(scopes, key=priority) == [scopes[3], scopes[1], scopes[2], scopes[0]]
