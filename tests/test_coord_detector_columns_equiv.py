@@ -9,15 +9,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from watchdog.contracts.finding import Finding, ranks_phrase, seconds
+from watchdog.contracts.finding import Finding
 from watchdog.coordinator import testing as t
 from watchdog.coordinator.analysis.health import OK, classify_all
 from watchdog.coordinator.config import DetectorConfig
 from watchdog.coordinator.detectors.batch_changed import BatchChanged, _per_rank
-from watchdog.coordinator.detectors.loader_starvation import ALL_RANKS_SHARE, LoaderStarvation
+from watchdog.coordinator.detectors.loader_starvation import LoaderStarvation
 from watchdog.coordinator.view.cluster import ClusterView
 from watchdog.report import StepSample
-from watchdog.stepstats.stats import median
 
 
 class ReferenceBatchChanged(BatchChanged):
@@ -88,12 +87,12 @@ class ReferenceBatchChanged(BatchChanged):
 
 
 class ReferenceLoaderStarvation(LoaderStarvation):
-    """LoaderStarvation.check before it read columns."""
+    """LoaderStarvation.check before it read columns: the shares from the ranks' objects
+    (the judgement that follows is the detector's own ``judge``)."""
 
     def check(self, now: float, view: ClusterView) -> list[Finding]:
         cfg = self.cfg
         health = classify_all.uncached(view, now, cfg)
-        # Shares are computed when reports are folded (view/cluster.py), not per tick.
         # (rv.step_stats read directly, not through the rank's properties: a pass over every rank each tick)
         least = cfg.starvation_min_steps
         shares = {
@@ -101,50 +100,9 @@ class ReferenceLoaderStarvation(LoaderStarvation):
             for r, st in ((r, rv.step_stats) for r, rv in view.ranks.items() if health[r] == OK)
             if st.train_steps >= least
         }
-        starving = sorted(r for r, s in shares.items() if s > cfg.starvation_share)
-        if not starving or any(h == OK and r not in shares for r, h in health.items()):
+        if any(h == OK and r not in shares for r, h in health.items()):
             return []  # judge "one loader or all" only once every live rank has enough steps
-        rvs = [view.ranks[r] for r in starving]
-        hosts = tuple(sorted({rv.host for rv in rvs}))
-        share = median([shares[r] for r in starving])
-        rest = [s for r, s in shares.items() if r not in starving]
-        n = max(view.ranks[r].train_steps for r in starving)
-        onset = now - max(sum(x.step_s for x in view.ranks[r].history[-n:]) for r in starving)
-        evidence = {
-            "shares": {str(r): round(shares[r], 4) for r in starving},
-            "threshold": cfg.starvation_share,
-            "window_steps": n,
-            "others_median_share": round(median(rest), 4) if rest else None,
-        }
-        if len(shares) >= 2 and len(starving) >= ALL_RANKS_SHARE * len(shares):
-            reason = (
-                f"{ranks_phrase(starving)} ({len(starving)} of {len(shares)}) wait on data {share:.0%} of step time "
-                f"over the last {n} steps: the input pipeline is the bottleneck; more training workers will not "
-                "help, fix the loader (decode cost, storage, worker count)"
-            )
-            evidence["scope"] = "all"
-        else:
-            rv = rvs[0]
-            step = rv.history[-1].step_s if rv.history else 0.0
-            others = f"others {median(rest):.0%}" if rest else "no other rank to compare"
-            verb = "waits" if len(starving) == 1 else "wait"
-            reason = (
-                f"{ranks_phrase(starving)} on host {', '.join(hosts)} {verb} on data {share:.0%} of step time over "
-                f"the last {n} steps ({others}; step {seconds(step)}): that loader or host is the bottleneck "
-                "(check its CPU, disk and num_workers); the other ranks wait for it in the all-reduce"
-            )
-            evidence["scope"] = "ranks"
-        return [
-            Finding(
-                kind=self.name,
-                ranks=tuple(starving),
-                hosts=hosts,
-                onset_mono=onset,
-                detected_mono=now,
-                reason=reason,
-                evidence=evidence,
-            )
-        ]
+        return self.judge(now, view, shares)
 
 
 def _restarted_view(rng: random.Random) -> ClusterView:
