@@ -119,7 +119,7 @@ LOADER_CASES = [
     ("one rank", [starving(r, 0.1 if r == 5 else 0.0) for r in range(8)], [((5,), "ranks")]),
     ("all ranks", [starving(r, 0.08) for r in range(8)], [(tuple(range(8)), "all")]),
     ("too few steps yet", [starving(r, 0.1, n=12) for r in range(8)], []),
-    # A fresh-clone CI run's healthy HF Trainer job (2 loader workers a rank, the host's CPUs
+    # A CI run's healthy HF Trainer job (2 loader workers a rank, the host's CPUs
     # shared with other tests): rank 1 waited 20% of its 46 ms steps, rank 0 13%.
     (
         "a rank waiting a little more than the others is not one starving loader",

@@ -12,11 +12,12 @@ in 25 steps, for a second) is named from the goodput ledger's steps instead
 
 A few ranks are named alone only when each waits at least ``ALONE_RATIO`` times as long as
 the median other rank. Ranks whose loaders all wait (a tokenizing collate, workers sharing a
-busy host's CPUs) wait a little more or less than each other: in a fresh-clone CI run a
-healthy Hugging Face Trainer job's rank 1 waited 20% of its steps against rank 0's 13%, on a
-host whose CPUs the test workers shared. That is the host or the pipeline, not one loader the
-others wait for; a starving loader waits several times what a healthy one does (a loader that
-keeps up waits almost nothing).
+busy host's CPUs) wait a little more or less than each other: in a CI run a healthy Hugging
+Face Trainer job's rank 1 waited 20% of its steps against rank 0's 13%, on a host whose CPUs
+the test workers shared. That is the host or the pipeline, not one loader the others wait for.
+The same job beside 3 and 6 busy processes on 2 cores: shares of 0.08-0.18 over 24-step
+windows, one rank's at most 1.5x the other's. A starving loader waits several times what a
+healthy one does (a loader that keeps up waits almost nothing).
 """
 
 from __future__ import annotations
