@@ -45,6 +45,11 @@ def _ranks(sched: list[tuple[float, float]], **kw):
         ([(0.9, 0.02), (0.9, 0.03), (0.9, 0.02), (0.25, 0.7)], [3]),
         ([(0.3, 0.6), (0.3, 0.65)], []),  # a loaded host: both wait alike (measured 0.2-0.6, 0.06 apart)
         ([(0.26, 0.56), (0.24, 0.47)], []),  # healthy trl on that host: rank 0's own threads wait with it
+        # healthy trl at -n 4 (load ~10): rank 0 did rank 1's work on a CPU and waited three times as
+        # long for one, 0.66 of its runnable time against 0.395: the host's load, which rank it fell on
+        ([(0.2558, 0.4964), (0.2451, 0.16)], []),
+        # trl with a hog on rank 1's core, the host otherwise quiet: 0.54 against 0.285, named
+        ([(0.3486, 0.139), (0.3273, 0.3822)], [1]),
         ([(0.05, 0.05), (0.9, 0.02)], []),  # contended 50% but idle: 0.03 s a second is no cost
         ([(0.9, 0.02)], []),  # one rank: nothing to compare with
         ([(0.0, 0.0), (0.0, 0.0)], []),  # not measured (no schedstat, an older agent)
