@@ -223,6 +223,25 @@ def test_torn_read_keeps_last_good_header_but_takes_the_heartbeat():
     assert t.read_errors["torn"] == 1  # one episode, however many torn reads
 
 
+def test_a_torn_read_takes_only_the_records_its_kept_header_counts():
+    """A rank preempted inside its step-end bracket: the torn header's ring head is one past
+    the last good header's step. Taking that record with the old step made the coordinator's
+    resumed step one short; it is taken once the next read is whole."""
+    w = World()
+    recs = [testing.step_record(i, 149 + i, S // 10) for i in range(2)]
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_STEP: 149, wire.H_RING_HEAD: 1}, records=recs[:1]))
+    t, _ = tracker(w, proc())
+    t.poll(T0, W0)
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_STEP: 149, wire.H_RING_HEAD: 2}, records=recs, torn=True))
+    t.poll(T0 + S // 10, W0)
+    (v,) = t.views()
+    assert v.header[wire.H_STEP] == 149 and [r.index for r in v.step_records] == [0]
+    w.put("/run/a.slot", slot("/run/a.slot", words={wire.H_STEP: 150, wire.H_RING_HEAD: 2}, records=recs))
+    t.poll(T0 + 2 * S // 10, W0)
+    (v,) = t.views()
+    assert v.header[wire.H_STEP] == 150 and [r.index for r in v.step_records] == [0, 1]
+
+
 def test_other_jobs_are_filtered_and_not_reread():
     w = World()
     w.put("/run/a.slot", slot("/run/a.slot", job="mine"))

@@ -65,24 +65,31 @@ class TrackedSlot:
 
 def absorb(slot: TrackedSlot, snap: wire.SlotSnapshot, read_errors: dict[str, int], log: Any) -> None:
     """Fold one read of the slot into its record. A torn read keeps the last good
-    header: only the heartbeat, written outside the seqlock, is taken."""
+    header: only the heartbeat, written outside the seqlock, is taken, and only the
+    records that header counts (the rest are read again once a read is whole)."""
     h = snap.header
     slot.heartbeat_ns, slot.status = h.words[wire.H_HEARTBEAT_NS], h.status  # outside the seqlock: valid torn
-    if snap.torn:  # the writer stopped or died inside a header update
+    records = snap.records
+    if snap.torn:  # the writer stopped, died or was preempted inside a header update
         if not slot.torn:
             read_errors["torn"] += 1
             ident = h.identity
             log.info("slot torn", job=ident.job, rank=ident.rank, pid=ident.pid, path=slot.path)
         slot.torn = True  # a first read that is torn is kept: it is all we have
+        # A torn header's ring head can be past the kept header's step: a report whose steps ran
+        # one past its step count made the coordinator's resumed step one short (a fresh-clone
+        # run: a restarted rank preempted inside its step-end bracket at load ~7).
+        kept_head = slot.snap.header.words[wire.H_RING_HEAD]
+        records = tuple(r for r in records if r.index < kept_head)
     else:
         slot.torn, slot.snap = False, snap
     since = slot.since
-    if slot.gpu_fold is not None and snap.records:
-        _fold_gpu(slot, [r for r in snap.records if r.index >= since and r.kind == _STEP_END], [], read_errors, log)
-    if snap.records:
-        slot.steps.extend(r for r in snap.records if r.index >= since and r.kind == _STEP_END)
-        slot.colls.extend(r for r in snap.records if r.index >= since and r.kind == _COLL_SIG)
-        last = snap.records[-1].index + 1
+    if slot.gpu_fold is not None and records:
+        _fold_gpu(slot, [r for r in records if r.index >= since and r.kind == _STEP_END], [], read_errors, log)
+    if records:
+        slot.steps.extend(r for r in records if r.index >= since and r.kind == _STEP_END)
+        slot.colls.extend(r for r in records if r.index >= since and r.kind == _COLL_SIG)
+        last = records[-1].index + 1
     else:
         last = since
     slot.since = max(since, last if snap.torn else h.words[wire.H_RING_HEAD])
