@@ -291,3 +291,48 @@ def test_compute_cannot_tell_where_the_others_wait_as_long_as_they_run(ratio, ba
     )
     assert slowcause.cannot_tell(c) is not tell
     assert slowcause.cannot_tell(None) is False
+
+
+# (what, the slow rank's factor, compute s, step s, each rank's (on-CPU, wait) s/s, the slow rank's
+#  process CPU in percent, findings). The integration tier at -n 4 (load ~9, 2 cores).
+BARELY_WAITS = [
+    # test_e2e_callbacks' Lightning checkpoint_restart: rank 1 sleeps 5x its peer's 20 ms; the
+    # others' contention read 0.45-0.70 for the test's whole wait (a fresh-clone run named nobody)
+    ("a 5x sleep on a busy host", 4.68, 0.021, 0.119, [(0.0353, 0.0293), (0.033, 0.049)], 7.0, [(1,)]),
+    # test_slow_rank_checkpoint_restart's 1.3x sleep: 0.09 s a second against 20% of the job's time
+    ("a 1.3x sleep on a busy host", 1.29, 0.034, 0.051, [(0.0561, 0.0622), (0.0752, 0.0926)], 7.0, [(1,)]),
+    # the same rank read while the job started (its window held its imports): it waits more than
+    # its slowness costs, which the host's load could have done; named once that reading passes
+    ("a 1.3x sleep read at its start", 1.29, 0.034, 0.051, [(0.1173, 0.2564), (0.1422, 0.2833)], 7.0, []),
+    # a healthy HF Trainer run at -n 3 (load ~6): rank 1 computing 1.40x its CPU-bound peer at
+    # contention 0.50 against 0.44 (trl's ranks wait 0.16-0.56 s a second on that host)
+    ("a CPU-bound rank the host's load slowed", 1.40, 0.06, 0.136, [(0.28, 0.22), (0.25, 0.25)], 50.0, []),
+    # the 5x sleep's readings, where other threads do most of its process's CPU work: their wait
+    # for a CPU is not read, and the host's load cannot be ruled out
+    ("other threads' wait unread", 4.68, 0.021, 0.119, [(0.0353, 0.0293), (0.033, 0.049)], 120.0, []),
+]
+
+
+@pytest.mark.parametrize(
+    "what,factor,compute_s,step_s,sched,cpu,findings", BARELY_WAITS, ids=[c[0] for c in BARELY_WAITS]
+)
+def test_on_a_busy_host_a_slow_rank_that_barely_waits_for_a_cpu_is_named(
+    what, factor, compute_s, step_s, sched, cpu, findings
+):
+    """Where the host's load makes a rank compute slower, the time it loses is time it waits
+    for a CPU: a slow rank waiting far less than its slowness costs is slow by itself."""
+    states = [
+        t.rank(
+            r,
+            world_size=2,
+            recent_steps=_compute(r, 1, factor, compute_s, step_s),
+            oncpu_share=sched[r][0],
+            runq_share=sched[r][1],
+            cpu_percent=cpu if r == 1 else 10.0,
+        )
+        for r in range(2)
+    ]
+    peer = slowcause.contention(t.view(states, now=100.0)).get(0)
+    assert peer is not None and peer.ratio >= slowcause.HOST_BUSY, what
+    found, _ = _detect(states)
+    assert [f.ranks for f in found] == findings, what

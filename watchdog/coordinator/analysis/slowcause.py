@@ -38,7 +38,15 @@ slow rank; the answers are here, once.
   There, neither compute nor contention names anyone (``cannot_tell``): "cannot
   tell" rather than a healthy rank. Healthy ranks on a quiet host read 0.08
   (Lightning) to 0.37 (the DDP tutorial's 1 ms steps); a hog's victim there was
-  named against 0.08-0.37.
+  named against 0.08-0.37. The exception is a slow rank that barely waits for a
+  CPU itself (``barely_waits``): where the host's load makes a rank compute
+  slower, the time it loses is time its threads wait for a CPU, and a rank whose
+  main thread waited less than half the time its slowness costs the job is slow
+  by something else (a sleep, a GPU, an I/O), however busy its host. Measured at
+  load ~9 (the integration tier at -n 4): the real stragglers (1.3x and 5x
+  sleeps) waited 0.02-0.14 s a second against costs of 20% and 65% of the job's
+  time, while the others' contention read 0.45-0.70; healthy CPU-bound ranks on
+  that host wait 0.16-0.56 s a second (trl).
 - **Is it rank 0 doing work the others do not?** Scripts log, print, sync a loss
   (``loss.item()``) and write metrics on rank 0 alone, every step. Rank 0 slower
   than its peers while its host leaves it its CPU (not starved) is that: said as
@@ -78,6 +86,14 @@ STARVED_BELOW = 0.35
 # in DDP's all-reduce read 0.67 against 0.37 on a busy host, its peer runnable 0.17 of its time
 # (tests/test_e2e_alone.py at -n 3): that is the rank's own demand, a hang or compute's to judge.
 BASELINE_RUNNABLE = 0.25
+# On a busy host a slow rank is still told (``barely_waits``) when its main thread waited for a
+# CPU less than this share of the time its slowness costs the job: the run queue cannot have
+# taken that time from it. Half, not all: the run queue's wait is read over the agent's last
+# 10 s, the cost over the straggler's windows.
+WAIT_EXPLAINS = 0.5
+# ... and its main thread did its process's CPU work, within this many seconds a second: where
+# other threads do it (intra-op threads), their wait for a CPU is not read, and cannot be ruled out.
+OTHER_THREADS_S = 0.1
 LONE_WORKER = 0  # the rank scripts give the work no other rank does
 
 
@@ -168,17 +184,17 @@ class Contentions:
             stats.median_without(runnables, bisect_left(runnables, u)),
         )
 
-    def cannot_tell(self, rank: int) -> bool:
-        """``cannot_tell`` for ``rank``, from the other ranks' contention whether or not its
-        own was measured. An agent back from a silence (stopped, restarted, cut off) has
-        no reading of its ranks until its samples span ``RUNQ_MIN_SPAN_S`` again, while
-        the steps it missed reach the coordinator at once: at load 7 a healthy rank on
-        such a host computed 1.18x its peers over the windows it missed and was named
-        (tests/test_e2e_blind.py, a fresh-clone run at -n 4). The rule reads only
-        the others' wait; the rank's own adds nothing to it."""
+    def cannot_tell(self, rank: int, cost: float | None = None, cpu_s: float = 0.0) -> bool:
+        """``cannot_tell`` for ``rank`` (``cost`` and ``cpu_s`` as there), from the other
+        ranks' contention whether or not its own was measured. An agent back from a
+        silence (stopped, restarted, cut off) has no reading of its ranks until its
+        samples span ``RUNQ_MIN_SPAN_S`` again, while the steps it missed reach the
+        coordinator at once: at load 7 a healthy rank on such a host computed 1.18x its
+        peers over the windows it missed and was named (tests/test_e2e_blind.py, a
+        fresh-clone run at -n 4). Unmeasured, it is judged by the others' wait alone."""
         c = self.get(rank)
         if c is not None or not self._ratios:
-            return cannot_tell(c)
+            return cannot_tell(c, cost, cpu_s)
         return stats.median(self._ratios) >= HOST_BUSY  # every measured rank is another
 
     def starved(self) -> list[Contention]:
@@ -215,10 +231,26 @@ def starved(view: ClusterView) -> list[Contention]:
     return contention(view).starved()
 
 
-def cannot_tell(cont: Contention | None) -> bool:
+def cannot_tell(cont: Contention | None, cost: float | None = None, cpu_s: float = 0.0) -> bool:
     """A slow rank's compute, and its own wait for a CPU, say nothing of it: the
-    other ranks wait for a CPU two-thirds as long as they run (``HOST_BUSY``)."""
-    return cont is not None and cont.baseline_ratio >= HOST_BUSY
+    other ranks wait for a CPU two-thirds as long as they run (``HOST_BUSY``), and
+    the rank, slow by ``cost`` of the job's time, does not barely wait for one
+    itself (``barely_waits``; ``cpu_s``: its process's CPU seconds a second). With
+    no ``cost`` (stalls now and then, which a reading of the last seconds does not
+    cover) the host's load alone decides."""
+    if cont is None or cont.baseline_ratio < HOST_BUSY:
+        return False
+    return cost is None or not barely_waits(cont, cost, cpu_s)
+
+
+def barely_waits(cont: Contention, cost: float, cpu_s: float) -> bool:
+    """Whether a rank whose slowness costs ``cost`` of the job's time waited for a CPU
+    too little for the host's load to explain it: its main thread waited less than
+    ``WAIT_EXPLAINS`` of that, and did its process's CPU work (``cpu_s``, seconds a
+    second, within ``OTHER_THREADS_S`` of its own on-CPU time: other threads' wait
+    is not read)."""
+    oncpu_s = cont.runnable_s - cont.wait_s
+    return cont.wait_s < WAIT_EXPLAINS * cost and cpu_s <= oncpu_s + OTHER_THREADS_S
 
 
 def lone_work(rank: int, cont: Contention | None) -> bool:

@@ -37,7 +37,8 @@ process group it missed): every rank's step is then equal. A rank whose host
 takes its CPU (run-queue contention, ``slowcause.starved``) is named from that,
 by the agents' schedstat reads, whatever its steps say. Where the other ranks
 themselves wait for a CPU two-thirds as long as they run, neither names anyone
-(``slowcause.cannot_tell``): the host's load, not the rank, decides who is slower.
+(``slowcause.cannot_tell``): the host's load, not the rank, decides who is slower;
+unless the slow rank barely waits for a CPU itself (a sleep, a GPU, not the host).
 
 At scale the scores are brought up to date over a few ticks (``Scorer.advance``:
 ~40 ms of the work a tick, none on the verdict's turn), so a finding can come a
@@ -162,10 +163,9 @@ class Straggler:
         as_of = self.scorer.as_of  # of the scores just brought up to date
         cont = self.contention(view)
         for r, sc, cost in slow:
-            c = cont.get(r)
-            if slowcause.lone_work(r, c) or cont.cannot_tell(r):
+            c, rv = cont.get(r), view.ranks[r]
+            if slowcause.lone_work(r, c) or cont.cannot_tell(r, cost, rv.state.cpu_percent / 100):
                 continue  # the extra_work advisory's; or the host's load, which compute cannot tell from it
-            rv = view.ranks[r]
             steps = sc["last_step"] - sc["first_step"] + 1
             host = f"; it {c.describe()}: its host takes its CPU" if c is not None and c.starved else ""
             out.append(
