@@ -306,7 +306,7 @@ BARELY_WAITS = [
     ("a 1.3x sleep read at its start", 1.29, 0.034, 0.051, [(0.1173, 0.2564), (0.1422, 0.2833)], 7.0, []),
     # a healthy HF Trainer run at -n 3 (load ~6): rank 1 computing 1.40x its CPU-bound peer at
     # contention 0.50 against 0.44 (trl's ranks wait 0.16-0.56 s a second on that host)
-    ("a CPU-bound rank the host's load slowed", 1.40, 0.06, 0.136, [(0.28, 0.22), (0.25, 0.25)], 50.0, []),
+    ("a CPU-bound rank the host's load slowed", 1.40, 0.06, 0.136, [(0.28, 0.22), (0.25, 0.25)], 25.0, []),
     # the 5x sleep's readings, where other threads do most of its process's CPU work: their wait
     # for a CPU is not read, and the host's load cannot be ruled out
     ("other threads' wait unread", 4.68, 0.021, 0.119, [(0.0353, 0.0293), (0.033, 0.049)], 120.0, []),
