@@ -78,7 +78,7 @@ def absorb(slot: TrackedSlot, snap: wire.SlotSnapshot, read_errors: dict[str, in
         slot.torn = True  # a first read that is torn is kept: it is all we have
         # A torn header's ring head can be past the kept header's step: a report whose steps ran
         # one past its step count made the coordinator's resumed step one short (a fresh-clone
-        # run: a restarted rank preempted inside its step-end bracket at load ~7).
+        # run: a restarted rank preempted inside its step-end bracket on a loaded host).
         kept_head = slot.snap.header.words[wire.H_RING_HEAD]
         records = tuple(r for r in records if r.index < kept_head)
     else:

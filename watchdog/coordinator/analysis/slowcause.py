@@ -43,10 +43,11 @@ slow rank; the answers are here, once.
   slower, the time it loses is time its threads wait for a CPU, and a rank whose
   main thread waited less than half the time its slowness costs the job is slow
   by something else (a sleep, a GPU, an I/O), however busy its host. Measured at
-  load ~9 (the integration tier at -n 4): the real stragglers (1.3x and 5x
-  sleeps) waited 0.02-0.14 s a second against costs of 20% and 65% of the job's
-  time, while the others' contention read 0.45-0.70; healthy CPU-bound ranks on
-  that host wait 0.16-0.56 s a second (trl).
+  load 9-11 (the integration tier at -n 4 and -n 5), the others' contention at
+  0.40-0.74: the real stragglers (5x and 1.3x sleeps) waited 0.01-0.14 s a second
+  against costs of 65-71% and 20% of the job's time, the 1.3x up to 0.31 while the
+  agent's 10 s window still held the job's imports (told once it had passed
+  them); healthy CPU-bound ranks on such a host wait 0.16-0.56 s a second (trl).
 - **Is it rank 0 doing work the others do not?** Scripts log, print, sync a loss
   (``loss.item()``) and write metrics on rank 0 alone, every step. Rank 0 slower
   than its peers while its host leaves it its CPU (not starved) is that: said as
